@@ -1,0 +1,38 @@
+# One command to set up a fresh machine and start the app (`make run`), one to set up and run every test
+# (`make test`). Both create .venv, install torch with pip first (the CPU wheel; an unpinned torch pulls a
+# multi-GB CUDA build), then the project. Re-running skips what is already installed.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+TORCH_SPEC ?= torch==2.13.0
+PORT ?= 8501
+
+.PHONY: run test setup setup-test browser clean
+
+$(VENV)/.base: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet "$(TORCH_SPEC)"
+	$(PIP) install --quiet -e .
+	touch $@
+
+$(VENV)/.test: $(VENV)/.base pyproject.toml
+	$(PIP) install --quiet -e ".[test,train,verl]"
+	touch $@
+
+setup: $(VENV)/.base
+setup-test: $(VENV)/.test browser
+
+# Browser tests drive Debian's chromium headless; never a browser download.
+browser:
+	@test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
+
+run: setup
+	$(VENV)/bin/streamlit run app/main.py --server.port $(PORT) --server.headless true
+
+test: setup-test
+	$(PY) -m pytest
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,142 @@
+"""The `divclip` command line: measures, bounds, derivations (and later toy runs, reallocation, checks).
+
+Every subcommand validates at the boundary: a bad value prints `divclip: error: …` naming the argument,
+the value and what is allowed, and exits with status 2. Heavy imports happen inside the subcommand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Callable
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
+
+
+def command(name: str):
+    def register(fn):
+        COMMANDS[name] = fn
+        return fn
+
+    return register
+
+
+# ------------------------------------------------------------------------------------- measures
+@command("measures")
+def cmd_measures(args) -> int:
+    from theory import MEASURES
+
+    rows = []
+    for m in MEASURES.values():
+        if m.name == "ratio":
+            lo, hi = m.bounds(eps_low=0.2, eps_high=0.2)
+        else:
+            lo, hi = m.bounds(0.02, 0.5 if m.p_dependent else None)
+        rows.append((m.name, m.code, "yes" if m.p_dependent else "no", f"[{lo:.4f}, {hi:.4f}]", m.source))
+    if args.json:
+        keys = ("name", "formula", "p_dependent", "interval_at_0.02", "source")
+        print(json.dumps([dict(zip(keys, r)) for r in rows], indent=2))
+        return 0
+    header = ("measure", "D(r[, p])", "per-token", "interval (δ=0.02, p=0.5; ratio ε=0.2)", "source")
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    for row in (header, tuple("-" * w for w in widths), *rows):
+        print("  ".join(str(x).ljust(w) for x, w in zip(row, widths)).rstrip())
+    return 0
+
+
+# --------------------------------------------------------------------------------------- bounds
+@command("bounds")
+def cmd_bounds(args) -> int:
+    from theory import delta_for_eps, get_measure
+
+    m = get_measure(args.measure)
+    given = [x is not None for x in (args.delta, args.eps_low, args.eps_high)]
+    if sum(given) != 1:
+        raise ValueError(
+            f"give exactly one of --delta, --eps-low, --eps-high (got delta={args.delta}, "
+            f"eps_low={args.eps_low}, eps_high={args.eps_high})"
+        )
+    p = args.p
+    if args.delta is not None:
+        delta = args.delta
+    else:
+        # For the ratio measure D = |r - 1|, so this δ is the width itself: a symmetric clip.
+        delta = delta_for_eps(m.name, eps_low=args.eps_low, eps_high=args.eps_high, p=p)
+    lo, hi = m.bounds(delta, p)
+    out = {"measure": m.name, "delta": delta, "p": p, "lo": lo, "hi": hi, "eps_low": 1.0 - lo, "eps_high": hi - 1.0}
+    if args.json:
+        print(json.dumps(out))
+    else:
+        where = f" at p={p:g}" if p is not None else ""
+        print(f"{m.name}: D(r) = {m.code}{where}")
+        print(f"  delta    = {delta:.10g}")
+        print(f"  interval = [{lo:.10g}, {hi:.10g}]")
+        print(f"  eps_low  = {1 - lo:.10g}    eps_high = {hi - 1:.10g}")
+    return 0
+
+
+# --------------------------------------------------------------------------------------- derive
+@command("derive")
+def cmd_derive(args) -> int:
+    from theory import symbolic
+
+    steps = symbolic.derivation(args.measure)
+    print(symbolic.render(steps, args.format))
+    failed = [s.title for s in steps if not s.run_check().passed]
+    if failed:
+        print(f"divclip: error: checks failed: {failed}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _finite_float(name: str):
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
+        if not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"{name} must be finite, got {text!r}")
+        return v
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="divclip", description="Divergence-based policy-loss clipping: theory explorer and toolkit."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("measures", help="table of the registered divergence measures")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("bounds", help="exact clip interval of a measure at a budget")
+    p.add_argument("--measure", required=True)
+    p.add_argument("--delta", type=_finite_float("--delta"), help="divergence budget δ (ratio: its width ε)")
+    p.add_argument("--eps-low", type=_finite_float("--eps-low"), help="find δ whose lower bound is 1 - ε_low")
+    p.add_argument("--eps-high", type=_finite_float("--eps-high"), help="find δ whose upper bound is 1 + ε_high")
+    p.add_argument("--p", type=_finite_float("--p"), help="old-policy probability (p-dependent measures)")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("derive", help="the SymPy derivation of a measure's clip bounds, step by step")
+    p.add_argument("measure", nargs="?", default="kl3")
+    p.add_argument("--format", choices=("markdown", "latex"), default="markdown")
+
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except ValueError as exc:
+        print(f"divclip: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
