@@ -87,7 +87,11 @@ def binary_kl_bounds_array(delta, p, xp=np, maxiter: int = 200):
     delta, p = xp.broadcast_tensors(delta, p) if xp is not np else np.broadcast_arrays(delta, p)
     lo_u = _binary_kl_root(delta, p, xp, side=-1, maxiter=maxiter)
     hi_u = _binary_kl_root(delta, p, xp, side=+1, maxiter=maxiter)
-    return xp.exp(lo_u), xp.exp(hi_u)
+    hi = xp.exp(hi_u)
+    # Where the root sits within an ulp of 1/p, exp may round onto r·p >= 1 (D = inf): step back below.
+    for _ in range(4):
+        hi = xp.where(hi * p >= 1.0, xp.nextafter(hi, xp.zeros_like(hi)), hi)
+    return xp.exp(lo_u), hi
 
 
 def _binary_kl_root(delta, p, xp, side: int, maxiter: int):

@@ -36,15 +36,14 @@ def delta_for_eps(measure, eps_low=None, eps_high=None, p=None) -> float:
     else:
         e = check_eps(eps_high, "eps_high")
         r = 1.0 + e
-        if pp is not None and r * float(pp) >= 1:
-            raise ValueError(
-                f"eps_high={eps_high!r} asks for a new probability r·p = {r * float(pp):.4g} >= 1 at p={p!r}; "
-                f"eps_high must be < 1/p - 1 = {1 / float(pp) - 1:.4g}"
-            )
     with np.errstate(divide="ignore", invalid="ignore"):
         d = float(m._value(np.float64(r), pp, np))
     if not (math.isfinite(d) and d > 0):
-        raise ValueError(f"measure {m.name!r} has no finite budget at r = {r!r} (D = {d!r})")
+        hint = f"; at p={float(pp):g} the new probability r·p must stay below 1" if pp is not None else ""
+        raise ValueError(
+            f"eps_{'low' if eps_low is not None else 'high'}={e!r} gives no finite budget for measure "
+            f"{m.name!r}: D({r!r}) = {d!r}{hint}"
+        )
     return d
 
 

@@ -1,0 +1,86 @@
+"""The divclip command line: outputs equal the library's numbers; bad input exits non-zero with a message."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from app.cli import main
+from theory import delta_for_eps, get_measure, kl3_bounds
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_bounds_json_has_the_documented_keys_and_values(capsys):
+    code, out, _ = run(capsys, "bounds", "--measure", "kl3", "--eps-low", "0.2", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert set(data) == {"measure", "delta", "p", "lo", "hi", "eps_low", "eps_high"}
+    assert data["delta"] == delta_for_eps("kl3", eps_low=0.2)
+    assert (data["lo"], data["hi"]) == kl3_bounds(data["delta"])
+    assert data["eps_high"] == pytest.approx(0.23084, abs=1e-5)
+
+
+def test_bounds_binary_kl_with_p(capsys):
+    code, out, _ = run(capsys, "bounds", "--measure", "binary_kl", "--delta", "0.02", "--p", "0.01", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert (data["lo"], data["hi"]) == get_measure("binary_kl").bounds(0.02, 0.01)
+
+
+def test_bounds_text_and_eps_high(capsys):
+    code, out, _ = run(capsys, "bounds", "--measure", "kl3", "--eps-high", "0.28")
+    assert code == 0
+    delta = delta_for_eps("kl3", eps_high=0.28)
+    assert f"{delta:.10g}" in out
+
+
+def test_measures_table_lists_every_measure(capsys):
+    code, out, _ = run(capsys, "measures")
+    assert code == 0
+    from theory import MEASURES
+
+    for name in MEASURES:
+        assert name in out
+    code, out, _ = run(capsys, "measures", "--json")
+    assert {row["name"] for row in json.loads(out)} == set(MEASURES)
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["bounds", "--measure", "kl4", "--delta", "0.1"], "measure must be one of"),
+        (["bounds", "--measure", "kl3", "--delta", "-1"], "delta must be a finite number > 0, got -1.0"),
+        (["bounds", "--measure", "kl3", "--delta", "0"], "delta must be a finite number > 0"),
+        (["bounds", "--measure", "binary_kl", "--delta", "0.1"], "p is required"),
+        (["bounds", "--measure", "binary_kl", "--delta", "0.1", "--p", "1.5"], "open interval (0, 1), got 1.5"),
+        (["bounds", "--measure", "kl3"], "exactly one of --delta"),
+        (["bounds", "--measure", "kl3", "--eps-low", "1.2"], "eps_low must lie in (0, 1)"),
+    ],
+)
+def test_bad_input_exits_2_with_a_named_message(capsys, argv, needle):
+    code, _, err = run(capsys, *argv)
+    assert code == 2
+    assert needle in err
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "abc"])
+def test_non_finite_numbers_are_refused_by_the_parser(capsys, value):
+    with pytest.raises(SystemExit) as exc:
+        main(["bounds", "--measure", "kl3", "--delta", value])
+    assert exc.value.code == 2
+    assert "--delta must be" in capsys.readouterr().err
+
+
+def test_console_script_is_installed():
+    exe = shutil.which("divclip") or str(__import__("pathlib").Path(sys.executable).with_name("divclip"))
+    proc = subprocess.run([exe, "bounds", "--measure", "kl3", "--delta", "0.02", "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["hi"] == kl3_bounds(0.02)[1]
