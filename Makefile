@@ -18,7 +18,7 @@ $(VENV)/.base: pyproject.toml
 	touch $@
 
 $(VENV)/.test: $(VENV)/.base pyproject.toml
-	$(PIP) install --quiet -e ".[test,train,verl]"
+	$(PIP) install --quiet -e ".[test,train,verl,trl]"
 	touch $@
 
 setup: $(VENV)/.base
