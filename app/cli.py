@@ -7,6 +7,7 @@ the value and what is allowed, and exits with status 2. Heavy imports happen ins
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import sys
@@ -128,11 +129,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Subcommands that import torch or heavy extras live in their own modules: (module, add-parser fn, handler).
+# Only the module of the command being run is imported, so `divclip bounds` stays fast.
+EXTENSIONS: dict[str, tuple[str, str, str]] = {
+    "realloc": ("theory.realloc_cli", "add_realloc_command", "run_realloc"),
+    "check": ("app.sanity.cli", "add_check_command", "run_check"),
+}
+
+
+def _wanted_extensions(argv: list[str]) -> list[str]:
+    first = next((a for a in argv if not a.startswith("-")), None)
+    if first in EXTENSIONS:
+        return [first]
+    if first in COMMANDS:
+        return []
+    return list(EXTENSIONS)  # --help, no command or a typo: list every command
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name in _wanted_extensions(argv):
+        module_name, add_fn, handler = EXTENSIONS[name]
+        module = importlib.import_module(module_name)
+        getattr(module, add_fn)(sub)
+        COMMANDS[name] = getattr(module, handler)
     args = parser.parse_args(argv)
     try:
         return COMMANDS[args.command](args)
+    except BrokenPipeError:  # `divclip derive | head`: the reader left, nothing is wrong
+        sys.stderr.close()
+        return 0
     except ValueError as exc:
         print(f"divclip: error: {exc}", file=sys.stderr)
         return 2

@@ -84,3 +84,27 @@ def test_console_script_is_installed():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["hi"] == kl3_bounds(0.02)[1]
+
+
+def test_derive_prints_every_step_with_a_passed_check(capsys):
+    from theory import symbolic
+
+    code, out, _ = run(capsys, "derive", "kl3", "--format", "markdown")
+    assert code == 0
+    steps = symbolic.derivation("kl3")
+    for step in steps:
+        assert step.title in out
+    assert out.count("check: PASSED") == len(steps)
+    assert "FAILED" not in out
+
+
+def test_derive_unknown_measure_exits_2(capsys):
+    code, _, err = run(capsys, "derive", "binary_kl")
+    assert code == 2
+    assert "binary_kl" in err and "kl3" in err
+
+
+def test_import_theory_does_not_load_torch():
+    proc = subprocess.run([sys.executable, "-c", "import sys, theory; print('torch' in sys.modules)"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == "False", proc.stderr
