@@ -1,12 +1,48 @@
 """divclip theory core: divergence measures, exact clip bounds, δ↔ε maps and the unified clipped loss.
 
-Pure maths (numpy/scipy/sympy); torch appears only in `theory.losses`.
+The numpy/scipy/sympy core is imported eagerly. The torch parts (`theory.losses`, `theory.loss_metrics`,
+`theory.advantages`, and `theory.reallocation` / `theory.softmax_dynamics`, which call the loss) are
+exported lazily, so `import theory` does not pay for torch until a torch name is used.
 """
+
+from __future__ import annotations
+
+import importlib
 
 from theory.bounds import kl3_bounds
 from theory.conversions import delta_for_eps, equivalent_ratio_clip
 from theory.formula import measure_from_formula
 from theory.measures import MEASURES, Measure, get_measure
+
+_LAZY = {
+    "theory.losses": (
+        "ClipSpec", "PRESETS", "preset", "policy_loss", "agg_loss", "LOSS_AGG_MODES", "MODES", "register_mode",
+        "clip_loss_with_bounds", "clipped_surrogate",
+    ),
+    "theory.loss_metrics": ("kl_penalty",),
+    "theory.advantages": ("group_advantages",),
+    "theory.reallocation": (
+        "Comparison", "ComparisonRow", "FeasibleRegion", "HeadroomCurve", "Optimum", "compare_measures",
+        "constrained_optimum", "feasible_region", "headroom_curve", "mass_flow",
+    ),
+    "theory.softmax_dynamics": (
+        "Drift", "Group", "SoftmaxStep", "entropy_gradient", "multi_epoch_drift", "softmax_step",
+    ),
+}
+_WHERE = {name: module for module, names in _LAZY.items() for name in names}
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        value = getattr(importlib.import_module(_WHERE[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'theory' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_WHERE))
+
 
 __all__ = [
     "MEASURES",
@@ -16,4 +52,5 @@ __all__ = [
     "get_measure",
     "kl3_bounds",
     "measure_from_formula",
+    *_WHERE,
 ]

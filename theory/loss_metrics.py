@@ -1,0 +1,137 @@
+"""Reductions of per-token loss terms, in torch: verl's loss aggregation, the diagnostics computed next to the
+loss (CleanRL style), and Schulman's KL estimators.
+
+Means follow verl: Σ m·x / (Σ m + 1e-8), so an empty mask gives 0, never NaN. The diagnostics run under no_grad
+as dot products with the mask plus one scratch buffer: no `torch.where` (slow on CPU) and no bool temporaries.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+KL_ESTIMATORS = {"k1": "k1", "kl": "k1", "k2": "k2", "mse": "k2", "k3": "k3", "low_var_kl": "k3"}
+KL3_CLAMP = 10.0  # verl clamps the k3 penalty to ±10 (and its log-ratio to ±20)
+_FAR = 1e30  # moves masked-out ratios out of reach of min/max (a ratio is at most e^20)
+
+
+# ---------------------------------------------------------------------------------------- aggregation
+def _masked_sum_verl(values, mask):
+    return (torch.where(mask.bool(), values, 0.0) * mask).sum()  # NaN outside the mask cannot leak in
+
+
+def masked_sum_finite(values, mask):
+    """Σ mask·values: verl's numbers for finite values, without its where (the policy loss is finite)."""
+    return (values * mask).sum()
+
+
+def _nonzero(count):
+    return torch.where(count > 0, count, torch.ones_like(count))
+
+
+def aggregate(loss_mat, loss_mask, loss_agg_mode, loss_scale_factor, masked_sum):
+    """`agg_loss` without validation; `masked_sum` does the token-level masked sums."""
+    if loss_agg_mode == "token-mean":
+        return masked_sum(loss_mat, loss_mask) / _nonzero(loss_mask.sum())
+    if loss_agg_mode == "token-sum":
+        return masked_sum(loss_mat, loss_mask)
+    if loss_agg_mode == "seq-mean-token-mean":
+        seq_tokens = torch.sum(loss_mask, dim=-1)  # (B,)
+        seq_losses = torch.sum(loss_mat * loss_mask, dim=-1) / (seq_tokens + 1e-8)  # (B,) token-mean
+        seq_mask = (seq_tokens > 0).float()  # fully masked sequences do not count
+        return _masked_sum_verl(seq_losses, seq_mask) / _nonzero(seq_mask.sum())
+    # seq-mean-token-sum[-norm]
+    seq_losses = torch.sum(loss_mat * loss_mask, dim=-1)  # (B,) token-sum
+    seq_mask = (torch.sum(loss_mask, dim=-1) > 0).float()
+    loss = _masked_sum_verl(seq_losses, seq_mask) / _nonzero(seq_mask.sum())
+    if loss_agg_mode == "seq-mean-token-sum-norm":
+        loss = loss / (loss_mask.shape[-1] if loss_scale_factor is None else loss_scale_factor)
+    return loss
+
+
+def check_agg(loss_agg_mode, loss_scale_factor):
+    if loss_agg_mode not in LOSS_AGG_MODES:
+        raise ValueError(f"loss_agg_mode must be one of {list(LOSS_AGG_MODES)}, got {loss_agg_mode!r}")
+    if loss_scale_factor is not None and not (
+        isinstance(loss_scale_factor, (int, float)) and math.isfinite(loss_scale_factor) and loss_scale_factor > 0
+    ):
+        raise ValueError(f"loss_scale_factor must be None or a finite number > 0, got {loss_scale_factor!r}")
+
+
+def agg_loss(loss_mat, loss_mask, loss_agg_mode: str, loss_scale_factor=None):
+    """Aggregate a (B, T) loss matrix to a scalar exactly as verl 0.9.1's `agg_loss` on one process.
+
+    token-mean: Σ m·ℓ / Σ m (DAPO); token-sum: Σ m·ℓ; seq-mean-token-mean: mean over non-empty sequences of
+    each sequence's token mean (original GRPO); seq-mean-token-sum: mean of per-sequence sums;
+    seq-mean-token-sum-norm: that divided by `loss_scale_factor` (default the horizon T; Dr. GRPO).
+    With dp_size = 1 and no global batch info, verl's global token/sequence counts are these local ones.
+    One deliberate difference: an all-zero mask gives 0 here, where verl divides 0 by 0 (NaN).
+    """
+    check_agg(loss_agg_mode, loss_scale_factor)
+    if loss_mat.shape != loss_mask.shape:
+        raise ValueError(f"loss_mask has shape {tuple(loss_mask.shape)} but loss_mat has {tuple(loss_mat.shape)}")
+    return aggregate(loss_mat, loss_mask, loss_agg_mode, loss_scale_factor, _masked_sum_verl)
+
+
+# ---------------------------------------------------------------------------------------- diagnostics
+@torch.no_grad()
+def clip_metrics(terms, mask) -> dict[str, float]:
+    """Masked diagnostics of one policy-loss call (see `theory.losses.policy_loss` for their meaning).
+
+    `terms` carries (B, T) tensors: log_ratio, ratio, and 0/1 float flags clipped, clipped_low, dual (or None).
+    Each masked sum is a dot product with the mask; ratio_min/max use a ±1e30 offset on masked-out tokens.
+    """
+    m = mask.reshape(-1)
+
+    def masked_sum(x):
+        return torch.dot(x.reshape(-1), m)
+
+    x, ratio = terms.log_ratio, terms.ratio
+    n = m.sum()
+    zero = torch.zeros((), dtype=m.dtype, device=m.device)
+    scratch = torch.expm1(x)  # (B, T), reused below
+    sum_k3 = masked_sum(scratch.sub_(x))  # Σ m·(r - 1 - log r); expm1 keeps tokens with r ≈ 1 accurate
+    n_clip, n_low, n_dual = (zero if f is None else masked_sum(f) for f in (terms.clipped, terms.clipped_low,
+                                                                             terms.dual))
+    sums = torch.stack([n_clip, n_low, n_clip - n_low, n_dual, -masked_sum(x), sum_k3, masked_sum(ratio)])
+    outside = 1.0 - mask  # (B, T) 1 on padding
+    ratio_min = torch.add(ratio, outside, alpha=_FAR, out=scratch).min() if ratio.numel() else zero
+    ratio_max = torch.add(ratio, outside, alpha=-_FAR, out=scratch).max() if ratio.numel() else zero
+    stats = torch.cat([sums / (n + 1e-8), torch.stack([ratio_min, ratio_max, n])]).tolist()
+    names = ("clipfrac", "clipfrac_low", "clipfrac_high", "dual_clipfrac", "ppo_kl", "kl3", "ratio_mean",
+             "ratio_min", "ratio_max")
+    metrics = {name: v + 0.0 for name, v in zip(names, stats)}  # + 0.0 turns -0.0 into 0.0
+    if stats[-1] <= 0:  # empty mask: no ratio was seen
+        metrics.update(ratio_mean=1.0, ratio_min=1.0, ratio_max=1.0)
+    return metrics
+
+
+# ------------------------------------------------------------------------------------- KL estimators
+def kl_penalty(log_prob, ref_log_prob, estimator: str = "k3"):
+    """Per-token estimate of KL(π_θ‖π_ref) from sampled-token log-probs (Schulman, "Approximating KL").
+
+    k1 ('kl'): log π - log π_ref (unbiased, can be negative); k2 ('mse'): ½(log π - log π_ref)²;
+    k3 ('low_var_kl'): e^{ref - logp} - (ref - logp) - 1 >= 0, with the log-ratio clamped to ±20 and the result
+    to ±10 exactly as verl's `kl_penalty`. Used as a loss, k3's gradient is biased ("A Comedy of Estimators").
+    """
+    if estimator not in KL_ESTIMATORS:
+        raise ValueError(f"estimator must be one of {sorted(KL_ESTIMATORS)}, got {estimator!r}")
+    if not isinstance(log_prob, torch.Tensor) or not isinstance(ref_log_prob, torch.Tensor):
+        raise ValueError(
+            f"log_prob and ref_log_prob must be torch tensors, got {type(log_prob).__name__} and "
+            f"{type(ref_log_prob).__name__}"
+        )
+    if log_prob.shape != ref_log_prob.shape:
+        raise ValueError(
+            f"ref_log_prob has shape {tuple(ref_log_prob.shape)} but log_prob has shape {tuple(log_prob.shape)}"
+        )
+    kind = KL_ESTIMATORS[estimator]
+    if kind == "k1":
+        return log_prob - ref_log_prob
+    if kind == "k2":
+        return 0.5 * (log_prob - ref_log_prob).square()
+    log_ratio = torch.clamp(ref_log_prob - log_prob, min=-20, max=20)  # log(π_ref/π)
+    k3 = (torch.exp(log_ratio) - log_ratio - 1).contiguous()
+    return torch.clamp(k3, min=-KL3_CLAMP, max=KL3_CLAMP)
