@@ -1,0 +1,40 @@
+"""`divclip check`: what a clip setting means, whether it binds, which tokens it clips (issue 8).
+
+Public API (imported lazily, so `app.sanity.cli` stays cheap to import when the `divclip` parser is built):
+  build_report(config=None, rollouts=None, ...) -> dict   the whole report (CLI and app share it)
+  report_from_uploads(config=(name, bytes), ...) -> dict  the app page's entry to the same
+  format_report(report) -> str                            plain-text rendering
+  read_config / clip_settings / check_settings            config -> ClipSettings -> [Finding]
+  load_rollouts / analyse_rollouts                         rollout file -> Rollouts -> rollout section
+  SanityInputError, ConfigError, RolloutFileError          every bad input (all ValueError)
+"""
+
+from importlib import import_module
+
+_EXPORTS = {
+    "ClipSettings": "settings",
+    "ConfigError": "errors",
+    "Finding": "checks",
+    "Limits": "validation",
+    "RawConfig": "config",
+    "RolloutFileError": "errors",
+    "RolloutOptions": "rollouts",
+    "Rollouts": "validation",
+    "SanityInputError": "errors",
+    "analyse_rollouts": "rollouts",
+    "build_report": "report",
+    "check_settings": "checks",
+    "clip_settings": "settings",
+    "format_report": "text",
+    "load_rollouts": "loaders",
+    "read_config": "config",
+    "report_from_uploads": "report",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'app.sanity' has no attribute {name!r}")
+    return getattr(import_module(f"app.sanity.{_EXPORTS[name]}"), name)

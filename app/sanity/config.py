@@ -1,0 +1,295 @@
+"""Read a training config into a flat `{dotted.key: value}` map, safely.
+
+Three inputs are accepted, all as text (UTF-8):
+* YAML (`.yaml`, `.yml`): parsed with `yaml.safe_load` only. Before that, the event stream is scanned so that
+  python tags (`!!python/object…`) are refused by name, and anchors/aliases and nesting are capped (a
+  "billion laughs" document expands exponentially once walked).
+* JSON (`.json`): `json.loads`; a TRL `GRPOConfig.to_json_string()` dump or a hand-written file.
+* hydra overrides (`.txt`, `.sh`, anything else that is not YAML/JSON, or CLI arguments): `key=value` tokens,
+  whitespace- or newline-separated, with `#` comments and `\\` line continuations; `+key=`/`++key=` add,
+  `~key` deletes. Tokens without `=` (a leading `python3 -m verl.trainer.main_ppo`) are ignored and listed.
+
+Nested mappings are flattened to dotted keys, so `actor_rollout_ref: {actor: {clip_ratio_low: 0.2}}` and the
+override `actor_rollout_ref.actor.clip_ratio_low=0.2` read the same. Values are kept as parsed; typing happens
+in `app.sanity.settings`, which knows what each key must be.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from app.sanity.errors import ConfigError
+from app.sanity.files import read_capped
+
+MAX_CONFIG_BYTES = 4 * 2**20  # a training config is kilobytes; anything near this is not one
+MAX_YAML_ALIASES = 32
+MAX_DEPTH = 32
+MAX_NODES = 200_000  # mapping entries visited while flattening (aliased mappings count every time)
+
+CONFIG_SUFFIXES = {".yaml": "yaml", ".yml": "yaml", ".json": "json", ".txt": "overrides", ".sh": "overrides"}
+_OVERRIDE_KEY = re.compile(r"^[A-Za-z_][\w\-@/.]*$")
+_YAML_KEY_LINE = re.compile(r"^\s*[\w.\-\"']+\s*:(\s|$)", re.MULTILINE)
+_OVERRIDE_TOKEN = re.compile(r"(^|\s)[+~]*[A-Za-z_][\w\-@/.]*=")
+_INT = re.compile(r"^[-+]?\d+$")
+# Floats as hydra/OmegaConf read them, including "3e-4", which plain YAML 1.1 leaves as a string.
+_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^[-+]?(inf|nan)$", re.IGNORECASE)
+
+
+@dataclass
+class RawConfig:
+    """A config as read: where it came from, its flat values, and what was ignored on the way."""
+
+    name: str
+    kind: str  # "yaml" | "json" | "overrides"
+    values: dict = field(default_factory=dict)  # {dotted.key: parsed value}
+    ignored_tokens: list = field(default_factory=list)  # override tokens without '=' (command words)
+
+
+# ------------------------------------------------------------------------------------------- entry points
+def read_config(source, name: str | None = None, overrides=(), max_bytes: int = MAX_CONFIG_BYTES) -> RawConfig:
+    """Read a config file (path or bytes) and apply hydra `overrides` on top; `source=None` means overrides only.
+
+    `name` (required for bytes) picks the format by its suffix. Raises `ConfigError` for anything unusable.
+    """
+    if source is None:
+        raw = RawConfig(name="<overrides>", kind="overrides")
+    else:
+        data, name = _read_bytes(source, name, max_bytes)
+        raw = parse_config_text(decode_text(data, name), name)
+    if overrides:
+        values, deletions, ignored = parse_override_tokens(list(overrides), what="command-line override")
+        for key in deletions:
+            _delete_prefix(raw.values, key)
+        raw.values.update(values)
+        raw.ignored_tokens.extend(ignored)
+    if not raw.values:
+        raise ConfigError(f"config {raw.name!r} holds no settings (an empty mapping or no key=value overrides)")
+    return raw
+
+
+def _read_bytes(source, name, max_bytes) -> tuple[bytes, str]:
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data = bytes(source)
+        if name is None:
+            raise ConfigError("a config given as bytes needs a file name (its suffix picks YAML, JSON or overrides)")
+    elif isinstance(source, (str, Path)):
+        path = Path(source)
+        name = name or path.name
+        data = read_capped(path, max_bytes, "config file", ConfigError, " for a config")
+    else:
+        raise ConfigError(f"config source must be a path or bytes, got {type(source).__name__}")
+    if len(data) > max_bytes:
+        raise ConfigError(_too_big(name, len(data), max_bytes))
+    return data, name
+
+
+def _too_big(name, size, limit) -> str:
+    return f"config file {name!r} is {size} bytes, over the {limit}-byte limit for a config"
+
+
+def decode_text(data: bytes, name: str) -> str:
+    """UTF-8 text (a BOM is dropped); a ConfigError names the first bad byte otherwise."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"config file {name!r} is not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start}"
+        ) from None
+    if "\x00" in text:
+        raise ConfigError(f"config file {name!r} contains NUL bytes: it is binary, not a YAML/JSON/override text")
+    if not text.strip():
+        raise ConfigError(f"config file {name!r} is empty")
+    return text
+
+
+def parse_config_text(text: str, name: str) -> RawConfig:
+    kind = config_kind(name, text)
+    if kind == "overrides":
+        values, deletions, ignored = parse_override_tokens(_split_tokens(text, name), what=f"line of {name!r}")
+        if not values:
+            raise ConfigError(
+                f"config {name!r} has no hydra overrides (key=value tokens); for YAML or JSON use a .yaml/.json name"
+            )
+        return RawConfig(name, kind, values, ignored)
+    tree = _load_json(text, name) if kind == "json" else _load_yaml(text, name)
+    if not isinstance(tree, dict):
+        raise ConfigError(
+            f"config {name!r} must be a mapping of settings at the top level, got {_kind_of(tree)}"
+        )
+    return RawConfig(name, kind, flatten(tree, name))
+
+
+def config_kind(name: str, text: str) -> str:
+    suffix = Path(name).suffix.lower()
+    if suffix in CONFIG_SUFFIXES:
+        return CONFIG_SUFFIXES[suffix]
+    if text.lstrip().startswith("{"):
+        return "json"
+    if _YAML_KEY_LINE.search(text) or not _OVERRIDE_TOKEN.search(text):
+        return "yaml"
+    return "overrides"
+
+
+def _kind_of(value) -> str:
+    return {list: "a list", str: "a string", type(None): "null"}.get(type(value), f"a {type(value).__name__}")
+
+
+# ---------------------------------------------------------------------------------------------- YAML
+def _load_yaml(text: str, name: str):
+    _scan_yaml_events(text, name)
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config {name!r} is not valid YAML: {_yaml_problem(exc)}") from None
+    except RecursionError:
+        raise ConfigError(f"config {name!r} is nested too deeply to read") from None
+    except ValueError as exc:  # a scalar the constructor refuses, e.g. an integer of 5000 digits
+        raise ConfigError(f"config {name!r} has a value YAML cannot read: {exc}") from None
+
+
+def _scan_yaml_events(text: str, name: str) -> None:
+    """Refuse python tags, alias bombs and deep nesting before anything is constructed."""
+    aliases = depth = 0
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            tag = getattr(event, "tag", None)
+            if tag and ("python/" in tag or tag.startswith("!python")):
+                raise ConfigError(
+                    f"config {name!r} uses the YAML tag {tag!r}: python tags are refused "
+                    "(divclip reads configs with yaml.safe_load and never builds Python objects)"
+                )
+            if isinstance(event, yaml.AliasEvent):
+                aliases += 1
+                if aliases > MAX_YAML_ALIASES:
+                    raise ConfigError(
+                        f"config {name!r} uses more than {MAX_YAML_ALIASES} YAML aliases (*ref): refused, "
+                        "since aliases can expand exponentially (a 'billion laughs' document)"
+                    )
+            elif isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise ConfigError(f"config {name!r} nests mappings/lists deeper than {MAX_DEPTH} levels")
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config {name!r} is not valid YAML: {_yaml_problem(exc)}") from None
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    mark = getattr(exc, "problem_mark", None)
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    return f"{problem}{where}"
+
+
+def _load_json(text: str, name: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        where = f"line {exc.lineno}, column {exc.colno}"
+        raise ConfigError(f"config {name!r} is not valid JSON: {exc.msg} ({where})") from None
+    except RecursionError:
+        raise ConfigError(f"config {name!r} is nested too deeply to read") from None
+    except ValueError as exc:  # an integer of 5000 digits
+        raise ConfigError(f"config {name!r} has a value JSON cannot read: {exc}") from None
+
+
+def flatten(tree: dict, name: str) -> dict:
+    """{'a': {'b': 1}} -> {'a.b': 1}; lists and scalars are leaves. Visits at most MAX_NODES entries."""
+    out: dict = {}
+    budget = [MAX_NODES]
+
+    def walk(node: dict, prefix: str, depth: int):
+        if depth > MAX_DEPTH:
+            raise ConfigError(f"config {name!r} nests mappings deeper than {MAX_DEPTH} levels")
+        for key, value in node.items():
+            budget[0] -= 1
+            if budget[0] < 0:
+                raise ConfigError(
+                    f"config {name!r} expands to more than {MAX_NODES} settings (aliased mappings count each time)"
+                )
+            k = f"{prefix}{key}"
+            if isinstance(value, dict):
+                walk(value, k + ".", depth + 1)
+            else:
+                out[k] = value
+
+    walk(tree, "", 0)
+    return out
+
+
+# ----------------------------------------------------------------------------------- hydra overrides
+def split_overrides(text: str, name: str = "overrides") -> list[str]:
+    """Override tokens from free text (the app's text box): shell-style splitting, `#` comments."""
+    if not isinstance(text, str):
+        raise ConfigError(f"{name} must be text, got {type(text).__name__}")
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{name} is over the {MAX_CONFIG_BYTES}-byte limit for a config")
+    return _split_tokens(text, name)
+
+
+def _split_tokens(text: str, name: str) -> list[str]:
+    try:
+        tokens = shlex.split(text, comments=True, posix=True)
+    except ValueError as exc:  # "No closing quotation", "No escaped character"
+        raise ConfigError(f"config {name!r} cannot be split into override tokens: {exc}") from None
+    return [t for t in tokens if t.strip()]
+
+
+def parse_override_tokens(tokens: list[str], what: str = "override"):
+    """(values, deletions, ignored) from hydra override tokens `key=value`, `+key=value`, `~key`."""
+    values, deletions, ignored = {}, [], []
+    for tok in tokens:
+        if not isinstance(tok, str):
+            raise ConfigError(f"{what} must be a string 'key=value', got {type(tok).__name__}")
+        if tok.startswith("~"):
+            key = tok[1:].split("=", 1)[0]
+            _check_key(key, tok, what)
+            deletions.append(key)
+            values = {k: v for k, v in values.items() if k != key and not k.startswith(key + ".")}
+            continue
+        if "=" not in tok:
+            ignored.append(tok)
+            continue
+        key, text = tok.split("=", 1)
+        key = key.lstrip("+")
+        _check_key(key, tok, what)
+        values[key] = parse_override_value(text)
+    return values, deletions, ignored
+
+
+def _check_key(key: str, tok: str, what: str) -> None:
+    if not _OVERRIDE_KEY.match(key):
+        raise ConfigError(f"{what} {tok!r} is not a hydra override: the key {key!r} must look like a.b.c")
+
+
+def parse_override_value(text: str):
+    """A hydra override value: null, true/false, int, float (3e-4 included), quoted or bare string."""
+    s = text.strip()
+    if len(s) >= 2 and s[0] == s[-1] and s[0] in "'\"":
+        return s[1:-1]
+    low = s.lower()
+    if low in ("null", "~", "none"):
+        return None
+    if low in ("true", "false"):
+        return low == "true"
+    if _INT.match(s) and len(s) <= 30:  # longer digit strings stay text (and fail typing with their name)
+        return int(s)
+    if _FLOAT.match(s):
+        return float(s)
+    return s
+
+
+def looks_like_float(text: str) -> bool:
+    return bool(_FLOAT.match(text.strip()))
+
+
+def _delete_prefix(values: dict, key: str) -> None:
+    for k in [k for k in values if k == key or k.startswith(key + ".")]:
+        del values[k]

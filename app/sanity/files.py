@@ -1,0 +1,26 @@
+"""Reading a user's file without trusting it: a regular file only, at most `max_bytes`, checked before reading."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+from app.sanity.errors import SanityInputError
+
+
+def read_capped(path: Path, max_bytes: int, what: str, error: type[SanityInputError], hint: str = "") -> bytes:
+    """The bytes of `path`; `error` names the file if it is missing, not a regular file (a FIFO or /dev/zero
+    would block or never end), or larger than `max_bytes` (checked on the size, then on what was read)."""
+    try:
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            raise error(f"{what} {str(path)!r} is not a regular file")
+        if info.st_size > max_bytes:
+            raise error(f"{what} {path.name!r} is {info.st_size} bytes, over the {max_bytes}-byte limit{hint}")
+        with path.open("rb") as fh:
+            data = fh.read(max_bytes + 1)  # a file that grew since stat() is still capped
+    except (OSError, ValueError) as exc:  # missing, unreadable, a name too long or with a NUL byte
+        raise error(f"cannot read {what} {str(path)!r}: {getattr(exc, 'strerror', None) or exc}") from None
+    if len(data) > max_bytes:
+        raise error(f"{what} {path.name!r} is over the {max_bytes}-byte limit{hint}")
+    return data

@@ -1,0 +1,268 @@
+"""Safe loaders for rollout files: per-token `old_log_prob`, `advantages`, `response_mask`, optional `log_prob`.
+
+Formats (picked by the file name's suffix, then checked by magic bytes):
+* `.npz`          numpy archive, read with `np.load(..., allow_pickle=False)` (object arrays are refused)
+* `.safetensors`  read with `safetensors.torch.load` (bf16/fp16 become float32)
+* `.parquet`      one row per sequence; list columns (ragged) or scalar columns; read with pyarrow
+* `.jsonl`        one JSON object per line (a sequence); lists of numbers (ragged) or scalars
+2-D formats hold (B, T) arrays; ragged rows are padded to the longest with `response_mask = 0` (a missing
+`response_mask` in a ragged file means "every listed token counts"). `advantages` may also be one number per
+sequence ((B,) arrays, or a scalar per row), broadcast over its tokens as GRPO does.
+
+Nothing is ever unpickled or evaluated. The file size is checked before reading, the decoded size (npz entries,
+parquet row groups, padded B·T) before allocating. Every problem raises `RolloutFileError` naming the field;
+`app.sanity.validation` then checks shapes and values.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from app.sanity.errors import RolloutFileError
+from app.sanity.files import read_capped
+from app.sanity.validation import FIELDS, Limits, Rollouts, validate
+
+FORMATS = {".npz": "npz", ".safetensors": "safetensors", ".parquet": "parquet", ".jsonl": "jsonl"}
+
+__all__ = ["FORMATS", "Limits", "Rollouts", "load_rollouts", "rollout_format"]
+
+
+# ------------------------------------------------------------------------------------------ entry point
+def load_rollouts(source, name: str | None = None, limits: Limits = Limits()) -> Rollouts:
+    """Read and validate a rollout file given as a path or as bytes (then `name` picks the format)."""
+    data, name = _read(source, name, limits)
+    fmt = rollout_format(name)
+    reader = {"npz": _read_npz, "safetensors": _read_safetensors, "parquet": _read_parquet, "jsonl": _read_jsonl}
+    try:
+        arrays, ragged = reader[fmt](data, name, limits)
+    except RolloutFileError:
+        raise
+    except (MemoryError, RecursionError) as exc:
+        raise RolloutFileError(
+            f"rollout file {name!r} is too large or too deeply nested to read ({type(exc).__name__})"
+        ) from None
+    return validate(arrays, name, fmt, ragged, limits)
+
+
+def rollout_format(name: str) -> str:
+    suffix = Path(name).suffix.lower()
+    if suffix not in FORMATS:
+        raise RolloutFileError(
+            f"rollout file {name!r} has suffix {suffix or '(none)'!r}; allowed: {', '.join(FORMATS)}"
+        )
+    return FORMATS[suffix]
+
+
+def _read(source, name, limits: Limits) -> tuple[bytes, str]:
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        if name is None:
+            raise RolloutFileError("rollout data given as bytes needs a file name (its suffix picks the format)")
+        rollout_format(name)
+        data = bytes(source)
+    elif isinstance(source, (str, Path)):
+        path = Path(source)
+        name = name or path.name
+        rollout_format(name)
+        data = read_capped(path, limits.max_bytes, "rollout file", RolloutFileError, " (raise it with --max-bytes)")
+    else:
+        raise RolloutFileError(f"rollout source must be a path or bytes, got {type(source).__name__}")
+    if len(data) > limits.max_bytes:
+        raise RolloutFileError(_too_big(name, len(data), limits))
+    if not data:
+        raise RolloutFileError(f"rollout file {name!r} is empty")
+    if data[:1] == b"\x80" and data[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+        raise RolloutFileError(f"rollout file {name!r} is a Python pickle: divclip never unpickles files")
+    return data, name
+
+
+def _too_big(name, size, limits: Limits) -> str:
+    return f"rollout file {name!r} is {size} bytes, over the {limits.max_bytes}-byte limit (raise it with --max-bytes)"
+
+
+# ---------------------------------------------------------------------------------------------- npz
+def _read_npz(data: bytes, name: str, limits: Limits):
+    if not data.startswith((b"PK\x03\x04", b"PK\x05\x06")):
+        raise RolloutFileError(f"rollout file {name!r} is not an .npz archive (no zip signature)")
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            total = sum(info.file_size for info in zf.infolist())
+            if total > limits.max_bytes:
+                raise RolloutFileError(
+                    f"rollout file {name!r} unpacks to {total} bytes, over the {limits.max_bytes}-byte limit"
+                )
+            for info in zf.infolist():
+                if info.filename.removesuffix(".npy") in FIELDS:
+                    _check_npy_header(zf, info, name)
+        out = {}
+        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+            for key in FIELDS:
+                if key in npz.files:
+                    value = npz[key]
+                    if not isinstance(value, np.ndarray):  # an entry that is not .npy data comes back as bytes
+                        raise RolloutFileError(f"{key} in {name!r} is not a numpy array")
+                    out[key] = value
+    except RolloutFileError:
+        raise
+    except ValueError as exc:  # object arrays, bad .npy headers, truncated data
+        raise RolloutFileError(f"rollout file {name!r} has an unreadable array: {exc}") from None
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, KeyError, NotImplementedError) as exc:
+        raise RolloutFileError(f"rollout file {name!r} is not a readable .npz archive: {exc}") from None
+    return out, False
+
+
+def _check_npy_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo, name: str) -> None:
+    """Read one entry's .npy header (numpy's own parser, no pickle) and refuse object dtypes and sizes that
+    exceed the entry: numpy allocates the declared shape before it finds the data missing."""
+    key = info.filename.removesuffix(".npy")
+    with zf.open(info) as fh:
+        try:
+            version = np.lib.format.read_magic(fh)
+        except ValueError:
+            raise RolloutFileError(f"{key} in {name!r} is not .npy data") from None
+        reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _, dtype = reader(fh)
+    if dtype.hasobject:
+        raise RolloutFileError(f"{key} in {name!r} is an object array (pickled Python objects): refused")
+    nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    if nbytes > info.file_size:
+        raise RolloutFileError(
+            f"{key} in {name!r} declares shape {shape} ({nbytes} bytes) but its entry holds {info.file_size} bytes"
+        )
+
+
+# -------------------------------------------------------------------------------------- safetensors
+def _read_safetensors(data: bytes, name: str, limits: Limits):
+    if len(data) < 8:
+        raise RolloutFileError(f"rollout file {name!r} is too short for a .safetensors file ({len(data)} bytes)")
+    (header_len,) = struct.unpack("<Q", data[:8])
+    if header_len > len(data) - 8 or data[8:9] != b"{":
+        raise RolloutFileError(f"rollout file {name!r} is not a .safetensors file (bad header length or header)")
+    try:
+        from safetensors.torch import load
+    except ImportError:
+        raise RolloutFileError("reading .safetensors needs the safetensors package: pip install safetensors") from None
+    import torch
+
+    try:
+        tensors = load(data)
+    except Exception as exc:  # SafetensorError and friends: the library's own validation
+        raise RolloutFileError(f"rollout file {name!r} is not a valid .safetensors file: {exc}") from None
+    out = {}
+    for key in FIELDS:
+        if key in tensors:
+            t = tensors[key]
+            if t.dtype in (torch.bfloat16, torch.float16):
+                t = t.float()  # exact; the loss computes half precision in float32 anyway
+            try:
+                out[key] = t.numpy()
+            except TypeError as exc:
+                raise RolloutFileError(f"{key} in {name!r} has unsupported dtype {t.dtype}: {exc}") from None
+    return out, False
+
+
+# ------------------------------------------------------------------------------------------ parquet
+def _read_parquet(data: bytes, name: str, limits: Limits):
+    if not (data.startswith(b"PAR1") and data.endswith(b"PAR1")):
+        raise RolloutFileError(f"rollout file {name!r} is not a .parquet file (no PAR1 magic at both ends)")
+    try:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise RolloutFileError("reading .parquet needs pyarrow: pip install pyarrow") from None
+    try:
+        pf = pq.ParquetFile(io.BytesIO(data))
+        meta = pf.metadata
+        total = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+        if total > limits.max_bytes:
+            raise RolloutFileError(
+                f"rollout file {name!r} decodes to {total} bytes, over the {limits.max_bytes}-byte limit"
+            )
+        present = [c for c in FIELDS if c in pf.schema_arrow.names]
+        table = pf.read(columns=present)
+        out = {}
+        for key in present:
+            col = table.column(key).combine_chunks()
+            out[key] = _arrow_rows(col, key, name, pa, pc)
+    except RolloutFileError:
+        raise
+    except Exception as exc:  # ArrowInvalid, ArrowTypeError, OSError on corrupt pages
+        raise RolloutFileError(f"rollout file {name!r} is not a readable .parquet file: {exc}") from None
+    return out, True
+
+
+def _arrow_rows(col, key, name, pa, pc):
+    """A list column -> list of 1-D arrays; a numeric column -> 1-D array of per-row scalars."""
+    if col.null_count:
+        raise RolloutFileError(f"{key} in {name!r} has {col.null_count} null row(s)")
+    t = col.type
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        inner = t.value_type
+        if not (_arrow_numeric(inner, pa) or (key == "response_mask" and pa.types.is_boolean(inner))):
+            raise RolloutFileError(f"{key} in {name!r} must hold numbers, got lists of {inner}")
+        lengths = pc.list_value_length(col).to_numpy(zero_copy_only=False)
+        flat = pc.list_flatten(col)
+        if flat.null_count:
+            raise RolloutFileError(f"{key} in {name!r} has {flat.null_count} null value(s) inside its lists")
+        values = flat.to_numpy(zero_copy_only=False)
+        return np.split(values, np.cumsum(lengths)[:-1]) if len(lengths) else []
+    if _arrow_numeric(t, pa) or (key == "response_mask" and pa.types.is_boolean(t)):
+        return col.to_numpy(zero_copy_only=False)
+    raise RolloutFileError(f"{key} in {name!r} must be a list of numbers per row (or a number), got {t}")
+
+
+def _arrow_numeric(t, pa) -> bool:
+    return pa.types.is_floating(t) or pa.types.is_integer(t)
+
+
+# -------------------------------------------------------------------------------------------- jsonl
+def _read_jsonl(data: bytes, name: str, limits: Limits):
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RolloutFileError(
+            f"rollout file {name!r} is not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start}"
+        ) from None
+    rows: dict[str, list] = {}
+    keys = None
+    n = 0
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            msg = f"line {lineno} of {name!r} is not valid JSON: {exc.msg} (column {exc.colno})"
+            raise RolloutFileError(msg) from None
+        if not isinstance(obj, dict):
+            raise RolloutFileError(f"line {lineno} of {name!r} must be a JSON object, got {type(obj).__name__}")
+        present = tuple(k for k in FIELDS if k in obj)
+        if keys is None:
+            keys = present
+            rows = {k: [] for k in keys}
+        elif present != keys:
+            raise RolloutFileError(f"line {lineno} of {name!r} has fields {list(present)}, line 1 had {list(keys)}")
+        for k in keys:
+            rows[k].append(_json_row(obj[k], k, lineno, name))
+        n += 1
+    if n == 0:
+        raise RolloutFileError(f"rollout file {name!r} has no JSON lines")
+    return rows, True
+
+
+def _json_row(value, key, lineno, name):
+    arr = np.asarray(value) if isinstance(value, (list, int, float, bool)) else None
+    if arr is None or arr.ndim > 1 or arr.dtype.kind not in "biuf":
+        what = type(value).__name__ if arr is None else f"{arr.ndim}-D {arr.dtype} data"
+        raise RolloutFileError(
+            f"{key} on line {lineno} of {name!r} must be a list of numbers (or a number), got {what}"
+        )
+    if arr.dtype.kind == "b" and key != "response_mask":
+        raise RolloutFileError(f"{key} on line {lineno} of {name!r} holds booleans, not numbers")
+    return arr

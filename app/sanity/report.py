@@ -1,0 +1,149 @@
+"""`divclip check`: one function from the user's files to the whole report, shared by the CLI and the app.
+
+`build_report` reads a config (verl YAML / hydra overrides, TRL GRPOConfig JSON/YAML) and/or a rollout file,
+both given as a path or as bytes, and returns a JSON-ready dict:
+  config    the clip settings found, each key with its value and origin ("set" or the framework default)
+  budget    the setting as a divergence budget under every measure (KL3 δ for ε_low, the ε_high it implies…)
+  warnings  [{code, message, source, key}]: the clip cannot bind, wrong scale, surprising defaults…
+  rollouts  clip fractions per measure, by p bucket and advantage sign, log-ratio histogram, δ sweep
+  notes     what was assumed (defaults, noise model, ignored tokens)
+Every bad input raises a `SanityInputError` (a ValueError) whose message names the problem.
+"""
+
+from __future__ import annotations
+
+from app.sanity.budget import divergence_intervals, equivalent_budgets
+from app.sanity.checks import check_settings, finding
+from app.sanity.config import read_config, split_overrides
+from app.sanity.errors import SanityInputError
+from app.sanity.loaders import Limits, load_rollouts
+from app.sanity.rollouts import RolloutOptions, analyse_rollouts
+from app.sanity.settings import ClipSettings, clip_settings
+
+SCHEMA = "divclip.check/1"
+DEFAULT_EPS = 0.2  # verl's clip_ratio default and GRPO's ε, used when nothing else says
+
+
+def build_report(
+    config=None,
+    rollouts=None,
+    *,
+    config_name: str | None = None,
+    rollouts_name: str | None = None,
+    overrides=(),
+    framework: str | None = None,
+    intended_measure: str | None = None,
+    eps_low: float | None = None,
+    eps_high: float | None = None,
+    deltas: dict | None = None,
+    sigma: float | None = None,
+    seed: int = 0,
+    num_processes: int = 1,
+    limits: Limits = Limits(),
+) -> dict:
+    """The full report; `config`/`rollouts` are paths or bytes (bytes need `*_name` for the suffix)."""
+    try:
+        return _build(config, rollouts, config_name, rollouts_name, overrides, framework, intended_measure,
+                      eps_low, eps_high, deltas or {}, sigma, seed, num_processes, limits)
+    except SanityInputError:
+        raise
+    except ValueError as exc:  # a theory-level check (a measure name, a budget): same contract
+        raise SanityInputError(str(exc)) from None
+
+
+def report_from_uploads(config=None, rollouts=None, overrides_text: str = "", **options) -> dict:
+    """The app's entry: `config`/`rollouts` are (file name, bytes) pairs or None, `overrides_text` free text
+    of hydra overrides; `options` as for `build_report`. Raises SanityInputError for any bad input."""
+    for what, upload in (("config", config), ("rollouts", rollouts)):
+        if upload is not None and not (isinstance(upload, tuple) and len(upload) == 2):
+            raise SanityInputError(f"{what} upload must be a (file name, bytes) pair, got {type(upload).__name__}")
+    overrides = split_overrides(overrides_text, "the overrides box") if overrides_text.strip() else []
+    return build_report(
+        config=None if config is None else config[1], config_name=None if config is None else config[0],
+        rollouts=None if rollouts is None else rollouts[1], rollouts_name=None if rollouts is None else rollouts[0],
+        overrides=overrides, **options,
+    )
+
+
+def _build(config, rollouts, config_name, rollouts_name, overrides, framework, intended, eps_low, eps_high,
+           deltas, sigma, seed, num_processes, limits) -> dict:
+    if config is None and not overrides and rollouts is None:
+        raise SanityInputError("nothing to check: give a config file, hydra overrides, or --rollouts FILE")
+    report = {"schema": SCHEMA, "config": None, "budget": None, "warnings": [], "rollouts": None, "notes": []}
+    settings = None
+    if config is not None or overrides:
+        raw = read_config(config, config_name, overrides)
+        settings = clip_settings(raw, framework, num_processes)
+        report["config"] = {"name": raw.name, "kind": raw.kind, "ignored_tokens": raw.ignored_tokens,
+                            **settings.to_dict()}
+        report["warnings"] = [w.to_dict() for w in check_settings(settings, intended)]
+        report["notes"] += settings.notes
+        if raw.ignored_tokens:
+            report["notes"].append(f"ignored tokens that are not key=value overrides: {raw.ignored_tokens[:8]}")
+    elif intended is not None:
+        from theory import get_measure
+
+        get_measure(intended)
+    opts = _rollout_options(settings, eps_low, eps_high, deltas, sigma, seed, report["notes"])
+    report["budget"] = _budget(settings, opts, eps_low is not None or eps_high is not None)
+    if rollouts is not None:
+        data = load_rollouts(rollouts, rollouts_name, limits)
+        section = analyse_rollouts(data, opts)
+        report["rollouts"] = section
+        if section["on_policy"]:
+            report["warnings"].append(finding(
+                "rollouts_on_policy",
+                f"log_prob equals old_log_prob at every masked token of {section['file']!r}: the ratio is 1, so no "
+                "clip binds on this batch (on-policy: one epoch, one mini-batch).", "log_prob").to_dict())
+    return report
+
+
+def _rollout_options(s: ClipSettings | None, eps_low, eps_high, deltas, sigma, seed, notes) -> RolloutOptions:
+    low, high, dual, level = DEFAULT_EPS, DEFAULT_EPS, None, "token"
+    deltas = dict(deltas)
+    if s is not None:
+        level = s.level
+        if s.form == "clip" and s.measure == "ratio":
+            low, high, dual = s.budget_low, s.budget_high, s.dual_clip_c
+        elif s.form == "gated":
+            # The dppo budget is a δ: compare other measures at the ratio widths it allows for a p = 0.5 token.
+            row = divergence_intervals(s.measure, s.budget_low, s.budget_high, (0.5,))[0]
+            low, high = row["eps_low"], row["eps_high"]
+            deltas.setdefault(s.measure, s.budget_low)
+        elif s.form == "cispo" and s.budget_low is not None:
+            low, high = s.budget_low, s.budget_high
+        elif s.form == "cispo":
+            high = s.budget_high if s.budget_high is not None else DEFAULT_EPS
+            notes.append(f"TRL cispo caps the weight above only: rollout fractions use ε_low = {DEFAULT_EPS:g}")
+        else:
+            notes.append(f"{s.loss_mode} has no PPO-style clip: rollout fractions use ε = {DEFAULT_EPS:g} both sides")
+        if s.form in ("gated", "cispo"):
+            notes.append(f"{s.loss_mode}: rollout fractions are PPO-clip fractions (tokens whose gradient a bound "
+                         "zeroes) for every measure, so they compare like for like")
+    if eps_low is not None or eps_high is not None:
+        low = eps_low if eps_low is not None else low
+        high = eps_high if eps_high is not None else high
+        notes.append(f"clip widths from the command line: ε_low = {low:g}, ε_high = {high:g}")
+    return RolloutOptions(eps_low=low, eps_high=high, deltas=deltas, dual_clip_c=dual, level=level,
+                          sigma=sigma, seed=seed)
+
+
+def _budget(s: ClipSettings | None, opts: RolloutOptions, eps_given: bool) -> dict:
+    out = {"level": opts.level, "eps_low": opts.eps_low, "eps_high": opts.eps_high, "kind": "ratio"}
+    if s is not None and s.form == "gated" and not eps_given:
+        out.update(kind="divergence", measure=s.measure, delta_low=s.budget_low, delta_high=s.budget_high,
+                   intervals=divergence_intervals(s.measure, s.budget_low, s.budget_high),
+                   reference="eps_low/eps_high are the widths this δ allows a p = 0.5 token")
+    elif s is not None and s.form == "cispo" and s.framework == "trl" and not eps_given:
+        out.update(kind="cap", cap=s.cap, eps_low=None, eps_high=s.budget_high)
+    elif s is not None and s.form in ("sapo", "other") and not eps_given:
+        out.update(kind="none", eps_low=None, eps_high=None)
+        out["equivalents"] = []
+        return out
+    out["equivalents"] = equivalent_budgets(out["eps_low"], out["eps_high"])
+    kl3 = next(r for r in out["equivalents"] if r["measure"] == "kl3")
+    out["kl3"] = {k: kl3[k] for k in ("delta_from_eps_low", "implied_eps_high", "delta_from_eps_high",
+                                      "implied_eps_low")}
+    if opts.level == "sequence":
+        out["note"] = "at level 'sequence' these budgets bound the sequence ratio exp(mean log r), not token ratios"
+    return out

@@ -1,0 +1,304 @@
+"""Which tokens a clip setting would clip on a real rollout batch, under every measure.
+
+Three layers of numbers, each from the library rather than re-derived:
+* headline fractions per measure: `theory.losses.policy_loss(...)[1]` on the file's tensors (its dtype), so
+  `clipfrac`, `clipfrac_low`, `clipfrac_high` are exactly what the loss reports during training;
+* the breakdown by old-token probability p = π_old(a) and advantage sign: per-token flags from the same
+  clip-mode surrogate the loss uses (`clip_loss_with_bounds` / `clipped_surrogate`; for p-dependent measures
+  the tokens with D(r, p) > δ and (r - 1)·A > 0 get their exact per-token bound, THEORY.md §1), checked to add
+  up to the loss's counts (`breakdown_matches_loss`);
+* the δ sweep: the same rule for a grid of budgets, by sorting D once per measure (float64).
+
+Ratios. With `log_prob` in the file they are the file's. Without it (or with an explicit σ) they come from a
+noise model, stated in the output: log r ~ N(0, σ²), i.i.d. per token, so log π_θ = log π_old + σ·z with
+z ~ N(0, 1) drawn with `seed`. The model ignores that π_θ ≤ 1 (for p near 1 a binary measure then sees
+r·p > 1 and clips the token). With `log_prob` present, σ defaults to the file's masked std of log r.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from app.sanity.errors import SanityInputError
+from app.sanity.loaders import Rollouts
+from theory import MEASURES, delta_for_eps, get_measure
+
+DEFAULT_SIGMA = 0.05  # a typical per-token |log r| after one off-policy mini-batch step; an assumption
+P_EDGES = (0.0, 1e-3, 1e-2, 0.1, 0.5, 0.9, 0.99, 1.0)
+SIGNS = ("A<0", "A=0", "A>0")
+SWEEP_POINTS = 41
+
+
+@dataclass(frozen=True)
+class RolloutOptions:
+    """How to turn one clip setting into a ClipSpec per measure, and how to get ratios."""
+
+    eps_low: float = 0.2
+    """Ratio-clip lower width; the other measures get the budget δ that matches it (verl default 0.2)."""
+    eps_high: float = 0.2
+    """Ratio-clip upper width."""
+    deltas: dict = field(default_factory=dict)
+    """Per-measure budget overrides {name: δ}."""
+    dual_clip_c: float | None = None
+    """Dual-clip cap c (verl vanilla clip_ratio_c); None = off."""
+    level: str = "token"
+    """'token', or 'sequence' for GSPO's length-normalised sequence ratio (p-dependent measures skipped)."""
+    sigma: float | None = None
+    """Noise-model σ of log r; None = the file's ratios when log_prob is present, else DEFAULT_SIGMA."""
+    seed: int = 0
+    """Seed of the noise model."""
+    reference_p: float = 0.5
+    """p at which a p-dependent measure's budget is matched to eps_low."""
+
+    def __post_init__(self):
+        for name in ("eps_low", "eps_high"):
+            v = getattr(self, name)
+            if not _finite(v) or v <= 0:
+                raise SanityInputError(f"{name} must be a finite number > 0, got {v!r}")
+        if self.sigma is not None and not (_finite(self.sigma) and 0 <= self.sigma <= 5):
+            raise SanityInputError(f"sigma must be a number in [0, 5] (std of log r), got {self.sigma!r}")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
+            raise SanityInputError(f"seed must be an integer >= 0, got {self.seed!r}")
+        if self.level not in ("token", "sequence"):
+            raise SanityInputError(f"level must be 'token' or 'sequence', got {self.level!r}")
+        if not (_finite(self.reference_p) and 0 < self.reference_p < 1):
+            raise SanityInputError(f"reference_p must lie in (0, 1), got {self.reference_p!r}")
+        for name, d in self.deltas.items():
+            get_measure(name)
+            if name == "ratio":
+                raise SanityInputError("the ratio measure's budget is eps_low/eps_high, not a delta override")
+            if not _finite(d) or d <= 0:
+                raise SanityInputError(f"delta for {name} must be a finite number > 0, got {d!r}")
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+# ---------------------------------------------------------------------------------------------- specs
+def rollout_specs(opts: RolloutOptions) -> list[dict]:
+    """[{measure, spec (ClipSpec or None), budget, problem}] for every registered measure."""
+    from theory.losses import ClipSpec
+
+    out = []
+    for m in MEASURES.values():
+        row = {"measure": m.name, "spec": None, "budget": None, "problem": None}
+        try:
+            if m.name == "ratio":
+                row["budget"] = {"eps_low": opts.eps_low, "eps_high": opts.eps_high}
+                row["spec"] = ClipSpec("ratio", eps_low=min(opts.eps_low, 1.0), eps_high=opts.eps_high,
+                                       dual_clip_c=opts.dual_clip_c, level=opts.level)
+            elif m.p_dependent and opts.level == "sequence":
+                row["problem"] = "p-dependent measures have no sequence-level form (a sequence has no single p)"
+            else:
+                delta = opts.deltas.get(m.name)
+                origin = "given"
+                if delta is None:
+                    p = opts.reference_p if m.p_dependent else None
+                    delta = delta_for_eps(m.name, eps_low=opts.eps_low, p=p)
+                    origin = f"matches eps_low = {opts.eps_low:g}" + (f" at p = {p:g}" if p is not None else "")
+                row["budget"] = {"delta": delta, "origin": origin}
+                row["spec"] = ClipSpec(m.name, delta=delta, dual_clip_c=opts.dual_clip_c, level=opts.level)
+        except ValueError as exc:
+            row["problem"] = str(exc)
+        out.append(row)
+    return out
+
+
+# ------------------------------------------------------------------------------------------- analysis
+def analyse_rollouts(r: Rollouts, opts: RolloutOptions = RolloutOptions()) -> dict:
+    """The rollout section of the report (plain Python values, JSON-ready)."""
+    import torch
+
+    from theory.losses import policy_loss
+
+    dtype = torch.float64 if r.old_log_prob.dtype == np.float64 else torch.float32
+    old = torch.from_numpy(r.old_log_prob)
+    adv = torch.from_numpy(r.advantages)
+    mask = torch.from_numpy(r.response_mask)
+    log_prob, ratios = _log_prob(r, opts)
+    lp = torch.from_numpy(log_prob)
+    inside = r.response_mask > 0
+    n = int(inside.sum())
+    p_old = np.exp(r.old_log_prob.astype(np.float64))
+    cells = _cells(p_old, r.advantages, inside)
+    measures, sweep = [], {"grid": _sweep_grid(opts.level).tolist(), "measures": {}}
+    for row in rollout_specs(opts):
+        entry = {"measure": row["measure"], "budget": row["budget"], "problem": row["problem"]}
+        spec = row["spec"]
+        if spec is not None:
+            metrics = policy_loss(lp, old, adv, mask, spec)[1]
+            flags = _clip_flags(spec, lp, old, adv, mask, dtype)
+            entry.update(_measure_entry(spec, metrics, flags, cells, n))
+            sweep["measures"][row["measure"]] = _sweep(spec, flags["ratio"], p_old, r.advantages, inside,
+                                                        np.asarray(sweep["grid"]), n)
+        measures.append(entry)
+    log_r = (log_prob.astype(np.float64) - r.old_log_prob.astype(np.float64))[inside]
+    return {
+        "file": r.name,
+        "format": r.format,
+        "shape": list(r.shape),
+        "dtype": str(r.old_log_prob.dtype),
+        "n_tokens": n,
+        "advantage_signs": {s: int(c) for s, c in zip(SIGNS, cells["sign_counts"])},
+        "ratios": ratios,
+        "level": opts.level,
+        "dual_clip_c": opts.dual_clip_c,
+        "measures": measures,
+        "histogram": log_ratio_histogram(np.clip(log_r, -20.0, 20.0), measures),
+        "sweep": sweep,
+        "notes": list(r.notes),
+        "on_policy": ratios["source"] == "file" and bool(np.all(log_r == 0)),
+    }
+
+
+def _log_prob(r: Rollouts, opts: RolloutOptions) -> tuple[np.ndarray, dict]:
+    """(log π_θ array, description of where the ratios come from)."""
+    inside = r.response_mask > 0
+    sigma_file = None
+    if r.log_prob is not None:
+        lr = r.log_prob.astype(np.float64) - r.old_log_prob.astype(np.float64)
+        sigma_file = float(np.std(lr[inside]))
+        if opts.sigma is None:
+            return r.log_prob, {"source": "file", "sigma_file": sigma_file,
+                                "text": f"ratios from the file's log_prob (std of log r = {sigma_file:.4g})"}
+    sigma = opts.sigma if opts.sigma is not None else DEFAULT_SIGMA
+    z = np.random.default_rng(opts.seed).standard_normal(r.shape)
+    lp = (r.old_log_prob.astype(np.float64) + sigma * z).astype(r.old_log_prob.dtype)
+    why = "σ was given" if opts.sigma is not None else f"the file has no log_prob; default σ = {DEFAULT_SIGMA:g}"
+    return lp, {
+        "source": "noise model",
+        "model": "log r ~ N(0, σ²), i.i.d. per token: log_prob = old_log_prob + σ·z, z ~ N(0, 1)",
+        "sigma": sigma,
+        "seed": opts.seed,
+        "sigma_file": sigma_file,
+        "text": f"PREDICTED with the noise model log r ~ N(0, σ²), σ = {sigma:g}, seed {opts.seed} ({why})",
+    }
+
+
+def _clip_flags(spec, lp, old, adv, mask, dtype) -> dict:
+    """Per-token low/high clip flags (numpy bool) and the ratio (float64) the loss uses, for one spec."""
+    import torch
+
+    from theory.losses import LOG_RATIO_CLAMP, SEQ_LOG_RATIO_MAX, clip_loss_with_bounds, clipped_surrogate
+
+    lp, old, adv, mask = lp.to(dtype), old.to(dtype), adv.to(dtype), mask.to(dtype)
+    with torch.no_grad():
+        log_ratio = lp - old  # (B, T)
+        if spec.level == "sequence":
+            seq = (log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1)  # (B,) mean log r per sequence
+            ratio = torch.exp(seq.clamp(max=SEQ_LOG_RATIO_MAX)).unsqueeze(-1).expand_as(log_ratio)
+        else:
+            ratio = torch.exp(log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+        if spec.p_dependent:
+            clipped = clipped_surrogate(ratio, _per_token_clipped_ratio(spec, ratio, old, adv), adv).clipped > 0
+        else:
+            lo, hi = spec.ratio_bounds()
+            clipped = clip_loss_with_bounds(ratio, adv, lo, hi).clipped > 0
+    inside = mask > 0
+    return {
+        "low": (clipped & (adv < 0) & inside).numpy(),
+        "high": (clipped & (adv > 0) & inside).numpy(),
+        "ratio": ratio.double().numpy(),
+    }
+
+
+def _per_token_clipped_ratio(spec, ratio, old, adv):
+    """clip(r) for a p-dependent measure: the tokens that crossed D(r, p) = δ in A's direction (THEORY.md §1
+    gradient rule) get their exact float64 bound, lo(p) or hi(p), in the ratio's dtype; the rest keep r."""
+    import torch
+
+    p = old.exp().clamp(max=1.0 - torch.finfo(old.dtype).eps)  # π_old(a) below 1, as the loss keeps it
+    d = get_measure(spec.measure)._value(ratio, p, torch)
+    which = ((d > spec.delta) & ((ratio - 1.0) * adv > 0)).nonzero(as_tuple=True)
+    clipped_ratio = ratio.clone()
+    if which[0].numel():
+        r_sel = ratio[which].double().numpy()
+        lo, hi = get_measure(spec.measure).bounds(spec.delta, p[which].double().numpy())
+        clipped_ratio[which] = torch.from_numpy(np.where(r_sel > 1, hi, lo)).to(ratio.dtype)
+    return clipped_ratio
+
+
+def _cells(p_old, adv, inside) -> dict:
+    bucket = np.clip(np.searchsorted(P_EDGES, p_old, side="right") - 1, 0, len(P_EDGES) - 2)
+    sign = (np.sign(adv) + 1).astype(np.int64)  # 0: A<0, 1: A=0, 2: A>0
+    cell = bucket * 3 + sign
+    size = (len(P_EDGES) - 1) * 3
+    tokens = np.bincount(cell[inside], minlength=size)
+    return {"cell": cell, "size": size, "tokens": tokens,
+            "sign_counts": np.bincount(sign[inside], minlength=3)}
+
+
+def _measure_entry(spec, metrics: dict, flags: dict, cells: dict, n: int) -> dict:
+    low = np.bincount(cells["cell"][flags["low"]], minlength=cells["size"])
+    high = np.bincount(cells["cell"][flags["high"]], minlength=cells["size"])
+    rows = []
+    for b in range(len(P_EDGES) - 1):
+        for s, sign in enumerate(SIGNS):
+            i = b * 3 + s
+            t = int(cells["tokens"][i])
+            rows.append({
+                "p_bucket": f"[{P_EDGES[b]:g}, {P_EDGES[b + 1]:g})" if b < len(P_EDGES) - 2 else f"[{P_EDGES[b]:g}, 1]",
+                "sign": sign, "tokens": t, "clipped_low": int(low[i]), "clipped_high": int(high[i]),
+                "frac_low": low[i] / t if t else 0.0, "frac_high": high[i] / t if t else 0.0,
+            })
+    # The loss's fractions are count / (n + 1e-8); the breakdown must add up to the same counts.
+    loss_low = round(metrics["clipfrac_low"] * (n + 1e-8))
+    loss_high = round(metrics["clipfrac_high"] * (n + 1e-8))
+    interval = None if spec.p_dependent else list(spec.ratio_bounds())
+    return {
+        "interval": interval,
+        "clipfrac": metrics["clipfrac"],
+        "clipfrac_low": metrics["clipfrac_low"],
+        "clipfrac_high": metrics["clipfrac_high"],
+        "dual_clipfrac": metrics["dual_clipfrac"],
+        "ppo_kl": metrics["ppo_kl"],
+        "kl3": metrics["kl3"],
+        "ratio_min": metrics["ratio_min"],
+        "ratio_max": metrics["ratio_max"],
+        "buckets": rows,
+        "breakdown_matches_loss": int(low.sum()) == loss_low and int(high.sum()) == loss_high,
+    }
+
+
+# --------------------------------------------------------------------------------------- sweep, histogram
+def _sweep_grid(level: str) -> np.ndarray:
+    return np.geomspace(1e-6 if level == "sequence" else 1e-4, 1.0, SWEEP_POINTS)
+
+
+def _sweep(spec, ratio, p_old, adv, inside, grid, n) -> dict:
+    """Clip fractions at every budget of `grid` (δ; for the ratio measure a symmetric ε)."""
+    m = get_measure(spec.measure)
+    p = np.minimum(p_old, 1.0 - np.finfo(np.float64).eps) if m.p_dependent else None
+    with np.errstate(all="ignore"):
+        d = m._value(ratio, p, np)  # float64 D(r[, p]) per token
+    up = inside & (adv > 0) & (ratio > 1)
+    down = inside & (adv < 0) & (ratio < 1)
+    out = {}
+    for side, sel in (("clipfrac_high", up), ("clipfrac_low", down)):
+        sorted_d = np.sort(d[sel])
+        out[side] = ((len(sorted_d) - np.searchsorted(sorted_d, grid, side="right")) / n).tolist()
+    out["clipfrac"] = [a + b for a, b in zip(out["clipfrac_low"], out["clipfrac_high"])]
+    return out
+
+
+def log_ratio_histogram(log_r: np.ndarray, measures: list[dict], bins: int = 60) -> dict:
+    """Counts of masked log r on a symmetric range wide enough for the data's 99.9 % and every bound."""
+    bounds = {e["measure"]: [math.log(x) if x > 0 else None for x in e["interval"]]
+              for e in measures if e.get("interval")}
+    widest = max([abs(x) for pair in bounds.values() for x in pair if x is not None] + [0.0])
+    q = float(np.quantile(np.abs(log_r), 0.999)) if log_r.size else 0.0
+    target = max(q, 1.2 * widest)
+    half = next((v for v in (0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0, 10.0) if v >= target), 20.0)
+    edges = np.linspace(-half, half, bins + 1)
+    counts, _ = np.histogram(log_r, bins=edges)
+    return {
+        "edges": edges.tolist(),
+        "counts": counts.astype(int).tolist(),
+        "underflow": int((log_r < -half).sum()),
+        "overflow": int((log_r > half).sum()),
+        "log_bounds": bounds,
+    }

@@ -1,0 +1,110 @@
+"""`divclip check` on the command line: JSON equals the library's report, text names the warnings, bad
+arguments exit 2 with a message."""
+
+import argparse
+import json
+
+import pytest
+from sanity_helpers import FIXTURES, npz_bytes, random_batch
+
+from app.sanity import build_report
+from app.sanity.cli import add_check_command, jsonable, main, run_check
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_json_output_is_the_report(capsys):
+    code, out, err = run(capsys, "check", str(FIXTURES / "verl_grpo_onpolicy.sh"), "--json")
+    assert code == 0 and err == ""
+    data = json.loads(out)
+    assert data == jsonable(build_report(FIXTURES / "verl_grpo_onpolicy.sh"))
+    assert data["schema"] == "divclip.check/1"
+    assert [w["code"] for w in data["warnings"]] == ["on_policy_clip_inert", "verl_dual_clip_always_on"]
+    assert data["config"]["defaults_from"].startswith("verl 0.9.1")
+
+
+def test_text_output_names_warnings_budget_and_rollouts(capsys, tmp_path):
+    batch = tmp_path / "b.npz"
+    batch.write_bytes(npz_bytes(**random_batch(seed=12, log_prob=False)))
+    code, out, _ = run(capsys, "check", str(FIXTURES / "trl_gspo_token_eps.yaml"), "--rollouts", str(batch),
+                       "--sigma", "0.01")
+    assert code == 0
+    assert "[sequence_ratio_token_eps]" in out and "source: GSPO" in out
+    assert "KL3: ε_low = 0.2 is δ = 0.0231436" in out
+    assert "PREDICTED with the noise model log r ~ N(0, σ²), σ = 0.01" in out
+    assert "skipped binary_kl, binary_tv: p-dependent measures have no sequence-level form" in out
+
+
+def test_hydra_overrides_as_arguments_and_on_top_of_a_file(capsys):
+    code, out, _ = run(capsys, "check", "actor_rollout_ref.actor.clip_ratio_low=0.2",
+                       "actor_rollout_ref.actor.clip_ratio_high=0.28", "data.train_batch_size=256",
+                       "actor_rollout_ref.actor.ppo_mini_batch_size=64", "actor_rollout_ref.actor.clip_ratio_c=3",
+                       "--json")
+    assert code == 0 and json.loads(out)["warnings"] == []
+    code, out, _ = run(capsys, "check", str(FIXTURES / "verl_dapo_ok.yaml"),
+                       "actor_rollout_ref.actor.ppo_mini_batch_size=512", "--json")
+    assert [w["code"] for w in json.loads(out)["warnings"]] == ["on_policy_clip_inert"]
+
+
+def test_rollouts_only_with_delta_override(capsys, tmp_path):
+    batch = tmp_path / "b.npz"
+    batch.write_bytes(npz_bytes(**random_batch(seed=13)))
+    code, out, _ = run(capsys, "check", "--rollouts", str(batch), "--delta", "kl3=0.05", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["config"] is None and data["budget"]["eps_low"] == 0.2
+    kl3 = next(m for m in data["rollouts"]["measures"] if m["measure"] == "kl3")
+    assert kl3["budget"] == {"delta": 0.05, "origin": "given"}
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["check"], "nothing to check"),
+    (["check", "missing.yaml"], "cannot read config file"),
+    (["check", str(FIXTURES / "verl_dapo_ok.yaml"), str(FIXTURES / "trl_cispo.json")], "give one config file"),
+    (["check", str(FIXTURES / "verl_dapo_ok.yaml"), "--measure", "kl4"], "measure must be one of"),
+    (["check", "--rollouts", "missing.npz"], "cannot read rollout file"),
+    (["check", "--rollouts", "x.csv"], "allowed: .npz"),
+    (["check", "epsilon=0.2", "--delta", "ratio=0.1", "--rollouts", str(FIXTURES / "rollouts_ragged.jsonl")],
+     "not a delta override"),
+    (["check", "--rollouts", str(FIXTURES / "rollouts_ragged.jsonl"), "--sigma", "9"], "sigma must be"),
+    (["check", str(FIXTURES / "trl_defaults.json"), "--framework", "verl"], "has no verl settings"),
+    (["check", "data.train_batch_size=1" + "0" * 400], "train_batch_size must be an integer"),
+])
+def test_bad_input_exits_2_with_a_message(capsys, argv, needle):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert err.startswith("divclip: error: ") and needle in err
+
+
+@pytest.mark.parametrize("argv", [["check", "--eps-low", "nan"], ["check", "--delta", "kl3"],
+                                  ["check", "--max-bytes", "0"], ["check", "--framework", "jax"]])
+def test_bad_arguments_are_refused_by_the_parser(capsys, argv):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2 and "error" in capsys.readouterr().err
+
+
+def test_wiring_into_another_parser():
+    parser = argparse.ArgumentParser(prog="divclip")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_check_command(sub)
+    args = parser.parse_args(["check", str(FIXTURES / "verl_dapo_ok.yaml"), "--json"])
+    assert args.command == "check" and run_check(args) == 0
+
+
+def test_special_and_oversized_paths_are_refused(capsys, tmp_path):
+    batch = tmp_path / "b.npz"
+    batch.write_bytes(npz_bytes(**random_batch(seed=14)))
+    code, _, err = run(capsys, "check", "--rollouts", str(batch), "--max-bytes", "100")
+    assert code == 2 and "over the 100-byte limit (raise it with --max-bytes)" in err
+    code, _, err = run(capsys, "check", "--rollouts", str(tmp_path / "dir.npz"))
+    assert code == 2 and "cannot read rollout file" in err
+    (tmp_path / "dir.yaml").mkdir()
+    code, _, err = run(capsys, "check", str(tmp_path / "dir.yaml"))
+    assert code == 2 and "is not a regular file" in err
+    code, _, err = run(capsys, "check", "/dev/zero")  # a device would never end: refused before reading
+    assert code == 2 and "is not a regular file" in err
