@@ -134,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
 EXTENSIONS: dict[str, tuple[str, str, str]] = {
     "realloc": ("theory.realloc_cli", "add_realloc_command", "run_realloc"),
     "check": ("app.sanity.cli", "add_check_command", "run_check"),
+    "toy": ("toy_envs.cli", "add_toy_command", "cmd_toy"),
 }
 
 

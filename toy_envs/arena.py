@@ -1,0 +1,295 @@
+"""The arena: several clipping methods × many seeds trained side by side, as one tensor program.
+
+Per step (a GRPO iteration, the trainer's loop in miniature):
+  1. each run draws `prompts_per_step` prompts and `group_size` responses per prompt from π_old;
+  2. verifiable rewards -> GRPO group advantages (`theory.advantages.group_advantages`), one per response,
+     broadcast to its tokens;
+  3. μ = `ppo_epochs` full-batch updates against the *stored* old log-probs, so from the second epoch on
+     r ≠ 1 and the clip bounds bind (with one epoch r ≡ 1 and no method differs: verl #791);
+     the loss and its gradient come from `theory.losses.policy_loss`, the trainer's own code.
+All methods × seeds form R = M·S runs whose parameters are stacked along dim 0 and updated by one
+elementwise Adam (`toy_envs.optim`), so runs stay independent. Each epoch makes one forward pass and one
+`policy_loss` call per method covering all its seeds; nothing loops over seeds.
+
+Clip fractions per seed are read off the gradient itself: a token with A ≠ 0 whose ∂loss/∂log π is exactly
+zero was clipped (THEORY.md §1's gradient rule, whatever the measure or mode), on the low side if r < 1,
+A < 0, the high side if r > 1, A > 0, and by the dual clip if r > 1, A < 0.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from theory.advantages import NORMS as ADV_NORMS
+from theory.advantages import group_advantages
+from theory.losses import LOSS_AGG_MODES, policy_loss
+from toy_envs import rng
+from toy_envs.base import PASS_AT_K, ToyEnv, pass_at_k
+from toy_envs.methods import resolve_methods
+from toy_envs.optim import Adam
+from toy_envs.policies import POLICIES
+from toy_envs.registry import ENVS, make_env
+from toy_envs.result import METRICS, ArenaResult
+from toy_envs.validation import check_choice, check_int, check_real
+
+
+def run_arena(env, methods, seeds=8, steps=None, group_size=None, prompts_per_step=None, ppo_epochs=None,
+              lr=None, *, callback: Callable[[ArenaResult], object] | None = None, **kwargs) -> ArenaResult:
+    """Train every method on every seed and return all metrics; `callback(partial)` every `every` steps.
+
+    Arguments are those of `iter_arena`; settings left as None take the environment's registry defaults.
+    """
+    result = None
+    for result in iter_arena(env, methods, seeds, steps, group_size, prompts_per_step, ppo_epochs, lr, **kwargs):
+        if callback is not None:
+            callback(result)
+    return result
+
+
+def iter_arena(env, methods, seeds=8, steps=None, group_size=None, prompts_per_step=None, ppo_epochs=None,
+               lr=None, *, loss_agg_mode: str = "token-mean", adv_norm: str = "std", policy: str = "tabular",
+               every: int = 10, stop: threading.Event | Callable[[], bool] | None = None,
+               env_kwargs: dict | None = None, num_threads: int | None = 1) -> Iterator[ArenaResult]:
+    """Yield an `ArenaResult` with all steps so far every `every` steps, and once at the end.
+
+    env: a `ToyEnv` or a registry name ("bandit", "sparse", "sequence"; `env_kwargs` go to its constructor).
+    methods: "grpo,dapo,atr", or a list of preset names, "measure[:δ]" / "ratio:ε[:ε_high]" strings,
+        `ClipSpec`s or (label, ClipSpec) pairs, or a {label: ClipSpec} dict (see `toy_envs.methods`).
+    seeds: a count n (seeds 0..n-1) or a list of distinct non-negative integers. A seed fixes its run's
+        random stream alone (prompts, answers, reward noise, MLP init), shared by every method.
+    steps, group_size (≥ 2), prompts_per_step, ppo_epochs (μ), lr: None takes the env's registry default.
+    loss_agg_mode, adv_norm: passed to `policy_loss` / `group_advantages`.
+    policy: "tabular" (one logit per answer / context) or "mlp" (see `toy_envs.policies`).
+    stop: a threading.Event or a callable checked before every step; when set, the run ends early and the
+        last yield has `stopped=True`.
+    num_threads: torch's intra-op threads while the arena runs (restored between yields and at the end).
+        The tensors are tiny, so 1 is fastest: with more, OpenMP spin-waits slow each op 10-50× on a busy
+        machine. None leaves torch's setting alone.
+    """
+    if isinstance(env, str):
+        name = env
+        env = make_env(env, **(env_kwargs or {}))
+        defaults = _registry_defaults(name)
+    elif isinstance(env, ToyEnv):
+        defaults = _registry_defaults(env.name)
+    else:
+        raise ValueError(f"env must be a ToyEnv or one of the registered names, got {env!r}")
+    steps = check_int("steps", _default(steps, defaults, "steps"), minimum=1)
+    group_size = check_int("group_size", _default(group_size, defaults, "group_size"), minimum=2)
+    prompts_per_step = check_int("prompts_per_step", _default(prompts_per_step, defaults, "prompts_per_step"),
+                                 minimum=1)
+    ppo_epochs = check_int("ppo_epochs", _default(ppo_epochs, defaults, "ppo_epochs"), minimum=1)
+    lr = check_real("lr", _default(lr, defaults, "lr"), minimum=0.0, open_interval=True)
+    every = check_int("every", every, minimum=1)
+    adv_norm = check_choice("adv_norm", adv_norm, ADV_NORMS)
+    loss_agg_mode = check_choice("loss_agg_mode", loss_agg_mode, LOSS_AGG_MODES)
+    policy_cls = POLICIES[check_choice("policy", policy, tuple(POLICIES))]
+    seed_list = _check_seeds(seeds)
+    specs = resolve_methods(methods)
+    should_stop = _stop_check(stop)
+    if num_threads is not None:
+        num_threads = check_int("num_threads", num_threads, minimum=1)
+    config = {"group_size": group_size, "prompts_per_step": prompts_per_step, "ppo_epochs": ppo_epochs, "lr": lr,
+              "loss_agg_mode": loss_agg_mode, "adv_norm": adv_norm, "policy": policy, "steps": steps}
+    # Validation above runs now; training runs lazily as the caller iterates.
+    return _with_threads(_train(env, specs, seed_list, config, policy_cls, every, should_stop), num_threads)
+
+
+def _with_threads(gen: Iterator, n: int | None) -> Iterator:
+    """Run `gen` with n torch threads, handing the caller back its own setting while it holds a yield."""
+    if n is None:
+        yield from gen
+        return
+    prev = torch.get_num_threads()
+    try:
+        while True:
+            torch.set_num_threads(n)
+            try:
+                item = next(gen)
+            except StopIteration:
+                return
+            finally:
+                torch.set_num_threads(prev)
+            yield item
+    finally:
+        gen.close()
+
+
+def _train(env: ToyEnv, specs: dict, seed_list: list[int], config: dict, policy_cls, every: int,
+           should_stop: Callable[[], bool]) -> Iterator[ArenaResult]:
+    steps, group_size, ppo_epochs = config["steps"], config["group_size"], config["ppo_epochs"]
+    prompts_per_step, loss_agg_mode, adv_norm = config["prompts_per_step"], config["loss_agg_mode"], config["adv_norm"]
+    labels = list(specs)
+    M, S, N, T = len(labels), len(seed_list), prompts_per_step * group_size, env.horizon
+    R = M * S
+    keys = rng.seed_keys(torch.tensor(seed_list, dtype=torch.int64).repeat(M))  # run r = m·S + s: seeds[s]
+    pol = policy_cls(env.init_logits(), R, keys)
+    opt = Adam(pol.parameters(), config["lr"])
+    mask = torch.ones(R * N, T, dtype=torch.float64)
+    scales = [_seed_scale(specs[k], S, N, T, loss_agg_mode) for k in labels]
+    buf = torch.full((len(METRICS), R, steps), math.nan, dtype=torch.float64)
+    info_sums: dict[str, np.ndarray] = {}
+
+    def snapshot(done: int, stopped: bool) -> ArenaResult:
+        arr = buf[:, :, :done].reshape(len(METRICS), M, S, done).numpy().copy()
+        return ArenaResult(env.name, env.config(), labels, dict(specs), seed_list,
+                           {k: arr[i] for i, k in enumerate(METRICS)}, config, steps, stopped,
+                           {k: v[:, :done] / ppo_epochs for k, v in info_sums.items()}, env.best_reward())
+
+    done, table_new = 0, None
+    for step in range(1, steps + 1):
+        if should_stop():
+            yield snapshot(done, True)
+            return
+        # -- rollouts from π_old ----------------------------------------------------------------------
+        with torch.no_grad():
+            table_old = table_new if step > 1 else pol.log_probs()  # parameters unchanged since then
+            u = rng.uniform(keys, step, prompts_per_step + N * T + 2 * N)  # all of this step's draws
+            u_prompt, u_token, u_reward = u.split([prompts_per_step, N * T, 2 * N], dim=1)
+            prompts = (u_prompt * env.num_prompts).long().clamp_(max=env.num_prompts - 1)
+            prompts = prompts.repeat_interleave(group_size, dim=1)  # (R, N), groups contiguous
+            tokens = env.sample(table_old, prompts, u_token.view(R, N, T))  # (R, N, T)
+            rewards = env.rewards(prompts, tokens, u_reward.view(R, N, 2))  # (R, N)
+            index = env.token_index(prompts, tokens)  # (R, N·T)
+            old_lp = env.gather_log_probs(table_old, index).view(R * N, T)
+            adv = group_advantages(rewards.reshape(-1), group_size, norm=adv_norm)  # (R·N,)
+            adv_tok = adv.unsqueeze(-1).expand(R * N, T)
+        # -- μ epochs of the clipped surrogate -------------------------------------------------------
+        clip_counts = torch.zeros(R * 5, dtype=torch.int64)
+        gnorm_acc = torch.zeros(R, dtype=torch.float64)
+        code_down, code_up = _clip_codes(adv_tok, R)
+        for epoch in range(ppo_epochs):
+            opt.zero_grad()
+            lp = env.gather_log_probs(pol.log_probs(), index).view(R * N, T)
+            lp.retain_grad()
+            total = 0.0
+            for m, (label, lp_m) in enumerate(zip(labels, lp.split(S * N) if M > 1 else (lp,))):
+                rows = slice(m * S * N, (m + 1) * S * N)
+                loss, info = policy_loss(lp_m, old_lp[rows], adv_tok[rows], mask[rows], specs[label],
+                                         loss_agg_mode=loss_agg_mode)
+                # Parameters are separate per seed, so aggregating over all seeds only rescales each seed's
+                # gradient by a constant (token-mean over S seeds: 1/S); `scales[m]` (= S here) undoes it, and
+                # every seed gets exactly the gradient it would get alone (tests/toy_envs/test_toy_arena.py).
+                total = total + scales[m] * loss
+                _accumulate(info_sums, info, m, step - 1, M, steps)
+            total.backward()
+            with torch.no_grad():
+                if epoch > 0:  # the first epoch has r ≡ 1: nothing can be clipped
+                    code = torch.where(lp.grad == 0, torch.where(lp > old_lp, code_up, code_down), 0)
+                    clip_counts += torch.bincount(code.view(-1), minlength=R * 5)
+                gnorm_acc += _grad_norms(opt.params, R)
+            opt.step()
+        # -- what the update did -----------------------------------------------------------------------
+        with torch.no_grad():
+            table_new = pol.log_probs()
+            log_r = (env.gather_log_probs(table_new, index) - old_lp.view(R, N * T)).view(R, N, T)
+            row = _exact_metrics(env, table_old, table_new, rewards)
+            row["kl3"] = (torch.expm1(log_r) - log_r).sum(-1).mean(-1)  # unbiased for the per-response KL
+            clip_counts[0] = 0  # slot 0 collects the unclipped tokens
+            frac = clip_counts.view(R, 5).to(torch.float64) / (ppo_epochs * N * T)  # mean over epochs
+            row["clipfrac_low"], row["clipfrac_high"], row["clipfrac_dual"] = frac[:, 1], frac[:, 4], frac[:, 3]
+            row["clipfrac"] = frac[:, 1:].sum(1)
+            row["grad_norm"] = gnorm_acc / ppo_epochs
+            buf[:, :, step - 1] = torch.stack([row[k] for k in METRICS])
+        done = step
+        if step % every == 0 or step == steps:
+            yield snapshot(done, False)
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def _exact_metrics(env: ToyEnv, old: torch.Tensor, new: torch.Tensor, rewards: torch.Tensor) -> dict:
+    st = env.exact_stats(old, new)
+    q = st["correct_prob"]  # (R, P)
+    row = {"reward_mean": rewards.mean(-1), "expected_reward": st["expected_reward"], "prob_correct": q.mean(-1),
+           "entropy": st["entropy"], "kl_exact": st["kl"]}
+    for k, v in zip(PASS_AT_K, pass_at_k(q, PASS_AT_K)):
+        row[f"pass@{k}"] = v
+    return row
+
+
+def _grad_norms(params: list[torch.Tensor], R: int) -> torch.Tensor:
+    """(R,) L2 norm of each run's gradient over all parameters."""
+    if len(params) == 1:
+        return torch.linalg.vector_norm(params[0].grad.reshape(R, -1), dim=1)
+    return torch.linalg.vector_norm(torch.cat([p.grad.reshape(R, -1) for p in params], 1), dim=1)
+
+
+def _clip_codes(adv: torch.Tensor, R: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where each token lands in a (R, 5) table of clip counts if its gradient turns out to be zero.
+
+    THEORY.md §1's rule read off the gradient: a token with A ≠ 0 whose ∂loss/∂log π is exactly 0 was
+    clipped. Its slot in run r's row is 1 + [A > 0] + 2·[r > 1]: 1 lower bound (A < 0, r < 1), 2 (A > 0,
+    r < 1: no mode does this), 3 dual clip (A < 0, r > 1), 4 upper bound (A > 0, r > 1). Tokens with A = 0
+    (no gradient to clip) and unclipped tokens go to slot 0, which is discarded. Returns the codes for
+    r < 1 and r > 1, both shaped like `adv`.
+    """
+    run = torch.arange(R).repeat_interleave(adv.numel() // R).view_as(adv)
+    down = torch.where(adv != 0, 5 * run + 1 + (adv > 0).long(), 0)
+    return down, torch.where(adv != 0, down + 2, 0)
+
+
+def _seed_scale(spec, S: int, N: int, T: int, mode: str) -> float:
+    """The factor that turns one `policy_loss` call over S seeds into S independent per-seed losses.
+
+    Every seed contributes the same number of rows and tokens, so a linear aggregation over the whole
+    batch weighs each seed's own loss by one constant (1/S for the mean modes, 1 for token-sum);
+    multiplying by the inverse restores each seed's gradient exactly as if it ran alone. Probed once at
+    r = 1 with only seed 0's advantages non-zero, so it follows whatever `policy_loss` aggregates.
+    """
+    lp = torch.full((S * N, T), math.log(0.5), dtype=torch.float64)
+    adv = torch.zeros(S * N, T, dtype=torch.float64)
+    adv[:N] = 1.0
+    mask = torch.ones(S * N, T, dtype=torch.float64)
+    batched, _ = policy_loss(lp, lp, adv, mask, spec, loss_agg_mode=mode)
+    alone, _ = policy_loss(lp[:N], lp[:N], adv[:N], mask[:N], spec, loss_agg_mode=mode)
+    c = float(alone) / float(batched)
+    if not math.isfinite(c) or c <= 0:
+        raise ValueError(f"cannot batch seeds for loss_agg_mode={mode!r}: probe gave a scale of {c!r}")
+    return float(round(c)) if abs(c - round(c)) < 1e-9 * max(1.0, c) else c
+
+
+def _accumulate(sums: dict, info: dict, m: int, t: int, M: int, steps: int) -> None:
+    for k, v in info.items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            if k not in sums:
+                sums[k] = np.zeros((M, steps))
+            sums[k][m, t] += v
+
+
+def _check_seeds(seeds) -> list[int]:
+    if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
+        n = check_int("seeds", int(seeds), minimum=1)
+        return list(range(n))
+    if isinstance(seeds, Sequence) and not isinstance(seeds, str) and len(seeds) > 0:
+        out = [check_int("seeds[i]", s, minimum=0, maximum=2**62) for s in seeds]
+        if len(set(out)) != len(out):
+            raise ValueError(f"seeds must be distinct, got {list(seeds)!r}")
+        return out
+    raise ValueError(f"seeds must be a count >= 1 or a non-empty list of distinct integers >= 0, got {seeds!r}")
+
+
+def _stop_check(stop) -> Callable[[], bool]:
+    if stop is None:
+        return lambda: False
+    if hasattr(stop, "is_set"):
+        return stop.is_set
+    if callable(stop):
+        return stop
+    raise ValueError(f"stop must be a threading.Event, a callable returning bool, or None, got {stop!r}")
+
+
+def _registry_defaults(name: str) -> dict:
+    return ENVS[name].arena if name in ENVS else {}
+
+
+def _default(value, defaults: dict, key: str):
+    if value is not None:
+        return value
+    if key not in defaults:
+        raise ValueError(f"{key} is required for an environment without registry defaults")
+    return defaults[key]

@@ -1,0 +1,124 @@
+"""`divclip toy`: train clipping methods side by side on a toy problem and write the report.
+
+    divclip toy --env sparse --methods grpo,dapo,atr --seeds 64 --steps 500 --out DIR
+
+writes DIR/metrics.csv (one row per method, seed, step), DIR/report.html (self-contained Plotly charts:
+mean and the middle 95 % of seeds) and DIR/claims.md (the per-method table and whether the paper's
+direction holds). Options left unset take the environment's registry defaults (`toy_envs.registry.ENVS`).
+
+Wiring (app/cli.py): `add_toy_command(sub)` adds the parser and `COMMANDS["toy"] = cmd_toy` dispatches it.
+Importing this module does not import torch; `cmd_toy` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+ENV_NAMES = ("bandit", "sparse", "sequence")  # checked against toy_envs.registry.ENVS in the tests
+
+
+def add_toy_command(subparsers) -> argparse.ArgumentParser:
+    """Add the `toy` subcommand to an argparse sub-parsers object; returns its parser."""
+    p = subparsers.add_parser(
+        "toy", help="train clipping methods side by side on a toy problem (CSV, HTML charts, claims table)",
+        description=__doc__.split("\n\n")[0])
+    p.add_argument("--env", default="sparse", help=f"environment: one of {', '.join(ENV_NAMES)} (default sparse)")
+    p.add_argument("--methods", default="grpo,dapo,atr",
+                   help="comma-separated presets (grpo, dapo, atr, dppo_kl, …), measures ('kl3', 'k2:0.03') or "
+                        "ratio clips ('ratio:0.2:0.28'); default grpo,dapo,atr")
+    p.add_argument("--seeds", type=int, default=16, help="number of seeds (runs per method), default 16")
+    p.add_argument("--seed-start", type=int, default=0, help="first seed; seeds are seed-start … +seeds-1")
+    p.add_argument("--steps", type=int, help="training steps (GRPO iterations); default: the env's")
+    p.add_argument("--group-size", type=int, help="responses per prompt (>= 2); default: the env's")
+    p.add_argument("--prompts-per-step", type=int, help="prompts per step; default: the env's")
+    p.add_argument("--ppo-epochs", type=int, help="μ, passes over each batch (>= 2 lets clipping bind)")
+    p.add_argument("--lr", type=float, help="Adam learning rate; default: the env's")
+    p.add_argument("--loss-agg-mode", default="token-mean", help="policy_loss aggregation (default token-mean)")
+    p.add_argument("--adv-norm", default="std", help="group advantage: std (GRPO), none (Dr. GRPO) or rloo")
+    p.add_argument("--policy", default="tabular", help="tabular (default) or mlp")
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="environment constructor argument, repeatable (e.g. --env-arg arms=8); VALUE is JSON")
+    p.add_argument("--out", required=True, help="output directory (created)")
+    p.add_argument("--every", type=int, default=50, help="print progress every N steps (default 50)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(handler=cmd_toy)
+    return p
+
+
+def _env_kwargs(pairs: list[str]) -> dict:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.isidentifier():
+            raise ValueError(f"--env-arg must look like KEY=VALUE (e.g. arms=8), got {pair!r}")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value  # a bare word such as reward=gaussian
+    return out
+
+
+def command_line(args, config: dict | None = None) -> str:
+    """The command that reproduces this run; `config` (the result's) makes the env's defaults explicit."""
+    parts = ["divclip toy", f"--env {args.env}", f"--methods {args.methods}", f"--seeds {args.seeds}"]
+    if args.seed_start:
+        parts.append(f"--seed-start {args.seed_start}")
+    for flag in ("steps", "group_size", "prompts_per_step", "ppo_epochs", "lr"):
+        value = (config or {}).get(flag, getattr(args, flag))
+        if value is not None:
+            parts.append(f"--{flag.replace('_', '-')} {value:g}" if isinstance(value, float)
+                         else f"--{flag.replace('_', '-')} {value}")
+    for flag, default in (("loss_agg_mode", "token-mean"), ("adv_norm", "std"), ("policy", "tabular")):
+        if getattr(args, flag) != default:
+            parts.append(f"--{flag.replace('_', '-')} {getattr(args, flag)}")
+    parts += [f"--env-arg {a}" for a in args.env_arg]
+    parts.append(f"--out {args.out}")
+    return " ".join(parts)
+
+
+def cmd_toy(args) -> int:
+    """Run the arena and write the report; a ValueError names any bad option (the CLI exits 2)."""
+    from toy_envs.arena import iter_arena
+    from toy_envs.report import claims_markdown, write_report
+    from toy_envs.validation import check_int
+
+    if args.env not in ENV_NAMES:
+        raise ValueError(f"--env must be one of {list(ENV_NAMES)}, got {args.env!r}")
+    n = check_int("--seeds", args.seeds, minimum=1)
+    start = check_int("--seed-start", args.seed_start, minimum=0)
+    every = check_int("--every", args.every, minimum=1)
+    runs = iter_arena(args.env, args.methods, list(range(start, start + n)), args.steps, args.group_size,
+                      args.prompts_per_step, args.ppo_epochs, args.lr, loss_agg_mode=args.loss_agg_mode,
+                      adv_norm=args.adv_norm, policy=args.policy, every=every, env_kwargs=_env_kwargs(args.env_arg))
+    t0 = time.perf_counter()
+    result = None
+    for result in runs:
+        if not args.quiet:
+            means = "  ".join(f"{m} {v:.4f}" for m, v in zip(result.methods,
+                                                            result.metrics["expected_reward"][:, :, -1].mean(1)))
+            print(f"[toy {args.env}] step {result.steps_done}/{result.total_steps}  E[R]: {means}  "
+                  f"({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
+    command = command_line(args, result.config)
+    paths = write_report(result, args.out, command)
+    print(claims_markdown(result, command))
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m toy_envs.cli toy …`, for use without the divclip entry point."""
+    parser = argparse.ArgumentParser(prog="divclip")
+    add_toy_command(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        return args.handler(args)
+    except ValueError as exc:
+        print(f"divclip: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
