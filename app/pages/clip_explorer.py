@@ -1,0 +1,101 @@
+"""Clip explorer: every measure's clip interval at one budget, drawn, tabulated and exported."""
+
+import streamlit as st
+
+import theory
+from app.export import trl_settings, verl_overrides
+from app.figures import divergence_curves, interval_chart, surrogate_figure
+from app.intervals import clip_intervals, table_csv, table_rows
+from app.methods import label_for
+from app.page_parts import formula_latex, share_link, show_messages
+from app.presets import (DELTA_MAX, DELTA_MIN, EPS_MAX, EPS_MIN, EXPLORER_SPEC, P_MAX, P_MIN, PRESETS,
+                         kl3_delta_matching, matching_preset)
+from app.state import PageState
+
+state = PageState("explorer", EXPLORER_SPEC)
+url_warnings = state.init()
+NOTICE = "explorer._notice"  # a message from a button callback, shown once on the next run
+
+
+def match_delta_to_eps_low() -> None:
+    delta, notice = kl3_delta_matching(st.session_state[state.key("eps_low")])
+    state.set({"delta": delta})
+    if notice:
+        st.session_state[NOTICE] = notice
+
+
+st.title("Clip explorer")
+st.markdown(
+    "Clipping on a divergence, **D(r) ≤ δ**, keeps the ratio r = π_θ/π_old inside an interval [l, u] — so every "
+    "measure below *is* a ratio clip, just with its own, usually asymmetric, bounds. Move δ (or the ratio "
+    "clip's ε) and read where each measure clips, what that does to the PPO surrogate, and the equivalent "
+    "ε to paste into verl or TRL. The address bar holds the whole view: copy it to share."
+)
+show_messages(url_warnings, kind="warning")
+show_messages([st.session_state.pop(NOTICE)] if NOTICE in st.session_state else [], kind="warning")
+
+with st.sidebar:
+    st.subheader("Presets")
+    cols = st.columns(2)
+    for i, preset in enumerate(PRESETS.values()):
+        cols[i % 2].button(preset.name, help=preset.description, on_click=state.set, args=(preset.values,),
+                           width="stretch", key=f"explorer.preset.{preset.name}")
+    st.subheader("Budget")
+    st.slider("δ — divergence budget", DELTA_MIN, DELTA_MAX, step=0.0001, format="%.4f", key=state.key("delta"),
+              help="Every measure except the ratio clip keeps D(r) ≤ δ. GRPO's ε_low = 0.2 is KL3 at δ ≈ 0.0231.")
+    st.button("Match δ to ε_low under KL3", on_click=match_delta_to_eps_low, width="stretch", key="explorer.match",
+              help="Sets δ so that KL3's lower bound is 1 − ε_low (ATR-GRPO's choice).")
+    st.slider("ε_low — ratio clip, lower side", EPS_MIN, EPS_MAX, step=0.01, format="%.2f",
+              key=state.key("eps_low"))
+    st.slider("ε_high — ratio clip, upper side", EPS_MIN, EPS_MAX, step=0.01, format="%.2f",
+              key=state.key("eps_high"), help="DAPO's clip-higher uses 0.28 with ε_low = 0.2.")
+    st.slider("p = π_old(a) — per-token measures", P_MIN, P_MAX, step=0.001, format="%.3f", key=state.key("p"),
+              help="Binary KL and binary TV depend on the old probability of the sampled token.")
+    st.multiselect("Measures", tuple(theory.MEASURES), format_func=label_for, key=state.key("measures"))
+    st.button("Reset", on_click=state.reset, type="primary", width="stretch", icon=":material/restart_alt:",
+              key="explorer.reset")
+
+values = state.values()
+query = state.sync()
+active = matching_preset(values)
+if active:
+    st.caption(f"Preset: **{active}** — {PRESETS[active].description}")
+
+intervals, errors = clip_intervals(values["measures"], values["delta"], values["eps_low"], values["eps_high"],
+                                   values["p"])
+show_messages(errors, kind="error")
+if not values["measures"]:
+    st.info("Choose at least one measure in the sidebar.")
+
+left, right = st.columns(2)
+left.plotly_chart(divergence_curves(intervals, values["delta"]), key="explorer.curves")
+right.plotly_chart(divergence_curves(intervals, values["delta"], log_space=True), key="explorer.curves_log")
+
+maths, bars = st.columns(2, vertical_alignment="center")
+with maths:
+    st.markdown("**Each measure and its interval**")
+    for iv in intervals:
+        st.latex(formula_latex(iv))
+with bars:
+    st.plotly_chart(interval_chart(intervals), key="explorer.intervals")
+
+st.plotly_chart(surrogate_figure(intervals), key="explorer.surrogate")
+
+st.subheader("Equivalent ratio clip per measure")
+st.table(table_rows(intervals), hide_index=True)
+csv_col, verl_col, trl_col = st.columns(3)
+csv_col.download_button("Table as CSV", table_csv(intervals), file_name="divclip_intervals.csv", mime="text/csv",
+                        icon=":material/download:", width="stretch")
+verl_col.download_button("verl overrides", verl_overrides(intervals), file_name="divclip_verl.txt",
+                         mime="text/plain", icon=":material/download:", width="stretch")
+trl_col.download_button("TRL GRPOConfig", trl_settings(intervals), file_name="divclip_trl.txt", mime="text/plain",
+                        icon=":material/download:", width="stretch")
+verl_col, trl_col = st.columns(2)
+with verl_col:
+    st.markdown("**verl** — Hydra overrides")
+    st.code(verl_overrides(intervals), language="bash", wrap_lines=True)
+with trl_col:
+    st.markdown("**TRL** — `GRPOConfig` arguments")
+    st.code(trl_settings(intervals), language="python", wrap_lines=True)
+st.markdown("**Link to this view**")
+st.code(share_link(query), language=None, wrap_lines=True)

@@ -1,0 +1,86 @@
+"""The clip explorer's parameters, defaults and the published methods as presets.
+
+Each preset is a full set of explorer values, so choosing one is the same as opening its link. ATR-GRPO's
+δ is the KL3 budget whose lower bound is GRPO's 1 − 0.2 (δ = 0.023144, THEORY.md §2): KL3 then derives
+ε_high = 0.231 where DAPO tunes 0.28 by hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import theory
+
+from app.state import ChoiceListParam, FloatParam
+
+DELTA_MIN, DELTA_MAX = 0.001, 0.5
+EPS_MIN, EPS_MAX = 0.01, 0.9
+P_MIN, P_MAX = 0.001, 0.999
+
+ATR_DELTA = theory.delta_for_eps("kl3", eps_low=0.2)  # 0.023143551314209754
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    description: str
+    values: Mapping[str, Any]
+
+
+def _values(delta: float, eps_low: float, eps_high: float, p: float, measures: tuple[str, ...]) -> dict:
+    return {"delta": delta, "eps_low": eps_low, "eps_high": eps_high, "p": p, "measures": measures}
+
+
+PRESETS: dict[str, Preset] = {
+    preset.name: preset
+    for preset in (
+        Preset("GRPO", "PPO/GRPO ratio clip, ε = 0.2 on both sides; KL3 at the δ with the same lower side.",
+               _values(ATR_DELTA, 0.2, 0.2, 0.1, ("ratio", "kl3"))),
+        Preset("DAPO", "DAPO's clip-higher: ε_low = 0.2, ε_high = 0.28, tuned by hand.",
+               _values(ATR_DELTA, 0.2, 0.28, 0.1, ("ratio", "kl3"))),
+        Preset("ATR-GRPO", "KL3 with δ = 0.023144, chosen so that ε_low = 0.2: the derived ε_high is 0.231, "
+                           "next to DAPO's 0.28.",
+               _values(ATR_DELTA, 0.2, 0.28, 0.1, ("kl3", "ratio"))),
+        Preset("DPPO-KL", "Binary-KL trust region per token (DPPO-Binary-KL, verl dppo_kl; TRGPPO) at "
+                                "δ = 0.02: wide for rare tokens, tight for confident ones. Move p to see it.",
+               _values(0.02, 0.2, 0.2, 0.01, ("binary_kl", "binary_tv", "kl3"))),
+    )
+}
+
+
+DEFAULT_PRESET = "ATR-GRPO"
+_DEFAULT = PRESETS[DEFAULT_PRESET].values
+
+# The clip explorer's URL parameters; its defaults are the ATR-GRPO preset.
+EXPLORER_SPEC = (
+    FloatParam("delta", "δ (divergence budget)", _DEFAULT["delta"], DELTA_MIN, DELTA_MAX),
+    FloatParam("eps_low", "ε_low (ratio clip, lower side)", _DEFAULT["eps_low"], EPS_MIN, EPS_MAX),
+    FloatParam("eps_high", "ε_high (ratio clip, upper side)", _DEFAULT["eps_high"], EPS_MIN, EPS_MAX),
+    FloatParam("p", "p = π_old(a) (per-token measures)", _DEFAULT["p"], P_MIN, P_MAX),
+    ChoiceListParam("measures", "measure", _DEFAULT["measures"], tuple(theory.MEASURES)),
+)
+
+
+def kl3_delta_matching(eps_low: float) -> tuple[float, str | None]:
+    """The KL3 budget whose lower bound is 1 − ε_low (THEORY.md §2), clamped to the δ slider's range, and a
+    message when it had to be clamped."""
+    delta = theory.delta_for_eps("kl3", eps_low=eps_low)
+    if DELTA_MIN <= delta <= DELTA_MAX:
+        return delta, None
+    clamped = min(max(delta, DELTA_MIN), DELTA_MAX)
+    return clamped, (f"ε_low = {eps_low:g} needs δ = {delta:.6g} under KL3, outside the slider's "
+                     f"[{DELTA_MIN:g}, {DELTA_MAX:g}]; δ is set to {clamped:g}.")
+
+
+def matching_preset(values: Mapping[str, Any]) -> str | None:
+    """The preset whose values are exactly these, if any."""
+    for preset in PRESETS.values():
+        if all(_same(values.get(k), v) for k, v in preset.values.items()):
+            return preset.name
+    return None
+
+
+def _same(a, b) -> bool:
+    if isinstance(b, float):
+        return isinstance(a, (int, float)) and abs(a - b) <= 1e-9 * max(1.0, abs(b))
+    return tuple(a) == tuple(b) if isinstance(b, tuple) and a is not None else a == b

@@ -1,0 +1,100 @@
+"""Clip explorer: server-side rerun time after a δ slider move (goal: median < 150 ms).
+
+    python benchmarks/bench_app.py [--reruns 30]
+
+Each rerun is `at.slider("explorer.delta").set_value(δ).run()` in Streamlit's AppTest, started from
+app/main.py (navigation included), with a fresh δ every time so nothing is served from a cache. AppTest
+runs the script in-process and also parses the result into its element tree, so these times are an upper
+bound on the server's own work. For reference, the same run also times a one-slider script (Streamlit's
+own rerun overhead) and the pure figure functions plus their JSON encoding (what plotly costs per rerun).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import plotly.io as pio
+from streamlit.testing.v1 import AppTest
+
+from app.figures import divergence_curves, interval_chart, surrogate_figure
+from app.intervals import clip_intervals
+
+MAIN = Path(__file__).resolve().parents[1] / "app" / "main.py"
+GOAL_MS = 150.0
+ALL = "ratio,log_ratio,k2,kl3,kl3_reverse,binary_kl,binary_tv,chi2,hellinger"
+SCENARIOS = {
+    "ATR-GRPO default (kl3, ratio)": {},
+    "DPPO-KL (binary_kl, binary_tv, kl3), p = 0.01": {"measures": "binary_kl,binary_tv,kl3", "p": "0.01"},
+    "all 9 measures": {"measures": ALL},
+}
+ONE_SLIDER = """
+import streamlit as st
+x = st.slider("x", 0.001, 0.5, 0.02, step=0.0001, key="x")
+st.write(x)
+"""
+
+
+def deltas(n: int) -> list[float]:
+    """Distinct slider positions on the slider's grid (0.0001 steps), as a drag would produce."""
+    return [round(v, 4) for v in np.linspace(0.005, 0.3, n)]
+
+
+def time_reruns(at: AppTest, key: str, n: int) -> list[float]:
+    out = []
+    for value in deltas(n):
+        t0 = time.perf_counter()
+        at.slider(key=key).set_value(value).run()
+        out.append((time.perf_counter() - t0) * 1000)
+        assert not at.exception, at.exception
+    return out
+
+
+def time_figures(query: dict, n: int) -> list[float]:
+    measures = query.get("measures", "kl3,ratio").split(",")
+    p = float(query.get("p", 0.1))
+    out = []
+    for delta in deltas(n):
+        t0 = time.perf_counter()
+        ivs, _ = clip_intervals(measures, delta, 0.2, 0.28, p)
+        for fig in (divergence_curves(ivs, delta), divergence_curves(ivs, delta, log_space=True),
+                    interval_chart(ivs), surrogate_figure(ivs)):
+            pio.to_json(fig.to_dict(), validate=False)
+        out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+def row(name: str, times: list[float], goal: bool) -> str:
+    q = statistics.quantiles(times, n=10)
+    verdict = ("yes" if statistics.median(times) < GOAL_MS else "NO") if goal else "—"
+    return (f"| {name} | {statistics.median(times):.1f} | {q[8]:.1f} | {min(times):.1f} | {len(times)} "
+            f"| {verdict} |")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reruns", type=int, default=30)
+    args = ap.parse_args()
+    rows = []
+    for name, query in SCENARIOS.items():
+        at = AppTest.from_file(str(MAIN), default_timeout=60)
+        at.query_params.update(query)
+        at.run()  # first run: imports and caches warm up, not timed
+        time_reruns(at, "explorer.delta", 3)  # warm-up reruns
+        rows.append(row(f"clip explorer rerun, {name}", time_reruns(at, "explorer.delta", args.reruns), True))
+        rows.append(row(f"  of which figures + JSON, {name}", time_figures(query, args.reruns), False))
+    ref = AppTest.from_string(ONE_SLIDER, default_timeout=60).run()
+    time_reruns(ref, "x", 3)
+    rows.append(row("reference: one-slider script rerun (Streamlit overhead)", time_reruns(ref, "x", args.reruns),
+                    False))
+    print(f"Clip explorer: server-side rerun after a δ slider move (AppTest), goal median < {GOAL_MS:.0f} ms")
+    print("| what | median ms | p90 ms | min ms | reruns | under goal |")
+    print("|---|---|---|---|---|---|")
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()

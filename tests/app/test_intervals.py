@@ -1,0 +1,102 @@
+"""The app's intervals, tables and exports carry theory's numbers unchanged."""
+
+from __future__ import annotations
+
+import csv
+import io
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import theory
+from app.export import trl_settings, verl_overrides
+from app.intervals import clip_intervals, format_bound, table_csv, table_rows
+from app.methods import METHOD_COLOURS, colour_for, method_for
+from app.presets import ATR_DELTA, DELTA_MAX, DELTA_MIN, PRESETS, kl3_delta_matching, matching_preset
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_intervals_are_theorys_bounds():
+    ivs, errors = clip_intervals(list(theory.MEASURES), 0.02, 0.2, 0.28, 0.3)
+    assert errors == []
+    by_name = {iv.name: iv for iv in ivs}
+    assert (by_name["kl3"].lo, by_name["kl3"].hi) == theory.kl3_bounds(0.02)
+    assert (by_name["ratio"].lo, by_name["ratio"].hi) == (0.8, 1.28)
+    assert (by_name["binary_kl"].lo, by_name["binary_kl"].hi) == theory.get_measure("binary_kl").bounds(0.02, p=0.3)
+    for name in ("kl3", "chi2", "hellinger", "binary_tv"):
+        iv = by_name[name]
+        p = 0.3 if iv.measure.p_dependent else None
+        assert (iv.eps_low, iv.eps_high) == theory.equivalent_ratio_clip(name, 0.02, p)
+        assert iv.p == p
+
+
+def test_refused_inputs_become_messages():
+    custom = theory.measure_from_formula("(r - 1)**2 / (1 + (r - 1)**2)")  # D < 1/2 on [1e-4, 1e4]
+    ivs, errors = clip_intervals([custom, "kl3"], 0.5, 0.2, 0.2, 0.1)
+    assert [iv.name for iv in ivs] == ["kl3"]
+    assert len(errors) == 1 and "delta must be below" in errors[0]
+
+
+def test_table_and_csv_hold_the_same_numbers():
+    ivs, _ = clip_intervals(["kl3", "ratio", "binary_kl"], 0.05, 0.2, 0.28, 0.01)
+    rows = table_rows(ivs)
+    lo, hi = theory.kl3_bounds(0.05)
+    assert rows[0]["l"] == format_bound(lo) == f"{lo:.6f}" and rows[0]["u"] == format_bound(hi)
+    parsed = list(csv.DictReader(io.StringIO(table_csv(ivs))))
+    assert [r["measure"] for r in parsed] == ["kl3", "ratio", "binary_kl"]
+    assert float(parsed[0]["l"]) == lo and float(parsed[0]["u"]) == hi  # full precision, not the 6 shown
+    assert float(parsed[2]["p"]) == 0.01 and parsed[1]["budget"] == ""
+
+
+def test_verl_and_trl_settings():
+    ivs, _ = clip_intervals(["kl3", "ratio", "binary_kl", "binary_tv"], ATR_DELTA, 0.2, 0.28, 0.1)
+    verl = verl_overrides(ivs)
+    trl = trl_settings(ivs)
+    e_low, e_high = theory.equivalent_ratio_clip("kl3", ATR_DELTA)
+    kl3_block, ratio_block, bkl_block, btv_block = verl.strip().split("\n\n")
+    assert f"actor_rollout_ref.actor.clip_ratio_low={e_low:.12g}" in kl3_block
+    assert f"actor_rollout_ref.actor.clip_ratio_high={e_high:.12g}" in kl3_block
+    assert abs(float(kl3_block.rsplit("=", 1)[1]) - 0.2308422097842588) < 1e-11
+    assert "clip_ratio_low=0.2\n" in ratio_block and ratio_block.endswith("clip_ratio_high=0.28")
+    # verl's dppo losses read clip_ratio_low/high as the divergence threshold δ itself.
+    assert "policy_loss.loss_mode=dppo_kl" in bkl_block and f"clip_ratio_high={ATR_DELTA:.12g}" in bkl_block
+    assert "policy_loss.loss_mode=dppo_tv" in btv_block
+    trl_kl3, trl_ratio, trl_bkl, _ = trl.strip().split("\n\n")
+    assert f"epsilon={e_low:.12g}\nepsilon_high={e_high:.12g}" in trl_kl3
+    assert trl_ratio.endswith("epsilon=0.2\nepsilon_high=0.28")
+    assert all(line.startswith("#") for line in trl_bkl.splitlines())  # TRL has no per-token clip
+
+
+def test_atr_preset_is_grpo_lower_side_under_kl3():
+    assert ATR_DELTA == theory.delta_for_eps("kl3", eps_low=0.2)
+    assert abs(theory.kl3_bounds(ATR_DELTA)[0] - 0.8) < 1e-12
+    for name, preset in PRESETS.items():
+        assert matching_preset(preset.values) == name
+    assert matching_preset({**PRESETS["DAPO"].values, "eps_high": 0.3}) is None
+
+
+def test_kl3_delta_matching_clamps_with_a_message():
+    assert kl3_delta_matching(0.2) == (ATR_DELTA, None)
+    delta, notice = kl3_delta_matching(0.9)  # D(0.1) = 1.40: beyond the slider
+    assert delta == DELTA_MAX and "1.40259" in notice
+    delta, notice = kl3_delta_matching(0.01)  # D(0.99) = 5.0e-5: below it
+    assert delta == DELTA_MIN and notice
+
+
+def test_method_colours_match_streamlit_config():
+    config = tomllib.loads((REPO / ".streamlit" / "config.toml").read_text())
+    assert config["theme"]["chartCategoricalColors"] == list(METHOD_COLOURS.values())
+    assert config["browser"]["gatherUsageStats"] is False
+    assert len(set(METHOD_COLOURS.values())) == len(METHOD_COLOURS)
+
+
+@pytest.mark.parametrize(("name", "method"), [("kl3", "ATR-GRPO"), ("binary_kl", "DPPO-Binary-KL"),
+                                              ("custom: r", "custom")])
+def test_methods(name, method):
+    assert method_for(name) == method and colour_for(name) == METHOD_COLOURS[method]
+
+
+def test_ratio_is_grpo_when_symmetric_and_dapo_with_clip_higher():
+    assert method_for("ratio", 0.2, 0.2) == "GRPO" and method_for("ratio", 0.2, 0.28) == "DAPO"

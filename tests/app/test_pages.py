@@ -1,0 +1,263 @@
+"""Every page through Streamlit's AppTest (no browser): it renders, and widgets move the numbers to theory's.
+
+The app is started from app/main.py, so navigation (st.navigation) is part of every test; other pages are
+reached with `AppTest.switch_page`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+import theory
+from app.export import trl_settings, verl_overrides
+from app.intervals import clip_intervals, format_bound
+from app.presets import ATR_DELTA, EXPLORER_SPEC, PRESETS
+from app.state import encode_query
+from theory.symbolic import derivable_measures
+
+MAIN = Path(__file__).resolve().parents[2] / "app" / "main.py"
+TIMEOUT = 120  # first SymPy derivation on a shared 2-core machine
+
+
+def start(page: str | None = None, query: dict | None = None) -> AppTest:
+    at = AppTest.from_file(str(MAIN), default_timeout=TIMEOUT)
+    if page is None:
+        at.query_params.update(query or {})
+        return at.run()
+    at.run()
+    at.query_params.clear()
+    at.query_params.update(query or {})
+    return at.switch_page(page).run()
+
+
+def rendered(at: AppTest) -> AppTest:
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def table(at: AppTest, index: int = 0) -> dict[str, dict]:
+    df = at.table[index].value
+    return {row["measure"]: row for row in df.to_dict("records")} if "measure" in df else df.to_dict("records")
+
+
+def plain(markdown: str) -> str:
+    """An alert's text as the reader sees it (the app escapes markdown in messages)."""
+    return re.sub(r"\\(.)", r"\1", markdown)
+
+
+def warnings(at: AppTest) -> str:
+    return " ".join(plain(w.value) for w in at.warning)
+
+
+def errors(at: AppTest) -> str:
+    return " ".join(plain(e.value) for e in at.error)
+
+
+# ------------------------------------------------------------------------------- clip explorer
+def test_explorer_default_is_atr_grpo():
+    at = rendered(start())
+    assert at.title[0].value == "Clip explorer"
+    rows = table(at)
+    lo, hi = theory.kl3_bounds(ATR_DELTA)
+    assert (rows["kl3"]["l"], rows["kl3"]["u"]) == (format_bound(lo), format_bound(hi)) == ("0.800000", "1.230842")
+    assert (rows["ratio"]["l"], rows["ratio"]["u"]) == ("0.800000", "1.280000")
+    assert at.query_params == encode_query(EXPLORER_SPEC, PRESETS["ATR-GRPO"].values)
+    assert len(at.get("plotly_chart")) == 4
+
+
+@pytest.mark.parametrize("delta", [0.01, 0.05, 0.1, 0.4321])
+def test_moving_delta_moves_every_bound_to_theorys(delta):
+    at = rendered(start(query={"measures": "kl3,k2,binary_kl,hellinger", "p": "0.3"}))
+    at.slider(key="explorer.delta").set_value(delta).run()
+    rendered(at)
+    rows = table(at)
+    lo, hi = theory.kl3_bounds(delta)
+    assert (rows["kl3"]["l"], rows["kl3"]["u"]) == (format_bound(lo), format_bound(hi))
+    for name in ("k2", "hellinger", "binary_kl"):
+        m = theory.get_measure(name)
+        blo, bhi = m.bounds(delta, 0.3 if m.p_dependent else None)
+        assert (rows[name]["l"], rows[name]["u"]) == (format_bound(blo), format_bound(bhi))
+        e_low, e_high = theory.equivalent_ratio_clip(name, delta, 0.3 if m.p_dependent else None)
+        assert (rows[name]["ε_low"], rows[name]["ε_high"]) == (format_bound(e_low), format_bound(e_high))
+    assert float(at.query_params["delta"]) == delta
+    assert any(f"[{format_bound(lo)},\\ {format_bound(hi)}]" in l.value for l in at.latex)
+
+
+def test_eps_and_p_sliders():
+    at = rendered(start(query={"measures": "ratio,binary_tv"}))
+    at.slider(key="explorer.eps_low").set_value(0.1)
+    at.slider(key="explorer.eps_high").set_value(0.35)
+    at.slider(key="explorer.p").set_value(0.5).run()
+    rows = table(rendered(at))
+    assert (rows["ratio"]["l"], rows["ratio"]["u"]) == ("0.900000", "1.350000")
+    assert rows["ratio"]["method"] == "DAPO"
+    lo, hi = theory.get_measure("binary_tv").bounds(float(at.query_params["delta"]), p=0.5)
+    assert (rows["binary_tv"]["l"], rows["binary_tv"]["u"]) == (format_bound(lo), format_bound(hi))
+
+
+def test_exports_are_for_the_intervals_shown():
+    at = rendered(start(query={"delta": "0.05", "measures": "kl3,ratio,binary_kl", "p": "0.01"}))
+    ivs, _ = clip_intervals(["kl3", "ratio", "binary_kl"], 0.05, 0.2, 0.28, 0.01)
+    codes = [c.value.strip() for c in at.code]
+    assert verl_overrides(ivs).strip() in codes and trl_settings(ivs).strip() in codes
+    assert {b.label for b in at.get("download_button")} >= {"Table as CSV", "verl overrides", "TRL GRPOConfig"}
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_presets_and_reset(name):
+    at = rendered(start(query={"delta": "0.3", "measures": "chi2", "eps_high": "0.5"}))
+    at.button(key=f"explorer.preset.{name}").click().run()
+    preset = PRESETS[name].values
+    assert at.query_params == encode_query(EXPLORER_SPEC, preset)
+    rows = table(rendered(at))
+    assert list(rows) == list(preset["measures"])
+    assert any(f"Preset: **{name}**" in c.value for c in at.caption)
+    at.slider(key="explorer.delta").set_value(0.2).run()
+    at.button(key="explorer.reset").click().run()
+    assert at.query_params == encode_query(EXPLORER_SPEC, PRESETS["ATR-GRPO"].values)
+
+
+def test_match_delta_to_eps_low():
+    at = rendered(start(query={"eps_low": "0.1", "delta": "0.3"}))
+    at.button(key="explorer.match").click().run()
+    assert float(at.query_params["delta"]) == pytest.approx(theory.delta_for_eps("kl3", eps_low=0.1), rel=1e-11)
+    assert table(rendered(at))["kl3"]["l"] == "0.900000" and not at.warning
+    at.slider(key="explorer.eps_low").set_value(0.9).run()
+    at.button(key="explorer.match").click().run()  # needs δ = 1.40 > the slider's 0.5
+    assert at.query_params["delta"] == "0.5" and "outside the slider" in warnings(rendered(at))
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ({"delta": "abc"}, "delta='abc' is not a number"),
+        ({"delta": "-1"}, "delta=-1 is outside the allowed range"),
+        ({"measures": "foo"}, "'foo'"),
+        ({"measures": "kl3,foo"}, "'foo' ignored"),
+        ({"p": "1.5"}, "p=1.5 is outside"),
+        ({"eps_low": "nan"}, "not a finite number"),
+        ({"zoom": "2"}, "Unknown URL parameter 'zoom'"),
+    ],
+)
+def test_bad_url_parameters_warn_and_still_render(query, message):
+    at = rendered(start(query=query))
+    assert message in warnings(at)
+    assert "kl3" in table(at)  # the view still renders, from the fallback values
+    at.slider(key="explorer.delta").set_value(0.04).run()  # the warning goes once the user moves on
+    assert message not in warnings(rendered(at))
+
+
+def test_url_state_survives_a_trip_to_another_page():
+    at = rendered(start(query={"delta": "0.07", "measures": "k2"}))
+    at.query_params.clear()
+    at.switch_page("pages/proof.py").run()
+    at.query_params.clear()
+    at.switch_page("pages/clip_explorer.py").run()
+    assert list(table(rendered(at))) == ["k2"] and at.query_params["delta"] == "0.07"
+
+
+# ------------------------------------------------------------------------------------ the proof
+def test_proof_every_step_checked_and_numbers_follow_delta():
+    at = rendered(start("pages/proof.py", {"measure": "chi2", "delta": "0.04"}))
+    assert at.title[0].value == "The proof"
+    titles = [h.value for h in at.markdown if h.value.startswith("#### ")]
+    passed = [s.value for s in at.success if s.value.startswith("**Check passed**")]
+    assert len(titles) >= 5 and len(passed) == len(titles)
+    assert not [e.value for e in at.error]
+    lo, hi = theory.get_measure("chi2").bounds(0.04)
+    rows = table(at)
+    assert rows[1]["l_δ"] == f"{lo:.15g}" and rows[1]["u_δ"] == f"{hi:.15g}"
+    assert float(rows[0]["l_δ"]) == pytest.approx(0.8, abs=1e-18) and float(rows[0]["u_δ"]) == 1.2  # 1 ∓ √δ
+    at.slider(key="proof.delta").set_value(0.09).run()
+    rows = table(rendered(at))
+    assert rows[1]["u_δ"] == f"{theory.get_measure('chi2').bounds(0.09)[1]:.15g}"
+    assert at.query_params == {"measure": "chi2", "delta": "0.09"}
+
+
+def test_proof_kl3_and_a_second_measure():
+    at = rendered(start("pages/proof.py"))
+    assert at.selectbox(key="proof.measure").value == "kl3"
+    assert "kl3" in at.selectbox(key="proof.measure").options[0]
+    assert any("LambertW" in l.value or "W_{-1}" in l.value or "W\\left" in l.value for l in at.latex)
+    n_kl3 = len(at.success)
+    at.selectbox(key="proof.measure").set_value("k2").run()
+    rendered(at)
+    assert at.query_params["measure"] == "k2"
+    lo, hi = theory.get_measure("k2").bounds(ATR_DELTA)
+    assert table(at)[1]["l_δ"] == f"{lo:.15g}"
+    assert n_kl3 >= 5 and len(at.success) >= 5
+
+
+@pytest.mark.parametrize("name", derivable_measures())
+def test_proof_renders_every_derivable_measure(name):
+    at = rendered(start("pages/proof.py", {"measure": name}))
+    passed = [s for s in at.success if s.value.startswith("**Check passed**")]
+    assert len(passed) >= 5 and not errors(at)
+    lo, hi = theory.get_measure(name).bounds(ATR_DELTA)
+    assert table(at)[1]["l_δ"] == f"{lo:.15g}" and table(at)[1]["u_δ"] == f"{hi:.15g}"
+
+
+def test_proof_bad_measure_in_url():
+    at = rendered(start("pages/proof.py", {"measure": "binary_kl", "delta": "abc"}))
+    assert "measure='binary_kl' is not one of" in warnings(at) and "delta='abc'" in warnings(at)
+    assert at.selectbox(key="proof.measure").value == "kl3"
+
+
+# ------------------------------------------------------------------------------- custom measure
+def test_custom_measure_next_to_kl3():
+    at = rendered(start("pages/custom_measure.py", {"formula": "(sqrt(r) - 1)**2", "delta": "0.04"}))
+    assert at.title[0].value == "Custom measure"
+    values = [m.value for m in at.metric]
+    lo, hi = theory.kl3_bounds(0.04)
+    assert values == ["0.640000", "1.440000", format_bound(lo), format_bound(hi)]
+    at.text_input(key="custom.formula").input("r*log(r) - r + 1").run()
+    m = theory.measure_from_formula("r*log(r) - r + 1")
+    assert [x.value for x in rendered(at).metric][:2] == [format_bound(b) for b in m.bounds(0.04)]
+    assert at.query_params["formula"] == "r*log(r) - r + 1"
+    at.slider(key="custom.delta").set_value(0.09).run()
+    shown = [x.value for x in rendered(at).metric]
+    assert shown == [format_bound(b) for b in (*m.bounds(0.09), *theory.kl3_bounds(0.09))]
+
+
+def test_custom_measure_uses_p():
+    at = rendered(start("pages/custom_measure.py", {"formula": "p*(r - 1)**2", "delta": "0.02", "p": "0.5"}))
+    lo, hi = theory.measure_from_formula("p*(r - 1)**2").bounds(0.02, p=0.5)
+    assert [m.value for m in at.metric][:2] == [format_bound(lo), format_bound(hi)]
+
+
+@pytest.mark.parametrize(
+    ("formula", "message"),
+    [
+        ("r**", "not a valid expression"),
+        ("__import__('os')", "not allowed"),
+        ("r + 1", "must satisfy D(1) = 0"),
+        ("log(r)", "must decrease"),
+        ("r - 1", "must"),
+        ("", "must not be empty"),
+        ("exp(exp(exp(r)))", "formula"),
+    ],
+)
+def test_bad_formulas_are_messages(formula, message):
+    at = rendered(start("pages/custom_measure.py", {"formula": "r*log(r) - r + 1"}))
+    at.text_input(key="custom.formula").input(formula).run()
+    shown = errors(rendered(at))
+    assert message in shown, shown
+    assert not at.metric
+
+
+def test_custom_reset_and_examples():
+    at = rendered(start("pages/custom_measure.py", {"formula": "r**", "delta": "0.3"}))
+    at.button(key="custom.example.Hellinger").click().run()
+    assert at.query_params["formula"] == "(sqrt(r) - 1)**2" and not rendered(at).error
+    at.button(key="custom.reset").click().run()
+    assert at.query_params["formula"] == "r*log(r) - r + 1" and at.query_params["delta"] != "0.3"
+
+
+def test_custom_delta_out_of_range_for_the_formula():
+    at = rendered(start("pages/custom_measure.py", {"formula": "(r - 1)**2 / (1 + (r - 1)**2)", "delta": "0.5"}))
+    assert "delta must be below" in errors(at)
+    assert [m.value for m in at.metric][:2] == [format_bound(b) for b in theory.kl3_bounds(0.5)]
