@@ -135,6 +135,7 @@ EXTENSIONS: dict[str, tuple[str, str, str]] = {
     "realloc": ("theory.realloc_cli", "add_realloc_command", "run_realloc"),
     "check": ("app.sanity.cli", "add_check_command", "run_check"),
     "toy": ("toy_envs.cli", "add_toy_command", "cmd_toy"),
+    "train": ("trainer.cli", "add_train_command", "run_train"),
 }
 
 

@@ -1,0 +1,136 @@
+"""The TRL plug-in: real training steps on CPU, and the same loss as stock GRPOTrainer for the ratio measure."""
+
+import copy
+
+import pytest
+import torch
+
+pytest.importorskip("trl")
+from datasets import Dataset  # noqa: E402
+from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+
+from theory.measures import get_measure  # noqa: E402
+from trainer.integrations.trl import DivClipGRPOConfig, DivClipGRPOTrainer  # noqa: E402
+from trainer.tiny import ARITH_ALPHABET, char_tokenizer, tiny_gpt2  # noqa: E402
+
+COMMON = dict(per_device_train_batch_size=4, num_generations=4, max_completion_length=4, logging_steps=1,
+              save_strategy="no", report_to="none", use_cpu=True, learning_rate=1e-2, disable_tqdm=True, seed=0)
+
+
+def digits_reward(completions, **kwargs):
+    """A reward that varies across a group even for a random model: the share of digits in the completion."""
+    return [sum(ch.isdigit() for ch in c) / max(1, len(c)) for c in completions]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    tok = char_tokenizer(ARITH_ALPHABET)
+    model = tiny_gpt2(len(tok), n_layer=1, n_embd=32, n_head=2, seed=0, pad_token_id=tok.pad_token_id,
+                      eos_token_id=tok.eos_token_id)
+    data = Dataset.from_dict({"prompt": ["07+35=", "12+30=", "01+01=", "50+50="]})
+    return model, tok, data
+
+
+def make(cls, args_cls, tiny, tmp_path, **kw):
+    model, tok, data = tiny
+    args = args_cls(output_dir=str(tmp_path), **COMMON, **kw)
+    return cls(model=copy.deepcopy(model), reward_funcs=digits_reward, args=args, train_dataset=data,
+               processing_class=tok)
+
+
+def test_two_real_training_steps(tiny, tmp_path):
+    trainer = make(DivClipGRPOTrainer, DivClipGRPOConfig, tiny, tmp_path, clip_measure="kl3", max_steps=2,
+                   num_iterations=2, loss_type="dapo")
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.train()
+    assert trainer.state.global_step == 2
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logs) == 2
+    for h in logs:
+        for key in ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "divclip/kl3", "entropy"):
+            assert key in h
+    assert logs[1]["divclip/kl3"] > 0  # the second step reuses the first step's generations: r != 1
+    assert any(not torch.equal(p, b) for p, b in zip(trainer.model.parameters(), before))
+
+
+def batch(tok, seed=0, B=8, T=5):
+    g = torch.Generator().manual_seed(seed)
+    prompt = tok(["07+35="] * B, return_tensors="pt", add_special_tokens=False)
+    completion_ids = torch.randint(3, len(tok), (B, T), generator=g)
+    completion_mask = (torch.arange(T)[None] < torch.randint(1, T + 1, (B, 1), generator=g)).long()
+    return {
+        "prompt_ids": prompt["input_ids"], "prompt_mask": prompt["attention_mask"],
+        "completion_ids": completion_ids, "completion_mask": completion_mask,
+        "advantages": torch.randn(B, generator=g),
+        "num_items_in_batch": completion_mask.sum(),
+    }
+
+
+def loss_and_grad(trainer, model, inputs):
+    model.zero_grad()
+    loss = trainer._compute_loss(model, inputs)
+    loss.backward()
+    return loss.detach(), torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+
+
+@pytest.mark.parametrize("loss_type, beta", [("grpo", 0.0), ("bnpo", 0.04), ("dr_grpo", 0.0), ("dapo", 0.04)])
+def test_ratio_measure_is_stock_grpo(tiny, tmp_path, loss_type, beta):
+    _, tok, _ = tiny
+    kw = dict(loss_type=loss_type, epsilon=0.2, epsilon_high=0.28)
+    ours = make(DivClipGRPOTrainer, DivClipGRPOConfig, tiny, tmp_path / "a", clip_measure="ratio", **kw)
+    stock = make(GRPOTrainer, GRPOConfig, tiny, tmp_path / "b", **kw)
+    inputs = batch(tok)
+    m = ours.model.train()  # one model (with TRL's fused log-prob head) scored by both trainers
+    with torch.no_grad():  # old log-probs of a perturbed policy, so that some ratios leave [0.8, 1.28]
+        lp, _, _ = ours._get_per_token_logps_and_entropies(
+            m, torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),
+            torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1), inputs["completion_ids"].shape[1])
+    g = torch.Generator().manual_seed(1)
+    inputs["old_per_token_logps"] = lp + 0.5 * torch.randn(lp.shape, generator=g)
+    inputs["ref_per_token_logps"] = lp + 0.2 * torch.randn(lp.shape, generator=g)
+    for t in (ours, stock):
+        t.beta, t.current_gradient_accumulation_steps = beta, 2
+    loss, grad = loss_and_grad(ours, m, inputs)
+    ref_loss, ref_grad = loss_and_grad(stock, m, inputs)
+    assert torch.equal(loss, ref_loss) and loss != 0
+    torch.testing.assert_close(grad, ref_grad, rtol=1e-5, atol=1e-7)
+    for key in ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean"):
+        assert ours._metrics["train"][key] == stock._metrics["train"][key], key
+    assert stock._metrics["train"]["clip_ratio/region_mean"][-1] > 0
+
+
+def test_kl3_measure_is_stock_grpo_at_its_derived_widths(tiny, tmp_path):
+    """Gradient equivalence inside TRL: KL3 at δ = KL3(0.8) clips like epsilon=0.2, epsilon_high=u_δ - 1."""
+    _, tok, _ = tiny
+    ours = make(DivClipGRPOTrainer, DivClipGRPOConfig, tiny, tmp_path / "a", clip_measure="kl3", epsilon=0.2,
+                loss_type="grpo")
+    lo, hi = get_measure("kl3").bounds(ours.clip_spec.delta)
+    assert lo == pytest.approx(0.8, abs=1e-12) and hi == pytest.approx(1.23084, abs=1e-5)
+    stock = make(GRPOTrainer, GRPOConfig, tiny, tmp_path / "b", epsilon=1 - lo, epsilon_high=hi - 1,
+                 loss_type="grpo")
+    inputs = batch(tok, seed=2)
+    inputs["old_per_token_logps"] = torch.zeros(inputs["completion_ids"].shape) - 2.7  # ratios spread widely
+    m = ours.model.train()
+    for t in (ours, stock):
+        t.current_gradient_accumulation_steps = 1
+    loss, grad = loss_and_grad(ours, m, inputs)
+    ref_loss, ref_grad = loss_and_grad(stock, m, inputs)
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-6, atol=1e-8)
+    torch.testing.assert_close(grad, ref_grad, rtol=1e-5, atol=1e-7)
+
+
+def test_config_errors(tmp_path):
+    with pytest.raises(ValueError, match=r"clip_measure must be one of .* got 'js'"):
+        DivClipGRPOConfig(output_dir=str(tmp_path), clip_measure="js", report_to="none", use_cpu=True)
+    with pytest.raises(ValueError, match=r"depends on p .* give clip_delta"):
+        DivClipGRPOConfig(output_dir=str(tmp_path), clip_measure="binary_kl", report_to="none", use_cpu=True)
+    with pytest.raises(ValueError, match=r"clip_delta must be None or a finite number > 0, got -1"):
+        DivClipGRPOConfig(output_dir=str(tmp_path), clip_delta=-1, report_to="none", use_cpu=True)
+    args = DivClipGRPOConfig(output_dir=str(tmp_path), clip_measure="kl3", epsilon=0.2, report_to="none",
+                             use_cpu=True)
+    assert args.clip_spec().delta == pytest.approx(0.0231436, abs=1e-7)
+
+
+def test_unsupported_loss_type_is_refused(tiny, tmp_path):
+    with pytest.raises(ValueError, match=r"supports loss_type in \['grpo', 'bnpo', 'dr_grpo', 'dapo'\], got 'sapo'"):
+        make(DivClipGRPOTrainer, DivClipGRPOConfig, tiny, tmp_path, loss_type="sapo")

@@ -1,0 +1,161 @@
+"""The verl plug-in: registration, and loss + gradients equal to verl's own `vanilla` at the derived bounds."""
+
+import importlib
+import math
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("verl")
+from verl.trainer.ppo.core_algos import compute_policy_loss_vanilla, get_policy_loss_fn  # noqa: E402
+from verl.workers.config.actor import ActorConfig, PolicyLossConfig  # noqa: E402
+
+import trainer.integrations.verl as plugin  # noqa: E402
+from theory.measures import MEASURES, get_measure  # noqa: E402
+
+AGG_MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm", "token-sum"]
+
+
+def actor(loss_mode="vanilla", **kw):
+    return ActorConfig(strategy="fsdp", rollout_n=4, ppo_micro_batch_size_per_gpu=4,
+                       policy_loss=PolicyLossConfig(loss_mode=loss_mode), **kw)
+
+
+def batch(seed=0, B=12, T=16, dtype=torch.float64, spread=0.3):
+    g = torch.Generator().manual_seed(seed)
+    old = torch.log_softmax(2 * torch.randn(B, T, 16, generator=g, dtype=dtype), -1)[..., 0]  # (B, T)
+    new = old + spread * torch.randn(B, T, generator=g, dtype=dtype)  # ratios well outside [0.8, 1.23]
+    adv = torch.randn(B, 1, generator=g, dtype=dtype).expand(B, T).clone()
+    adv[0] = 0.0
+    mask = torch.arange(T)[None] < torch.randint(T // 4, T + 1, (B, 1), generator=g)  # bool, as verl passes it
+    return old, new, adv, mask
+
+
+def run(fn, config, old, new, adv, mask, agg="token-mean", weights=None):
+    lp = new.clone().requires_grad_(True)
+    loss, metrics = fn(old_log_prob=old, log_prob=lp, advantages=adv, response_mask=mask, loss_agg_mode=agg,
+                       config=config, rollout_is_weights=weights)
+    loss.backward()
+    return loss.detach(), lp.grad, metrics
+
+
+def test_registered_modes_are_divclips():
+    assert get_policy_loss_fn("atr_kl3") is plugin.compute_policy_loss_atr_kl3
+    assert plugin.LOSS_MODES == ["atr_kl3", *(f"divclip_{m}" for m in MEASURES)]
+    for mode in plugin.LOSS_MODES:
+        assert get_policy_loss_fn(mode).__module__ == plugin.__name__
+
+
+def test_atr_kl3_bounds_are_the_theory_table():
+    lo, hi, delta = plugin.atr_kl3_bounds(0.2)
+    assert lo == 1 - 0.2 and delta == pytest.approx(0.023144, abs=1e-6) and hi == pytest.approx(1.23084, abs=1e-5)
+    assert get_measure("kl3").value(hi) == pytest.approx(delta, rel=1e-12)
+
+
+@pytest.mark.parametrize("agg", AGG_MODES)
+@pytest.mark.parametrize("c", [math.inf, 3.0])  # dual clip off on both sides; on at verl's default on both
+def test_atr_kl3_equals_vanilla_at_the_kl3_derived_widths(agg, c):
+    old, new, adv, mask = batch(spread=0.8)  # a few ratios above c = 3 for A < 0
+    eps_low = 0.2
+    _, u, _ = plugin.atr_kl3_bounds(eps_low)
+    ours_cfg = actor("atr_kl3", clip_ratio_low=eps_low, clip_ratio_high=0.9, clip_ratio_c=c)  # high is ignored
+    vanilla_cfg = actor(clip_ratio_low=eps_low, clip_ratio_high=u - 1.0, clip_ratio_c=c)
+    info = {"dp_size": 1, "batch_num_tokens": int(mask.sum()) + 5, "global_batch_size": 20, "loss_scale_factor": 7}
+    for cfg in (ours_cfg, vanilla_cfg):
+        cfg.global_batch_info.update(info if agg != "token-sum" else {})
+    weights = torch.rand(old.shape, generator=torch.Generator().manual_seed(1), dtype=old.dtype) + 0.5
+    loss, grad, m = run(get_policy_loss_fn("atr_kl3"), ours_cfg, old, new, adv, mask, agg, weights)
+    ref_loss, ref_grad, ref_m = run(compute_policy_loss_vanilla, vanilla_cfg, old, new, adv, mask, agg, weights)
+    assert torch.equal(loss, ref_loss)
+    torch.testing.assert_close(grad, ref_grad, rtol=1e-13, atol=1e-15)
+    assert grad.abs().sum() > 0 and m["actor/pg_clipfrac"] > 0.05
+    for key in ("actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"):
+        assert m[key] == pytest.approx(ref_m[key], rel=1e-6, abs=1e-9), key  # verl counts in float32
+    assert m["actor/clipfrac_low"] + m["actor/clipfrac_high"] == pytest.approx(m["actor/pg_clipfrac"], abs=1e-12)
+    assert (m["actor/pg_clipfrac_lower"] > 0) == (c == 3.0)
+
+
+def test_atr_kl3_in_float32_matches_vanilla_bit_for_bit():
+    old, new, adv, mask = (t.float() if t.is_floating_point() else t for t in batch(seed=2))
+    u = plugin.atr_kl3_bounds(0.2)[1]
+    loss, grad, _ = run(get_policy_loss_fn("atr_kl3"), actor("atr_kl3", clip_ratio_c=3.0), old, new, adv, mask)
+    ref_loss, ref_grad, _ = run(compute_policy_loss_vanilla, actor(clip_ratio_high=u - 1.0), old, new, adv, mask)
+    assert torch.equal(loss, ref_loss)
+    torch.testing.assert_close(grad, ref_grad, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("measure", ["kl3", "log_ratio", "k2", "kl3_reverse", "chi2", "hellinger"])
+def test_measure_modes_take_delta_per_side_from_clip_ratio(measure):
+    """divclip_<m>: δ_low = clip_ratio_low, δ_high = clip_ratio_high → vanilla at [lo(δ_low), hi(δ_high)]."""
+    old, new, adv, mask = batch(seed=3)
+    d_low, d_high = 0.02, 0.05
+    m = get_measure(measure)
+    lo, hi = m.bounds(d_low)[0], m.bounds(d_high)[1]
+    cfg = actor(f"divclip_{measure}", clip_ratio_low=d_low, clip_ratio_high=d_high, clip_ratio_c=math.inf)
+    ref_cfg = actor(clip_ratio_low=1 - lo, clip_ratio_high=hi - 1, clip_ratio_c=math.inf)
+    loss, grad, metrics = run(get_policy_loss_fn(f"divclip_{measure}"), cfg, old, new, adv, mask)
+    ref_loss, ref_grad, ref_m = run(compute_policy_loss_vanilla, ref_cfg, old, new, adv, mask)
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(grad, ref_grad, rtol=1e-12, atol=1e-14)
+    assert metrics["actor/pg_clipfrac"] == pytest.approx(ref_m["actor/pg_clipfrac"])
+    assert metrics["actor/pg_clipfrac"] > 0
+
+
+def test_divclip_ratio_is_vanilla():
+    old, new, adv, mask = batch(seed=4)
+    cfg = dict(clip_ratio_low=0.2, clip_ratio_high=0.28)
+    loss, grad, _ = run(get_policy_loss_fn("divclip_ratio"), actor("divclip_ratio", **cfg), old, new, adv, mask)
+    ref_loss, ref_grad, _ = run(compute_policy_loss_vanilla, actor(**cfg), old, new, adv, mask)
+    assert torch.equal(loss, ref_loss)
+    torch.testing.assert_close(grad, ref_grad, rtol=1e-13, atol=1e-16)  # theory writes the gradient in closed form
+
+
+@pytest.mark.parametrize("measure", ["binary_kl", "binary_tv"])
+def test_p_dependent_modes_use_per_token_bounds_per_side(measure):
+    """Reference: vanilla's formula with each token's own [lo(δ_low, p), hi(δ_high, p)] from theory's numpy bounds."""
+    old, new, adv, mask = batch(seed=5, spread=0.5)
+    d_low, d_high = 0.005, 0.01
+    m = get_measure(measure)
+    p = old.exp().numpy()
+    lo = torch.as_tensor(m.bounds(d_low, p)[0])
+    hi = torch.as_tensor(m.bounds(d_high, p)[1])
+    cfg = actor(f"divclip_{measure}", clip_ratio_low=d_low, clip_ratio_high=d_high, clip_ratio_c=3.0)
+    loss, grad, metrics = run(get_policy_loss_fn(f"divclip_{measure}"), cfg, old, new, adv, mask)
+
+    lp = new.clone().requires_grad_(True)
+    ratio = torch.exp(lp - old)
+    surrogate = torch.maximum(-adv * ratio, -adv * torch.clamp(ratio, lo, hi))
+    surrogate = torch.where(adv < 0, torch.minimum(surrogate, -adv * 3.0), surrogate)
+    ref = (surrogate * mask).sum() / mask.sum()
+    ref.backward()
+    torch.testing.assert_close(loss, ref.detach(), rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(grad, lp.grad, rtol=1e-9, atol=1e-12)
+    assert metrics["actor/clipfrac_low"] > 0 and metrics["actor/clipfrac_high"] > 0
+
+
+def test_bad_config_values_are_clear_errors():
+    old, new, adv, mask = batch()
+    with pytest.raises(ValueError, match=r"clip_ratio_low must lie in \(0, 1\) for atr_kl3 .* got 1.5"):
+        run(get_policy_loss_fn("atr_kl3"), actor("atr_kl3", clip_ratio_low=1.5), old, new, adv, mask)
+    with pytest.raises(ValueError, match=r"clip_ratio_c must be a number > 1"):
+        run(get_policy_loss_fn("atr_kl3"), actor("atr_kl3", clip_ratio_c=0.5), old, new, adv, mask)
+
+
+def test_verl_imports_the_plugin_named_in_the_environment(monkeypatch):
+    """The documented switch: verl/__init__.py imports every module in VERL_USE_EXTERNAL_MODULES when `verl` is
+    imported. Re-run that real code (importlib.reload) against a registry without divclip's modes."""
+    import verl
+    import trainer.integrations
+    from verl.trainer.ppo import core_algos
+
+    fresh = {k: v for k, v in core_algos.POLICY_LOSS_REGISTRY.items() if k not in plugin.LOSS_MODES}
+    monkeypatch.setattr(core_algos, "POLICY_LOSS_REGISTRY", fresh)  # restored (with divclip's) after the test
+    monkeypatch.setattr(trainer.integrations, "verl", plugin)
+    monkeypatch.delitem(sys.modules, plugin.__name__)
+    monkeypatch.setenv("VERL_USE_EXTERNAL_MODULES", "trainer.integrations.verl")
+    with pytest.raises(ValueError, match="Unsupported loss mode: atr_kl3"):
+        core_algos.get_policy_loss_fn("atr_kl3")
+    importlib.reload(verl)
+    assert core_algos.get_policy_loss_fn("atr_kl3").__module__ == "trainer.integrations.verl"
+    assert set(plugin.LOSS_MODES) <= set(fresh)

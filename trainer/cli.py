@@ -1,0 +1,112 @@
+"""`divclip train`: GRPO-family RL from the command line.
+
+    divclip train --preset tiny-arith --method atr --seed 0
+
+Wiring (app/cli.py): `add_train_command(sub)` adds the subparser; `run_train(args)` runs it and returns the
+exit status. A bad value raises ValueError (naming the field, the value and what is allowed) before any model
+is built; `divclip`'s main turns it into `divclip: error: …` and status 2. Torch is imported only when run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+# CLI flag -> TrainerConfig field, and its parser. Only flags the user gives override the preset.
+_OPTIONS: dict[str, tuple[str, type, str]] = {
+    "--model": ("model", str, "'tiny' or a local Hugging Face causal-LM directory"),
+    "--task": ("task", str, "'arith' or a JSONL file of {\"prompt\", \"answer\"} lines"),
+    "--method": ("method", str, "clip preset: grpo, dapo, atr, dppo_kl, dppo_tv, gspo, sapo"),
+    "--measure": ("measure", str, "replace the preset's divergence measure (needs --delta)"),
+    "--delta": ("delta", float, "divergence budget δ (KL3: 0.01-0.05)"),
+    "--dual-clip-c": ("dual_clip_c", float, "dual-clip cap c > 1 for A < 0"),
+    "--seed": ("seed", int, "seed of init, split, rollouts and shuffles"),
+    "--steps": ("steps", int, "RL steps"),
+    "--prompts-per-step": ("prompts_per_step", int, "prompts per RL step"),
+    "--group-size": ("group_size", int, "G, completions per prompt (>= 2)"),
+    "--max-new-tokens": ("max_new_tokens", int, "longest completion"),
+    "--temperature": ("temperature", float, "sampling temperature"),
+    "--ppo-epochs": ("ppo_epochs", int, "μ, epochs over each rollout batch"),
+    "--minibatches": ("minibatches", int, "optimizer steps per epoch"),
+    "--lr": ("lr", float, "AdamW learning rate (RL)"),
+    "--kl-coef": ("kl_coef", float, "reference-KL penalty weight (0 = off)"),
+    "--kl-estimator": ("kl_estimator", str, "k1, k2 or k3"),
+    "--adv-norm": ("adv_norm", str, "std (GRPO), none (Dr. GRPO), rloo"),
+    "--loss-agg-mode": ("loss_agg_mode", str, "token-mean, seq-mean-token-mean, ..."),
+    "--sft-steps": ("sft_steps", int, "supervised warm-start steps"),
+    "--eval-size": ("eval_size", int, "held-out problems"),
+    "--eval-every": ("eval_every", int, "evaluate every N steps"),
+    "--device": ("device", str, "auto, cpu or cuda"),
+    "--threads": ("threads", int, "torch CPU threads (0 = default)"),
+    "--output-dir": ("output_dir", str, "metrics.jsonl, metrics.csv and checkpoints go here"),
+    "--checkpoint-every": ("checkpoint_every", int, "checkpoint every N steps (0 = final only)"),
+}
+
+
+def add_train_command(subparsers) -> argparse.ArgumentParser:
+    """Add the `train` subcommand to an argparse subparsers object; returns its parser."""
+    p = subparsers.add_parser(
+        "train", help="GRPO-family RL (tiny-arith demo, a local HF model, or a JSONL task)",
+        description="Warm-start (optional) and train a causal LM with GRPO-family RL and any divclip clip spec.",
+    )
+    p.add_argument("--preset", default=None, help="a bundle of settings: tiny-arith (flags override it)")
+    for flag, (dest, kind, help_) in _OPTIONS.items():
+        p.add_argument(flag, dest=dest, type=kind, default=None, help=help_)
+    p.add_argument("--no-resume", action="store_true", help="ignore checkpoints in --output-dir")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    return p
+
+
+def config_from_args(args):
+    """The TrainerConfig for parsed `args` (the preset, then every flag that was given)."""
+    from trainer.config import TrainerConfig, from_preset
+
+    overrides = {dest: getattr(args, dest) for dest, _, _ in _OPTIONS.values() if getattr(args, dest) is not None}
+    if args.no_resume:
+        overrides["resume"] = False
+    if args.no_progress:
+        overrides["progress"] = False
+    if args.preset is not None:
+        return from_preset(args.preset, **overrides)
+    return TrainerConfig(**overrides)
+
+
+def run_train(args) -> int:
+    """Handler of `divclip train`: train, print before/after held-out accuracy; returns 0."""
+    cfg = config_from_args(args)  # every check runs here, before torch work starts
+    from trainer.grpo import GRPOTrainer
+
+    start = time.perf_counter()
+    result = GRPOTrainer(cfg).train()
+    summary = {
+        "preset": args.preset, "method": cfg.method, "seed": cfg.seed, "steps": cfg.steps,
+        "accuracy_before": result.accuracy_before, "accuracy_after": result.accuracy_after,
+        "seconds": round(time.perf_counter() - start, 1), "output_dir": cfg.output_dir,
+    }
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        before, after = summary["accuracy_before"], summary["accuracy_after"]
+        fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+        print(f"method={cfg.method} seed={cfg.seed} steps={cfg.steps}: held-out accuracy "
+              f"{fmt(before)} (warm start) -> {fmt(after)} (after RL) in {summary['seconds']} s")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m trainer train …`, the same command outside the divclip CLI."""
+    parser = argparse.ArgumentParser(prog="divclip")
+    add_train_command(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        return run_train(args)
+    except ValueError as exc:
+        print(f"divclip: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,310 @@
+"""The GRPO-family trainer: sample G completions per prompt, score, group advantages, μ clipped epochs.
+
+One RL step (CleanRL order, every tensor (N, T) with N = prompts_per_step·G, T = longest completion):
+  1. sample      G completions per prompt with `generate` (pure sampling at `temperature`)
+  2. score       reward 1/0 from the task's verifier; A = group_advantages(R, G) broadcast over tokens
+  3. freeze      old log-probs log π_old (and log π_ref for the KL penalty) in one no-grad forward
+  4. update      μ epochs x `minibatches` AdamW steps on theory.policy_loss(log π, log π_old, A, mask, spec)
+                 + kl_coef·agg(k(π, π_ref)), gradient norm clipped
+Randomness at step s comes only from seeds derived from (seed, s), so a run resumed from a checkpoint at step
+s continues exactly as the uninterrupted run would (on the same device and thread count).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from theory.advantages import group_advantages
+from theory.loss_metrics import kl_penalty
+from theory.losses import ClipSpec, agg_loss, policy_loss
+from trainer.checkpoint import check_resumable, latest_checkpoint, load_checkpoint, quiet_saving, save_checkpoint
+from trainer.config import TrainerConfig
+from trainer.rollout import autocast, completion_mask, decode, encode_prompts, sample, token_log_probs
+from trainer.runlog import MetricsLog, Progress
+from trainer.sft import warm_start
+from trainer.tasks import Task, load_task
+from trainer.tiny import ARITH_ALPHABET, TEXT_ALPHABET, char_tokenizer, tiny_gpt2
+
+EVAL_BATCH = 512
+_MEAN_KEYS = ("clipfrac", "clipfrac_low", "clipfrac_high", "dual_clipfrac", "ppo_kl", "kl3", "ratio_mean")
+
+
+@dataclass
+class TrainResult:
+    history: list[dict]
+    """One row per step; row 0 is the warm start (sft/*, eval/* before RL)."""
+    output_dir: str | None
+
+    @property
+    def accuracy_before(self) -> float | None:
+        return self.history[0].get("eval/accuracy") if self.history else None
+
+    @property
+    def accuracy_after(self) -> float | None:
+        return self.history[-1].get("eval/accuracy") if self.history else None
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' but CUDA is not available here; use device='cpu' or 'auto'")
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(name)
+
+
+def build_model(cfg: TrainerConfig, task: Task):
+    """(model, tokenizer): the tiny GPT-2 + char tokenizer, or a local Hugging Face directory."""
+    if cfg.model == "tiny":
+        tokenizer = char_tokenizer(ARITH_ALPHABET if cfg.task == "arith" else TEXT_ALPHABET)
+        longest = max(len(e.prompt) for e in task.train + task.eval)  # one token per character
+        model = tiny_gpt2(len(tokenizer), cfg.tiny_n_layer, cfg.tiny_n_embd, cfg.tiny_n_head,
+                          n_positions=longest + cfg.max_new_tokens + 1, seed=cfg.seed,
+                          pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+        return model, tokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(cfg.model)
+    if tokenizer.pad_token_id is None:  # common for base models; completions are masked after EOS anyway
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=torch.float32)
+    return model, tokenizer
+
+
+def _step_seed(seed: int, step: int) -> int:
+    return seed * 1_000_003 + step
+
+
+class GRPOTrainer:
+    """Runs `TrainerConfig`: optional warm start, then `steps` GRPO-family steps with any ClipSpec."""
+
+    def __init__(self, config: TrainerConfig, model=None, tokenizer=None, task: Task | None = None,
+                 spec: ClipSpec | None = None):
+        """`model`/`tokenizer`/`task` replace what config.model/config.task would build; `spec`, any ClipSpec
+        (a custom Measure, mode, level, tis_cap, ...), replaces config.clip_spec(). A spec given here is not
+        recorded in checkpoints: resume with the same one."""
+        if not isinstance(config, TrainerConfig):
+            raise ValueError(f"config must be a TrainerConfig, got {type(config).__name__}")
+        if (model is None) != (tokenizer is None):
+            raise ValueError("pass both model and tokenizer, or neither (then config.model is loaded)")
+        if spec is not None and not isinstance(spec, ClipSpec):
+            raise ValueError(f"spec must be a theory.losses.ClipSpec or None, got {type(spec).__name__}")
+        self.cfg = config
+        self.spec = spec or config.clip_spec()
+        # The task (and a JSONL file's every line) is checked before any model is built.
+        self.task = task or load_task(config.task, arith_digits=config.arith_digits, eval_size=config.eval_size,
+                                      seed=config.seed)
+        self.device = resolve_device(config.device)
+        if model is None:
+            model, tokenizer = build_model(config, self.task)
+        if tokenizer.eos_token_id is None or tokenizer.pad_token_id is None:
+            raise ValueError("tokenizer must define eos_token and pad_token (set pad_token = eos_token if unsure)")
+        self.model = model.to(self.device).eval()  # eval(): no dropout, so π_old and π_θ are one function
+        self.tokenizer = tokenizer
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr, betas=config.adam_betas,
+                                           weight_decay=config.weight_decay)
+        self.ref_model = None
+        self.step = 0
+
+    # ------------------------------------------------------------------------------------------ run
+    def train(self, on_step=None) -> TrainResult:
+        """Resume or warm-start, then RL until `steps`; `on_step(row)` is called after each step is saved."""
+        threads = torch.get_num_threads()
+        if self.cfg.threads:
+            torch.set_num_threads(self.cfg.threads)
+        try:
+            return self._train(on_step)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _train(self, on_step) -> TrainResult:
+        cfg, out = self.cfg, self.cfg.output_dir
+        ckpt = latest_checkpoint(out) if (out is not None and cfg.resume) else None
+        if ckpt is not None:
+            check_resumable(ckpt, cfg.to_dict())
+            self.step, history = load_checkpoint(ckpt, self.model, self.optimizer, self.device)
+            self._load_reference()
+        else:
+            if out is not None:  # resume=False: old checkpoints there would be mistaken for this run's
+                shutil.rmtree(Path(out) / "checkpoints", ignore_errors=True)
+            history = [self._warm_start()]
+        log = MetricsLog(out, history)
+        progress = Progress(cfg.steps, self.step, cfg.progress)
+        try:
+            while self.step < cfg.steps:
+                self.step += 1
+                row = self.rl_step(self.step)
+                if self.step % cfg.eval_every == 0 or self.step == cfg.steps:
+                    row.update(self.evaluate())
+                log.log(row)
+                progress.update(row)
+                every = cfg.checkpoint_every
+                if out is not None and ((every and self.step % every == 0) or self.step == cfg.steps):
+                    save_checkpoint(out, self.step, self.model, self.tokenizer, self.optimizer, log.history,
+                                    cfg.to_dict(), cfg.keep_checkpoints)
+                if on_step is not None:
+                    on_step(row)
+        finally:
+            progress.close()
+        return TrainResult(log.history, out)
+
+    def _warm_start(self) -> dict:
+        cfg = self.cfg
+        torch.manual_seed(_step_seed(cfg.seed, 0))
+        row = {"step": 0}
+        row.update(warm_start(self.model, self.tokenizer, self.task, steps=cfg.sft_steps,
+                              batch_size=cfg.sft_batch_size, lr=cfg.sft_lr, seed=cfg.seed, device=self.device,
+                              bf16=cfg.bf16, max_grad_norm=cfg.max_grad_norm))
+        row.update(self.evaluate())
+        if cfg.kl_coef > 0:
+            self.ref_model = self._frozen_copy()
+            if cfg.output_dir is not None:
+                self._save_reference()
+        return row
+
+    def _frozen_copy(self):
+        ref = copy.deepcopy(self.model).eval()
+        ref.requires_grad_(False)
+        return ref
+
+    def _save_reference(self):
+        final = Path(self.cfg.output_dir) / "reference"
+        tmp = final.with_name(f".reference.tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        with quiet_saving():
+            self.ref_model.save_pretrained(tmp)
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+
+    def _load_reference(self):
+        if self.cfg.kl_coef == 0:
+            return
+        from transformers import AutoModelForCausalLM
+
+        path = Path(self.cfg.output_dir) / "reference"
+        if not (path / "config.json").is_file():
+            raise ValueError(f"kl_coef={self.cfg.kl_coef} but the run in {self.cfg.output_dir!r} has no reference "
+                             "model to resume with (it was started with kl_coef=0)")
+        self.ref_model = self._frozen_copy()
+        self.ref_model.load_state_dict(AutoModelForCausalLM.from_pretrained(path).state_dict())
+
+    # ------------------------------------------------------------------------------------------ step
+    def rl_step(self, step: int) -> dict:
+        cfg = self.cfg
+        torch.manual_seed(_step_seed(cfg.seed, step))
+        t0 = time.perf_counter()
+        batch = self._rollout(np.random.default_rng([cfg.seed, step]))
+        t1 = time.perf_counter()
+        metrics = self._update(batch, torch.Generator().manual_seed(_step_seed(cfg.seed, step)))
+        t2 = time.perf_counter()
+        tokens = batch["tokens"]
+        row = {"step": step, **batch["metrics"], **metrics}
+        row.update({"time/rollout_s": t1 - t0, "time/update_s": t2 - t1, "time/step_s": t2 - t0,
+                    "perf/tokens_per_s": tokens / (t2 - t0)})
+        return row
+
+    @torch.no_grad()
+    def _rollout(self, rng: np.random.Generator) -> dict:
+        cfg, tok, G = self.cfg, self.tokenizer, self.cfg.group_size
+        examples = self.task.sample(cfg.prompts_per_step, rng)
+        prompt_ids, prompt_mask = encode_prompts(tok, [e.prompt for e in examples], self.device)
+        prompt_ids = prompt_ids.repeat_interleave(G, dim=0)  # (N, P), each group contiguous
+        prompt_mask = prompt_mask.repeat_interleave(G, dim=0)
+        with autocast(self.device, cfg.bf16):
+            comp = sample(self.model, tok, prompt_ids, prompt_mask, max_new_tokens=cfg.max_new_tokens,
+                          temperature=cfg.temperature)  # (N, T)
+        mask = completion_mask(comp, tok.eos_token_id)  # (N, T)
+        texts = decode(tok, comp, mask)
+        answers = [e.answer for e in examples for _ in range(G)]
+        rewards = torch.tensor([self.task.score(t, a) for t, a in zip(texts, answers)], dtype=torch.float32)
+        advantages = group_advantages(rewards, G, norm=cfg.adv_norm).to(self.device)  # (N,)
+        input_ids = torch.cat([prompt_ids, comp], dim=1)  # (N, P+T)
+        attention = torch.cat([prompt_mask, mask], dim=1)
+        T = comp.shape[1]
+        with autocast(self.device, cfg.bf16):
+            old_log_prob, entropy = token_log_probs(self.model, input_ids, attention, T, cfg.temperature,
+                                                    with_entropy=True)
+            ref_log_prob = None
+            if self.ref_model is not None:
+                ref_log_prob = token_log_probs(self.ref_model, input_ids, attention, T, cfg.temperature)
+        fmask = mask.float()
+        groups = rewards.view(-1, G)
+        constant = (groups.amax(-1) == groups.amin(-1)).float().mean().item()
+        n_tokens = int(mask.sum())
+        metrics = {
+            "reward/mean": rewards.mean().item(),
+            "reward/std": rewards.std().item(),
+            "reward/constant_group_frac": constant,  # groups with one reward value: no gradient signal
+            "rollout/completion_len": n_tokens / len(texts),
+            "rollout/eos_frac": (comp == tok.eos_token_id).any(-1).float().mean().item(),
+            "rollout/tokens": n_tokens,
+            "policy/entropy": ((entropy * fmask).sum() / fmask.sum()).item(),
+        }
+        return {"input_ids": input_ids, "attention": attention, "mask": fmask, "advantages": advantages,
+                "old_log_prob": old_log_prob, "ref_log_prob": ref_log_prob, "metrics": metrics, "tokens": n_tokens}
+
+    def _update(self, batch: dict, gen: torch.Generator) -> dict:
+        cfg = self.cfg
+        N, T = batch["mask"].shape
+        sums = dict.fromkeys(("loss/policy", "loss/kl", "grad/norm", *(f"clip/{k}" for k in _MEAN_KEYS)), 0.0)
+        ratio_min, ratio_max, updates = float("inf"), float("-inf"), 0
+        for _ in range(cfg.ppo_epochs):
+            for idx in torch.randperm(N, generator=gen).tensor_split(cfg.minibatches):
+                idx = idx.to(self.device)
+                mask = batch["mask"][idx]  # (b, T)
+                with autocast(self.device, cfg.bf16):
+                    log_prob = token_log_probs(self.model, batch["input_ids"][idx], batch["attention"][idx], T,
+                                               cfg.temperature)  # (b, T)
+                adv = batch["advantages"][idx].unsqueeze(1).expand(-1, T)  # (b, T) outcome reward on every token
+                loss, m = policy_loss(log_prob, batch["old_log_prob"][idx], adv, mask, self.spec, cfg.loss_agg_mode)
+                sums["loss/policy"] += loss.item()
+                if self.ref_model is not None:
+                    kl = agg_loss(kl_penalty(log_prob, batch["ref_log_prob"][idx], cfg.kl_estimator), mask,
+                                  cfg.loss_agg_mode)
+                    loss = loss + cfg.kl_coef * kl
+                    sums["loss/kl"] += kl.item()
+                loss.backward()
+                norm = torch.nn.utils.clip_grad_norm_(
+                    self.model.parameters(), cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf"))
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+                sums["grad/norm"] += norm.item()
+                for k in _MEAN_KEYS:
+                    sums[f"clip/{k}"] += m[k]
+                ratio_min, ratio_max = min(ratio_min, m["ratio_min"]), max(ratio_max, m["ratio_max"])
+                updates += 1
+        out = {k: v / updates for k, v in sums.items()}
+        if self.ref_model is None:
+            del out["loss/kl"]
+        out.update({"clip/ratio_min": ratio_min, "clip/ratio_max": ratio_max, "optim/lr": cfg.lr})
+        return out
+
+    # ------------------------------------------------------------------------------------------ eval
+    @torch.no_grad()
+    def evaluate(self) -> dict:
+        """Greedy-decoding accuracy on the held-out split (empty when eval_size is 0)."""
+        examples = self.task.eval
+        if not examples:
+            return {}
+        correct = 0
+        for i in range(0, len(examples), EVAL_BATCH):
+            chunk = examples[i:i + EVAL_BATCH]
+            ids, mask = encode_prompts(self.tokenizer, [e.prompt for e in chunk], self.device)
+            with autocast(self.device, self.cfg.bf16):
+                comp = sample(self.model, self.tokenizer, ids, mask, max_new_tokens=self.cfg.max_new_tokens,
+                              greedy=True)
+            texts = decode(self.tokenizer, comp, completion_mask(comp, self.tokenizer.eos_token_id))
+            correct += sum(self.task.score(t, e.answer) for t, e in zip(texts, chunk))
+        return {"eval/accuracy": correct / len(examples)}
+
+
+def train(config: TrainerConfig, **kwargs) -> TrainResult:
+    """Build a `GRPOTrainer` for `config` and run it."""
+    return GRPOTrainer(config, **kwargs).train()

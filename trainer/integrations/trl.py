@@ -1,0 +1,195 @@
+"""divclip's divergence clipping inside TRL 1.16's GRPOTrainer.
+
+    from trainer.integrations.trl import DivClipGRPOConfig, DivClipGRPOTrainer
+    args = DivClipGRPOConfig(output_dir="out", clip_measure="kl3", epsilon=0.2, loss_type="dapo", ...)
+    DivClipGRPOTrainer(model=..., reward_funcs=..., args=args, train_dataset=...).train()
+
+`DivClipGRPOTrainer._compute_loss` is TRL's, with one line replaced: the per-token loss is divclip's
+`theory.losses` clip mode for `ClipSpec(clip_measure, clip_delta)` instead of TRL's ratio clamp. Everything
+around it is TRL's: the log-prob forward, the reference KL term (k3, optional bias correction), the entropy
+and off-policy masks, vLLM importance weights, and the normalisation of each `loss_type` (grpo, bnpo,
+dr_grpo, dapo), including gradient-accumulation scaling. Metrics keep TRL's names (clip_ratio/low_mean,
+clip_ratio/high_mean, clip_ratio/region_mean, ...), now counting divclip's bounds, plus divclip/kl3.
+With clip_measure='ratio' the loss is TRL's, bit for bit (tests/trainer/test_trl.py).
+
+Not supported (a ValueError at construction): loss types other than the four above, sequence-level
+importance sampling, and the entropy bonus (entropy_coef / use_adaptive_entropy).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.utils import nanmax, nanmin
+
+from theory.conversions import delta_for_eps
+from theory.losses import MODES, ClipSpec
+from theory.measures import MEASURES, get_measure
+
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+_MODEL_INPUTS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes",
+                 "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids")
+
+
+@dataclass
+class DivClipGRPOConfig(GRPOConfig):
+    """GRPOConfig plus the divergence measure and its budget δ."""
+
+    clip_measure: str = field(
+        default="kl3",
+        metadata={"help": "Divergence measure of the clip (a theory.MEASURES name). 'ratio' is TRL's own clip with "
+                          "epsilon / epsilon_high; 'kl3' is ATR-GRPO."},
+    )
+    clip_delta: float | None = field(
+        default=None,
+        metadata={"help": "Budget δ of D(r[, p]) <= δ. None derives it from `epsilon` as δ = D(1 - epsilon), so "
+                          "the lower bound stays GRPO's 1 - epsilon (KL3, epsilon 0.2: δ = 0.023144, upper bound "
+                          "1.2308). Required for p-dependent measures (binary_kl, binary_tv). TRL's own `delta` "
+                          "(the two-sided clip cap) is a different knob and maps to divclip's dual clip."},
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.clip_measure not in MEASURES:
+            raise ValueError(f"clip_measure must be one of {sorted(MEASURES)}, got {self.clip_measure!r}")
+        if self.clip_measure == "ratio" and self.clip_delta is not None:
+            raise ValueError(f"clip_measure='ratio' uses epsilon/epsilon_high, so clip_delta must be None, "
+                             f"got {self.clip_delta!r}")
+        if self.clip_delta is not None and not (
+            isinstance(self.clip_delta, (int, float)) and math.isfinite(self.clip_delta) and self.clip_delta > 0
+        ):
+            raise ValueError(f"clip_delta must be None or a finite number > 0, got {self.clip_delta!r}")
+        if self.clip_delta is None and get_measure(self.clip_measure).p_dependent:
+            raise ValueError(f"clip_measure={self.clip_measure!r} depends on p = π_old(a): give clip_delta "
+                             f"explicitly, got clip_delta=None")
+        self.clip_spec()  # fail now on a bad combination
+
+    def clip_spec(self) -> ClipSpec:
+        """The divclip ClipSpec these arguments describe."""
+        c = self.delta  # TRL's two-sided clip: clamp r at `delta`; for A < 0 that is the dual clip at c = delta
+        if self.clip_measure == "ratio":
+            high = self.epsilon_high if self.epsilon_high is not None else self.epsilon
+            return ClipSpec("ratio", eps_low=self.epsilon, eps_high=high, dual_clip_c=c)
+        delta = self.clip_delta
+        if delta is None:
+            delta = delta_for_eps(self.clip_measure, eps_low=self.epsilon)
+        return ClipSpec(self.clip_measure, delta=delta, dual_clip_c=c)
+
+
+class DivClipGRPOTrainer(GRPOTrainer):
+    """TRL's GRPOTrainer whose clipped surrogate is divclip's (see the module docstring)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        a = self.args
+        if not isinstance(a, DivClipGRPOConfig):
+            raise ValueError(f"args must be a DivClipGRPOConfig, got {type(a).__name__}")
+        if a.loss_type not in LOSS_TYPES:
+            raise ValueError(f"DivClipGRPOTrainer supports loss_type in {list(LOSS_TYPES)}, got {a.loss_type!r}")
+        if a.importance_sampling_level != "token":
+            raise ValueError(f"DivClipGRPOTrainer supports importance_sampling_level='token' only, got "
+                             f"{a.importance_sampling_level!r}")
+        if self._entropy_bonus_enabled:
+            raise ValueError(f"DivClipGRPOTrainer does not support the entropy bonus, got entropy_coef="
+                             f"{a.entropy_coef!r}, use_adaptive_entropy={a.use_adaptive_entropy!r}")
+        self.clip_spec = a.clip_spec()
+
+    def _compute_loss(self, model, inputs):
+        prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
+        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
+        logits_to_keep = completion_ids.size(1)
+        mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]  # (B, T)
+        per_token_logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, logits_to_keep, compute_entropy=True,
+            compute_aux_loss=self.aux_loss_enabled, **{k: inputs.get(k) for k in _MODEL_INPUTS},
+        )  # (B, T)
+        entropy_mask = None
+        if self.top_entropy_quantile < 1.0:
+            entropy_mask = self.get_high_entropy_mask(entropies, mask, 1 - self.top_entropy_quantile)
+        advantages = inputs["advantages"]
+        if advantages.dim() == 1:
+            advantages = advantages.unsqueeze(1)
+        old_per_token_logps = inputs.get("old_per_token_logps")
+        old_per_token_logps = per_token_logps.detach() if old_per_token_logps is None else old_per_token_logps
+        if self.off_policy_mask_threshold is not None:
+            off_policy_mask = self.get_off_policy_mask(
+                advantages=advantages, per_token_logps=per_token_logps,
+                sampling_per_token_logps=inputs.get("sampling_per_token_logps", old_per_token_logps),
+                mask=mask, off_policy_threshold=self.off_policy_mask_threshold,
+            )
+
+        # divclip: the clipped surrogate max(-A·r, -A·clip(r)) with clip(r) from D(r[, p]) <= δ.
+        mask_f = mask.to(per_token_logps.dtype)
+        terms = MODES[self.clip_spec.mode](per_token_logps, old_per_token_logps,
+                                           advantages.expand_as(per_token_logps), mask_f, self.clip_spec)
+        per_token_loss = terms.loss  # (B, T)
+
+        if self.beta != 0.0:
+            ref_per_token_logps = inputs["ref_per_token_logps"]
+            log_ref_ratio = ref_per_token_logps - per_token_logps
+            per_token_kl = torch.exp(log_ref_ratio) - log_ref_ratio - 1
+            if self.args.use_bias_correction_kl:
+                per_token_kl = per_token_kl * torch.exp(per_token_logps - old_per_token_logps)
+        if self.off_policy_mask_threshold is not None:
+            per_token_loss = per_token_loss * off_policy_mask
+        if entropy_mask is not None:
+            per_token_loss = per_token_loss * entropy_mask
+        if self.use_vllm and self.vllm_importance_sampling_correction:
+            per_token_loss = per_token_loss * inputs["importance_sampling_ratio"]
+        if self.beta != 0.0:
+            per_token_loss = per_token_loss + self.beta * per_token_kl
+
+        mode = "train" if self.model.training else "eval"
+        loss = self._normalise(per_token_loss, mask, inputs, mode)
+        if self.aux_loss_enabled:
+            normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+            loss = loss + self.router_aux_loss_coef * aux_loss / normalizer
+            self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(aux_loss).mean().item())
+        with torch.no_grad():  # clipped = the clipped branch of max(-A·r, -A·clip(r)) is strictly the larger
+            clipped = terms.loss.detach() > -advantages * terms.ratio  # (B, T)
+            low, high = (clipped & (advantages < 0)).float(), (clipped & (advantages > 0)).float()
+        self._log_metrics(mode, low, high, terms.log_ratio, mask, entropies,
+                          per_token_kl if self.beta != 0.0 else None)
+        return loss
+
+    def _normalise(self, per_token_loss, mask, inputs, mode):
+        """TRL 1.16's aggregation of each loss_type, gradient-accumulation scaling included."""
+        accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+        if self.loss_type == "grpo":
+            return ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean() / accumulation
+        if self.loss_type == "bnpo":
+            return (per_token_loss * mask).sum() / mask.sum().clamp(min=1.0) / accumulation
+        if self.loss_type == "dr_grpo":
+            return (per_token_loss * mask).sum() / (per_token_loss.size(0) * self.max_completion_length) / accumulation
+        # dapo: normalise by the generation batch's token count, split over processes and accumulation windows
+        normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+        if mode == "train":
+            normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
+        return (per_token_loss * mask).sum() / normalizer
+
+    def _log_metrics(self, mode, low, high, log_ratio, mask, entropies, per_token_kl):
+        def global_masked_mean(x):
+            local = torch.stack([(x * mask).sum(), mask.sum().float()])
+            totals = self.accelerator.reduce(local, reduction="sum")
+            return (totals[0] / totals[1].clamp(min=1.0)).item()
+
+        def seq_mean(x):
+            return (x * mask).sum(-1) / mask.sum(-1)
+
+        m = self._metrics[mode]
+        if per_token_kl is not None:
+            m["kl"].append(global_masked_mean(per_token_kl))
+        m["entropy"].append(global_masked_mean(entropies))
+        m["clip_ratio/low_mean"].append(global_masked_mean(low))
+        m["clip_ratio/high_mean"].append(global_masked_mean(high))
+        m["clip_ratio/region_mean"].append(global_masked_mean(torch.maximum(low, high)))
+        m["clip_ratio/low_min"].append(nanmin(self.accelerator.gather(seq_mean(low))).item())
+        m["clip_ratio/high_max"].append(nanmax(self.accelerator.gather(seq_mean(high))).item())
+        with torch.no_grad():
+            kl3 = torch.expm1(log_ratio) - log_ratio  # r - 1 - log r >= 0
+        m["divclip/kl3"].append(global_masked_mean(kl3))

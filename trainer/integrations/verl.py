@@ -1,0 +1,159 @@
+"""divclip's losses as verl 0.9.1 policy-loss modes (`actor_rollout_ref.actor.policy_loss.loss_mode=...`).
+
+Importing this module registers, with verl's `register_policy_loss`:
+
+  atr_kl3            ATR-GRPO. ε convention: the user gives GRPO's lower width ε_low in `clip_ratio_low`
+                     (falling back to `clip_ratio`, verl's rule); divclip sets δ = KL3(1 - ε_low)
+                     = -ε_low - log(1 - ε_low) and clips r to [1 - ε_low, u_δ], u_δ the KL3 root above 1
+                     (Lambert W_{-1}). `clip_ratio_high` is ignored: the upper width follows from δ. ε_low = 0.2
+                     gives δ = 0.023144 and u_δ = 1.23084: verl's `vanilla` with clip_ratio_low=0.2 and
+                     clip_ratio_high=u_δ - 1 (the same loss bit for bit, gradients equal to rounding).
+  divclip_<measure>  one mode per measure in `theory.MEASURES` (ratio, log_ratio, k2, kl3, kl3_reverse, binary_kl,
+                     binary_tv, chi2, hellinger). δ convention, as verl's own dppo_kl/dppo_tv: `clip_ratio_low` is
+                     the budget of the lower side and `clip_ratio_high` that of the upper side (each falling back to
+                     `clip_ratio`), so r is clipped to [lo(δ_low), hi(δ_high)] of D(r[, p]) <= δ. For 'ratio' the
+                     budgets are the widths ε (divclip_ratio is `vanilla`). Set them explicitly: verl's default
+                     0.2 is a ratio width, a wide budget for KL3 ([0.49, 1.77]).
+
+All modes use PPO's clipped form max(-A·r, -A·clip(r)) with verl's dual clip at `clip_ratio_c` for A < 0 (as
+`vanilla`; `clip_ratio_c` = inf turns it off), multiply by `rollout_is_weights`, and aggregate with verl's own
+`agg_loss(..., **config.global_batch_info)`, so dp/global-token normalisation is verl's. Metrics use verl's names
+(`actor/pg_clipfrac`, `actor/ppo_kl`, `actor/pg_clipfrac_lower` = the dual-clip fraction, as in `vanilla`)
+plus `actor/clipfrac_low` (A < 0 and r below the lower bound) and `actor/clipfrac_high` (A > 0 and r above the
+upper bound).
+
+Enable in a verl run: `VERL_USE_EXTERNAL_MODULES=trainer.integrations.verl` (verl/__init__.py imports every
+comma-separated module in it whenever `verl` is imported, in the driver and in each Ray worker that inherits the
+variable) and `actor_rollout_ref.actor.policy_loss.loss_mode=atr_kl3`. See docs/trainer.md.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from verl.trainer.ppo.core_algos import agg_loss, register_policy_loss
+
+from theory.bounds import kl3_bounds
+from theory.loss_metrics import clip_metrics
+from theory.losses import MODES, ClipSpec
+from theory.measures import MEASURES, get_measure
+
+LOSS_MODES: list[str] = []
+"""Every loss mode this module registered with verl."""
+
+
+def side_budgets(config) -> tuple[float, float]:
+    """(low, high) from clip_ratio_low / clip_ratio_high, each falling back to clip_ratio (verl's rule)."""
+    base = config.clip_ratio
+    low = config.clip_ratio_low if config.clip_ratio_low is not None else base
+    high = config.clip_ratio_high if config.clip_ratio_high is not None else base
+    for name, v in (("clip_ratio_low", low), ("clip_ratio_high", high)):
+        if isinstance(v, bool) or not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+            raise ValueError(f"actor.{name} (or actor.clip_ratio) must be a finite number > 0, got {v!r}")
+    return float(low), float(high)
+
+
+def dual_clip_c(config) -> float | None:
+    """verl's `clip_ratio_c` (default 3.0); inf or None means no dual clip."""
+    c = config.get("clip_ratio_c", 3.0)
+    if c is None or c == math.inf:
+        return None
+    if isinstance(c, bool) or not (isinstance(c, (int, float)) and math.isfinite(c) and c > 1):
+        raise ValueError(f"actor.clip_ratio_c must be a number > 1 (inf: no dual clip), got {c!r}")
+    return float(c)
+
+
+def atr_kl3_bounds(eps_low: float) -> tuple[float, float, float]:
+    """(lo, hi, δ) of atr_kl3 for a lower width ε_low in (0, 1): δ = KL3(1 - ε_low), lo = 1 - ε_low, hi = u_δ."""
+    if not 0 < eps_low < 1:
+        raise ValueError(f"actor.clip_ratio_low must lie in (0, 1) for atr_kl3 (it is ε_low), got {eps_low!r}")
+    lo = 1.0 - eps_low  # computed exactly as vanilla computes 1 - cliprange_low
+    delta = float(get_measure("kl3").value(lo))
+    return lo, kl3_bounds(delta)[1], delta
+
+
+def atr_kl3_spec(config) -> ClipSpec:
+    """The ClipSpec atr_kl3 runs for a verl actor config. By the gradient-equivalence theorem KL3 clipping at δ
+    is ratio clipping at [l_δ, u_δ]; writing it with widths (1 - lo, hi - 1) makes the bounds verl's
+    1 - clip_ratio_low and u_δ exactly (u_δ - 1 is exact in float64 for u_δ in [1, 2])."""
+    lo, hi, _ = atr_kl3_bounds(side_budgets(config)[0])
+    return ClipSpec("ratio", eps_low=1.0 - lo, eps_high=hi - 1.0, dual_clip_c=dual_clip_c(config))
+
+
+def measure_specs(name: str, config) -> tuple[ClipSpec, ClipSpec | None]:
+    """(spec, None) when one spec covers both sides; else (lower-side spec, upper-side spec)."""
+    low, high = side_budgets(config)
+    c = dual_clip_c(config)
+    if name == "ratio":
+        return ClipSpec("ratio", eps_low=low, eps_high=high, dual_clip_c=c), None
+    if low == high:
+        return ClipSpec(name, delta=low, dual_clip_c=c), None
+    m = get_measure(name)
+    if not m.p_dependent:  # one interval [lo(δ_low), hi(δ_high)], written as ratio widths
+        lo, hi = float(m.bounds(low)[0]), float(m.bounds(high)[1])
+        return ClipSpec("ratio", eps_low=1.0 - lo, eps_high=hi - 1.0, dual_clip_c=c), None
+    return ClipSpec(name, delta=low, dual_clip_c=c), ClipSpec(name, delta=high, dual_clip_c=c)
+
+
+def _loss_and_metrics(specs, old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config,
+                      rollout_is_weights):
+    """Per-token loss from theory's clip mode, aggregated by verl's agg_loss with its global batch info."""
+    mask = response_mask.to(log_prob.dtype)
+    spec, upper = specs
+    terms = MODES["clip"](log_prob, old_log_prob, advantages, mask, spec)
+    m = clip_metrics(terms, mask)
+    pg_losses = terms.loss  # (B, T)
+    if upper is not None:
+        # Per-token bounds with a different budget on each side: r < 1 only ever meets the lower bound and
+        # r > 1 only the upper one, so each side takes the loss (and clip counts) of its own spec.
+        up = MODES["clip"](log_prob, old_log_prob, advantages, mask, upper)
+        pg_losses = torch.where(terms.ratio < 1, terms.loss, up.loss)
+        m_up = clip_metrics(up, mask)
+        m.update(clipfrac_high=m_up["clipfrac_high"], dual_clipfrac=m_up["dual_clipfrac"],
+                 clipfrac=m["clipfrac_low"] + m_up["clipfrac_high"])
+    if rollout_is_weights is not None:
+        pg_losses = pg_losses * rollout_is_weights
+    pg_loss = agg_loss(loss_mat=pg_losses, loss_mask=response_mask, loss_agg_mode=loss_agg_mode,
+                       **config.global_batch_info)
+    metrics = {
+        "actor/pg_clipfrac": m["clipfrac"],
+        "actor/ppo_kl": m["ppo_kl"],
+        "actor/pg_clipfrac_lower": m["dual_clipfrac"],
+        "actor/clipfrac_low": m["clipfrac_low"],
+        "actor/clipfrac_high": m["clipfrac_high"],
+    }
+    return pg_loss, metrics
+
+
+@register_policy_loss("atr_kl3")
+def compute_policy_loss_atr_kl3(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
+                                config=None, rollout_is_weights=None):
+    """ATR-GRPO in verl: KL3 clipping with δ = KL3(1 - clip_ratio_low); see the module docstring."""
+    if config is None:
+        raise ValueError("atr_kl3 needs verl's actor config (clip_ratio_low, clip_ratio_c, global_batch_info)")
+    return _loss_and_metrics((atr_kl3_spec(config), None), old_log_prob, log_prob, advantages, response_mask,
+                             loss_agg_mode, config, rollout_is_weights)
+
+
+LOSS_MODES.append("atr_kl3")
+
+
+def _register_measure(name: str):
+    mode = f"divclip_{name}"
+
+    @register_policy_loss(mode)
+    def compute_policy_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
+                            config=None, rollout_is_weights=None):
+        if config is None:
+            raise ValueError(f"{mode} needs verl's actor config (clip_ratio_low/high, global_batch_info)")
+        return _loss_and_metrics(measure_specs(name, config), old_log_prob, log_prob, advantages, response_mask,
+                                 loss_agg_mode, config, rollout_is_weights)
+
+    compute_policy_loss.__name__ = f"compute_policy_loss_{mode}"
+    compute_policy_loss.__doc__ = f"Clip by {name}: δ_low = clip_ratio_low, δ_high = clip_ratio_high (see module)."
+    LOSS_MODES.append(mode)
+
+
+for _name in MEASURES:
+    _register_measure(_name)

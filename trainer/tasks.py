@@ -1,0 +1,156 @@
+"""Tasks with verifiable rewards: built-in addition (exact match) and JSONL files (numeric / \\boxed{} match).
+
+A task holds a train split and a held-out split of `Example`s, and a verifier `score(completion, answer)` that
+returns 1.0 for a correct completion and 0.0 otherwise. Which problems are held out depends only on the seed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Example:
+    prompt: str
+    answer: str
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    train: tuple[Example, ...]
+    eval: tuple[Example, ...]
+    score: Callable[[str, str], float]
+    """Verifier: score(completion_text, answer) -> 1.0 or 0.0."""
+
+    def sample(self, n: int, rng: np.random.Generator) -> list[Example]:
+        """n training examples drawn uniformly with replacement."""
+        return [self.train[i] for i in rng.integers(0, len(self.train), size=n)]
+
+
+# -------------------------------------------------------------------------------------------- arithmetic
+def exact_match(completion: str, answer: str) -> float:
+    return float(completion.strip() == answer.strip())
+
+
+def arithmetic_task(digits: int = 2, eval_size: int = 200, seed: int = 0) -> Task:
+    """Every sum a + b of two `digits`-digit operands, zero-padded ("07+35=" -> "42"), scored by exact match."""
+    n = 10**digits
+    if not 0 <= eval_size < n * n:
+        raise ValueError(f"eval_size must be in [0, {n * n}) for arith_digits={digits}, got {eval_size!r}")
+    examples = [Example(f"{a:0{digits}d}+{b:0{digits}d}=", str(a + b)) for a in range(n) for b in range(n)]
+    held = np.random.default_rng([seed, 7]).permutation(len(examples))[:eval_size]
+    is_held = np.zeros(len(examples), dtype=bool)
+    is_held[held] = True
+    train = tuple(e for e, h in zip(examples, is_held) if not h)
+    return Task(f"arith{digits}", train, tuple(examples[i] for i in sorted(held)), exact_match)
+
+
+# ------------------------------------------------------------------------------------------------ JSONL
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?|-?\.\d+")
+
+
+def last_boxed(text: str) -> str | None:
+    """Contents of the last \\boxed{...} in `text` (nested braces allowed), or None."""
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    depth, i = 1, start + len("\\boxed{")
+    for j in range(i, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        if depth == 0:
+            return text[i:j]
+    return None
+
+
+def extract_answer(text: str) -> str:
+    """The final answer of a completion: the last \\boxed{} content, else the last number, else the text."""
+    boxed = last_boxed(text)
+    if boxed is not None:
+        return boxed.strip()
+    numbers = _NUMBER.findall(text)
+    return numbers[-1] if numbers else text.strip()
+
+
+def _as_number(text: str) -> Fraction | float | None:
+    s = text.strip().strip("$").replace(",", "").replace(" ", "")
+    if s.startswith("\\frac{") and s.endswith("}"):  # \frac{a}{b}
+        parts = s[len("\\frac{"):-1].split("}{")
+        s = "/".join(parts) if len(parts) == 2 else s
+    try:
+        return Fraction(s)
+    except (ValueError, ZeroDivisionError):
+        try:
+            v = float(s)
+        except ValueError:
+            return None
+        return v if math.isfinite(v) else None
+
+
+def numeric_match(completion: str, answer: str) -> float:
+    """1.0 when the completion's final answer (`extract_answer`) equals `answer` (or the \\boxed{} inside it) as
+    a number (to 1e-6 relative; fractions and \\frac allowed), else as text with spaces removed."""
+    pred, gold = extract_answer(completion), (last_boxed(answer) or answer).strip()
+    p, g = _as_number(pred), _as_number(gold)
+    if p is not None and g is not None:
+        return float(abs(float(p) - float(g)) <= 1e-6 * max(1.0, abs(float(g))))
+    return float(pred.replace(" ", "") == gold.replace(" ", ""))
+
+
+def load_jsonl(path: str | Path) -> list[Example]:
+    """Read {"prompt": str, "answer": str | number} lines; any bad line is a ValueError naming file and line."""
+    path = Path(path)
+    allowed = "a JSON object with 'prompt' (a non-empty string) and 'answer' (a string or a number)"
+    examples = []
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"task file {str(path)!r} line {lineno}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{where} is not valid JSON ({exc.msg}); every line must be {allowed}") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{where} is {type(row).__name__}, not an object; every line must be {allowed}")
+            for key in ("prompt", "answer"):
+                if key not in row:
+                    raise ValueError(f"{where} has no {key!r} (keys: {sorted(row)}); every line must be {allowed}")
+            prompt, answer = row["prompt"], row["answer"]
+            if not isinstance(prompt, str) or not prompt:
+                raise ValueError(f"{where} has prompt={prompt!r}; every line must be {allowed}")
+            if isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
+                raise ValueError(f"{where} has answer={answer!r}; every line must be {allowed}")
+            examples.append(Example(prompt, str(answer)))
+    if not examples:
+        raise ValueError(f"task file {str(path)!r} has no examples; every line must be {allowed}")
+    return examples
+
+
+def jsonl_task(path: str | Path, eval_size: int = 200, seed: int = 0) -> Task:
+    """A JSONL file split (by seed) into train and `eval_size` held-out examples, scored by `numeric_match`."""
+    examples = load_jsonl(path)
+    if not 0 <= eval_size < len(examples):
+        raise ValueError(
+            f"eval_size must be in [0, {len(examples)}) for task file {str(path)!r} with {len(examples)} examples, "
+            f"got {eval_size!r}"
+        )
+    order = np.random.default_rng([seed, 7]).permutation(len(examples))
+    held = set(order[:eval_size].tolist())
+    train = tuple(e for i, e in enumerate(examples) if i not in held)
+    return Task(Path(path).stem, train, tuple(examples[i] for i in sorted(held)), numeric_match)
+
+
+def load_task(task: str, *, arith_digits: int = 2, eval_size: int = 200, seed: int = 0) -> Task:
+    """'arith' or a JSONL path (see TrainerConfig.task)."""
+    if task == "arith":
+        return arithmetic_task(arith_digits, eval_size, seed)
+    return jsonl_task(task, eval_size, seed)
