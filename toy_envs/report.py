@@ -198,8 +198,13 @@ def _steps(s: int | None) -> str:
     return "never" if s is None else str(s)
 
 
-def _yes(h: bool | None) -> str:
-    return "undecided" if h is None else ("yes" if h else "no")
+def _yes(claim) -> str:
+    """'yes' only when the direction holds and its test (paired t-interval or bootstrap) excludes no effect."""
+    if claim.holds is None:
+        return "undecided"
+    if not claim.holds:
+        return "no"
+    return "yes, but not significant" if "not significant" in claim.detail else "yes"
 
 
 # ---------------------------------------------------------------------------------------- markdown
@@ -240,7 +245,7 @@ def claims_markdown(result: ArenaResult, command: str | None = None, baseline: s
     if cl:
         lines.append("Does the paper's direction hold here?")
         lines.append("")
-        lines += [f"- {c.text}: **{_yes(c.holds)}** ({c.detail})" for c in cl]
+        lines += [f"- {c.text}: **{_yes(c)}** ({c.detail})" for c in cl]
     return "\n".join(lines) + "\n"
 
 
@@ -314,7 +319,7 @@ def report_html(result: ArenaResult, command: str | None = None) -> str:
     esc = html.escape
     table = ("<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>"
              + "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>")
-    items = "".join(f"<li>{esc(c.text)}: <b>{_yes(c.holds)}</b> ({esc(c.detail)})</li>" for c in claims(result))
+    items = "".join(f"<li>{esc(c.text)}: <b>{_yes(c)}</b> ({esc(c.detail)})</li>" for c in claims(result))
     docs = "".join(f"<li><code>{esc(k)}</code>: {esc(v)}</li>" for k, v in METRIC_DOCS.items())
     fig = pio.to_html(report_figure(result), include_plotlyjs=True, full_html=False)
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>divclip toy: {esc(result.env)}</title>"

@@ -71,7 +71,7 @@ def test_markdown_table_has_one_row_per_method_and_plain_answers():
     assert len(rows) == 3 and rows[1].startswith("| grpo") and rows[2].startswith("| atr")
     assert "divclip toy --env bandit" in md
     answers = [line for line in md.splitlines() if line.startswith("- ")]
-    assert len(answers) == 4 and all(("**yes**" in a) or ("**no**" in a) for a in answers)
+    assert len(answers) == 4 and all(re.search(r"\*\*(yes|yes, but not significant|no|undecided)\*\*", a) for a in answers)
 
 
 def test_csv_round_trip_and_self_contained_html(tmp_path):
@@ -116,3 +116,13 @@ def test_ties_are_not_improvements():
     assert by_text["ATR-GRPO reaches a higher final expected reward"].holds is False
     assert by_text["ATR-GRPO explores more (higher final pass@16)"].holds is False
     assert by_text["ATR-GRPO converges faster"].holds is False
+
+
+def test_a_direction_without_significance_is_not_a_plain_yes():
+    from toy_envs.report import Claim, _yes
+
+    assert _yes(Claim("atr", "x", True, "0.9 vs 0.8; paired difference +0.1 ± 0.01, significant")) == "yes"
+    assert _yes(Claim("atr", "x", True, "0.9 vs 0.89; paired difference +0.01 ± 0.05, not significant")) == (
+        "yes, but not significant")
+    assert _yes(Claim("atr", "x", False, "significant")) == "no"
+    assert _yes(Claim("atr", "x", None, "")) == "undecided"
