@@ -11,6 +11,8 @@ st.set_page_config(page_title="divclip", page_icon="✂️", layout="wide")
 PAGES = [
     st.Page("pages/clip_explorer.py", title="Clip explorer", icon=":material/tune:", default=True),
     st.Page("pages/proof.py", title="The proof", icon=":material/functions:"),
+    st.Page("pages/reallocation.py", title="Mass reallocation", icon=":material/swap_horiz:"),
+    st.Page("pages/toy_arena.py", title="Toy arena", icon=":material/sports_esports:"),
     st.Page("pages/custom_measure.py", title="Custom measure", icon=":material/edit_note:"),
     st.Page("pages/sanity_check.py", title="Sanity check", icon=":material/fact_check:"),
 ]

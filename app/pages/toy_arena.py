@@ -1,0 +1,206 @@
+"""Toy arena: clipping methods trained side by side on many seeds, curves drawn live while they train.
+
+The run is `toy_envs.iter_arena` on a background thread (`app.arena_runner.ArenaRun`, kept in session state);
+a fragment polls it every POLL_S seconds, so the page never freezes and Stop is handled mid-run. Figures are
+`app.arena_figures`; the end-of-run table and claims are `toy_envs.report`.
+"""
+
+import streamlit as st
+
+from app.arena_figures import MAX_POINTS, arena_figure
+from app.arena_runner import ArenaRun, ArenaSettings
+from app.page_parts import markdown_text, share_link, show_messages
+from app.state import ChoiceListParam, ChoiceParam, FloatParam, PageState, TextParam
+from theory.losses import PRESETS
+from toy_envs import ENVS, PASS_AT_K
+from toy_envs.report import claims, summarize
+
+POLL_S = 0.5  # seconds between redraws while a run trains
+RUN_KEY = "arena.run"
+ERROR_KEY = "arena.error"
+DEFAULT_ENV = "bandit"
+_ENV_DEFAULTS = ENVS[DEFAULT_ENV].arena
+ARENA_SPEC = (
+    ChoiceParam("env", "environment", DEFAULT_ENV, tuple(ENVS)),
+    ChoiceListParam("methods", "method", ("grpo", "dapo", "atr"), tuple(PRESETS)),
+    TextParam("extra", "other methods", "", max_chars=400),
+    FloatParam("seeds", "seeds", 8.0, 1.0, 256.0),
+    FloatParam("steps", "steps", 100.0, 1.0, 5000.0),
+    FloatParam("group_size", "group size", float(_ENV_DEFAULTS["group_size"]), 2.0, 256.0),
+    FloatParam("prompts_per_step", "prompts per step", float(_ENV_DEFAULTS["prompts_per_step"]), 1.0, 64.0),
+    FloatParam("ppo_epochs", "PPO epochs", float(_ENV_DEFAULTS["ppo_epochs"]), 1.0, 32.0),
+    FloatParam("lr", "learning rate", float(_ENV_DEFAULTS["lr"]), 1e-4, 1.0),
+)
+
+TRAINING = ("group_size", "prompts_per_step", "ppo_epochs", "lr")  # the environment's registry defaults
+
+state = PageState("arena", ARENA_SPEC)
+url_warnings = state.init()
+if "arena._env_defaults" not in st.session_state:
+    # First visit: a link naming an environment but not its training settings gets that environment's defaults
+    # (the parameters' own defaults are the bandit's).
+    st.session_state["arena._env_defaults"] = True
+    given = st.query_params.to_dict()
+    env_defaults = ENVS[st.session_state[state.key("env")]].arena
+    state.set({name: float(env_defaults[name]) for name in TRAINING if name not in given})
+
+
+def current_settings() -> ArenaSettings:
+    v = state.values()
+    extra = [m.strip() for m in v["extra"].split(",") if m.strip()]
+    return ArenaSettings(
+        env=v["env"], methods=(*v["methods"], *extra), seeds=int(round(v["seeds"])), steps=int(round(v["steps"])),
+        group_size=int(round(v["group_size"])), prompts_per_step=int(round(v["prompts_per_step"])),
+        ppo_epochs=int(round(v["ppo_epochs"])), lr=float(v["lr"]),
+    )
+
+
+def use_env_defaults() -> None:
+    """A new environment brings its registry settings (toy_envs.registry); steps and seeds stay."""
+    defaults = ENVS[st.session_state[state.key("env")]].arena
+    state.set({name: float(defaults[name]) for name in TRAINING})
+
+
+def start_run() -> None:
+    """Run button: validate (iter_arena raises ValueError naming the argument) and start the thread."""
+    ss = st.session_state
+    ss.pop(ERROR_KEY, None)
+    try:
+        run = ArenaRun.start(current_settings())
+    except ValueError as exc:
+        ss[ERROR_KEY] = str(exc)
+        return
+    previous = ss.get(RUN_KEY)
+    if previous is not None:
+        previous.stop()
+    ss[RUN_KEY] = run
+
+
+def stop_run() -> None:
+    run = st.session_state.get(RUN_KEY)
+    if run is not None:
+        run.stop()
+
+
+st.title("Toy arena")
+st.markdown(
+    "Train clipping methods side by side on toy problems where the expected reward, pass@k and entropy are "
+    "known exactly. Seed s draws the same random stream under every method, so differences are paired; curves "
+    "are the mean over seeds with a band holding the middle 95 % of seeds. What the full runs in "
+    "`docs/toy_claims.md` found: on the sparse exploration problem both clip-higher methods beat GRPO (DAPO's "
+    "1.28 more than ATR-GRPO's derived 1.2308); on the bandit and the sequence task every method converges to "
+    "the same answer, because the upper bound rarely binds."
+)
+show_messages(url_warnings, kind="warning")
+
+with st.sidebar:
+    st.subheader("Problem")
+    st.selectbox("Environment", tuple(ENVS), key=state.key("env"), on_change=use_env_defaults)
+    st.caption(ENVS[st.session_state[state.key("env")]].summary)
+    st.multiselect("Methods", tuple(PRESETS), key=state.key("methods"),
+                   help="theory.losses presets: grpo ratio 0.2, dapo 0.2/0.28, atr KL3 δ = 0.023144, dppo_kl / "
+                        "dppo_tv DPPO's gated binary KL / TV, gspo sequence-level ratio, sapo soft gate.")
+    st.text_input("Other methods", key=state.key("extra"), placeholder="kl3:0.05, ratio:0.2:0.3, chi2",
+                  help="Comma-separated: a measure at the δ with GRPO's lower bound (kl3), 'measure:δ', "
+                       "'ratio:ε' or 'ratio:ε_low:ε_high'.")
+    c1, c2 = st.columns(2)
+    c1.number_input("Seeds", min_value=1.0, max_value=256.0, step=1.0, format="%.0f", key=state.key("seeds"))
+    c2.number_input("Steps", min_value=1.0, max_value=5000.0, step=10.0, format="%.0f", key=state.key("steps"))
+    with st.expander("Training settings (environment defaults)"):
+        st.number_input("Group size", min_value=2.0, max_value=256.0, step=1.0, format="%.0f",
+                        key=state.key("group_size"))
+        st.number_input("Prompts per step", min_value=1.0, max_value=64.0, step=1.0, format="%.0f",
+                        key=state.key("prompts_per_step"))
+        st.number_input("PPO epochs", min_value=1.0, max_value=32.0, step=1.0, format="%.0f",
+                        key=state.key("ppo_epochs"), help="With one epoch r ≡ 1 and no clip can bind.")
+        st.number_input("Learning rate (Adam)", min_value=1e-4, max_value=1.0, step=0.01, format="%.4f",
+                        key=state.key("lr"))
+
+settings = current_settings()
+query = state.sync()
+run = st.session_state.get(RUN_KEY)
+polling = run is not None and not run.done
+
+b1, b2, b3, b4 = st.columns([1, 1, 1, 3], vertical_alignment="bottom")
+b1.button("Run", type="primary", on_click=start_run, icon=":material/play_arrow:", width="stretch", key="arena.start")
+b2.button("Stop", on_click=stop_run, disabled=not polling, icon=":material/stop:", width="stretch", key="arena.stop")
+k = b3.selectbox("pass@k", PASS_AT_K, index=PASS_AT_K.index(8), key="arena.pass_k")
+b4.caption(f"{len(settings.methods)} method(s) × {settings.seeds} seed(s) × {settings.steps} steps on "
+           f"{settings.env}; the page redraws every {POLL_S:g} s while it trains.")
+if ERROR_KEY in st.session_state:
+    show_messages([st.session_state[ERROR_KEY]], kind="error")
+
+
+def summary_rows(result) -> list[dict]:
+    rows = []
+    for s in summarize(result):
+        rows.append({"method": s.method, "final E[R]": s.final_mean, "± 95 % CI": s.final_ci,
+                     "across-seed var": s.final_var, "steps to 90 %": s.steps_to_90,
+                     **{f"pass@{kk}": s.pass_at_k[kk][0] for kk in PASS_AT_K},
+                     "final entropy": s.final_entropy, "mean clipfrac": s.mean_clipfrac})
+    return rows
+
+
+def draw_status(run: ArenaRun) -> None:
+    run.seen()
+    total, done = run.settings.steps, run.steps_done
+    if not run.done:
+        verb = "Stopping" if run.stopping else "Training"
+        st.progress(done / total, text=f"{verb}: step {done} of {total} · {run.elapsed:.1f} s")
+    elif run.error:
+        show_messages([f"The run failed: {run.error}"], kind="error")
+    elif run.result is not None and run.result.stopped:
+        why = f": nobody had looked at the page for {run.abandon_s:.0f} s" if run.abandoned else "."
+        st.warning(f"Stopped at step {done} of {total} after {run.elapsed:.1f} s{why}", icon=":material/stop_circle:")
+    else:
+        st.success(f"Finished: {total} steps × {len(run.settings.methods)} method(s) × {run.settings.seeds} "
+                   f"seed(s) in {run.elapsed:.1f} s.", icon=":material/check_circle:")
+    if run.settings != settings:
+        st.caption("These curves come from the last run; the settings have changed since. Press Run to train "
+                   "with the new ones.")
+
+
+def draw_result(run: ArenaRun) -> None:
+    result = run.result
+    if result is None:
+        return
+    st.plotly_chart(arena_figure(result, k), key="arena.figure")
+    st.caption(f"Dotted: the best achievable expected reward ({result.best_reward:.4g}). Methods with identical "
+               f"curves draw on top of each other. Runs longer than {MAX_POINTS} steps are drawn at "
+               f"{MAX_POINTS} evenly spaced steps; the CSV has every step.")
+    if not run.done or result.steps_done == 0:
+        return
+    st.subheader(f"After {result.steps_done} steps")
+    number = st.column_config.NumberColumn(format="%.4f")
+    st.dataframe(summary_rows(result), hide_index=True, key="arena.summary",
+                 column_config={c: number for c in ("final E[R]", "± 95 % CI", "final entropy",
+                                                    *(f"pass@{kk}" for kk in PASS_AT_K))}
+                 | {"across-seed var": st.column_config.NumberColumn(format="%.3e"),
+                    "mean clipfrac": st.column_config.NumberColumn(format="%.4f")})
+    st.caption("Final = exact expected reward at the last step; ± is the 95 % t-interval over seeds; steps to 90 %: "
+               "first step where the across-seed mean reaches R0 + 0.9·(R* − R0) (None: never).")
+    st.download_button("Metrics as CSV", run.csv(), file_name=f"divclip_arena_{result.env}.csv", mime="text/csv",
+                       icon=":material/download:", on_click="ignore", key="arena.csv")
+    if len(result.methods) > 1 and len(result.seeds) > 1:
+        with st.expander("Does the paper's direction hold here?"):
+            verdict = {True: "yes", False: "no", None: "undecided"}
+            st.markdown("\n".join(f"- {markdown_text(c.text)}: **{verdict[c.holds]}** ({markdown_text(c.detail)})"
+                                  for c in claims(result)))
+
+
+@st.fragment(run_every=POLL_S if polling else None)
+def live() -> None:
+    """Redrawn alone every POLL_S s while the thread trains; once it is done, one full rerun stops the polling."""
+    run = st.session_state.get(RUN_KEY)
+    if run is None:
+        st.info("Press **Run** to train. Small runs (bandit, 8 seeds, 100 steps) take a few seconds.")
+        return
+    if polling and run.done:
+        st.rerun()
+    draw_status(run)
+    draw_result(run)
+
+
+live()
+st.markdown("**Link to these settings**")
+st.code(share_link(query), language=None, wrap_lines=True)

@@ -1,0 +1,140 @@
+"""End to end in headless Debian chromium: the mass-reallocation page renders theory's numbers, and a toy arena
+runs to completion, redraws while it trains and stops on Stop. Uses the server and browser fixtures of
+tests/app/conftest.py (`streamlit run app/main.py`); screenshots land in test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from urllib.parse import urlencode
+
+import pytest
+
+from theory import compare_measures
+
+pytestmark = pytest.mark.browser
+
+NAV = {"reallocation": "Mass reallocation", "toy_arena": "Toy arena"}  # url path -> title in app/main.py
+_SNAPSHOT = """() => {
+    const app = document.querySelector('[data-testid="stApp"]');
+    const charts = [...document.querySelectorAll('[data-testid="stPlotlyChart"]')];
+    return {
+        state: app && app.getAttribute('data-test-script-state'),
+        stale: document.querySelectorAll('[data-stale="true"]').length,
+        loading: document.querySelectorAll('[data-testid^="stSkeleton"]').length,
+        elements: document.querySelectorAll('[data-testid="stElementContainer"]').length,
+        charts: charts.length,
+        drawn: charts.filter(c => c.querySelector('.main-svg')).length,
+    };
+}"""
+
+
+def wait_drawn(page, timeout: float = 120.0) -> None:
+    """Until the script is idle, nothing is stale, every plotly chart has drawn, and three polls agree."""
+    page.wait_for_selector("h1", timeout=timeout * 1000)
+    deadline = time.monotonic() + timeout
+    last, stable = None, 0
+    while time.monotonic() < deadline:
+        snap = page.evaluate(_SNAPSHOT)
+        idle = (snap["state"] == "notRunning" and not snap["stale"] and not snap["loading"]
+                and snap["drawn"] == snap["charts"] and snap["elements"] > 0)
+        stable = stable + 1 if idle and snap == last else 0
+        if stable >= 2:
+            return
+        last = snap
+        page.wait_for_timeout(300)
+    raise AssertionError(f"page did not settle within {timeout:.0f} s: {last}")
+
+
+def screenshot(page, path) -> None:
+    """The whole page: Streamlit scrolls inside its main block, so grow the viewport to its height first."""
+    height = page.evaluate(
+        """() => Math.max(...[...document.querySelectorAll('[data-testid="stMain"], [data-testid="stSidebar"] > div')]
+                            .map(e => e.scrollHeight), window.innerHeight)"""
+    )
+    size = page.viewport_size
+    page.set_viewport_size({"width": size["width"], "height": min(int(height) + 40, 12000)})
+    page.wait_for_timeout(800)  # plotly relayouts on resize
+    page.screenshot(path=str(path), full_page=True)
+    page.set_viewport_size(size)
+
+
+def open_page(page, app_url: str, path: str, query: dict | None = None) -> None:
+    page.goto(f"{app_url}/{path}" + (f"?{urlencode(query, safe=',')}" if query else ""))
+    wait_drawn(page)
+
+
+def assert_no_exception(page) -> None:
+    exceptions = page.locator('[data-testid="stException"]')
+    assert exceptions.count() == 0, exceptions.first.inner_text()
+
+
+def metric_values(page) -> dict[str, str]:
+    labels = page.locator('[data-testid="stMetricLabel"]').all_inner_texts()
+    values = page.locator('[data-testid="stMetricValue"]').all_inner_texts()
+    return {label.strip(): value.strip() for label, value in zip(labels, values)}
+
+
+def progress_text(page) -> str | None:
+    bar = page.locator('[data-testid="stProgress"]')
+    return bar.first.inner_text().strip() if bar.count() else None
+
+
+def test_reallocation_page_shows_theorys_numbers(page, app_url, artifacts):
+    open_page(page, app_url, "reallocation", {"probs": "0.1,0.7,0.2", "adv": "1,-1,-1"})
+    assert page.locator("h1").first.inner_text().strip() == NAV["reallocation"]
+    assert_no_exception(page)
+    assert page.locator('[data-testid="stSidebarNav"]').get_by_text(NAV["reallocation"]).count() == 1
+    row = compare_measures([0.1, 0.7, 0.2], [1, -1, -1], ["grpo", "dapo", "atr", "dppo_kl", "dppo_tv"],
+                           lr=0.5, epochs=8).rows[2]  # atr, the page's default focus
+    shown = metric_values(page)
+    assert shown["one-step gain Σ Δπ·A"] == f"{row.optimum.gain:.4f}"
+    assert shown["ΔH after 8 epoch(s)"] == f"{row.dyn_entropy_change:+.4f}"
+    assert page.locator('[data-testid="stPlotlyChart"]').count() == 6
+    screenshot(page, artifacts / "realloc-rare-action.png")
+
+    field = page.get_by_role("textbox", name=re.compile("π_old"))
+    field.fill("0.5,0.6,0.1")
+    field.press("Enter")
+    page.get_by_text("probs must sum to 1").wait_for()
+    wait_drawn(page)
+    assert_no_exception(page)
+    screenshot(page, artifacts / "realloc-bad-probs.png")
+
+
+def test_toy_arena_runs_to_completion(page, app_url, artifacts):
+    open_page(page, app_url, "toy_arena", {"env": "bandit", "methods": "grpo,dapo,atr", "seeds": 4, "steps": 60})
+    assert page.locator("h1").first.inner_text().strip() == NAV["toy_arena"]
+    assert page.get_by_text("Press Run to train").count() == 1
+    page.get_by_role("button", name="Run").click()
+    page.get_by_text(re.compile(r"^Finished: 60 steps")).wait_for(timeout=180_000)
+    wait_drawn(page)
+    assert_no_exception(page)
+    assert page.get_by_role("heading", name="After 60 steps").count() == 1
+    assert page.locator('[data-testid="stDownloadButton"]').get_by_text("Metrics as CSV").count() == 1
+    assert page.get_by_role("button", name="Stop").is_disabled()
+    screenshot(page, artifacts / "arena-finished.png")
+
+
+def test_toy_arena_redraws_while_training_and_stops(page, app_url, artifacts):
+    open_page(page, app_url, "toy_arena", {"env": "sparse", "methods": "grpo,atr", "seeds": 4, "steps": 5000})
+    page.get_by_role("button", name="Run").click()
+    seen: list[str] = []
+    deadline = time.monotonic() + 120
+    while len(set(seen)) < 3 and time.monotonic() < deadline:  # three different progress texts: live redraws
+        text = progress_text(page)
+        if text:
+            seen.append(text)
+        page.wait_for_timeout(200)
+    assert len(set(seen)) >= 3, seen
+    assert all(re.match(r"Training: step \d+ of 5000 · [\d.]+ s", t) for t in seen), seen
+    screenshot(page, artifacts / "arena-running.png")
+    page.get_by_role("button", name="Stop").click()
+    stopped = page.get_by_text(re.compile(r"^Stopped at step \d+ of 5000"))
+    stopped.wait_for(timeout=120_000)
+    wait_drawn(page)
+    assert_no_exception(page)
+    step = int(re.search(r"step (\d+)", stopped.inner_text()).group(1))
+    assert 0 < step < 5000
+    screenshot(page, artifacts / "arena-stopped.png")
