@@ -11,7 +11,7 @@ import importlib
 import json
 import math
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 

@@ -9,7 +9,7 @@ threshold δ; TRL has no equivalent, so its lines are commented out and hold onl
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from app.intervals import ClipInterval
 from app.state import format_number

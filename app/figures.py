@@ -12,7 +12,7 @@ the clip explorer redraws four figures on every slider move.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go

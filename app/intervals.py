@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import theory
 from app.methods import colour_for, label_for, method_for

@@ -7,11 +7,11 @@ Each preset is a full set of explorer values, so choosing one is the same as ope
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import theory
-
 from app.state import ChoiceListParam, FloatParam
 
 DELTA_MIN, DELTA_MAX = 0.001, 0.5

@@ -8,7 +8,7 @@ preset uses. Figures are built from trace and layout dicts in one go, as in `app
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go

@@ -11,8 +11,9 @@ last values the page saw, so navigating away and back keeps them), and writes th
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 # Query parameters Streamlit itself uses; never reported as unknown.
 _RESERVED = ("embed", "embed_options")

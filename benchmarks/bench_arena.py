@@ -89,8 +89,8 @@ def main(argv=None) -> None:
         rows.append((name, f"{seeds} × {steps}", f"{batched:.2f}", f"{floor:.2f}", f"{steps / batched:.0f}",
                      f"{seeds * steps / batched:.0f}", f"{loop:.1f} (from {sub} seeds)", f"{speedup:.0f}×",
                      ", ".join(met)))
-    head = ("case", "seeds × steps", "batched (s)", "policy_loss alone (s)", "steps/s", "seed-steps/s", "per-seed loop (s, extrapolated)",
-            "speed-up", "goals")
+    head = ("case", "seeds × steps", "batched (s)", "policy_loss alone (s)", "steps/s", "seed-steps/s",
+            "per-seed loop (s, extrapolated)", "speed-up", "goals")
     widths = [max(len(r[i]) for r in (head, *rows)) for i in range(len(head))]
     load = os.getloadavg() if hasattr(os, "getloadavg") else ("n/a",)
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, arena threads 1, load average {load[0]:.2f}, "

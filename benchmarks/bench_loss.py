@@ -118,7 +118,7 @@ def time_cases(inputs, repeats: int):
     made = [(name, make(), base) for name, make, base in cases()]
     times = {name: [] for name, _, _ in made}
     for _ in range(2):  # warm-up
-        for name, fn, _ in made:
+        for _name, fn, _ in made:
             step(fn, inputs)
     for _ in range(repeats):
         for name, fn, _ in made:

@@ -149,7 +149,7 @@ def solve_roots(measure: sp.Expr) -> list[sp.Expr]:
     return list(_solve_roots(measure))
 
 
-@functools.lru_cache(maxsize=None)  # solve is the slow part (~0.5 s for Lambert); derivation and check share it
+@functools.cache  # solve is the slow part (~0.5 s for Lambert); derivation and check share it
 def _solve_roots(measure: sp.Expr) -> tuple[sp.Expr, ...]:
     roots: list[sp.Expr] = []
     for form, _ in side_forms(measure):

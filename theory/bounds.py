@@ -14,7 +14,7 @@ serves the numpy API and the per-token bounds inside the torch loss.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 from scipy.special import lambertw

@@ -29,9 +29,10 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Callable, Mapping, NamedTuple
+from typing import NamedTuple
 
 import torch
 

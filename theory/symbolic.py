@@ -16,9 +16,28 @@ from collections.abc import Sequence
 import sympy as sp
 
 from theory._symbolic_generic import (
-    ADV, DELTA, L_SYM, R, S, TOL, U_SYM, CheckResult, Step, compose_at_one, evaluate,
-    lower_upper_forms, make_step, solve_roots, statement_latex, vanishing_order, verify_asymptotic,
-    verify_log_equivalence, verify_nonnegative, verify_relations, verify_root_series, verify_roots,
+    ADV,
+    DELTA,
+    L_SYM,
+    TOL,
+    U_SYM,
+    CheckResult,
+    R,
+    S,
+    Step,
+    compose_at_one,
+    evaluate,
+    lower_upper_forms,
+    make_step,
+    solve_roots,
+    statement_latex,
+    vanishing_order,
+    verify_asymptotic,
+    verify_log_equivalence,
+    verify_nonnegative,
+    verify_relations,
+    verify_root_series,
+    verify_roots,
     with_statement,
 )
 
@@ -284,7 +303,7 @@ def _kl3_steps() -> list[Step]:
     ]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cached_derivation(measure_name: str) -> tuple[Step, ...]:
     if measure_name == "kl3":
         return tuple(_kl3_steps())

@@ -11,7 +11,8 @@ statistic of the environment applies to either.
   random weights come from each run's own seed.
 
 Seeds stay independent under Adam on the stacked tensors (`toy_envs.optim`, torch.optim.Adam's update):
-Adam's moments and update are elementwise, and run r's entries only ever receive run r's gradient (its loss term touches only its rows).
+Adam's moments and update are elementwise, and run r's entries only ever receive run r's gradient (its loss
+term touches only its rows).
 Anything that mixes entries across runs — a global gradient-norm clip, weight statistics — would couple
 the seeds and is deliberately absent.
 """

@@ -69,7 +69,7 @@ class ArenaResult:
 
     # -- CSV (long format: one row per method, seed, step) -----------------------------------------
     def to_csv(self, path) -> None:
-        M, S, T = len(self.methods), len(self.seeds), self.steps_done
+        S, T = len(self.seeds), self.steps_done
         seed_col = np.repeat(np.asarray(self.seeds, dtype=np.float64), T)  # (S·T,)
         step_col = np.tile(np.arange(1, T + 1, dtype=np.float64), S)
         fmt = ",".join(["%d", "%d"] + ["%.9g"] * len(METRICS))

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping
 
 from theory.advantages import NORMS
 from theory.loss_metrics import KL_ESTIMATORS

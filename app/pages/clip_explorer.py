@@ -8,8 +8,18 @@ from app.figures import divergence_curves, interval_chart, surrogate_figure
 from app.intervals import clip_intervals, table_csv, table_rows
 from app.methods import label_for
 from app.page_parts import formula_latex, share_link, show_messages
-from app.presets import (DELTA_MAX, DELTA_MIN, EPS_MAX, EPS_MIN, EXPLORER_SPEC, P_MAX, P_MIN, PRESETS,
-                         kl3_delta_matching, matching_preset)
+from app.presets import (
+    DELTA_MAX,
+    DELTA_MIN,
+    EPS_MAX,
+    EPS_MIN,
+    EXPLORER_SPEC,
+    P_MAX,
+    P_MIN,
+    PRESETS,
+    kl3_delta_matching,
+    matching_preset,
+)
 from app.state import PageState
 
 state = PageState("explorer", EXPLORER_SPEC)

@@ -9,8 +9,15 @@ import re
 import streamlit as st
 
 from app.page_parts import share_link, show_messages
-from app.realloc_figures import (bucket_figure, entropy_figure, feasible_figure, flow_figure, headroom_figure,
-                                 ratio_figure, spec_colours)
+from app.realloc_figures import (
+    bucket_figure,
+    entropy_figure,
+    feasible_figure,
+    flow_figure,
+    headroom_figure,
+    ratio_figure,
+    spec_colours,
+)
 from app.state import ChoiceListParam, FloatParam, PageState, TextParam
 from theory.losses import PRESETS
 from theory.reallocation import DEFAULT_COMPARE_SPECS, PROB_SUM_TOL, compare_measures, headroom_curve

@@ -7,8 +7,8 @@ default the user probably did not know about); a config that avoids all of them 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Callable
 
 from app.sanity.budget import implied_eps_high
 from app.sanity.settings import VERL_VERSION, ClipSettings

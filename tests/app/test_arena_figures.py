@@ -66,7 +66,7 @@ def test_long_runs_are_drawn_at_most_max_points_steps():
 def test_partial_and_empty_results():
     stop = threading.Event()
     partial = None
-    for partial in iter_arena("bandit", "grpo", 1, 50, every=5, stop=stop):
+    for partial in iter_arena("bandit", "grpo", 1, 50, every=5, stop=stop):  # noqa: B007 (last one kept)
         stop.set()  # stop after the first chunk
     assert partial.stopped and partial.steps_done == 5
     fig = arena_figure(partial)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import io
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -86,6 +85,7 @@ def test_kl3_delta_matching_clamps_with_a_message():
 
 
 def test_method_colours_match_streamlit_config():
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
     config = tomllib.loads((REPO / ".streamlit" / "config.toml").read_text())
     assert config["theme"]["chartCategoricalColors"] == list(METHOD_COLOURS.values())
     assert config["browser"]["gatherUsageStats"] is False

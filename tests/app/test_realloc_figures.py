@@ -7,8 +7,15 @@ import pytest
 
 from app import realloc_figures
 from app.methods import METHOD_COLOURS
-from app.realloc_figures import (bucket_figure, entropy_figure, feasible_figure, flow_figure, headroom_figure,
-                                 ratio_figure, spec_colours)
+from app.realloc_figures import (
+    bucket_figure,
+    entropy_figure,
+    feasible_figure,
+    flow_figure,
+    headroom_figure,
+    ratio_figure,
+    spec_colours,
+)
 from theory import compare_measures, constrained_optimum, headroom_curve
 
 SPECS = ["grpo", "dapo", "atr", "dppo_kl", "dppo_tv"]

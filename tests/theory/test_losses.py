@@ -173,7 +173,7 @@ def test_metrics_against_numpy():
     old, lp, adv, mask = batch(14, noise=0.4)
     spec = ClipSpec("ratio", eps_low=0.2, eps_high=0.28, dual_clip_c=1.5)
     _, _, m = ours(old, lp, adv, mask, spec)
-    o, x, a, k = old.numpy(), (lp - old).numpy(), adv.numpy(), mask.numpy().astype(bool)
+    x, a, k = (lp - old).numpy(), adv.numpy(), mask.numpy().astype(bool)
     r = np.exp(x)
     high, low = (a > 0) & (r > 1.28), (a < 0) & (r < 0.8)
     dual = (a < 0) & (-a * r > -a * 1.5)
@@ -409,7 +409,9 @@ def test_group_advantages_edge_cases_and_errors():
 
 def test_non_contiguous_inputs_match_contiguous_ones():
     old, lp, adv, mask = batch(23, noise=0.5)
-    t = (lambda x: x.t().contiguous().t())  # same values, column-major strides
+    def t(x):  # same values, column-major strides
+        return x.t().contiguous().t()
+
     for spec in ("atr", "dppo_kl", "gspo", ClipSpec("binary_kl", delta=0.05)):
         loss, grad, m = ours(old, lp, adv, mask, spec)
         loss_t, grad_t, m_t = ours(t(old), t(lp), t(adv), t(mask), spec)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from scipy.special import lambertw
 
 from theory import symbolic
-from theory.symbolic import DELTA, R, S, CheckResult, Step
+from theory.symbolic import DELTA, CheckResult, R, S, Step
 
 L_SYM, U_SYM = sp.Symbol("l_delta"), sp.Symbol("u_delta")
 X = -sp.exp(-1 - DELTA)
@@ -27,7 +27,7 @@ ALL_STEPS = [(name, i) for name in symbolic.derivable_measures()
              for i in range(len(symbolic.derivation(name)))]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def results(name: str) -> tuple[CheckResult, ...]:
     """Each check runs once per session; several tests read the results."""
     return tuple(step.run_check() for step in symbolic.derivation(name))

@@ -71,7 +71,8 @@ def test_markdown_table_has_one_row_per_method_and_plain_answers():
     assert len(rows) == 3 and rows[1].startswith("| grpo") and rows[2].startswith("| atr")
     assert "divclip toy --env bandit" in md
     answers = [line for line in md.splitlines() if line.startswith("- ")]
-    assert len(answers) == 4 and all(re.search(r"\*\*(yes|yes, but not significant|no|undecided)\*\*", a) for a in answers)
+    answer = re.compile(r"\*\*(yes|yes, but not significant|no|undecided)\*\*")
+    assert len(answers) == 4 and all(answer.search(a) for a in answers)
 
 
 def test_csv_round_trip_and_self_contained_html(tmp_path):

@@ -146,8 +146,9 @@ def test_verl_imports_the_plugin_named_in_the_environment(monkeypatch):
     """The documented switch: verl/__init__.py imports every module in VERL_USE_EXTERNAL_MODULES when `verl` is
     imported. Re-run that real code (importlib.reload) against a registry without divclip's modes."""
     import verl
-    import trainer.integrations
     from verl.trainer.ppo import core_algos
+
+    import trainer.integrations
 
     fresh = {k: v for k, v in core_algos.POLICY_LOSS_REGISTRY.items() if k not in plugin.LOSS_MODES}
     monkeypatch.setattr(core_algos, "POLICY_LOSS_REGISTRY", fresh)  # restored (with divclip's) after the test
