@@ -10,64 +10,22 @@ import time
 from urllib.parse import urlencode
 
 import pytest
+from browser_helpers import assert_no_exception, screenshot, wait_idle
 
 from theory import compare_measures
 
 pytestmark = pytest.mark.browser
 
 NAV = {"reallocation": "Mass reallocation", "toy_arena": "Toy arena"}  # url path -> title in app/main.py
-_SNAPSHOT = """() => {
-    const app = document.querySelector('[data-testid="stApp"]');
-    const charts = [...document.querySelectorAll('[data-testid="stPlotlyChart"]')];
-    return {
-        state: app && app.getAttribute('data-test-script-state'),
-        stale: document.querySelectorAll('[data-stale="true"]').length,
-        loading: document.querySelectorAll('[data-testid^="stSkeleton"]').length,
-        elements: document.querySelectorAll('[data-testid="stElementContainer"]').length,
-        charts: charts.length,
-        drawn: charts.filter(c => c.querySelector('.main-svg')).length,
-    };
-}"""
 
 
 def wait_drawn(page, timeout: float = 120.0) -> None:
-    """Until the script is idle, nothing is stale, every plotly chart has drawn, and three polls agree."""
-    page.wait_for_selector("h1", timeout=timeout * 1000)
-    deadline = time.monotonic() + timeout
-    last, stable = None, 0
-    while time.monotonic() < deadline:
-        snap = page.evaluate(_SNAPSHOT)
-        idle = (snap["state"] == "notRunning" and not snap["stale"] and not snap["loading"]
-                and snap["drawn"] == snap["charts"] and snap["elements"] > 0)
-        stable = stable + 1 if idle and snap == last else 0
-        if stable >= 2:
-            return
-        last = snap
-        page.wait_for_timeout(300)
-    raise AssertionError(f"page did not settle within {timeout:.0f} s: {last}")
-
-
-def screenshot(page, path) -> None:
-    """The whole page: Streamlit scrolls inside its main block, so grow the viewport to its height first."""
-    height = page.evaluate(
-        """() => Math.max(...[...document.querySelectorAll('[data-testid="stMain"], [data-testid="stSidebar"] > div')]
-                            .map(e => e.scrollHeight), window.innerHeight)"""
-    )
-    size = page.viewport_size
-    page.set_viewport_size({"width": size["width"], "height": min(int(height) + 40, 12000)})
-    page.wait_for_timeout(800)  # plotly relayouts on resize
-    page.screenshot(path=str(path), full_page=True)
-    page.set_viewport_size(size)
+    wait_idle(page, timeout, allow_running=True)
 
 
 def open_page(page, app_url: str, path: str, query: dict | None = None) -> None:
     page.goto(f"{app_url}/{path}" + (f"?{urlencode(query, safe=',')}" if query else ""))
     wait_drawn(page)
-
-
-def assert_no_exception(page) -> None:
-    exceptions = page.locator('[data-testid="stException"]')
-    assert exceptions.count() == 0, exceptions.first.inner_text()
 
 
 def metric_values(page) -> dict[str, str]:
