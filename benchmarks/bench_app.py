@@ -1,6 +1,9 @@
 """Clip explorer: server-side rerun time after a δ slider move (goal: median < 150 ms).
 
-    python benchmarks/bench_app.py [--reruns 30]
+    python benchmarks/bench_app.py [--reruns 30] [--no-arena]
+
+It then runs benchmarks/bench_arena_redraw.py (a real server and headless chromium): how often the Toy arena
+page redraws while a run trains (goal: at least every 0.5 s). `--no-arena` skips that part.
 
 Each rerun is `at.slider("explorer.delta").set_value(δ).run()` in Streamlit's AppTest, started from
 app/main.py (navigation included), with a fresh δ every time so nothing is served from a cache. AppTest
@@ -13,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -77,6 +82,7 @@ def row(name: str, times: list[float], goal: bool) -> str:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reruns", type=int, default=30)
+    ap.add_argument("--no-arena", action="store_true", help="skip the arena redraw part (needs chromium)")
     args = ap.parse_args()
     rows = []
     for name, query in SCENARIOS.items():
@@ -94,6 +100,9 @@ def main():
     print("| what | median ms | p90 ms | min ms | reruns | under goal |")
     print("|---|---|---|---|---|---|")
     print("\n".join(rows))
+    if not args.no_arena:
+        print()
+        subprocess.run([sys.executable, str(Path(__file__).with_name("bench_arena_redraw.py"))], check=True)
 
 
 if __name__ == "__main__":

@@ -16,9 +16,10 @@ Reported per case: how long the run was shown running, number of redraws, median
 interval between redraws, median interval between data updates, the page's chunk size (steps per
 `iter_arena` yield), and how much of the run the browser's main thread spent in long tasks (> 50 ms, a
 PerformanceObserver "longtask" entry: mostly plotly drawing). The frontend asks for a fragment rerun every
-POLL_S = 0.4 s (app/pages/toy_arena.py) by a timer, and a timer cannot fire while the main thread is busy, so on a loaded machine the browser's
-drawing time, not the server, sets the interval (the server's fragment run takes ~0.1 s). "median ≤ goal"
-is a strict median <= 0.5 s. Intervals depend on the machine's load; the load average is printed.
+POLL_S = 0.4 s (app/pages/toy_arena.py) by a timer, and a timer cannot fire while the main thread is busy,
+so on a loaded machine the browser's drawing time, not the server, sets the interval (the server's fragment
+run takes ~0.1 s). "median ≤ goal" is a strict median <= 0.5 s. Intervals depend on the machine's load;
+the load average is printed.
 """
 
 from __future__ import annotations
