@@ -7,18 +7,17 @@ reruns the script, as the timer would. The page file runs on its own (no router)
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
+from apptest_helpers import PAGES_DIR, rendered, start_page
 from streamlit.testing.v1 import AppTest
 
 from app.arena_runner import TARGET_CHUNKS, ArenaRun, ArenaSettings, chunk_steps
 from toy_envs import ENVS, METRICS, run_arena
 from toy_envs.report import summarize
 
-PAGE = Path(__file__).resolve().parents[2] / "app" / "pages" / "toy_arena.py"
-TIMEOUT = 120
+PAGE = PAGES_DIR / "toy_arena.py"
 TINY = ArenaSettings("bandit", ("grpo", "dapo", "atr"), seeds=2, steps=5, group_size=16, prompts_per_step=1,
                      ppo_epochs=4, lr=0.05)
 
@@ -72,14 +71,7 @@ def test_runner_validates_in_the_callers_thread():
 
 # -------------------------------------------------------------------------------------------- page
 def start(query: dict | None = None) -> AppTest:
-    at = AppTest.from_file(str(PAGE), default_timeout=TIMEOUT)
-    at.query_params.update(query or {})
-    return at.run()
-
-
-def rendered(at: AppTest) -> AppTest:
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return start_page(PAGE, query)
 
 
 def run_to_end(at: AppTest) -> ArenaRun:

@@ -5,29 +5,20 @@ The page file is run on its own (no router), so these tests do not depend on app
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
+from apptest_helpers import PAGES_DIR, rendered, start_page
 from streamlit.testing.v1 import AppTest
 
 from theory import compare_measures, constrained_optimum
 from theory.reallocation import DEFAULT_COMPARE_SPECS
 from toy_envs.methods import method_spec
 
-PAGE = Path(__file__).resolve().parents[2] / "app" / "pages" / "reallocation.py"
-TIMEOUT = 120  # shared 2-core machine; the first run imports torch
+PAGE = PAGES_DIR / "reallocation.py"
 
 
 def start(query: dict | None = None) -> AppTest:
-    at = AppTest.from_file(str(PAGE), default_timeout=TIMEOUT)
-    at.query_params.update(query or {})
-    return at.run()
-
-
-def rendered(at: AppTest) -> AppTest:
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return start_page(PAGE, query)
 
 
 def errors(at: AppTest) -> str:
