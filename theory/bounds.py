@@ -66,7 +66,8 @@ def binary_kl_value(r, p, xp=np):
     arg = -p * x / (1.0 - p)
     inside = arg > -1.0
     safe = xp.where(inside, arg, xp.zeros_like(arg))
-    val = -p * xp.log(r) - (1.0 - p) * xp.log1p(safe)
+    with np.errstate(divide="ignore"):  # log(0) = -inf is the right limit at r = 0 (numpy only; torch is silent)
+        val = -p * xp.log(r) - (1.0 - p) * xp.log1p(safe)
     return xp.where(inside, val, xp.full_like(val, math.inf))
 
 
