@@ -16,8 +16,9 @@ Modes (a registry: a new mode is one `@register_mode` function returning `_Terms
   sapo   SAPO       -A·σ(τ(r - 1))·4/τ, τ by the sign of A  (verl `sapo`; no hard clip)
 
 p-independent measures give one scalar (lo, hi) per spec (KL3 by Lambert W), then plain clamps: the same code
-as PPO, so KL3 at δ is ratio clipping at [l_δ, u_δ] bit for bit. p-dependent measures (binary KL/TV, p = π_old)
-evaluate D(r, p) for every token and solve exact float64 bounds only for the tokens that are clipped.
+as PPO, so KL3 at δ is ratio clipping at the float bounds [l_δ, u_δ] bit for bit. p-dependent measures
+(binary KL/TV, p = π_old) evaluate D(r, p) for every token and solve exact float64 bounds only for the tokens
+that are clipped.
 
 Speed: the clip mode computes the loss value without autograd and attaches its known gradient, -A·r·∇log π on
 kept tokens and 0 on clipped ones, in one multiply (`_WithGradient`); masks are 0/1 floats, never `torch.where`.
