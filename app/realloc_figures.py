@@ -13,9 +13,8 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from app import figures
 from app.methods import METHOD_COLOURS
-
-VALIDATE = False  # tests switch plotly's (slow) property validation on; the app skips it
 
 # theory.losses.PRESETS name -> method label of app.methods (and so its colour).
 PRESET_METHOD = {"grpo": "GRPO", "dapo": "DAPO", "atr": "ATR-GRPO", "dppo_kl": "DPPO-Binary-KL",
@@ -40,7 +39,8 @@ def spec_colours(labels: Sequence[str]) -> dict[str, str]:
 
 
 def figure(traces: list[dict], layout: dict) -> go.Figure:
-    return go.Figure(data=traces, layout=layout, _validate=VALIDATE)
+    """One builder for every app figure, so one switch (`app.figures.VALIDATE`) governs plotly validation."""
+    return figures._figure(traces, layout)
 
 
 def layout(title: str, height: int, panels: bool = False, **kwargs) -> dict:

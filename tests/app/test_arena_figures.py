@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-from app import realloc_figures
+from app import figures
 from app.arena_figures import MAX_POINTS, arena_figure, panels, shown_steps
 from app.realloc_figures import spec_colours
 from toy_envs import iter_arena, run_arena
@@ -15,7 +15,7 @@ from toy_envs import iter_arena, run_arena
 
 @pytest.fixture(autouse=True)
 def validated(monkeypatch):
-    monkeypatch.setattr(realloc_figures, "VALIDATE", True)
+    monkeypatch.setattr(figures, "VALIDATE", True)
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app import realloc_figures
+from app import figures
 from app.methods import METHOD_COLOURS
 from app.realloc_figures import (
     bucket_figure,
@@ -24,7 +24,7 @@ SPECS = ["grpo", "dapo", "atr", "dppo_kl", "dppo_tv"]
 @pytest.fixture(autouse=True)
 def validated(monkeypatch):
     """Build with plotly's property validation on, so an invalid figure fails here, not in the browser."""
-    monkeypatch.setattr(realloc_figures, "VALIDATE", True)
+    monkeypatch.setattr(figures, "VALIDATE", True)
 
 
 @pytest.fixture(scope="module")
