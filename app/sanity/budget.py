@@ -29,18 +29,14 @@ def equivalent_budgets(eps_low: float | None, eps_high: float | None, p_grid=REF
 def _row(name: str, eps_low, eps_high, p) -> dict:
     row = {"measure": name, "p": p, "delta_from_eps_low": None, "implied_eps_high": None,
            "delta_from_eps_high": None, "implied_eps_low": None, "problems": []}
-    if eps_low is not None:
+    # Each given width fixes δ on its own side; the interval at that δ implies the other side's width.
+    for side, other, eps, other_index in (("low", "high", eps_low, 1), ("high", "low", eps_high, 0)):
+        if eps is None:
+            continue
         try:
-            d = delta_for_eps(name, eps_low=eps_low, p=p)
-            row["delta_from_eps_low"] = d
-            row["implied_eps_high"] = equivalent_ratio_clip(name, d, p)[1]
-        except ValueError as exc:
-            row["problems"].append(str(exc))
-    if eps_high is not None:
-        try:
-            d = delta_for_eps(name, eps_high=eps_high, p=p)
-            row["delta_from_eps_high"] = d
-            row["implied_eps_low"] = equivalent_ratio_clip(name, d, p)[0]
+            d = delta_for_eps(name, p=p, **{f"eps_{side}": eps})
+            row[f"delta_from_eps_{side}"] = d
+            row[f"implied_eps_{other}"] = equivalent_ratio_clip(name, d, p)[other_index]
         except ValueError as exc:
             row["problems"].append(str(exc))
     return row
