@@ -92,14 +92,17 @@ def cmd_derive(args) -> int:
     return 0
 
 
-def _finite_float(name: str):
+def finite_float(name: str, minimum: float | None = None):
+    """An argparse type: a finite float (optionally >= minimum), the error naming the flag and the text."""
+
     def parse(text: str) -> float:
         try:
             v = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
-        if not math.isfinite(v):
-            raise argparse.ArgumentTypeError(f"{name} must be finite, got {text!r}")
+        if not math.isfinite(v) or (minimum is not None and v < minimum):
+            at_least = "" if minimum is None else f" >= {minimum:g}"
+            raise argparse.ArgumentTypeError(f"{name} must be a finite number{at_least}, got {text!r}")
         return v
 
     return parse
@@ -116,10 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bounds", help="exact clip interval of a measure at a budget")
     p.add_argument("--measure", required=True)
-    p.add_argument("--delta", type=_finite_float("--delta"), help="divergence budget δ (ratio: its width ε)")
-    p.add_argument("--eps-low", type=_finite_float("--eps-low"), help="find δ whose lower bound is 1 - ε_low")
-    p.add_argument("--eps-high", type=_finite_float("--eps-high"), help="find δ whose upper bound is 1 + ε_high")
-    p.add_argument("--p", type=_finite_float("--p"), help="old-policy probability (p-dependent measures)")
+    p.add_argument("--delta", type=finite_float("--delta"), help="divergence budget δ (ratio: its width ε)")
+    p.add_argument("--eps-low", type=finite_float("--eps-low"), help="find δ whose lower bound is 1 - ε_low")
+    p.add_argument("--eps-high", type=finite_float("--eps-high"), help="find δ whose upper bound is 1 + ε_high")
+    p.add_argument("--p", type=finite_float("--p"), help="old-policy probability (p-dependent measures)")
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("derive", help="the SymPy derivation of a measure's clip bounds, step by step")

@@ -17,22 +17,9 @@ import math
 import sys
 from pathlib import Path
 
+from app.cli import finite_float
 from app.sanity.errors import ConfigError
 from app.sanity.loaders import Limits
-
-
-def _finite(name: str, minimum: float | None = None):
-    def parse(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
-        if not math.isfinite(v) or (minimum is not None and v < minimum):
-            at_least = "" if minimum is None else f" >= {minimum:g}"
-            raise argparse.ArgumentTypeError(f"{name} must be a finite number{at_least}, got {text!r}")
-        return v
-
-    return parse
 
 
 def _positive_int(name: str):
@@ -52,7 +39,7 @@ def _delta_pair(text: str) -> tuple[str, float]:
     name, sep, value = text.partition("=")
     if not sep:
         raise argparse.ArgumentTypeError(f"--delta must look like MEASURE=VALUE (e.g. kl3=0.02), got {text!r}")
-    return name.strip(), _finite("--delta value")(value)
+    return name.strip(), finite_float("--delta value")(value)
 
 
 def add_check_command(subparsers) -> argparse.ArgumentParser:
@@ -69,11 +56,11 @@ def add_check_command(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--framework", choices=("verl", "trl"), help="skip detection from the keys")
     p.add_argument("--measure", help="the divergence the clip is meant to express (asymmetry check), e.g. kl3")
-    p.add_argument("--eps-low", type=_finite("--eps-low"), help="override the ratio clip's lower width")
-    p.add_argument("--eps-high", type=_finite("--eps-high"), help="override the ratio clip's upper width")
+    p.add_argument("--eps-low", type=finite_float("--eps-low"), help="override the ratio clip's lower width")
+    p.add_argument("--eps-high", type=finite_float("--eps-high"), help="override the ratio clip's upper width")
     p.add_argument("--delta", type=_delta_pair, action="append", default=[], metavar="MEASURE=VALUE",
                    help="budget for one measure in the rollout report (repeatable)")
-    p.add_argument("--sigma", type=_finite("--sigma", 0.0),
+    p.add_argument("--sigma", type=finite_float("--sigma", 0.0),
                    help="noise model std of log r (default: the file's log_prob, else 0.05)")
     p.add_argument("--seed", type=int, default=0, help="seed of the noise model")
     p.add_argument("--num-processes", type=_positive_int("--num-processes"), default=1,
