@@ -37,6 +37,8 @@ from toy_envs.registry import ENVS, make_env
 from toy_envs.result import METRICS, ArenaResult
 from toy_envs.validation import check_choice, check_int, check_real
 
+_ONE = torch.ones((), dtype=torch.float64)  # d(total)/d(total), so backward() does not build it every epoch
+
 
 def run_arena(env, methods, seeds=8, steps=None, group_size=None, prompts_per_step=None, ppo_epochs=None,
               lr=None, *, callback: Callable[[ArenaResult], object] | None = None, **kwargs) -> ArenaResult:
@@ -54,7 +56,8 @@ def run_arena(env, methods, seeds=8, steps=None, group_size=None, prompts_per_st
 def iter_arena(env, methods, seeds=8, steps=None, group_size=None, prompts_per_step=None, ppo_epochs=None,
                lr=None, *, loss_agg_mode: str = "token-mean", adv_norm: str = "std", policy: str = "tabular",
                every: int = 10, stop: threading.Event | Callable[[], bool] | None = None,
-               env_kwargs: dict | None = None, num_threads: int | None = 1) -> Iterator[ArenaResult]:
+               env_kwargs: dict | None = None, num_threads: int | None = 1,
+               loss_metrics: bool = False) -> Iterator[ArenaResult]:
     """Yield an `ArenaResult` with all steps so far every `every` steps, and once at the end.
 
     env: a `ToyEnv` or a registry name ("bandit", "sparse", "sequence"; `env_kwargs` go to its constructor).
@@ -70,6 +73,10 @@ def iter_arena(env, methods, seeds=8, steps=None, group_size=None, prompts_per_s
     num_threads: torch's intra-op threads while the arena runs (restored between yields and at the end).
         The tensors are tiny, so 1 is fastest: with more, OpenMP spin-waits slow each op 10-50× on a busy
         machine. None leaves torch's setting alone.
+    loss_metrics: also keep `policy_loss`'s own diagnostics (clipfrac, ppo_kl, kl3, ratio_mean, ...),
+        averaged over seeds and epochs, in `ArenaResult.loss_info` (methods, steps). Off by default: on
+        these tiny batches they cost a fifth of a run, and the per-seed clip fractions in `metrics` are
+        read off the gradient anyway (tests check the two agree).
     """
     if isinstance(env, str):
         name = env
@@ -94,10 +101,13 @@ def iter_arena(env, methods, seeds=8, steps=None, group_size=None, prompts_per_s
     should_stop = _stop_check(stop)
     if num_threads is not None:
         num_threads = check_int("num_threads", num_threads, minimum=1)
+    if not isinstance(loss_metrics, bool):
+        raise ValueError(f"loss_metrics must be True or False, got {loss_metrics!r}")
     config = {"group_size": group_size, "prompts_per_step": prompts_per_step, "ppo_epochs": ppo_epochs, "lr": lr,
               "loss_agg_mode": loss_agg_mode, "adv_norm": adv_norm, "policy": policy, "steps": steps}
     # Validation above runs now; training runs lazily as the caller iterates.
-    return _with_threads(_train(env, specs, seed_list, config, policy_cls, every, should_stop), num_threads)
+    return _with_threads(_train(env, specs, seed_list, config, policy_cls, every, should_stop, loss_metrics),
+                         num_threads)
 
 
 def _with_threads(gen: Iterator, n: int | None) -> Iterator:
@@ -121,7 +131,7 @@ def _with_threads(gen: Iterator, n: int | None) -> Iterator:
 
 
 def _train(env: ToyEnv, specs: dict, seed_list: list[int], config: dict, policy_cls, every: int,
-           should_stop: Callable[[], bool]) -> Iterator[ArenaResult]:
+           should_stop: Callable[[], bool], loss_metrics: bool) -> Iterator[ArenaResult]:
     steps, group_size, ppo_epochs = config["steps"], config["group_size"], config["ppo_epochs"]
     prompts_per_step, loss_agg_mode, adv_norm = config["prompts_per_step"], config["loss_agg_mode"], config["adv_norm"]
     labels = list(specs)
@@ -160,28 +170,28 @@ def _train(env: ToyEnv, specs: dict, seed_list: list[int], config: dict, policy_
             adv = group_advantages(rewards.reshape(-1), group_size, norm=adv_norm)  # (R·N,)
             adv_tok = adv.unsqueeze(-1).expand(R * N, T)
         # -- μ epochs of the clipped surrogate -------------------------------------------------------
-        clip_counts = torch.zeros(R * 5, dtype=torch.int64)
+        tally = _ClipTally(R, adv_tok)
         gnorm_acc = torch.zeros(R, dtype=torch.float64)
-        code_down, code_up = _clip_codes(adv_tok, R)
         for epoch in range(ppo_epochs):
             opt.zero_grad()
             lp = env.gather_log_probs(pol.log_probs(), index).view(R * N, T)
             lp.retain_grad()
-            total = 0.0
+            total = None
             for m, (label, lp_m) in enumerate(zip(labels, lp.split(S * N) if M > 1 else (lp,))):
                 rows = slice(m * S * N, (m + 1) * S * N)
                 loss, info = policy_loss(lp_m, old_lp[rows], adv_tok[rows], mask[rows], specs[label],
-                                         loss_agg_mode=loss_agg_mode)
+                                         loss_agg_mode=loss_agg_mode, metrics=loss_metrics)
                 # Parameters are separate per seed, so aggregating over all seeds only rescales each seed's
                 # gradient by a constant (token-mean over S seeds: 1/S); `scales[m]` (= S here) undoes it, and
                 # every seed gets exactly the gradient it would get alone (tests/toy_envs/test_toy_arena.py).
-                total = total + scales[m] * loss
-                _accumulate(info_sums, info, m, step - 1, M, steps)
-            total.backward()
+                loss = loss * scales[m] if scales[m] != 1.0 else loss
+                total = loss if total is None else total + loss
+                if loss_metrics:
+                    _accumulate(info_sums, info, m, step - 1, M, steps)
+            total.backward(_ONE)
             with torch.no_grad():
                 if epoch > 0:  # the first epoch has r ≡ 1: nothing can be clipped
-                    code = torch.where(lp.grad == 0, torch.where(lp > old_lp, code_up, code_down), 0)
-                    clip_counts += torch.bincount(code.view(-1), minlength=R * 5)
+                    tally.add(lp.grad, lp > old_lp)
                 gnorm_acc += _grad_norms(opt.params, R)
             opt.step()
         # -- what the update did -----------------------------------------------------------------------
@@ -190,10 +200,8 @@ def _train(env: ToyEnv, specs: dict, seed_list: list[int], config: dict, policy_
             log_r = (env.gather_log_probs(table_new, index) - old_lp.view(R, N * T)).view(R, N, T)
             row = _exact_metrics(env, table_old, table_new, rewards)
             row["kl3"] = (torch.expm1(log_r) - log_r).sum(-1).mean(-1)  # unbiased for the per-response KL
-            clip_counts[0] = 0  # slot 0 collects the unclipped tokens
-            frac = clip_counts.view(R, 5).to(torch.float64) / (ppo_epochs * N * T)  # mean over epochs
-            row["clipfrac_low"], row["clipfrac_high"], row["clipfrac_dual"] = frac[:, 1], frac[:, 4], frac[:, 3]
-            row["clipfrac"] = frac[:, 1:].sum(1)
+            counts = tally.counts() / (ppo_epochs * N * T)  # (4, R), mean over epochs
+            row["clipfrac"], row["clipfrac_low"], row["clipfrac_high"], row["clipfrac_dual"] = counts.unbind()
             row["grad_norm"] = gnorm_acc / ppo_epochs
             buf[:, :, step - 1] = torch.stack([row[k] for k in METRICS])
         done = step
@@ -219,18 +227,35 @@ def _grad_norms(params: list[torch.Tensor], R: int) -> torch.Tensor:
     return torch.linalg.vector_norm(torch.cat([p.grad.reshape(R, -1) for p in params], 1), dim=1)
 
 
-def _clip_codes(adv: torch.Tensor, R: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Where each token lands in a (R, 5) table of clip counts if its gradient turns out to be zero.
+class _ClipTally:
+    """Per-run counts of clipped tokens over one step's epochs, read off the gradient itself.
 
-    THEORY.md §1's rule read off the gradient: a token with A ≠ 0 whose ∂loss/∂log π is exactly 0 was
-    clipped. Its slot in run r's row is 1 + [A > 0] + 2·[r > 1]: 1 lower bound (A < 0, r < 1), 2 (A > 0,
-    r < 1: no mode does this), 3 dual clip (A < 0, r > 1), 4 upper bound (A > 0, r > 1). Tokens with A = 0
-    (no gradient to clip) and unclipped tokens go to slot 0, which is discarded. Returns the codes for
-    r < 1 and r > 1, both shaped like `adv`.
+    THEORY.md §1's rule: a token with A ≠ 0 whose ∂loss/∂log π is exactly 0 was clipped, whatever the
+    measure or mode: by the lower bound if A < 0 and r < 1, the upper bound if A > 0 and r > 1, the dual
+    clip if A < 0 and r > 1. (A > 0 with r < 1 has no bound in any mode; it still counts in the total,
+    e.g. when verl's ±20 log-ratio clamp stops a gradient.) Tokens with A = 0 have no gradient to clip.
+    Tokens are rows of runs (run r owns a contiguous block of rows, as in the arena's batch); each epoch adds
+    two flag tensors and the per-run sums are taken once per step.
     """
-    run = torch.arange(R).repeat_interleave(adv.numel() // R).view_as(adv)
-    down = torch.where(adv != 0, 5 * run + 1 + (adv > 0).long(), 0)
-    return down, torch.where(adv != 0, down + 2, 0)
+
+    def __init__(self, runs: int, adv: torch.Tensor):
+        self.runs = runs
+        self.zero = torch.zeros(adv.shape, dtype=torch.float64)  # epochs with ∂loss/∂log π = 0, per token
+        self.zero_up = torch.zeros(adv.shape, dtype=torch.float64)  # ... of which with r > 1
+        self.neg, self.pos = (adv < 0).to(torch.float64), (adv > 0).to(torch.float64)
+
+    def add(self, grad: torch.Tensor, up: torch.Tensor) -> None:
+        """One epoch: `grad` = ∂loss/∂log π and `up` = (r > 1), both shaped like the advantages."""
+        flat = grad == 0
+        self.zero += flat
+        self.zero_up += flat & up
+
+    def counts(self) -> torch.Tensor:
+        """(4, runs): clipped token-epochs in all, by the lower bound, the upper bound, the dual clip."""
+        down = self.zero - self.zero_up
+        per_token = torch.stack([self.zero * (self.neg + self.pos), down * self.neg, self.zero_up * self.pos,
+                                 self.zero_up * self.neg])
+        return per_token.view(4, self.runs, -1).sum(-1)
 
 
 def _seed_scale(spec, S: int, N: int, T: int, mode: str) -> float:

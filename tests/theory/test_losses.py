@@ -190,6 +190,23 @@ def test_metrics_against_numpy():
     assert m["clipfrac"] == pytest.approx(m["clipfrac_low"] + m["clipfrac_high"])
 
 
+@pytest.mark.parametrize("spec", ["grpo", "atr", "dppo_kl", "gspo", "sapo",
+                                  ClipSpec("ratio", eps_low=0.2, eps_high=0.2, mode="cispo")])
+def test_metrics_off_gives_the_same_loss_and_gradient(spec):
+    """metrics=False only skips the diagnostics: loss and gradient are bit for bit those of metrics=True."""
+    old, lp, adv, mask = batch(16, noise=0.5)
+    runs = []
+    for metrics in (True, False):
+        leaf = lp.clone().requires_grad_()
+        loss, info = policy_loss(leaf, old, adv, mask, spec, metrics=metrics)
+        loss.backward()
+        runs.append((loss.detach(), leaf.grad, info))
+    (loss_on, grad_on, info_on), (loss_off, grad_off, info_off) = runs
+    assert torch.equal(loss_on, loss_off) and torch.equal(grad_on, grad_off)
+    assert info_off == {} and "clipfrac" in info_on
+    assert float(grad_on.abs().max()) > 0
+
+
 def test_kl3_metric_is_nonnegative_for_tiny_drifts():
     old, lp, adv, mask = batch(15, torch.float32, noise=1e-4)
     _, _, m = ours(old, lp, adv, mask, "atr")
@@ -283,6 +300,8 @@ def test_bad_shapes_types_and_modes_raise():
         policy_loss(lp, old, adv, mask, "ppo2")
     with pytest.raises(ValueError, match="spec must be a ClipSpec"):
         policy_loss(lp, old, adv, mask, 0.2)
+    with pytest.raises(ValueError, match="metrics must be True or False, got 'no'"):
+        policy_loss(lp, old, adv, mask, "grpo", metrics="no")
     with pytest.raises(ValueError, match="loss_scale_factor"):
         agg_loss(lp, mask, "seq-mean-token-sum-norm", loss_scale_factor=0)
 

@@ -10,7 +10,7 @@ import torch
 from theory import get_measure
 from theory.losses import LOSS_AGG_MODES, PRESETS, ClipSpec, policy_loss, preset
 from toy_envs import Bandit, iter_arena, run_arena
-from toy_envs.arena import _clip_codes, _seed_scale
+from toy_envs.arena import _ClipTally, _seed_scale
 from toy_envs.result import METRICS
 
 SMALL = dict(steps=12, group_size=4, prompts_per_step=2, ppo_epochs=3, lr=0.1)
@@ -62,12 +62,16 @@ def test_one_epoch_makes_all_clip_methods_identical():
 @pytest.mark.parametrize("methods", ["grpo,dapo,atr", "binary_kl:0.02,kl3:0.05"])
 def test_gradient_clip_fractions_equal_policy_loss_metrics(methods):
     """Per-seed fractions read off ∂loss/∂log π average to policy_loss's own clipfrac (token-mean)."""
-    res = run_arena("sparse", methods, seeds=3, **{**SMALL, "lr": 0.3}, env_kwargs=EASY)
+    res = run_arena("sparse", methods, seeds=3, **{**SMALL, "lr": 0.3}, env_kwargs=EASY, loss_metrics=True)
     ours = res.metrics["clipfrac"].mean(1)  # (methods, steps): equal token counts per seed
     assert ours.max() > 0.01, "clipping never bound: the comparison would be vacuous"
     np.testing.assert_allclose(ours, res.loss_info["clipfrac"], atol=1e-12)
     np.testing.assert_allclose(res.metrics["clipfrac_low"].mean(1), res.loss_info["clipfrac_low"], atol=1e-12)
     np.testing.assert_allclose(res.metrics["clipfrac_high"].mean(1), res.loss_info["clipfrac_high"], atol=1e-12)
+    plain = run_arena("sparse", methods, seeds=3, **{**SMALL, "lr": 0.3}, env_kwargs=EASY)
+    assert plain.loss_info == {}  # off by default; the training itself is identical
+    for k in METRICS:
+        assert np.array_equal(plain.metrics[k], res.metrics[k], equal_nan=True), k
 
 
 @pytest.mark.parametrize("name", ["grpo", "dapo", "atr", "dppo_kl"])
@@ -90,11 +94,17 @@ def test_zero_gradient_tokens_are_the_gradient_rule(name):
     rule = outside & ((r - 1) * adv > 0)
     assert 10 < int(rule.sum()) < 1190
     assert torch.equal(lp.grad == 0, rule)
-    down, up = _clip_codes(adv, 4)
-    code = torch.where(lp.grad == 0, torch.where(r > 1, up, down), 0)
-    kinds = torch.bincount(code.view(-1), minlength=20).view(4, 5)
-    assert int(kinds[:, 1].sum()) == int((rule & (adv < 0)).sum())  # low side
-    assert int(kinds[:, 4].sum()) == int((rule & (adv > 0)).sum())  # high side
+    tally = _ClipTally(4, adv)  # 4 runs of 100 rows each
+    tally.add(lp.grad, r > 1)
+    tally.add(lp.grad, r > 1)  # a second epoch with the same outcome counts twice
+    total, low, high, dual = tally.counts()  # (4,) each
+    for run, rows in enumerate(torch.arange(400).view(4, 100)):
+        hit = rule[rows]
+        assert int(low[run]) == 2 * int((hit & (adv[rows] < 0) & (r[rows] < 1)).sum())  # lower bound
+        assert int(high[run]) == 2 * int((hit & (adv[rows] > 0)).sum())  # upper bound
+        assert int(dual[run]) == 2 * int((hit & (adv[rows] < 0) & (r[rows] > 1)).sum())
+        assert int(total[run]) == 2 * int(hit.sum())
+    assert int(low.sum()) > 0 and int(high.sum()) > 0
 
 
 @pytest.mark.parametrize("mode", LOSS_AGG_MODES)
@@ -181,6 +191,7 @@ def test_methods_accept_specs_labels_and_measure_strings():
         ({"adv_norm": "max"}, "adv_norm"),
         ({"policy": "transformer"}, "policy"),
         ({"stop": 3}, "stop"),
+        ({"loss_metrics": 1}, "loss_metrics"),
     ],
 )
 def test_bad_input_raises_value_error_naming_the_argument(kwargs, arg):
