@@ -1,4 +1,4 @@
-"""divclip app router: one `st.Page` per file under app/pages/. Adding a page is one line in PAGES.
+"""divclip app router: one `st.Page` per file under app/views/. Adding a page is one line in PAGES.
 
 Run from the repository root: `streamlit run app/main.py`. Pages import `app.*` (an installed package);
 page paths are relative to this file.
@@ -9,12 +9,12 @@ import streamlit as st
 st.set_page_config(page_title="divclip", page_icon="✂️", layout="wide")
 
 PAGES = [
-    st.Page("pages/clip_explorer.py", title="Clip explorer", icon=":material/tune:", default=True),
-    st.Page("pages/proof.py", title="The proof", icon=":material/functions:"),
-    st.Page("pages/reallocation.py", title="Mass reallocation", icon=":material/swap_horiz:"),
-    st.Page("pages/toy_arena.py", title="Toy arena", icon=":material/sports_esports:"),
-    st.Page("pages/custom_measure.py", title="Custom measure", icon=":material/edit_note:"),
-    st.Page("pages/sanity_check.py", title="Sanity check", icon=":material/fact_check:"),
+    st.Page("views/clip_explorer.py", title="Clip explorer", icon=":material/tune:", default=True),
+    st.Page("views/proof.py", title="The proof", icon=":material/functions:"),
+    st.Page("views/reallocation.py", title="Mass reallocation", icon=":material/swap_horiz:"),
+    st.Page("views/toy_arena.py", title="Toy arena", icon=":material/sports_esports:"),
+    st.Page("views/custom_measure.py", title="Custom measure", icon=":material/edit_note:"),
+    st.Page("views/sanity_check.py", title="Sanity check", icon=":material/fact_check:"),
 ]
 
 st.navigation(PAGES).run()

@@ -4,7 +4,7 @@
     python benchmarks/bench_arena_redraw.py --quick    # one short case
 
 Measured end to end in a real session: `streamlit run` on a free port (a temporary router holding only
-app/pages/toy_arena.py, so the benchmark does not depend on app/main.py's page list) and headless Debian
+app/views/toy_arena.py, so the benchmark does not depend on app/main.py's page list) and headless Debian
 chromium through Playwright. The page is opened with its settings in the URL, Run is clicked, and a
 MutationObserver in the page records the time of every change of the progress text, "Training: step s of
 S · t s", until the run finishes. The text carries the elapsed time, so every fragment rerun that reaches the
@@ -16,7 +16,7 @@ Reported per case: how long the run was shown running, number of redraws, median
 interval between redraws, median interval between data updates, the page's chunk size (steps per
 `iter_arena` yield), and how much of the run the browser's main thread spent in long tasks (> 50 ms, a
 PerformanceObserver "longtask" entry: mostly plotly drawing). The frontend asks for a fragment rerun every
-POLL_S = 0.4 s (app/pages/toy_arena.py) by a timer, and a timer cannot fire while the main thread is busy,
+POLL_S = 0.4 s (app/views/toy_arena.py) by a timer, and a timer cannot fire while the main thread is busy,
 so on a loaded machine the browser's drawing time, not the server, sets the interval (the server's fragment
 run takes ~0.1 s). "median ≤ goal" is a strict median <= 0.5 s. Intervals depend on the machine's load;
 the load average is printed.
@@ -39,7 +39,7 @@ from urllib.parse import urlencode
 from app.arena_runner import chunk_steps
 
 REPO = Path(__file__).resolve().parents[1]
-PAGE = REPO / "app" / "pages" / "toy_arena.py"
+PAGE = REPO / "app" / "views" / "toy_arena.py"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-PAGES_DIR = Path(__file__).resolve().parents[2] / "app" / "pages"
+PAGES_DIR = Path(__file__).resolve().parents[2] / "app" / "views"
 TIMEOUT = 120  # shared 2-core machine; a page's first run imports torch
 
 

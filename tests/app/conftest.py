@@ -6,6 +6,7 @@ Browser tests drive Debian's /usr/bin/chromium through Playwright (never a downl
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -47,13 +48,11 @@ def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
     raise RuntimeError(f"streamlit did not serve {url} within {timeout:.0f} s")
 
 
-@pytest.fixture(scope="session")
-def app_url():
-    """Base URL of `streamlit run app/main.py` on a free port, for the whole session."""
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: the browser tests need Debian's chromium (make browser)")
+@contextlib.contextmanager
+def serve_app(log_name: str = "streamlit-server.log"):
+    """`streamlit run app/main.py` on a free port; yields its base URL and stops the server on exit."""
     port = _free_port()
-    log = ARTIFACTS / "streamlit-server.log"
+    log = ARTIFACTS / log_name
     ARTIFACTS.mkdir(exist_ok=True)
     cmd = [sys.executable, "-m", "streamlit", "run", str(MAIN), "--server.port", str(port),
            "--server.headless", "true", "--browser.gatherUsageStats", "false",
@@ -71,6 +70,15 @@ def app_url():
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@pytest.fixture(scope="session")
+def app_url():
+    """Base URL of `streamlit run app/main.py` on a free port, for the whole session."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: the browser tests need Debian's chromium (make browser)")
+    with serve_app() as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -154,15 +154,15 @@ def test_bad_url_parameters_warn_and_still_render(query, message):
 def test_url_state_survives_a_trip_to_another_page():
     at = rendered(start(query={"delta": "0.07", "measures": "k2"}))
     at.query_params.clear()
-    at.switch_page("pages/proof.py").run()
+    at.switch_page("views/proof.py").run()
     at.query_params.clear()
-    at.switch_page("pages/clip_explorer.py").run()
+    at.switch_page("views/clip_explorer.py").run()
     assert list(table(rendered(at))) == ["k2"] and at.query_params["delta"] == "0.07"
 
 
 # ------------------------------------------------------------------------------------ the proof
 def test_proof_every_step_checked_and_numbers_follow_delta():
-    at = rendered(start("pages/proof.py", {"measure": "chi2", "delta": "0.04"}))
+    at = rendered(start("views/proof.py", {"measure": "chi2", "delta": "0.04"}))
     assert at.title[0].value == "The proof"
     titles = [h.value for h in at.markdown if h.value.startswith("#### ")]
     passed = [s.value for s in at.success if s.value.startswith("**Check passed**")]
@@ -179,7 +179,7 @@ def test_proof_every_step_checked_and_numbers_follow_delta():
 
 
 def test_proof_kl3_and_a_second_measure():
-    at = rendered(start("pages/proof.py"))
+    at = rendered(start("views/proof.py"))
     assert at.selectbox(key="proof.measure").value == "kl3"
     assert "kl3" in at.selectbox(key="proof.measure").options[0]
     assert any("LambertW" in l.value or "W_{-1}" in l.value or "W\\left" in l.value for l in at.latex)
@@ -194,7 +194,7 @@ def test_proof_kl3_and_a_second_measure():
 
 @pytest.mark.parametrize("name", derivable_measures())
 def test_proof_renders_every_derivable_measure(name):
-    at = rendered(start("pages/proof.py", {"measure": name}))
+    at = rendered(start("views/proof.py", {"measure": name}))
     passed = [s for s in at.success if s.value.startswith("**Check passed**")]
     assert len(passed) >= 5 and not errors(at)
     lo, hi = theory.get_measure(name).bounds(ATR_DELTA)
@@ -202,14 +202,14 @@ def test_proof_renders_every_derivable_measure(name):
 
 
 def test_proof_bad_measure_in_url():
-    at = rendered(start("pages/proof.py", {"measure": "binary_kl", "delta": "abc"}))
+    at = rendered(start("views/proof.py", {"measure": "binary_kl", "delta": "abc"}))
     assert "measure='binary_kl' is not one of" in warnings(at) and "delta='abc'" in warnings(at)
     assert at.selectbox(key="proof.measure").value == "kl3"
 
 
 # ------------------------------------------------------------------------------- custom measure
 def test_custom_measure_next_to_kl3():
-    at = rendered(start("pages/custom_measure.py", {"formula": "(sqrt(r) - 1)**2", "delta": "0.04"}))
+    at = rendered(start("views/custom_measure.py", {"formula": "(sqrt(r) - 1)**2", "delta": "0.04"}))
     assert at.title[0].value == "Custom measure"
     values = [m.value for m in at.metric]
     lo, hi = theory.kl3_bounds(0.04)
@@ -224,7 +224,7 @@ def test_custom_measure_next_to_kl3():
 
 
 def test_custom_measure_uses_p():
-    at = rendered(start("pages/custom_measure.py", {"formula": "p*(r - 1)**2", "delta": "0.02", "p": "0.5"}))
+    at = rendered(start("views/custom_measure.py", {"formula": "p*(r - 1)**2", "delta": "0.02", "p": "0.5"}))
     lo, hi = theory.measure_from_formula("p*(r - 1)**2").bounds(0.02, p=0.5)
     assert [m.value for m in at.metric][:2] == [format_bound(lo), format_bound(hi)]
 
@@ -242,7 +242,7 @@ def test_custom_measure_uses_p():
     ],
 )
 def test_bad_formulas_are_messages(formula, message):
-    at = rendered(start("pages/custom_measure.py", {"formula": "r*log(r) - r + 1"}))
+    at = rendered(start("views/custom_measure.py", {"formula": "r*log(r) - r + 1"}))
     at.text_input(key="custom.formula").input(formula).run()
     shown = errors(rendered(at))
     assert message in shown, shown
@@ -250,7 +250,7 @@ def test_bad_formulas_are_messages(formula, message):
 
 
 def test_custom_reset_and_examples():
-    at = rendered(start("pages/custom_measure.py", {"formula": "r**", "delta": "0.3"}))
+    at = rendered(start("views/custom_measure.py", {"formula": "r**", "delta": "0.3"}))
     at.button(key="custom.example.Hellinger").click().run()
     assert at.query_params["formula"] == "(sqrt(r) - 1)**2" and not rendered(at).error
     at.button(key="custom.reset").click().run()
@@ -258,6 +258,6 @@ def test_custom_reset_and_examples():
 
 
 def test_custom_delta_out_of_range_for_the_formula():
-    at = rendered(start("pages/custom_measure.py", {"formula": "(r - 1)**2 / (1 + (r - 1)**2)", "delta": "0.5"}))
+    at = rendered(start("views/custom_measure.py", {"formula": "(r - 1)**2 / (1 + (r - 1)**2)", "delta": "0.5"}))
     assert "delta must be below" in errors(at)
     assert [m.value for m in at.metric][:2] == [format_bound(b) for b in theory.kl3_bounds(0.5)]

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 FIXTURES = Path(__file__).parent / "fixtures"
-PAGE = Path(__file__).resolve().parents[2] / "app" / "pages" / "sanity_check.py"
+PAGE = Path(__file__).resolve().parents[2] / "app" / "views" / "sanity_check.py"
 
 
 def npz_bytes(**arrays) -> bytes:

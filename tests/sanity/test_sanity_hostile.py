@@ -326,7 +326,7 @@ def test_sources_never_unpickle_or_evaluate():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    sources = sorted((root / "app" / "sanity").glob("*.py")) + [root / "app" / "pages" / "sanity_check.py"]
+    sources = sorted((root / "app" / "sanity").glob("*.py")) + [root / "app" / "views" / "sanity_check.py"]
     forbidden = ("import pickle", "pickle.load", "torch.load(", "eval(", "exec(", "yaml.load(", "yaml.unsafe_load",
                  "allow_pickle=True", "yaml.Loader", "FullLoader", "UnsafeLoader")
     for path in sources:
