@@ -28,7 +28,7 @@ def masked_sum_finite(values, mask):
 
 
 def _nonzero(count):
-    return torch.where(count > 0, count, torch.ones_like(count))
+    return torch.where(count > 0, count, 1.0)
 
 
 def aggregate(loss_mat, loss_mask, loss_agg_mode, loss_scale_factor, masked_sum):

@@ -244,9 +244,11 @@ class _WithGradient(torch.autograd.Function):
 
 
 def _in_range(x, lo: float, hi: float):
-    """None when every entry lies in [lo, hi] (the usual case, one reduction), else 0/1 flags."""
+    """None when every entry lies in [lo, hi] (the usual case: one reduction, two reads), else 0/1 flags."""
+    if x.numel() == 0:
+        return None
     x_min, x_max = torch.aminmax(x)
-    if bool((x_min >= lo) & (x_max <= hi)):
+    if x_min.item() >= lo and x_max.item() <= hi:  # False for NaN, which then goes through the flags
         return None
     return _flag(torch.ge, x, lo).mul_(_flag(torch.le, x, hi))
 
@@ -515,7 +517,7 @@ def policy_loss(
     if rollout_is_weights is not None:
         loss_mat = loss_mat * rollout_is_weights.detach().to(dtype)
     loss = aggregate(loss_mat, mask, loss_agg_mode, loss_scale_factor, masked_sum_finite)
-    if not bool(torch.isfinite(loss.detach())):  # NaN anywhere (even under the mask) reaches the sum
+    if not math.isfinite(loss.item()):  # NaN anywhere (even under the mask) reaches the sum
         _raise_non_finite(named)
     return loss, (clip_metrics(terms, mask) if metrics else {})
 

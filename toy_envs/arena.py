@@ -168,7 +168,9 @@ def _train(env: ToyEnv, specs: dict, seed_list: list[int], config: dict, policy_
             index = env.token_index(prompts, tokens)  # (R, N·T)
             old_lp = env.gather_log_probs(table_old, index).view(R * N, T)
             adv = group_advantages(rewards.reshape(-1), group_size, norm=adv_norm)  # (R·N,)
-            adv_tok = adv.unsqueeze(-1).expand(R * N, T)
+            adv_tok = adv.unsqueeze(-1).expand(R * N, T).contiguous()  # policy_loss would copy it every epoch
+            per_method = [(old_lp, adv_tok, mask)] if M == 1 else [
+                tuple(x[m * S * N:(m + 1) * S * N] for x in (old_lp, adv_tok, mask)) for m in range(M)]
         # -- μ epochs of the clipped surrogate -------------------------------------------------------
         tally = _ClipTally(R, adv_tok)
         gnorm_acc = torch.zeros(R, dtype=torch.float64)
@@ -177,10 +179,10 @@ def _train(env: ToyEnv, specs: dict, seed_list: list[int], config: dict, policy_
             lp = env.gather_log_probs(pol.log_probs(), index).view(R * N, T)
             lp.retain_grad()
             total = None
-            for m, (label, lp_m) in enumerate(zip(labels, lp.split(S * N) if M > 1 else (lp,))):
-                rows = slice(m * S * N, (m + 1) * S * N)
-                loss, info = policy_loss(lp_m, old_lp[rows], adv_tok[rows], mask[rows], specs[label],
-                                         loss_agg_mode=loss_agg_mode, metrics=loss_metrics)
+            for m, (label, lp_m, (old_m, adv_m, mask_m)) in enumerate(
+                    zip(labels, lp.split(S * N) if M > 1 else (lp,), per_method)):
+                loss, info = policy_loss(lp_m, old_m, adv_m, mask_m, specs[label], loss_agg_mode=loss_agg_mode,
+                                         metrics=loss_metrics)
                 # Parameters are separate per seed, so aggregating over all seeds only rescales each seed's
                 # gradient by a constant (token-mean over S seeds: 1/S); `scales[m]` (= S here) undoes it, and
                 # every seed gets exactly the gradient it would get alone (tests/toy_envs/test_toy_arena.py).
@@ -191,7 +193,7 @@ def _train(env: ToyEnv, specs: dict, seed_list: list[int], config: dict, policy_
             total.backward(_ONE)
             with torch.no_grad():
                 if epoch > 0:  # the first epoch has r ≡ 1: nothing can be clipped
-                    tally.add(lp.grad, lp > old_lp)
+                    tally.add(lp.grad, lp, old_lp)
                 gnorm_acc += _grad_norms(opt.params, R)
             opt.step()
         # -- what the update did -----------------------------------------------------------------------
@@ -243,12 +245,13 @@ class _ClipTally:
         self.zero = torch.zeros(adv.shape, dtype=torch.float64)  # epochs with ∂loss/∂log π = 0, per token
         self.zero_up = torch.zeros(adv.shape, dtype=torch.float64)  # ... of which with r > 1
         self.neg, self.pos = (adv < 0).to(torch.float64), (adv > 0).to(torch.float64)
+        self._flat, self._up = torch.empty_like(self.zero), torch.empty_like(self.zero)  # 0/1 float scratch
 
-    def add(self, grad: torch.Tensor, up: torch.Tensor) -> None:
-        """One epoch: `grad` = ∂loss/∂log π and `up` = (r > 1), both shaped like the advantages."""
-        flat = grad == 0
+    def add(self, grad: torch.Tensor, log_prob: torch.Tensor, old_log_prob: torch.Tensor) -> None:
+        """One epoch: `grad` = ∂loss/∂log π; r > 1 where log_prob > old_log_prob. All shaped like A."""
+        flat = torch.eq(grad, 0.0, out=self._flat)  # float flags: bool temporaries are slower on CPU
         self.zero += flat
-        self.zero_up += flat & up
+        self.zero_up.addcmul_(flat, torch.gt(log_prob, old_log_prob, out=self._up))
 
     def counts(self) -> torch.Tensor:
         """(4, runs): clipped token-epochs in all, by the lower bound, the upper bound, the dual clip."""

@@ -35,9 +35,13 @@ def pass_at_k(q: torch.Tensor, k) -> torch.Tensor:
 
 def sample_categorical(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """Inverse-CDF draw: probs (..., V) and uniforms (...) in (0, 1) -> indices (...) in [0, V)."""
-    cdf = probs.cumsum(-1)
+    return sample_from_cdf(probs.cumsum(-1), u)
+
+
+def sample_from_cdf(cdf: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """`sample_categorical` from precomputed CDFs (..., V): the number of CDF entries below u."""
     idx = (u.unsqueeze(-1) > cdf).sum(-1)
-    return idx.clamp_(max=probs.shape[-1] - 1)  # u above a cdf that rounds to 1 - 1e-16
+    return idx.clamp_(max=cdf.shape[-1] - 1)  # u above a cdf that rounds to 1 - 1e-16
 
 
 class ToyEnv(ABC):

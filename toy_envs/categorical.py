@@ -58,6 +58,19 @@ class CategoricalEnv(ToyEnv):
     def kl(self, logp_old, logp_new):
         return (logp_old.exp() * (logp_old - logp_new)).sum(-1).mean(-1)
 
+    def exact_stats(self, logp_old, logp_new):
+        probs = logp_old.exp()  # (R, P, V), shared by all four statistics
+        per_prompt = (probs.unsqueeze(1) * self._stat_weights(logp_old, logp_new)).sum(-1)  # (R, 4, P)
+        q = per_prompt[:, 0]
+        reward, ent, kl = per_prompt[:, 1:].mean(-1).unbind(1)
+        return {"correct_prob": q, "expected_reward": reward, "entropy": ent, "kl": kl}
+
+    def _stat_weights(self, logp_old, logp_new):
+        """(R, 4, P, V): what π_old is summed against for P(correct), E[R], entropy and KL."""
+        R = logp_old.shape[0]
+        fixed = torch.stack([self.correct, self.means]).expand(R, 2, *self.means.shape)
+        return torch.cat([fixed, torch.stack([-logp_old, logp_old - logp_new], 1)], 1)
+
     def best_reward(self) -> float:
         return float(self.means.max(-1).values.mean())
 

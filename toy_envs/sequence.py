@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from toy_envs.base import ToyEnv, sample_categorical
+from toy_envs.base import ToyEnv, sample_from_cdf
 from toy_envs.validation import check_choice, check_int, check_real
 
 
@@ -68,12 +68,12 @@ class TokenSequence(ToyEnv):
     def sample(self, logp, prompts, u):
         R, N = prompts.shape
         V = self.vocab
-        probs = logp.exp()  # (R, L, V, V)
+        cdf = logp.exp().cumsum_(-1)  # (R, L, V, V), every row's CDF at once
         ctx = torch.zeros(R, N, dtype=torch.int64)
         out = []
         for l in range(self.length):
-            rows = probs[:, l].gather(1, ctx.unsqueeze(-1).expand(R, N, V))  # (R, N, V) = π_l(· | ctx)
-            ctx = sample_categorical(rows, u[..., l])
+            rows = cdf[:, l].gather(1, ctx.unsqueeze(-1).expand(R, N, V))  # (R, N, V): CDF of π_l(· | ctx)
+            ctx = sample_from_cdf(rows, u[..., l])
             out.append(ctx)
         return torch.stack(out, -1)  # (R, N, L)
 
@@ -95,30 +95,31 @@ class TokenSequence(ToyEnv):
         return self.rewards(prompts, tokens, None) > 0
 
     # -- exact statistics --------------------------------------------------------------------------
-    def correct_prob(self, logp):
-        R, V = logp.shape[0], self.vocab
-        probs = logp.exp()
-        alpha = torch.zeros(R, V, self.num_states, dtype=logp.dtype)
+    def _forward(self, probs):
+        """α_l(v, q) = P(x_{l-1} = v, automaton state q) for l = 0..L, (R, V, Q) each (context 0 at l = 0).
+
+        Returns (P(accept) (R, 1), previous-token marginals m[r, l, c] = Σ_q α_l(c, q) for l < L, (R, L, V))."""
+        R, V = probs.shape[0], self.vocab
+        alpha = torch.zeros(R, V, self.num_states, dtype=probs.dtype)
         alpha[:, 0, 0] = 1.0  # start: context token 0, automaton state 0
         target = self._delta_wq.expand(R, V, self.num_states)  # (R, V, Q): state after token w from q
+        alphas = []
         for l in range(self.length):
+            alphas.append(alpha)
             gamma = torch.bmm(probs[:, l].transpose(1, 2), alpha)  # (R, W, Q): Σ_v π(w|v) α(v, q)
             alpha = torch.zeros_like(gamma).scatter_add_(2, target, gamma)  # move mass q -> δ(q, w)
-        return alpha[..., self.accept].sum((-1, -2)).unsqueeze(-1)  # (R, 1)
+        accept = alpha[..., self.accept].sum((-1, -2)).unsqueeze(-1)  # (R, 1)
+        return accept, torch.stack(alphas, 1).sum(-1)
+
+    def correct_prob(self, logp):
+        return self._forward(logp.exp())[0]
 
     def expected_reward(self, logp):
         return self.correct_prob(logp)[:, 0]
 
     def _context_marginals(self, probs):
         """m[r, l, c] = P(x_{l-1} = c) under the policy (context 0 at position 0). (R, L, V)"""
-        R, V = probs.shape[0], self.vocab
-        m = torch.zeros(R, V, dtype=probs.dtype)
-        m[:, 0] = 1.0
-        out = []
-        for l in range(self.length):
-            out.append(m)
-            m = torch.bmm(m.unsqueeze(1), probs[:, l]).squeeze(1)  # (R, V)
-        return torch.stack(out, 1)
+        return self._forward(probs)[1]
 
     def entropy(self, logp):
         probs = logp.exp()
@@ -132,11 +133,10 @@ class TokenSequence(ToyEnv):
 
     def exact_stats(self, logp_old, logp_new):
         probs = logp_old.exp()
-        marg = self._context_marginals(probs)  # (R, L, V), shared by the entropy and the KL
-        q = self.correct_prob(logp_old)
-        return {"correct_prob": q, "expected_reward": q[:, 0],
-                "entropy": (marg * -(probs * logp_old).sum(-1)).sum((-1, -2)) / self.length,
-                "kl": (marg * (probs * (logp_old - logp_new)).sum(-1)).sum((-1, -2))}
+        q, marg = self._forward(probs)  # one pass gives P(accept) and the marginals for entropy and KL
+        rows = (probs.unsqueeze(1) * torch.stack([-logp_old, logp_old - logp_new], 1)).sum(-1)  # (R, 2, L, V)
+        ent, kl = (marg.unsqueeze(1) * rows).sum((-1, -2)).unbind(1)
+        return {"correct_prob": q, "expected_reward": q[:, 0], "entropy": ent / self.length, "kl": kl}
 
     def config(self) -> dict:
         cfg = {"length": self.length, "vocab": self.vocab, "task": self.task}

@@ -95,8 +95,8 @@ def test_zero_gradient_tokens_are_the_gradient_rule(name):
     assert 10 < int(rule.sum()) < 1190
     assert torch.equal(lp.grad == 0, rule)
     tally = _ClipTally(4, adv)  # 4 runs of 100 rows each
-    tally.add(lp.grad, r > 1)
-    tally.add(lp.grad, r > 1)  # a second epoch with the same outcome counts twice
+    tally.add(lp.grad, lp.detach(), old)
+    tally.add(lp.grad, lp.detach(), old)  # a second epoch with the same outcome counts twice
     total, low, high, dual = tally.counts()  # (4,) each
     for run, rows in enumerate(torch.arange(400).view(4, 100)):
         hit = rule[rows]

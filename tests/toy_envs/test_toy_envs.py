@@ -108,6 +108,18 @@ def test_sequence_statistics_equal_enumeration_of_all_sequences(case):
     torch.testing.assert_close(env.kl(old, new), (prob * (lp_old - lp_new)).sum(1), rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.parametrize("case", sorted(ENV_CASES))
+def test_exact_stats_equal_the_separate_statistics(case):
+    """The arena's one-pass `exact_stats` (shared exp, one forward pass) equals the functions checked above."""
+    env = ENV_CASES[case]()
+    old, new = random_table(env, runs=3, seed=2), random_table(env, runs=3, seed=3)
+    st = env.exact_stats(old, new)
+    for key, ref in [("correct_prob", env.correct_prob(old)), ("expected_reward", env.expected_reward(old)),
+                     ("entropy", env.entropy(old)), ("kl", env.kl(old, new))]:
+        assert st[key].shape == ref.shape, key
+        torch.testing.assert_close(st[key], ref, rtol=1e-13, atol=1e-15, msg=key)
+
+
 def test_categorical_statistics_equal_scipy():
     env = ENV_CASES["sparse"]()
     old, new = random_table(env, seed=2), random_table(env, seed=3)
