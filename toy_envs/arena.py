@@ -37,6 +37,7 @@ from toy_envs.registry import ENVS, make_env
 from toy_envs.result import METRICS, ArenaResult
 from toy_envs.validation import check_choice, check_int, check_real
 
+_BLOCK_DRAWS = 2**20
 _ONE = torch.ones((), dtype=torch.float64)  # d(total)/d(total), so backward() does not build it every epoch
 
 
@@ -145,12 +146,17 @@ def _train(env: ToyEnv, specs: dict, seed_list: list[int], config: dict, policy_
     buf = torch.full((len(METRICS), R, steps), math.nan, dtype=torch.float64)
     info_sums: dict[str, np.ndarray] = {}
 
+    by_metric = buf.numpy().reshape(len(METRICS), M, S, steps)  # a view: shares memory with buf
+
     def snapshot(done: int, stopped: bool) -> ArenaResult:
-        arr = buf[:, :, :done].reshape(len(METRICS), M, S, done).numpy().copy()
-        return ArenaResult(env.name, env.config(), labels, dict(specs), seed_list,
-                           {k: arr[i] for i, k in enumerate(METRICS)}, config, steps, stopped,
+        # Read-only views of the steps done so far: those entries are final (later steps write further
+        # columns), so a yield costs nothing however long the run, where copying was quadratic in steps.
+        metrics = {k: _read_only(by_metric[i, ..., :done]) for i, k in enumerate(METRICS)}
+        return ArenaResult(env.name, env.config(), labels, dict(specs), seed_list, metrics, config, steps, stopped,
                            {k: v[:, :done] / ppo_epochs for k, v in info_sums.items()}, env.best_reward())
 
+    n_draws = prompts_per_step + N * T + 2 * N
+    block = max(1, min(16, _BLOCK_DRAWS // (R * n_draws)))  # steps per rng call: ≤ 16, ≤ 2^20 numbers
     done, table_new = 0, None
     for step in range(1, steps + 1):
         if should_stop():
@@ -159,7 +165,9 @@ def _train(env: ToyEnv, specs: dict, seed_list: list[int], config: dict, policy_
         # -- rollouts from π_old ----------------------------------------------------------------------
         with torch.no_grad():
             table_old = table_new if step > 1 else pol.log_probs()  # parameters unchanged since then
-            u = rng.uniform(keys, step, prompts_per_step + N * T + 2 * N)  # all of this step's draws
+            if (step - 1) % block == 0:  # this step's draws come from a block of steps drawn at once
+                draws = rng.uniform_steps(keys, step, min(block, steps - step + 1), n_draws)  # (R, block, n)
+            u = draws[:, (step - 1) % block]  # all of this step's draws, = rng.uniform(keys, step, n_draws)
             u_prompt, u_token, u_reward = u.split([prompts_per_step, N * T, 2 * N], dim=1)
             prompts = (u_prompt * env.num_prompts).long().clamp_(max=env.num_prompts - 1)
             prompts = prompts.repeat_interleave(group_size, dim=1)  # (R, N), groups contiguous
@@ -220,6 +228,12 @@ def _exact_metrics(env: ToyEnv, old: torch.Tensor, new: torch.Tensor, rewards: t
     for k, v in zip(PASS_AT_K, pass_at_k(q, PASS_AT_K)):
         row[f"pass@{k}"] = v
     return row
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    a = a.view()
+    a.flags.writeable = False
+    return a
 
 
 def _grad_norms(params: list[torch.Tensor], R: int) -> torch.Tensor:

@@ -70,10 +70,11 @@ class TokenSequence(ToyEnv):
         V = self.vocab
         cdf = logp.exp().cumsum_(-1)  # (R, L, V, V), every row's CDF at once
         ctx = torch.zeros(R, N, dtype=torch.int64)
+        u_by_position = u.permute(2, 0, 1).contiguous()  # (L, R, N)
         out = []
         for l in range(self.length):
             rows = cdf[:, l].gather(1, ctx.unsqueeze(-1).expand(R, N, V))  # (R, N, V): CDF of π_l(· | ctx)
-            ctx = sample_from_cdf(rows, u[..., l])
+            ctx = sample_from_cdf(rows, u_by_position[l])
             out.append(ctx)
         return torch.stack(out, -1)  # (R, N, L)
 

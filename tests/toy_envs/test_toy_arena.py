@@ -141,6 +141,20 @@ def test_streaming_yields_every_n_steps_and_stops_early():
     assert last.stopped and last.steps_done == 3
 
 
+def test_yielded_results_are_read_only_prefixes_of_the_final_one():
+    """Yields share the arena's buffer (no per-yield copy); they are read-only and never change afterwards."""
+    results = [(r, {k: np.array(v) for k, v in r.metrics.items()})
+               for r in iter_arena("bandit", "grpo", seeds=2, **{**SMALL, "steps": 12}, every=5)]
+    final = results[-1][0]
+    for r, copied in results:
+        for k in METRICS:
+            assert not r.metrics[k].flags.writeable
+            assert np.array_equal(r.metrics[k], copied[k], equal_nan=True)  # unchanged after later steps
+            assert np.array_equal(r.metrics[k], final.metrics[k][..., : r.steps_done], equal_nan=True)
+    with pytest.raises(ValueError, match="read-only"):
+        final.metrics["entropy"][0, 0, 0] = 0.0
+
+
 def test_metrics_are_finite_and_sane():
     res = run_arena("sequence", "grpo,atr", seeds=2, **SMALL)
     for k in METRICS:

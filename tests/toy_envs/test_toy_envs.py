@@ -9,7 +9,7 @@ import torch
 from scipy import stats
 
 from toy_envs import ENVS, Bandit, SparseCategorical, TokenSequence, make_env, pass_at_k
-from toy_envs.base import PASS_AT_K, sample_categorical
+from toy_envs.base import PASS_AT_K, sample_categorical, sample_from_cdf
 
 ENV_CASES = {
     "bandit": lambda: Bandit(arms=6),
@@ -147,6 +147,20 @@ def test_sample_categorical_frequencies():
     counts = torch.bincount(idx, minlength=4).numpy()
     assert counts[1] == 0
     assert stats.chisquare(counts[[0, 2, 3]], 200_000 * probs.numpy()[[0, 2, 3]]).pvalue > 1e-4
+
+
+def test_sample_from_cdf_is_the_count_of_cdf_entries_below_u():
+    """The inverse-CDF rule, written out: index = #{i : cdf_i < u}, capped at V - 1; ties and flat steps too."""
+    g = torch.Generator().manual_seed(1)
+    probs = torch.rand(50, 6, 7, generator=g, dtype=torch.float64) * (torch.rand(50, 6, 7, generator=g) > 0.3)
+    probs[..., 0] += 1e-3
+    cdf = (probs / probs.sum(-1, keepdim=True)).cumsum(-1)
+    u = torch.rand(50, 6, generator=g, dtype=torch.float64)
+    u[0] = cdf[0, :, 3]  # exactly on a step: not counted as below
+    u[1] = 1.0 + 1e-9  # beyond a CDF that rounds below 1: the last index
+    expect = (u.unsqueeze(-1) > cdf).sum(-1).clamp(max=6)
+    assert torch.equal(sample_from_cdf(cdf, u), expect)
+    assert torch.equal(sample_categorical(probs / probs.sum(-1, keepdim=True), u), expect)
 
 
 # ------------------------------------------------------------------------------------ construction

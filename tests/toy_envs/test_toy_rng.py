@@ -32,6 +32,25 @@ def test_a_seed_draws_the_same_numbers_alone_or_in_a_batch():
     assert not torch.equal(batch[1], batch[3])  # the high 32 bits of a seed count
 
 
+def one_step_reference(keys, step, n, stream):
+    """The per-step recipe of the module docstring, written out with Python ints for the step's salt."""
+    mask, golden = 0xFFFFFFFF, 0x9E3779B9
+    salt = rng._mix32((rng._mix32(step & mask) ^ (step >> 32) ^ (stream * golden)) & mask)
+    k = (keys ^ salt).unsqueeze(1)
+    ctr = (torch.arange(n, dtype=torch.int64) * golden) & mask
+    return (rng._mix32(rng._mix32(k ^ ctr) ^ k).to(torch.float64) + 0.5) * 2.0**-32
+
+
+def test_a_block_of_steps_draws_what_the_steps_draw_one_by_one():
+    keys = rng.seed_keys(torch.tensor([0, 3, 2**40 + 3]))
+    block = rng.uniform_steps(keys, 2**32 - 2, 5, 37, stream=2)  # crosses the 32-bit step boundary
+    assert block.shape == (3, 5, 37)
+    for i in range(5):
+        ref = one_step_reference(keys, 2**32 - 2 + i, 37, stream=2)
+        assert torch.equal(block[:, i], ref) and torch.equal(rng.uniform(keys, 2**32 - 2 + i, 37, stream=2), ref)
+    assert not torch.equal(block[:, 0], block[:, 1])
+
+
 def test_mix_agrees_on_python_ints_and_tensors():
     xs = [0, 1, 12345, 2**32 - 1]
     assert rng._mix32(torch.tensor(xs)).tolist() == [rng._mix32(x) for x in xs]
