@@ -38,6 +38,7 @@ from toy_envs.result import METRICS, ArenaResult
 from toy_envs.validation import check_choice, check_int, check_real
 
 _BLOCK_DRAWS = 2**20
+_PENDING_BYTES = 2**26  # flush pending steps' metrics before their tables take more than this
 _ONE = torch.ones((), dtype=torch.float64)  # d(total)/d(total), so backward() does not build it every epoch
 
 
@@ -157,10 +158,11 @@ def _train(env: ToyEnv, specs: dict, seed_list: list[int], config: dict, policy_
 
     n_draws = prompts_per_step + N * T + 2 * N
     block = max(1, min(16, _BLOCK_DRAWS // (R * n_draws)))  # steps per rng call: ≤ 16, ≤ 2^20 numbers
-    done, table_new = 0, None
+    records = _StepRecords(env, buf, R, ppo_epochs * N * T)
+    table_new = None
     for step in range(1, steps + 1):
         if should_stop():
-            yield snapshot(done, True)
+            yield snapshot(records.flush(), True)
             return
         # -- rollouts from π_old ----------------------------------------------------------------------
         with torch.no_grad():
@@ -208,26 +210,67 @@ def _train(env: ToyEnv, specs: dict, seed_list: list[int], config: dict, policy_
         with torch.no_grad():
             table_new = pol.log_probs()
             log_r = (env.gather_log_probs(table_new, index) - old_lp.view(R, N * T)).view(R, N, T)
-            row = _exact_metrics(env, table_old, table_new, rewards)
-            row["kl3"] = (torch.expm1(log_r) - log_r).sum(-1).mean(-1)  # unbiased for the per-response KL
-            counts = tally.counts() / (ppo_epochs * N * T)  # (4, R), mean over epochs
-            row["clipfrac"], row["clipfrac_low"], row["clipfrac_high"], row["clipfrac_dual"] = counts.unbind()
-            row["grad_norm"] = gnorm_acc / ppo_epochs
-            buf[:, :, step - 1] = torch.stack([row[k] for k in METRICS])
-        done = step
+            records.add(table_old, table_new, rewards, log_r, tally, gnorm_acc / ppo_epochs)
         if step % every == 0 or step == steps:
-            yield snapshot(done, False)
+            yield snapshot(records.flush(), False)
+        elif records.nbytes > _PENDING_BYTES:
+            records.flush()
 
 
 # ------------------------------------------------------------------------------------------ helpers
-def _exact_metrics(env: ToyEnv, old: torch.Tensor, new: torch.Tensor, rewards: torch.Tensor) -> dict:
-    st = env.exact_stats(old, new)
-    q = st["correct_prob"]  # (R, P)
-    row = {"reward_mean": rewards.mean(-1), "expected_reward": st["expected_reward"], "prob_correct": q.mean(-1),
-           "entropy": st["entropy"], "kl_exact": st["kl"]}
-    for k, v in zip(PASS_AT_K, pass_at_k(q, PASS_AT_K)):
-        row[f"pass@{k}"] = v
-    return row
+class _StepRecords:
+    """What each step leaves for its metrics, turned into buffer columns a block of steps at a time.
+
+    Every statistic is computed row by row over the runs, so K steps stacked along the run axis give the
+    numbers step by step would, bit for bit (the same ops on every row), in one set of ops instead of K:
+    on small problems the per-step bookkeeping otherwise costs as much as the update.
+    """
+
+    def __init__(self, env: ToyEnv, buf: torch.Tensor, runs: int, token_epochs: int):
+        self.env, self.buf, self.runs, self.token_epochs = env, buf, runs, token_epochs
+        self.done = 0  # buffer columns written
+        self._reset()
+
+    def _reset(self):
+        self.tables, self.rewards, self.log_r, self.tallies, self.grad_norm = [], [], [], [], []
+        self.nbytes = 0
+
+    def add(self, table_old, table_new, rewards, log_r, tally: _ClipTally, grad_norm) -> None:
+        if not self.tables:
+            self.tables.append(table_old)
+        self.tables.append(table_new)  # π_new of a step is π_old of the next
+        self.rewards.append(rewards)
+        self.log_r.append(log_r)
+        self.tallies.append(tally)
+        self.grad_norm.append(grad_norm)
+        self.nbytes += table_new.nbytes + 5 * log_r.nbytes
+
+    @torch.no_grad()
+    def flush(self) -> int:
+        """Write the pending steps' metrics to the buffer; returns the number of steps done."""
+        K, R = len(self.rewards), self.runs
+        if K == 0:
+            return self.done
+        tables = torch.stack(self.tables)  # (K + 1, R, *table)
+        old, new = tables[:-1].flatten(0, 1), tables[1:].flatten(0, 1)  # (K·R, *table), views
+        st = self.env.exact_stats(old, new)
+        q = st["correct_prob"]  # (K·R, P)
+        log_r = torch.stack(self.log_r)  # (K, R, N, T)
+        row = {"reward_mean": torch.stack(self.rewards).mean(-1), "expected_reward": st["expected_reward"],
+               "prob_correct": q.mean(-1), "entropy": st["entropy"], "kl_exact": st["kl"],
+               "kl3": (torch.expm1(log_r) - log_r).sum(-1).mean(-1),  # unbiased for the per-response KL
+               "grad_norm": torch.stack(self.grad_norm)}
+        for k, v in zip(PASS_AT_K, pass_at_k(q, PASS_AT_K)):
+            row[f"pass@{k}"] = v
+        counts = _ClipTally.stacked_counts(self.tallies) / self.token_epochs  # (4, K·R), mean over epochs
+        row["clipfrac"], row["clipfrac_low"], row["clipfrac_high"], row["clipfrac_dual"] = counts.unbind()
+        block = torch.stack([row[k].reshape(K, R) for k in METRICS])  # (metrics, K, R)
+        self.buf[:, :, self.done:self.done + K] = block.transpose(1, 2)
+        self.done += K
+        self.tables = self.tables[-1:]  # the next step's π_old
+        self.rewards, self.log_r, self.tallies, self.grad_norm = [], [], [], []
+        self.nbytes = 0
+        return self.done
 
 
 def _read_only(a: np.ndarray) -> np.ndarray:
@@ -269,10 +312,15 @@ class _ClipTally:
 
     def counts(self) -> torch.Tensor:
         """(4, runs): clipped token-epochs in all, by the lower bound, the upper bound, the dual clip."""
-        down = self.zero - self.zero_up
-        per_token = torch.stack([self.zero * (self.neg + self.pos), down * self.neg, self.zero_up * self.pos,
-                                 self.zero_up * self.neg])
-        return per_token.view(4, self.runs, -1).sum(-1)
+        return self.stacked_counts([self])
+
+    @staticmethod
+    def stacked_counts(tallies: list[_ClipTally]) -> torch.Tensor:
+        """(4, K·runs): `counts` of K tallies of the same shape, in one pass (step-major)."""
+        zero, up, neg, pos = (torch.stack([getattr(t, k) for t in tallies]) for k in ("zero", "zero_up", "neg", "pos"))
+        down = zero - up
+        per_token = torch.stack([zero * (neg + pos), down * neg, up * pos, up * neg])  # (4, K, rows, T)
+        return per_token.view(4, len(tallies) * tallies[0].runs, -1).sum(-1)
 
 
 def _seed_scale(spec, S: int, N: int, T: int, mode: str) -> float:

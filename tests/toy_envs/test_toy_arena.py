@@ -9,7 +9,7 @@ import torch
 
 from theory import get_measure
 from theory.losses import LOSS_AGG_MODES, PRESETS, ClipSpec, policy_loss, preset
-from toy_envs import Bandit, iter_arena, run_arena
+from toy_envs import Bandit, arena, iter_arena, run_arena
 from toy_envs.arena import _ClipTally, _seed_scale
 from toy_envs.result import METRICS
 
@@ -153,6 +153,20 @@ def test_yielded_results_are_read_only_prefixes_of_the_final_one():
             assert np.array_equal(r.metrics[k], final.metrics[k][..., : r.steps_done], equal_nan=True)
     with pytest.raises(ValueError, match="read-only"):
         final.metrics["entropy"][0, 0, 0] = 0.0
+
+
+@pytest.mark.parametrize("env", ["bandit", "sequence"])
+def test_metrics_do_not_depend_on_how_steps_are_batched_for_them(env, monkeypatch):
+    """Metrics are computed for blocks of steps at once (every yield, or when pending tables grow large):
+    the numbers are bit for bit those of one step at a time."""
+    one_by_one = run_arena(env, "grpo,atr", seeds=2, **SMALL, every=1)
+    blocks = run_arena(env, "grpo,atr", seeds=2, **SMALL, every=5)
+    monkeypatch.setattr(arena, "_PENDING_BYTES", 1)  # flush after every step without yielding
+    small = run_arena(env, "grpo,atr", seeds=2, **SMALL, every=100)
+    for k in METRICS:
+        assert np.isfinite(one_by_one.metrics[k]).all(), k
+        assert np.array_equal(one_by_one.metrics[k], blocks.metrics[k]), k
+        assert np.array_equal(one_by_one.metrics[k], small.metrics[k]), k
 
 
 def test_metrics_are_finite_and_sane():
