@@ -194,6 +194,11 @@ class Surrogate(NamedTuple):
     dual: torch.Tensor | None  # (B, T) 1.0 where the dual clip caps the loss (verl vanilla's pg_clipfrac_lower)
 
 
+def _const(t):
+    """t without its autograd history; t itself when it has none (skips an op on the no-grad path)."""
+    return t.detach() if t.requires_grad else t
+
+
 def _flag(compare, a, b):
     """compare(a, b) as 0.0/1.0 in a's dtype (float-valued flags are several times faster than bool on CPU)."""
     return compare(a, b, out=torch.empty_like(a))
@@ -208,11 +213,11 @@ def clipped_surrogate(ratio, clipped_ratio, advantages, dual_clip_c=None) -> Sur
     loss_unclipped = neg_adv * ratio  # -A·r
     loss_clipped = neg_adv * clipped_ratio  # -A·clip(r)
     loss = torch.maximum(loss_unclipped, loss_clipped)  # the pessimistic (larger-loss) branch
-    clipped = _flag(torch.gt, loss_clipped.detach(), loss_unclipped.detach())
+    clipped = _flag(torch.gt, _const(loss_clipped), _const(loss_unclipped))
     dual = None
     if dual_clip_c is not None:
         cap = neg_adv * dual_clip_c  # -A·c
-        dual = _flag(torch.gt, loss.detach(), cap.detach()).mul_(_flag(torch.lt, advantages.detach(), 0.0))
+        dual = _flag(torch.gt, _const(loss), _const(cap)).mul_(_flag(torch.lt, _const(advantages), 0.0))
         loss = torch.lerp(loss, cap, dual)  # exactly where(A < 0, min(loss, cap), loss), without a slow where
     return Surrogate(loss, loss_unclipped, clipped, dual)
 
@@ -258,7 +263,8 @@ def _token_ratio(log_prob, old_log_prob):
     """(log r clamped to ±20 as verl, r, flags of |log r| <= 20 or None): the clamp stops the gradient."""
     log_ratio = log_prob - old_log_prob  # (B, T)
     in_range = _in_range(log_ratio, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    log_ratio.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    if in_range is not None:  # else every entry is within the clamp already
+        log_ratio.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     return log_ratio, log_ratio.exp(), in_range
 
 
@@ -431,6 +437,13 @@ def _compute_dtype(t):
     return torch.float64 if t.dtype == torch.float64 else torch.float32  # bf16/fp16 are computed in float32
 
 
+def _as(t, dtype):
+    """t in `dtype`, contiguous; t itself when it already is (no op dispatched: small batches notice)."""
+    if t.dtype != dtype:
+        t = t.to(dtype)
+    return t if t.is_contiguous() else t.contiguous()
+
+
 def _check_inputs(named: dict):
     ref = named["log_prob"]
     for name, t in named.items():
@@ -509,8 +522,8 @@ def policy_loss(
     }
     _check_inputs(named)
     dtype = _compute_dtype(log_prob)
-    lp = log_prob.to(dtype).contiguous()  # (B, T); keeps the autograd link to a bf16/fp16 leaf
-    old, adv, mask = (t.detach().to(dtype).contiguous() for t in (old_log_prob, advantages, response_mask))
+    lp = _as(log_prob, dtype)  # (B, T); keeps the autograd link to a bf16/fp16 leaf
+    old, adv, mask = (_as(_const(t), dtype) for t in (old_log_prob, advantages, response_mask))
 
     terms = MODES[spec.mode](lp, old, adv, mask, spec)
     loss_mat = terms.loss  # (B, T)
