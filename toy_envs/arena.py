@@ -159,6 +159,7 @@ def _train(env: ToyEnv, specs: dict, seed_list: list[int], config: dict, policy_
     n_draws = prompts_per_step + N * T + 2 * N
     block = max(1, min(16, _BLOCK_DRAWS // (R * n_draws)))  # steps per rng call: ≤ 16, ≤ 2^20 numbers
     records = _StepRecords(env, buf, R, ppo_epochs * N * T)
+    only_prompt = torch.zeros(R, N, dtype=torch.int64)
     table_new = None
     for step in range(1, steps + 1):
         if should_stop():
@@ -171,8 +172,11 @@ def _train(env: ToyEnv, specs: dict, seed_list: list[int], config: dict, policy_
                 draws = rng.uniform_steps(keys, step, min(block, steps - step + 1), n_draws)  # (R, block, n)
             u = draws[:, (step - 1) % block]  # all of this step's draws, = rng.uniform(keys, step, n_draws)
             u_prompt, u_token, u_reward = u.split([prompts_per_step, N * T, 2 * N], dim=1)
-            prompts = (u_prompt * env.num_prompts).long().clamp_(max=env.num_prompts - 1)
-            prompts = prompts.repeat_interleave(group_size, dim=1)  # (R, N), groups contiguous
+            if env.num_prompts == 1:  # the bandit: always prompt 0 (its uniform is drawn all the same)
+                prompts = only_prompt
+            else:
+                prompts = (u_prompt * env.num_prompts).long().clamp_(max=env.num_prompts - 1)  # (R, prompts)
+                prompts = prompts.unsqueeze(-1).expand(R, prompts_per_step, group_size).reshape(R, N)  # groups
             tokens = env.sample(table_old, prompts, u_token.view(R, N, T))  # (R, N, T)
             rewards = env.rewards(prompts, tokens, u_reward.view(R, N, 2))  # (R, N)
             index = env.token_index(prompts, tokens)  # (R, N·T)
