@@ -9,42 +9,40 @@ measure (D(r[, p]) <= δ  <=>  lo <= r <= hi, the gradient-equivalence theorem),
   at -A·c, so a token whose ratio already exploded (r > c) stops pushing.
 * A token that moved against its advantage ((r - 1)·A < 0) is never clipped: its gradient pulls it back.
 
-Modes (a registry: a new mode is one `@register_mode` function returning `_Terms`):
-  clip   PPO/GRPO   max(-A·r, -A·clip(r, lo, hi))            (verl `vanilla`, `gspo` at level="sequence")
-  gated  DPPO       -A·sg(min(r, c))·log π · 1[not clipped]  (verl `dppo_kl` / `dppo_tv`, any measure)
-  cispo  CISPO      -sg(clip(r, lo, hi))·A·log π            (verl `cispo`; the bound binds whatever A's sign)
-  sapo   SAPO       -A·σ(τ(r - 1))·4/τ, τ by the sign of A  (verl `sapo`; no hard clip)
-
-p-independent measures give one scalar (lo, hi) per spec (KL3 by Lambert W), then plain clamps: the same code
-as PPO, so KL3 at δ is ratio clipping at the float bounds [l_δ, u_δ] bit for bit. p-dependent measures
-(binary KL/TV, p = π_old) evaluate D(r, p) for every token and solve exact float64 bounds only for the tokens
-that are clipped.
-
-Speed: the clip mode computes the loss value without autograd and attaches its known gradient, -A·r·∇log π on
-kept tokens and 0 on clipped ones, in one multiply (`_WithGradient`); masks are 0/1 floats, never `torch.where`.
-Both matter on CPU, where each autograd max/clamp/where backward allocates several (B, T) temporaries.
+The loss forms (clip, gated, cispo, sapo) and PPO's surrogate live in `theory.loss_modes`; this module holds
+the spec, its presets and the validated entry point.
 """
-
 from __future__ import annotations
 
 import functools
 import math
 import numbers
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import NamedTuple
 
 import torch
 
-from theory.bounds import _binary_kl_root
 from theory.loss_metrics import LOSS_AGG_MODES, agg_loss, aggregate, check_agg, clip_metrics, masked_sum_finite
+from theory.loss_modes import (
+    _TORCH_BOUNDS,
+    LOG_RATIO_CLAMP,
+    MODES,
+    SEQ_LOG_RATIO_MAX,
+    Surrogate,
+    _const,
+    clip_loss_with_bounds,
+    clipped_surrogate,
+    register_mode,
+)
 from theory.measures import MEASURES, Measure, get_measure
 
 __all__ = [
+    "LOG_RATIO_CLAMP",
     "LOSS_AGG_MODES",
     "MODES",
     "PRESETS",
+    "SEQ_LOG_RATIO_MAX",
     "ClipSpec",
     "Surrogate",
     "agg_loss",
@@ -56,8 +54,6 @@ __all__ = [
 ]
 
 LEVELS = ("token", "sequence")
-LOG_RATIO_CLAMP = 20.0  # verl clamps log r to ±20 before exp (token level)
-SEQ_LOG_RATIO_MAX = 10.0  # verl's gspo clamps the sequence log-ratio above only
 
 
 # ------------------------------------------------------------------------------------------------ spec
@@ -184,252 +180,6 @@ def _scalar_bounds(spec: ClipSpec) -> tuple[float, float]:
         return m.bounds(eps_low=spec.eps_low, eps_high=spec.eps_high)
     lo, hi = m.bounds(spec.delta)
     return float(lo), float(hi)
-
-
-# ------------------------------------------------------------------------------------ surrogate pieces
-class Surrogate(NamedTuple):
-    loss: torch.Tensor  # (B, T) max(-A·r, -A·clip(r)), dual-clipped
-    loss_unclipped: torch.Tensor  # (B, T) -A·r
-    clipped: torch.Tensor  # (B, T) 1.0 where the clipped branch is strictly larger (gradient 0; verl pg_clipfrac)
-    dual: torch.Tensor | None  # (B, T) 1.0 where the dual clip caps the loss (verl vanilla's pg_clipfrac_lower)
-
-
-def _const(t):
-    """t without its autograd history; t itself when it has none (skips an op on the no-grad path)."""
-    return t.detach() if t.requires_grad else t
-
-
-def _flag(compare, a, b):
-    """compare(a, b) as 0.0/1.0 in a's dtype (float-valued flags are several times faster than bool on CPU)."""
-    return compare(a, b, out=torch.empty_like(a))
-
-
-def clipped_surrogate(ratio, clipped_ratio, advantages, dual_clip_c=None) -> Surrogate:
-    """PPO's per-token loss max(-A·r, -A·clip(r)), and for A < 0 at most -A·c (dual clip). Shapes (B, T).
-
-    Plain autograd: differentiate it and the gradient is -A·∇r on unclipped tokens and 0 on clipped ones.
-    """
-    neg_adv = -advantages  # (B, T)
-    loss_unclipped = neg_adv * ratio  # -A·r
-    loss_clipped = neg_adv * clipped_ratio  # -A·clip(r)
-    loss = torch.maximum(loss_unclipped, loss_clipped)  # the pessimistic (larger-loss) branch
-    clipped = _flag(torch.gt, _const(loss_clipped), _const(loss_unclipped))
-    dual = None
-    if dual_clip_c is not None:
-        cap = neg_adv * dual_clip_c  # -A·c
-        dual = _flag(torch.gt, _const(loss), _const(cap)).mul_(_flag(torch.lt, _const(advantages), 0.0))
-        loss = torch.lerp(loss, cap, dual)  # exactly where(A < 0, min(loss, cap), loss), without a slow where
-    return Surrogate(loss, loss_unclipped, clipped, dual)
-
-
-def clip_loss_with_bounds(ratio, advantages, lo, hi, dual_clip_c=None) -> Surrogate:
-    """`clipped_surrogate` with clip(r) = clamp(r, lo, hi); lo, hi scalars or per-token (B, T) tensors."""
-    if isinstance(lo, torch.Tensor) or isinstance(hi, torch.Tensor):
-        lo = torch.as_tensor(lo, dtype=ratio.dtype, device=ratio.device)
-        hi = torch.as_tensor(hi, dtype=ratio.dtype, device=ratio.device)
-    return clipped_surrogate(ratio, torch.clamp(ratio, lo, hi), advantages, dual_clip_c)
-
-
-class _WithGradient(torch.autograd.Function):
-    """`value` (computed without autograd) whose derivative with respect to log_prob is `coef`, elementwise.
-
-    Autograd through max/clamp/where costs several (B, T) temporaries per op on the way back; the gradient
-    of a clipped loss is known in closed form (THEORY.md §1), so the loss modes hand it over directly.
-    """
-
-    @staticmethod
-    def forward(ctx, log_prob, value, coef):
-        ctx.save_for_backward(coef)
-        return value
-
-    @staticmethod
-    def backward(ctx, grad):
-        (coef,) = ctx.saved_tensors
-        return grad * coef, None, None
-
-
-def _in_range(x, lo: float, hi: float):
-    """None when every entry lies in [lo, hi] (the usual case: one reduction, two reads), else 0/1 flags."""
-    if x.numel() == 0:
-        return None
-    x_min, x_max = torch.aminmax(x)
-    if x_min.item() >= lo and x_max.item() <= hi:  # False for NaN, which then goes through the flags
-        return None
-    return _flag(torch.ge, x, lo).mul_(_flag(torch.le, x, hi))
-
-
-@torch.no_grad()
-def _token_ratio(log_prob, old_log_prob):
-    """(log r clamped to ±20 as verl, r, flags of |log r| <= 20 or None): the clamp stops the gradient."""
-    log_ratio = log_prob - old_log_prob  # (B, T)
-    in_range = _in_range(log_ratio, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    if in_range is not None:  # else every entry is within the clamp already
-        log_ratio.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    return log_ratio, log_ratio.exp(), in_range
-
-
-@torch.no_grad()
-def _sequence_ratio(log_prob, old_log_prob, mask):
-    """GSPO (verl `gspo`): s = exp(mean_t log r) per sequence, used for every token. verl writes it as
-    sg[s]·π_θ/sg[π_θ], whose gradient is s·∇log π per token; clamped at log s <= 10 as verl."""
-    log_ratio = log_prob - old_log_prob  # (B, T)
-    seq_lengths = torch.sum(mask, dim=-1).clamp(min=1)  # (B,)
-    seq_log_ratio = (torch.sum(log_ratio * mask, dim=-1) / seq_lengths).unsqueeze(-1)  # (B, 1) log s
-    in_range = _in_range(seq_log_ratio, -math.inf, SEQ_LOG_RATIO_MAX)
-    ratio = torch.exp(torch.clamp(seq_log_ratio, max=SEQ_LOG_RATIO_MAX)).expand_as(log_ratio).contiguous()
-    log_ratio.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # token log r, for the metrics only
-    return log_ratio, ratio, in_range
-
-
-def _binary_kl_bound(delta: float, p, side: int):
-    return torch.exp(_binary_kl_root(torch.full_like(p, delta), p, torch, side=side, maxiter=200))
-
-
-def _binary_tv_bound(delta: float, p, side: int):
-    return (1.0 - delta / p).clamp_(min=0.0) if side < 0 else 1.0 + delta / p
-
-
-# One root of D(r, p) = δ per entry, float64 torch in and out: side -1 gives lo < 1, side +1 gives hi > 1.
-_TORCH_BOUNDS: dict[str, Callable] = {"binary_kl": _binary_kl_bound, "binary_tv": _binary_tv_bound}
-
-
-@torch.no_grad()
-def _divergence(spec: ClipSpec, ratio, old_log_prob):
-    """D(r, p) per token for a p-dependent measure, p = π_old(a) kept below 1 (log p rounds to 0 for sure
-    tokens); in the input's dtype, on its device. Returns (D, p)."""
-    p = old_log_prob.exp().clamp_(max=1.0 - torch.finfo(old_log_prob.dtype).eps)
-    return get_measure(spec.measure)._value(ratio, p, torch), p
-
-
-@torch.no_grad()
-def _per_token_clip(spec: ClipSpec, ratio, old_log_prob, select):
-    """clip(r) with exact per-token bounds, solved (float64) only where D > δ and `select` holds, else r.
-
-    A selected token with r > 1 gets its upper root hi(p), one with r < 1 its lower root lo(p).
-    """
-    divergence, p = _divergence(spec, ratio, old_log_prob)
-    which = divergence > spec.delta
-    if select is not None:
-        which &= select
-    idx = which.reshape(-1).nonzero().squeeze(1)  # (K,) flat indices of the tokens to clip
-    if idx.numel() == 0:
-        return ratio
-    r, p64 = ratio.reshape(-1)[idx], p.reshape(-1)[idx].double()  # (K,)
-    up = r > 1
-    bound = torch.empty_like(p64)
-    solve = _TORCH_BOUNDS[spec.measure_name]
-    if bool(up.any()):
-        bound[up] = solve(spec.delta, p64[up], +1)
-    if not bool(up.all()):
-        bound[~up] = solve(spec.delta, p64[~up], -1)
-    clipped_ratio = ratio.clone(memory_format=torch.contiguous_format)
-    clipped_ratio.view(-1)[idx] = bound.to(ratio.dtype)
-    return clipped_ratio
-
-
-# ---------------------------------------------------------------------------------------------- modes
-class _Terms(NamedTuple):
-    loss: torch.Tensor  # (B, T) per-token loss, differentiable in log_prob
-    log_ratio: torch.Tensor  # (B, T) token log r clamped to ±20, for ppo_kl and kl3
-    ratio: torch.Tensor  # (B, T) the ratio the loss used (the sequence ratio at level='sequence')
-    clipped: torch.Tensor | None  # (B, T) 1.0 where a bound changed this token's term
-    clipped_low: torch.Tensor | None  # (B, T) 1.0 where that bound was the lower one
-    dual: torch.Tensor | None = None  # (B, T) 1.0 where the dual clip capped the loss
-
-
-MODES: dict[str, Callable[..., _Terms]] = {}
-
-
-def register_mode(name: str):
-    """Register `fn(log_prob, old_log_prob, advantages, mask, spec) -> _Terms` as loss mode `name`."""
-
-    def deco(fn):
-        MODES[name] = fn
-        return fn
-
-    return deco
-
-
-@register_mode("clip")
-def _clip_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Terms:
-    """PPO: max(-A·r, -A·clip(r, lo, hi)); GSPO's sequence ratio at level='sequence'.
-
-    The value is `clipped_surrogate`'s; the gradient is the rule it implies, -A·r·∇log π on kept tokens.
-    """
-    with torch.no_grad():
-        if spec.level == "sequence":
-            log_ratio, ratio, in_range = _sequence_ratio(log_prob, old_log_prob, mask)
-        else:
-            log_ratio, ratio, in_range = _token_ratio(log_prob, old_log_prob)
-        if spec.p_dependent:
-            moved = (ratio - 1.0) * advantages > 0  # only a token pushed past a bound by its own A is clipped
-            clipped_ratio = _per_token_clip(spec, ratio, old_log_prob, moved)
-        else:
-            clipped_ratio = torch.clamp(ratio, *spec.ratio_bounds())
-        sur = clipped_surrogate(ratio, clipped_ratio, advantages, spec.dual_clip_c)
-        keep = 1.0 - sur.clipped  # (B, T) 1.0 where the token keeps its gradient
-        if sur.dual is not None:
-            keep.sub_(sur.dual)
-        if in_range is not None:
-            keep.mul_(in_range)  # verl's log-ratio clamp also stops the gradient
-        grad = sur.loss_unclipped.mul_(keep)  # d(-A·r)/d log π = -A·r where kept, else 0
-        clipped_low = _flag(torch.lt, advantages, 0.0).mul_(sur.clipped)
-    loss = _WithGradient.apply(log_prob, sur.loss, grad)
-    return _Terms(loss, log_ratio, ratio, sur.clipped, clipped_low, sur.dual)
-
-
-@register_mode("gated")
-def _gated_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Terms:
-    """DPPO (verl `dppo_kl`/`dppo_tv`): -A·sg(min(r, c))·log π, zeroed where the bound is crossed in A's
-    direction. Its gradient, -A·min(r, c)·∇log π = -A·∇r for r < c, is the clip mode's, token by token."""
-    with torch.no_grad():
-        log_ratio, ratio, _ = _token_ratio(log_prob, old_log_prob)
-        adv_pos, adv_neg = _flag(torch.gt, advantages, 0.0), _flag(torch.lt, advantages, 0.0)
-        if spec.p_dependent:
-            divergence, _ = _divergence(spec, ratio, old_log_prob)
-            exceeded = _flag(torch.gt, divergence, spec.delta)
-            clipped_high = _flag(torch.gt, ratio, 1.0).mul_(exceeded).mul_(adv_pos)
-            clipped_low = _flag(torch.lt, ratio, 1.0).mul_(exceeded).mul_(adv_neg)
-        else:
-            lo, hi = spec.ratio_bounds()
-            clipped_high = _flag(torch.gt, ratio, hi).mul_(adv_pos)
-            clipped_low = _flag(torch.lt, ratio, lo).mul_(adv_neg)
-        clipped = clipped_high.add_(clipped_low)  # the two are disjoint
-        valid = 1.0 - clipped  # (B, T) 1.0 = keeps its gradient
-        weight = ratio if spec.tis_cap is None else ratio.clamp(max=spec.tis_cap)  # truncated IS weight
-    loss = -advantages * weight * log_prob * valid  # verl's product order, for bit-equal losses
-    return _Terms(loss, log_ratio, ratio, clipped, clipped_low)
-
-
-@register_mode("cispo")
-def _cispo_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Terms:
-    """CISPO (verl `cispo`): -sg(clip(r, lo, hi))·A·log π. Clipping bounds the IS weight only, on both sides
-    whatever the sign of A, so every token keeps a gradient."""
-    with torch.no_grad():
-        log_ratio, ratio, _ = _token_ratio(log_prob, old_log_prob)
-        if spec.p_dependent:
-            clipped_ratio = _per_token_clip(spec, ratio, old_log_prob, None)
-        else:
-            clipped_ratio = torch.clamp(ratio, *spec.ratio_bounds())
-        clipped, clipped_low = _flag(torch.ne, clipped_ratio, ratio), _flag(torch.gt, clipped_ratio, ratio)
-    loss = -clipped_ratio * advantages * log_prob  # verl's product order
-    return _Terms(loss, log_ratio, ratio, clipped, clipped_low)
-
-
-@register_mode("sapo")
-def _sapo_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Terms:
-    """SAPO (verl `sapo`): -A·f(r), f(r) = σ(τ(r - 1))·4/τ with τ = tau_pos for A > 0 else tau_neg. The soft
-    gate's slope f'(r) = 4σ(1 - σ) is 1 at r = 1 and decays smoothly: no hard clip, so no clip fractions.
-    verl's `sapo` always aggregates with seq-mean-token-mean, whatever loss_agg_mode says; here it is honoured."""
-    with torch.no_grad():
-        log_ratio, ratio_value, in_range = _token_ratio(log_prob, old_log_prob)
-        tau_neg = torch.full_like(advantages, spec.tau_neg)
-        tau_pos = torch.full((), spec.tau_pos, dtype=advantages.dtype, device=advantages.device)
-        taus = tau_neg.lerp_(tau_pos, _flag(torch.gt, advantages, 0.0))  # (B, T) exact tau_pos or tau_neg
-        dratio = ratio_value if in_range is None else ratio_value * in_range  # dr/d log π, 0 where clamped
-    ratio = _WithGradient.apply(log_prob, ratio_value, dratio)
-    gates = torch.sigmoid(taus * (ratio - 1.0)) * (4.0 / taus)
-    return _Terms(-gates * advantages, log_ratio, ratio_value, None, None)
 
 
 # ------------------------------------------------------------------------------------------ the loss
