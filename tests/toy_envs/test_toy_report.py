@@ -127,3 +127,17 @@ def test_a_direction_without_significance_is_not_a_plain_yes():
         "yes, but not significant")
     assert _yes(Claim("atr", "x", False, "significant")) == "no"
     assert _yes(Claim("atr", "x", None, "")) == "undecided"
+
+
+def test_readme_claims_tables_are_the_docs_sections_verbatim():
+    """README shows two environments' claims; they must stay the generated text in docs/toy_claims.md."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    readme, docs = (root / "README.md").read_text(), (root / "docs" / "toy_claims.md").read_text()
+    shown = re.findall(r"<details><summary><b>(\w+)</b>[^\n]*</summary>\n\n(.*?)\n\n</details>", readme, re.S)
+    assert [name for name, _ in shown] == ["sparse", "bandit"]
+    for name, body in shown:
+        assert f"## {name}: grpo, dapo, atr\n\n{body}\n" in docs, name
+        assert f"divclip toy --env {name} " in body and "Does the paper's direction hold here?" in body
