@@ -6,7 +6,8 @@
 
 Environments (`ENVS`, `make_env`): `Bandit`, `SparseCategorical`, `TokenSequence`, batched over seeds.
 `run_arena` / `iter_arena` train methods × seeds with `theory.losses.policy_loss`; `toy_envs.report` turns a
-result into the CSV / HTML / markdown claims report of `divclip toy`.
+result into the CSV / HTML / markdown claims report of `divclip toy`; `toy_envs.reference.reference_run` is
+the same training as a plain single-seed loop (the arena's test and benchmark reference).
 
 Names are imported lazily so that `import toy_envs.cli` (the CLI parser) does not import torch.
 """
