@@ -81,6 +81,15 @@ def app_url():
         yield url
 
 
+@pytest.fixture
+def fresh_app_url():
+    """Base URL of a server of its own, started for one test: no request has reached it yet."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: the browser tests need Debian's chromium (make browser)")
+    with serve_app("streamlit-server-fresh.log") as url:
+        yield url
+
+
 @pytest.fixture(scope="session")
 def browser(app_url):
     from playwright.sync_api import sync_playwright

@@ -57,28 +57,25 @@ def test_every_page_renders(page, app_url, artifacts):
         screenshot(page, artifacts / f"page-{path or 'clip_explorer'}.png")
 
 
-def test_deep_link_as_first_request_gets_the_router(browser):
+def test_deep_link_as_first_request_gets_the_router(browser, fresh_app_url):
     """A fresh server whose first request is a page's URL runs it through app/main.py's router.
 
     Regression: with the page files in app/pages/, Streamlit's legacy multipage mode claimed a cold server
     whose first request was e.g. /reallocation, ran the file without the router (no wide layout, file
     names in the sidebar) and kept doing so for every later visitor.
     """
-    from conftest import serve_app
-
     path = next(p for p in PAGES if p)  # a non-default page
-    with serve_app("streamlit-server-cold.log") as url:
-        context = browser.new_context(viewport={"width": 1500, "height": 1000})
-        try:
-            page = context.new_page()
-            page.set_default_timeout(60_000)
-            open_page(page, url, path)
-            nav = page.locator('[data-testid="stSidebarNav"]').first.inner_text()
-            lines = {line.strip() for line in nav.splitlines()}  # titles, and the icons' ligature names
-            assert set(PAGES.values()) <= lines and "main" not in lines, nav
-            assert page.locator("h1").first.inner_text().strip().startswith(PAGES[path])
-        finally:
-            context.close()
+    context = browser.new_context(viewport={"width": 1500, "height": 1000})
+    try:
+        page = context.new_page()
+        page.set_default_timeout(60_000)
+        open_page(page, fresh_app_url, path)
+        nav = page.locator('[data-testid="stSidebarNav"]').first.inner_text()
+        lines = {line.strip() for line in nav.splitlines()}  # titles, and the icons' ligature names
+        assert set(PAGES.values()) <= lines and "main" not in lines, nav
+        assert page.locator("h1").first.inner_text().strip().startswith(PAGES[path])
+    finally:
+        context.close()
 
 
 def test_explorer_link_reproduces_theory_bounds(page, app_url, artifacts):
