@@ -253,7 +253,7 @@ class _StepRecords:
         self.log_r.append(log_r)
         self.tallies.append(tally)
         self.grad_norm.append(grad_norm)
-        self.nbytes += table_new.nbytes + 5 * log_r.nbytes
+        self.nbytes += table_new.nbytes + 7 * log_r.nbytes  # log r and the tally's six token-sized tensors
 
     @torch.no_grad()
     def flush(self) -> int:
