@@ -83,8 +83,8 @@ def iter_arena(env, methods, seeds=8, steps=None, group_size=None, prompts_per_s
         machine. None leaves torch's setting alone.
     loss_metrics: also keep `policy_loss`'s own diagnostics (clipfrac, ppo_kl, kl3, ratio_mean, ...),
         averaged over seeds and epochs, in `ArenaResult.loss_info` (methods, steps). Off by default: on
-        these tiny batches they cost a fifth of a run, and the per-seed clip fractions in `metrics` are
-        read off the gradient anyway (tests check the two agree).
+        these tiny batches they cost nearly as much as the loss's forward pass, and the per-seed clip
+        fractions in `metrics` are read off the gradient anyway (tests check the two agree).
     """
     if isinstance(env, str):
         name = env
