@@ -193,7 +193,7 @@ def _train(env: ToyEnv, specs: dict, seed_list: list[int], config: dict, policy_
                 tuple(x[m * S * N:(m + 1) * S * N] for x in (old_lp, adv_tok, mask)) for m in range(M)]
         # -- μ epochs of the clipped surrogate -------------------------------------------------------
         tally = _ClipTally(R, adv_tok)
-        gnorm_acc = torch.zeros(R, dtype=torch.float64)
+        grads = []  # each epoch's gradients (zero_grad drops them, it does not overwrite them)
         for epoch in range(ppo_epochs):
             opt.zero_grad()
             lp = env.gather_log_probs(pol.log_probs(), index).view(R * N, T)
@@ -214,13 +214,13 @@ def _train(env: ToyEnv, specs: dict, seed_list: list[int], config: dict, policy_
             with torch.no_grad():
                 if epoch > 0:  # the first epoch has r ≡ 1: nothing can be clipped
                     tally.add(lp.grad, lp, old_lp)
-                gnorm_acc += _grad_norms(opt.params, R)
+                grads.append([p.grad for p in opt.params])
             opt.step()
         # -- what the update did -----------------------------------------------------------------------
         with torch.no_grad():
             table_new = pol.log_probs()
             log_r = (env.gather_log_probs(table_new, index) - old_lp.view(R, N * T)).view(R, N, T)
-            records.add(table_old, table_new, rewards, log_r, tally, gnorm_acc / ppo_epochs)
+            records.add(table_old, table_new, rewards, log_r, tally, _grad_norms(grads, R).mean(0))
         if step % every == 0 or step == steps:
             yield snapshot(records.flush(), False)
         elif records.nbytes > _PENDING_BYTES:
@@ -289,11 +289,11 @@ def _read_only(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def _grad_norms(params: list[torch.Tensor], R: int) -> torch.Tensor:
-    """(R,) L2 norm of each run's gradient over all parameters."""
-    if len(params) == 1:
-        return torch.linalg.vector_norm(params[0].grad.reshape(R, -1), dim=1)
-    return torch.linalg.vector_norm(torch.cat([p.grad.reshape(R, -1) for p in params], 1), dim=1)
+def _grad_norms(grads: list[list[torch.Tensor]], R: int) -> torch.Tensor:
+    """(epochs, R): L2 norm of each run's gradient over all parameters, for each epoch's list of gradients."""
+    flat = torch.stack([torch.cat([g.reshape(R, -1) for g in epoch], 1) if len(epoch) > 1 else epoch[0].reshape(R, -1)
+                        for epoch in grads])  # (epochs, R, parameters per run)
+    return torch.linalg.vector_norm(flat, dim=2)
 
 
 class _ClipTally:
