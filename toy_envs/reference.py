@@ -17,6 +17,8 @@ import torch
 from theory.advantages import group_advantages
 from theory.losses import policy_loss
 from toy_envs.base import PASS_AT_K, ToyEnv, pass_at_k
+from toy_envs.methods import method_spec
+from toy_envs.validation import check_int, check_real
 
 REFERENCE_METRICS = ("reward_mean", "expected_reward", *(f"pass@{k}" for k in PASS_AT_K), "entropy", "kl_exact",
                      "clipfrac", "grad_norm")
@@ -30,6 +32,15 @@ def reference_run(env: ToyEnv, spec, seed: int, steps: int, group_size: int, pro
     Step t's policy metrics describe the policy that drew its rollouts, its update metrics the update that
     followed, as in `ArenaResult`.
     """
+    if not isinstance(env, ToyEnv):
+        raise ValueError(f"env must be a ToyEnv (e.g. toy_envs.make_env('bandit')), got {env!r}")
+    spec = method_spec(spec) if isinstance(spec, str) else spec
+    seed = check_int("seed", seed, minimum=0)
+    steps = check_int("steps", steps, minimum=1)
+    group_size = check_int("group_size", group_size, minimum=2)
+    prompts_per_step = check_int("prompts_per_step", prompts_per_step, minimum=1)
+    ppo_epochs = check_int("ppo_epochs", ppo_epochs, minimum=1)
+    lr = check_real("lr", lr, minimum=0.0, open_interval=True)
     g = torch.Generator().manual_seed(seed)
     logits = env.init_logits().clone().requires_grad_(True)
     opt = torch.optim.Adam([logits], lr=lr)

@@ -44,3 +44,16 @@ def test_arena_and_reference_loop_learn_the_same(env_name):
     er = res.metrics["expected_reward"][0]
     assert er[:, -5:].mean() > er[:, :5].mean() + 0.1  # both learned: the comparison is not of two idle runs
     assert moved == 5
+
+
+@pytest.mark.parametrize(
+    "kwargs, arg",
+    [({"env": "bandit"}, "env"), ({"spec": "ppo9"}, "ppo9"), ({"seed": -1}, "seed"), ({"steps": 0}, "steps"),
+     ({"group_size": 1}, "group_size"), ({"prompts_per_step": 0}, "prompts_per_step"),
+     ({"ppo_epochs": 1.5}, "ppo_epochs"), ({"lr": 0.0}, "lr")],
+)
+def test_bad_input_names_the_argument(kwargs, arg):
+    args = dict(env=make_env("bandit", arms=4), spec="grpo", seed=0, steps=2, group_size=4, prompts_per_step=1,
+                ppo_epochs=2, lr=0.1) | kwargs
+    with pytest.raises(ValueError, match=arg):
+        reference_run(**args)
