@@ -47,6 +47,10 @@ def uniform(keys: torch.Tensor, step: int, n: int, stream: int = 0) -> torch.Ten
 def uniform_steps(keys: torch.Tensor, first_step: int, count: int, n: int, stream: int = 0) -> torch.Tensor:
     """(R, count, n): `uniform(keys, step, n, stream)` for steps first_step, ..., first_step + count - 1 at once,
     bit for bit (the same integer ops per entry), in one pass instead of `count`."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"count must be an integer >= 1, got {count!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"n must be an integer >= 0, got {n!r}")
     salts = torch.tensor([_salt(first_step + i, stream) for i in range(count)], dtype=torch.int64)  # (count,)
     k = keys.view(-1, 1, 1) ^ salts.view(1, -1, 1)  # (R, count, 1)
     ctr = (torch.arange(n, dtype=torch.int64) * _GOLDEN) & _MASK32  # (n,)

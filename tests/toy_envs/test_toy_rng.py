@@ -1,6 +1,7 @@
 """Counter-based random numbers: uniform, independent across seeds, and independent of batch composition."""
 
 import numpy as np
+import pytest
 import torch
 from scipy import stats
 
@@ -49,6 +50,9 @@ def test_a_block_of_steps_draws_what_the_steps_draw_one_by_one():
         ref = one_step_reference(keys, 2**32 - 2 + i, 37, stream=2)
         assert torch.equal(block[:, i], ref) and torch.equal(rng.uniform(keys, 2**32 - 2 + i, 37, stream=2), ref)
     assert not torch.equal(block[:, 0], block[:, 1])
+    for bad, arg in (({"count": 0}, "count"), ({"n": -1}, "n must"), ({"count": 2.0}, "count")):
+        with pytest.raises(ValueError, match=arg):
+            rng.uniform_steps(keys, **{"first_step": 1, "count": 3, "n": 4, **bad})
 
 
 def test_mix_agrees_on_python_ints_and_tensors():
