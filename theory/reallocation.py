@@ -31,7 +31,7 @@ from scipy.special import xlogy
 
 from theory.losses import PRESETS, ClipSpec
 from theory.measures import get_measure
-from theory.validation import as_float_array
+from theory.validation import as_float_array, require_finite
 
 PROB_SUM_TOL = 1e-6  # how far Σ probs may be from 1 before we refuse (then it is renormalised exactly)
 DEFAULT_BUCKET_EDGES = (0.0, 0.2, 0.5, 1.0)  # confidence buckets of π_old(a): rare, middle, confident
@@ -69,11 +69,7 @@ def check_vector(name: str, value, length: int, other: str) -> np.ndarray:
         raise ValueError(f"{name} must be a 1-D list of numbers, got shape {arr.shape}")
     if arr.size != length:
         raise ValueError(f"{name} has {arr.size} entries but {other} has {length}: give one per entry of {other}")
-    bad = np.flatnonzero(~np.isfinite(arr))
-    if bad.size:
-        i = int(bad[0])
-        raise ValueError(f"{name}[{i}] = {float(arr[i])!r}: {name} must contain finite numbers only")
-    return arr
+    return require_finite(name, arr)
 
 
 # --------------------------------------------------------------------------------------------- buckets

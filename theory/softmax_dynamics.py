@@ -39,7 +39,7 @@ from theory.reallocation import (
     resolve_spec,
     spec_label,
 )
-from theory.validation import as_float_array
+from theory.validation import as_float_array, require_finite
 
 MAX_EPOCHS = 10_000
 
@@ -81,11 +81,7 @@ def _check_logits(logits, name: str = "logits") -> np.ndarray:
     z = as_float_array(name, logits)
     if z.ndim != 1 or z.size < 2:
         raise ValueError(f"{name} must be a 1-D list of at least 2 logits, got shape {z.shape}")
-    bad = np.flatnonzero(~np.isfinite(z))
-    if bad.size:
-        i = int(bad[0])
-        raise ValueError(f"{name}[{i}] = {float(z[i])!r}: logits must be finite numbers")
-    return z
+    return require_finite(name, z)
 
 
 def _check_group(group, k: int) -> Group:

@@ -30,6 +30,15 @@ def as_float_array(name: str, value) -> np.ndarray:
     return arr
 
 
+def require_finite(name: str, arr: np.ndarray) -> np.ndarray:
+    """`arr` itself if every entry is finite, else a ValueError naming the first bad entry."""
+    bad = np.flatnonzero(~np.isfinite(arr))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"{name}[{i}] = {float(arr.flat[i])!r}: {name} must contain finite numbers only")
+    return arr
+
+
 def check_delta(delta, name: str = "delta") -> np.ndarray:
     """δ must be finite and > 0."""
     arr = as_float_array(name, delta)
