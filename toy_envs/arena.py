@@ -277,9 +277,9 @@ class _StepRecords:
         block = torch.stack([row[k].reshape(K, R) for k in METRICS])  # (metrics, K, R)
         self.buf[:, :, self.done:self.done + K] = block.transpose(1, 2)
         self.done += K
-        self.tables = self.tables[-1:]  # the next step's π_old
-        self.rewards, self.log_r, self.tallies, self.grad_norm = [], [], [], []
-        self.nbytes = 0
+        next_old = self.tables[-1:]  # the next step's π_old
+        self._reset()
+        self.tables = next_old
         return self.done
 
 

@@ -67,13 +67,13 @@ def reference_run(env: ToyEnv, spec, seed: int, steps: int, group_size: int, pro
             opt.step()
         with torch.no_grad():
             logp_new = torch.log_softmax(logits, -1).unsqueeze(0)
-            q = env.correct_prob(logp_old)
+            st = env.exact_stats(logp_old, logp_new)
             rows["reward_mean"].append(float(rewards.mean()))
-            rows["expected_reward"].append(float(env.expected_reward(logp_old)[0]))
-            for k, v in zip(PASS_AT_K, pass_at_k(q, PASS_AT_K)):
+            rows["expected_reward"].append(float(st["expected_reward"][0]))
+            for k, v in zip(PASS_AT_K, pass_at_k(st["correct_prob"], PASS_AT_K)):
                 rows[f"pass@{k}"].append(float(v[0]))
-            rows["entropy"].append(float(env.entropy(logp_old)[0]))
-            rows["kl_exact"].append(float(env.kl(logp_old, logp_new)[0]))
+            rows["entropy"].append(float(st["entropy"][0]))
+            rows["kl_exact"].append(float(st["kl"][0]))
             rows["clipfrac"].append(float(np.mean(clipfrac)))
             rows["grad_norm"].append(float(np.mean(grad_norm)))
     return {k: np.asarray(v) for k, v in rows.items()}
