@@ -6,7 +6,7 @@ with one legend rather than four charts, and at most `MAX_POINTS` steps drawn pe
 last always included; the values at those steps are exact), because while a run trains the browser redraws
 the figure every half second and plotly's drawing time, not the server's, sets how often that can happen
 (benchmarks/bench_arena_redraw.py). Methods keep the colours of the reallocation page
-(`app.realloc_figures.spec_colours`).
+(`divclip.app.realloc_figures.spec_colours`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from app.realloc_figures import figure, layout, panel_title, spec_colours
+from divclip.app.realloc_figures import figure, layout, panel_title, spec_colours
 
 MAX_POINTS = 300
 # Two columns × two rows of panels, laid out by hand (as app.figures does) to build the figure in one go.

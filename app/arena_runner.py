@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 
-from toy_envs import iter_arena
+from divclip.toy_envs import iter_arena
 
 TARGET_CHUNKS = 200  # yields per run: each one copies all steps so far, so the total copying stays linear
 ABANDON_S = 120.0  # seconds without a redraw after which a run stops itself

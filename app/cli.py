@@ -27,7 +27,7 @@ def command(name: str):
 # ------------------------------------------------------------------------------------- measures
 @command("measures")
 def cmd_measures(args) -> int:
-    from theory import MEASURES
+    from divclip.theory import MEASURES
 
     rows = []
     for m in MEASURES.values():
@@ -50,7 +50,7 @@ def cmd_measures(args) -> int:
 # --------------------------------------------------------------------------------------- bounds
 @command("bounds")
 def cmd_bounds(args) -> int:
-    from theory import delta_for_eps, get_measure
+    from divclip.theory import delta_for_eps, get_measure
 
     m = get_measure(args.measure)
     given = [x is not None for x in (args.delta, args.eps_low, args.eps_high)]
@@ -81,7 +81,7 @@ def cmd_bounds(args) -> int:
 # --------------------------------------------------------------------------------------- derive
 @command("derive")
 def cmd_derive(args) -> int:
-    from theory import symbolic
+    from divclip.theory import symbolic
 
     steps = symbolic.derivation(args.measure)
     print(symbolic.render(steps, args.format))
@@ -135,10 +135,10 @@ def build_parser() -> argparse.ArgumentParser:
 # Subcommands that import torch or heavy extras live in their own modules: (module, add-parser fn, handler).
 # Only the module of the command being run is imported, so `divclip bounds` stays fast.
 EXTENSIONS: dict[str, tuple[str, str, str]] = {
-    "realloc": ("theory.realloc_cli", "add_realloc_command", "run_realloc"),
-    "check": ("app.sanity.cli", "add_check_command", "run_check"),
-    "toy": ("toy_envs.cli", "add_toy_command", "cmd_toy"),
-    "train": ("trainer.cli", "add_train_command", "run_train"),
+    "realloc": ("divclip.theory.realloc_cli", "add_realloc_command", "run_realloc"),
+    "check": ("divclip.sanity.cli", "add_check_command", "run_check"),
+    "toy": ("divclip.toy_envs.cli", "add_toy_command", "cmd_toy"),
+    "train": ("divclip.trainer.cli", "add_train_command", "run_train"),
 }
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from app.intervals import ClipInterval
-from app.state import format_number
+from divclip.app.intervals import ClipInterval
+from divclip.app.state import format_number
 
 VERL_PREFIX = "actor_rollout_ref.actor."
 # verl 0.9.1 policy losses whose clip_ratio_low/high are the divergence threshold δ (core_algos.py).

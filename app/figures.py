@@ -17,8 +17,8 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from app.intervals import ClipInterval, format_bound
-from app.methods import METHOD_COLOURS
+from divclip.app.intervals import ClipInterval, format_bound
+from divclip.app.methods import METHOD_COLOURS
 
 __all__ = ["METHOD_COLOURS", "divergence_curves", "interval_chart", "ratio_range", "surrogate_figure"]
 

@@ -1,6 +1,6 @@
 """The proof page's numeric illustration: theory's symbolic roots and series, evaluated at one δ.
 
-The closed forms and root series come from `theory.symbolic` (the same `clip_roots` / `root_series` the
+The closed forms and root series come from `divclip.theory.symbolic` (the same `clip_roots` / `root_series` the
 derivation checks); they are evaluated with mpmath at 30 digits next to theory's float64 bounds, so the
 reader sees the derivation and the numerical solver agree, and how good the truncated series is.
 """
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import mpmath
 import sympy as sp
 
-from theory import get_measure
-from theory.symbolic import DELTA, S, clip_roots, measure_expression, root_series
+from divclip.theory import get_measure
+from divclip.theory.symbolic import DELTA, S, clip_roots, measure_expression, root_series
 
 DIGITS = 30
 

@@ -12,9 +12,9 @@ import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import theory
-from app.methods import colour_for, label_for, method_for
-from theory import Measure, get_measure
+from divclip import theory
+from divclip.app.methods import colour_for, label_for, method_for
+from divclip.theory import Measure, get_measure
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from urllib.parse import quote, urlencode
 
-from app.intervals import ClipInterval, format_bound
+from divclip.app.intervals import ClipInterval, format_bound
 
 
 def _text(s: str) -> str:

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import theory
-from app.state import ChoiceListParam, FloatParam
+from divclip import theory
+from divclip.app.state import ChoiceListParam, FloatParam
 
 DELTA_MIN, DELTA_MAX = 0.001, 0.5
 EPS_MIN, EPS_MAX = 0.01, 0.9

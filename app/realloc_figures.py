@@ -1,9 +1,9 @@
-"""Figures of the mass-reallocation page, pure functions of `theory.reallocation` results.
+"""Figures of the mass-reallocation page, pure functions of `divclip.theory.reallocation` results.
 
 Every number drawn is a field of a `Comparison` (feasible boxes, the exact one-step optimum, the softmax
 drift over PPO epochs) or of a `HeadroomCurve`; nothing is recomputed here. A spec keeps one colour on every
-figure: the presets take their method's colour from `app.methods.METHOD_COLOURS`, other specs the colours no
-preset uses. Figures are built from trace and layout dicts in one go, as in `app.figures`.
+figure: the presets take their method's colour from `divclip.app.methods.METHOD_COLOURS`, other specs the colours no
+preset uses. Figures are built from trace and layout dicts in one go, as in `divclip.app.figures`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from app import figures
-from app.methods import METHOD_COLOURS
+from divclip.app import figures
+from divclip.app.methods import METHOD_COLOURS
 
 # theory.losses.PRESETS name -> method label of app.methods (and so its colour).
 PRESET_METHOD = {"grpo": "GRPO", "dapo": "DAPO", "atr": "ATR-GRPO", "dppo_kl": "DPPO-Binary-KL",
@@ -39,7 +39,7 @@ def spec_colours(labels: Sequence[str]) -> dict[str, str]:
 
 
 def figure(traces: list[dict], layout: dict) -> go.Figure:
-    """One builder for every app figure, so one switch (`app.figures.VALIDATE`) governs plotly validation."""
+    """One builder for every app figure, so one switch (`divclip.app.figures.VALIDATE`) governs plotly validation."""
     return figures._figure(traces, layout)
 
 

@@ -25,8 +25,8 @@ import numpy as np
 import plotly.io as pio
 from streamlit.testing.v1 import AppTest
 
-from app.figures import divergence_curves, interval_chart, surrogate_figure
-from app.intervals import clip_intervals
+from divclip.app.figures import divergence_curves, interval_chart, surrogate_figure
+from divclip.app.intervals import clip_intervals
 
 MAIN = Path(__file__).resolve().parents[1] / "app" / "main.py"
 GOAL_MS = 150.0

@@ -5,7 +5,7 @@
 
 Cases (one method, GRPO, unless stated): Bandit K=16, 64 seeds × 1000 steps, group 16, 4 PPO epochs;
 TokenSequence L=8, V=8, 32 seeds × 300 steps (registry defaults otherwise). Two per-seed baselines:
-  * straightforward loop: `toy_envs.reference.reference_run` once per seed, the plain single-seed program
+  * straightforward loop: `divclip.toy_envs.reference.reference_run` once per seed, the plain single-seed program
     (torch.optim.Adam, a torch.Generator, the env's sampler and exact statistics every step, policy_loss
     with its metrics); tests/toy_envs/test_toy_reference.py checks that it learns what the arena learns.
     The goal's ratio is against this loop.
@@ -14,7 +14,7 @@ TokenSequence L=8, V=8, 32 seeds × 300 steps (registry defaults otherwise). Two
 Per-seed baselines are timed on a subsample of seeds and extrapolated linearly to all seeds (each seed's
 run costs the same: same shapes, same number of ops), which the table says. Every timed run is the best of
 `--repeats` (wall-clock on a shared machine drifts by ±20 % between runs). "policy_loss alone" is the time
-the same number of `theory.losses.policy_loss` forward + backward calls take at the run's batch shape with
+the same number of `divclip.theory.losses.policy_loss` forward + backward calls take at the run's batch shape with
 nothing around them (timed over 100 steps' worth of calls, extrapolated).
 Goals on a 2-core machine: bandit < 3 s, sequence < 30 s, speed-up ≥ 20× against the straightforward loop.
 Wall-clock times depend on the machine's load; the load average is printed with the table.
@@ -29,9 +29,9 @@ import time
 
 import torch
 
-from toy_envs import make_env, resolve_methods, run_arena
-from toy_envs.reference import reference_run
-from toy_envs.registry import ENVS
+from divclip.toy_envs import make_env, resolve_methods, run_arena
+from divclip.toy_envs.reference import reference_run
+from divclip.toy_envs.registry import ENVS
 
 CASES = [
     # name, env, methods, seeds, steps, settings, loop subsample, goal (s)
@@ -48,7 +48,7 @@ def loss_floor(env, methods, seeds, steps, settings, sample_steps=100) -> float:
     """Seconds the run spends in `policy_loss` forward + backward alone, at the run's batch shape: the
     trainer's loss is called (methods × epochs × steps) times whatever the arena does around it. Timed
     for `sample_steps` steps' worth of calls and extrapolated to `steps`."""
-    from theory.losses import policy_loss
+    from divclip.theory.losses import policy_loss
 
     e = make_env(env, **settings.get("env_kwargs", {}))
     cfg = {**ENVS[env].arena, **settings}

@@ -36,7 +36,7 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import urlencode
 
-from app.arena_runner import chunk_steps
+from divclip.app.arena_runner import chunk_steps
 
 REPO = Path(__file__).resolve().parents[1]
 PAGE = REPO / "app" / "views" / "toy_arena.py"

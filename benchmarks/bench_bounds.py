@@ -16,8 +16,8 @@ import time
 import numpy as np
 from scipy.optimize import brentq
 
-from theory import get_measure
-from theory.bounds import binary_kl_value
+from divclip.theory import get_measure
+from divclip.theory.bounds import binary_kl_value
 
 
 def scalar_loop(delta, p):

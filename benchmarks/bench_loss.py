@@ -30,8 +30,8 @@ import time
 
 import torch
 
-from theory.advantages import group_advantages
-from theory.losses import ClipSpec, policy_loss, preset
+from divclip.theory.advantages import group_advantages
+from divclip.theory.losses import ClipSpec, policy_loss, preset
 
 ATR_DELTA = preset("atr").delta
 

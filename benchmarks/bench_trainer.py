@@ -26,10 +26,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trainer.config import TrainerConfig  # noqa: E402
-from trainer.grpo import GRPOTrainer as DivclipTrainer  # noqa: E402
-from trainer.tasks import arithmetic_task  # noqa: E402
-from trainer.tiny import ARITH_ALPHABET, char_tokenizer, tiny_gpt2  # noqa: E402
+from divclip.trainer.config import TrainerConfig  # noqa: E402
+from divclip.trainer.grpo import GRPOTrainer as DivclipTrainer  # noqa: E402
+from divclip.trainer.tasks import arithmetic_task  # noqa: E402
+from divclip.trainer.tiny import ARITH_ALPHABET, char_tokenizer, tiny_gpt2  # noqa: E402
 
 
 def tiny_model(tok):

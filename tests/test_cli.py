@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from app.cli import main
-from theory import delta_for_eps, get_measure, kl3_bounds
+from divclip.app.cli import main
+from divclip.theory import delta_for_eps, get_measure, kl3_bounds
 
 
 def run(capsys, *argv):
@@ -44,7 +44,7 @@ def test_bounds_text_and_eps_high(capsys):
 def test_measures_table_lists_every_measure(capsys):
     code, out, _ = run(capsys, "measures")
     assert code == 0
-    from theory import MEASURES
+    from divclip.theory import MEASURES
 
     for name in MEASURES:
         assert name in out
@@ -87,7 +87,7 @@ def test_console_script_is_installed():
 
 
 def test_derive_prints_every_step_with_a_passed_check(capsys):
-    from theory import symbolic
+    from divclip.theory import symbolic
 
     code, out, _ = run(capsys, "derive", "kl3", "--format", "markdown")
     assert code == 0

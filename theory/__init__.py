@@ -1,31 +1,31 @@
 """divclip theory core: divergence measures, exact clip bounds, δ↔ε maps and the unified clipped loss.
 
-The numpy/scipy/sympy core is imported eagerly. The torch parts (`theory.losses`, `theory.loss_metrics`,
-`theory.advantages`, and `theory.reallocation` / `theory.softmax_dynamics`, which call the loss) are
-exported lazily, so `import theory` does not pay for torch until a torch name is used.
+The numpy/scipy/sympy core is imported eagerly. The torch parts (`losses`, `loss_metrics`,
+`advantages`, and `reallocation` / `softmax_dynamics`, which call the loss) are exported lazily, so `import divclip.theory` does not pay for
+torch until a torch name is used.
 """
 
 from __future__ import annotations
 
 import importlib
 
-from theory.bounds import kl3_bounds
-from theory.conversions import delta_for_eps, equivalent_ratio_clip
-from theory.formula import measure_from_formula
-from theory.measures import MEASURES, Measure, get_measure
+from divclip.theory.bounds import kl3_bounds
+from divclip.theory.conversions import delta_for_eps, equivalent_ratio_clip
+from divclip.theory.formula import measure_from_formula
+from divclip.theory.measures import MEASURES, Measure, get_measure
 
 _LAZY = {
-    "theory.losses": (
+    "divclip.theory.losses": (
         "ClipSpec", "PRESETS", "preset", "policy_loss", "agg_loss", "LOSS_AGG_MODES", "MODES", "register_mode",
         "clip_loss_with_bounds", "clipped_surrogate",
     ),
-    "theory.loss_metrics": ("kl_penalty",),
-    "theory.advantages": ("group_advantages",),
-    "theory.reallocation": (
+    "divclip.theory.loss_metrics": ("kl_penalty",),
+    "divclip.theory.advantages": ("group_advantages",),
+    "divclip.theory.reallocation": (
         "Comparison", "ComparisonRow", "FeasibleRegion", "HeadroomCurve", "Optimum", "compare_measures",
         "constrained_optimum", "feasible_region", "headroom_curve", "mass_flow",
     ),
-    "theory.softmax_dynamics": (
+    "divclip.theory.softmax_dynamics": (
         "Drift", "Group", "SoftmaxStep", "entropy_gradient", "multi_epoch_drift", "softmax_step",
     ),
 }
@@ -37,7 +37,7 @@ def __getattr__(name: str):
         value = getattr(importlib.import_module(_WHERE[name]), name)
         globals()[name] = value
         return value
-    raise AttributeError(f"module 'theory' has no attribute {name!r}")
+    raise AttributeError(f"module 'divclip.theory' has no attribute {name!r}")
 
 
 def __dir__():

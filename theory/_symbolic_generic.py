@@ -1,4 +1,4 @@
-"""Machinery behind `theory.symbolic`: derivation steps whose checks re-derive their own statement.
+"""Machinery behind `divclip.theory.symbolic`: derivation steps whose checks re-derive their own statement.
 
 A `Step` stores a SymPy statement and a verifier. The verifier receives the *stored* statement, so a
 step whose statement is replaced (`with_statement`, or `dataclasses.replace(step, statement=...)`)

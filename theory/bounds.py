@@ -7,7 +7,7 @@
   once on the far side of the root, and the bracket catches the one overshoot that convexity allows.
 * Custom measures (user formulas) use a derivative-free vectorised bisection in log r.
 
-The array functions here take an `xp` namespace (numpy, or torch from `theory.losses`) so the same maths
+The array functions here take an `xp` namespace (numpy, or torch from `divclip.theory.losses`) so the same maths
 serves the numpy API and the per-token bounds inside the torch loss.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Callable
 import numpy as np
 from scipy.special import lambertw
 
-from theory.validation import check_delta
+from divclip.theory.validation import check_delta
 
 _EPS = np.finfo(np.float64).eps
 

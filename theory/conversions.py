@@ -12,8 +12,8 @@ import math
 
 import numpy as np
 
-from theory.measures import Measure, get_measure
-from theory.validation import check_eps
+from divclip.theory.measures import Measure, get_measure
+from divclip.theory.validation import check_eps
 
 
 def delta_for_eps(measure, eps_low=None, eps_high=None, p=None) -> float:

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import sympy as sp
 
-from theory.bounds import bisect_bounds
-from theory.measures import Measure
+from divclip.theory.bounds import bisect_bounds
+from divclip.theory.measures import Measure
 
 MAX_FORMULA_CHARS = 300
 MAX_NODES = 200

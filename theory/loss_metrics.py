@@ -78,7 +78,7 @@ def agg_loss(loss_mat, loss_mask, loss_agg_mode: str, loss_scale_factor=None):
 # ---------------------------------------------------------------------------------------- diagnostics
 @torch.no_grad()
 def clip_metrics(terms, mask) -> dict[str, float]:
-    """Masked diagnostics of one policy-loss call (see `theory.losses.policy_loss` for their meaning).
+    """Masked diagnostics of one policy-loss call (see `divclip.theory.losses.policy_loss` for their meaning).
 
     `terms` carries (B, T) tensors: log_ratio, ratio, and 0/1 float flags clipped, clipped_low, dual (or None).
     Each masked sum is a dot product with the mask; ratio_min/max use a ±1e30 offset on masked-out tokens.

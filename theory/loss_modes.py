@@ -1,4 +1,4 @@
-"""The loss forms behind `theory.losses.policy_loss`: PPO's clipped surrogate and a registry of modes.
+"""The loss forms behind `divclip.theory.losses.policy_loss`: PPO's clipped surrogate and a registry of modes.
 
 Modes (a registry: a new mode is one `@register_mode` function returning `_Terms`):
   clip   PPO/GRPO   max(-A·r, -A·clip(r, lo, hi))            (verl `vanilla`, `gspo` at level="sequence")
@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
-from theory.bounds import _binary_kl_root
-from theory.measures import get_measure
+from divclip.theory.bounds import _binary_kl_root
+from divclip.theory.measures import get_measure
 
 if TYPE_CHECKING:
-    from theory.losses import ClipSpec
+    from divclip.theory.losses import ClipSpec
 
 LOG_RATIO_CLAMP = 20.0  # verl clamps log r to ±20 before exp (token level)
 SEQ_LOG_RATIO_MAX = 10.0  # verl's gspo clamps the sequence log-ratio above only

@@ -9,7 +9,7 @@ measure (D(r[, p]) <= δ  <=>  lo <= r <= hi, the gradient-equivalence theorem),
   at -A·c, so a token whose ratio already exploded (r > c) stops pushing.
 * A token that moved against its advantage ((r - 1)·A < 0) is never clipped: its gradient pulls it back.
 
-The loss forms (clip, gated, cispo, sapo) and PPO's surrogate live in `theory.loss_modes`; this module holds
+The loss forms (clip, gated, cispo, sapo) and PPO's surrogate live in `divclip.theory.loss_modes`; this module holds
 the spec, its presets and the validated entry point.
 """
 from __future__ import annotations
@@ -23,8 +23,8 @@ from types import MappingProxyType
 
 import torch
 
-from theory.loss_metrics import LOSS_AGG_MODES, agg_loss, aggregate, check_agg, clip_metrics, masked_sum_finite
-from theory.loss_modes import (
+from divclip.theory.loss_metrics import LOSS_AGG_MODES, agg_loss, aggregate, check_agg, clip_metrics, masked_sum_finite
+from divclip.theory.loss_modes import (
     _TORCH_BOUNDS,
     LOG_RATIO_CLAMP,
     MODES,
@@ -35,7 +35,7 @@ from theory.loss_modes import (
     clipped_surrogate,
     register_mode,
 )
-from theory.measures import MEASURES, Measure, get_measure
+from divclip.theory.measures import MEASURES, Measure, get_measure
 
 __all__ = [
     "LOG_RATIO_CLAMP",

@@ -5,7 +5,7 @@ A measure is one small object: its name, formula (LaTeX and code), `value` and `
 theorem clipping on D <= δ is exactly ratio clipping on [lo, hi] (per token when D depends on p = π_old(a)).
 
 `value` and `bounds` validate their inputs and accept scalars or numpy arrays. The unchecked
-`_value(r, p, xp)` takes an array namespace so that `theory.losses` evaluates the same formula in torch.
+`_value(r, p, xp)` takes an array namespace so that `divclip.theory.losses` evaluates the same formula in torch.
 Where D(0+) <= δ (e.g. χ² with δ >= 1) no ratio below 1 violates the budget and `lo` is 0.
 """
 
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from theory.bounds import _kl3_bounds, binary_kl_bounds_array, binary_kl_value
-from theory.validation import check_delta, check_eps, check_p, check_ratio
+from divclip.theory.bounds import _kl3_bounds, binary_kl_bounds_array, binary_kl_value
+from divclip.theory.validation import check_delta, check_eps, check_p, check_ratio
 
 
 def _scalarise(lo, hi, *inputs):

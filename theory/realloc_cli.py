@@ -1,7 +1,7 @@
 """`divclip realloc`: where mass can move and where it does move on a small categorical policy.
 
 Wiring (app/cli.py): `add_realloc_command(sub)` in `build_parser`, and `COMMANDS["realloc"] = run_realloc`.
-`run_realloc` raises ValueError naming the argument on bad input; `app.cli.main` turns that into
+`run_realloc` raises ValueError naming the argument on bad input; `divclip.app.cli.main` turns that into
 `divclip: error: …` and exit status 2. Advantages that start with a minus need `--adv=-1,1,0.5` (argparse
 would read `-1,1,0.5` as an option).
 """
@@ -14,9 +14,9 @@ import math
 
 import numpy as np
 
-from theory.losses import PRESETS, ClipSpec
-from theory.measures import MEASURES
-from theory.reallocation import (
+from divclip.theory.losses import PRESETS, ClipSpec
+from divclip.theory.measures import MEASURES
+from divclip.theory.reallocation import (
     DEFAULT_BUCKET_EDGES,
     DEFAULT_COMPARE_SPECS,
     DEFAULT_EPOCHS,

@@ -13,11 +13,11 @@ By the sign of A:
 * A < 0: the action may give up `room_down = (1 - lo)·p`, again proportional to p when lo is p-independent.
 The simplex couples the two: what the positive actions gain, the others must give up. The box is what the
 measure allows as a trust region; per-token PPO clipping does not enforce it (a clipped token loses only its
-own gradient and the softmax still moves it), which `theory.softmax_dynamics` makes visible.
+own gradient and the softmax still moves it), which `divclip.theory.softmax_dynamics` makes visible.
 
 `constrained_optimum` solves the one-step trust-region problem max Σ q·A over that box and simplex exactly
 (a fractional knapsack with unit weights: fill the largest advantages first). `compare_measures` puts the
-feasible region, the optimum and the softmax-logit dynamics of `theory.softmax_dynamics` side by side.
+feasible region, the optimum and the softmax-logit dynamics of `divclip.theory.softmax_dynamics` side by side.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import xlogy
 
-from theory.losses import PRESETS, ClipSpec
-from theory.measures import get_measure
-from theory.validation import as_float_array, require_finite
+from divclip.theory.losses import PRESETS, ClipSpec
+from divclip.theory.measures import get_measure
+from divclip.theory.validation import as_float_array, require_finite
 
 PROB_SUM_TOL = 1e-6  # how far Σ probs may be from 1 before we refuse (then it is renormalised exactly)
 DEFAULT_BUCKET_EDGES = (0.0, 0.2, 0.5, 1.0)  # confidence buckets of π_old(a): rare, middle, confident
@@ -101,7 +101,7 @@ def make_buckets(probs: np.ndarray, edges=DEFAULT_BUCKET_EDGES) -> Buckets:
 
 # ---------------------------------------------------------------------------------------- clip specs
 def resolve_spec(spec) -> ClipSpec:
-    """A ClipSpec, or a preset name of `theory.losses.PRESETS` ('grpo', 'dapo', 'atr', 'dppo_kl', ...)."""
+    """A ClipSpec, or a preset name of `divclip.theory.losses.PRESETS` ('grpo', 'dapo', 'atr', 'dppo_kl', ...)."""
     if isinstance(spec, ClipSpec):
         return spec
     if isinstance(spec, str) and spec in PRESETS:
@@ -392,7 +392,7 @@ def compare_measures(
     KL (δ = 0.05) and binary TV (δ = 0.2). group: a `softmax_dynamics.Group`; default the exact expected
     group (every action once, weighted by π_old), whose surrogate is the LP's objective Σ π_new·A.
     """
-    from theory.softmax_dynamics import Group, multi_epoch_drift  # torch-heavy; the LP part needs none of it
+    from divclip.theory.softmax_dynamics import Group, multi_epoch_drift  # torch-heavy; the LP part needs none of it
 
     p, a, b = _inputs(probs, adv, bucket_edges)
     items = _spec_items(specs)

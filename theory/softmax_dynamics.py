@@ -1,7 +1,7 @@
 """The clipped policy-gradient step on softmax logits, one epoch and many, through the training loss.
 
 A policy π = softmax(z) over K actions. A group is N sampled tokens (action, advantage[, weight]); each is a
-length-1 response, so `theory.losses.policy_loss` sees tensors of shape (N, 1) and computes exactly the loss
+length-1 response, so `divclip.theory.losses.policy_loss` sees tensors of shape (N, 1) and computes exactly the loss
 training would. One update is plain gradient descent on the logits, z ← z - lr·∇_z L (no optimiser state).
 
 At r = 1 (the first epoch) no bound is active and, for the exact expected group (every action once, weight
@@ -24,8 +24,8 @@ import numpy as np
 import torch
 from scipy.special import log_softmax
 
-from theory.losses import LOSS_AGG_MODES, policy_loss
-from theory.reallocation import (
+from divclip.theory.losses import LOSS_AGG_MODES, policy_loss
+from divclip.theory.reallocation import (
     DEFAULT_BUCKET_EDGES,
     DEFAULT_EPOCHS,
     DEFAULT_LR,
@@ -39,7 +39,7 @@ from theory.reallocation import (
     resolve_spec,
     spec_label,
 )
-from theory.validation import as_float_array, require_finite
+from divclip.theory.validation import as_float_array, require_finite
 
 MAX_EPOCHS = 10_000
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import sympy as sp
 
-from theory._symbolic_generic import (
+from divclip.theory._symbolic_generic import (
     ADV,
     DELTA,
     L_SYM,

@@ -2,13 +2,13 @@
 
 Per step (a GRPO iteration, the trainer's loop in miniature):
   1. each run draws `prompts_per_step` prompts and `group_size` responses per prompt from π_old;
-  2. verifiable rewards -> GRPO group advantages (`theory.advantages.group_advantages`), one per response,
+  2. verifiable rewards -> GRPO group advantages (`divclip.theory.advantages.group_advantages`), one per response,
      broadcast to its tokens;
   3. μ = `ppo_epochs` full-batch updates against the *stored* old log-probs, so from the second epoch on
      r ≠ 1 and the clip bounds bind (with one epoch r ≡ 1 and no method differs: verl #791);
-     the loss and its gradient come from `theory.losses.policy_loss`, the trainer's own code.
+     the loss and its gradient come from `divclip.theory.losses.policy_loss`, the trainer's own code.
 All methods × seeds form R = M·S runs whose parameters are stacked along dim 0 and updated by one
-elementwise Adam (`toy_envs.optim`), so runs stay independent. Each epoch makes one forward pass and one
+elementwise Adam (`divclip.toy_envs.optim`), so runs stay independent. Each epoch makes one forward pass and one
 `policy_loss` call per method covering all its seeds; nothing loops over seeds.
 
 Clip fractions per seed are read off the gradient itself: a token with A ≠ 0 whose ∂loss/∂log π is exactly
@@ -18,7 +18,7 @@ A < 0, the high side if r > 1, A > 0, and by the dual clip if r > 1, A < 0.
 Per-step bookkeeping is batched over steps where that changes no number: the random numbers of up to 16
 steps are drawn at once (`rng.uniform_steps`), and the metrics of the steps between two yields are computed
 in one pass over the stacked tables (`_StepRecords`). On small problems this bookkeeping otherwise costs as
-much as the update itself (benchmarks/bench_arena.py). `toy_envs.reference` is the same training as a
+much as the update itself (benchmarks/bench_arena.py). `divclip.toy_envs.reference` is the same training as a
 plain single-seed loop.
 """
 
@@ -31,17 +31,17 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 import torch
 
-from theory.advantages import NORMS as ADV_NORMS
-from theory.advantages import group_advantages
-from theory.losses import LOSS_AGG_MODES, policy_loss
-from toy_envs import rng
-from toy_envs.base import PASS_AT_K, ToyEnv, pass_at_k
-from toy_envs.methods import resolve_methods
-from toy_envs.optim import Adam
-from toy_envs.policies import POLICIES
-from toy_envs.registry import ENVS, make_env
-from toy_envs.result import METRICS, ArenaResult
-from toy_envs.validation import check_choice, check_int, check_real
+from divclip.theory.advantages import NORMS as ADV_NORMS
+from divclip.theory.advantages import group_advantages
+from divclip.theory.losses import LOSS_AGG_MODES, policy_loss
+from divclip.toy_envs import rng
+from divclip.toy_envs.base import PASS_AT_K, ToyEnv, pass_at_k
+from divclip.toy_envs.methods import resolve_methods
+from divclip.toy_envs.optim import Adam
+from divclip.toy_envs.policies import POLICIES
+from divclip.toy_envs.registry import ENVS, make_env
+from divclip.toy_envs.result import METRICS, ArenaResult
+from divclip.toy_envs.validation import check_choice, check_int, check_real
 
 _BLOCK_DRAWS = 2**20
 _PENDING_BYTES = 2**26  # flush pending steps' metrics before their tables take more than this
@@ -70,12 +70,12 @@ def iter_arena(env, methods, seeds=8, steps=None, group_size=None, prompts_per_s
 
     env: a `ToyEnv` or a registry name ("bandit", "sparse", "sequence"; `env_kwargs` go to its constructor).
     methods: "grpo,dapo,atr", or a list of preset names, "measure[:δ]" / "ratio:ε[:ε_high]" strings,
-        `ClipSpec`s or (label, ClipSpec) pairs, or a {label: ClipSpec} dict (see `toy_envs.methods`).
+        `ClipSpec`s or (label, ClipSpec) pairs, or a {label: ClipSpec} dict (see `divclip.toy_envs.methods`).
     seeds: a count n (seeds 0..n-1) or a list of distinct non-negative integers. A seed fixes its run's
         random stream alone (prompts, answers, reward noise, MLP init), shared by every method.
     steps, group_size (≥ 2), prompts_per_step, ppo_epochs (μ), lr: None takes the env's registry default.
     loss_agg_mode, adv_norm: passed to `policy_loss` / `group_advantages`.
-    policy: "tabular" (one logit per answer / context) or "mlp" (see `toy_envs.policies`).
+    policy: "tabular" (one logit per answer / context) or "mlp" (see `divclip.toy_envs.policies`).
     stop: a threading.Event or a callable checked before every step; when set, the run ends early and the
         last yield has `stopped=True`.
     num_threads: torch's intra-op threads while the arena runs (restored between yields and at the end).

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import torch
 
-from toy_envs import rng
-from toy_envs.base import ToyEnv, sample_categorical
-from toy_envs.validation import check_choice, check_int, check_real
+from divclip.toy_envs import rng
+from divclip.toy_envs.base import ToyEnv, sample_categorical
+from divclip.toy_envs.validation import check_choice, check_int, check_real
 
 
 class CategoricalEnv(ToyEnv):

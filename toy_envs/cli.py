@@ -4,7 +4,7 @@
 
 writes DIR/metrics.csv (one row per method, seed, step), DIR/report.html (self-contained Plotly charts:
 mean and the middle 95 % of seeds) and DIR/claims.md (the per-method table and whether the paper's
-direction holds). Options left unset take the environment's registry defaults (`toy_envs.registry.ENVS`).
+direction holds). Options left unset take the environment's registry defaults (`divclip.toy_envs.registry.ENVS`).
 
 Wiring (app/cli.py): `add_toy_command(sub)` adds the parser and `COMMANDS["toy"] = cmd_toy` dispatches it.
 Importing this module does not import torch; `cmd_toy` does.
@@ -81,9 +81,9 @@ def command_line(args, config: dict | None = None) -> str:
 
 def cmd_toy(args) -> int:
     """Run the arena and write the report; a ValueError names any bad option (the CLI exits 2)."""
-    from toy_envs.arena import iter_arena
-    from toy_envs.report import claims_markdown, write_report
-    from toy_envs.validation import check_int
+    from divclip.toy_envs.arena import iter_arena
+    from divclip.toy_envs.report import claims_markdown, write_report
+    from divclip.toy_envs.validation import check_int
 
     if args.env not in ENV_NAMES:
         raise ValueError(f"--env must be one of {list(ENV_NAMES)}, got {args.env!r}")
@@ -109,7 +109,7 @@ def cmd_toy(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m toy_envs.cli toy …`, for use without the divclip entry point."""
+    """`python -m divclip.toy_envs.cli toy …`, for use without the divclip entry point."""
     parser = argparse.ArgumentParser(prog="divclip")
     add_toy_command(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)

@@ -1,7 +1,7 @@
-"""Method names -> `ClipSpec`s: the presets of `theory.losses`, or any registered measure.
+"""Method names -> `ClipSpec`s: the presets of `divclip.theory.losses`, or any registered measure.
 
 Accepted forms (a comma-separated string, or a list of these):
-  grpo, dapo, atr, …        a preset of `theory.losses.PRESETS`
+  grpo, dapo, atr, …        a preset of `divclip.theory.losses.PRESETS`
   kl3, k2, chi2, …          a measure at the δ whose lower bound is 1 - 0.2 (GRPO's ε_low), as ATR does
   kl3:0.05, binary_kl:0.02  a measure at budget δ (p-dependent measures need an explicit δ)
   ratio:0.2, ratio:0.2:0.28 a ratio clip of width ε, or ε_low:ε_high
@@ -17,7 +17,7 @@ DEFAULT_EPS_LOW = 0.2
 
 def resolve_methods(methods) -> dict:
     """{label: ClipSpec} in the given order; a ValueError names any entry it cannot read."""
-    from theory.losses import ClipSpec
+    from divclip.theory.losses import ClipSpec
 
     if isinstance(methods, str):
         methods = [m.strip() for m in methods.split(",") if m.strip()]
@@ -44,8 +44,8 @@ def resolve_methods(methods) -> dict:
 
 def method_spec(name: str):
     """The ClipSpec of one method string (see the module doc string for the forms)."""
-    from theory import MEASURES, delta_for_eps
-    from theory.losses import PRESETS, ClipSpec, preset
+    from divclip.theory import MEASURES, delta_for_eps
+    from divclip.theory.losses import PRESETS, ClipSpec, preset
 
     allowed = (f"a preset {sorted(PRESETS)}, a measure {sorted(MEASURES)}, 'measure:delta', "
                f"'ratio:eps' or 'ratio:eps_low:eps_high'")

@@ -10,7 +10,7 @@ statistic of the environment applies to either.
   starts at zero, so every run starts exactly at the environment's initial policy; the hidden layer's
   random weights come from each run's own seed.
 
-Seeds stay independent under Adam on the stacked tensors (`toy_envs.optim`, torch.optim.Adam's update):
+Seeds stay independent under Adam on the stacked tensors (`divclip.toy_envs.optim`, torch.optim.Adam's update):
 Adam's moments and update are elementwise, and run r's entries only ever receive run r's gradient (its loss
 term touches only its rows).
 Anything that mixes entries across runs — a global gradient-norm clip, weight statistics — would couple
@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from toy_envs import rng
+from divclip.toy_envs import rng
 
 _INIT_STREAM = 7
 

@@ -2,7 +2,7 @@
 
 One run, one seed, written the way one would without batching over seeds: a logit table as the parameter,
 `torch.optim.Adam`, a `torch.Generator` for prompts, sampling uniforms and reward noise, the environment's
-own sampler, rewards and exact statistics every step, and `theory.losses.policy_loss` (with its metrics) for
+own sampler, rewards and exact statistics every step, and `divclip.theory.losses.policy_loss` (with its metrics) for
 μ PPO epochs against the stored old log-probs. It is slower than the arena per seed-step (the arena also
 trims the per-step bookkeeping) and does not share its counter-based random numbers, so the two agree in
 distribution, not draw for draw: tests/toy_envs/test_toy_reference.py checks that they learn the same
@@ -14,11 +14,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from theory.advantages import group_advantages
-from theory.losses import policy_loss
-from toy_envs.base import PASS_AT_K, ToyEnv, pass_at_k
-from toy_envs.methods import method_spec
-from toy_envs.validation import check_int, check_real
+from divclip.theory.advantages import group_advantages
+from divclip.theory.losses import policy_loss
+from divclip.toy_envs.base import PASS_AT_K, ToyEnv, pass_at_k
+from divclip.toy_envs.methods import method_spec
+from divclip.toy_envs.validation import check_int, check_real
 
 REFERENCE_METRICS = ("reward_mean", "expected_reward", *(f"pass@{k}" for k in PASS_AT_K), "entropy", "kl_exact",
                      "clipfrac", "grad_norm")

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from toy_envs.base import ToyEnv
-from toy_envs.categorical import Bandit, SparseCategorical
-from toy_envs.sequence import TokenSequence
+from divclip.toy_envs.base import ToyEnv
+from divclip.toy_envs.categorical import Bandit, SparseCategorical
+from divclip.toy_envs.sequence import TokenSequence
 
 
 @dataclass(frozen=True)

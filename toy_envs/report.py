@@ -6,7 +6,7 @@ R0 + 0.9·(R* - R0) (R0 the initial expected reward, R* the best final mean of a
 
 The claims compare each method with a baseline (GRPO when present) in the paper's direction (ATR-GRPO:
 lower variance across runs, faster convergence, higher reward, more exploration). Seeds are paired across
-methods (same seed, same random stream: see `toy_envs.rng`), so differences also get a paired 95 % interval;
+methods (same seed, same random stream: see `divclip.toy_envs.rng`), so differences also get a paired 95 % interval;
 "CIs overlap" compares the two methods' own intervals, the cruder test the paper's readers would apply.
 """
 
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from toy_envs.base import PASS_AT_K
-from toy_envs.result import METRIC_DOCS, ArenaResult
+from divclip.toy_envs.base import PASS_AT_K
+from divclip.toy_envs.result import METRIC_DOCS, ArenaResult
 
 FIGURE_METRICS = ("expected_reward", "pass@8", "entropy", "prob_correct", "kl_exact", "clipfrac_low",
                   "clipfrac_high", "grad_norm")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from toy_envs.base import PASS_AT_K
+from divclip.toy_envs.base import PASS_AT_K
 
 POLICY_METRICS = ("reward_mean", "expected_reward", *(f"pass@{k}" for k in PASS_AT_K), "prob_correct", "entropy")
 UPDATE_METRICS = ("kl_exact", "kl3", "clipfrac", "clipfrac_low", "clipfrac_high", "clipfrac_dual", "grad_norm")

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from toy_envs.base import ToyEnv, sample_from_cdf
-from toy_envs.validation import check_choice, check_int, check_real
+from divclip.toy_envs.base import ToyEnv, sample_from_cdf
+from divclip.toy_envs.validation import check_choice, check_int, check_real
 
 
 class TokenSequence(ToyEnv):

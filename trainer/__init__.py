@@ -1,17 +1,19 @@
-"""divclip's GRPO-family trainer: TrainerConfig + GRPOTrainer over any `theory.losses.ClipSpec`.
+"""divclip's GRPO-family trainer: TrainerConfig + GRPOTrainer over any `divclip.theory.losses.ClipSpec`.
 
-    from trainer import TrainerConfig, train
+    from divclip.trainer import TrainerConfig, train
     result = train(TrainerConfig(task="arith", method="atr", sft_steps=1000, lr=1e-4))
 
-The names below are imported on first use, so `import trainer.cli` (the `divclip train` parser) stays free of
-torch and transformers. Integrations with verl and TRL live in `trainer.integrations` (imported on demand).
+The names below are imported on first use, so `import divclip.trainer.cli` (the `divclip train` parser) stays free of
+torch and transformers. Integrations with verl and TRL live in `divclip.trainer.integrations` (imported on demand).
 """
 
 import importlib
 
 _EXPORTS = {
-    "TRAIN_PRESETS": "trainer.config", "TrainerConfig": "trainer.config", "from_preset": "trainer.config",
-    "GRPOTrainer": "trainer.grpo", "TrainResult": "trainer.grpo", "train": "trainer.grpo",
+    "TRAIN_PRESETS": "divclip.trainer.config",
+    "TrainerConfig": "divclip.trainer.config",
+    "from_preset": "divclip.trainer.config",
+    "GRPOTrainer": "divclip.trainer.grpo", "TrainResult": "divclip.trainer.grpo", "train": "divclip.trainer.grpo",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -1,7 +1,7 @@
-"""`python -m trainer train --preset tiny-arith …` (the same as `divclip train …`)."""
+"""`python -m divclip.trainer train --preset tiny-arith …` (the same as `divclip train …`)."""
 
 import sys
 
-from trainer.cli import main
+from divclip.trainer.cli import main
 
 sys.exit(main())

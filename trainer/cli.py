@@ -62,7 +62,7 @@ def add_train_command(subparsers) -> argparse.ArgumentParser:
 
 def config_from_args(args):
     """The TrainerConfig for parsed `args` (the preset, then every flag that was given)."""
-    from trainer.config import TrainerConfig, from_preset
+    from divclip.trainer.config import TrainerConfig, from_preset
 
     overrides = {dest: getattr(args, dest) for dest, _, _ in _OPTIONS.values() if getattr(args, dest) is not None}
     if args.no_resume:
@@ -77,7 +77,7 @@ def config_from_args(args):
 def run_train(args) -> int:
     """Handler of `divclip train`: train, print before/after held-out accuracy; returns 0."""
     cfg = config_from_args(args)  # every check runs here, before torch work starts
-    from trainer.grpo import GRPOTrainer
+    from divclip.trainer.grpo import GRPOTrainer
 
     start = time.perf_counter()
     result = GRPOTrainer(cfg).train()
@@ -97,7 +97,7 @@ def run_train(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m trainer train …`, the same command outside the divclip CLI."""
+    """`python -m divclip.trainer train …`, the same command outside the divclip CLI."""
     parser = argparse.ArgumentParser(prog="divclip")
     add_train_command(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
-from theory.advantages import NORMS
-from theory.loss_metrics import KL_ESTIMATORS
-from theory.losses import LOSS_AGG_MODES, PRESETS, ClipSpec, preset
+from divclip.theory.advantages import NORMS
+from divclip.theory.loss_metrics import KL_ESTIMATORS
+from divclip.theory.losses import LOSS_AGG_MODES, PRESETS, ClipSpec, preset
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -64,7 +64,7 @@ class TrainerConfig:
     """Sampling temperature; log-probs for the loss use the same temperature, so π_old is the sampler."""
     # -- the loss
     method: str = "grpo"
-    """A `theory.losses.PRESETS` name: grpo, dapo, atr (KL3, δ = 0.023144), dppo_kl, dppo_tv, gspo, sapo."""
+    """A `divclip.theory.losses.PRESETS` name: grpo, dapo, atr (KL3, δ = 0.023144), dppo_kl, dppo_tv, gspo, sapo."""
     measure: str | None = None
     """Replace the preset's divergence measure (a `theory.MEASURES` name other than 'ratio'); needs `delta`."""
     delta: float | None = None

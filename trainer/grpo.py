@@ -22,16 +22,22 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from theory.advantages import group_advantages
-from theory.loss_metrics import kl_penalty
-from theory.losses import ClipSpec, agg_loss, policy_loss
-from trainer.checkpoint import check_resumable, latest_checkpoint, load_checkpoint, quiet_saving, save_checkpoint
-from trainer.config import TrainerConfig
-from trainer.rollout import autocast, completion_mask, decode, encode_prompts, sample, token_log_probs
-from trainer.runlog import MetricsLog, Progress
-from trainer.sft import warm_start
-from trainer.tasks import Task, load_task
-from trainer.tiny import ARITH_ALPHABET, TEXT_ALPHABET, char_tokenizer, tiny_gpt2
+from divclip.theory.advantages import group_advantages
+from divclip.theory.loss_metrics import kl_penalty
+from divclip.theory.losses import ClipSpec, agg_loss, policy_loss
+from divclip.trainer.checkpoint import (
+    check_resumable,
+    latest_checkpoint,
+    load_checkpoint,
+    quiet_saving,
+    save_checkpoint,
+)
+from divclip.trainer.config import TrainerConfig
+from divclip.trainer.rollout import autocast, completion_mask, decode, encode_prompts, sample, token_log_probs
+from divclip.trainer.runlog import MetricsLog, Progress
+from divclip.trainer.sft import warm_start
+from divclip.trainer.tasks import Task, load_task
+from divclip.trainer.tiny import ARITH_ALPHABET, TEXT_ALPHABET, char_tokenizer, tiny_gpt2
 
 EVAL_BATCH = 512
 _MEAN_KEYS = ("clipfrac", "clipfrac_low", "clipfrac_high", "dual_clipfrac", "ppo_kl", "kl3", "ratio_mean")

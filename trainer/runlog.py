@@ -10,7 +10,7 @@ import math
 import sys
 from pathlib import Path
 
-from trainer.checkpoint import write_text_atomic
+from divclip.trainer.checkpoint import write_text_atomic
 
 
 def _clean(value):

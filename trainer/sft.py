@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from trainer.rollout import autocast, encode_completions, encode_prompts, token_log_probs
+from divclip.trainer.rollout import autocast, encode_completions, encode_prompts, token_log_probs
 
 SFT_STREAM = 1_000_000_007  # the warm start's RNG stream, disjoint from the RL steps' [seed, step]
 

@@ -2,13 +2,13 @@
 
 import streamlit as st
 
-import theory
-from app.export import trl_settings, verl_overrides
-from app.figures import divergence_curves, interval_chart, surrogate_figure
-from app.intervals import clip_intervals, table_csv, table_rows
-from app.methods import label_for
-from app.page_parts import formula_latex, share_link, show_messages
-from app.presets import (
+from divclip import theory
+from divclip.app.export import trl_settings, verl_overrides
+from divclip.app.figures import divergence_curves, interval_chart, surrogate_figure
+from divclip.app.intervals import clip_intervals, table_csv, table_rows
+from divclip.app.methods import label_for
+from divclip.app.page_parts import formula_latex, share_link, show_messages
+from divclip.app.presets import (
     DELTA_MAX,
     DELTA_MIN,
     EPS_MAX,
@@ -20,7 +20,7 @@ from app.presets import (
     kl3_delta_matching,
     matching_preset,
 )
-from app.state import PageState
+from divclip.app.state import PageState
 
 state = PageState("explorer", EXPLORER_SPEC)
 url_warnings = state.init()

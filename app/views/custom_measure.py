@@ -2,13 +2,13 @@
 
 import streamlit as st
 
-from app.figures import divergence_curves, interval_chart
-from app.intervals import clip_intervals, format_bound, table_rows
-from app.page_parts import formula_latex, share_link, show_messages
-from app.presets import ATR_DELTA, DELTA_MAX, DELTA_MIN, P_MAX, P_MIN
-from app.state import FloatParam, PageState, TextParam
-from theory import measure_from_formula
-from theory.formula import MAX_FORMULA_CHARS
+from divclip.app.figures import divergence_curves, interval_chart
+from divclip.app.intervals import clip_intervals, format_bound, table_rows
+from divclip.app.page_parts import formula_latex, share_link, show_messages
+from divclip.app.presets import ATR_DELTA, DELTA_MAX, DELTA_MIN, P_MAX, P_MIN
+from divclip.app.state import FloatParam, PageState, TextParam
+from divclip.theory import measure_from_formula
+from divclip.theory.formula import MAX_FORMULA_CHARS
 
 EXAMPLES = {
     "forward KL": "r*log(r) - r + 1",

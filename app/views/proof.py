@@ -3,12 +3,12 @@
 import streamlit as st
 import sympy as sp
 
-from app.illustration import illustration_rows, symbolic_roots
-from app.methods import label_for
-from app.page_parts import markdown_text, show_messages
-from app.presets import ATR_DELTA, DELTA_MAX, DELTA_MIN
-from app.state import ChoiceParam, FloatParam, PageState
-from theory.symbolic import derivable_measures, derivation
+from divclip.app.illustration import illustration_rows, symbolic_roots
+from divclip.app.methods import label_for
+from divclip.app.page_parts import markdown_text, show_messages
+from divclip.app.presets import ATR_DELTA, DELTA_MAX, DELTA_MIN
+from divclip.app.state import ChoiceParam, FloatParam, PageState
+from divclip.theory.symbolic import derivable_measures, derivation
 
 MEASURES = derivable_measures()
 PROOF_SPEC = (

@@ -1,6 +1,6 @@
 """Mass reallocation: where a clip lets probability mass go on a small categorical policy, and where PPO epochs
-put it. Every number is `theory.reallocation.compare_measures` (feasible box, exact one-step optimum, softmax
-drift through the training loss); every figure is `app.realloc_figures`."""
+put it. Every number is `divclip.theory.reallocation.compare_measures` (feasible box, exact one-step optimum, softmax
+drift through the training loss); every figure is `divclip.app.realloc_figures`."""
 
 import json
 import math
@@ -8,8 +8,8 @@ import re
 
 import streamlit as st
 
-from app.page_parts import share_link, show_messages
-from app.realloc_figures import (
+from divclip.app.page_parts import share_link, show_messages
+from divclip.app.realloc_figures import (
     bucket_figure,
     entropy_figure,
     feasible_figure,
@@ -18,10 +18,10 @@ from app.realloc_figures import (
     ratio_figure,
     spec_colours,
 )
-from app.state import ChoiceListParam, FloatParam, PageState, TextParam
-from theory.losses import PRESETS
-from theory.reallocation import DEFAULT_COMPARE_SPECS, PROB_SUM_TOL, compare_measures, headroom_curve
-from toy_envs.methods import resolve_methods
+from divclip.app.state import ChoiceListParam, FloatParam, PageState, TextParam
+from divclip.theory.losses import PRESETS
+from divclip.theory.reallocation import DEFAULT_COMPARE_SPECS, PROB_SUM_TOL, compare_measures, headroom_curve
+from divclip.toy_envs.methods import resolve_methods
 
 MAX_ACTIONS = 16
 SPEC_CHOICES = tuple(name for name, spec in PRESETS.items() if spec.mode != "sapo")  # SAPO has no interval
@@ -130,7 +130,7 @@ with st.sidebar:
                        f"{example['epochs']:.0f} epochs")
     st.subheader("Clip specs")
     st.multiselect("Presets", SPEC_CHOICES, key=state.key("specs"),
-                   help="theory.losses presets: grpo ratio 0.2, dapo 0.2/0.28, atr KL3 δ = 0.023144, dppo_kl binary "
+                   help="Presets: grpo ratio 0.2, dapo 0.2/0.28, atr KL3 δ = 0.023144, dppo_kl binary "
                         "KL δ = 0.05, dppo_tv binary TV δ = 0.2, gspo ratio 3e-4/4e-4.")
     st.text_input("Other specs", key=state.key("extra"), placeholder="kl3:0.05, ratio:0.1:0.3, chi2",
                   help="Comma-separated: a measure at the δ with GRPO's lower bound (kl3), 'measure:δ', "

@@ -1,17 +1,17 @@
 """Sanity check: what a verl/TRL clip setting means, whether it binds, which tokens it clips, what KL3 would do.
 
-A thin page: uploads go as bytes to `app.sanity.report.report_from_uploads` (the same safe loaders as
-`divclip check`; nothing is unpickled), figures come from `app.sanity.figures`.
+A thin page: uploads go as bytes to `divclip.sanity.report.report_from_uploads` (the same safe loaders as
+`divclip check`; nothing is unpickled), figures come from `divclip.sanity.figures`.
 """
 
 import json
 
 import streamlit as st
 
-from app.sanity import figures
-from app.sanity.cli import jsonable
-from app.sanity.report import report_from_uploads
-from theory import MEASURES
+from divclip.sanity import figures
+from divclip.sanity.cli import jsonable
+from divclip.sanity.report import report_from_uploads
+from divclip.theory import MEASURES
 
 CONFIG_TYPES = ["yaml", "yml", "json", "txt", "sh"]
 ROLLOUT_TYPES = ["npz", "parquet", "jsonl", "safetensors"]

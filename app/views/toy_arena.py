@@ -1,19 +1,19 @@
 """Toy arena: clipping methods trained side by side on many seeds, curves drawn live while they train.
 
-The run is `toy_envs.iter_arena` on a background thread (`app.arena_runner.ArenaRun`, kept in session state);
+The run is `toy_envs.iter_arena` on a background thread (`divclip.app.arena_runner.ArenaRun`, kept in session state);
 a fragment polls it every POLL_S seconds, so the page never freezes and Stop is handled mid-run. Figures are
-`app.arena_figures`; the end-of-run table and claims are `toy_envs.report`.
+`divclip.app.arena_figures`; the end-of-run table and claims are `divclip.toy_envs.report`.
 """
 
 import streamlit as st
 
-from app.arena_figures import MAX_POINTS, arena_figure
-from app.arena_runner import ArenaRun, ArenaSettings
-from app.page_parts import markdown_text, share_link, show_messages
-from app.state import ChoiceListParam, ChoiceParam, FloatParam, PageState, TextParam
-from theory.losses import PRESETS
-from toy_envs import ENVS, PASS_AT_K
-from toy_envs.report import claims, summarize
+from divclip.app.arena_figures import MAX_POINTS, arena_figure
+from divclip.app.arena_runner import ArenaRun, ArenaSettings
+from divclip.app.page_parts import markdown_text, share_link, show_messages
+from divclip.app.state import ChoiceListParam, ChoiceParam, FloatParam, PageState, TextParam
+from divclip.theory.losses import PRESETS
+from divclip.toy_envs import ENVS, PASS_AT_K
+from divclip.toy_envs.report import claims, summarize
 
 POLL_S = 0.4  # seconds between redraws while a run trains (goal: a redraw at least every 0.5 s, with room for jitter)
 RUN_KEY = "arena.run"
@@ -98,7 +98,7 @@ with st.sidebar:
     st.selectbox("Environment", tuple(ENVS), key=state.key("env"), on_change=use_env_defaults)
     st.caption(ENVS[st.session_state[state.key("env")]].summary)
     st.multiselect("Methods", tuple(PRESETS), key=state.key("methods"),
-                   help="theory.losses presets: grpo ratio 0.2, dapo 0.2/0.28, atr KL3 δ = 0.023144, dppo_kl / "
+                   help="Presets: grpo ratio 0.2, dapo 0.2/0.28, atr KL3 δ = 0.023144, dppo_kl / "
                         "dppo_tv DPPO's gated binary KL / TV, gspo sequence-level ratio, sapo soft gate.")
     st.text_input("Other methods", key=state.key("extra"), placeholder="kl3:0.05, ratio:0.2:0.3, chi2",
                   help="Comma-separated: a measure at the δ with GRPO's lower bound (kl3), 'measure:δ', "

@@ -7,10 +7,10 @@ import threading
 import numpy as np
 import pytest
 
-from app import figures
-from app.arena_figures import MAX_POINTS, arena_figure, panels, shown_steps
-from app.realloc_figures import spec_colours
-from toy_envs import iter_arena, run_arena
+from divclip.app import figures
+from divclip.app.arena_figures import MAX_POINTS, arena_figure, panels, shown_steps
+from divclip.app.realloc_figures import spec_colours
+from divclip.toy_envs import iter_arena, run_arena
 
 
 @pytest.fixture(autouse=True)

@@ -13,9 +13,9 @@ import pytest
 from apptest_helpers import PAGES_DIR, rendered, start_page
 from streamlit.testing.v1 import AppTest
 
-from app.arena_runner import TARGET_CHUNKS, ArenaRun, ArenaSettings, chunk_steps
-from toy_envs import ENVS, METRICS, run_arena
-from toy_envs.report import summarize
+from divclip.app.arena_runner import TARGET_CHUNKS, ArenaRun, ArenaSettings, chunk_steps
+from divclip.toy_envs import ENVS, METRICS, run_arena
+from divclip.toy_envs.report import summarize
 
 PAGE = PAGES_DIR / "toy_arena.py"
 TINY = ArenaSettings("bandit", ("grpo", "dapo", "atr"), seeds=2, steps=5, group_size=16, prompts_per_step=1,

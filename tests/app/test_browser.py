@@ -12,8 +12,8 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from browser_helpers import assert_no_exception, open_page, screenshot, wait_idle
 
-import theory
-from app.intervals import format_bound
+from divclip import theory
+from divclip.app.intervals import format_bound
 
 pytestmark = pytest.mark.browser
 

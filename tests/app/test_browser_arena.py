@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 import pytest
 from browser_helpers import assert_no_exception, screenshot, wait_idle
 
-from theory import compare_measures
+from divclip.theory import compare_measures
 
 pytestmark = pytest.mark.browser
 

@@ -8,11 +8,11 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-import theory
-from app import figures
-from app.figures import divergence_curves, interval_chart, surrogate_figure
-from app.intervals import clip_intervals
-from app.methods import METHOD_COLOURS
+from divclip import theory
+from divclip.app import figures
+from divclip.app.figures import divergence_curves, interval_chart, surrogate_figure
+from divclip.app.intervals import clip_intervals
+from divclip.app.methods import METHOD_COLOURS
 
 
 @pytest.fixture(autouse=True)

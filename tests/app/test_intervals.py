@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-import theory
-from app.export import trl_settings, verl_overrides
-from app.intervals import clip_intervals, format_bound, table_csv, table_rows
-from app.methods import METHOD_COLOURS, colour_for, method_for
-from app.presets import ATR_DELTA, DELTA_MAX, DELTA_MIN, PRESETS, kl3_delta_matching, matching_preset
+from divclip import theory
+from divclip.app.export import trl_settings, verl_overrides
+from divclip.app.intervals import clip_intervals, format_bound, table_csv, table_rows
+from divclip.app.methods import METHOD_COLOURS, colour_for, method_for
+from divclip.app.presets import ATR_DELTA, DELTA_MAX, DELTA_MIN, PRESETS, kl3_delta_matching, matching_preset
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-import theory
-from app.export import trl_settings, verl_overrides
-from app.intervals import clip_intervals, format_bound
-from app.presets import ATR_DELTA, EXPLORER_SPEC, PRESETS
-from app.state import encode_query
-from theory.symbolic import derivable_measures
+from divclip import theory
+from divclip.app.export import trl_settings, verl_overrides
+from divclip.app.intervals import clip_intervals, format_bound
+from divclip.app.presets import ATR_DELTA, EXPLORER_SPEC, PRESETS
+from divclip.app.state import encode_query
+from divclip.theory.symbolic import derivable_measures
 
 MAIN = Path(__file__).resolve().parents[2] / "app" / "main.py"
 TIMEOUT = 120  # first SymPy derivation on a shared 2-core machine

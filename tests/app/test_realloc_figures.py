@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app import figures
-from app.methods import METHOD_COLOURS
-from app.realloc_figures import (
+from divclip.app import figures
+from divclip.app.methods import METHOD_COLOURS
+from divclip.app.realloc_figures import (
     bucket_figure,
     entropy_figure,
     feasible_figure,
@@ -16,7 +16,7 @@ from app.realloc_figures import (
     ratio_figure,
     spec_colours,
 )
-from theory import compare_measures, constrained_optimum, headroom_curve
+from divclip.theory import compare_measures, constrained_optimum, headroom_curve
 
 SPECS = ["grpo", "dapo", "atr", "dppo_kl", "dppo_tv"]
 

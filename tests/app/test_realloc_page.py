@@ -10,9 +10,9 @@ import pytest
 from apptest_helpers import PAGES_DIR, rendered, start_page
 from streamlit.testing.v1 import AppTest
 
-from theory import compare_measures, constrained_optimum
-from theory.reallocation import DEFAULT_COMPARE_SPECS
-from toy_envs.methods import method_spec
+from divclip.theory import compare_measures, constrained_optimum
+from divclip.theory.reallocation import DEFAULT_COMPARE_SPECS
+from divclip.toy_envs.methods import method_spec
 
 PAGE = PAGES_DIR / "reallocation.py"
 

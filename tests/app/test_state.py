@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.presets import EXPLORER_SPEC, PRESETS
-from app.state import ChoiceListParam, ChoiceParam, FloatParam, TextParam, defaults, encode_query, parse_query
+from divclip.app.presets import EXPLORER_SPEC, PRESETS
+from divclip.app.state import ChoiceListParam, ChoiceParam, FloatParam, TextParam, defaults, encode_query, parse_query
 
 DELTA = FloatParam("delta", "δ", 0.02, 0.001, 0.5)
 MEASURES = ChoiceListParam("measures", "measure", ("kl3",), ("kl3", "ratio", "binary_kl"))

@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.sanity.budget import equivalent_budgets
-from theory import MEASURES, delta_for_eps, equivalent_ratio_clip
+from divclip.sanity.budget import equivalent_budgets
+from divclip.theory import MEASURES, delta_for_eps, equivalent_ratio_clip
 
 P_FREE = [m.name for m in MEASURES.values() if not m.p_dependent]
 

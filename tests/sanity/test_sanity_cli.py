@@ -7,8 +7,8 @@ import json
 import pytest
 from sanity_helpers import FIXTURES, npz_bytes, random_batch
 
-from app.sanity import build_report
-from app.sanity.cli import add_check_command, jsonable, main, run_check
+from divclip.sanity import build_report
+from divclip.sanity.cli import add_check_command, jsonable, main, run_check
 
 
 def run(capsys, *argv):

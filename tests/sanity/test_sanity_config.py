@@ -3,10 +3,10 @@
 import pytest
 from sanity_helpers import FIXTURES
 
-from app.sanity import ConfigError, build_report, check_settings, clip_settings, read_config
-from app.sanity.checks import SOURCES
-from app.sanity.config import parse_override_value
-from theory import delta_for_eps, equivalent_ratio_clip
+from divclip.sanity import ConfigError, build_report, check_settings, clip_settings, read_config
+from divclip.sanity.checks import SOURCES
+from divclip.sanity.config import parse_override_value
+from divclip.theory import delta_for_eps, equivalent_ratio_clip
 
 EXPECTED = {
     "verl_dapo_ok.yaml": [],
@@ -102,7 +102,7 @@ def test_dppo_budget_and_tis_cap():
     report = build_report(FIXTURES / "verl_dppo_kl.yaml")
     rows = report["budget"]["intervals"]
     assert [r["p"] for r in rows] == [0.01, 0.1, 0.5, 0.9]
-    from theory import get_measure
+    from divclip.theory import get_measure
 
     assert rows[2]["lo"] == get_measure("binary_kl").bounds(0.2, 0.5)[0]
 

@@ -1,4 +1,4 @@
-"""The default tables in app.sanity.settings equal what the installed verl / TRL / transformers document.
+"""The default tables in divclip.sanity.settings equal what the installed verl / TRL / transformers document.
 
 Read without importing the frameworks: verl's merged config with yaml.safe_load, TRL's and transformers'
 dataclass defaults from their source with `ast` (importing trl pulls in transformers and is slow).
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.sanity.settings import TRANSFORMERS_VERSION, TRL_KEYS, TRL_VERSION, VERL_KEYS, VERL_VERSION
+from divclip.sanity.settings import TRANSFORMERS_VERSION, TRL_KEYS, TRL_VERSION, VERL_KEYS, VERL_VERSION
 
 
 def _package_dir(name: str) -> Path:

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from sanity_helpers import PAGE, jsonl_bytes, npz_bytes, parquet_bytes, random_batch, safetensors_bytes
 
-from app.sanity.cli import main
-from app.sanity.config import MAX_CONFIG_BYTES
-from app.sanity.errors import SanityInputError
-from app.sanity.report import report_from_uploads
+from divclip.sanity.cli import main
+from divclip.sanity.config import MAX_CONFIG_BYTES
+from divclip.sanity.errors import SanityInputError
+from divclip.sanity.report import report_from_uploads
 
 
 @dataclass(frozen=True)
@@ -326,12 +326,12 @@ def test_sources_never_unpickle_or_evaluate():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    sources = sorted((root / "app" / "sanity").glob("*.py")) + [root / "app" / "views" / "sanity_check.py"]
+    sources = sorted((root / "sanity").glob("*.py")) + [root / "app" / "views" / "sanity_check.py"]
     forbidden = ("import pickle", "pickle.load", "torch.load(", "eval(", "exec(", "yaml.load(", "yaml.unsafe_load",
                  "allow_pickle=True", "yaml.Loader", "FullLoader", "UnsafeLoader")
     for path in sources:
         text = path.read_text()
         for word in forbidden:
             assert word not in text, f"{path.name} contains {word!r}"
-    loaders = (root / "app" / "sanity" / "loaders.py").read_text()
+    loaders = (root / "sanity" / "loaders.py").read_text()
     assert "allow_pickle=False" in loaders

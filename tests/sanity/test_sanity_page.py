@@ -6,9 +6,9 @@ import pytest
 from sanity_helpers import FIXTURES, PAGE, npz_bytes, random_batch
 from streamlit.testing.v1 import AppTest
 
-from app.sanity import figures
-from app.sanity.report import report_from_uploads
-from theory import MEASURES
+from divclip.sanity import figures
+from divclip.sanity.report import report_from_uploads
+from divclip.theory import MEASURES
 
 CONFIG = ("verl_grpo_onpolicy.sh", (FIXTURES / "verl_grpo_onpolicy.sh").read_bytes())
 ROLLOUTS = ("batch.npz", npz_bytes(**random_batch(seed=11)))

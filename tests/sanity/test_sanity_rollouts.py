@@ -5,11 +5,11 @@ import pytest
 import torch
 from sanity_helpers import FIXTURES, jsonl_bytes, npz_bytes, parquet_bytes, random_batch, safetensors_bytes
 
-from app.sanity import Limits, RolloutOptions, analyse_rollouts, build_report, load_rollouts
-from app.sanity.errors import SanityInputError
-from app.sanity.rollouts import DEFAULT_SIGMA, SIGNS
-from theory import MEASURES
-from theory.losses import ClipSpec, policy_loss
+from divclip.sanity import Limits, RolloutOptions, analyse_rollouts, build_report, load_rollouts
+from divclip.sanity.errors import SanityInputError
+from divclip.sanity.rollouts import DEFAULT_SIGMA, SIGNS
+from divclip.theory import MEASURES
+from divclip.theory.losses import ClipSpec, policy_loss
 
 FRACTIONS = ("clipfrac", "clipfrac_low", "clipfrac_high", "dual_clipfrac")
 
@@ -80,7 +80,7 @@ def test_breakdown_adds_up_and_is_by_bucket_and_sign(tmp_path):
 
 
 def test_sweep_at_the_configured_budget_matches_the_headline():
-    from app.sanity.rollouts import _sweep
+    from divclip.sanity.rollouts import _sweep
 
     arrays = random_batch(seed=4, dtype=np.float64)
     section = analyse_rollouts(load_rollouts(npz_bytes(**arrays), "b.npz"))

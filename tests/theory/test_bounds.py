@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from scipy.optimize import brentq
 
-from theory import get_measure, kl3_bounds
-from theory.bounds import binary_kl_bounds_array, binary_kl_value
+from divclip.theory import get_measure, kl3_bounds
+from divclip.theory.bounds import binary_kl_bounds_array, binary_kl_value
 
 mpmath.mp.dps = 50
 DELTAS = np.geomspace(1e-8, 10, 41)

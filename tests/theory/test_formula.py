@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from theory import get_measure, measure_from_formula
-from theory.formula import parse_formula
+from divclip.theory import get_measure, measure_from_formula
+from divclip.theory.formula import parse_formula
 
 
 def test_hellinger_formula_matches_builtin_closed_form():

@@ -1,12 +1,13 @@
-"""theory.losses: the gradient-equivalence theorem in torch, the spec's validation, metrics, robustness.
-
+"""divclip.theory.losses: the gradient-equivalence theorem in torch, the spec's validation, metrics, robustness.
 References are independent of the code under test: plain autograd through PPO's equation with bounds from
 `Measure.bounds` (numpy, float64), numpy formulas for metrics, aggregation, advantages and KL estimators.
 Tolerances: float64 1e-12 and float32 1e-6, relative to the largest magnitude compared.
 """
 
 import dataclasses
+import inspect
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -14,10 +15,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from theory import MEASURES, get_measure
-from theory.advantages import group_advantages
-from theory.loss_metrics import kl_penalty
-from theory.losses import (
+from divclip.theory import MEASURES, get_measure
+from divclip.theory.advantages import group_advantages
+from divclip.theory.loss_metrics import kl_penalty
+from divclip.theory.losses import (
     LOSS_AGG_MODES,
     MODES,
     PRESETS,
@@ -27,7 +28,7 @@ from theory.losses import (
     policy_loss,
     preset,
 )
-from theory.measures import value_at_zero
+from divclip.theory.measures import value_at_zero
 
 TOL = {torch.float32: 1e-6, torch.float64: 1e-12}
 P_FREE = sorted(n for n, m in MEASURES.items() if not m.p_dependent and n != "ratio")
@@ -346,7 +347,7 @@ def test_clip_spec_is_frozen_hashable_and_documented():
     assert spec.ratio_bounds() == get_measure("kl3").bounds(0.02)
     with pytest.raises(ValueError, match="its bounds are per token"):
         ClipSpec("binary_kl", delta=0.05).ratio_bounds()
-    source = open(ClipSpec.__module__.replace(".", "/") + ".py").read()
+    source = inspect.getsource(sys.modules[ClipSpec.__module__])
     for f in dataclasses.fields(ClipSpec):  # every field carries a one-line doc string
         assert f'{f.name}: ' in source and source.split(f"    {f.name}: ")[1].split("\n")[1].strip().startswith('"""')
 
@@ -438,7 +439,7 @@ def test_non_contiguous_inputs_match_contiguous_ones():
 
 
 def test_custom_measures_from_formulas():
-    from theory.formula import measure_from_formula
+    from divclip.theory.formula import measure_from_formula
 
     old, lp, adv, mask = batch(24, noise=0.5)
     custom = ClipSpec(measure_from_formula("r - 1 - log(r)", name="my_kl3"), delta=0.05)

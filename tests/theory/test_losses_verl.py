@@ -15,9 +15,9 @@ pytest.importorskip("verl")
 from verl.trainer.ppo import core_algos as ca  # noqa: E402
 from verl.workers.config.actor import ActorConfig  # noqa: E402
 
-from theory.advantages import group_advantages  # noqa: E402
-from theory.loss_metrics import kl_penalty  # noqa: E402
-from theory.losses import LOSS_AGG_MODES, ClipSpec, agg_loss, policy_loss, preset  # noqa: E402
+from divclip.theory.advantages import group_advantages  # noqa: E402
+from divclip.theory.loss_metrics import kl_penalty  # noqa: E402
+from divclip.theory.losses import LOSS_AGG_MODES, ClipSpec, agg_loss, policy_loss, preset  # noqa: E402
 
 TOL = {torch.float32: 1e-6, torch.float64: 1e-12}
 

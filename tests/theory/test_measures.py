@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from theory import MEASURES, delta_for_eps, equivalent_ratio_clip, get_measure
-from theory.measures import value_at_zero
+from divclip.theory import MEASURES, delta_for_eps, equivalent_ratio_clip, get_measure
+from divclip.theory.measures import value_at_zero
 
 deltas = st.floats(1e-8, 10.0)
 probs = st.floats(1e-4, 1 - 1e-4)

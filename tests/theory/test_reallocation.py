@@ -11,16 +11,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy.optimize import brentq, linprog
 
-from theory import get_measure
-from theory.losses import PRESETS, ClipSpec
-from theory.realloc_cli import add_realloc_command, run_realloc
-from theory.reallocation import (
+from divclip.theory import get_measure
+from divclip.theory.losses import PRESETS, ClipSpec
+from divclip.theory.realloc_cli import add_realloc_command, run_realloc
+from divclip.theory.reallocation import (
     compare_measures,
     constrained_optimum,
     feasible_region,
     headroom_curve,
 )
-from theory.softmax_dynamics import Group, entropy_gradient, multi_epoch_drift, softmax_step
+from divclip.theory.softmax_dynamics import Group, entropy_gradient, multi_epoch_drift, softmax_step
 
 SPECS = {
     "grpo": PRESETS["grpo"],

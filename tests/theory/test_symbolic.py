@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.special import lambertw
 
-from theory import symbolic
-from theory.symbolic import DELTA, CheckResult, R, S, Step
+from divclip.theory import symbolic
+from divclip.theory.symbolic import DELTA, CheckResult, R, S, Step
 
 L_SYM, U_SYM = sp.Symbol("l_delta"), sp.Symbol("u_delta")
 X = -sp.exp(-1 - DELTA)

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from theory import get_measure
-from theory.losses import LOSS_AGG_MODES, PRESETS, ClipSpec, policy_loss, preset
-from toy_envs import Bandit, arena, iter_arena, run_arena
-from toy_envs.arena import _ClipTally, _seed_scale
-from toy_envs.result import METRICS
+from divclip.theory import get_measure
+from divclip.theory.losses import LOSS_AGG_MODES, PRESETS, ClipSpec, policy_loss, preset
+from divclip.toy_envs import Bandit, arena, iter_arena, run_arena
+from divclip.toy_envs.arena import _ClipTally, _seed_scale
+from divclip.toy_envs.result import METRICS
 
 SMALL = dict(steps=12, group_size=4, prompts_per_step=2, ppo_epochs=3, lr=0.1)
 EASY = {"init_correct_prob": 0.1, "prompts": 8}  # sparse env where 12 small steps do find rewards

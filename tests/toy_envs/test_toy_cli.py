@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
-from toy_envs.cli import ENV_NAMES, add_toy_command, main
+from divclip.toy_envs.cli import ENV_NAMES, add_toy_command, main
 
 
 def test_env_names_match_the_registry():
-    from toy_envs import ENVS
+    from divclip.toy_envs import ENVS
 
     assert sorted(ENV_NAMES) == sorted(ENVS)
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 from scipy import stats
 
-from toy_envs import ENVS, Bandit, SparseCategorical, TokenSequence, make_env, pass_at_k
-from toy_envs.base import PASS_AT_K, sample_categorical, sample_from_cdf
+from divclip.toy_envs import ENVS, Bandit, SparseCategorical, TokenSequence, make_env, pass_at_k
+from divclip.toy_envs.base import PASS_AT_K, sample_categorical, sample_from_cdf
 
 ENV_CASES = {
     "bandit": lambda: Bandit(arms=6),

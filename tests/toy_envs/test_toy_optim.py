@@ -2,7 +2,7 @@
 
 import torch
 
-from toy_envs.optim import Adam
+from divclip.toy_envs.optim import Adam
 
 
 def test_matches_torch_adam_bitwise():

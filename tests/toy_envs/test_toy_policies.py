@@ -1,9 +1,9 @@
-"""toy_envs.policies.log_softmax: torch's log_softmax to ~1 ulp, row by row, with extreme logits too."""
+"""divclip.toy_envs.policies.log_softmax: torch's log_softmax to ~1 ulp, row by row, with extreme logits too."""
 
 import pytest
 import torch
 
-from toy_envs.policies import log_softmax
+from divclip.toy_envs.policies import log_softmax
 
 
 @pytest.mark.parametrize("vocab", [2, 8, 15, 16, 64])

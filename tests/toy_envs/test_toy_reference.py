@@ -9,8 +9,8 @@ early-training means by many standard errors.
 import numpy as np
 import pytest
 
-from toy_envs import make_env, run_arena
-from toy_envs.reference import REFERENCE_METRICS, reference_run
+from divclip.toy_envs import make_env, run_arena
+from divclip.toy_envs.reference import REFERENCE_METRICS, reference_run
 
 CASES = {
     "bandit": ({"arms": 8}, dict(group_size=8, prompts_per_step=1, ppo_epochs=4, lr=0.05)),

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from toy_envs import run_arena
-from toy_envs.report import claims, claims_markdown, metric_figure, report_html, summarize, write_report
-from toy_envs.result import METRICS, ArenaResult
+from divclip.toy_envs import run_arena
+from divclip.toy_envs.report import claims, claims_markdown, metric_figure, report_html, summarize, write_report
+from divclip.toy_envs.result import METRICS, ArenaResult
 
 
 def synthetic(final_sd=(0.10, 0.02), speed=(10.0, 5.0), seeds=8, steps=60) -> ArenaResult:
@@ -120,7 +120,7 @@ def test_ties_are_not_improvements():
 
 
 def test_a_direction_without_significance_is_not_a_plain_yes():
-    from toy_envs.report import Claim, _yes
+    from divclip.toy_envs.report import Claim, _yes
 
     assert _yes(Claim("atr", "x", True, "0.9 vs 0.8; paired difference +0.1 ± 0.01, significant")) == "yes"
     assert _yes(Claim("atr", "x", True, "0.9 vs 0.89; paired difference +0.01 ± 0.05, not significant")) == (

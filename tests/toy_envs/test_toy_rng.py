@@ -5,7 +5,7 @@ import pytest
 import torch
 from scipy import stats
 
-from toy_envs import rng
+from divclip.toy_envs import rng
 
 
 def test_uniforms_are_uniform_and_open_interval():

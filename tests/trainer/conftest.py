@@ -2,7 +2,7 @@
 
 import pytest
 
-from trainer.config import TrainerConfig
+from divclip.trainer.config import TrainerConfig
 
 TINY = dict(
     model="tiny", task="arith", arith_digits=1, eval_size=10, eval_every=2, tiny_n_layer=1, tiny_n_embd=32,

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from trainer.cli import add_train_command, config_from_args, main, run_train
+from divclip.trainer.cli import add_train_command, config_from_args, main, run_train
 
 SHORT = ["--steps", "2", "--sft-steps", "3", "--eval-size", "8", "--prompts-per-step", "2", "--group-size", "4",
          "--no-progress"]

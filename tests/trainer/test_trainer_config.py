@@ -4,8 +4,8 @@ import dataclasses
 
 import pytest
 
-from theory.losses import preset
-from trainer.config import TRAIN_PRESETS, TrainerConfig, from_preset
+from divclip.theory.losses import preset
+from divclip.trainer.config import TRAIN_PRESETS, TrainerConfig, from_preset
 
 
 @pytest.mark.parametrize(
@@ -85,7 +85,7 @@ def test_every_field_is_documented():
     import ast
     import inspect
 
-    import trainer.config as mod
+    import divclip.trainer.config as mod
 
     tree = ast.parse(inspect.getsource(mod.TrainerConfig))
     body = tree.body[0].body

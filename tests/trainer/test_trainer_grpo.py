@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-import trainer.grpo as grpo
-from trainer.checkpoint import latest_checkpoint
-from trainer.grpo import GRPOTrainer
+import divclip.trainer.grpo as grpo
+from divclip.trainer.checkpoint import latest_checkpoint
+from divclip.trainer.grpo import GRPOTrainer
 
 
 def read_jsonl(path):
@@ -89,7 +89,7 @@ def test_every_loss_family_runs(tiny_config, method, extra):
 
 
 def test_any_clip_spec_can_be_passed(tiny_config):
-    from theory.losses import ClipSpec
+    from divclip.theory.losses import ClipSpec
 
     spec = ClipSpec("hellinger", delta=0.01, mode="cispo")
     t = GRPOTrainer(tiny_config(steps=1, sft_steps=0, eval_size=0), spec=spec)

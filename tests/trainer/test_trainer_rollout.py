@@ -3,8 +3,8 @@
 import torch
 from transformers import AutoTokenizer
 
-from trainer.rollout import completion_mask, encode_completions, encode_prompts, sample, token_log_probs
-from trainer.tiny import ARITH_ALPHABET, char_tokenizer, tiny_gpt2
+from divclip.trainer.rollout import completion_mask, encode_completions, encode_prompts, sample, token_log_probs
+from divclip.trainer.tiny import ARITH_ALPHABET, char_tokenizer, tiny_gpt2
 
 
 def tiny(seed=3):

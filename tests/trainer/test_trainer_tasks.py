@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from trainer.tasks import arithmetic_task, extract_answer, jsonl_task, last_boxed, load_jsonl, numeric_match
+from divclip.trainer.tasks import arithmetic_task, extract_answer, jsonl_task, last_boxed, load_jsonl, numeric_match
 
 
 def test_arithmetic_task_split_is_disjoint_complete_and_seeded():

@@ -9,9 +9,9 @@ pytest.importorskip("trl")
 from datasets import Dataset  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
-from theory.measures import get_measure  # noqa: E402
-from trainer.integrations.trl import DivClipGRPOConfig, DivClipGRPOTrainer  # noqa: E402
-from trainer.tiny import ARITH_ALPHABET, char_tokenizer, tiny_gpt2  # noqa: E402
+from divclip.theory.measures import get_measure  # noqa: E402
+from divclip.trainer.integrations.trl import DivClipGRPOConfig, DivClipGRPOTrainer  # noqa: E402
+from divclip.trainer.tiny import ARITH_ALPHABET, char_tokenizer, tiny_gpt2  # noqa: E402
 
 COMMON = dict(per_device_train_batch_size=4, num_generations=4, max_completion_length=4, logging_steps=1,
               save_strategy="no", report_to="none", use_cpu=True, learning_rate=1e-2, disable_tqdm=True, seed=0)

@@ -11,8 +11,8 @@ pytest.importorskip("verl")
 from verl.trainer.ppo.core_algos import compute_policy_loss_vanilla, get_policy_loss_fn  # noqa: E402
 from verl.workers.config.actor import ActorConfig, PolicyLossConfig  # noqa: E402
 
-import trainer.integrations.verl as plugin  # noqa: E402
-from theory.measures import MEASURES, get_measure  # noqa: E402
+import divclip.trainer.integrations.verl as plugin  # noqa: E402
+from divclip.theory.measures import MEASURES, get_measure  # noqa: E402
 
 AGG_MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm", "token-sum"]
 
@@ -148,15 +148,15 @@ def test_verl_imports_the_plugin_named_in_the_environment(monkeypatch):
     import verl
     from verl.trainer.ppo import core_algos
 
-    import trainer.integrations
+    import divclip.trainer.integrations as integrations
 
     fresh = {k: v for k, v in core_algos.POLICY_LOSS_REGISTRY.items() if k not in plugin.LOSS_MODES}
     monkeypatch.setattr(core_algos, "POLICY_LOSS_REGISTRY", fresh)  # restored (with divclip's) after the test
-    monkeypatch.setattr(trainer.integrations, "verl", plugin)
+    monkeypatch.setattr(integrations, "verl", plugin)
     monkeypatch.delitem(sys.modules, plugin.__name__)
-    monkeypatch.setenv("VERL_USE_EXTERNAL_MODULES", "trainer.integrations.verl")
+    monkeypatch.setenv("VERL_USE_EXTERNAL_MODULES", "divclip.trainer.integrations.verl")
     with pytest.raises(ValueError, match="Unsupported loss mode: atr_kl3"):
         core_algos.get_policy_loss_fn("atr_kl3")
     importlib.reload(verl)
-    assert core_algos.get_policy_loss_fn("atr_kl3").__module__ == "trainer.integrations.verl"
+    assert core_algos.get_policy_loss_fn("atr_kl3").__module__ == "divclip.trainer.integrations.verl"
     assert set(plugin.LOSS_MODES) <= set(fresh)

@@ -1,11 +1,11 @@
 """divclip's divergence clipping inside TRL 1.16's GRPOTrainer.
 
-    from trainer.integrations.trl import DivClipGRPOConfig, DivClipGRPOTrainer
+    from divclip.trainer.integrations.trl import DivClipGRPOConfig, DivClipGRPOTrainer
     args = DivClipGRPOConfig(output_dir="out", clip_measure="kl3", epsilon=0.2, loss_type="dapo", ...)
     DivClipGRPOTrainer(model=..., reward_funcs=..., args=args, train_dataset=...).train()
 
 `DivClipGRPOTrainer._compute_loss` is TRL's, with one line replaced: the per-token loss is divclip's
-`theory.losses` clip mode for `ClipSpec(clip_measure, clip_delta)` instead of TRL's ratio clamp. Everything
+`divclip.theory.losses` clip mode for `ClipSpec(clip_measure, clip_delta)` instead of TRL's ratio clamp. Everything
 around it is TRL's: the log-prob forward, the reference KL term (k3, optional bias correction), the entropy
 and off-policy masks, vLLM importance weights, and the normalisation of each `loss_type` (grpo, bnpo,
 dr_grpo, dapo), including gradient-accumulation scaling. Metrics keep TRL's names (clip_ratio/low_mean,
@@ -25,9 +25,9 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import nanmax, nanmin
 
-from theory.conversions import delta_for_eps
-from theory.losses import MODES, ClipSpec
-from theory.measures import MEASURES, get_measure
+from divclip.theory.conversions import delta_for_eps
+from divclip.theory.losses import MODES, ClipSpec
+from divclip.theory.measures import MEASURES, get_measure
 
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 _MODEL_INPUTS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes",

@@ -22,7 +22,7 @@ All modes use PPO's clipped form max(-A·r, -A·clip(r)) with verl's dual clip a
 plus `actor/clipfrac_low` (A < 0 and r below the lower bound) and `actor/clipfrac_high` (A > 0 and r above the
 upper bound).
 
-Enable in a verl run: `VERL_USE_EXTERNAL_MODULES=trainer.integrations.verl` (verl/__init__.py imports every
+Enable in a verl run: `VERL_USE_EXTERNAL_MODULES=divclip.trainer.integrations.verl` (verl/__init__.py imports every
 comma-separated module in it whenever `verl` is imported, in the driver and in each Ray worker that inherits the
 variable) and `actor_rollout_ref.actor.policy_loss.loss_mode=atr_kl3`. See docs/trainer.md.
 """
@@ -34,10 +34,10 @@ import math
 import torch
 from verl.trainer.ppo.core_algos import agg_loss, register_policy_loss
 
-from theory.bounds import kl3_bounds
-from theory.loss_metrics import clip_metrics
-from theory.losses import MODES, ClipSpec
-from theory.measures import MEASURES, get_measure
+from divclip.theory.bounds import kl3_bounds
+from divclip.theory.loss_metrics import clip_metrics
+from divclip.theory.losses import MODES, ClipSpec
+from divclip.theory.measures import MEASURES, get_measure
 
 LOSS_MODES: list[str] = []
 """Every loss mode this module registered with verl."""

@@ -1,6 +1,6 @@
 """`divclip check`: what a clip setting means, whether it binds, which tokens it clips (issue 8).
 
-Public API (imported lazily, so `app.sanity.cli` stays cheap to import when the `divclip` parser is built):
+Public API (imported lazily, so `divclip.sanity.cli` stays cheap to import when the `divclip` parser is built):
   build_report(config=None, rollouts=None, ...) -> dict   the whole report (CLI and app share it)
   report_from_uploads(config=(name, bytes), ...) -> dict  the app page's entry to the same
   format_report(report) -> str                            plain-text rendering
@@ -36,5 +36,5 @@ __all__ = sorted(_EXPORTS)
 
 def __getattr__(name: str):
     if name not in _EXPORTS:
-        raise AttributeError(f"module 'app.sanity' has no attribute {name!r}")
-    return getattr(import_module(f"app.sanity.{_EXPORTS[name]}"), name)
+        raise AttributeError(f"module 'divclip.sanity' has no attribute {name!r}")
+    return getattr(import_module(f"divclip.sanity.{_EXPORTS[name]}"), name)

@@ -1,7 +1,7 @@
 """Validation of rollout arrays once read: fields, shapes, dtypes, values; padding of ragged rows.
 
 The output is a `Rollouts` of (B, T) arrays that share one float dtype: float64 when a log-prob field is
-float64, else float32 (the dtype `theory.losses.policy_loss` computes in for float32/bf16/fp16 inputs).
+float64, else float32 (the dtype `divclip.theory.losses.policy_loss` computes in for float32/bf16/fp16 inputs).
 Values under `response_mask = 0` are padding: set to 0 and never checked. Every problem raises
 `RolloutFileError` naming the field, the position and what was expected.
 """
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from app.sanity.errors import RolloutFileError
+from divclip.sanity.errors import RolloutFileError
 
 FIELDS = ("old_log_prob", "log_prob", "advantages", "response_mask")
 REQUIRED = ("old_log_prob", "advantages")  # response_mask is required too, except in ragged files

@@ -11,7 +11,7 @@ Three inputs are accepted, all as text (UTF-8):
 
 Nested mappings are flattened to dotted keys, so `actor_rollout_ref: {actor: {clip_ratio_low: 0.2}}` and the
 override `actor_rollout_ref.actor.clip_ratio_low=0.2` read the same. Values are kept as parsed; typing happens
-in `app.sanity.settings`, which knows what each key must be.
+in `divclip.sanity.settings`, which knows what each key must be.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import yaml
 
-from app.sanity.errors import ConfigError
-from app.sanity.files import read_capped
+from divclip.sanity.errors import ConfigError
+from divclip.sanity.files import read_capped
 
 MAX_CONFIG_BYTES = 4 * 2**20  # a training config is kilobytes; anything near this is not one
 MAX_YAML_ALIASES = 32

@@ -1,7 +1,7 @@
 """Which tokens a clip setting would clip on a real rollout batch, under every measure.
 
 Three layers of numbers, each from the library rather than re-derived:
-* headline fractions per measure: `theory.losses.policy_loss(...)[1]` on the file's tensors (its dtype), so
+* headline fractions per measure: `divclip.theory.losses.policy_loss(...)[1]` on the file's tensors (its dtype), so
   `clipfrac`, `clipfrac_low`, `clipfrac_high` are exactly what the loss reports during training;
 * the breakdown by old-token probability p = π_old(a) and advantage sign: per-token flags from the same
   clip-mode surrogate the loss uses (`clip_loss_with_bounds` / `clipped_surrogate`; for p-dependent measures
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from app.sanity.errors import SanityInputError
-from app.sanity.loaders import Rollouts
-from theory import MEASURES, delta_for_eps, get_measure
+from divclip.sanity.errors import SanityInputError
+from divclip.sanity.loaders import Rollouts
+from divclip.theory import MEASURES, delta_for_eps, get_measure
 
 DEFAULT_SIGMA = 0.05  # a typical per-token |log r| after one off-policy mini-batch step; an assumption
 P_EDGES = (0.0, 1e-3, 1e-2, 0.1, 0.5, 0.9, 0.99, 1.0)
@@ -81,7 +81,7 @@ def _finite(v) -> bool:
 # ---------------------------------------------------------------------------------------------- specs
 def rollout_specs(opts: RolloutOptions) -> list[dict]:
     """[{measure, spec (ClipSpec or None), budget, problem}] for every registered measure."""
-    from theory.losses import ClipSpec
+    from divclip.theory.losses import ClipSpec
 
     out = []
     for m in MEASURES.values():
@@ -113,7 +113,7 @@ def analyse_rollouts(r: Rollouts, opts: RolloutOptions = RolloutOptions()) -> di
     """The rollout section of the report (plain Python values, JSON-ready)."""
     import torch
 
-    from theory.losses import policy_loss
+    from divclip.theory.losses import policy_loss
 
     dtype = torch.float64 if r.old_log_prob.dtype == np.float64 else torch.float32
     old = torch.from_numpy(r.old_log_prob)
@@ -183,7 +183,7 @@ def _clip_flags(spec, lp, old, adv, mask, dtype) -> dict:
     """Per-token low/high clip flags (numpy bool) and the ratio (float64) the loss uses, for one spec."""
     import torch
 
-    from theory.losses import LOG_RATIO_CLAMP, SEQ_LOG_RATIO_MAX, clip_loss_with_bounds, clipped_surrogate
+    from divclip.theory.losses import LOG_RATIO_CLAMP, SEQ_LOG_RATIO_MAX, clip_loss_with_bounds, clipped_surrogate
 
     lp, old, adv, mask = lp.to(dtype), old.to(dtype), adv.to(dtype), mask.to(dtype)
     with torch.no_grad():

@@ -12,13 +12,13 @@ Every bad input raises a `SanityInputError` (a ValueError) whose message names t
 
 from __future__ import annotations
 
-from app.sanity.budget import divergence_intervals, equivalent_budgets
-from app.sanity.checks import check_settings, finding
-from app.sanity.config import read_config, split_overrides
-from app.sanity.errors import SanityInputError
-from app.sanity.loaders import Limits, load_rollouts
-from app.sanity.rollouts import RolloutOptions, analyse_rollouts
-from app.sanity.settings import ClipSettings, clip_settings
+from divclip.sanity.budget import divergence_intervals, equivalent_budgets
+from divclip.sanity.checks import check_settings, finding
+from divclip.sanity.config import read_config, split_overrides
+from divclip.sanity.errors import SanityInputError
+from divclip.sanity.loaders import Limits, load_rollouts
+from divclip.sanity.rollouts import RolloutOptions, analyse_rollouts
+from divclip.sanity.settings import ClipSettings, clip_settings
 
 SCHEMA = "divclip.check/1"
 DEFAULT_EPS = 0.2  # verl's clip_ratio default and GRPO's ε, used when nothing else says
@@ -81,7 +81,7 @@ def _build(config, rollouts, config_name, rollouts_name, overrides, framework, i
         if raw.ignored_tokens:
             report["notes"].append(f"ignored tokens that are not key=value overrides: {raw.ignored_tokens[:8]}")
     elif intended is not None:
-        from theory import get_measure
+        from divclip.theory import get_measure
 
         get_measure(intended)
     opts = _rollout_options(settings, eps_low, eps_high, deltas, sigma, seed, report["notes"])

@@ -5,7 +5,7 @@
     divclip check overrides.txt --rollouts batch.npz --json  # plus predicted clip fractions on a batch
     divclip check --rollouts batch.parquet --sigma 0.05      # no config: ε 0.2/0.2, noise-model ratios
 
-Wired into `app.cli` with `add_check_command(subparsers)` and `run_check(args)`. Bad input prints
+Wired into `divclip.app.cli` with `add_check_command(subparsers)` and `run_check(args)`. Bad input prints
 `divclip: error: …` on stderr and returns 2.
 """
 
@@ -17,9 +17,9 @@ import math
 import sys
 from pathlib import Path
 
-from app.cli import finite_float
-from app.sanity.errors import ConfigError
-from app.sanity.loaders import Limits
+from divclip.app.cli import finite_float
+from divclip.sanity.errors import ConfigError
+from divclip.sanity.loaders import Limits
 
 
 def _positive_int(name: str):
@@ -92,8 +92,8 @@ def _is_file(item: str) -> bool:
 
 def run_check(args: argparse.Namespace) -> int:
     """Run `divclip check`; 0 on success, 2 with a message on stderr for any bad input."""
-    from app.sanity.report import build_report
-    from app.sanity.text import format_report
+    from divclip.sanity.report import build_report
+    from divclip.sanity.text import format_report
 
     try:
         path, overrides = split_inputs(list(args.inputs))
@@ -133,7 +133,7 @@ def jsonable(x):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry (`python -m app.sanity.cli check …`), the same parser `divclip check` uses."""
+    """Stand-alone entry (`python -m divclip.sanity.cli check …`), the same parser `divclip check` uses."""
     parser = argparse.ArgumentParser(prog="divclip")
     add_check_command(parser.add_subparsers(dest="command", required=True))
     return run_check(parser.parse_args(argv))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from theory import MEASURES, delta_for_eps, equivalent_ratio_clip, get_measure
+from divclip.theory import MEASURES, delta_for_eps, equivalent_ratio_clip, get_measure
 
 REFERENCE_P = (0.01, 0.1, 0.5, 0.9)  # old-token probabilities at which p-dependent measures are tabulated
 

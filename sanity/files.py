@@ -5,7 +5,7 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-from app.sanity.errors import SanityInputError
+from divclip.sanity.errors import SanityInputError
 
 
 def read_capped(path: Path, max_bytes: int, what: str, error: type[SanityInputError], hint: str = "") -> bytes:

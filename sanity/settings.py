@@ -20,8 +20,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from app.sanity.config import RawConfig, looks_like_float
-from app.sanity.errors import ConfigError
+from divclip.sanity.config import RawConfig, looks_like_float
+from divclip.sanity.errors import ConfigError
 
 VERL_VERSION = "0.9.1"
 TRL_VERSION = "1.16.0"

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from app.sanity.budget import implied_eps_high
-from app.sanity.settings import VERL_VERSION, ClipSettings
-from theory import get_measure
+from divclip.sanity.budget import implied_eps_high
+from divclip.sanity.settings import VERL_VERSION, ClipSettings
+from divclip.theory import get_measure
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ sequence ((B,) arrays, or a scalar per row), broadcast over its tokens as GRPO d
 
 Nothing is ever unpickled or evaluated. The file size is checked before reading, the decoded size (npz entries,
 parquet row groups, padded B·T) before allocating. Every problem raises `RolloutFileError` naming the field;
-`app.sanity.validation` then checks shapes and values.
+`divclip.sanity.validation` then checks shapes and values.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from app.sanity.errors import RolloutFileError
-from app.sanity.files import read_capped
-from app.sanity.validation import FIELDS, Limits, Rollouts, validate
+from divclip.sanity.errors import RolloutFileError
+from divclip.sanity.files import read_capped
+from divclip.sanity.validation import FIELDS, Limits, Rollouts, validate
 
 FORMATS = {".npz": "npz", ".safetensors": "safetensors", ".parquet": "parquet", ".jsonl": "jsonl"}
 
