@@ -1,8 +1,8 @@
 """divclip theory core: divergence measures, exact clip bounds, δ↔ε maps and the unified clipped loss.
 
-The numpy/scipy/sympy core is imported eagerly. The torch parts (`losses`, `loss_metrics`,
-`advantages`, and `reallocation` / `softmax_dynamics`, which call the loss) are exported lazily, so `import divclip.theory` does not pay for
-torch until a torch name is used.
+The numpy/scipy/sympy core is imported eagerly. The torch parts (`losses`, `loss_metrics`, `advantages`, and
+`reallocation` / `softmax_dynamics`, which call the loss) are exported lazily, so `import divclip.theory` does
+not pay for torch until a torch name is used.
 """
 
 from __future__ import annotations
