@@ -469,7 +469,7 @@ class ArenaPool:
         if run._stop.is_set():
             return None
         if now - run.last_seen > run.abandon_s:
-            return f"nobody had looked at the page for {run.abandon_s:.0f} s"
+            return f"nobody had looked at the page for {run.abandon_s:g} s"
         if run.session_id is not None:
             active = _session_active(run.session_id)
             if active is False:
