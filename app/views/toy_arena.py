@@ -185,7 +185,10 @@ def draw_result(run: ArenaRun) -> None:
     finished = run.done and result.steps_done > 0
     threshold = threshold_90(result) if finished else None
     st.plotly_chart(arena_figure(result, k, threshold=threshold), key="arena.figure")
-    st.caption(f"Dotted: the best achievable expected reward ({result.best_reward:.4g}). Methods with identical "
+    st.caption(f"Expected reward, pass@{k} and entropy (nats per token) are exact values of the policy, not "
+               f"estimates from the batch; the clip fraction is the share of the batch's tokens clipped (upper bound "
+               f"solid, lower bound dashed). Dotted: the best achievable expected "
+               f"reward ({result.best_reward:.4g}). Methods with identical "
                f"curves draw on top of each other. Runs longer than {MAX_POINTS} steps are drawn at "
                f"{MAX_POINTS} evenly spaced steps; the CSV has every step.")
     if not finished:
