@@ -119,6 +119,11 @@ with st.sidebar:
         st.number_input("Learning rate (Adam)", min_value=1e-4, max_value=1.0, step=0.01, format="%.4f",
                         key=state.key("lr"))
 
+try:
+    pool = get_pool()
+except ValueError as exc:  # the server's DIVCLIP_ARENA_WORKERS is not a pool size
+    show_messages([f"The toy arena is not available on this server: {exc}."], kind="error")
+    st.stop()
 settings = current_settings()
 query = state.sync()
 run = st.session_state.get(RUN_KEY)
@@ -131,7 +136,7 @@ b2.button("Stop", on_click=stop_run, disabled=not polling, icon=":material/stop:
 k = b3.selectbox("pass@k", PASS_AT_K, index=PASS_AT_K.index(8), key="arena.pass_k")
 b4.caption(f"{len(settings.methods)} method(s) × {settings.seeds} seed(s) × {settings.steps} steps on "
            f"{settings.env}; the page redraws every {POLL_S:g} s while it trains. Runs train in the server's "
-           f"pool of {get_pool().size} worker process(es), shared by every visitor, first come first served.")
+           f"pool of {pool.size} worker process(es), shared by every visitor, first come first served.")
 if ERROR_KEY in st.session_state:
     show_messages([st.session_state[ERROR_KEY]], kind="error")
 
@@ -150,7 +155,6 @@ def draw_status(run: ArenaRun) -> None:
     run.seen()
     total, done = run.settings.steps, run.steps_done
     if run.queued:
-        pool = get_pool()
         place = pool.position(run)
         training, waiting = pool.counts()
         where = f"position {place} of {waiting}" if place is not None else "about to start"

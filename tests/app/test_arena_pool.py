@@ -187,3 +187,13 @@ def test_page_prints_the_90_percent_threshold_and_fixes_the_step_axis(page_pool)
         assert layout[axis]["range"] == [0.0, 6.0] and layout[axis]["autorange"] is False
     assert [s["y0"] for s in layout["shapes"] if s["line"].get("dash") == "dash"] == [thr]
     assert any(a["text"] == f"90 % threshold {thr:.4f}" for a in layout["annotations"])
+
+
+def test_a_bad_pool_size_is_a_message_on_the_page(monkeypatch):
+    monkeypatch.setattr(arena_runner, "_POOL", None)
+    monkeypatch.setenv(WORKERS_ENV, "lots")
+    at = rendered(start_page(PAGE))
+    assert [e.value.replace("\\", "") for e in at.error] == [
+        f"The toy arena is not available on this server: {WORKERS_ENV} must be an integer from 1 to "
+        f"{MAX_WORKERS}, got 'lots'."]
+    assert arena_runner._POOL is None
