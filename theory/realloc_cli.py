@@ -14,7 +14,6 @@ import math
 
 import numpy as np
 
-from divclip.theory.losses import PRESETS, ClipSpec
 from divclip.theory.measures import MEASURES
 from divclip.theory.reallocation import (
     DEFAULT_BUCKET_EDGES,
@@ -27,8 +26,8 @@ from divclip.theory.reallocation import (
     constrained_optimum,
     feasible_region,
     make_buckets,
-    spec_label,
 )
+from divclip.theory.spec import PRESETS, ClipSpec, parse_method, spec_label
 
 
 def add_realloc_command(subparsers) -> argparse.ArgumentParser:
@@ -42,7 +41,9 @@ def add_realloc_command(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--probs", required=True, help="π_old as comma-separated probabilities summing to 1")
     p.add_argument("--adv", required=True, help="one advantage per action, comma-separated")
     p.add_argument(
-        "--measure", required=True, help=f"a measure {sorted(MEASURES)} or a preset {sorted(PRESETS)}"
+        "--measure", required=True,
+        help=f"a method string: a preset {sorted(PRESETS)}, a measure {sorted(MEASURES)} at the δ matching GRPO's "
+        "lower bound, or e.g. kl3:0.02, ratio:0.2:0.28, binary_kl:0.05/gated; a bare measure also takes the flags",
     )
     p.add_argument("--delta", type=float, help="divergence budget δ (for 'ratio': a symmetric width ε)")
     p.add_argument("--eps-low", type=float, help="'ratio' only: lower clip width")
@@ -66,14 +67,20 @@ def _numbers(flag: str, text: str) -> list[float]:
 
 
 def _spec(args) -> tuple[str, ClipSpec]:
-    if args.measure in PRESETS:
-        if any(v is not None for v in (args.delta, args.eps_low, args.eps_high)) or args.mode != "clip":
-            raise ValueError(f"--measure {args.measure} is a preset: it takes no --delta/--eps-low/--eps-high/--mode")
-        return args.measure, PRESETS[args.measure]
-    if args.measure not in MEASURES:
-        raise ValueError(
-            f"--measure must be a measure {sorted(MEASURES)} or a preset {sorted(PRESETS)}, got {args.measure!r}"
-        )
+    flags = {"--delta": args.delta, "--eps-low": args.eps_low, "--eps-high": args.eps_high}
+    given = [flag for flag, v in flags.items() if v is not None] + (["--mode"] if args.mode != "clip" else [])
+    if not given or args.measure not in MEASURES:
+        if given:
+            what = "is a preset" if args.measure in PRESETS else "is a full method string"
+            raise ValueError(
+                f"--measure {args.measure} {what}: it takes no {'/'.join(given)}; put the budget and options in "
+                f"the string (e.g. 'kl3:0.02/gated') or give a bare measure with the flags"
+            )
+        try:
+            spec = parse_method(args.measure)
+        except ValueError as exc:
+            raise ValueError(f"--measure must be a measure, a preset or a method string: {exc}") from None
+        return (args.measure if args.measure in PRESETS else spec_label(spec)), spec
     if args.measure == "ratio" and args.delta is not None:
         if args.eps_low is not None or args.eps_high is not None:
             raise ValueError("--measure ratio takes --delta (symmetric width) or --eps-low/--eps-high, not both")

@@ -29,13 +29,13 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import xlogy
 
-from divclip.theory.losses import PRESETS, ClipSpec
 from divclip.theory.measures import get_measure
+from divclip.theory.spec import ClipSpec, as_spec, spec_label
 from divclip.theory.validation import as_float_array, require_finite
 
 PROB_SUM_TOL = 1e-6  # how far Σ probs may be from 1 before we refuse (then it is renormalised exactly)
 DEFAULT_BUCKET_EDGES = (0.0, 0.2, 0.5, 1.0)  # confidence buckets of π_old(a): rare, middle, confident
-DEFAULT_COMPARE_SPECS = ("grpo", "dapo", "atr", "dppo_kl", "dppo_tv")  # presets in theory.losses.PRESETS
+DEFAULT_COMPARE_SPECS = ("grpo", "dapo", "atr", "dppo_kl", "dppo_tv")  # presets in theory.spec.PRESETS
 DEFAULT_LR, DEFAULT_EPOCHS = 0.5, 4  # softmax-logit step and PPO epochs of the comparison's dynamics
 _TIE = 1e-12  # a new probability within this of a box end is "at the bound"
 
@@ -101,22 +101,8 @@ def make_buckets(probs: np.ndarray, edges=DEFAULT_BUCKET_EDGES) -> Buckets:
 
 # ---------------------------------------------------------------------------------------- clip specs
 def resolve_spec(spec) -> ClipSpec:
-    """A ClipSpec, or a preset name of `divclip.theory.losses.PRESETS` ('grpo', 'dapo', 'atr', 'dppo_kl', ...)."""
-    if isinstance(spec, ClipSpec):
-        return spec
-    if isinstance(spec, str) and spec in PRESETS:
-        return PRESETS[spec]
-    raise ValueError(f"spec must be a ClipSpec or a preset name in {sorted(PRESETS)}, got {spec!r}")
-
-
-def spec_label(spec) -> str:
-    """Short human name: 'ratio [0.2, 0.28]', 'kl3 δ=0.02314', 'binary_kl δ=0.05 gated'."""
-    s = resolve_spec(spec)
-    if s.mode == "sapo":
-        return f"sapo τ={s.tau_pos:g}/{s.tau_neg:g}"
-    budget = f"[{s.eps_low:g}, {s.eps_high:g}]" if s.measure_name == "ratio" else f"δ={s.delta:.4g}"
-    extra = "" if s.mode == "clip" else f" {s.mode}"
-    return f"{s.measure_name} {budget}{extra}" + (" seq" if s.level == "sequence" else "")
+    """A ClipSpec, or the ClipSpec of a method string ('grpo', 'atr', 'kl3:0.02', ...; `divclip.theory.spec`)."""
+    return as_spec(spec)
 
 
 def action_bounds(spec, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
