@@ -24,9 +24,10 @@ _LAZY = {
     "divclip.theory.loss_metrics": ("kl_penalty",),
     "divclip.theory.advantages": ("group_advantages",),
     "divclip.theory.reallocation": (
-        "Comparison", "ComparisonRow", "FeasibleRegion", "HeadroomCurve", "Optimum", "compare_measures",
-        "constrained_optimum", "feasible_region", "headroom_curve", "mass_flow",
+        "FeasibleRegion", "HeadroomCurve", "Optimum", "constrained_optimum", "feasible_region", "headroom_curve",
+        "mass_flow",
     ),
+    "divclip.theory.comparison": ("Comparison", "ComparisonRow", "compare_measures"),
     "divclip.theory.softmax_dynamics": (
         "Drift", "Group", "SoftmaxStep", "entropy_gradient", "multi_epoch_drift", "softmax_step",
     ),

@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from divclip.theory.comparison import compare_measures
 from divclip.theory.measures import MEASURES
 from divclip.theory.reallocation import (
     DEFAULT_BUCKET_EDGES,
@@ -22,7 +23,6 @@ from divclip.theory.reallocation import (
     DEFAULT_LR,
     check_probs,
     check_vector,
-    compare_measures,
     constrained_optimum,
     feasible_region,
     make_buckets,

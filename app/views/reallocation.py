@@ -1,5 +1,5 @@
 """Mass reallocation: where a clip lets probability mass go on a small categorical policy, and where PPO epochs
-put it. Every number is `divclip.theory.reallocation.compare_measures` (feasible box, exact one-step optimum, softmax
+put it. Every number is `divclip.theory.comparison.compare_measures` (feasible box, exact one-step optimum, softmax
 drift through the training loss); every figure is `divclip.app.realloc_figures`."""
 
 import json
@@ -19,7 +19,8 @@ from divclip.app.realloc_figures import (
     spec_colours,
 )
 from divclip.app.state import ChoiceListParam, FloatParam, PageState, TextParam
-from divclip.theory.reallocation import DEFAULT_COMPARE_SPECS, PROB_SUM_TOL, compare_measures, headroom_curve
+from divclip.theory.comparison import compare_measures
+from divclip.theory.reallocation import DEFAULT_COMPARE_SPECS, PROB_SUM_TOL, headroom_curve
 from divclip.theory.spec import PRESETS, parse_methods
 
 MAX_ACTIONS = 16

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 from scipy.optimize import brentq, linprog
 
 from divclip.theory import get_measure
+from divclip.theory.comparison import compare_measures
 from divclip.theory.losses import PRESETS, ClipSpec
 from divclip.theory.realloc_cli import add_realloc_command, run_realloc
 from divclip.theory.reallocation import (
-    compare_measures,
     constrained_optimum,
     feasible_region,
     headroom_curve,

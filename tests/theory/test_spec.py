@@ -15,7 +15,7 @@ from divclip.theory.spec import DEFAULT_EPS_LOW, LOSS_P_DEPENDENT, as_spec, pars
 
 def test_importing_theory_and_the_spec_does_not_import_torch():
     code = (
-        "import sys, divclip.theory, divclip.theory.spec, divclip.theory.reallocation, divclip.theory.realloc_cli\n"
+        "import sys, divclip.theory, divclip.theory.spec, divclip.theory.reallocation\n"
         "from divclip.theory import ClipSpec, parse_method\n"
         "parse_method('atr'); parse_method('binary_kl:0.05/gated'); ClipSpec('kl3', delta=0.02).ratio_bounds()\n"
         "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith('torch'))"
@@ -151,3 +151,40 @@ def test_toy_methods_module_is_the_same_parser():
 
     assert methods.method_spec is parse_method and methods.resolve_methods is parse_methods
     assert methods.spec_label is spec_label
+
+
+def _theory_imports() -> dict[str, set[str]]:
+    """module -> the divclip.theory modules it imports anywhere in its source (function-level imports too)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "theory"
+    graph = {}
+    for path in root.glob("*.py"):
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("divclip.theory."):
+                found.add(node.module.split(".")[2])
+            elif isinstance(node, ast.Import):
+                found |= {a.name.split(".")[2] for a in node.names if a.name.startswith("divclip.theory.")}
+        graph[path.stem] = found - {path.stem}
+    return graph
+
+
+def test_theory_modules_import_each_other_without_cycles():
+    graph = _theory_imports()
+    assert {"reallocation", "softmax_dynamics", "spec", "comparison"} <= set(graph)
+    state: dict[str, int] = {}
+
+    def visit(node, path):
+        assert state.get(node) != 1, f"import cycle: {' -> '.join([*path, node])}"
+        if state.get(node) == 2:
+            return
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            visit(nxt, [*path, node])
+        state[node] = 2
+
+    for module in sorted(graph):
+        visit(module, [])
+    assert "softmax_dynamics" not in graph["reallocation"]  # the LP maths stays torch-free (see the first test)
