@@ -154,32 +154,33 @@ def main() -> None:
     from divclip.app.arena_runner import configured_workers
 
     workers = configured_workers()
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="divclip-bench-") as tmp, sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        for n in counts:
-            load = os.getloadavg()[0]
-            port = free_port()
-            with open(Path(tmp) / f"server-{n}.log", "w") as log:
-                proc = start_server(port, log)
-                try:
-                    rows.append(case(browser, f"http://127.0.0.1:{port}", n, args.timeout) | {"load": load})
-                finally:
-                    stop_server(proc)
-            print(f"  done: {n} session(s)", file=sys.stderr, flush=True)
-        browser.close()
     print(f"Clip explorer load while N visitors train a toy arena ({ARENA['env']}, 3 methods × {ARENA['seeds']} "
           f"seeds × {ARENA['steps']} steps each);")
     print(f"{os.cpu_count()} CPUs, {workers} arena worker process(es); goal: explorer notRunning < {GOAL_S:g} s "
           "with 6 sessions, every run finishes\n")
     print("| arena sessions | load avg before | explorer notRunning (s) | explorer drawn (s) | runs finished "
           "| last run finished after (s) | notRunning < goal |")
-    print("|---|---|---|---|---|---|---|")
-    for r in rows:
-        ok = "yes" if r["idle"] < GOAL_S and r["finished"] == r["sessions"] else "NO"
-        runs = f"{r['finished']} of {r['sessions']}" + (f" ({r['stopped']} stopped)" if r["stopped"] else "")
-        last = f"{r['last']:.1f}" if r["sessions"] else "—"
-        print(f"| {r['sessions']} | {r['load']:.1f} | {r['idle']:.1f} | {r['drawn']:.1f} | {runs} | {last} | {ok} |")
+    print("|---|---|---|---|---|---|---|", flush=True)
+    with tempfile.TemporaryDirectory(prefix="divclip-bench-") as tmp, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        for n in counts:  # one row per case as soon as it is done
+            load = os.getloadavg()[0]
+            port = free_port()
+            with open(Path(tmp) / f"server-{n}.log", "w") as log:
+                proc = start_server(port, log)
+                try:
+                    print(row(case(browser, f"http://127.0.0.1:{port}", n, args.timeout) | {"load": load}),
+                          flush=True)
+                finally:
+                    stop_server(proc)
+        browser.close()
+
+
+def row(r: dict) -> str:
+    ok = "yes" if r["idle"] < GOAL_S and r["finished"] == r["sessions"] else "NO"
+    runs = f"{r['finished']} of {r['sessions']}" + (f" ({r['stopped']} stopped)" if r["stopped"] else "")
+    last = f"{r['last']:.1f}" if r["sessions"] else "—"
+    return f"| {r['sessions']} | {r['load']:.1f} | {r['idle']:.1f} | {r['drawn']:.1f} | {runs} | {last} | {ok} |"
 
 
 if __name__ == "__main__":
