@@ -157,11 +157,13 @@ def draw_status(run: ArenaRun) -> None:
     if run.queued:
         place = pool.position(run)
         training, waiting = pool.counts()
-        where = f"position {place} of {waiting}" if place is not None else "about to start"
-        st.progress(0.0, text=f"Queued: {where} · {training} of {pool.size} worker(s) busy · waited "
-                              f"{run.waited:.0f} s")
-        st.caption("Every worker is training another visitor's run; this one starts when a worker is free. "
-                   "Stop takes it out of the queue.")
+        if place is None or training < pool.size:  # a worker is free: the pool is handing it this run
+            st.progress(0.0, text=f"Starting: handing the run to a worker process · {run.waited:.0f} s")
+        else:
+            st.progress(0.0, text=f"Queued: position {place} of {waiting} · {training} of {pool.size} worker(s) "
+                                  f"busy · waited {run.waited:.0f} s")
+            st.caption("Every worker is training another visitor's run; this one starts when a worker is free. "
+                       "Stop takes it out of the queue.")
     elif not run.done:
         verb = "Stopping" if run.stopping else "Training"
         st.progress(done / total, text=f"{verb}: step {done} of {total} · {run.elapsed:.1f} s")

@@ -151,6 +151,7 @@ def page_pool(pool, monkeypatch):
 
 def test_page_shows_the_queue_and_stop_takes_a_run_out(page_pool):
     busy = submit(page_pool, LONG)
+    assert until(lambda: busy.state == "running")
     at = rendered(start_page(PAGE, {"seeds": "2", "steps": "6"}))
     at.button(key="arena.start").click().run()
     rendered(at)
