@@ -26,7 +26,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import nanmax, nanmin
 
 from divclip.theory.conversions import delta_for_eps
-from divclip.theory.losses import MODES, ClipSpec
+from divclip.theory.losses import ClipSpec, policy_terms
 from divclip.theory.measures import MEASURES, get_measure
 
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
@@ -124,9 +124,8 @@ class DivClipGRPOTrainer(GRPOTrainer):
             )
 
         # divclip: the clipped surrogate max(-A·r, -A·clip(r)) with clip(r) from D(r[, p]) <= δ.
-        mask_f = mask.to(per_token_logps.dtype)
-        terms = MODES[self.clip_spec.mode](per_token_logps, old_per_token_logps,
-                                           advantages.expand_as(per_token_logps), mask_f, self.clip_spec)
+        terms = policy_terms(per_token_logps, old_per_token_logps, advantages.expand_as(per_token_logps), mask,
+                             self.clip_spec)
         per_token_loss = terms.loss  # (B, T)
 
         if self.beta != 0.0:
@@ -150,9 +149,7 @@ class DivClipGRPOTrainer(GRPOTrainer):
             normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
             loss = loss + self.router_aux_loss_coef * aux_loss / normalizer
             self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(aux_loss).mean().item())
-        with torch.no_grad():  # clipped = the clipped branch of max(-A·r, -A·clip(r)) is strictly the larger
-            clipped = terms.loss.detach() > -advantages * terms.ratio  # (B, T)
-            low, high = (clipped & (advantages < 0)).float(), (clipped & (advantages > 0)).float()
+        low, high = terms.clipped_low, terms.clipped_high  # (B, T) 0/1: the lower / upper bound changed the term
         self._log_metrics(mode, low, high, terms.log_ratio, mask, entropies,
                           per_token_kl if self.beta != 0.0 else None)
         return loss

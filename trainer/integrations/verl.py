@@ -9,7 +9,8 @@ Importing this module registers, with verl's `register_policy_loss`:
                      gives δ = 0.023144 and u_δ = 1.23084: verl's `vanilla` with clip_ratio_low=0.2 and
                      clip_ratio_high=u_δ - 1 (the same loss bit for bit, gradients equal to rounding).
   divclip_<measure>  one mode per measure in `theory.MEASURES` (ratio, log_ratio, k2, kl3, kl3_reverse, binary_kl,
-                     binary_tv, chi2, hellinger). δ convention, as verl's own dppo_kl/dppo_tv: `clip_ratio_low` is
+                     binary_tv, chi2, hellinger, and any added with `theory.register_measure`, before or after
+                     this import). δ convention, as verl's own dppo_kl/dppo_tv: `clip_ratio_low` is
                      the budget of the lower side and `clip_ratio_high` that of the upper side (each falling back to
                      `clip_ratio`), so r is clipped to [lo(δ_low), hi(δ_high)] of D(r[, p]) <= δ. For 'ratio' the
                      budgets are the widths ε (divclip_ratio is `vanilla`). Set them explicitly: verl's default
@@ -32,12 +33,13 @@ from __future__ import annotations
 import math
 
 import torch
-from verl.trainer.ppo.core_algos import agg_loss, register_policy_loss
+from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, agg_loss, register_policy_loss
 
 from divclip.theory.bounds import kl3_bounds
 from divclip.theory.loss_metrics import clip_metrics
-from divclip.theory.losses import MODES, ClipSpec
+from divclip.theory.losses import ClipSpec, policy_terms
 from divclip.theory.measures import MEASURES, get_measure
+from divclip.theory.registry import on_register
 
 LOSS_MODES: list[str] = []
 """Every loss mode this module registered with verl."""
@@ -99,15 +101,15 @@ def measure_specs(name: str, config) -> tuple[ClipSpec, ClipSpec | None]:
 def _loss_and_metrics(specs, old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config,
                       rollout_is_weights):
     """Per-token loss from theory's clip mode, aggregated by verl's agg_loss with its global batch info."""
-    mask = response_mask.to(log_prob.dtype)
     spec, upper = specs
-    terms = MODES["clip"](log_prob, old_log_prob, advantages, mask, spec)
+    terms = policy_terms(log_prob, old_log_prob, advantages, response_mask, spec)
+    mask = response_mask.to(terms.loss.dtype)
     m = clip_metrics(terms, mask)
     pg_losses = terms.loss  # (B, T)
     if upper is not None:
         # Per-token bounds with a different budget on each side: r < 1 only ever meets the lower bound and
         # r > 1 only the upper one, so each side takes the loss (and clip counts) of its own spec.
-        up = MODES["clip"](log_prob, old_log_prob, advantages, mask, upper)
+        up = policy_terms(log_prob, old_log_prob, advantages, response_mask, upper)
         pg_losses = torch.where(terms.ratio < 1, terms.loss, up.loss)
         m_up = clip_metrics(up, mask)
         m.update(clipfrac_high=m_up["clipfrac_high"], dual_clipfrac=m_up["dual_clipfrac"],
@@ -152,8 +154,19 @@ def _register_measure(name: str):
 
     compute_policy_loss.__name__ = f"compute_policy_loss_{mode}"
     compute_policy_loss.__doc__ = f"Clip by {name}: δ_low = clip_ratio_low, δ_high = clip_ratio_high (see module)."
-    LOSS_MODES.append(mode)
+    if mode not in LOSS_MODES:
+        LOSS_MODES.append(mode)
 
 
-for _name in MEASURES:
+for _name in MEASURES:  # every measure registered so far (built in, or theory.register_measure before this import)
     _register_measure(_name)
+
+
+def _unregister_measure(measure) -> None:
+    mode = f"divclip_{measure.name}"
+    POLICY_LOSS_REGISTRY.pop(mode, None)
+    if mode in LOSS_MODES:
+        LOSS_MODES.remove(mode)
+
+
+on_register(lambda measure: _register_measure(measure.name), _unregister_measure)  # and every one added later
