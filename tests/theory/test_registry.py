@@ -119,8 +119,8 @@ def test_total_variation_reaches_the_derivation(tv):
 
 
 def test_total_variation_reaches_the_cli_listing_and_the_app(tv, capsys):
-    from divclip.app.cli import main
     from divclip.app.methods import METHOD_COLOURS, colour_for, label_for, method_for
+    from divclip.cli import main
 
     assert main(["measures", "--json"]) == 0
     rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
