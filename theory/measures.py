@@ -1,6 +1,9 @@
 """Divergence measures D(r[, p]) and their clip intervals {r : D <= δ} (THEORY.md §1, §3).
 
-A measure is one small object: its name, formula (LaTeX and code), `value` and `bounds`. Every measure in
+A measure is one object: its name, formula (LaTeX, and `code`, from which `divclip.theory.symbolic` derives its
+SymPy form through the safe parser), `value`, `bounds(delta, p=None)` (the same signature for every measure,
+'ratio' included: its δ is the clip width), and its presentation (label, method, colour, text) that the app,
+the CLI listing and the figures read. `divclip.theory.register_measure` adds one at run time. Every measure in
 `MEASURES` is decreasing on r < 1 and increasing on r > 1 with D(1) = 0, so by the gradient-equivalence
 theorem clipping on D <= δ is exactly ratio clipping on [lo, hi] (per token when D depends on p = π_old(a)).
 
