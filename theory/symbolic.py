@@ -54,8 +54,9 @@ _X = -sp.exp(-1 - DELTA)  # Lambert-W argument for KL3, in (-1/e, 0) for δ > 0
 
 
 def derivable_measures() -> tuple[str, ...]:
-    """Every registered measure that does not depend on p, in registry order (run-time ones included)."""
-    return tuple(name for name, m in MEASURES.items() if not m.p_dependent)
+    """Every registered measure that does not depend on p (run-time ones included): KL3 first, whose
+    derivation also checks the published Lambert-W facts, then the others in registry order."""
+    return ("kl3", *(name for name, m in MEASURES.items() if not m.p_dependent and name != "kl3"))
 
 
 @functools.lru_cache(maxsize=64)
