@@ -99,7 +99,11 @@ def measure_specs(name: str, config) -> tuple[ClipSpec, ClipSpec | None]:
 def _loss_and_metrics(specs, old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config,
                       rollout_is_weights):
     """Per-token loss from theory's clip mode, aggregated by verl's agg_loss with its global batch info."""
-    mask = response_mask.to(log_prob.dtype)
+    # verl's FSDP engine hands bf16 log-probs (mixed precision) with fp32 old log-probs; vanilla's
+    # `log_prob - old_log_prob` promotes, and so does this (one dtype for the ratio, mask and metrics).
+    dtype = torch.promote_types(log_prob.dtype, old_log_prob.dtype)
+    log_prob, old_log_prob = log_prob.to(dtype), old_log_prob.to(dtype)
+    mask = response_mask.to(dtype)
     spec, upper = specs
     terms = MODES["clip"](log_prob, old_log_prob, advantages, mask, spec)
     m = clip_metrics(terms, mask)
