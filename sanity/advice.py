@@ -163,3 +163,32 @@ def cannot_bind_advice(measure: str, d_low: float, d_high: float, owner: str, ke
 
 def ignored_key_advice(owner: str, key: str, value, used: str) -> Advice:
     return Advice("ignored_key", f"{owner} ignores {key} = {value!r}: {used}.", key)
+
+
+SOURCES["on_policy_clip_inert"] = (
+    "docs/theory.md §5; TRL 1.16 grpo_trainer.py uses the current log-probs, detached, as the old ones when "
+    "gradient_accumulation_steps is a multiple of steps_per_generation × num_iterations")
+
+
+def trl_advice(measure: str, clip_delta, epsilon: float, epsilon_high, num_iterations: int,
+               steps_per_generation: int | None, gradient_accumulation_steps: int) -> list[Advice]:
+    """Warnings for DivClipGRPOConfig's fields (the TRL plug-in logs them; `divclip check` reports them)."""
+    out = []
+    owner = f"clip_measure={measure!r}"
+    if measure != "ratio":
+        if epsilon_high is not None:
+            out.append(ignored_key_advice(owner, "epsilon_high", epsilon_high,
+                                          "the upper bound follows from the budget δ"))
+        if clip_delta is not None:
+            out += budget_advice(measure, [("clip_delta", clip_delta)], owner)
+            out += cannot_bind_advice(measure, clip_delta, clip_delta, owner, ("clip_delta", "clip_delta"))
+    steps = steps_per_generation if steps_per_generation is not None else gradient_accumulation_steps
+    generate_every = steps * num_iterations
+    if gradient_accumulation_steps % generate_every == 0:
+        out.append(Advice(
+            "on_policy_clip_inert",
+            f"num_iterations={num_iterations} × steps_per_generation={steps} divides gradient_accumulation_steps="
+            f"{gradient_accumulation_steps}: TRL uses the current log-probs as the old ones, the ratio is "
+            f"identically 1 and no clip has any effect. Use num_iterations > 1 (or steps_per_generation > "
+            f"gradient_accumulation_steps) if the clip is meant to matter.", "num_iterations"))
+    return out
