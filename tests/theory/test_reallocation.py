@@ -11,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy.optimize import brentq, linprog
 
+from divclip.cli import realloc
 from divclip.theory import get_measure
 from divclip.theory.losses import PRESETS, ClipSpec
-from divclip.theory.realloc_cli import add_realloc_command, run_realloc
 from divclip.theory.reallocation import (
     compare_measures,
     constrained_optimum,
@@ -379,8 +379,8 @@ def test_other_invalid_inputs():
 # -------------------------------------------------------------------------------------------- CLI
 def _cli(capsys, *argv):
     parser = argparse.ArgumentParser(prog="divclip")
-    add_realloc_command(parser.add_subparsers(dest="command", required=True))
-    code = run_realloc(parser.parse_args(["realloc", *argv]))
+    realloc.add_parser(parser.add_subparsers(dest="command", required=True))
+    code = realloc.run(parser.parse_args(["realloc", *argv]))
     return code, capsys.readouterr().out
 
 
