@@ -51,6 +51,7 @@ class Key:
     nullable: bool = False
     above: float | None = None  # value must be > above
     choices: tuple = ()
+    allow_inf: bool = False  # +inf is a meaningful value (clip_ratio_c = inf: no dual clip)
 
 
 VERL_LOSS_MODES = (
@@ -64,7 +65,7 @@ VERL_KEYS: dict[str, Key] = {
     _A + "clip_ratio": Key("float", 0.2, above=0.0),
     _A + "clip_ratio_low": Key("float", 0.2, nullable=True, above=0.0),
     _A + "clip_ratio_high": Key("float", 0.2, nullable=True, above=0.0),
-    _A + "clip_ratio_c": Key("float", 3.0, above=1.0),  # verl asserts c > 1 (dual-clip PPO)
+    _A + "clip_ratio_c": Key("float", 3.0, above=1.0, allow_inf=True),  # verl asserts c > 1; inf: no cap
     _A + "policy_loss.loss_mode": Key("str", "vanilla", choices=VERL_LOSS_MODES),
     _A + "loss_agg_mode": Key("str", "token-mean", choices=LOSS_AGG_MODES),
     _A + "ppo_epochs": Key("int", 1, above=0),
@@ -195,6 +196,8 @@ def _as_float(key, v, spec: Key) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise ConfigError(f"{key} must be {_expect(spec)}, got {_show(v)}")
     v = float(v)
+    if spec.allow_inf and v == math.inf:
+        return v
     if not math.isfinite(v) or (spec.above is not None and not v > spec.above):
         raise ConfigError(f"{key} must be {_expect(spec)}, got {v!r}")
     return v
@@ -216,7 +219,7 @@ def _expect(spec: Key) -> str:
         what += f" > {spec.above:g}"
     if spec.kind == "int":
         what += f" and <= {MAX_INT}"
-    return what + (" or null" if spec.nullable else "")
+    return what + (" or inf" if spec.allow_inf else "") + (" or null" if spec.nullable else "")
 
 
 def _choices(spec: Key) -> str:
@@ -276,6 +279,7 @@ def _verl(values: dict) -> ClipSettings:
     low = g[_A + "clip_ratio_low"] if g[_A + "clip_ratio_low"] is not None else clip
     high = g[_A + "clip_ratio_high"] if g[_A + "clip_ratio_high"] is not None else clip
     c = g[_A + "clip_ratio_c"]
+    c = None if c == math.inf else c  # min(-A·c, ·) with c = inf caps nothing: no dual clip / IS truncation
     train, mini, epochs = g["data.train_batch_size"], g[_A + "ppo_mini_batch_size"], g[_A + "ppo_epochs"]
     minibatches = max(1, math.ceil(train / mini))
     updates = epochs * minibatches
@@ -323,7 +327,8 @@ def _verl(values: dict) -> ClipSettings:
 def _verl_divclip(s: ClipSettings, values: dict, g: dict, keys: dict) -> None:
     """atr_kl3 / divclip_<m>: the bounds the verl plug-in computes, and the warnings it logs."""
     mode = s.loss_mode
-    s.dual_clip_c = g[_A + "clip_ratio_c"]  # divclip's modes apply vanilla's dual clip
+    c = g[_A + "clip_ratio_c"]
+    s.dual_clip_c = None if c == math.inf else c  # divclip's modes apply vanilla's dual clip
     low, high = s.budget_low, s.budget_high
     high_key = _A + "clip_ratio_high" if s.explicit(_A + "clip_ratio_high") else _A + "clip_ratio"
     if mode == advice.ATR_MODE:

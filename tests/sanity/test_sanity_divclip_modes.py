@@ -9,8 +9,8 @@ import math
 import mpmath
 import pytest
 
+from divclip.cli import main
 from divclip.sanity import build_report
-from divclip.sanity.cli import main
 from divclip.theory.measures import MEASURES, get_measure
 
 A = "actor_rollout_ref.actor."
