@@ -130,6 +130,7 @@ def _verl_export(spec, label: str) -> MethodExport:
     c = _num(spec.dual_clip_c) if spec.dual_clip_c is not None else math.inf
     if spec.mode == "sapo":
         keys = {"policy_loss.loss_mode": "sapo", "tau_pos": _num(spec.tau_pos), "tau_neg": _num(spec.tau_neg)}
+        notes.append("verl 0.9.1's sapo aggregates seq-mean-token-mean whatever loss_agg_mode says")
     elif spec.mode == "gated":
         if name not in _VERL_DPPO:
             raise ValueError(f"verl has DPPO masks for binary_kl and binary_tv only, got measure {name!r}")
