@@ -93,13 +93,16 @@ class MethodExport:
 
 def method_export(spec, engine: str, label: str | None = None) -> MethodExport:
     """`spec` (a ClipSpec) as complete verl or TRL settings; a ValueError says what the engine cannot express."""
-    from divclip.theory.losses import ClipSpec
+    from divclip.theory.spec import ClipSpec
 
     if not isinstance(spec, ClipSpec):
         raise ValueError(f"spec must be a ClipSpec, got {type(spec).__name__}")
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {list(ENGINES)}, got {engine!r}")
-    label = label or describe(spec)
+    if label is None:
+        from divclip.theory.spec import method_string
+
+        label = f"{method_string(spec)} — {describe(spec)}"
     return _verl_export(spec, label) if engine == "verl" else _trl_export(spec, label)
 
 

@@ -23,8 +23,9 @@ def add_parser(subparsers):
         "command line) settings: every key once, loss_mode explicit, the plug-in hook where needed.",
     )
     p.add_argument("--method", required=True, metavar="SPEC",
-                   help="a preset (grpo, dapo, atr, dppo_kl, dppo_tv, gspo, sapo), a measure (kl3), "
-                        "'measure:delta' (kl3:0.02) or 'ratio:eps_low:eps_high'")
+                   help="a method string (divclip.theory.spec): a preset (grpo, dapo, atr, dppo_kl, dppo_tv, "
+                        "gspo, sapo), a measure (kl3), 'measure:delta' (kl3:0.02), 'ratio:eps_low:eps_high', "
+                        "with options such as /dual=3 or /gated/tis=20")
     p.add_argument("--engine", required=True, choices=("verl", "trl"))
     p.add_argument("--format", choices=("overrides", "yaml", "python"),
                    help="verl default: overrides (a command line); TRL default: python")
@@ -33,9 +34,9 @@ def add_parser(subparsers):
 
 def run(args) -> int:
     from divclip.app.export import method_export
-    from divclip.toy_envs.methods import method_spec
+    from divclip.theory.spec import parse_method
 
-    spec = method_spec(args.method)
+    spec = parse_method(args.method)
     text = method_export(spec, args.engine).text(args.format or DEFAULT_FORMAT[args.engine])
     print(text, end="")
     return 0

@@ -26,9 +26,10 @@ from divclip.app.export import method_export  # noqa: E402
 from divclip.cli import main  # noqa: E402
 from divclip.sanity import build_report  # noqa: E402
 from divclip.sanity.advice import REFERENCE_P  # noqa: E402
-from divclip.theory.losses import PRESETS, policy_loss  # noqa: E402
+from divclip.theory.losses import policy_loss  # noqa: E402
 from divclip.theory.measures import MEASURES, get_measure  # noqa: E402
-from divclip.toy_envs.methods import method_spec  # noqa: E402
+from divclip.theory.spec import PRESETS  # noqa: E402
+from divclip.theory.spec import parse_method as method_spec  # noqa: E402
 
 A = "actor_rollout_ref.actor."
 # a budget range per measure whose interval stays inside (0, ∞) at every tabulated p, so both bounds are finite
@@ -40,8 +41,8 @@ DELTA_RANGE = {"log_ratio": (0.05, 0.4), "k2": (0.005, 0.08), "kl3": (0.005, 0.0
 def random_methods(n=20, seed=14):
     rng = random.Random(seed)
     out = []
-    while len(out) < n:
-        kind = rng.choice(["measure", "measure:delta", "ratio", "ratio2"])
+    while len(out) < n:  # every form, in turn; random budgets and measures
+        kind = ["measure", "measure:delta", "ratio", "ratio2", "dual", "measure:delta"][len(out) % 6]
         if kind == "measure":
             out.append(rng.choice([m for m in MEASURES if m != "ratio" and not MEASURES[m].p_dependent]))
         elif kind == "measure:delta":
@@ -50,8 +51,10 @@ def random_methods(n=20, seed=14):
             out.append(f"{m}:{rng.uniform(lo, hi):.6g}")
         elif kind == "ratio":
             out.append(f"ratio:{rng.uniform(0.05, 0.4):.4g}")
-        else:
+        elif kind == "ratio2":
             out.append(f"ratio:{rng.uniform(0.05, 0.3):.4g}:{rng.uniform(0.1, 0.4):.4g}")
+        else:  # a dual-clip cap on a ratio or p-independent divergence clip
+            out.append(f"{rng.choice(['dapo', 'kl3', 'k2', 'ratio:0.25'])}/dual={rng.uniform(1.5, 4):.3g}")
     return out
 
 
