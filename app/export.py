@@ -1,70 +1,44 @@
-"""Ready-to-paste trainer settings for the intervals on screen (verl 0.9.1 Hydra overrides, TRL GRPOConfig).
+"""Ready-to-paste trainer settings for ONE method (verl 0.9.1, TRL 1.16): what `divclip export` prints and the
+explorer offers, character for character.
 
-By the gradient-equivalence theorem (THEORY.md §1) a measure that does not depend on p *is* a ratio clip
-[1 − ε_low, 1 + ε_high], so any trainer with asymmetric ratio clipping reproduces it exactly: verl's
-`clip_ratio_low/high`, TRL's `epsilon/epsilon_high`. Per-token measures are not a fixed ratio clip: verl has
-them as policy losses (`dppo_kl`, `dppo_tv`) whose `clip_ratio_low/high` are read as the divergence
-threshold δ; TRL has no equivalent, so its lines are commented out and hold only for tokens with that p.
+A block is complete and paste-safe: every key the clip reads appears once, `loss_mode` is always explicit
+(`vanilla` too), and divclip's own verl modes come with the plug-in hook (VERL_USE_EXTERNAL_MODULES) and, for
+`divclip_*`, DIVCLIP_DELTA; pasted after another method's block it leaves nothing of that method in force.
+ATR-GRPO (KL3) runs as verl's `atr_kl3`; other divergences as `divclip_<measure>`; binary KL/TV masks as verl's
+`dppo_kl`/`dppo_tv`. In TRL a divergence is `DivClipGRPOConfig(clip_measure=..., clip_delta=...)`; GSPO and SAPO
+are TRL's own GRPOConfig; TRL has no DPPO mask (a ValueError says so). `divclip check` reads every verl block
+(command line or YAML) and the TRL YAML back (docs/theory.md §1-§3 for the bounds).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from divclip.app.intervals import ClipInterval
 from divclip.app.methods import method_for
-from divclip.app.state import format_number
 from divclip.sanity import advice
 
 VERL_PREFIX = "actor_rollout_ref.actor."
-# verl 0.9.1 policy losses whose clip_ratio_low/high are the divergence threshold δ (core_algos.py).
-VERL_LOSS_MODE = {"binary_kl": "dppo_kl", "binary_tv": "dppo_tv"}
+_VERL_DPPO = {"binary_kl": "dppo_kl", "binary_tv": "dppo_tv"}
+DPPO_TIS_CAP = 20.0  # verl's in-code fallback for dppo_*'s IS truncation, as divclip's dppo presets
 
 
-def _header(iv: ClipInterval) -> str:
-    return f"# {iv.method} — {iv.name}: D(r) = {iv.measure.code}, {iv.budget_text}"
+def interval_spec(iv: ClipInterval):
+    """The method an explorer interval stands for: the ratio clip at (ε_low, ε_high), DPPO's mask for binary KL/TV
+    (the method the page names), else the PPO clip by that measure at δ (p only places the drawing)."""
+    from divclip.theory.spec import ClipSpec
 
-
-def verl_lines(iv: ClipInterval) -> list[str]:
-    """Hydra overrides for one interval (no header)."""
-    if iv.name in VERL_LOSS_MODE:
-        d = format_number(iv.delta)
-        return [f"{VERL_PREFIX}policy_loss.loss_mode={VERL_LOSS_MODE[iv.name]}",
-                f"{VERL_PREFIX}clip_ratio_low={d}",
-                f"{VERL_PREFIX}clip_ratio_high={d}"]
-    if iv.p is not None:
-        return [f"# per-token measure with no verl loss mode; at p = {iv.p:g} only:",
-                f"# {VERL_PREFIX}clip_ratio_low={format_number(iv.eps_low)}",
-                f"# {VERL_PREFIX}clip_ratio_high={format_number(iv.eps_high)}"]
-    return [f"{VERL_PREFIX}clip_ratio_low={format_number(iv.eps_low)}",
-            f"{VERL_PREFIX}clip_ratio_high={format_number(iv.eps_high)}"]
-
-
-def trl_lines(iv: ClipInterval) -> list[str]:
-    """GRPOConfig keyword arguments for one interval (no header)."""
-    if iv.p is not None:
-        return [f"# TRL has no per-token divergence clip; the ratio clip below holds at p = {iv.p:g} only:",
-                f"# epsilon={format_number(iv.eps_low)}",
-                f"# epsilon_high={format_number(iv.eps_high)}"]
-    return [f"epsilon={format_number(iv.eps_low)}", f"epsilon_high={format_number(iv.eps_high)}"]
-
-
-def verl_overrides(intervals: Sequence[ClipInterval]) -> str:
-    """One block of verl Hydra overrides per interval, e.g. `actor_rollout_ref.actor.clip_ratio_low=0.2`."""
-    return "\n\n".join("\n".join([_header(iv), *verl_lines(iv)]) for iv in intervals) + "\n"
-
-
-def trl_settings(intervals: Sequence[ClipInterval]) -> str:
-    """One block of TRL `GRPOConfig(...)` arguments per interval, e.g. `epsilon=0.2`."""
-    return "\n\n".join("\n".join([_header(iv), *trl_lines(iv)]) for iv in intervals) + "\n"
+    if iv.delta is None:  # the widths come back as 1 - lo, hi - 1 (0.19999999999999996): 15 digits are the slider's
+        return ClipSpec("ratio", eps_low=float(f"{iv.eps_low:.15g}"), eps_high=float(f"{iv.eps_high:.15g}"))
+    if iv.name in _VERL_DPPO:
+        return ClipSpec(iv.name, delta=iv.delta, mode="gated", tis_cap=DPPO_TIS_CAP)
+    return ClipSpec(iv.name, delta=iv.delta)
 
 
 # ------------------------------------------------------------------------- one method, complete and paste-safe
 ENGINES = ("verl", "trl")
 FORMATS = ("overrides", "yaml", "python")
-_VERL_DPPO = {"binary_kl": "dppo_kl", "binary_tv": "dppo_tv"}
 _TRL_ON_POLICY = ("TRL's default num_iterations=1 makes every update on-policy, where no clip has any effect: "
                   "set num_iterations > 1")
 
