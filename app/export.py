@@ -236,4 +236,8 @@ def _trl_body(e: MethodExport, fmt: str) -> list[str]:
         return out + [")", f"args = {e.config_class}(output_dir=..., **clip_settings)"]
     if fmt == "yaml":
         return [f"{k}: {_yaml_value(v)}" for k, v in e.settings.items()]
-    return [" ".join(f"--{k} {_override_value(v)}" for k, v in e.settings.items() if v is not None)]
+    unset = [k for k, v in e.settings.items() if v is None]
+    out = [f"# command-line flags of a script that parses {e.config_class} with transformers' HfArgumentParser"]
+    if unset:  # HfArgumentParser cannot take None: these must not be given at all
+        out.append(f"# leave unset (None): {', '.join(unset)}")
+    return out + [" ".join(f"--{k} {_override_value(v)}" for k, v in e.settings.items() if v is not None)]

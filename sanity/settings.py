@@ -331,6 +331,9 @@ def _verl_divclip(s: ClipSettings, values: dict, g: dict, keys: dict) -> None:
     s.dual_clip_c = None if c == math.inf else c  # divclip's modes apply vanilla's dual clip
     low, high = s.budget_low, s.budget_high
     high_key = _A + "clip_ratio_high" if s.explicit(_A + "clip_ratio_high") else _A + "clip_ratio"
+    if mode == advice.ATR_MODE and advice.PLUGIN_MODULE not in str(values.get(advice.PLUGIN_ENV, "")):
+        s.notes.append(f"{mode} is registered by divclip's verl plug-in: the run needs "
+                       f"{advice.PLUGIN_ENV}={advice.PLUGIN_MODULE} in its environment")
     if mode == advice.ATR_MODE:
         try:
             lo, hi, delta = advice.atr_kl3_bounds(low)
@@ -346,6 +349,9 @@ def _verl_divclip(s: ClipSettings, values: dict, g: dict, keys: dict) -> None:
         s.notes.append(f"atr_kl3: δ = KL3(1 - ε_low) = {delta:.6g}, r clipped to [{lo:.7g}, {hi:.7g}]")
         return
     name = mode[len("divclip_"):]
+    if advice.PLUGIN_MODULE not in str(values.get(advice.PLUGIN_ENV, "")):
+        s.notes.append(f"{mode} is registered by divclip's verl plug-in: the run needs "
+                       f"{advice.PLUGIN_ENV}={advice.PLUGIN_MODULE} in its environment")
     env = values.get(advice.DELTA_ENV)  # "0.02" or "0.02,0.03": the override parser may have made it a number
     if env is not None:
         if isinstance(env, bool) or not isinstance(env, (str, int, float)):
