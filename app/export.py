@@ -1,6 +1,6 @@
 """Ready-to-paste trainer settings for the intervals on screen (verl 0.9.1 Hydra overrides, TRL GRPOConfig).
 
-By the gradient-equivalence theorem (THEORY.md §1) a measure that does not depend on p *is* a ratio clip
+By the gradient-equivalence theorem (docs/theory.md §1) a measure that does not depend on p *is* a ratio clip
 [1 − ε_low, 1 + ε_high], so any trainer with asymmetric ratio clipping reproduces it exactly: verl's
 `clip_ratio_low/high`, TRL's `epsilon/epsilon_high`. Per-token measures are not a fixed ratio clip: verl has
 them as policy losses (`dppo_kl`, `dppo_tv`) whose `clip_ratio_low/high` are read as the divergence

@@ -5,7 +5,7 @@ Three layers of numbers, each from the library rather than re-derived:
   `clipfrac`, `clipfrac_low`, `clipfrac_high` are exactly what the loss reports during training;
 * the breakdown by old-token probability p = π_old(a) and advantage sign: per-token flags from the same
   clip-mode surrogate the loss uses (`clip_loss_with_bounds` / `clipped_surrogate`; for p-dependent measures
-  the tokens with D(r, p) > δ and (r - 1)·A > 0 get their exact per-token bound, THEORY.md §1), checked to add
+  the tokens with D(r, p) > δ and (r - 1)·A > 0 get their exact per-token bound, docs/theory.md §1), checked to add
   up to the loss's counts (`breakdown_matches_loss`);
 * the δ sweep: the same rule for a grid of budgets, by sorting D once per measure (float64).
 
@@ -207,7 +207,7 @@ def _clip_flags(spec, lp, old, adv, mask, dtype) -> dict:
 
 
 def _per_token_clipped_ratio(spec, ratio, old, adv):
-    """clip(r) for a p-dependent measure: the tokens that crossed D(r, p) = δ in A's direction (THEORY.md §1
+    """clip(r) for a p-dependent measure: the tokens that crossed D(r, p) = δ in A's direction (docs/theory.md §1
     gradient rule) get their exact float64 bound, lo(p) or hi(p), in the ratio's dtype; the rest keep r."""
     import torch
 

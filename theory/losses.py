@@ -1,4 +1,4 @@
-"""The unified clipped policy loss in torch (THEORY.md §1, §3, §4), with verl 0.9.1 semantics.
+"""The unified clipped policy loss in torch (docs/theory.md §1, §3, §4), with verl 0.9.1 semantics.
 
 One `ClipSpec` says how a token's policy gradient is limited; `policy_loss` turns log-probs, advantages and a
 mask into a scalar loss and diagnostics. With r = π_θ(a)/π_old(a) and a clip interval [lo, hi] from the
@@ -290,7 +290,7 @@ def _presets() -> dict[str, ClipSpec]:
     return {
         "grpo": ClipSpec("ratio", eps_low=0.2, eps_high=0.2),
         "dapo": ClipSpec("ratio", eps_low=0.2, eps_high=0.28),
-        # ATR-GRPO: the KL3 budget whose lower bound is GRPO's 0.8, δ = KL3(0.8) = 0.023144 (THEORY.md §2).
+        # ATR-GRPO: the KL3 budget whose lower bound is GRPO's 0.8, δ = KL3(0.8) = 0.023144 (docs/theory.md §2).
         "atr": ClipSpec("kl3", delta=get_measure("kl3").value(0.8)),
         # DPPO (arXiv 2602.04879, verl dppo_*): verl reuses `clip_ratio` (default 0.2, a PPO width) as δ; 0.05 for
         # binary KL and 0.2 for binary TV are the values validated in SkyRL's DPPO port. The TIS cap is verl's

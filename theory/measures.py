@@ -1,4 +1,4 @@
-"""Divergence measures D(r[, p]) and their clip intervals {r : D <= δ} (THEORY.md §1, §3).
+"""Divergence measures D(r[, p]) and their clip intervals {r : D <= δ} (docs/theory.md §1, §3).
 
 A measure is one small object: its name, formula (LaTeX and code), `value` and `bounds`. Every measure in
 `MEASURES` is decreasing on r < 1 and increasing on r > 1 with D(1) = 0, so by the gradient-equivalence

@@ -72,7 +72,7 @@ def test_crash_and_resume_continue_the_same_history(tiny_config, tmp_path, witho
 
 
 def test_one_epoch_one_minibatch_never_clips(tiny_config):
-    """THEORY.md §5: with μ = 1 and a single minibatch the ratio is 1 at the only update."""
+    """docs/theory.md §5: with μ = 1 and a single minibatch the ratio is 1 at the only update."""
     hist = GRPOTrainer(tiny_config(steps=2, ppo_epochs=1, minibatches=1, method="atr")).train().history
     for row in hist[1:]:
         assert row["clip/clipfrac"] == 0.0 and abs(row["clip/ratio_max"] - 1) < 1e-5
