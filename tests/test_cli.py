@@ -156,6 +156,7 @@ def test_realloc_help_shows_the_library_defaults(capsys):
     assert "bucket edges (0,0.2,0.5,1)" in out and "'kl3'" in out and "'atr'" in out
 
 
+@pytest.mark.slow
 def test_python_dash_m_entry_points_are_the_same_cli():
     for module in ("divclip.cli", "divclip.trainer"):
         proc = subprocess.run([sys.executable, "-m", module, "bounds", "--measure", "kl3", "--delta", "0.02", "--json"],

@@ -11,6 +11,8 @@ import divclip.trainer.grpo as grpo
 from divclip.trainer.checkpoint import latest_checkpoint
 from divclip.trainer.grpo import GRPOTrainer
 
+pytestmark = pytest.mark.slow  # every test here trains a (tiny) model
+
 
 def read_jsonl(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
