@@ -18,7 +18,6 @@ class _LibraryHelp(argparse.HelpFormatter):
     def _get_help_string(self, action):
         if not action.help or "{" not in action.help:
             return action.help
-        from divclip.theory.losses import PRESETS
         from divclip.theory.measures import MEASURES
         from divclip.theory.reallocation import (
             DEFAULT_BUCKET_EDGES,
@@ -26,6 +25,7 @@ class _LibraryHelp(argparse.HelpFormatter):
             DEFAULT_EPOCHS,
             DEFAULT_LR,
         )
+        from divclip.theory.spec import PRESETS
 
         return action.help.format(
             measures=sorted(MEASURES), presets=sorted(PRESETS), epochs=DEFAULT_EPOCHS, lr=DEFAULT_LR,
@@ -43,7 +43,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("--probs", required=True, help="π_old as comma-separated probabilities summing to 1")
     p.add_argument("--adv", required=True, help="one advantage per action, comma-separated")
-    p.add_argument("--measure", required=True, help="a measure {measures} or a preset {presets}")
+    p.add_argument(
+        "--measure", required=True,
+        help="a method string: a preset {presets}, a measure {measures} at the δ matching GRPO's "
+        "lower bound, or e.g. kl3:0.02, ratio:0.2:0.28, binary_kl:0.05/gated; a bare measure also takes the flags",
+    )
     p.add_argument("--delta", type=float, help="divergence budget δ (for 'ratio': a symmetric width ε)")
     p.add_argument("--eps-low", type=float, help="'ratio' only: lower clip width")
     p.add_argument("--eps-high", type=float, help="'ratio' only: upper clip width")
@@ -64,18 +68,23 @@ def _numbers(flag: str, text: str) -> list[float]:
 
 
 def _spec(args):
-    from divclip.theory.losses import PRESETS, ClipSpec
     from divclip.theory.measures import MEASURES
-    from divclip.theory.reallocation import spec_label
+    from divclip.theory.spec import PRESETS, ClipSpec, parse_method, spec_label
 
-    if args.measure in PRESETS:
-        if any(v is not None for v in (args.delta, args.eps_low, args.eps_high)) or args.mode != "clip":
-            raise ValueError(f"--measure {args.measure} is a preset: it takes no --delta/--eps-low/--eps-high/--mode")
-        return args.measure, PRESETS[args.measure]
-    if args.measure not in MEASURES:
-        raise ValueError(
-            f"--measure must be a measure {sorted(MEASURES)} or a preset {sorted(PRESETS)}, got {args.measure!r}"
-        )
+    flags = {"--delta": args.delta, "--eps-low": args.eps_low, "--eps-high": args.eps_high}
+    given = [flag for flag, v in flags.items() if v is not None] + (["--mode"] if args.mode != "clip" else [])
+    if not given or args.measure not in MEASURES:
+        if given:
+            what = "is a preset" if args.measure in PRESETS else "is a full method string"
+            raise ValueError(
+                f"--measure {args.measure} {what}: it takes no {'/'.join(given)}; put the budget and options in "
+                f"the string (e.g. 'kl3:0.02/gated') or give a bare measure with the flags"
+            )
+        try:
+            spec = parse_method(args.measure)
+        except ValueError as exc:
+            raise ValueError(f"--measure must be a measure, a preset or a method string: {exc}") from None
+        return (args.measure if args.measure in PRESETS else spec_label(spec)), spec
     if args.measure == "ratio" and args.delta is not None:
         if args.eps_low is not None or args.eps_high is not None:
             raise ValueError("--measure ratio takes --delta (symmetric width) or --eps-low/--eps-high, not both")
@@ -149,6 +158,7 @@ def _print_comparison(c) -> None:
 
 def run(args) -> int:
     """Run `divclip realloc`; prints a report (or JSON) and returns 0. Bad input raises ValueError."""
+    from divclip.theory.comparison import compare_measures
     from divclip.theory.reallocation import (
         DEFAULT_BUCKET_EDGES,
         DEFAULT_COMPARE_SPECS,
@@ -156,7 +166,6 @@ def run(args) -> int:
         DEFAULT_LR,
         check_probs,
         check_vector,
-        compare_measures,
         constrained_optimum,
         feasible_region,
         make_buckets,

@@ -15,7 +15,7 @@ import time
 _OPTIONS: dict[str, tuple[str, type, str]] = {
     "--model": ("model", str, "'tiny' or a local Hugging Face causal-LM directory"),
     "--task": ("task", str, "'arith' or a JSONL file of {\"prompt\", \"answer\"} lines"),
-    "--method": ("method", str, "clip preset: grpo, dapo, atr, dppo_kl, dppo_tv, gspo, sapo"),
+    "--method": ("method", str, "a preset grpo, dapo, atr, dppo_kl, dppo_tv, gspo, sapo, or e.g. kl3:0.02"),
     "--measure": ("measure", str, "replace the preset's divergence measure (needs --delta)"),
     "--delta": ("delta", float, "divergence budget δ (KL3: 0.01-0.05)"),
     "--dual-clip-c": ("dual_clip_c", float, "dual-clip cap c > 1 for A < 0"),
