@@ -123,6 +123,7 @@ def test_binary_kl_examples_from_theory_md():
         assert hi == pytest.approx(hi_ref, abs=1e-2 if p < 0.9 else 1e-4)
 
 
+@pytest.mark.slow
 def test_binary_kl_solver_handles_a_million_pairs():
     rng = np.random.default_rng(0)
     n = 1_000_000

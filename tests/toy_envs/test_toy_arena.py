@@ -39,6 +39,7 @@ def test_a_seed_trains_identically_alone_or_among_other_seeds(env):
         assert np.array_equal(alone.metrics[k][:, 0], batch.metrics[k][:, 1]), k
 
 
+@pytest.mark.slow
 def test_every_method_reaches_the_best_arm():
     env = Bandit(arms=8)
     mu = env.arm_means
