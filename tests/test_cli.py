@@ -127,7 +127,7 @@ def test_the_parser_loads_no_torch_and_lists_every_subcommand():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split()[-1] == "False"
-    for name in ("measures", "bounds", "derive", "realloc", "check", "toy", "train"):
+    for name in ("measures", "bounds", "derive", "realloc", "check", "export", "toy", "train"):
         assert name in proc.stdout
 
 
