@@ -40,7 +40,8 @@ _OPTIONS: dict[str, tuple[str, type, str]] = {
     "--eval-every": ("eval_every", int, "evaluate every N steps"),
     "--device": ("device", str, "auto, cpu or cuda"),
     "--threads": ("threads", int, "torch CPU threads (0 = default)"),
-    "--output-dir": ("output_dir", str, "metrics.jsonl, metrics.csv and checkpoints go here"),
+    "--output-dir": ("output_dir", str, "metrics.jsonl, metrics.csv and checkpoints go here "
+                                        "(default runs/<preset>-<method>-seed<seed>)"),
     "--checkpoint-every": ("checkpoint_every", int, "checkpoint every N steps (0 = final only)"),
 }
 
@@ -62,16 +63,17 @@ def add_train_command(subparsers) -> argparse.ArgumentParser:
 
 def config_from_args(args):
     """The TrainerConfig for parsed `args` (the preset, then every flag that was given)."""
-    from divclip.trainer.config import TrainerConfig, from_preset
+    from divclip.trainer.config import TrainerConfig, default_output_dir, from_preset
 
     overrides = {dest: getattr(args, dest) for dest, _, _ in _OPTIONS.values() if getattr(args, dest) is not None}
     if args.no_resume:
         overrides["resume"] = False
     if args.no_progress:
         overrides["progress"] = False
-    if args.preset is not None:
-        return from_preset(args.preset, **overrides)
-    return TrainerConfig(**overrides)
+    cfg = from_preset(args.preset, **overrides) if args.preset is not None else TrainerConfig(**overrides)
+    if cfg.output_dir is None:  # a command-line run always keeps its results
+        cfg = cfg.replace(output_dir=default_output_dir(args.preset, cfg.method, cfg.seed))
+    return cfg
 
 
 def run_train(args) -> int:
@@ -80,6 +82,7 @@ def run_train(args) -> int:
     from divclip.trainer.grpo import GRPOTrainer
 
     start = time.perf_counter()
+    print(f"divclip train: writing to {cfg.output_dir}", file=sys.stderr)
     result = GRPOTrainer(cfg).train()
     summary = {
         "preset": args.preset, "method": cfg.method, "seed": cfg.seed, "steps": cfg.steps,

@@ -106,12 +106,14 @@ class TrainerConfig:
     output_dir: str | None = None
     """Where metrics.jsonl, metrics.csv and checkpoints go; None keeps everything in memory."""
     checkpoint_every: int = 50
-    """Write a checkpoint every this many steps (and after the last); 0 writes only the final one."""
+    """Write a checkpoint every this many steps (and after the warm start and the last step); 0 writes only
+    those two."""
     keep_checkpoints: int = 2
-    """How many of the newest checkpoints to keep on disk."""
+    """How many of the newest checkpoints to keep on disk (damaged ones are never pruned)."""
     resume: bool = True
     """Continue from the newest checkpoint in output_dir when there is one (its settings must match, except
-    steps, eval/checkpoint cadence and device). False starts over and deletes output_dir's old checkpoints."""
+    steps, eval/checkpoint cadence and device). False starts over; output_dir's old checkpoints and metrics are
+    moved to output_dir/superseded/, never deleted."""
     progress: bool = True
     """Show a progress bar on stderr."""
 
@@ -244,6 +246,12 @@ TRAIN_PRESETS: Mapping[str, Mapping] = MappingProxyType({
 })
 
 
+def default_output_dir(preset: str | None, method: str, seed: int) -> str:
+    """Where `divclip train` writes when no --output-dir is given: runs/<preset>-<method>-seed<seed> (the same
+    command run again resumes there)."""
+    return str(Path("runs") / f"{preset or 'train'}-{method}-seed{seed}")
+
+
 def from_preset(name: str, **overrides) -> TrainerConfig:
     """The TrainerConfig of preset `name` (see TRAIN_PRESETS) with `overrides` applied."""
     if name not in TRAIN_PRESETS:
@@ -254,4 +262,4 @@ def from_preset(name: str, **overrides) -> TrainerConfig:
     return TrainerConfig(**{**TRAIN_PRESETS[name], **overrides})
 
 
-__all__ = ["TRAIN_PRESETS", "TrainerConfig", "from_preset"]
+__all__ = ["TRAIN_PRESETS", "TrainerConfig", "default_output_dir", "from_preset"]
