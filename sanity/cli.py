@@ -111,8 +111,8 @@ def run_check(args: argparse.Namespace) -> int:
             num_processes=args.num_processes,
             limits=Limits(max_bytes=args.max_bytes),
         )
-    except ValueError as exc:
-        print(f"divclip: error: {exc}", file=sys.stderr)
+    except (ValueError, MemoryError, RecursionError) as exc:
+        print(f"divclip: error: {exc or type(exc).__name__}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(jsonable(report), indent=2, ensure_ascii=False))

@@ -49,6 +49,16 @@ def build_report(
         raise
     except ValueError as exc:  # a theory-level check (a measure name, a budget): same contract
         raise SanityInputError(str(exc)) from None
+    except (MemoryError, RecursionError, OverflowError) as exc:  # an input past a limit no loader foresaw
+        what = " and ".join(f"{k} {_label(v, n)!r}" for k, v, n in (("config", config, config_name),
+                                                                    ("rollouts", rollouts, rollouts_name))
+                            if v is not None) or "the overrides"
+        raise SanityInputError(f"cannot check {what}: it is too large or too deeply nested "
+                               f"({type(exc).__name__})") from None
+
+
+def _label(source, name) -> str:
+    return name if name is not None else str(source)
 
 
 def report_from_uploads(config=None, rollouts=None, overrides_text: str = "", **options) -> dict:
