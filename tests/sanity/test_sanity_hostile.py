@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from sanity_helpers import PAGE, jsonl_bytes, npz_bytes, parquet_bytes, random_batch, safetensors_bytes
 
-from divclip.sanity.cli import main
+from divclip.cli import main
 from divclip.sanity.config import MAX_CONFIG_BYTES
 from divclip.sanity.errors import SanityInputError
 from divclip.sanity.report import report_from_uploads
@@ -360,7 +360,7 @@ def test_the_cli_exits_2_with_one_line_and_no_traceback(case_id, tmp_path):
     path = tmp_path / case.name
     path.write_bytes(case.data)
     argv = [str(path)] if case.target == "config" else ["--rollouts", str(path)]
-    run = subprocess.run([sys.executable, "-m", "divclip.sanity.cli", "check", *argv], capture_output=True,
+    run = subprocess.run([sys.executable, "-m", "divclip.cli", "check", *argv], capture_output=True,
                          text=True, timeout=120)
     assert run.returncode == 2 and run.stdout == "" and "Traceback" not in run.stderr
     assert run.stderr.startswith("divclip: error: ") and run.stderr.count("\n") == 1 and case.needle in run.stderr
