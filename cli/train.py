@@ -8,6 +8,7 @@ A bad value raises ValueError (naming the field, the value and what is allowed) 
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -44,15 +45,32 @@ _OPTIONS: dict[str, tuple[str, type, str]] = {
 }
 
 
+class _RangeHelp(argparse.HelpFormatter):
+    """Appends each size flag's allowed range from `TrainerConfig`'s own table when the help is printed (the
+    table lives beside the checks that enforce it; importing it at parser build time would import torch)."""
+
+    def _get_help_string(self, action):
+        from divclip.trainer.config import INT_RANGES, TEMPERATURE_RANGE
+
+        ranges = {**INT_RANGES, "temperature": TEMPERATURE_RANGE}
+        if action.dest in ranges:
+            low, high = ranges[action.dest]
+            show = lambda x: f"{x:g}" if isinstance(x, float) else str(x)  # noqa: E731
+            return f"{action.help} (in [{show(low)}, {show(high)}])"
+        return action.help
+
+
 def add_parser(subparsers):
     p = subparsers.add_parser(
         "train", help="GRPO-family RL (tiny-arith demo, a local HF model, or a JSONL task)",
         description="Warm-start (optional) and train a causal LM with GRPO-family RL and any divclip clip spec.",
+        formatter_class=_RangeHelp,
     )
     p.add_argument("--preset", default=None, help="a bundle of settings: tiny-arith (flags override it)")
     for flag, (dest, kind, help_) in _OPTIONS.items():
         p.add_argument(flag, dest=dest, type=kind, default=None, help=help_)
-    p.add_argument("--no-resume", action="store_true", help="ignore checkpoints in --output-dir")
+    p.add_argument("--no-resume", action="store_true",
+                   help="start over: old checkpoints and metrics in --output-dir move to its superseded/ folder")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     return p
