@@ -10,10 +10,11 @@ import re
 from pathlib import Path
 
 import pytest
+from apptest_helpers import slow_after
 from streamlit.testing.v1 import AppTest
 
 from divclip import theory
-from divclip.app.export import trl_settings, verl_overrides
+from divclip.app.export import interval_spec, method_export
 from divclip.app.intervals import clip_intervals, format_bound
 from divclip.app.presets import ATR_DELTA, EXPLORER_SPEC, PRESETS
 from divclip.app.state import encode_query
@@ -69,7 +70,7 @@ def test_explorer_default_is_atr_grpo():
     assert len(at.get("plotly_chart")) == 4
 
 
-@pytest.mark.parametrize("delta", [0.01, 0.05, 0.1, 0.4321])
+@pytest.mark.parametrize("delta", slow_after(1, [0.01, 0.05, 0.1, 0.4321]))
 def test_moving_delta_moves_every_bound_to_theorys(delta):
     at = rendered(start(query={"measures": "kl3,k2,binary_kl,hellinger", "p": "0.3"}))
     at.slider(key="explorer.delta").set_value(delta).run()
@@ -99,15 +100,27 @@ def test_eps_and_p_sliders():
     assert (rows["binary_tv"]["l"], rows["binary_tv"]["u"]) == (format_bound(lo), format_bound(hi))
 
 
-def test_exports_are_for_the_intervals_shown():
+def test_exports_one_chosen_method_as_divclip_export_prints_it():
     at = rendered(start(query={"delta": "0.05", "measures": "kl3,ratio,binary_kl", "p": "0.01"}))
     ivs, _ = clip_intervals(["kl3", "ratio", "binary_kl"], 0.05, 0.2, 0.28, 0.01)
-    codes = [c.value.strip() for c in at.code]
-    assert verl_overrides(ivs).strip() in codes and trl_settings(ivs).strip() in codes
-    assert {b.label for b in at.get("download_button")} >= {"Table as CSV", "verl overrides", "TRL GRPOConfig"}
+    box = at.selectbox(key="explorer.export_method")
+    assert len(box.options) == 3
+    for index, iv in enumerate(ivs):
+        box.set_value(box.options[index]).run()
+        spec = interval_spec(iv)
+        codes = [c.value.strip() for c in at.code]  # st.code drops the final newline
+        assert method_export(spec, "verl").text("overrides").strip() in codes  # one method, the CLI's text
+        if iv.name == "binary_kl":  # DPPO's mask: TRL has none, and the page says so instead of a block
+            assert any("TRL has no 'gated' loss form" in i.value for i in at.info)
+        else:
+            assert method_export(spec, "trl").text("overrides").strip() in codes
+        box = at.selectbox(key="explorer.export_method")
+    at.radio(key="explorer.export_format").set_value("yaml").run()
+    assert method_export(interval_spec(ivs[-1]), "verl").text("yaml").strip() in [c.value.strip() for c in at.code]
+    assert {b.label for b in at.get("download_button")} >= {"Table as CSV", "verl settings"}
 
 
-@pytest.mark.parametrize("name", list(PRESETS))
+@pytest.mark.parametrize("name", slow_after(1, list(PRESETS)))
 def test_presets_and_reset(name):
     at = rendered(start(query={"delta": "0.3", "measures": "chi2", "eps_high": "0.5"}))
     at.button(key=f"explorer.preset.{name}").click().run()
@@ -133,7 +146,7 @@ def test_match_delta_to_eps_low():
 
 @pytest.mark.parametrize(
     ("query", "message"),
-    [
+    slow_after(1, [
         ({"delta": "abc"}, "delta='abc' is not a number"),
         ({"delta": "-1"}, "delta=-1 is outside the allowed range"),
         ({"measures": "foo"}, "'foo'"),
@@ -141,7 +154,7 @@ def test_match_delta_to_eps_low():
         ({"p": "1.5"}, "p=1.5 is outside"),
         ({"eps_low": "nan"}, "not a finite number"),
         ({"zoom": "2"}, "Unknown URL parameter 'zoom'"),
-    ],
+    ]),
 )
 def test_bad_url_parameters_warn_and_still_render(query, message):
     at = rendered(start(query=query))
@@ -192,7 +205,7 @@ def test_proof_kl3_and_a_second_measure():
     assert n_kl3 >= 5 and len(at.success) >= 5
 
 
-@pytest.mark.parametrize("name", derivable_measures())
+@pytest.mark.parametrize("name", slow_after(1, derivable_measures()))
 def test_proof_renders_every_derivable_measure(name):
     at = rendered(start("views/proof.py", {"measure": name}))
     passed = [s for s in at.success if s.value.startswith("**Check passed**")]
@@ -231,7 +244,7 @@ def test_custom_measure_uses_p():
 
 @pytest.mark.parametrize(
     ("formula", "message"),
-    [
+    slow_after(2, [  # a syntax error and a refused name stay in the fast loop
         ("r**", "not a valid expression"),
         ("__import__('os')", "not allowed"),
         ("r + 1", "must satisfy D(1) = 0"),
@@ -239,7 +252,7 @@ def test_custom_measure_uses_p():
         ("r - 1", "must"),
         ("", "must not be empty"),
         ("exp(exp(exp(r)))", "formula"),
-    ],
+    ]),
 )
 def test_bad_formulas_are_messages(formula, message):
     at = rendered(start("views/custom_measure.py", {"formula": "r*log(r) - r + 1"}))
