@@ -2,9 +2,10 @@
 
 The run is `toy_envs.iter_arena` in one of the server's worker processes (`divclip.app.arena_runner`: a bounded
 pool shared by all visitors, with a queue; the `ArenaRun` handle is kept in session state). A fragment polls it
-every POLL_S seconds while it trains (QUEUED_POLL_S while it waits for a worker), so the page never freezes and
-Stop is handled mid-run. Figures are `divclip.app.arena_figures`; the end-of-run table and claims are
-`divclip.toy_envs.report`.
+every POLL_S seconds while it trains alone, BUSY_POLL_S while other visitors' runs wait in the queue (the server
+and its visitors are busy: issue 15's load goal, benchmarks/bench_arena_load.py) and QUEUED_POLL_S while it waits
+for a worker itself, so the page never freezes and Stop is handled mid-run. Figures are
+`divclip.app.arena_figures`; the end-of-run table and claims are `divclip.toy_envs.report`.
 """
 
 import streamlit as st
@@ -18,7 +19,10 @@ from divclip.toy_envs import ENVS, PASS_AT_K
 from divclip.toy_envs.report import claims, summarize, threshold_90
 
 POLL_S = 0.4  # seconds between redraws while a run trains (goal: a redraw at least every 0.5 s, with room for jitter)
-QUEUED_POLL_S = 1.0  # while the run waits for a worker: only its place in the queue changes
+BUSY_POLL_S = 1.5  # ... while other runs wait in the queue: each redraw costs the server and a browser CPU time
+QUEUED_POLL_S = 2.0  # while the run waits for a worker: only its place in the queue changes
+LIVE_POINTS = 150  # steps drawn per curve while a run trains (MAX_POINTS once it has ended)
+FIGURE_KEY = "arena.figure_cache"
 RUN_KEY = "arena.run"
 ERROR_KEY = "arena.error"
 DEFAULT_ENV = "bandit"
@@ -126,16 +130,28 @@ except ValueError as exc:  # the server's DIVCLIP_ARENA_WORKERS is not a pool si
     st.stop()
 settings = current_settings()
 query = state.sync()
+
+
+def poll_interval(run: ArenaRun | None) -> float | None:
+    """Seconds between the fragment's redraws for this run now (None: no timer, the run has ended)."""
+    if run is None or run.done:
+        return None
+    if run.queued:
+        return QUEUED_POLL_S
+    return BUSY_POLL_S if pool.counts()[1] else POLL_S
+
+
 run = st.session_state.get(RUN_KEY)
 polling = run is not None and not run.done
-poll_state = None if run is None else run.state  # the fragment's timer is set for this state
+interval = poll_interval(run)  # the fragment's timer is set for this
 
 b1, b2, b3, b4 = st.columns([1, 1, 1, 3], vertical_alignment="bottom")
 b1.button("Run", type="primary", on_click=start_run, icon=":material/play_arrow:", width="stretch", key="arena.start")
 b2.button("Stop", on_click=stop_run, disabled=not polling, icon=":material/stop:", width="stretch", key="arena.stop")
 k = b3.selectbox("pass@k", PASS_AT_K, index=PASS_AT_K.index(8), key="arena.pass_k")
 b4.caption(f"{len(settings.methods)} method(s) × {settings.seeds} seed(s) × {settings.steps} steps on "
-           f"{settings.env}; the page redraws every {POLL_S:g} s while it trains. Runs train in the server's "
+           f"{settings.env}; the page redraws every {POLL_S:g} s while it trains ({BUSY_POLL_S:g} s while "
+           f"other runs wait). Runs train in the server's "
            f"pool of {pool.size} worker process(es), shared by every visitor, first come first served.")
 if ERROR_KEY in st.session_state:
     show_messages([st.session_state[ERROR_KEY]], kind="error")
@@ -190,13 +206,20 @@ def draw_result(run: ArenaRun) -> None:
         return
     finished = run.done and result.steps_done > 0
     threshold = threshold_90(result) if finished else None
-    st.plotly_chart(arena_figure(result, k, threshold=threshold), key="arena.figure")
+    # A redraw without a new block of steps reuses the figure; while training, curves have at most LIVE_POINTS.
+    stamp = (run, result.steps_done, run.done, k)
+    cached = st.session_state.get(FIGURE_KEY)
+    if cached is None or cached[0] != stamp:
+        points = MAX_POINTS if run.done else LIVE_POINTS
+        cached = (stamp, arena_figure(result, k, max_points=points, threshold=threshold))
+        st.session_state[FIGURE_KEY] = cached
+    st.plotly_chart(cached[1], key="arena.figure")
     st.caption(f"Expected reward, pass@{k} and entropy (nats per token) are exact values of the policy, not "
                f"estimates from the batch; the clip fraction is the share of the batch's tokens clipped (upper bound "
                f"solid, lower bound dashed). Dotted: the best achievable expected "
                f"reward ({result.best_reward:.4g}). Methods with identical "
-               f"curves draw on top of each other. Runs longer than {MAX_POINTS} steps are drawn at "
-               f"{MAX_POINTS} evenly spaced steps; the CSV has every step.")
+               f"curves draw on top of each other. While a run trains, curves are drawn at {LIVE_POINTS} evenly "
+               f"spaced steps at most, once it has ended at {MAX_POINTS}; the CSV has every step.")
     if not finished:
         return
     st.subheader(f"After {result.steps_done} steps")
@@ -222,15 +245,15 @@ def draw_result(run: ArenaRun) -> None:
                                   for c in claims(result)))
 
 
-@st.fragment(run_every=(QUEUED_POLL_S if poll_state == "queued" else POLL_S) if polling else None)
+@st.fragment(run_every=interval)
 def live() -> None:
-    """Redrawn alone every POLL_S s while the run trains (QUEUED_POLL_S while it waits); when its state changes,
-    one full rerun sets the timer for the new state (none once it is done)."""
+    """Redrawn alone every `poll_interval(run)` s while the run is queued or trains; when that interval changes
+    (the run starts or ends, the queue behind it empties), one full rerun sets the timer anew (none once done)."""
     run = st.session_state.get(RUN_KEY)
     if run is None:
         st.info("Press **Run** to train. Small runs (bandit, 8 seeds, 100 steps) take a few seconds.")
         return
-    if polling and run.state != poll_state:
+    if polling and poll_interval(run) != interval:
         st.rerun()
     draw_status(run)
     draw_result(run)
