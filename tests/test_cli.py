@@ -1,6 +1,7 @@
 """The divclip command line: outputs equal the library's numbers; bad input exits non-zero with a message."""
 
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -25,6 +26,19 @@ def test_bounds_json_has_the_documented_keys_and_values(capsys):
     assert data["delta"] == delta_for_eps("kl3", eps_low=0.2)
     assert (data["lo"], data["hi"]) == kl3_bounds(data["delta"])
     assert data["eps_high"] == pytest.approx(0.23084, abs=1e-5)
+
+
+@pytest.mark.parametrize("delta", ["1e-300", "1e-10", "745", "1e4", "1e300"])
+def test_bounds_json_is_strict_json_with_null_for_an_overflowing_bound(capsys, delta):
+    """KL3-reverse's upper bound 1/l_δ overflows for δ > 708.8: --json prints null there, never NaN/Infinity."""
+    for measure in ("kl3", "kl3_reverse"):
+        code, out, _ = run(capsys, "bounds", "--measure", measure, "--delta", delta, "--json")
+        assert code == 0
+        data = json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} in {out}"))
+        lo, hi = get_measure(measure).bounds(float(delta))
+        assert data["lo"] == lo and data["hi"] == (hi if math.isfinite(hi) else None)
+        assert (data["hi"] is None) == (measure == "kl3_reverse" and float(delta) > 708.8)
+        assert data["eps_low"] == pytest.approx(1 - lo, rel=1e-9, abs=1e-15)
 
 
 def test_bounds_binary_kl_with_p(capsys):
