@@ -180,16 +180,18 @@ def test_rollout_is_weights_multiply_like_verl(dtype):
     assert torch.equal(loss.detach(), v_loss.detach()) and close(leaf.grad, v_leaf.grad, dtype)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", [*DTYPES, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("agg", LOSS_AGG_MODES)
 @pytest.mark.parametrize("mask_kind", ["float", "bool"])
 def test_agg_loss_is_verl_agg_loss(dtype, agg, mask_kind):
+    """Bit-equal values and the same result dtype (a bf16 loss with a bool mask stays bf16, as in verl)."""
     g = torch.Generator().manual_seed(8)
     loss_mat = torch.randn(9, 17, generator=g, dtype=torch.float64).to(dtype)
     mask = torch.rand(9, 17, generator=g) < 0.6
     mask[2] = False
     mask = mask if mask_kind == "bool" else mask.to(dtype)
     ours, theirs = agg_loss(loss_mat, mask, agg), ca.agg_loss(loss_mat, mask, agg)
+    assert ours.dtype == theirs.dtype
     assert torch.equal(ours, theirs)
     if agg == "seq-mean-token-sum-norm":
         assert torch.equal(agg_loss(loss_mat, mask, agg, loss_scale_factor=64),
