@@ -104,9 +104,9 @@ _LO_SPLIT = math.log(2.0) - 0.5  # δ at which l_δ = 1/2: below it solve for x 
 _HI_SPLIT = 1.0 - math.log(2.0)  # δ at which u_δ = 2: below it solve for x = u - 1, above it for u itself
 _SUBNORMAL_BAND = (700.0, 745.0)  # l_δ (and 1/l_δ) near the edges of float64's range: exact arithmetic
 _SERIES_ONLY = 1e-30  # s = √(2δ) below this: the four-term branch-point series is exact to float64
-# Branch-point series of r = -W(-e^{-1-δ}) in s = ±√(2δ): 1 + s + s²/3 + 11s³/72 + 43s⁴/540 + 769s⁵/17280 (s > 0
-# gives u_δ - 1, s < 0 gives l_δ - 1).
-_BRANCH_COEF = (1.0, 1.0 / 3.0, 11.0 / 72.0, 43.0 / 540.0, 769.0 / 17280.0)
+# Series of the roots of r - 1 - log r = s²/2 (δ = s²/2): r = 1 + s + s²/3 + s³/36 - s⁴/270 + s⁵/4320 + O(s⁶); s > 0
+# gives u_δ, s < 0 gives l_δ (the same series `divclip derive kl3` checks symbolically).
+_BRANCH_COEF = (1.0, 1.0 / 3.0, 1.0 / 36.0, -1.0 / 270.0, 1.0 / 4320.0)
 
 
 def _branch_series(s):

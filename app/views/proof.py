@@ -74,16 +74,18 @@ except Exception as exc:  # noqa: BLE001 - a derivation theory cannot do is a me
 
 if steps:
     passed = sum(1 for r in results if bool(r.passed))  # theory may hand back SymPy booleans
-    summary = f"{passed} of {len(results)} steps checked by SymPy."
+    n_numeric = sum(1 for r in results if r.kind == "numeric")
+    summary = (f"{passed} of {len(results)} steps checked by SymPy ({len(results) - n_numeric} symbolic, "
+               f"{n_numeric} numeric: evaluated at sample points, not proved).")
     (st.success if passed == len(results) else st.warning)(summary)
 for i, (step, result) in enumerate(zip(steps, results), start=1):
     st.markdown(f"#### {i}\\. {markdown_text(step.title)}")
     st.markdown(markdown_text(step.explanation))
     st.latex(rf"\begin{{gathered}}{step.latex}\end{{gathered}}")
     if result.passed:
-        st.success(f"**Check passed** — {markdown_text(result.method)}: {markdown_text(result.detail)}",
+        st.success(f"**Check passed ({result.kind})** — {markdown_text(result.method)}: {markdown_text(result.detail)}",
                    icon=":material/check_circle:")
     else:
-        st.error(f"**Check failed** — {markdown_text(result.method)}: {markdown_text(result.detail)}",
+        st.error(f"**Check failed ({result.kind})** — {markdown_text(result.method)}: {markdown_text(result.detail)}",
                  icon=":material/cancel:")
 state.sync()

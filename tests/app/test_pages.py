@@ -165,8 +165,11 @@ def test_proof_every_step_checked_and_numbers_follow_delta():
     at = rendered(start("views/proof.py", {"measure": "chi2", "delta": "0.04"}))
     assert at.title[0].value == "The proof"
     titles = [h.value for h in at.markdown if h.value.startswith("#### ")]
-    passed = [s.value for s in at.success if s.value.startswith("**Check passed**")]
+    passed = [s.value for s in at.success if s.value.startswith("**Check passed (")]
     assert len(titles) >= 5 and len(passed) == len(titles)
+    kinds = {v.split("(", 1)[1].split(")", 1)[0] for v in passed}
+    assert kinds == {"symbolic", "numeric"}  # every check says whether it is a proof or a sampled check
+    assert any("numeric: evaluated at sample points, not proved" in s.value for s in at.success)
     assert not [e.value for e in at.error]
     lo, hi = theory.get_measure("chi2").bounds(0.04)
     rows = table(at)
@@ -195,7 +198,7 @@ def test_proof_kl3_and_a_second_measure():
 @pytest.mark.parametrize("name", derivable_measures())
 def test_proof_renders_every_derivable_measure(name):
     at = rendered(start("views/proof.py", {"measure": name}))
-    passed = [s for s in at.success if s.value.startswith("**Check passed**")]
+    passed = [s for s in at.success if s.value.startswith("**Check passed (")]
     assert len(passed) >= 5 and not errors(at)
     lo, hi = theory.get_measure(name).bounds(ATR_DELTA)
     assert table(at)[1]["l_δ"] == f"{lo:.15g}" and table(at)[1]["u_δ"] == f"{hi:.15g}"
