@@ -12,6 +12,8 @@ Every bad input raises a `SanityInputError` (a ValueError) whose message names t
 
 from __future__ import annotations
 
+import math
+
 from divclip.sanity.budget import divergence_intervals, equivalent_budgets
 from divclip.sanity.checks import check_settings, finding
 from divclip.sanity.config import read_config, split_overrides
@@ -105,7 +107,7 @@ def _rollout_options(s: ClipSettings | None, eps_low, eps_high, deltas, sigma, s
         level = s.level
         if s.form == "clip" and s.measure == "ratio":
             low, high, dual = s.budget_low, s.budget_high, s.dual_clip_c
-        elif s.form == "gated":
+        elif s.form in ("gated", "divclip"):
             # The dppo budget is a δ: compare other measures at the ratio widths it allows for a p = 0.5 token.
             row = divergence_intervals(s.measure, s.budget_low, s.budget_high, (0.5,))[0]
             low, high = row["eps_low"], row["eps_high"]
@@ -130,7 +132,7 @@ def _rollout_options(s: ClipSettings | None, eps_low, eps_high, deltas, sigma, s
 
 def _budget(s: ClipSettings | None, opts: RolloutOptions, eps_given: bool) -> dict:
     out = {"level": opts.level, "eps_low": opts.eps_low, "eps_high": opts.eps_high, "kind": "ratio"}
-    if s is not None and s.form == "gated" and not eps_given:
+    if s is not None and s.form in ("gated", "divclip") and not eps_given:
         out.update(kind="divergence", measure=s.measure, delta_low=s.budget_low, delta_high=s.budget_high,
                    intervals=divergence_intervals(s.measure, s.budget_low, s.budget_high),
                    reference="eps_low/eps_high are the widths this δ allows a p = 0.5 token")
@@ -147,3 +149,14 @@ def _budget(s: ClipSettings | None, opts: RolloutOptions, eps_given: bool) -> di
     if opts.level == "sequence":
         out["note"] = "at level 'sequence' these budgets bound the sequence ratio exp(mean log r), not token ratios"
     return out
+
+
+def jsonable(x):
+    """The report with non-finite floats as null, so that `json.dumps` writes strict JSON."""
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x

@@ -28,9 +28,10 @@ import torch
 
 from divclip.theory.bounds import _binary_kl_root
 from divclip.theory.measures import get_measure
+from divclip.theory.spec import MODE_NAMES
 
 if TYPE_CHECKING:
-    from divclip.theory.losses import ClipSpec
+    from divclip.theory.spec import ClipSpec
 
 LOG_RATIO_CLAMP = 20.0  # verl clamps log r to ±20 before exp (token level)
 SEQ_LOG_RATIO_MAX = 10.0  # verl's gspo clamps the sequence log-ratio above only
@@ -196,13 +197,26 @@ def _per_token_clip(spec: ClipSpec, ratio, old_log_prob, select, true_ratio=None
 
 
 # ---------------------------------------------------------------------------------------------- modes
-class _Terms(NamedTuple):
+class PolicyTerms(NamedTuple):
+    """Per-token terms of the policy loss, all (B, T) in the compute dtype (`divclip.theory.losses.policy_terms`).
+
+    The flags are 0.0/1.0 floats, not yet masked; they are None where the loss form has no such bound (sapo has
+    no hard clip; only mode 'clip' with dual_clip_c has a dual clip)."""
+
     loss: torch.Tensor  # (B, T) per-token loss, differentiable in log_prob
     log_ratio: torch.Tensor  # (B, T) token log r clamped to ±20, for ppo_kl and kl3
     ratio: torch.Tensor  # (B, T) the ratio the loss used (the sequence ratio at level='sequence')
     clipped: torch.Tensor | None  # (B, T) 1.0 where a bound changed this token's term
     clipped_low: torch.Tensor | None  # (B, T) 1.0 where that bound was the lower one
     dual: torch.Tensor | None = None  # (B, T) 1.0 where the dual clip capped the loss
+
+    @property
+    def clipped_high(self) -> torch.Tensor | None:
+        """(B, T) 1.0 where the upper bound changed the token's term (clipped and not by the lower bound)."""
+        return None if self.clipped is None else self.clipped - self.clipped_low
+
+
+_Terms = PolicyTerms  # the name the modes below use
 
 
 MODES: dict[str, Callable[..., _Terms]] = {}
@@ -213,6 +227,7 @@ def register_mode(name: str):
 
     def deco(fn):
         MODES[name] = fn
+        MODE_NAMES.add(name)  # so that a torch-free ClipSpec accepts the new mode
         return fn
 
     return deco

@@ -9,8 +9,7 @@ import json
 import streamlit as st
 
 from divclip.sanity import figures
-from divclip.sanity.cli import jsonable
-from divclip.sanity.report import report_from_uploads
+from divclip.sanity.report import jsonable, report_from_uploads
 from divclip.theory import MEASURES
 
 CONFIG_TYPES = ["yaml", "yml", "json", "txt", "sh"]
