@@ -1,6 +1,6 @@
 """Exact clip intervals {r : D(r[, p]) <= δ} for divergence measures.
 
-* KL3 in closed form with both Lambert W branches:
+* KL3 in closed form with both Lambert W branches (docs/theory.md §2):
   r - 1 - log r = δ  <=>  r e^{-r} = e^{-(1+δ)}  <=>  r = -W_k(-e^{-1-δ}),  k = 0 (l_δ < 1), k = -1 (u_δ > 1);
   evaluated not through a W routine (inaccurate next to the branch point and NaN beyond e^{-745}) but by
   `kl3_roots`: series starts and Newton in the variable where each root is well conditioned, to 4 ulps.
