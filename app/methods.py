@@ -2,7 +2,8 @@
 
 The colours are the single source for every figure; `.streamlit/config.toml` lists the same colours in the
 same order as `theme.chartCategoricalColors` (a test keeps the two in step). The ratio measure is GRPO when
-its clip is symmetric and DAPO (clip-higher) when ε_high > ε_low.
+it has GRPO's ε = 0.2 / 0.2, DAPO (clip-higher) at 0.2 / 0.28, GSPO at 3e-4 / 4e-4, and otherwise is just
+"ratio clip" (coloured as GRPO when symmetric, as DAPO when ε_high > ε_low).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ MEASURE_METHOD: dict[str, str] = {
 
 # Short names for legends and tables; the measure's own name is the fallback.
 MEASURE_LABEL: dict[str, str] = {
-    "ratio": "ratio |r−1|",
+    "ratio": "ratio clip",
     "kl3": "KL3 r−1−log r",
     "binary_kl": "binary KL",
     "binary_tv": "binary TV",
@@ -48,14 +49,31 @@ MEASURE_LABEL: dict[str, str] = {
 }
 
 
+# The ratio clip's published settings (ε_low, ε_high) -> method; any other ε is a plain "ratio clip".
+RATIO_METHODS: dict[tuple[float, float], str] = {(0.2, 0.2): "GRPO", (0.2, 0.28): "DAPO", (3e-4, 4e-4): "GSPO"}
+RATIO_CLIP = "ratio clip"
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-9 * max(abs(a), abs(b))
+
+
 def method_for(measure_name: str, eps_low: float | None = None, eps_high: float | None = None) -> str:
-    """The method a measure stands for; ratio with ε_high > ε_low is DAPO's clip-higher."""
-    if measure_name == "ratio" and eps_low is not None and eps_high is not None and eps_high > eps_low:
-        return "DAPO"
+    """The method a measure stands for; the ratio measure is named by its ε (GRPO, DAPO, GSPO or ratio clip)."""
+    if measure_name == "ratio":
+        if eps_low is None or eps_high is None:
+            return MEASURE_METHOD["ratio"]
+        for (lo, hi), method in RATIO_METHODS.items():
+            if _close(eps_low, lo) and _close(eps_high, hi):
+                return method
+        return RATIO_CLIP
     return MEASURE_METHOD.get(measure_name, "custom")
 
 
 def colour_for(measure_name: str, eps_low: float | None = None, eps_high: float | None = None) -> str:
+    if measure_name == "ratio":  # every ratio clip shares GRPO's colour, clip-higher DAPO's
+        higher = eps_low is not None and eps_high is not None and eps_high > eps_low
+        return METHOD_COLOURS["DAPO" if higher else "GRPO"]
     return METHOD_COLOURS[method_for(measure_name, eps_low, eps_high)]
 
 
