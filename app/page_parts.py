@@ -125,9 +125,61 @@ def plotly_config(name: str) -> dict:
             "toImageButtonOptions": {"format": fmt.lower(), "filename": name, "scale": 2 if fmt == "PNG" else 1}}
 
 
+TOOLBAR_ROOM = 30  # px kept free above a figure's title for plotly's toolbar
+
+
+def toolbar_room(fig):
+    """`fig` with its title moved down out of the toolbar's row (figures laid out elsewhere put it at the top,
+    where the always-shown toolbar would cover it); figures that already leave the room are unchanged."""
+    title = fig.layout.title
+    if title.text and title.yref != "container":
+        top = fig.layout.margin.t
+        fig.update_layout(title=dict(yref="container", y=1.0, yanchor="top", pad=dict(t=TOOLBAR_ROOM)),
+                          margin=dict(t=(100 if top is None else top) + TOOLBAR_ROOM // 2))
+    return fig
+
+
 def figure(fig, name: str, container=None, **kwargs) -> None:
     """A plotly figure with its download button configured (see `plotly_config`)."""
     import streamlit as st
 
-    (container or st).plotly_chart(fig, config=plotly_config(name), key=kwargs.pop("key", f"figure.{name}"),
-                                   **kwargs)
+    (container or st).plotly_chart(toolbar_room(fig), config=plotly_config(name),
+                                   key=kwargs.pop("key", f"figure.{name}"), **kwargs)
+
+
+# ------------------------------------------------------------------------------- tables
+def rounded(value, digits: int = 6):
+    """A table cell for the eye: floats to `digits` significant digits (0.29999999999999996 shows as 0.3),
+    lists and tuples of numbers as [a, b]; anything else as it is. Downloads keep the full numbers."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int) or (type(value).__module__ == "numpy" and getattr(value, "dtype", None) is not None
+                                  and value.dtype.kind in "iu"):
+        return int(value)
+    if isinstance(value, float) or type(value).__module__ == "numpy":
+        try:
+            return f"{float(value):.{digits}g}"
+        except (TypeError, ValueError):
+            return str(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(str(rounded(v, digits)) for v in value) + "]"
+    return value
+
+
+def rounded_rows(rows: Iterable[Mapping], digits: int = 6) -> list[dict]:
+    return [{k: rounded(v, digits) for k, v in row.items()} for row in rows]
+
+
+# ------------------------------------------------------------------------------- layout
+def layout_css() -> str:
+    """Page-wide CSS: wide tables scroll sideways instead of losing columns, and on a phone-width screen the
+    page keeps its margins small and plotly's toolbar sits above the figure instead of over its title."""
+    return """<style>
+[data-testid="stTable"] { overflow-x: auto; }
+[data-testid="stTable"] table { min-width: max-content; }
+.stPlotlyChart .modebar-container { top: -4px !important; }
+@media (max-width: 640px) {
+  [data-testid="stMainBlockContainer"] { padding-left: 0.75rem; padding-right: 0.75rem; }
+  .katex-display { overflow-x: auto; overflow-y: hidden; }
+}
+</style>"""
