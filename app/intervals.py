@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from divclip import theory
 from divclip.app.methods import colour_for, label_for, method_for
+from divclip.app.state import format_number
 from divclip.theory import Measure, get_measure
 
 
@@ -108,13 +109,14 @@ def _formula_text(iv: ClipInterval, formatted: bool) -> str:
 
 
 def full_precision(x: float) -> str:
-    """A float for a download: 15 significant digits, float64's decimal precision, so 1 − 0.2 is 0.8 and not
-    repr's 0.7999999999999999."""
-    return f"{x:.15g}"
+    """A float for a download: 12 significant digits, as the trainer settings and links carry them. theory's
+    bounds are exact to ~1e-12, and 12 digits keep float noise out: 1 − 0.2 is 0.8, not repr's
+    0.7999999999999999, and 0.28 − 0.2 is 0.08, not 0.08000000000000007."""
+    return format_number(x)
 
 
 def table_csv(intervals: Sequence[ClipInterval]) -> str:
-    """The table with full-precision numbers (15 significant digits) as CSV text."""
+    """The table with full-precision numbers (12 significant digits, see `full_precision`) as CSV text."""
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=TABLE_COLUMNS, lineterminator="\n")
     writer.writeheader()
