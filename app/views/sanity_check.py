@@ -109,12 +109,15 @@ with st.expander("Options", expanded=bool(linked)):
 config = None if config_file is None else (config_file.name, config_file.getvalue())
 rollouts = None if rollout_file is None else (rollout_file.name, rollout_file.getvalue())
 example = st.session_state.get(EXAMPLE_KEY)
-if config is None and rollouts is None and example in EXAMPLES:  # an upload replaces the example
+if example in EXAMPLES:  # an uploaded file replaces the example's file of the same kind
     config_name, rollouts_name = EXAMPLES[example]
-    config = example_file(config_name) if config_name else None
-    rollouts = example_file(rollouts_name) if rollouts_name else None
-    st.info(f"Example: {example} ({', '.join(n for n in EXAMPLES[example] if n)}). Upload your own files to "
-            "replace it.")
+    used = []
+    if config is None and config_name:
+        config, used = example_file(config_name), used + [config_name]
+    if rollouts is None and rollouts_name:
+        rollouts, used = example_file(rollouts_name), used + [rollouts_name]
+    if used:
+        st.info(f"Example: {example} (using {', '.join(used)}). Upload your own files to replace it.")
     st.button("Clear the example", on_click=choose_example, args=(None,), key="sanity.example.clear")
 
 if config is None and rollouts is None and not overrides_text.strip():
