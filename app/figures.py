@@ -39,7 +39,7 @@ def _figure(traces: list[dict], layout: dict) -> go.Figure:
     return go.Figure(data=traces, layout=layout, _validate=VALIDATE)
 
 
-TOOLBAR = 30  # px above the title for plotly's toolbar, so that it never sits over the title
+TOOLBAR = 36  # px above the title for plotly's toolbar, so that it never sits over the title
 
 
 def _layout(title: str, height: int, panels: bool = False, subtitle: str = "", **kwargs) -> dict:

@@ -125,7 +125,7 @@ def plotly_config(name: str) -> dict:
             "toImageButtonOptions": {"format": fmt.lower(), "filename": name, "scale": 2 if fmt == "PNG" else 1}}
 
 
-TOOLBAR_ROOM = 30  # px kept free above a figure's title for plotly's toolbar
+TOOLBAR_ROOM = 36  # px kept free above a figure's title for plotly's toolbar
 
 
 def toolbar_room(fig):
@@ -172,12 +172,10 @@ def rounded_rows(rows: Iterable[Mapping], digits: int = 6) -> list[dict]:
 
 # ------------------------------------------------------------------------------- layout
 def layout_css() -> str:
-    """Page-wide CSS: wide tables scroll sideways instead of losing columns, and on a phone-width screen the
-    page keeps its margins small and plotly's toolbar sits above the figure instead of over its title."""
+    """Page-wide CSS: on a phone-width screen the page keeps its margins small and wide formulas scroll
+    sideways instead of running off the screen (st.table scrolls by itself; figures keep a toolbar row above
+    their titles, see `toolbar_room`)."""
     return """<style>
-[data-testid="stTable"] { overflow-x: auto; }
-[data-testid="stTable"] table { min-width: max-content; }
-.stPlotlyChart .modebar-container { top: -4px !important; }
 @media (max-width: 640px) {
   [data-testid="stMainBlockContainer"] { padding-left: 0.75rem; padding-right: 0.75rem; }
   .katex-display { overflow-x: auto; overflow-y: hidden; }

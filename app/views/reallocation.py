@@ -8,7 +8,7 @@ import re
 
 import streamlit as st
 
-from divclip.app.page_parts import share_link, show_messages
+from divclip.app.page_parts import figure, share_link, show_messages
 from divclip.app.realloc_figures import (
     bucket_figure,
     entropy_figure,
@@ -184,7 +184,7 @@ st.caption(
     "zeroed by a bound."
 )
 
-st.plotly_chart(feasible_figure(comp, colours), key="realloc.feasible")
+figure(feasible_figure(comp, colours), "divclip_feasible", key="realloc.feasible")
 
 st.markdown(f"**{row.label}: the one-step optimum and the softmax drift, per action**")
 st.dataframe(
@@ -197,18 +197,18 @@ st.dataframe(
                    for c in ("p", "q_min", "q_max", "π_new (LP)", "Δ (LP)", "π after PG", "r after PG")},
 )
 flow_col, ratio_col = st.columns(2)
-flow_col.plotly_chart(flow_figure(o, colours[row.label], row.label), key="realloc.flow")
-ratio_col.plotly_chart(ratio_figure(d, comp.adv, row.label), key="realloc.ratio")
+figure(flow_figure(o, colours[row.label], row.label), "divclip_flow", flow_col, key="realloc.flow")
+figure(ratio_figure(d, comp.adv, row.label), "divclip_ratio_drift", ratio_col, key="realloc.ratio")
 st.caption(f"Left: who gives mass to whom in the one-step optimum (the optimum fixes only the net changes; the split "
            f"is proportional). Right: dashed lines are each action's clip interval [lo, hi] under {row.label}; a ○ "
            "marks an epoch in which that action's gradient was zeroed by a bound. Its ratio still moves: the softmax "
            "drags it along with the other logits, so per-token clipping is not a trust region.")
 
-st.plotly_chart(bucket_figure(comp, colours), key="realloc.buckets")
+figure(bucket_figure(comp, colours), "divclip_buckets", key="realloc.buckets")
 ent_col, room_col = st.columns(2)
-ent_col.plotly_chart(entropy_figure(comp, colours), key="realloc.entropy")
-room_col.plotly_chart(headroom_figure({label: headroom(spec) for label, spec in specs.items()}, comp, colours),
-                      key="realloc.headroom")
+figure(entropy_figure(comp, colours), "divclip_entropy", ent_col, key="realloc.entropy")
+figure(headroom_figure({label: headroom(spec) for label, spec in specs.items()}, comp, colours), "divclip_headroom",
+       room_col, key="realloc.headroom")
 
 st.subheader("Compared across clip specs")
 st.caption(
