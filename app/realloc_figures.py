@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from divclip.app import figures
 from divclip.app.methods import METHOD_COLOURS
 
-# theory.losses.PRESETS name -> method label of app.methods (and so its colour).
+# theory.spec.PRESETS name -> method label of app.methods (and so its colour).
 PRESET_METHOD = {"grpo": "GRPO", "dapo": "DAPO", "atr": "ATR-GRPO", "dppo_kl": "DPPO-Binary-KL",
                  "dppo_tv": "DPPO-Binary-TV"}
 _SPARE_COLOURS = tuple(c for m, c in METHOD_COLOURS.items() if m not in PRESET_METHOD.values())

@@ -1,9 +1,10 @@
 """`divclip check`: what a clip setting means, whether it binds, which tokens it clips (issue 8).
 
-Public API (imported lazily, so `divclip.sanity.cli` stays cheap to import when the `divclip` parser is built):
+Public API (imported lazily, so that `divclip --help` stays cheap):
   build_report(config=None, rollouts=None, ...) -> dict   the whole report (CLI and app share it)
   report_from_uploads(config=(name, bytes), ...) -> dict  the app page's entry to the same
   format_report(report) -> str                            plain-text rendering
+  jsonable(report) -> dict                                the report with non-finite floats as null (strict JSON)
   read_config / clip_settings / check_settings            config -> ClipSettings -> [Finding]
   load_rollouts / analyse_rollouts                         rollout file -> Rollouts -> rollout section
   SanityInputError, ConfigError, RolloutFileError          every bad input (all ValueError)
@@ -26,6 +27,7 @@ _EXPORTS = {
     "check_settings": "checks",
     "clip_settings": "settings",
     "format_report": "text",
+    "jsonable": "report",
     "load_rollouts": "loaders",
     "read_config": "config",
     "report_from_uploads": "report",

@@ -12,6 +12,8 @@ Every bad input raises a `SanityInputError` (a ValueError) whose message names t
 
 from __future__ import annotations
 
+import math
+
 from divclip.sanity.budget import divergence_intervals, equivalent_budgets
 from divclip.sanity.checks import check_settings, finding
 from divclip.sanity.config import read_config, split_overrides
@@ -147,3 +149,14 @@ def _budget(s: ClipSettings | None, opts: RolloutOptions, eps_given: bool) -> di
     if opts.level == "sequence":
         out["note"] = "at level 'sequence' these budgets bound the sequence ratio exp(mean log r), not token ratios"
     return out
+
+
+def jsonable(x):
+    """The report with non-finite floats as null, so that `json.dumps` writes strict JSON."""
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x

@@ -81,7 +81,7 @@ def _finite(v) -> bool:
 # ---------------------------------------------------------------------------------------------- specs
 def rollout_specs(opts: RolloutOptions) -> list[dict]:
     """[{measure, spec (ClipSpec or None), budget, problem}] for every registered measure."""
-    from divclip.theory.losses import ClipSpec
+    from divclip.theory.spec import ClipSpec
 
     out = []
     for m in MEASURES.values():

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from divclip.app.cli import main
+from divclip.cli import main
 from divclip.theory import delta_for_eps, get_measure, kl3_bounds
 
 
@@ -105,6 +105,63 @@ def test_derive_unknown_measure_exits_2(capsys):
 
 
 def test_import_theory_does_not_load_torch():
-    proc = subprocess.run([sys.executable, "-c", "import sys, theory; print('torch' in sys.modules)"],
+    proc = subprocess.run([sys.executable, "-c", "import sys, divclip.theory; print('torch' in sys.modules)"],
                           capture_output=True, text=True, timeout=120)
     assert proc.stdout.strip() == "False", proc.stderr
+
+
+def test_every_subcommand_module_registers_the_same_way():
+    from divclip.cli import SUBCOMMANDS, build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, __import__("argparse")._SubParsersAction))
+    names = [m.__name__.rsplit(".", 1)[1] for m in SUBCOMMANDS]
+    assert list(sub.choices) == names
+    for module in SUBCOMMANDS:
+        assert sub.choices[module.__name__.rsplit(".", 1)[1]].get_default("run") is module.run
+
+
+def test_the_parser_loads_no_torch_and_lists_every_subcommand():
+    code = "import sys; from divclip.cli import build_parser; print(build_parser().format_help()); " \
+           "print('torch' in sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[-1] == "False"
+    for name in ("measures", "bounds", "derive", "realloc", "check", "toy", "train"):
+        assert name in proc.stdout
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["bounds", "--measure", "kl3", "--delta", "nan"], "argument --delta: --delta must be a finite number, got 'nan'"),
+    (["check", "--framework", "jax"], "argument --framework: invalid choice: 'jax'"),
+    (["nope"], "argument command: invalid choice: 'nope'"),
+    ([], "the following arguments are required: command"),
+])
+def test_argument_errors_are_one_line_exit_2(capsys, argv, needle):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2
+    assert err.count("\n") == 1 and err.startswith("divclip: error: ") and needle in err
+
+
+def test_realloc_help_shows_the_library_defaults(capsys):
+    from divclip.theory.reallocation import DEFAULT_EPOCHS, DEFAULT_LR
+
+    with pytest.raises(SystemExit) as exc:
+        main(["realloc", "--help"])
+    out = capsys.readouterr().out
+    assert exc.value.code == 0
+    assert f"PPO epochs on one batch ({DEFAULT_EPOCHS})" in out and f"on the logits ({DEFAULT_LR})" in out
+    assert "bucket edges (0,0.2,0.5,1)" in out and "'kl3'" in out and "'atr'" in out
+
+
+def test_python_dash_m_entry_points_are_the_same_cli():
+    for module in ("divclip.cli", "divclip.trainer"):
+        proc = subprocess.run([sys.executable, "-m", module, "bounds", "--measure", "kl3", "--delta", "0.02", "--json"],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["hi"] == kl3_bounds(0.02)[1]
+    proc = subprocess.run([sys.executable, "-m", "divclip.trainer", "train", "--group-size", "1"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.startswith("divclip: error: TrainerConfig.group_size")

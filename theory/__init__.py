@@ -1,6 +1,7 @@
 """divclip theory core: divergence measures, exact clip bounds, δ↔ε maps and the unified clipped loss.
 
-The numpy/scipy/sympy core is imported eagerly. The torch parts (`losses`, `loss_metrics`, `advantages`, and
+The numpy/scipy/sympy core, including the method spec (`ClipSpec`, presets, method strings; `spec`), is
+imported eagerly. The torch parts (`losses`, `loss_metrics`, `advantages`, and
 `reallocation` / `softmax_dynamics`, which call the loss) are exported lazily, so `import divclip.theory` does
 not pay for torch until a torch name is used.
 """
@@ -13,18 +14,20 @@ from divclip.theory.bounds import kl3_bounds
 from divclip.theory.conversions import delta_for_eps, equivalent_ratio_clip
 from divclip.theory.formula import measure_from_formula
 from divclip.theory.measures import MEASURES, Measure, get_measure
+from divclip.theory.spec import PRESETS, ClipSpec, method_string, parse_method, parse_methods, preset, spec_label
 
 _LAZY = {
     "divclip.theory.losses": (
-        "ClipSpec", "PRESETS", "preset", "policy_loss", "agg_loss", "LOSS_AGG_MODES", "MODES", "register_mode",
+        "policy_loss", "agg_loss", "LOSS_AGG_MODES", "MODES", "register_mode",
         "clip_loss_with_bounds", "clipped_surrogate",
     ),
     "divclip.theory.loss_metrics": ("kl_penalty",),
     "divclip.theory.advantages": ("group_advantages",),
     "divclip.theory.reallocation": (
-        "Comparison", "ComparisonRow", "FeasibleRegion", "HeadroomCurve", "Optimum", "compare_measures",
-        "constrained_optimum", "feasible_region", "headroom_curve", "mass_flow",
+        "FeasibleRegion", "HeadroomCurve", "Optimum", "constrained_optimum", "feasible_region", "headroom_curve",
+        "mass_flow",
     ),
+    "divclip.theory.comparison": ("Comparison", "ComparisonRow", "compare_measures"),
     "divclip.theory.softmax_dynamics": (
         "Drift", "Group", "SoftmaxStep", "entropy_gradient", "multi_epoch_drift", "softmax_step",
     ),
@@ -46,11 +49,18 @@ def __dir__():
 
 __all__ = [
     "MEASURES",
+    "PRESETS",
+    "ClipSpec",
     "Measure",
     "delta_for_eps",
     "equivalent_ratio_clip",
     "get_measure",
     "kl3_bounds",
     "measure_from_formula",
+    "method_string",
+    "parse_method",
+    "parse_methods",
+    "preset",
+    "spec_label",
     *_WHERE,
 ]

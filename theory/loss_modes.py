@@ -28,9 +28,10 @@ import torch
 
 from divclip.theory.bounds import _binary_kl_root
 from divclip.theory.measures import get_measure
+from divclip.theory.spec import MODE_NAMES
 
 if TYPE_CHECKING:
-    from divclip.theory.losses import ClipSpec
+    from divclip.theory.spec import ClipSpec
 
 LOG_RATIO_CLAMP = 20.0  # verl clamps log r to ±20 before exp (token level)
 SEQ_LOG_RATIO_MAX = 10.0  # verl's gspo clamps the sequence log-ratio above only
@@ -195,6 +196,7 @@ def register_mode(name: str):
 
     def deco(fn):
         MODES[name] = fn
+        MODE_NAMES.add(name)  # so that a torch-free ClipSpec accepts the new mode
         return fn
 
     return deco

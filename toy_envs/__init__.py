@@ -9,7 +9,7 @@ Environments (`ENVS`, `make_env`): `Bandit`, `SparseCategorical`, `TokenSequence
 result into the CSV / HTML / markdown claims report of `divclip toy`; `reference.reference_run` is
 the same training as a plain single-seed loop (the arena's test and benchmark reference).
 
-Names are imported lazily so that `import toy_envs.cli` (the CLI parser) does not import torch.
+Names are imported lazily so that `import divclip.cli.toy` (the CLI parser) does not import torch.
 """
 
 from __future__ import annotations

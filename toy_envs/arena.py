@@ -34,9 +34,9 @@ import torch
 from divclip.theory.advantages import NORMS as ADV_NORMS
 from divclip.theory.advantages import group_advantages
 from divclip.theory.losses import LOSS_AGG_MODES, policy_loss
+from divclip.theory.spec import parse_methods
 from divclip.toy_envs import rng
 from divclip.toy_envs.base import PASS_AT_K, ToyEnv, pass_at_k
-from divclip.toy_envs.methods import resolve_methods
 from divclip.toy_envs.optim import Adam
 from divclip.toy_envs.policies import POLICIES
 from divclip.toy_envs.registry import ENVS, make_env
@@ -69,8 +69,8 @@ def iter_arena(env, methods, seeds=8, steps=None, group_size=None, prompts_per_s
     """Yield an `ArenaResult` with all steps so far every `every` steps, and once at the end.
 
     env: a `ToyEnv` or a registry name ("bandit", "sparse", "sequence"; `env_kwargs` go to its constructor).
-    methods: "grpo,dapo,atr", or a list of preset names, "measure[:δ]" / "ratio:ε[:ε_high]" strings,
-        `ClipSpec`s or (label, ClipSpec) pairs, or a {label: ClipSpec} dict (see `divclip.toy_envs.methods`).
+    methods: "grpo,dapo,atr", or a list of preset names, method strings ("kl3:0.05", "ratio:0.2:0.28"),
+        `ClipSpec`s or (label, ClipSpec) pairs, or a {label: ClipSpec} dict (see `divclip.theory.spec`).
     seeds: a count n (seeds 0..n-1) or a list of distinct non-negative integers. A seed fixes its run's
         random stream alone (prompts, answers, reward noise, MLP init), shared by every method.
     steps, group_size (≥ 2), prompts_per_step, ppo_epochs (μ), lr: None takes the env's registry default.
@@ -105,7 +105,7 @@ def iter_arena(env, methods, seeds=8, steps=None, group_size=None, prompts_per_s
     loss_agg_mode = check_choice("loss_agg_mode", loss_agg_mode, LOSS_AGG_MODES)
     policy_cls = POLICIES[check_choice("policy", policy, tuple(POLICIES))]
     seed_list = _check_seeds(seeds)
-    specs = resolve_methods(methods)
+    specs = parse_methods(methods)
     should_stop = _stop_check(stop)
     if num_threads is not None:
         num_threads = check_int("num_threads", num_threads, minimum=1)

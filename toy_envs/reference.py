@@ -16,8 +16,8 @@ import torch
 
 from divclip.theory.advantages import group_advantages
 from divclip.theory.losses import policy_loss
+from divclip.theory.spec import parse_method
 from divclip.toy_envs.base import PASS_AT_K, ToyEnv, pass_at_k
-from divclip.toy_envs.methods import method_spec
 from divclip.toy_envs.validation import check_int, check_real
 
 REFERENCE_METRICS = ("reward_mean", "expected_reward", *(f"pass@{k}" for k in PASS_AT_K), "entropy", "kl_exact",
@@ -34,7 +34,7 @@ def reference_run(env: ToyEnv, spec, seed: int, steps: int, group_size: int, pro
     """
     if not isinstance(env, ToyEnv):
         raise ValueError(f"env must be a ToyEnv (e.g. toy_envs.make_env('bandit')), got {env!r}")
-    spec = method_spec(spec) if isinstance(spec, str) else spec
+    spec = parse_method(spec) if isinstance(spec, str) else spec
     seed = check_int("seed", seed, minimum=0)
     steps = check_int("steps", steps, minimum=1)
     group_size = check_int("group_size", group_size, minimum=2)

@@ -3,7 +3,7 @@
     from divclip.trainer import TrainerConfig, train
     result = train(TrainerConfig(task="arith", method="atr", sft_steps=1000, lr=1e-4))
 
-The names below are imported on first use, so `import divclip.trainer.cli` (the `divclip train` parser) stays free of
+The names below are imported on first use, so `import divclip.cli.train` (the `divclip train` parser) stays free of
 torch and transformers. Integrations with verl and TRL live in `divclip.trainer.integrations` (imported on demand).
 """
 

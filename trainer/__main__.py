@@ -1,7 +1,7 @@
-"""`python -m divclip.trainer train --preset tiny-arith …` (the same as `divclip train …`)."""
+"""`python -m divclip.trainer train --preset tiny-arith …`: the `divclip` command line, as `divclip train …`."""
 
 import sys
 
-from divclip.trainer.cli import main
+from divclip.cli import main
 
 sys.exit(main())

@@ -14,8 +14,8 @@ from pathlib import Path
 from types import MappingProxyType
 
 from divclip.theory.advantages import NORMS
-from divclip.theory.loss_metrics import KL_ESTIMATORS
-from divclip.theory.losses import LOSS_AGG_MODES, PRESETS, ClipSpec, preset
+from divclip.theory.loss_metrics import KL_ESTIMATORS, LOSS_AGG_MODES
+from divclip.theory.spec import PRESETS, ClipSpec, parse_method
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -64,7 +64,8 @@ class TrainerConfig:
     """Sampling temperature; log-probs for the loss use the same temperature, so π_old is the sampler."""
     # -- the loss
     method: str = "grpo"
-    """A `divclip.theory.losses.PRESETS` name: grpo, dapo, atr (KL3, δ = 0.023144), dppo_kl, dppo_tv, gspo, sapo."""
+    """A method string (`divclip.theory.spec`): a preset grpo, dapo, atr (KL3, δ = 0.023144), dppo_kl, dppo_tv,
+    gspo, sapo, or e.g. 'kl3:0.02', 'ratio:0.2:0.28', 'binary_kl:0.05/gated/tis=20'."""
     measure: str | None = None
     """Replace the preset's divergence measure (a `theory.MEASURES` name other than 'ratio'); needs `delta`."""
     delta: float | None = None
@@ -125,7 +126,7 @@ class TrainerConfig:
 
     def clip_spec(self) -> ClipSpec:
         """The ClipSpec of `method`, with `measure`, `delta` and `dual_clip_c` applied on top."""
-        spec = preset(self.method)
+        spec = parse_method(self.method)
         changes = {}
         if self.measure is not None:
             changes.update(measure=self.measure, eps_low=None, eps_high=None)
@@ -214,7 +215,6 @@ def _check_floats(cfg: TrainerConfig):
 
 def _check_choices(cfg: TrainerConfig):
     choices = {
-        "method": sorted(PRESETS),
         "adv_norm": list(NORMS),
         "loss_agg_mode": list(LOSS_AGG_MODES),
         "kl_estimator": ["k1", "k2", "k3"],
@@ -224,6 +224,12 @@ def _check_choices(cfg: TrainerConfig):
         if getattr(cfg, name) not in allowed:
             _fail(name, getattr(cfg, name), f"one of {allowed}")
     assert set(choices["kl_estimator"]) <= set(KL_ESTIMATORS)
+    if not isinstance(cfg.method, str):
+        _fail("method", cfg.method, "a method string such as 'grpo', 'atr' or 'kl3:0.02'")
+    try:
+        parse_method(cfg.method)
+    except ValueError as exc:
+        _fail("method", cfg.method, f"one of {sorted(PRESETS)} or a method string ({exc})")
     if cfg.measure is not None and cfg.delta is None:
         _fail("delta", cfg.delta, f"a budget > 0 when measure={cfg.measure!r} is given")
     for name in ("bf16", "resume", "progress"):

@@ -1,5 +1,5 @@
 """Mass reallocation: where a clip lets probability mass go on a small categorical policy, and where PPO epochs
-put it. Every number is `divclip.theory.reallocation.compare_measures` (feasible box, exact one-step optimum, softmax
+put it. Every number is `divclip.theory.comparison.compare_measures` (feasible box, exact one-step optimum, softmax
 drift through the training loss); every figure is `divclip.app.realloc_figures`."""
 
 import json
@@ -19,9 +19,9 @@ from divclip.app.realloc_figures import (
     spec_colours,
 )
 from divclip.app.state import ChoiceListParam, FloatParam, PageState, TextParam
-from divclip.theory.losses import PRESETS
-from divclip.theory.reallocation import DEFAULT_COMPARE_SPECS, PROB_SUM_TOL, compare_measures, headroom_curve
-from divclip.toy_envs.methods import resolve_methods
+from divclip.theory.comparison import compare_measures
+from divclip.theory.reallocation import DEFAULT_COMPARE_SPECS, PROB_SUM_TOL, headroom_curve
+from divclip.theory.spec import PRESETS, parse_methods
 
 MAX_ACTIONS = 16
 SPEC_CHOICES = tuple(name for name, spec in PRESETS.items() if spec.mode != "sapo")  # SAPO has no interval
@@ -78,7 +78,7 @@ def chosen_specs(presets, extra: str) -> dict:
     """{label: spec}: the chosen presets, then the 'other specs' field read like the arena's methods."""
     specs = {name: name for name in presets}
     if extra.strip():
-        for label, spec in resolve_methods(extra).items():
+        for label, spec in parse_methods(extra).items():
             if label in specs:
                 raise ValueError(f"other specs: {label!r} is already chosen above")
             specs[label] = spec

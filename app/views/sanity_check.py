@@ -12,8 +12,7 @@ import streamlit as st
 
 from divclip.app.page_parts import figure, rounded_rows
 from divclip.sanity import figures
-from divclip.sanity.cli import jsonable
-from divclip.sanity.report import report_from_uploads
+from divclip.sanity.report import jsonable, report_from_uploads
 from divclip.theory import MEASURES
 
 CONFIG_TYPES = ["yaml", "yml", "json", "txt", "sh"]

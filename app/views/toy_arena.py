@@ -11,7 +11,7 @@ from divclip.app.arena_figures import MAX_POINTS, arena_figure
 from divclip.app.arena_runner import ArenaRun, ArenaSettings
 from divclip.app.page_parts import markdown_text, share_link, show_messages
 from divclip.app.state import ChoiceListParam, ChoiceParam, FloatParam, PageState, TextParam
-from divclip.theory.losses import PRESETS
+from divclip.theory.spec import PRESETS
 from divclip.toy_envs import ENVS, PASS_AT_K
 from divclip.toy_envs.report import claims, summarize
 

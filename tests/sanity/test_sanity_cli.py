@@ -7,8 +7,8 @@ import json
 import pytest
 from sanity_helpers import FIXTURES, npz_bytes, random_batch
 
-from divclip.sanity import build_report
-from divclip.sanity.cli import add_check_command, jsonable, main, run_check
+from divclip.cli import check, main
+from divclip.sanity import build_report, jsonable
 
 
 def run(capsys, *argv):
@@ -91,9 +91,9 @@ def test_bad_arguments_are_refused_by_the_parser(capsys, argv):
 def test_wiring_into_another_parser():
     parser = argparse.ArgumentParser(prog="divclip")
     sub = parser.add_subparsers(dest="command", required=True)
-    add_check_command(sub)
+    check.add_parser(sub)
     args = parser.parse_args(["check", str(FIXTURES / "verl_dapo_ok.yaml"), "--json"])
-    assert args.command == "check" and run_check(args) == 0
+    assert args.command == "check" and check.run(args) == 0
 
 
 def test_special_and_oversized_paths_are_refused(capsys, tmp_path):

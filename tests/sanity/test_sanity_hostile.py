@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from sanity_helpers import PAGE, jsonl_bytes, npz_bytes, parquet_bytes, random_batch, safetensors_bytes
 
-from divclip.sanity.cli import main
+from divclip.cli import main
 from divclip.sanity.config import MAX_CONFIG_BYTES
 from divclip.sanity.errors import SanityInputError
 from divclip.sanity.report import report_from_uploads

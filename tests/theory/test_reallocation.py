@@ -11,11 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy.optimize import brentq, linprog
 
+from divclip.cli import realloc
 from divclip.theory import get_measure
+from divclip.theory.comparison import compare_measures
 from divclip.theory.losses import PRESETS, ClipSpec
-from divclip.theory.realloc_cli import add_realloc_command, run_realloc
 from divclip.theory.reallocation import (
-    compare_measures,
     constrained_optimum,
     feasible_region,
     headroom_curve,
@@ -372,15 +372,17 @@ def test_other_invalid_inputs():
         multi_epoch_drift(Z, Group.expected(np.exp(Z), ADV), "grpo", lr=0.1, epochs=0)
     with pytest.raises(ValueError, match=r"logits\[0\] = inf"):
         softmax_step([np.inf, 0.0], Group.expected([0.5, 0.5], [1, -1]), "grpo", lr=0.1)
-    with pytest.raises(ValueError, match="spec must be a ClipSpec or a preset"):
-        constrained_optimum([0.5, 0.5], [1, -1], "kl3")
+    with pytest.raises(ValueError, match="spec must be a ClipSpec or a method string"):
+        constrained_optimum([0.5, 0.5], [1, -1], 0.2)
+    with pytest.raises(ValueError, match="unknown method 'kl9'"):
+        constrained_optimum([0.5, 0.5], [1, -1], "kl9")
 
 
 # -------------------------------------------------------------------------------------------- CLI
 def _cli(capsys, *argv):
     parser = argparse.ArgumentParser(prog="divclip")
-    add_realloc_command(parser.add_subparsers(dest="command", required=True))
-    code = run_realloc(parser.parse_args(["realloc", *argv]))
+    realloc.add_parser(parser.add_subparsers(dest="command", required=True))
+    code = realloc.run(parser.parse_args(["realloc", *argv]))
     return code, capsys.readouterr().out
 
 
@@ -412,7 +414,7 @@ def test_cli_presets_and_ratio_width(capsys):
         (("--probs", "0.6,0.3", "--adv", "1,1", "--measure", "atr"), "--probs must sum to 1"),
         (("--probs", "0.6,0.4", "--adv", "1,1,1", "--measure", "atr"), "--adv has 3 entries but --probs has 2"),
         (("--probs", "0.6,0.4", "--adv", "1,1", "--measure", "kl9"), "--measure must be a measure"),
-        (("--probs", "0.6,0.4", "--adv", "1,1", "--measure", "kl3"), "needs a budget delta"),
+        (("--probs", "0.6,0.4", "--adv", "1,1", "--measure", "binary_kl"), "'binary_kl' needs a budget"),
         (("--probs", "0.6,0.4", "--adv", "1,1", "--measure", "atr", "--delta", "0.1"), "is a preset"),
     ],
 )

@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from divclip.trainer.cli import add_train_command, config_from_args, main, run_train
+from divclip.cli import main, train
+from divclip.cli.train import config_from_args
 
 SHORT = ["--steps", "2", "--sft-steps", "3", "--eval-size", "8", "--prompts-per-step", "2", "--group-size", "4",
          "--no-progress"]
@@ -13,7 +14,7 @@ SHORT = ["--steps", "2", "--sft-steps", "3", "--eval-size", "8", "--prompts-per-
 
 def parse(argv):
     parser = argparse.ArgumentParser(prog="divclip")
-    add_train_command(parser.add_subparsers(dest="command", required=True))
+    train.add_parser(parser.add_subparsers(dest="command", required=True))
     return parser.parse_args(argv)
 
 
@@ -24,7 +25,7 @@ def test_flags_override_the_preset():
 
 
 def test_tiny_arith_smoke_run(capsys, tmp_path):
-    code = run_train(parse(["train", "--preset", "tiny-arith", "--method", "atr", "--json",
+    code = train.run(parse(["train", "--preset", "tiny-arith", "--method", "atr", "--json",
                             "--output-dir", str(tmp_path), *SHORT]))
     out = json.loads(capsys.readouterr().out)
     assert code == 0

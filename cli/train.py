@@ -2,23 +2,20 @@
 
     divclip train --preset tiny-arith --method atr --seed 0
 
-Wiring (app/cli.py): `add_train_command(sub)` adds the subparser; `run_train(args)` runs it and returns the
-exit status. A bad value raises ValueError (naming the field, the value and what is allowed) before any model
-is built; `divclip`'s main turns it into `divclip: error: …` and status 2. Torch is imported only when run.
+A bad value raises ValueError (naming the field, the value and what is allowed) before any model is built;
+`divclip.cli.main` turns it into `divclip: error: …` and status 2. Torch is imported only by `run`.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 
 # CLI flag -> TrainerConfig field, and its parser. Only flags the user gives override the preset.
 _OPTIONS: dict[str, tuple[str, type, str]] = {
     "--model": ("model", str, "'tiny' or a local Hugging Face causal-LM directory"),
     "--task": ("task", str, "'arith' or a JSONL file of {\"prompt\", \"answer\"} lines"),
-    "--method": ("method", str, "clip preset: grpo, dapo, atr, dppo_kl, dppo_tv, gspo, sapo"),
+    "--method": ("method", str, "a preset grpo, dapo, atr, dppo_kl, dppo_tv, gspo, sapo, or e.g. kl3:0.02"),
     "--measure": ("measure", str, "replace the preset's divergence measure (needs --delta)"),
     "--delta": ("delta", float, "divergence budget δ (KL3: 0.01-0.05)"),
     "--dual-clip-c": ("dual_clip_c", float, "dual-clip cap c > 1 for A < 0"),
@@ -45,8 +42,7 @@ _OPTIONS: dict[str, tuple[str, type, str]] = {
 }
 
 
-def add_train_command(subparsers) -> argparse.ArgumentParser:
-    """Add the `train` subcommand to an argparse subparsers object; returns its parser."""
+def add_parser(subparsers):
     p = subparsers.add_parser(
         "train", help="GRPO-family RL (tiny-arith demo, a local HF model, or a JSONL task)",
         description="Warm-start (optional) and train a causal LM with GRPO-family RL and any divclip clip spec.",
@@ -74,7 +70,7 @@ def config_from_args(args):
     return TrainerConfig(**overrides)
 
 
-def run_train(args) -> int:
+def run(args) -> int:
     """Handler of `divclip train`: train, print before/after held-out accuracy; returns 0."""
     cfg = config_from_args(args)  # every check runs here, before torch work starts
     from divclip.trainer.grpo import GRPOTrainer
@@ -95,18 +91,3 @@ def run_train(args) -> int:
               f"{fmt(before)} (warm start) -> {fmt(after)} (after RL) in {summary['seconds']} s")
     return 0
 
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m divclip.trainer train …`, the same command outside the divclip CLI."""
-    parser = argparse.ArgumentParser(prog="divclip")
-    add_train_command(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return run_train(args)
-    except ValueError as exc:
-        print(f"divclip: error: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

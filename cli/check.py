@@ -5,34 +5,17 @@
     divclip check overrides.txt --rollouts batch.npz --json  # plus predicted clip fractions on a batch
     divclip check --rollouts batch.parquet --sigma 0.05      # no config: ε 0.2/0.2, noise-model ratios
 
-Wired into `divclip.app.cli` with `add_check_command(subparsers)` and `run_check(args)`. Bad input prints
-`divclip: error: …` on stderr and returns 2.
+Every bad input raises a ValueError (`divclip.sanity.SanityInputError`) naming the problem.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
-import sys
 from pathlib import Path
 
-from divclip.app.cli import finite_float
-from divclip.sanity.errors import ConfigError
-from divclip.sanity.loaders import Limits
-
-
-def _positive_int(name: str):
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
-        if v < 1:
-            raise argparse.ArgumentTypeError(f"{name} must be >= 1, got {text!r}")
-        return v
-
-    return parse
+from divclip.cli.options import finite_float, positive_int
+from divclip.sanity.validation import Limits
 
 
 def _delta_pair(text: str) -> tuple[str, float]:
@@ -42,8 +25,7 @@ def _delta_pair(text: str) -> tuple[str, float]:
     return name.strip(), finite_float("--delta value")(value)
 
 
-def add_check_command(subparsers) -> argparse.ArgumentParser:
-    """Add `check` to an argparse subparsers object; dispatch it to `run_check(args)`."""
+def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "check",
         help="sanity-check a verl/TRL clip setting (and a rollout batch) before a long run",
@@ -63,15 +45,17 @@ def add_check_command(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--sigma", type=finite_float("--sigma", 0.0),
                    help="noise model std of log r (default: the file's log_prob, else 0.05)")
     p.add_argument("--seed", type=int, default=0, help="seed of the noise model")
-    p.add_argument("--num-processes", type=_positive_int("--num-processes"), default=1,
+    p.add_argument("--num-processes", type=positive_int("--num-processes"), default=1,
                    help="TRL world size (to derive steps_per_generation from generation_batch_size)")
-    p.add_argument("--max-bytes", type=_positive_int("--max-bytes"), default=Limits().max_bytes,
+    p.add_argument("--max-bytes", type=positive_int("--max-bytes"), default=Limits().max_bytes,
                    help="largest rollout file (and decoded payload) accepted, in bytes")
     return p
 
 
 def split_inputs(inputs: list[str]) -> tuple[str | None, list[str]]:
     """(config path or None, hydra override tokens) from the positional arguments."""
+    from divclip.sanity.errors import ConfigError
+
     path, overrides = None, []
     for item in inputs:
         if "=" in item and not _is_file(item):
@@ -90,54 +74,28 @@ def _is_file(item: str) -> bool:
         return False
 
 
-def run_check(args: argparse.Namespace) -> int:
-    """Run `divclip check`; 0 on success, 2 with a message on stderr for any bad input."""
-    from divclip.sanity.report import build_report
+def run(args: argparse.Namespace) -> int:
+    """Run `divclip check`: print the report (text or JSON) and return 0; bad input raises ValueError."""
+    from divclip.sanity.report import build_report, jsonable
     from divclip.sanity.text import format_report
 
-    try:
-        path, overrides = split_inputs(list(args.inputs))
-        report = build_report(
-            config=path,
-            rollouts=args.rollouts,
-            overrides=overrides,
-            framework=args.framework,
-            intended_measure=args.measure,
-            eps_low=args.eps_low,
-            eps_high=args.eps_high,
-            deltas=dict(args.delta),
-            sigma=args.sigma,
-            seed=args.seed,
-            num_processes=args.num_processes,
-            limits=Limits(max_bytes=args.max_bytes),
-        )
-    except ValueError as exc:
-        print(f"divclip: error: {exc}", file=sys.stderr)
-        return 2
+    path, overrides = split_inputs(list(args.inputs))
+    report = build_report(
+        config=path,
+        rollouts=args.rollouts,
+        overrides=overrides,
+        framework=args.framework,
+        intended_measure=args.measure,
+        eps_low=args.eps_low,
+        eps_high=args.eps_high,
+        deltas=dict(args.delta),
+        sigma=args.sigma,
+        seed=args.seed,
+        num_processes=args.num_processes,
+        limits=Limits(max_bytes=args.max_bytes),
+    )
     if args.json:
         print(json.dumps(jsonable(report), indent=2, ensure_ascii=False))
     else:
         print(format_report(report), end="")
     return 0
-
-
-def jsonable(x):
-    """The report with non-finite floats as null, so the output is strict JSON."""
-    if isinstance(x, dict):
-        return {str(k): jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [jsonable(v) for v in x]
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry (`python -m divclip.sanity.cli check …`), the same parser `divclip check` uses."""
-    parser = argparse.ArgumentParser(prog="divclip")
-    add_check_command(parser.add_subparsers(dest="command", required=True))
-    return run_check(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -6,22 +6,19 @@ writes DIR/metrics.csv (one row per method, seed, step), DIR/report.html (self-c
 mean and the middle 95 % of seeds) and DIR/claims.md (the per-method table and whether the paper's
 direction holds). Options left unset take the environment's registry defaults (`divclip.toy_envs.registry.ENVS`).
 
-Wiring (app/cli.py): `add_toy_command(sub)` adds the parser and `COMMANDS["toy"] = cmd_toy` dispatches it.
-Importing this module does not import torch; `cmd_toy` does.
+Importing this module does not import torch; `run` does.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 
-ENV_NAMES = ("bandit", "sparse", "sequence")  # checked against toy_envs.registry.ENVS in the tests
+ENV_NAMES = ("bandit", "sparse", "sequence")  # checked against divclip.toy_envs.registry.ENVS in the tests
 
 
-def add_toy_command(subparsers) -> argparse.ArgumentParser:
-    """Add the `toy` subcommand to an argparse sub-parsers object; returns its parser."""
+def add_parser(subparsers):
     p = subparsers.add_parser(
         "toy", help="train clipping methods side by side on a toy problem (CSV, HTML charts, claims table)",
         description=__doc__.split("\n\n")[0])
@@ -44,7 +41,6 @@ def add_toy_command(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output directory (created)")
     p.add_argument("--every", type=int, default=50, help="print progress every N steps (default 50)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
-    p.set_defaults(handler=cmd_toy)
     return p
 
 
@@ -79,7 +75,7 @@ def command_line(args, config: dict | None = None) -> str:
     return " ".join(parts)
 
 
-def cmd_toy(args) -> int:
+def run(args) -> int:
     """Run the arena and write the report; a ValueError names any bad option (the CLI exits 2)."""
     from divclip.toy_envs.arena import iter_arena
     from divclip.toy_envs.report import claims_markdown, write_report
@@ -107,18 +103,3 @@ def cmd_toy(args) -> int:
     print("wrote " + ", ".join(str(p) for p in paths.values()))
     return 0
 
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m divclip.toy_envs.cli toy …`, for use without the divclip entry point."""
-    parser = argparse.ArgumentParser(prog="divclip")
-    add_toy_command(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return args.handler(args)
-    except ValueError as exc:
-        print(f"divclip: error: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,9 +1,7 @@
 """`divclip realloc`: where mass can move and where it does move on a small categorical policy.
 
-Wiring (app/cli.py): `add_realloc_command(sub)` in `build_parser`, and `COMMANDS["realloc"] = run_realloc`.
-`run_realloc` raises ValueError naming the argument on bad input; `divclip.app.cli.main` turns that into
-`divclip: error: …` and exit status 2. Advantages that start with a minus need `--adv=-1,1,0.5` (argparse
-would read `-1,1,0.5` as an option).
+Advantages that start with a minus need `--adv=-1,1,0.5` (argparse would read `-1,1,0.5` as an option).
+`run` raises ValueError naming the argument on bad input (`divclip.cli.main`: one line, exit 2).
 """
 
 from __future__ import annotations
@@ -12,48 +10,52 @@ import argparse
 import json
 import math
 
-import numpy as np
 
-from divclip.theory.losses import PRESETS, ClipSpec
-from divclip.theory.measures import MEASURES
-from divclip.theory.reallocation import (
-    DEFAULT_BUCKET_EDGES,
-    DEFAULT_COMPARE_SPECS,
-    DEFAULT_EPOCHS,
-    DEFAULT_LR,
-    check_probs,
-    check_vector,
-    compare_measures,
-    constrained_optimum,
-    feasible_region,
-    make_buckets,
-    spec_label,
-)
+class _LibraryHelp(argparse.HelpFormatter):
+    """Fills the `{name}`s of this parser's help texts from the library when the help is printed, not when the
+    parser is built: the defaults live in `divclip.theory.reallocation`, which imports torch."""
+
+    def _get_help_string(self, action):
+        if not action.help or "{" not in action.help:
+            return action.help
+        from divclip.theory.measures import MEASURES
+        from divclip.theory.reallocation import (
+            DEFAULT_BUCKET_EDGES,
+            DEFAULT_COMPARE_SPECS,
+            DEFAULT_EPOCHS,
+            DEFAULT_LR,
+        )
+        from divclip.theory.spec import PRESETS
+
+        return action.help.format(
+            measures=sorted(MEASURES), presets=sorted(PRESETS), epochs=DEFAULT_EPOCHS, lr=DEFAULT_LR,
+            buckets=",".join(f"{e:g}" for e in DEFAULT_BUCKET_EDGES), compare=list(DEFAULT_COMPARE_SPECS),
+        )
 
 
-def add_realloc_command(subparsers) -> argparse.ArgumentParser:
-    """Add the `realloc` subcommand to an argparse subparsers object; returns its parser."""
+def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "realloc",
         help="where probability mass can and does move under a clip measure (feasible box, LP optimum, PPO epochs)",
         description="Feasible new probabilities, the one-step constrained optimum and multi-epoch softmax PG "
         "for a categorical π_old. Negative first values need '=': --adv=-1,1,0.5.",
+        formatter_class=_LibraryHelp,
     )
     p.add_argument("--probs", required=True, help="π_old as comma-separated probabilities summing to 1")
     p.add_argument("--adv", required=True, help="one advantage per action, comma-separated")
     p.add_argument(
-        "--measure", required=True, help=f"a measure {sorted(MEASURES)} or a preset {sorted(PRESETS)}"
+        "--measure", required=True,
+        help="a method string: a preset {presets}, a measure {measures} at the δ matching GRPO's "
+        "lower bound, or e.g. kl3:0.02, ratio:0.2:0.28, binary_kl:0.05/gated; a bare measure also takes the flags",
     )
     p.add_argument("--delta", type=float, help="divergence budget δ (for 'ratio': a symmetric width ε)")
     p.add_argument("--eps-low", type=float, help="'ratio' only: lower clip width")
     p.add_argument("--eps-high", type=float, help="'ratio' only: upper clip width")
     p.add_argument("--mode", default="clip", help="loss form: clip (PPO), gated (DPPO), cispo (default clip)")
-    p.add_argument("--epochs", type=int, default=DEFAULT_EPOCHS, help=f"PPO epochs on one batch ({DEFAULT_EPOCHS})")
-    p.add_argument("--lr", type=float, default=DEFAULT_LR, help=f"gradient step on the logits ({DEFAULT_LR})")
-    p.add_argument(
-        "--buckets", default=",".join(f"{e:g}" for e in DEFAULT_BUCKET_EDGES), help="confidence bucket edges"
-    )
-    p.add_argument("--compare", action="store_true", help=f"also compare the presets {list(DEFAULT_COMPARE_SPECS)}")
+    p.add_argument("--epochs", type=int, help="PPO epochs on one batch ({epochs})")
+    p.add_argument("--lr", type=float, help="gradient step on the logits ({lr})")
+    p.add_argument("--buckets", help="confidence bucket edges ({buckets})")
+    p.add_argument("--compare", action="store_true", help="also compare the presets {compare}")
     p.add_argument("--json", action="store_true")
     return p
 
@@ -65,15 +67,24 @@ def _numbers(flag: str, text: str) -> list[float]:
         raise ValueError(f"{flag} must be comma-separated numbers, got {text!r}") from None
 
 
-def _spec(args) -> tuple[str, ClipSpec]:
-    if args.measure in PRESETS:
-        if any(v is not None for v in (args.delta, args.eps_low, args.eps_high)) or args.mode != "clip":
-            raise ValueError(f"--measure {args.measure} is a preset: it takes no --delta/--eps-low/--eps-high/--mode")
-        return args.measure, PRESETS[args.measure]
-    if args.measure not in MEASURES:
-        raise ValueError(
-            f"--measure must be a measure {sorted(MEASURES)} or a preset {sorted(PRESETS)}, got {args.measure!r}"
-        )
+def _spec(args):
+    from divclip.theory.measures import MEASURES
+    from divclip.theory.spec import PRESETS, ClipSpec, parse_method, spec_label
+
+    flags = {"--delta": args.delta, "--eps-low": args.eps_low, "--eps-high": args.eps_high}
+    given = [flag for flag, v in flags.items() if v is not None] + (["--mode"] if args.mode != "clip" else [])
+    if not given or args.measure not in MEASURES:
+        if given:
+            what = "is a preset" if args.measure in PRESETS else "is a full method string"
+            raise ValueError(
+                f"--measure {args.measure} {what}: it takes no {'/'.join(given)}; put the budget and options in "
+                f"the string (e.g. 'kl3:0.02/gated') or give a bare measure with the flags"
+            )
+        try:
+            spec = parse_method(args.measure)
+        except ValueError as exc:
+            raise ValueError(f"--measure must be a measure, a preset or a method string: {exc}") from None
+        return (args.measure if args.measure in PRESETS else spec_label(spec)), spec
     if args.measure == "ratio" and args.delta is not None:
         if args.eps_low is not None or args.eps_high is not None:
             raise ValueError("--measure ratio takes --delta (symmetric width) or --eps-low/--eps-high, not both")
@@ -89,6 +100,8 @@ def _fmt(x: float, w: int = 8) -> str:
 
 
 def _print_feasible(label, f) -> None:
+    import numpy as np
+
     print(f"π_old = {np.round(f.probs, 6).tolist()}   A = {f.adv.tolist()}   spec: {label}")
     print("\nFeasible region: new probability of each action (ratio interval × π_old, capped at 1)")
     heads = ("lo", "hi", "q_min", "q_max", "room↑", "room↓")
@@ -113,6 +126,8 @@ def _print_optimum(o) -> None:
 
 
 def _print_drift(d) -> None:
+    import numpy as np
+
     print(f"\nSoftmax PG on the logits, exact expected group, lr = {d.lr:g}, {d.epochs} epoch(s) on one batch")
     print(f"{'epoch':>5}  {'π_new':<28} {'ratio':<28} {'clipped':<8} {'KL':>7} {'H':>7}  net mass by bucket")
     for e in range(d.epochs):
@@ -141,20 +156,34 @@ def _print_comparison(c) -> None:
         print(f"{r.label:<{width}} {r.lo_min:>7.4f} {r.hi_max:>7.4f} {cells}")
 
 
-def run_realloc(args) -> int:
+def run(args) -> int:
     """Run `divclip realloc`; prints a report (or JSON) and returns 0. Bad input raises ValueError."""
+    from divclip.theory.comparison import compare_measures
+    from divclip.theory.reallocation import (
+        DEFAULT_BUCKET_EDGES,
+        DEFAULT_COMPARE_SPECS,
+        DEFAULT_EPOCHS,
+        DEFAULT_LR,
+        check_probs,
+        check_vector,
+        constrained_optimum,
+        feasible_region,
+        make_buckets,
+    )
+
     # Validate with the flags' names, then hand the raw numbers on so that the library renormalises once.
     probs, adv = _numbers("--probs", args.probs), _numbers("--adv", args.adv)
     p = check_probs(probs, "--probs")
     check_vector("--adv", adv, p.size, "--probs")
-    edges = _numbers("--buckets", args.buckets)
+    edges = list(DEFAULT_BUCKET_EDGES) if args.buckets is None else _numbers("--buckets", args.buckets)
     make_buckets(p, edges)
     label, spec = _spec(args)
     feas = feasible_region(probs, adv, spec, bucket_edges=edges)
     opt = constrained_optimum(probs, adv, spec, bucket_edges=edges)
     specs = {name: name for name in DEFAULT_COMPARE_SPECS} if args.compare else {}
     specs.setdefault(label, spec)  # a preset already in the table keeps its place
-    comp = compare_measures(probs, adv, specs, lr=args.lr, epochs=args.epochs, bucket_edges=edges)
+    comp = compare_measures(probs, adv, specs, lr=DEFAULT_LR if args.lr is None else args.lr,
+                            epochs=DEFAULT_EPOCHS if args.epochs is None else args.epochs, bucket_edges=edges)
     drift = next(r.drift for r in comp.rows if r.label == label)
     if args.json:
         out = {"spec": label, "feasible": feas.to_dict(), "optimum": opt.to_dict(), "drift": drift.to_dict()}

@@ -1,0 +1,51 @@
+"""The `divclip` command line: one parser, one error path, one module per subcommand.
+
+    divclip measures | bounds | derive | realloc | check | toy | train  [options]     (divclip CMD --help)
+
+Each subcommand is a module here with the same two functions: `add_parser(subparsers)` adds its argparse
+parser, `run(args) -> int` runs it and returns the exit status. `SUBCOMMANDS` below lists them; follow a flag
+from there to its module. Subcommand modules import only argparse-level code at import time; torch,
+transformers and the heavy maths are imported inside `run`, so `divclip --help` and `divclip bounds` stay fast.
+
+Errors take one path, `main`: a bad argument (argparse) or a ValueError raised by a subcommand prints one line,
+`divclip: error: …`, naming the argument, its value and what is allowed, on stderr, and the status is 2.
+Argument errors leave through SystemExit(2) (argparse's convention); ValueErrors make `main` return 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from divclip.cli import bounds, check, derive, measures, realloc, toy, train
+
+SUBCOMMANDS = (measures, bounds, derive, realloc, check, toy, train)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with divclip's one-line errors: `divclip: error: argument --x: …` and SystemExit(2)."""
+
+    def error(self, message: str):
+        self.exit(2, f"divclip: error: {message} (see '{self.prog} --help')\n")
+
+
+def build_parser() -> Parser:
+    """The whole `divclip` parser: every subcommand's `add_parser`, its `run` stored as the `run` default."""
+    parser = Parser(prog="divclip", description="Divergence-based policy-loss clipping: theory explorer and toolkit.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    for module in SUBCOMMANDS:
+        module.add_parser(sub).set_defaults(run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse `argv` (default sys.argv[1:]), run the subcommand, return its exit status (2 for bad input)."""
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    try:
+        return args.run(args)
+    except BrokenPipeError:  # `divclip derive | head`: the reader left, nothing is wrong
+        sys.stderr.close()
+        return 0
+    except ValueError as exc:
+        print(f"divclip: error: {exc}", file=sys.stderr)
+        return 2

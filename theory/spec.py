@@ -1,0 +1,377 @@
+"""What a method is, without torch: `ClipSpec`, the named presets, the method-string format and its label.
+
+Every caller that names a method (the toy arena, `divclip realloc`, the trainer, the app, the plug-ins) goes
+through this module: `parse_method` reads a string, `PRESETS` holds the named specs, `spec_label` prints a spec
+and `method_string` writes the string that parses back to it. None of it imports torch; the loss that consumes
+a spec is `divclip.theory.losses.policy_loss`.
+
+Method strings (whitespace around the whole string is ignored; nothing else is):
+
+    method  := base ("/" option)*
+    base    := PRESET                        grpo, dapo, atr, dppo_kl, dppo_tv, gspo, sapo
+             | MEASURE                       a p-independent measure at the δ that puts its lower bound at
+                                             1 - 0.2 (GRPO's ε_low), as ATR-GRPO does; 'ratio' is ε = 0.2
+             | MEASURE ":" NUMBER            budget δ (for 'ratio': a symmetric clip width ε)
+             | "ratio:" NUMBER ":" NUMBER    ratio clip ε_low:ε_high (DAPO's clip-higher is ratio:0.2:0.28)
+    option  := "clip" | "gated" | "cispo" | "sapo"   the loss form (default clip; a preset keeps its own)
+             | "seq"                               GSPO's sequence-level ratio
+             | "dual=" NUMBER                      dual-clip cap c > 1 (mode clip)
+             | "tis=" NUMBER                       truncated IS weight cap (mode gated)
+             | "tau=" NUMBER ":" NUMBER            SAPO gate temperatures for A > 0 and A <= 0
+
+Examples: `kl3`, `kl3:0.023144`, `ratio:0.2:0.28`, `binary_kl:0.05/gated/tis=20`, `dapo/dual=3`, `ratio:3e-4:4e-4/seq`.
+A preset followed by options is that preset with those fields replaced. NUMBER is a finite Python float.
+`,` separates methods in a list (`parse_methods`); `&` and `@` are reserved for combining specs and for an
+adaptive budget and are refused for now.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import numbers
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from divclip.theory.measures import MEASURES, Measure, get_measure
+
+__all__ = [
+    "DEFAULT_EPS_LOW",
+    "LEVELS",
+    "PRESETS",
+    "ClipSpec",
+    "method_string",
+    "parse_method",
+    "parse_methods",
+    "preset",
+    "spec_label",
+]
+
+LEVELS = ("token", "sequence")
+DEFAULT_EPS_LOW = 0.2
+"""A bare measure name means the budget whose lower bound is 1 - DEFAULT_EPS_LOW (GRPO's ε_low), as ATR-GRPO."""
+
+# Loss-form names; `divclip.theory.loss_modes.register_mode` adds to this set as it registers a form.
+MODE_NAMES: set[str] = {"clip", "gated", "cispo", "sapo"}
+# p-dependent measures the torch loss can solve per-token bounds for (`divclip.theory.loss_modes._TORCH_BOUNDS`).
+LOSS_P_DEPENDENT = frozenset({"binary_kl", "binary_tv"})
+
+
+# ------------------------------------------------------------------------------------------------ spec
+def _positive(name: str, value, above: float = 0.0, at_most: float | None = None) -> float:
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) and value > above
+    if ok and at_most is not None:
+        ok = value <= at_most
+    if not ok:
+        allowed = f"a finite number > {above:g}" + ("" if at_most is None else f" and <= {at_most:g}")
+        raise ValueError(f"ClipSpec.{name} must be {allowed}, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class ClipSpec:
+    """How a token's policy gradient is limited: a divergence measure, its budget, and the loss form."""
+
+    measure: str | Measure = "ratio"
+    """Divergence measure: a name in `theory.MEASURES` (or a `Measure`); 'ratio' is PPO's |r - 1|."""
+    delta: float | None = None
+    """Budget δ of D(r[, p]) <= δ for every measure except 'ratio' (KL3: 0.01–0.05 is sane)."""
+    eps_low: float | None = None
+    """'ratio' only: lower clip width, r >= 1 - eps_low (GRPO/DAPO 0.2; GSPO 3e-4)."""
+    eps_high: float | None = None
+    """'ratio' only: upper clip width, r <= 1 + eps_high (GRPO 0.2, DAPO 0.28; GSPO 4e-4)."""
+    dual_clip_c: float | None = None
+    """mode 'clip': dual-clip cap c > 1 on -A·r for A < 0 (verl `clip_ratio_c`, 3.0); None = off."""
+    level: str = "token"
+    """'token', or 'sequence' for GSPO's length-normalised sequence ratio (mode 'clip', p-free measures)."""
+    mode: str = "clip"
+    """Loss form: 'clip' (PPO), 'gated' (DPPO mask), 'cispo' or 'sapo'; see `divclip.theory.losses.MODES`."""
+    tis_cap: float | None = None
+    """mode 'gated': truncate the stop-gradient IS weight at this value (verl dppo `clip_ratio_c`); None = off."""
+    tau_pos: float = 1.0
+    """mode 'sapo': gate temperature for A > 0."""
+    tau_neg: float = 1.05
+    """mode 'sapo': gate temperature for A <= 0."""
+
+    def __post_init__(self):
+        if not isinstance(self.measure, Measure) and self.measure not in MEASURES:
+            raise ValueError(f"ClipSpec.measure must be one of {sorted(MEASURES)} (or a Measure), got {self.measure!r}")
+        if self.mode not in MODE_NAMES:
+            raise ValueError(f"ClipSpec.mode must be one of {sorted(MODE_NAMES)}, got {self.mode!r}")
+        if self.level not in LEVELS:
+            raise ValueError(f"ClipSpec.level must be one of {list(LEVELS)}, got {self.level!r}")
+        self._check_budget()
+        if self.dual_clip_c is not None:
+            if self.mode != "clip":
+                raise ValueError(f"ClipSpec.dual_clip_c applies to mode='clip' only, got mode={self.mode!r}")
+            _positive("dual_clip_c", self.dual_clip_c, above=1.0)
+        if self.tis_cap is not None:
+            if self.mode != "gated":
+                raise ValueError(f"ClipSpec.tis_cap applies to mode='gated' only, got mode={self.mode!r}")
+            _positive("tis_cap", self.tis_cap)
+        _positive("tau_pos", self.tau_pos)
+        _positive("tau_neg", self.tau_neg)
+        if self.mode != "sapo" and (self.tau_pos, self.tau_neg) != (1.0, 1.05):
+            raise ValueError(f"ClipSpec.tau_pos/tau_neg apply to mode='sapo' only, got mode={self.mode!r}")
+        if self.level == "sequence":
+            if self.mode != "clip":
+                raise ValueError(f"ClipSpec.level='sequence' (GSPO) needs mode='clip', got mode={self.mode!r}")
+            if self.p_dependent:
+                raise ValueError(
+                    f"ClipSpec.level='sequence' needs a p-independent measure (a sequence has no single p), "
+                    f"got measure={self.measure_name!r}"
+                )
+        if self.p_dependent and self.measure_name not in LOSS_P_DEPENDENT:
+            raise ValueError(
+                f"ClipSpec.measure={self.measure_name!r} is p-dependent without a torch bound solver; "
+                f"p-dependent measures supported in the loss: {sorted(LOSS_P_DEPENDENT)}"
+            )
+
+    def _check_budget(self):
+        if self.mode == "sapo":
+            if (self.delta, self.eps_low, self.eps_high) != (None, None, None):
+                raise ValueError(
+                    "mode='sapo' uses the soft gate (tau_pos, tau_neg), not a clip budget: "
+                    f"got delta={self.delta!r}, eps_low={self.eps_low!r}, eps_high={self.eps_high!r}"
+                )
+            return
+        if self.measure_name == "ratio":
+            if self.delta is not None:
+                raise ValueError(
+                    f"measure 'ratio' takes clip widths eps_low and eps_high, not delta (got delta={self.delta!r})"
+                )
+            if self.eps_low is None or self.eps_high is None:
+                raise ValueError(
+                    f"measure 'ratio' needs both eps_low and eps_high, got eps_low={self.eps_low!r}, "
+                    f"eps_high={self.eps_high!r}"
+                )
+            _positive("eps_low", self.eps_low, at_most=1.0)
+            _positive("eps_high", self.eps_high)
+        else:
+            if self.eps_low is not None or self.eps_high is not None:
+                raise ValueError(
+                    f"eps_low/eps_high are clip widths for measure 'ratio'; measure {self.measure_name!r} takes "
+                    f"delta (got eps_low={self.eps_low!r}, eps_high={self.eps_high!r})"
+                )
+            if self.delta is None:
+                raise ValueError(f"measure {self.measure_name!r} needs a budget delta > 0, got delta=None")
+            _positive("delta", self.delta)
+            if not self.p_dependent:
+                self.ratio_bounds()  # a custom measure may refuse this δ: fail here, not mid-training
+
+    @property
+    def measure_name(self) -> str:
+        return self.measure.name if isinstance(self.measure, Measure) else self.measure
+
+    @property
+    def p_dependent(self) -> bool:
+        return get_measure(self.measure).p_dependent
+
+    def ratio_bounds(self) -> tuple[float, float]:
+        """The scalar clip interval (lo, hi) of a p-independent measure (computed once per spec)."""
+        if self.p_dependent:
+            raise ValueError(f"measure {self.measure_name!r} depends on p = π_old(a): its bounds are per token")
+        return _scalar_bounds(self)
+
+
+@functools.lru_cache(maxsize=256)
+def _scalar_bounds(spec: ClipSpec) -> tuple[float, float]:
+    if spec.measure_name == "ratio" and spec.eps_low is not None:  # asymmetric widths: [1 - ε_low, 1 + ε_high]
+        return max(1.0 - float(spec.eps_low), 0.0), 1.0 + float(spec.eps_high)
+    lo, hi = get_measure(spec.measure).bounds(spec.delta)
+    return float(lo), float(hi)
+
+
+# -------------------------------------------------------------------------------------------- presets
+def _presets() -> dict[str, ClipSpec]:
+    return {
+        "grpo": ClipSpec("ratio", eps_low=0.2, eps_high=0.2),
+        "dapo": ClipSpec("ratio", eps_low=0.2, eps_high=0.28),
+        # ATR-GRPO: the KL3 budget whose lower bound is GRPO's 0.8, δ = KL3(0.8) = 0.023144 (THEORY.md §2).
+        "atr": ClipSpec("kl3", delta=get_measure("kl3").value(0.8)),
+        # DPPO (arXiv 2602.04879, verl dppo_*): verl reuses `clip_ratio` (default 0.2, a PPO width) as δ; 0.05 for
+        # binary KL and 0.2 for binary TV are the values validated in SkyRL's DPPO port. The TIS cap is verl's
+        # in-code fallback 20 ("a large threshold is recommended"); an ActorConfig's default clip_ratio_c is 3.
+        "dppo_kl": ClipSpec("binary_kl", delta=0.05, mode="gated", tis_cap=20.0),
+        "dppo_tv": ClipSpec("binary_tv", delta=0.2, mode="gated", tis_cap=20.0),
+        "gspo": ClipSpec("ratio", eps_low=3e-4, eps_high=4e-4, level="sequence"),
+        "sapo": ClipSpec(mode="sapo"),
+    }
+
+
+PRESETS: Mapping[str, ClipSpec] = MappingProxyType(_presets())
+
+
+def preset(name: str) -> ClipSpec:
+    """The named `ClipSpec`: grpo, dapo, atr (KL3, δ = 0.023144), dppo_kl, dppo_tv, gspo, sapo."""
+    if not isinstance(name, str) or name not in PRESETS:
+        raise ValueError(f"preset name must be one of {sorted(PRESETS)}, got {name!r}")
+    return PRESETS[name]
+
+
+# ------------------------------------------------------------------------------------- method strings
+_RESERVED = {"&": "intersection of specs", "@": "an adaptive budget", ",": "a list separator (use parse_methods)"}
+
+
+def _allowed() -> str:
+    return (
+        f"a preset {sorted(PRESETS)} or a measure {sorted(MEASURES)}, optionally ':delta' ('ratio:eps' or "
+        f"'ratio:eps_low:eps_high'), then options '/clip', '/gated', '/cispo', '/sapo', '/seq', '/dual=C', "
+        f"'/tis=C', '/tau=POS:NEG' (e.g. 'kl3:0.023144', 'ratio:0.2:0.28', 'binary_kl:0.05/gated')"
+    )
+
+
+def _number(text: str, what: str, method: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        x = math.nan
+    if not math.isfinite(x):
+        raise ValueError(f"method {method!r}: {what} must be a finite number, got {text!r}; allowed: {_allowed()}")
+    return x
+
+
+def _apply_option(fields: dict, option: str, method: str) -> None:
+    key, eq, value = option.partition("=")
+    if not eq and key in MODE_NAMES:
+        fields["mode"] = key
+    elif not eq and key == "seq":
+        fields["level"] = "sequence"
+    elif eq and key == "dual":
+        fields["dual_clip_c"] = _number(value, "the dual-clip cap after 'dual='", method)
+    elif eq and key == "tis":
+        fields["tis_cap"] = _number(value, "the TIS cap after 'tis='", method)
+    elif eq and key == "tau" and value.count(":") == 1:
+        pos, neg = value.split(":")
+        fields["tau_pos"] = _number(pos, "tau_pos", method)
+        fields["tau_neg"] = _number(neg, "tau_neg", method)
+    else:
+        raise ValueError(f"method {method!r}: unknown option {'/' + option!r}; allowed: {_allowed()}")
+
+
+def _base_fields(base: str, method: str, mode: str | None) -> dict | ClipSpec:
+    """The preset (a ClipSpec) or the measure's fields of `base` ('kl3', 'kl3:0.02', 'ratio:0.2:0.28')."""
+    if base in PRESETS:
+        return PRESETS[base]
+    head, *nums = base.split(":")
+    if head not in MEASURES:
+        raise ValueError(
+            f"unknown method {method!r}: {head!r} is neither a preset nor a measure; allowed: {_allowed()}"
+        )
+    values = [_number(x, f"the budget after '{head}:'", method) for x in nums]
+    if head == "ratio":
+        if len(values) > 2:
+            raise ValueError(f"method {method!r}: a ratio clip is 'ratio', 'ratio:eps' or 'ratio:eps_low:eps_high'")
+        if mode == "sapo" and not values:
+            return {"measure": "ratio"}
+        lo, hi = (values[0], values[-1]) if values else (DEFAULT_EPS_LOW, DEFAULT_EPS_LOW)
+        return {"measure": "ratio", "eps_low": lo, "eps_high": hi}
+    if len(values) > 1:
+        raise ValueError(f"method {method!r}: a divergence measure takes one budget, '{head}:delta'")
+    if values:
+        return {"measure": head, "delta": values[0]}
+    if mode == "sapo":
+        return {"measure": head}
+    if MEASURES[head].p_dependent:
+        raise ValueError(f"method {method!r}: the p-dependent measure {head!r} needs a budget, e.g. '{head}:0.05'")
+    from divclip.theory.conversions import delta_for_eps
+
+    return {"measure": head, "delta": delta_for_eps(head, eps_low=DEFAULT_EPS_LOW)}
+
+
+def parse_method(text: str) -> ClipSpec:
+    """The `ClipSpec` of one method string (grammar in the module doc string); a ValueError names the string."""
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"method must be a non-empty string: {_allowed()}; got {text!r}")
+    method = text.strip()
+    for ch, meaning in _RESERVED.items():
+        if ch in method:
+            raise ValueError(f"method {method!r}: {ch!r} ({meaning}) is not supported here; allowed: {_allowed()}")
+    base, *options = method.split("/")
+    fields: dict = {}
+    for option in options:
+        _apply_option(fields, option, method)
+    found = _base_fields(base, method, fields.get("mode"))
+    try:
+        if isinstance(found, ClipSpec):
+            return dataclasses.replace(found, **fields) if fields else found
+        return ClipSpec(**found, **fields)
+    except ValueError as exc:
+        raise ValueError(f"method {method!r}: {exc}") from None
+
+
+def parse_methods(methods) -> dict[str, ClipSpec]:
+    """{label: ClipSpec} in order, from 'grpo,dapo,kl3:0.05', a list of method strings / ClipSpecs /
+    (label, spec) pairs, or a {label: spec} mapping. A string is its own label; a ClipSpec gets `spec_label`.
+    A ValueError names the entry it cannot read, or the repeated label."""
+    if isinstance(methods, str):
+        methods = [m.strip() for m in methods.split(",") if m.strip()]
+    items = list(methods.items()) if isinstance(methods, Mapping) else list(methods or [])
+    if not items:
+        raise ValueError(f"methods must name at least one method (e.g. 'grpo,dapo,atr'), got {methods!r}")
+    out: dict[str, ClipSpec] = {}
+    for item in items:
+        if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
+            label, spec = item
+            if not isinstance(spec, ClipSpec):
+                spec = parse_method(spec)
+        elif isinstance(item, ClipSpec):
+            label, spec = spec_label(item), item
+        elif isinstance(item, str):
+            label, spec = item.strip(), parse_method(item)
+        else:
+            raise ValueError(f"methods entries must be names, ClipSpecs or (label, ClipSpec) pairs, got {item!r}")
+        if not label or "," in label or label in out:
+            raise ValueError(f"method labels must be non-empty, unique and comma-free, got {label!r}")
+        out[label] = spec
+    return out
+
+
+def as_spec(spec) -> ClipSpec:
+    """`spec` itself if a ClipSpec, else the ClipSpec of the method string `spec` (a preset name is one)."""
+    if isinstance(spec, ClipSpec):
+        return spec
+    if isinstance(spec, str):
+        return parse_method(spec)
+    raise ValueError(f"spec must be a ClipSpec or a method string ({_allowed()}), got {spec!r}")
+
+
+def _options(spec: ClipSpec, fmt) -> list[str]:
+    out = [] if spec.mode == "clip" else [spec.mode]
+    if spec.level == "sequence":
+        out.append("seq")
+    if spec.dual_clip_c is not None:
+        out.append(f"dual={fmt(spec.dual_clip_c)}")
+    if spec.tis_cap is not None:
+        out.append(f"tis={fmt(spec.tis_cap)}")
+    if spec.mode == "sapo" and (spec.tau_pos, spec.tau_neg) != (1.0, 1.05):
+        out.append(f"tau={fmt(spec.tau_pos)}:{fmt(spec.tau_neg)}")
+    return out
+
+
+def method_string(spec) -> str:
+    """The method string that `parse_method` reads back to exactly `spec` (a preset's name when it is one)."""
+    spec = as_spec(spec)
+    for name, known in PRESETS.items():
+        if known == spec:
+            return name
+    if spec.mode == "sapo":
+        base = spec.measure_name
+    elif spec.measure_name == "ratio":
+        base = f"ratio:{spec.eps_low!r}:{spec.eps_high!r}"
+    else:
+        base = f"{spec.measure_name}:{spec.delta!r}"
+    return "/".join([base, *_options(spec, repr)])
+
+
+def spec_label(spec) -> str:
+    """A short readable label, comma-free: 'ratio 0.2/0.28', 'kl3 δ=0.02314', 'binary_kl δ=0.05 gated tis=20',
+    'ratio 0.0003/0.0004 seq', 'sapo τ=1/1.05'. Accepts a ClipSpec or a method string."""
+    s = as_spec(spec)
+    if s.mode == "sapo":
+        return f"sapo τ={s.tau_pos:g}/{s.tau_neg:g}"
+    budget = f"{s.eps_low:g}/{s.eps_high:g}" if s.measure_name == "ratio" else f"δ={s.delta:.4g}"
+    extra = [o for o in _options(s, lambda x: f"{x:g}") if not o.startswith("tau=")]
+    return " ".join([s.measure_name, budget, *extra])
