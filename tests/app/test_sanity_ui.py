@@ -85,3 +85,19 @@ def test_tables_show_rounded_numbers():
     for frame in at.dataframe:
         text = frame.value.to_csv()
         assert not re.search(r"\d\.?\d*(9999999|0000000)\d", text), text
+
+
+def test_histogram_labels_do_not_overlap():
+    from divclip.sanity import figures
+
+    rollouts = EXAMPLES / "rollouts_example.jsonl"
+    report = report_from_uploads(config=("verl_dapo.yaml", (EXAMPLES / "verl_dapo.yaml").read_bytes()),
+                                 rollouts=(rollouts.name, rollouts.read_bytes()))
+    fig = figures.log_ratio_histogram_figure(report["rollouts"])
+    notes = [(a.x, a.xanchor, a.yshift or 0, a.text) for a in fig.layout.annotations]
+    assert len(notes) == 4  # ratio and KL3, each bound
+    # ratio and KL3 share the lower bound log 0.8: their labels differ in row (yshift), never in nothing
+    places = [(round(x, 9), anchor, shift) for x, anchor, shift, _ in notes]
+    assert len(set(places)) == len(places)
+    lower = [n for n in notes if n[0] == min(n[0] for n in notes)]
+    assert len(lower) == 2 and lower[0][2] != lower[1][2] and {n[1] for n in lower} == {"right"}
