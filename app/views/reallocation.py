@@ -83,7 +83,7 @@ def chosen_specs(presets, extra: str) -> dict:
                 raise ValueError(f"other specs: {label!r} is already chosen above")
             specs[label] = spec
     if not specs:
-        raise ValueError("choose at least one clip spec (sidebar)")
+        raise ValueError("choose at least one clip spec (Clip specs, above)")
     return specs
 
 
@@ -122,25 +122,26 @@ st.markdown(
 )
 show_messages(url_warnings, kind="warning")
 
-with st.sidebar:
-    st.subheader("Examples")
-    for label, example in EXAMPLES.items():
-        st.button(label, on_click=state.set, args=(example,), width="stretch", key=f"realloc.example.{label}",
-                  help=f"π_old = {example['probs']}, A = {example['adv']}, lr {example['lr']:g}, "
-                       f"{example['epochs']:.0f} epochs")
-    st.subheader("Clip specs")
-    st.multiselect("Presets", SPEC_CHOICES, key=state.key("specs"),
-                   help="Presets: grpo ratio 0.2, dapo 0.2/0.28, atr KL3 δ = 0.023144, dppo_kl binary "
-                        "KL δ = 0.05, dppo_tv binary TV δ = 0.2, gspo ratio 3e-4/4e-4.")
-    st.text_input("Other specs", key=state.key("extra"), placeholder="kl3:0.05, ratio:0.1:0.3, chi2",
-                  help="Comma-separated: a measure at the δ with GRPO's lower bound (kl3), 'measure:δ', "
-                       "'ratio:ε' or 'ratio:ε_low:ε_high'.")
-    st.subheader("Softmax dynamics")
-    st.number_input("lr — gradient step on the logits", min_value=0.001, max_value=10.0, step=0.05, format="%.3f",
-                    key=state.key("lr"))
-    st.number_input("PPO epochs on one batch", min_value=1.0, max_value=200.0, step=1.0, format="%.0f",
-                    key=state.key("epochs"))
-    st.button("Reset", on_click=state.reset, type="primary", width="stretch", icon=":material/restart_alt:")
+with st.container(border=True, key="realloc-controls"):  # in the page: on a phone the sidebar hides
+    st.markdown("**Examples**")
+    cols = st.columns(len(EXAMPLES))
+    for col, (label, example) in zip(cols, EXAMPLES.items()):
+        col.button(label, on_click=state.set, args=(example,), width="stretch", key=f"realloc.example.{label}",
+                   help=f"π_old = {example['probs']}, A = {example['adv']}, lr {example['lr']:g}, "
+                        f"{example['epochs']:.0f} epochs")
+    specs_col, extra_col = st.columns(2)
+    specs_col.multiselect("Clip specs", SPEC_CHOICES, key=state.key("specs"),
+                          help="Presets: grpo ratio 0.2, dapo 0.2/0.28, atr KL3 δ = 0.023144, dppo_kl binary "
+                               "KL δ = 0.05, dppo_tv binary TV δ = 0.2, gspo ratio 3e-4/4e-4.")
+    extra_col.text_input("Other specs", key=state.key("extra"), placeholder="kl3:0.05, ratio:0.1:0.3, chi2",
+                         help="Comma-separated: a measure at the δ with GRPO's lower bound (kl3), 'measure:δ', "
+                              "'ratio:ε' or 'ratio:ε_low:ε_high'.")
+    lr_col, epochs_col, reset_col = st.columns([2, 2, 1], vertical_alignment="bottom")
+    lr_col.number_input("lr — gradient step on the logits", min_value=0.001, max_value=10.0, step=0.05,
+                        format="%.3f", key=state.key("lr"))
+    epochs_col.number_input("PPO epochs on one batch", min_value=1.0, max_value=200.0, step=1.0, format="%.0f",
+                            key=state.key("epochs"))
+    reset_col.button("Reset", on_click=state.reset, type="primary", width="stretch", icon=":material/restart_alt:")
 
 left, right = st.columns(2)
 left.text_input("π_old (probs) — probabilities summing to 1", key=state.key("probs"))
