@@ -76,17 +76,18 @@ def number_with_slider(state, param, *, log: bool, step: float, fmt: str = "%.8g
     """A typed number input (the value itself, any number in range, what the URL holds) with a slider beside
     it to drag (log-scale stops for δ and ε, `slider_step` in linear scale), kept in step both ways.
 
-    The number input owns `state.key(param.key)`; the slider has a key of its own and shows the nearest stop."""
+    The number input owns `state.key(param.key)`; the slider has a key of its own. A log slider's stops include
+    the current value itself, so it shows exactly what the box holds (0.2308, not the nearest stop 0.2)."""
     import streamlit as st
 
     ss = st.session_state
     key = state.key(param.key)
     slider_key = f"{key}.slider"
-    stops = log_stops(param.lo, param.hi) if log else None
+    stops = sorted(set(log_stops(param.lo, param.hi)) | {float(ss[key])}) if log else None
 
     def snapped(value: float) -> float:
         if log:
-            return nearest_stop(value, stops)
+            return value if value in stops else nearest_stop(value, stops)
         return min(max(round(round(value / slider_step) * slider_step, 12), param.lo), param.hi)
 
     def from_number() -> None:

@@ -93,6 +93,8 @@ def test_explorer_takes_typed_values(page, app_url, artifacts):
     low.press("Enter")
     wait_query(page, "eps_low", "0.0003")
     assert row_for(table_rows(page), "ratio")["l"] == "0.999700"
+    thumbs = page.locator('[data-testid="stSliderThumbValue"]').all_inner_texts()
+    assert "0.0003" in thumbs and "0.275" in thumbs, thumbs  # the sliders show the typed values too
     delta = page.get_by_label("δ (divergence budget)", exact=True)
     delta.fill("0.05")
     delta.press("Enter")
