@@ -129,14 +129,16 @@ options = dict(framework=None if framework == "auto" else framework,
 try:
     report = report_from_uploads(config=config, rollouts=rollouts, overrides_text=overrides_text, **options)
 except ValueError as exc:
+    report = None
+    if rollouts is not None and (config is not None or overrides_text.strip()):
+        # A broken config (or overrides box) must not hide the rollout report: check the rollouts alone. If they
+        # fail too, the one error above is all there is to say.
+        try:
+            report = report_from_uploads(config=None, rollouts=rollouts, overrides_text="", **options)
+        except ValueError:
+            report = None
     st.error(f"Cannot check this input: {exc}")
-    if rollouts is None:
-        st.stop()
-    # A broken config (or overrides box) must not hide the rollout report: check the rollouts alone.
-    try:
-        report = report_from_uploads(config=None, rollouts=rollouts, overrides_text="", **options)
-    except ValueError as exc2:
-        st.error(f"Cannot check the rollouts either: {exc2}")
+    if report is None:
         st.stop()
     st.warning("The report below is for the rollouts alone: the config and overrides were left out because of "
                "the error above. The clip is the ε overrides' (Options), else each measure's default budget.")
