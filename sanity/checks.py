@@ -29,19 +29,19 @@ class Finding:
 
 
 SOURCES = {
-    "on_policy_clip_inert": "THEORY.md §5; verl issues #791 and #1477 (github.com/volcengine/verl); TRL 1.16 "
+    "on_policy_clip_inert": "docs/theory.md §5; verl issues #791 and #1477 (github.com/volcengine/verl); TRL 1.16 "
     "grpo_trainer.py uses the current log-probs, detached, as the old ones when generation is aligned with "
     "gradient accumulation",
     "sequence_ratio_token_eps": "GSPO (Zheng et al. 2025, arXiv 2507.18071): ε_low = 3e-4, ε_high = 4e-4 on the "
-    "length-normalised sequence ratio, about 1000× below token-level widths; THEORY.md §5",
+    "length-normalised sequence ratio, about 1000× below token-level widths; docs/theory.md §5",
     "token_ratio_sequence_eps": "PPO (arXiv 1707.06347) ε 0.1–0.3 and DAPO (arXiv 2503.14476) 0.2/0.28 on token "
-    "ratios; GSPO's 3e-4/4e-4 (arXiv 2507.18071) is for sequence ratios; THEORY.md §5",
+    "ratios; GSPO's 3e-4/4e-4 (arXiv 2507.18071) is for sequence ratios; docs/theory.md §5",
     "verl_dual_clip_always_on": f"verl {VERL_VERSION} core_algos.compute_policy_loss_vanilla (dual-clip PPO, Ye et "
-    "al. 2019, arXiv 1912.09729; clip_ratio_c defaults to 3.0 in actor.yaml); THEORY.md §3, §5",
+    "al. 2019, arXiv 1912.09729; clip_ratio_c defaults to 3.0 in actor.yaml); docs/theory.md §3, §5",
     "outside_published_range": "PPO (arXiv 1707.06347): ε 0.1–0.3; DAPO (arXiv 2503.14476): 0.2/0.28; GSPO "
     "(arXiv 2507.18071): 3e-4/4e-4; dual-clip PPO (arXiv 1912.09729): c = 3; DPPO (arXiv 2602.04879) as "
     "validated in SkyRL's port: δ = 0.05 (binary KL), 0.2 (binary TV)",
-    "asymmetric_contradicts_measure": "THEORY.md §2–§3: a divergence budget fixes both sides of the interval; "
+    "asymmetric_contradicts_measure": "docs/theory.md §2–§3: a divergence budget fixes both sides of the interval; "
     "every p-independent measure's upper width is at least its lower width (KL3: ε_high − ε_low ≈ 4δ/3)",
     "clip_ratio_shadowed": f"verl {VERL_VERSION} actor/actor.yaml sets clip_ratio_low/high to 0.2 (not null), and "
     "core_algos falls back to clip_ratio only where they are null",
@@ -55,7 +55,7 @@ SOURCES = {
     "INTELLECT-2, arXiv 2505.07291)",
     "minibatch_larger_than_batch": f"verl {VERL_VERSION} ActorConfig.validate: train_batch_size must be >= "
     "ppo_mini_batch_size",
-    "rollouts_on_policy": "THEORY.md §5; verl issues #791 and #1477",
+    "rollouts_on_policy": "docs/theory.md §5; verl issues #791 and #1477",
 }
 
 # "Far outside" published values: a factor of about 2 beyond PPO's 0.1–0.3 for token widths, 3 around GSPO.
@@ -278,3 +278,9 @@ def _minibatch(s, _):
         "minibatch_larger_than_batch",
         f"ppo_mini_batch_size = {mini} > data.train_batch_size = {train}: verl refuses to start (without "
         "use_dynamic_bsz); divclip counts one mini-batch.", "actor_rollout_ref.actor.ppo_mini_batch_size")]
+
+
+@check
+def _divclip_plugins(s, _):
+    """What divclip's verl modes / TRL plug-in log at run time (divclip.sanity.advice), as findings."""
+    return [Finding(a.code, a.message, a.source, a.key) for a in s.advice]

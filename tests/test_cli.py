@@ -127,7 +127,7 @@ def test_the_parser_loads_no_torch_and_lists_every_subcommand():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split()[-1] == "False"
-    for name in ("measures", "bounds", "derive", "realloc", "check", "toy", "train"):
+    for name in ("measures", "bounds", "derive", "realloc", "check", "export", "toy", "train"):
         assert name in proc.stdout
 
 
@@ -156,6 +156,7 @@ def test_realloc_help_shows_the_library_defaults(capsys):
     assert "bucket edges (0,0.2,0.5,1)" in out and "'kl3'" in out and "'atr'" in out
 
 
+@pytest.mark.slow
 def test_python_dash_m_entry_points_are_the_same_cli():
     for module in ("divclip.cli", "divclip.trainer"):
         proc = subprocess.run([sys.executable, "-m", module, "bounds", "--measure", "kl3", "--delta", "0.02", "--json"],

@@ -1,6 +1,6 @@
 """Exact clip intervals {r : D(r[, p]) <= δ} for divergence measures.
 
-* KL3 in closed form with both Lambert W branches (THEORY.md §2):
+* KL3 in closed form with both Lambert W branches (docs/theory.md §2):
   r - 1 - log r = δ  <=>  r e^{-r} = e^{-(1+δ)}  <=>  r = -W_k(-e^{-1-δ}),  k = 0 (l_δ < 1), k = -1 (u_δ > 1).
 * Binary KL (DPPO-Binary-KL, TRGPPO) has no closed form: a vectorised, bracketed Newton solver in u = log r
   finds both roots for millions of (δ, p) pairs at once. D is convex in u, so Newton converges monotonically

@@ -1,7 +1,7 @@
 """Where probability mass can move, and where the clipped update moves it, on a small categorical policy.
 
 For π_old = p over K actions and a clip spec whose per-action ratio interval is [lo(p), hi(p)] (the measure's
-bounds; by the gradient-equivalence theorem D <= δ is exactly this interval, THEORY.md §1), the new probability
+bounds; by the gradient-equivalence theorem D <= δ is exactly this interval, docs/theory.md §1), the new probability
 of action a is confined to
 
     q(a) ∈ [lo(p_a)·p_a, min(1, hi(p_a)·p_a)],   Σ_a q(a) = 1.

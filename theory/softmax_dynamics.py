@@ -11,7 +11,7 @@ its centred advantage, so the softmax itself already favours confident actions. 
     Δπ_j ≈ π_j (Δz_j - Σ_a π_a Δz_a)                (softmax Jacobian, diag(π) - ππᵀ)
     ΔH  ≈ -Σ_j π_j (log π_j + H) Δz_j = -Cov_π(log π, Δz)
 (the second is the covariance form of Cui et al., "The entropy mechanism of RL for reasoning LLMs").
-Clipping only acts from the second epoch on (THEORY.md §5), which is what `multi_epoch_drift` shows: each
+Clipping only acts from the second epoch on (docs/theory.md §5), which is what `multi_epoch_drift` shows: each
 epoch re-uses the same batch with π_old fixed, as PPO epochs do, and records which tokens' gradients a bound
 zeroed. A zeroed gradient does not freeze the action: the softmax moves it as the other logits move.
 """

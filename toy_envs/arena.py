@@ -12,7 +12,7 @@ elementwise Adam (`divclip.toy_envs.optim`), so runs stay independent. Each epoc
 `policy_loss` call per method covering all its seeds; nothing loops over seeds.
 
 Clip fractions per seed are read off the gradient itself: a token with A ≠ 0 whose ∂loss/∂log π is exactly
-zero was clipped (THEORY.md §1's gradient rule, whatever the measure or mode), on the low side if r < 1,
+zero was clipped (docs/theory.md §1's gradient rule, whatever the measure or mode), on the low side if r < 1,
 A < 0, the high side if r > 1, A > 0, and by the dual clip if r > 1, A < 0.
 
 Per-step bookkeeping is batched over steps where that changes no number: the random numbers of up to 16
@@ -299,7 +299,7 @@ def _grad_norms(grads: list[list[torch.Tensor]], R: int) -> torch.Tensor:
 class _ClipTally:
     """Per-run counts of clipped tokens over one step's epochs, read off the gradient itself.
 
-    THEORY.md §1's rule: a token with A ≠ 0 whose ∂loss/∂log π is exactly 0 was clipped, whatever the
+    docs/theory.md §1's rule: a token with A ≠ 0 whose ∂loss/∂log π is exactly 0 was clipped, whatever the
     measure or mode: by the lower bound if A < 0 and r < 1, the upper bound if A > 0 and r > 1, the dual
     clip if A < 0 and r > 1. (A > 0 with r < 1 has no bound in any mode; it still counts in the total,
     e.g. when verl's ±20 log-ratio clamp stops a gradient.) Tokens with A = 0 have no gradient to clip.

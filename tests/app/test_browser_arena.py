@@ -14,7 +14,7 @@ from browser_helpers import assert_no_exception, screenshot, wait_idle
 
 from divclip.theory import compare_measures
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 NAV = {"reallocation": "Mass reallocation", "toy_arena": "Toy arena"}  # url path -> title in app/main.py
 

@@ -17,7 +17,7 @@ from test_browser import PAGES, row_for, table_rows
 from divclip import theory
 from divclip.app.intervals import format_bound
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
 def query_of(page) -> dict[str, str]:

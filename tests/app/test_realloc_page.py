@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from apptest_helpers import PAGES_DIR, rendered, start_page
+from apptest_helpers import PAGES_DIR, rendered, slow_after, start_page
 from streamlit.testing.v1 import AppTest
 
 from divclip.theory import compare_measures, constrained_optimum
@@ -117,7 +117,7 @@ def test_spec_choice_and_other_specs():
     assert at.selectbox(key="realloc.focus").value == "grpo"  # atr is gone: the first spec
 
 
-@pytest.mark.parametrize("field, text, message", [
+@pytest.mark.parametrize("field, text, message", slow_after(1, [
     ("probs", "0.5,0.5,0.1", "probs must sum to 1"),
     ("probs", "0.6,abc,0.1", "π_old must be numbers separated by commas"),
     ("probs", "0.6,0,0.4", "probs[1] = 0.0"),
@@ -126,7 +126,7 @@ def test_spec_choice_and_other_specs():
     ("extra", "sapo", "no clip interval"),
     ("extra", "foo", "unknown method 'foo'"),
     ("extra", "grpo", "'grpo' is already chosen"),
-])
+]))
 def test_bad_inputs_are_messages(field, text, message):
     at = rendered(start())
     at.text_input(key=f"realloc.{field}").input(text).run()

@@ -312,6 +312,7 @@ def page():
 APP_CASES = [c for c in CASES if c.app]
 
 
+@pytest.mark.slow  # ~100 page reruns; the same inputs run fast through report_from_uploads and the CLI above
 @pytest.mark.parametrize("case", APP_CASES, ids=[c.id for c in APP_CASES])
 def test_the_page_shows_st_error_and_no_exception(page, case):
     other = "sanity_rollouts" if case.target == "config" else "sanity_config"

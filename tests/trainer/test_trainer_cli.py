@@ -24,6 +24,7 @@ def test_flags_override_the_preset():
     assert config_from_args(parse(["train"])).model == "tiny"
 
 
+@pytest.mark.slow
 def test_tiny_arith_smoke_run(capsys, tmp_path):
     code = train.run(parse(["train", "--preset", "tiny-arith", "--method", "atr", "--json",
                             "--output-dir", str(tmp_path), *SHORT]))

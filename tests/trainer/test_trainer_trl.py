@@ -38,6 +38,7 @@ def make(cls, args_cls, tiny, tmp_path, **kw):
                processing_class=tok)
 
 
+@pytest.mark.slow
 def test_two_real_training_steps(tiny, tmp_path):
     trainer = make(DivClipGRPOTrainer, DivClipGRPOConfig, tiny, tmp_path, clip_measure="kl3", max_steps=2,
                    num_iterations=2, loss_type="dapo")
@@ -73,6 +74,7 @@ def loss_and_grad(trainer, model, inputs):
     return loss.detach(), torch.cat([p.grad.reshape(-1) for p in model.parameters()])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss_type, beta", [("grpo", 0.0), ("bnpo", 0.04), ("dr_grpo", 0.0), ("dapo", 0.04)])
 def test_ratio_measure_is_stock_grpo(tiny, tmp_path, loss_type, beta):
     _, tok, _ = tiny
@@ -99,6 +101,7 @@ def test_ratio_measure_is_stock_grpo(tiny, tmp_path, loss_type, beta):
     assert stock._metrics["train"]["clip_ratio/region_mean"][-1] > 0
 
 
+@pytest.mark.slow
 def test_kl3_measure_is_stock_grpo_at_its_derived_widths(tiny, tmp_path):
     """Gradient equivalence inside TRL: KL3 at δ = KL3(0.8) clips like epsilon=0.2, epsilon_high=u_δ - 1."""
     _, tok, _ = tiny
@@ -125,7 +128,8 @@ def test_config_errors(tmp_path):
     with pytest.raises(ValueError, match=r"depends on p .* give clip_delta"):
         DivClipGRPOConfig(output_dir=str(tmp_path), clip_measure="binary_kl", report_to="none", use_cpu=True)
     with pytest.raises(ValueError, match=r"clip_delta must be None or a finite number > 0, got -1"):
-        DivClipGRPOConfig(output_dir=str(tmp_path), clip_delta=-1, report_to="none", use_cpu=True)
+        DivClipGRPOConfig(output_dir=str(tmp_path), clip_measure="kl3", clip_delta=-1, report_to="none",
+                          use_cpu=True)
     args = DivClipGRPOConfig(output_dir=str(tmp_path), clip_measure="kl3", epsilon=0.2, report_to="none",
                              use_cpu=True)
     assert args.clip_spec().delta == pytest.approx(0.0231436, abs=1e-7)
@@ -134,3 +138,29 @@ def test_config_errors(tmp_path):
 def test_unsupported_loss_type_is_refused(tiny, tmp_path):
     with pytest.raises(ValueError, match=r"supports loss_type in \['grpo', 'bnpo', 'dr_grpo', 'dapo'\], got 'sapo'"):
         make(DivClipGRPOTrainer, DivClipGRPOConfig, tiny, tmp_path, loss_type="sapo")
+
+
+def test_default_is_the_stock_trl_clip(tmp_path):
+    """Switching GRPOConfig -> DivClipGRPOConfig changes no clip: epsilon_high=0.28 stays DAPO's 0.28."""
+    args = DivClipGRPOConfig(output_dir=str(tmp_path), epsilon=0.2, epsilon_high=0.28, report_to="none", use_cpu=True)
+    spec = args.clip_spec()
+    assert args.clip_measure == "ratio"
+    assert (spec.measure, spec.eps_low, spec.eps_high) == ("ratio", 0.2, 0.28)
+    assert [a.code for a in args.divclip_advice()] == ["on_policy_clip_inert"]  # TRL's num_iterations=1
+
+
+def _trl_codes(caplog):
+    return [r.getMessage().split("]")[0].split("[")[1] for r in caplog.records if r.name == "divclip.trl"]
+
+
+def test_trainer_logs_ignored_keys_budgets_and_inert_clip_once(tiny, tmp_path, caplog):
+    caplog.set_level("WARNING", logger="divclip.trl")
+    make(DivClipGRPOTrainer, DivClipGRPOConfig, tiny, tmp_path / "a", clip_measure="kl3", clip_delta=0.2,
+         epsilon_high=0.28, num_iterations=1)
+    assert _trl_codes(caplog) == ["ignored_key", "divergence_budget_verl_default", "on_policy_clip_inert"]
+    text = [r.getMessage() for r in caplog.records]
+    assert "clip_measure='kl3' ignores epsilon_high = 0.28" in text[0]
+    assert "num_iterations=1" in text[2]
+    caplog.clear()
+    make(DivClipGRPOTrainer, DivClipGRPOConfig, tiny, tmp_path / "b", clip_measure="kl3", num_iterations=2)
+    assert _trl_codes(caplog) == []  # δ derived from epsilon, clip live: nothing to say
