@@ -126,7 +126,7 @@ for col, engine, title in zip(st.columns(2), ("verl", "trl"), ("verl 0.9.1", "TR
                            mime="text/plain", icon=":material/download:", key=f"explorer.export_{engine}")
 
 st.subheader("Continue with these values")
-derivable = [iv for iv in intervals if iv.name in derivable_measures()]
+derivable = [iv for iv in intervals if iv.name in derivable_measures() and iv.delta is not None]
 link_cols = st.columns(max(len(derivable), 1) + 1)
 for col, iv in zip(link_cols, derivable):
     col.page_link("views/proof.py", label=f"The proof for {iv.label} at δ = {iv.delta:.6g}",
