@@ -117,35 +117,42 @@ def _on_policy(s, _):
 def _scale(s, _):
     if s.measure != "ratio" or s.form == "cispo" and s.framework == "trl":
         return []
+    keys = {"low": _k(s, "clip_ratio_low", "epsilon"), "high": _k(s, "clip_ratio_high", "epsilon_high")}
+    return scale_findings(s.budget_low, s.budget_high, s.level, keys)
+
+
+def scale_findings(eps_low, eps_high, level: str, keys: dict) -> list[Finding]:
+    """Ratio-clip widths on the wrong scale for `level` (or a lower bound at or below 0); `keys` names the
+    setting of each side ({'low': …, 'high': …}): a config key, or a command-line flag such as --eps-low."""
     out = []
-    for side, eps in (("low", s.budget_low), ("high", s.budget_high)):
+    for side, eps in (("low", eps_low), ("high", eps_high)):
         if eps is None:
             continue
-        key = _k(s, f"clip_ratio_{side}", "epsilon" if side == "low" else "epsilon_high")
-        if s.level == "sequence" and eps >= TOKEN_SCALE_ABOVE:
+        key = keys[side]
+        if level == "sequence" and eps >= TOKEN_SCALE_ABOVE:
             out.append(finding(
                 "sequence_ratio_token_eps",
                 f"ε_{side} = {eps:g} on a sequence-level ratio (GSPO: (π_θ(o)/π_old(o))^(1/|o|)) is a token-level "
                 f"width; the sequence ratio moves about 1000× less than token ratios, so this clip almost never "
                 f"binds. GSPO uses 3e-4 / 4e-4.", key))
-        elif s.level == "token" and eps <= SEQUENCE_SCALE_BELOW:
+        elif level == "token" and eps <= SEQUENCE_SCALE_BELOW:
             out.append(finding(
                 "token_ratio_sequence_eps",
                 f"ε_{side} = {eps:g} on token-level ratios looks like GSPO's sequence-level width: almost every "
                 f"token that moves will be clipped. Token-level runs use 0.1–0.3 (DAPO 0.2 / 0.28).", key))
         else:
-            lo, hi = SEQUENCE_EPS_RANGE if s.level == "sequence" else TOKEN_EPS_RANGE
+            lo, hi = SEQUENCE_EPS_RANGE if level == "sequence" else TOKEN_EPS_RANGE
             if not lo <= eps <= hi:
-                published = "3e-4 / 4e-4 (GSPO)" if s.level == "sequence" else "0.1–0.3 (PPO), 0.2 / 0.28 (DAPO)"
+                published = "3e-4 / 4e-4 (GSPO)" if level == "sequence" else "0.1–0.3 (PPO), 0.2 / 0.28 (DAPO)"
                 out.append(finding(
                     "outside_published_range",
-                    f"ε_{side} = {eps:g} on {s.level}-level ratios is far outside published runs ({published}; "
+                    f"ε_{side} = {eps:g} on {level}-level ratios is far outside published runs ({published}; "
                     f"divclip warns outside [{lo:g}, {hi:g}]).", key))
-    if s.budget_low is not None and s.budget_low >= 1.0:
+    if eps_low is not None and eps_low >= 1.0:
         out.append(finding(
             "outside_published_range",
-            f"ε_low = {s.budget_low:g} >= 1 puts the lower clip bound 1 - ε_low at or below 0: a ratio cannot go "
-            "there, so the lower side never binds.", _k(s, "clip_ratio_low", "epsilon")))
+            f"ε_low = {eps_low:g} >= 1 puts the lower clip bound 1 - ε_low at or below 0: a ratio cannot go "
+            "there, so the lower side never binds.", keys["low"]))
     return out
 
 

@@ -142,6 +142,9 @@ except ValueError as exc:
         st.stop()
     st.warning("The report below is for the rollouts alone: the config and overrides were left out because of "
                "the error above. The clip is the ε overrides' (Options), else each measure's default budget.")
+except Exception as exc:  # noqa: BLE001 - no traceback reaches a visitor: one message, whatever went wrong
+    st.error(f"Cannot check this input: {type(exc).__name__}: {str(exc)[:300]}")
+    st.stop()
 
 # ---------------------------------------------------------------------------------------------- warnings
 if report["warnings"]:

@@ -38,7 +38,7 @@ def test_tiny_arith_smoke_run(capsys, tmp_path):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--group-size", "1"], "TrainerConfig.group_size must be an integer >= 2"),
+        (["--group-size", "1"], "TrainerConfig.group_size must be an integer in [2, 1024]"),
         (["--model", "/no/such/model"], "TrainerConfig.model must be 'tiny' or an existing local Hugging Face"),
         (["--method", "trpo"], "TrainerConfig.method must be one of"),
         (["--preset", "big"], "preset must be one of ['tiny-arith'], got 'big'"),

@@ -146,4 +146,6 @@ def test_resuming_with_other_settings_is_refused(tiny_config, tmp_path):
     assert len(GRPOTrainer(tiny_config(steps=2, output_dir=str(tmp_path))).train().history) == 3
     fresh = GRPOTrainer(tiny_config(steps=1, method="atr", output_dir=str(tmp_path), resume=False)).train()
     assert len(fresh.history) == 2 and latest_checkpoint(tmp_path).name == "step-000001"
-    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step-*")) == ["step-000001"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step-*")) == ["step-000000", "step-000001"]
+    (old,) = (tmp_path / "superseded").iterdir()  # the first run is moved aside, not deleted
+    assert sorted(p.name for p in (old / "checkpoints").glob("step-*")) == ["step-000001", "step-000002"]
