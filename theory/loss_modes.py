@@ -133,7 +133,7 @@ def _sequence_ratio(log_prob, old_log_prob, mask):
 
 
 def _binary_kl_bound(delta: float, p, side: int):
-    return binary_kl_root(torch.full_like(p, delta), p, torch, side=side)  # the numpy solver's code, bit for bit
+    return binary_kl_root(torch.full_like(p, delta), p, torch, side=side)  # the same solver as the numpy bounds
 
 
 def _binary_tv_bound(delta: float, p, side: int):
