@@ -3,8 +3,8 @@
 The claim tested here (README, "Numerical guarantees"): for δ in [1e-12, 1e3] and p in [1e-12, 1 - 1e-12], the
 two roots lo < 1 < hi of D(r, p) = p log(1/r) + (1-p) log((1-p)/(1-rp)) = δ come back within 4 ulps (relative)
 of the exact roots wherever those are normal floats, with hi·p < 1 always (D(hi) finite); a lower root below
-the smallest normal float comes back as a subnormal or 0 within one subnormal step (2^-1074) of it. The torch float64 path the loss
-uses (`theory/loss_modes.py`) runs the same solver and is held to the same claim.
+the smallest normal float comes back as a subnormal or 0 within one subnormal step (2^-1074) of it. The
+torch float64 path the loss uses (`theory/loss_modes.py`) runs the same solver and is held to the same claim.
 
 Reference: bisection at 50 digits (plus the digits of |log lo|) in variables where each root is well posed:
 z = log((1-p)/(1-rp)) >= 0 for hi (r = (1 - (1-p)e^{-z})/p, no singularity at r = 1/p) and u = log r for lo.
