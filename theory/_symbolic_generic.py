@@ -240,7 +240,7 @@ def _gap_positive(gap: sp.Expr) -> bool | None:
             if subs[w] is None:
                 return None
         g = sp.simplify(g.xreplace(subs))
-        return True if g.is_positive else None
+        return True if g.is_positive else (False if g.is_nonpositive else None)
     if g.free_symbols <= {DELTA}:
         pos = sp.Interval.open(0, sp.oo)
         if sp.solveset(g > 0, DELTA, pos) == pos:
