@@ -336,7 +336,8 @@ def delta_table(result: ArenaResult) -> str:
         if sig == "kl3":  # the CSV's kl3 is per response; the controller reads the per-token mean
             sig_x = sig_x / max(1, int(result.env_config.get("length", 1) or 1))
         q = max(1, T // 4)
-        rows.append(f"| {m} | {d[:, 0].mean():.4g} | {d[:, q - 1].mean():.4g} | {d[:, T // 2 - 1 if T > 1 else 0].mean():.4g}"
+        half = d[:, max(0, T // 2 - 1)].mean()
+        rows.append(f"| {m} | {d[:, 0].mean():.4g} | {d[:, q - 1].mean():.4g} | {half:.4g}"
                     f" | {d[:, -1].mean():.4g} [{np.quantile(d[:, -1], 0.025):.3g}, {np.quantile(d[:, -1], 0.975):.3g}]"
                     f" | {sig}: {sig_x[:, :q].mean():.4g} → {sig_x[:, -q:].mean():.4g} (target {spec.target:g}) |")
     if not rows:
