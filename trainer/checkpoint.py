@@ -49,8 +49,10 @@ def quiet_saving():
 
 
 def save_checkpoint(output_dir, step: int, model, tokenizer, optimizer, history: list[dict], config: dict,
-                    keep: int = 2) -> Path:
-    """Write checkpoint `step` atomically, point `latest` at it, and prune all but the `keep` newest."""
+                    keep: int = 2, extra: dict | None = None) -> Path:
+    """Write checkpoint `step` atomically, point `latest` at it, and prune all but the `keep` newest.
+    `extra`: more trainer state (plain lists, numbers, strings), e.g. the adaptive-δ controller's; read it back
+    with `load_extra_state`."""
     root = _checkpoint_root(output_dir)
     root.mkdir(parents=True, exist_ok=True)
     name = f"step-{step:06d}"
@@ -59,7 +61,8 @@ def save_checkpoint(output_dir, step: int, model, tokenizer, optimizer, history:
     with quiet_saving():
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-    state = {"step": step, "optimizer": optimizer.state_dict(), "history": history, "config": config}
+    state = {"step": step, "optimizer": optimizer.state_dict(), "history": history, "config": config,
+             "extra": extra or {}}
     torch.save(state, tmp / STATE_FILE)
     if final.exists():  # a rerun of the same step replaces the old copy
         shutil.rmtree(final)
@@ -110,3 +113,9 @@ def load_checkpoint(path: Path, model, optimizer, device) -> tuple[int, list[dic
     state = torch.load(path / STATE_FILE, map_location=device, weights_only=True)  # plain tensors, numbers, strings
     optimizer.load_state_dict(state["optimizer"])
     return int(state["step"]), list(state["history"])
+
+
+def load_extra_state(path: Path) -> dict:
+    """The `extra` trainer state saved with checkpoint `path` ({} for checkpoints written without it)."""
+    state = torch.load(Path(path) / STATE_FILE, map_location="cpu", weights_only=True)
+    return dict(state.get("extra") or {})
