@@ -23,10 +23,11 @@ Importing this module registers, with verl's `register_policy_loss`:
 
 Adaptive δ without patching verl: verl calls the policy loss once per micro-batch in each actor worker and
 keeps no state for it, so `divclip_method` keeps one `DeltaController` per process and method string
-(`CONTROLLERS`), steps it after every call from that micro-batch's own signal (clip fraction or per-token k3 against π_old;
-verl does not hand the policy loss the entropy, so '@entropy=' is refused), and logs actor/divclip_delta. What this cannot do without patching verl: (1) all-reduce the signal, so each
+(`CONTROLLERS`), steps it after every call from that micro-batch's own signal (the clip fraction, or the
+per-token k3 against π_old; verl does not hand the policy loss the entropy, so '@entropy=' is refused), and
+logs actor/divclip_delta. What this cannot do without patching verl: (1) all-reduce the signal, so each
 data-parallel rank adapts its own δ from its own micro-batches (they drift apart; ranks see similar batches,
-so they stay close, but not equal); (2) save the δ in verl's checkpoints: a resumed run restarts at δ0;
+so they stay close, but not equal); (2) save δ in verl's checkpoints: a resumed run restarts at δ0;
 (3) step once per optimizer step: it steps per micro-batch (ppo_epochs × micro-batches per step).
 
 All modes use PPO's clipped form max(-A·r, -A·clip(r)) with verl's dual clip at `clip_ratio_c` for A < 0 (as
