@@ -4,7 +4,13 @@ import streamlit as st
 
 from divclip import theory
 from divclip.app.export import trl_settings, verl_overrides
-from divclip.app.figures import divergence_curves, interval_chart, surrogate_figure
+from divclip.app.figures import (
+    add_intersection,
+    divergence_curves,
+    intersection_bounds,
+    interval_chart,
+    surrogate_figure,
+)
 from divclip.app.intervals import clip_intervals, table_csv, table_rows
 from divclip.app.methods import label_for
 from divclip.app.page_parts import formula_latex, share_link, show_messages
@@ -87,7 +93,10 @@ with maths:
     for iv in intervals:
         st.latex(formula_latex(iv))
 with bars:
-    st.plotly_chart(interval_chart(intervals), key="explorer.intervals")
+    st.plotly_chart(add_intersection(interval_chart(intervals), intervals), key="explorer.intervals")
+    if (both := intersection_bounds(intervals)) is not None:
+        st.caption(f"Shaded: the intersection [{both[0]:.6f}, {both[1]:.6f}], where every chosen measure holds at "
+                   "once (a method string joins them with '&', e.g. `kl3:0.023144&binary_tv:0.2`).")
 
 st.plotly_chart(surrogate_figure(intervals), key="explorer.surrogate")
 
