@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from divclip import theory
 from divclip.app.methods import colour_for, label_for, method_for
 from divclip.theory import Measure, get_measure
+from divclip.theory.validation import check_eps
 
 
 @dataclass(frozen=True)
@@ -46,8 +47,8 @@ class ClipInterval:
 def clip_interval(measure: Measure | str, delta: float, eps_low: float, eps_high: float, p: float) -> ClipInterval:
     """theory's interval for one measure; raises theory's ValueError on inputs it refuses."""
     m = get_measure(measure)
-    if m.name == "ratio":
-        lo, hi = m.bounds(eps_low=eps_low, eps_high=eps_high)
+    if m.name == "ratio":  # GRPO/DAPO: a budget per side, the widths ε_low and ε_high, [lo(ε_low), hi(ε_high)]
+        lo, hi = m.bounds(check_eps(eps_low, "eps_low"))[0], m.bounds(check_eps(eps_high, "eps_high"))[1]
         return ClipInterval(m, label_for(m.name), method_for(m.name, eps_low, eps_high),
                             colour_for(m.name, eps_low, eps_high), None, None, lo, hi, 1.0 - lo, hi - 1.0)
     pp = p if m.p_dependent else None

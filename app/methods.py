@@ -1,58 +1,59 @@
-"""Which training method each measure stands for, with one fixed colour per method.
+"""Which training method each measure stands for, with one fixed colour per method: read from the measures.
 
-The colours are the single source for every figure; `.streamlit/config.toml` lists the same colours in the
-same order as `theme.chartCategoricalColors` (a test keeps the two in step). The ratio measure is GRPO when
-its clip is symmetric and DAPO (clip-higher) when ε_high > ε_low.
+Every name, label and colour lives on the measure itself (`divclip.theory.measures`, fields label, method,
+colour), so a measure added with `divclip.theory.register_measure` is labelled and coloured here too. The only
+method that is not a measure is DAPO: the ratio measure with clip-higher (ε_high > ε_low). `.streamlit/config.toml`
+lists the built-in colours in the order of `METHOD_COLOURS` as `theme.chartCategoricalColors` (a test keeps the
+two in step).
 """
 
 from __future__ import annotations
 
-METHOD_COLOURS: dict[str, str] = {
-    "GRPO": "#1f77b4",
-    "DAPO": "#ff7f0e",
-    "ATR-GRPO": "#d62728",
-    "DPPO-Binary-KL": "#2ca02c",
-    "DPPO-Binary-TV": "#9467bd",
-    "k1 |log r|": "#8c564b",
-    "k2": "#e377c2",
-    "reverse KL3": "#7f7f7f",
-    "χ²": "#bcbd22",
-    "Hellinger": "#17becf",
-    "custom": "#111111",
-}
+from collections.abc import Iterator, Mapping
 
-# Registered measure name -> method label (the ratio measure is resolved by its ε, see `method_for`).
-MEASURE_METHOD: dict[str, str] = {
-    "ratio": "GRPO",
-    "kl3": "ATR-GRPO",
-    "binary_kl": "DPPO-Binary-KL",
-    "binary_tv": "DPPO-Binary-TV",
-    "log_ratio": "k1 |log r|",
-    "k2": "k2",
-    "kl3_reverse": "reverse KL3",
-    "chi2": "χ²",
-    "hellinger": "Hellinger",
-}
+from divclip.theory.measures import MEASURES
 
-# Short names for legends and tables; the measure's own name is the fallback.
-MEASURE_LABEL: dict[str, str] = {
-    "ratio": "ratio |r−1|",
-    "kl3": "KL3 r−1−log r",
-    "binary_kl": "binary KL",
-    "binary_tv": "binary TV",
-    "log_ratio": "log-ratio |log r|",
-    "k2": "k2 ½(log r)²",
-    "kl3_reverse": "reverse KL3",
-    "chi2": "χ² (r−1)²",
-    "hellinger": "Hellinger (√r−1)²",
-}
+DAPO, DAPO_COLOUR = "DAPO", "#ff7f0e"
+CUSTOM, CUSTOM_COLOUR = "custom", "#111111"
+
+
+def _method_colours() -> dict[str, str]:
+    """{method: colour}: the ratio measure's method (GRPO), DAPO, every other measure's, then 'custom'."""
+    measures = list(MEASURES.values())
+    out = {measures[0].method: measures[0].colour, DAPO: DAPO_COLOUR}
+    out.update((m.method, m.colour) for m in measures[1:])
+    out[CUSTOM] = CUSTOM_COLOUR
+    return out
+
+
+class _Live(Mapping):
+    """A read-only {method: colour} that follows the measure registry."""
+
+    def __getitem__(self, key: str) -> str:
+        return _method_colours()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_method_colours())
+
+    def __len__(self) -> int:
+        return len(_method_colours())
+
+    def __repr__(self) -> str:
+        return f"METHOD_COLOURS({_method_colours()!r})"
+
+
+METHOD_COLOURS: Mapping[str, str] = _Live()
+"""{method name: '#rrggbb'} for every registered measure's method, DAPO and 'custom'."""
 
 
 def method_for(measure_name: str, eps_low: float | None = None, eps_high: float | None = None) -> str:
-    """The method a measure stands for; ratio with ε_high > ε_low is DAPO's clip-higher."""
-    if measure_name == "ratio" and eps_low is not None and eps_high is not None and eps_high > eps_low:
-        return "DAPO"
-    return MEASURE_METHOD.get(measure_name, "custom")
+    """The method a measure stands for; ratio with ε_high > ε_low is DAPO's clip-higher; unknown: 'custom'."""
+    m = MEASURES.get(measure_name)
+    if m is None:
+        return CUSTOM
+    if m.name == "ratio" and eps_low is not None and eps_high is not None and eps_high > eps_low:
+        return DAPO
+    return m.method
 
 
 def colour_for(measure_name: str, eps_low: float | None = None, eps_high: float | None = None) -> str:
@@ -60,4 +61,6 @@ def colour_for(measure_name: str, eps_low: float | None = None, eps_high: float 
 
 
 def label_for(measure_name: str) -> str:
-    return MEASURE_LABEL.get(measure_name, measure_name)
+    """The measure's short legend name; the name itself for a measure that is not registered."""
+    m = MEASURES.get(measure_name)
+    return m.label if m is not None else measure_name

@@ -14,11 +14,13 @@ import numpy as np
 import plotly.graph_objects as go
 
 from divclip.app import figures
-from divclip.app.methods import METHOD_COLOURS
+from divclip.app.methods import METHOD_COLOURS, method_for
+from divclip.theory.spec import PRESETS
 
-# theory.spec.PRESETS name -> method label of app.methods (and so its colour).
-PRESET_METHOD = {"grpo": "GRPO", "dapo": "DAPO", "atr": "ATR-GRPO", "dppo_kl": "DPPO-Binary-KL",
-                 "dppo_tv": "DPPO-Binary-TV"}
+# theory.spec.PRESETS name -> method label of app.methods (and so its colour), for the token-level clip presets
+# (grpo, dapo, atr, dppo_kl, dppo_tv); gspo and sapo take spare colours.
+PRESET_METHOD = {name: method_for(s.measure_name, s.eps_low, s.eps_high) for name, s in PRESETS.items()
+                 if s.mode != "sapo" and s.level == "token"}
 _SPARE_COLOURS = tuple(c for m, c in METHOD_COLOURS.items() if m not in PRESET_METHOD.values())
 ACTION_COLOURS = ("#3b3b3b", "#3182bd", "#e6550d", "#31a354", "#756bb1", "#8c6d31", "#d6616b", "#636363")
 _ZERO_LINE = "#999999"

@@ -12,20 +12,16 @@ def add_parser(subparsers):
 
 
 def run(args) -> int:
-    from divclip.theory import MEASURES
+    from divclip.theory.measures import LISTING_DELTA, LISTING_P, measure_listing
 
-    rows = []
-    for m in MEASURES.values():
-        if m.name == "ratio":
-            lo, hi = m.bounds(eps_low=0.2, eps_high=0.2)
-        else:
-            lo, hi = m.bounds(0.02, 0.5 if m.p_dependent else None)
-        rows.append((m.name, m.code, "yes" if m.p_dependent else "no", f"[{lo:.4f}, {hi:.4f}]", m.source))
+    listing = measure_listing()  # every registered measure, built in or added with theory.register_measure
+    rows = [(r["name"], r["formula"], "yes" if r["p_dependent"] else "no",
+             "[{:.4f}, {:.4f}]".format(*r["interval"]), r["source"]) for r in listing]  # fmt: skip
     if args.json:
-        keys = ("name", "formula", "p_dependent", "interval_at_0.02", "source")
+        keys = ("name", "formula", "p_dependent", f"interval_at_{LISTING_DELTA:g}", "source")
         print(json.dumps([dict(zip(keys, r)) for r in rows], indent=2))
         return 0
-    header = ("measure", "D(r[, p])", "per-token", "interval (δ=0.02, p=0.5; ratio ε=0.2)", "source")
+    header = ("measure", "D(r[, p])", "per-token", f"interval (δ={LISTING_DELTA:g}, p={LISTING_P:g})", "source")
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
     for row in (header, tuple("-" * w for w in widths), *rows):
         print("  ".join(str(x).ljust(w) for x, w in zip(row, widths)).rstrip())

@@ -278,3 +278,9 @@ def _minibatch(s, _):
         "minibatch_larger_than_batch",
         f"ppo_mini_batch_size = {mini} > data.train_batch_size = {train}: verl refuses to start (without "
         "use_dynamic_bsz); divclip counts one mini-batch.", "actor_rollout_ref.actor.ppo_mini_batch_size")]
+
+
+@check
+def _divclip_plugins(s, _):
+    """What divclip's verl modes / TRL plug-in log at run time (divclip.sanity.advice), as findings."""
+    return [Finding(a.code, a.message, a.source, a.key) for a in s.advice]

@@ -235,6 +235,8 @@ def split_overrides(text: str, name: str = "overrides") -> list[str]:
 
 
 def _split_tokens(text: str, name: str) -> list[str]:
+    # A shell line continuation (backslash-newline) joins lines; shlex would keep the newline in the next token.
+    text = text.replace("\\\r\n", " ").replace("\\\n", " ")
     try:
         tokens = shlex.split(text, comments=True, posix=True)
     except ValueError as exc:  # "No closing quotation", "No escaped character"

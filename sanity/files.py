@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import stat
+import sys
 from pathlib import Path
 
 from divclip.sanity.errors import SanityInputError
 
+STDIN_NAMES = ("-", "/dev/stdin")
+
 
 def read_capped(path: Path, max_bytes: int, what: str, error: type[SanityInputError], hint: str = "") -> bytes:
     """The bytes of `path`; `error` names the file if it is missing, not a regular file (a FIFO or /dev/zero
-    would block or never end), or larger than `max_bytes` (checked on the size, then on what was read)."""
+    would block or never end), or larger than `max_bytes` (checked on the size, then on what was read).
+    `-` or /dev/stdin is the standard input, named explicitly (`divclip export … | divclip check /dev/stdin`),
+    capped the same way."""
+    if str(path) in STDIN_NAMES:
+        data = sys.stdin.buffer.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            raise error(f"{what} on standard input is over the {max_bytes}-byte limit{hint}")
+        return data
     try:
         info = path.stat()
         if not stat.S_ISREG(info.st_mode):

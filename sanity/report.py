@@ -107,7 +107,7 @@ def _rollout_options(s: ClipSettings | None, eps_low, eps_high, deltas, sigma, s
         level = s.level
         if s.form == "clip" and s.measure == "ratio":
             low, high, dual = s.budget_low, s.budget_high, s.dual_clip_c
-        elif s.form == "gated":
+        elif s.form in ("gated", "divclip"):
             # The dppo budget is a δ: compare other measures at the ratio widths it allows for a p = 0.5 token.
             row = divergence_intervals(s.measure, s.budget_low, s.budget_high, (0.5,))[0]
             low, high = row["eps_low"], row["eps_high"]
@@ -132,7 +132,7 @@ def _rollout_options(s: ClipSettings | None, eps_low, eps_high, deltas, sigma, s
 
 def _budget(s: ClipSettings | None, opts: RolloutOptions, eps_given: bool) -> dict:
     out = {"level": opts.level, "eps_low": opts.eps_low, "eps_high": opts.eps_high, "kind": "ratio"}
-    if s is not None and s.form == "gated" and not eps_given:
+    if s is not None and s.form in ("gated", "divclip") and not eps_given:
         out.update(kind="divergence", measure=s.measure, delta_low=s.budget_low, delta_high=s.budget_high,
                    intervals=divergence_intervals(s.measure, s.budget_low, s.budget_high),
                    reference="eps_low/eps_high are the widths this δ allows a p = 0.5 token")

@@ -3,10 +3,9 @@
 Three layers of numbers, each from the library rather than re-derived:
 * headline fractions per measure: `divclip.theory.losses.policy_loss(...)[1]` on the file's tensors (its dtype), so
   `clipfrac`, `clipfrac_low`, `clipfrac_high` are exactly what the loss reports during training;
-* the breakdown by old-token probability p = π_old(a) and advantage sign: per-token flags from the same
-  clip-mode surrogate the loss uses (`clip_loss_with_bounds` / `clipped_surrogate`; for p-dependent measures
-  the tokens with D(r, p) > δ and (r - 1)·A > 0 get their exact per-token bound, THEORY.md §1), checked to add
-  up to the loss's counts (`breakdown_matches_loss`);
+* the breakdown by old-token probability p = π_old(a) and advantage sign: the per-token clip flags of the loss
+  itself (`divclip.theory.losses.policy_terms`, the terms `policy_loss` aggregates), so the breakdown adds up to
+  the headline counts by construction;
 * the δ sweep: the same rule for a grid of budgets, by sorting D once per measure (float64).
 
 Ratios. With `log_prob` in the file they are the file's. Without it (or with an explicit σ) they come from a
@@ -115,7 +114,6 @@ def analyse_rollouts(r: Rollouts, opts: RolloutOptions = RolloutOptions()) -> di
 
     from divclip.theory.losses import policy_loss
 
-    dtype = torch.float64 if r.old_log_prob.dtype == np.float64 else torch.float32
     old = torch.from_numpy(r.old_log_prob)
     adv = torch.from_numpy(r.advantages)
     mask = torch.from_numpy(r.response_mask)
@@ -131,7 +129,7 @@ def analyse_rollouts(r: Rollouts, opts: RolloutOptions = RolloutOptions()) -> di
         spec = row["spec"]
         if spec is not None:
             metrics = policy_loss(lp, old, adv, mask, spec)[1]
-            flags = _clip_flags(spec, lp, old, adv, mask, dtype)
+            flags = _clip_flags(spec, lp, old, adv, mask)
             entry.update(_measure_entry(spec, metrics, flags, cells, n))
             sweep["measures"][row["measure"]] = _sweep(spec, flags["ratio"], p_old, r.advantages, inside,
                                                         np.asarray(sweep["grid"]), n)
@@ -179,47 +177,21 @@ def _log_prob(r: Rollouts, opts: RolloutOptions) -> tuple[np.ndarray, dict]:
     }
 
 
-def _clip_flags(spec, lp, old, adv, mask, dtype) -> dict:
-    """Per-token low/high clip flags (numpy bool) and the ratio (float64) the loss uses, for one spec."""
+def _clip_flags(spec, lp, old, adv, mask) -> dict:
+    """Per-token low/high clip flags (numpy bool, inside the mask) and the ratio (float64) of the loss itself
+    (`divclip.theory.losses.policy_terms`, the terms `policy_loss` aggregates), for one spec."""
     import torch
 
-    from divclip.theory.losses import LOG_RATIO_CLAMP, SEQ_LOG_RATIO_MAX, clip_loss_with_bounds, clipped_surrogate
+    from divclip.theory.losses import policy_terms
 
-    lp, old, adv, mask = lp.to(dtype), old.to(dtype), adv.to(dtype), mask.to(dtype)
     with torch.no_grad():
-        log_ratio = lp - old  # (B, T)
-        if spec.level == "sequence":
-            seq = (log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1)  # (B,) mean log r per sequence
-            ratio = torch.exp(seq.clamp(max=SEQ_LOG_RATIO_MAX)).unsqueeze(-1).expand_as(log_ratio)
-        else:
-            ratio = torch.exp(log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
-        if spec.p_dependent:
-            clipped = clipped_surrogate(ratio, _per_token_clipped_ratio(spec, ratio, old, adv), adv).clipped > 0
-        else:
-            lo, hi = spec.ratio_bounds()
-            clipped = clip_loss_with_bounds(ratio, adv, lo, hi).clipped > 0
-    inside = mask > 0
+        terms = policy_terms(lp, old, adv, mask, spec)
+    inside = mask.numpy() > 0
     return {
-        "low": (clipped & (adv < 0) & inside).numpy(),
-        "high": (clipped & (adv > 0) & inside).numpy(),
-        "ratio": ratio.double().numpy(),
+        "low": (terms.clipped_low.numpy() > 0) & inside,
+        "high": (terms.clipped_high.numpy() > 0) & inside,
+        "ratio": terms.ratio.double().numpy(),
     }
-
-
-def _per_token_clipped_ratio(spec, ratio, old, adv):
-    """clip(r) for a p-dependent measure: the tokens that crossed D(r, p) = δ in A's direction (THEORY.md §1
-    gradient rule) get their exact float64 bound, lo(p) or hi(p), in the ratio's dtype; the rest keep r."""
-    import torch
-
-    p = old.exp().clamp(max=1.0 - torch.finfo(old.dtype).eps)  # π_old(a) below 1, as the loss keeps it
-    d = get_measure(spec.measure)._value(ratio, p, torch)
-    which = ((d > spec.delta) & ((ratio - 1.0) * adv > 0)).nonzero(as_tuple=True)
-    clipped_ratio = ratio.clone()
-    if which[0].numel():
-        r_sel = ratio[which].double().numpy()
-        lo, hi = get_measure(spec.measure).bounds(spec.delta, p[which].double().numpy())
-        clipped_ratio[which] = torch.from_numpy(np.where(r_sel > 1, hi, lo)).to(ratio.dtype)
-    return clipped_ratio
 
 
 def _cells(p_old, adv, inside) -> dict:
@@ -245,9 +217,6 @@ def _measure_entry(spec, metrics: dict, flags: dict, cells: dict, n: int) -> dic
                 "sign": sign, "tokens": t, "clipped_low": int(low[i]), "clipped_high": int(high[i]),
                 "frac_low": low[i] / t if t else 0.0, "frac_high": high[i] / t if t else 0.0,
             })
-    # The loss's fractions are count / (n + 1e-8); the breakdown must add up to the same counts.
-    loss_low = round(metrics["clipfrac_low"] * (n + 1e-8))
-    loss_high = round(metrics["clipfrac_high"] * (n + 1e-8))
     interval = None if spec.p_dependent else list(spec.ratio_bounds())
     return {
         "interval": interval,
@@ -260,7 +229,6 @@ def _measure_entry(spec, metrics: dict, flags: dict, cells: dict, n: int) -> dic
         "ratio_min": metrics["ratio_min"],
         "ratio_max": metrics["ratio_max"],
         "buckets": rows,
-        "breakdown_matches_loss": int(low.sum()) == loss_low and int(high.sum()) == loss_high,
     }
 
 

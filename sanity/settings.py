@@ -20,8 +20,11 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from divclip.sanity import advice
 from divclip.sanity.config import RawConfig, looks_like_float
 from divclip.sanity.errors import ConfigError
+from divclip.theory.conversions import delta_for_eps
+from divclip.theory.measures import MEASURES, get_measure
 
 VERL_VERSION = "0.9.1"
 TRL_VERSION = "1.16.0"
@@ -48,11 +51,13 @@ class Key:
     nullable: bool = False
     above: float | None = None  # value must be > above
     choices: tuple = ()
+    allow_inf: bool = False  # +inf is a meaningful value (clip_ratio_c = inf: no dual clip)
 
 
 VERL_LOSS_MODES = (
     "vanilla", "gspo", "dppo_kl", "dppo_tv", "cispo", "sapo",
     "gpg", "clip_cov", "kl_cov", "geo_mean", "dro", "bypass_mode",
+    *advice.VERL_MODES,  # divclip's plug-in (VERL_USE_EXTERNAL_MODULES=divclip.trainer.integrations.verl)
 )
 LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 
@@ -60,7 +65,7 @@ VERL_KEYS: dict[str, Key] = {
     _A + "clip_ratio": Key("float", 0.2, above=0.0),
     _A + "clip_ratio_low": Key("float", 0.2, nullable=True, above=0.0),
     _A + "clip_ratio_high": Key("float", 0.2, nullable=True, above=0.0),
-    _A + "clip_ratio_c": Key("float", 3.0, above=1.0),  # verl asserts c > 1 (dual-clip PPO)
+    _A + "clip_ratio_c": Key("float", 3.0, above=1.0, allow_inf=True),  # verl asserts c > 1; inf: no cap
     _A + "policy_loss.loss_mode": Key("str", "vanilla", choices=VERL_LOSS_MODES),
     _A + "loss_agg_mode": Key("str", "token-mean", choices=LOSS_AGG_MODES),
     _A + "ppo_epochs": Key("int", 1, above=0),
@@ -71,6 +76,13 @@ VERL_KEYS: dict[str, Key] = {
     "actor_rollout_ref.rollout.n": Key("int", 1, above=0),
     "data.train_batch_size": Key("int", 1024, above=0),
     "algorithm.adv_estimator": Key("str", "gae"),
+}
+
+# Read only by divclip's TRL plug-in, not TRL defaults: DivClipGRPOConfig's two fields. (The verl plug-in's
+# DIVCLIP_DELTA is an environment variable, read where a command writes `DIVCLIP_DELTA=...` in front.)
+DIVCLIP_TRL_KEYS: dict[str, Key] = {
+    "clip_measure": Key("str", "ratio", choices=tuple(MEASURES)),
+    "clip_delta": Key("float", None, nullable=True, above=0.0),
 }
 
 TRL_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
@@ -88,7 +100,8 @@ TRL_KEYS: dict[str, Key] = {
     "per_device_train_batch_size": Key("int", 8, above=0),
     "gradient_accumulation_steps": Key("int", 1, above=0),
 }
-_TRL_MARKERS = set(TRL_KEYS) | {"max_completion_length", "use_vllm", "scale_rewards", "num_generations_eval"}
+_TRL_MARKERS = set(TRL_KEYS) | set(DIVCLIP_TRL_KEYS) | {"max_completion_length", "use_vllm", "scale_rewards",
+                                                        "num_generations_eval"}
 _VERL_PREFIXES = ("actor_rollout_ref.", "algorithm.", "data.", "trainer.", "critic.", "reward_model.")
 
 # verl loss_mode / TRL loss_type -> (loss form, measure, level); "other" forms are reported but not analysed.
@@ -99,6 +112,8 @@ _VERL_FORMS = {
     "dppo_tv": ("gated", "binary_tv", "token"),
     "cispo": ("cispo", "ratio", "token"),
     "sapo": ("sapo", None, "token"),
+    # divclip's modes: PPO's clip; _verl_divclip turns the budgets into the bounds the plug-in uses
+    **{mode: ("clip", "ratio", "token") for mode in advice.VERL_MODES},
 }
 _TRL_AGG = {"grpo": "seq-mean-token-mean", "bnpo": "token-mean", "dapo": "token-mean",
             "dr_grpo": "seq-mean-token-sum-norm"}
@@ -111,7 +126,7 @@ class ClipSettings:
     framework: str  # "verl" | "trl"
     defaults_from: str
     loss_mode: str  # verl policy_loss.loss_mode or TRL loss_type, as written
-    form: str  # "clip" (PPO) | "gated" (DPPO) | "cispo" | "sapo" | "other"
+    form: str  # "clip" (PPO) | "divclip" (PPO clip, per-token bounds) | "gated" (DPPO) | "cispo" | "sapo" | "other"
     measure: str | None  # "ratio", "binary_kl", "binary_tv"; None without a hard clip
     level: str  # "token" | "sequence"
     budget_low: float | None  # ratio: ε_low; binary_*: δ_low
@@ -129,12 +144,22 @@ class ClipSettings:
     kl: dict = field(default_factory=dict)
     keys: dict = field(default_factory=dict)  # {key: {"value": v, "origin": "set" | "default"}}
     notes: list = field(default_factory=list)
+    # divclip's plug-ins: the divergence measure and budgets behind the clip (a p-independent one is reported as
+    # its equivalent ratio widths in budget_low/high), and the clip itself as ratio bounds: [lo, hi], or for a
+    # p-dependent measure a table [{p, lo, hi}]; None where the loss has no hard ratio clip.
+    clip_measure: str | None = None
+    delta_low: float | None = None
+    delta_high: float | None = None
+    ratio_bounds: list | None = None
+    advice: list = field(default_factory=list)  # [advice.Advice]: warnings the plug-ins log at run time too
 
     def explicit(self, key: str) -> bool:
         return self.keys.get(key, {}).get("origin") == "set"
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        out.pop("advice")
+        return out
 
 
 # --------------------------------------------------------------------------------------------- typing
@@ -171,6 +196,8 @@ def _as_float(key, v, spec: Key) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise ConfigError(f"{key} must be {_expect(spec)}, got {_show(v)}")
     v = float(v)
+    if spec.allow_inf and v == math.inf:
+        return v
     if not math.isfinite(v) or (spec.above is not None and not v > spec.above):
         raise ConfigError(f"{key} must be {_expect(spec)}, got {v!r}")
     return v
@@ -192,7 +219,7 @@ def _expect(spec: Key) -> str:
         what += f" > {spec.above:g}"
     if spec.kind == "int":
         what += f" and <= {MAX_INT}"
-    return what + (" or null" if spec.nullable else "")
+    return what + (" or inf" if spec.allow_inf else "") + (" or null" if spec.nullable else "")
 
 
 def _choices(spec: Key) -> str:
@@ -252,6 +279,7 @@ def _verl(values: dict) -> ClipSettings:
     low = g[_A + "clip_ratio_low"] if g[_A + "clip_ratio_low"] is not None else clip
     high = g[_A + "clip_ratio_high"] if g[_A + "clip_ratio_high"] is not None else clip
     c = g[_A + "clip_ratio_c"]
+    c = None if c == math.inf else c  # min(-A·c, ·) with c = inf caps nothing: no dual clip / IS truncation
     train, mini, epochs = g["data.train_batch_size"], g[_A + "ppo_mini_batch_size"], g[_A + "ppo_epochs"]
     minibatches = max(1, math.ceil(train / mini))
     updates = epochs * minibatches
@@ -284,10 +312,84 @@ def _verl(values: dict) -> ClipSettings:
         },
         keys=keys,
     )
+    if mode in advice.VERL_MODES:
+        _verl_divclip(s, values, g, keys)
+    elif form == "clip":
+        s.ratio_bounds = [1.0 - low, 1.0 + high]
+    elif form == "gated":
+        s.ratio_bounds = advice.ratio_bounds(measure, low, high)
     if form == "other":
         s.notes.append(f"loss_mode {mode!r} is reported but not analysed: divclip models vanilla, gspo, dppo_kl, "
-                       "dppo_tv, cispo and sapo")
+                       "dppo_tv, cispo, sapo and its own modes (atr_kl3, divclip_*)")
     return s
+
+
+def _verl_divclip(s: ClipSettings, values: dict, g: dict, keys: dict) -> None:
+    """atr_kl3 / divclip_<m>: the bounds the verl plug-in computes, and the warnings it logs."""
+    mode = s.loss_mode
+    c = g[_A + "clip_ratio_c"]
+    s.dual_clip_c = None if c == math.inf else c  # divclip's modes apply vanilla's dual clip
+    low, high = s.budget_low, s.budget_high
+    high_key = _A + "clip_ratio_high" if s.explicit(_A + "clip_ratio_high") else _A + "clip_ratio"
+    if mode == advice.ATR_MODE and advice.PLUGIN_MODULE not in str(values.get(advice.PLUGIN_ENV, "")):
+        s.notes.append(f"{mode} is registered by divclip's verl plug-in: the run needs "
+                       f"{advice.PLUGIN_ENV}={advice.PLUGIN_MODULE} in its environment")
+    if mode == advice.ATR_MODE:
+        try:
+            lo, hi, delta = advice.atr_kl3_bounds(low)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        s.clip_measure, s.delta_low, s.delta_high = "kl3", delta, delta
+        s.budget_low, s.budget_high, s.ratio_bounds = 1.0 - lo, hi - 1.0, [lo, hi]
+        if (s.explicit(_A + "clip_ratio_high") or s.explicit(_A + "clip_ratio")) and not math.isclose(
+                high, hi - 1.0, rel_tol=1e-6):
+            s.advice.append(advice.ignored_key_advice(
+                mode, high_key, high, f"the upper bound is u_δ = {hi:.7g} from clip_ratio_low = {low:g} "
+                f"(set clip_ratio_high = {hi - 1.0!r} to silence this)"))
+        s.notes.append(f"atr_kl3: δ = KL3(1 - ε_low) = {delta:.6g}, r clipped to [{lo:.7g}, {hi:.7g}]")
+        return
+    name = mode[len("divclip_"):]
+    if advice.PLUGIN_MODULE not in str(values.get(advice.PLUGIN_ENV, "")):
+        s.notes.append(f"{mode} is registered by divclip's verl plug-in: the run needs "
+                       f"{advice.PLUGIN_ENV}={advice.PLUGIN_MODULE} in its environment")
+    env = values.get(advice.DELTA_ENV)  # "0.02" or "0.02,0.03": the override parser may have made it a number
+    if env is not None:
+        if isinstance(env, bool) or not isinstance(env, (str, int, float)):
+            raise ConfigError(f"{advice.DELTA_ENV} must be a budget δ > 0 or 'δ_low,δ_high', got {env!r}")
+        env = str(env)
+    keys[advice.DELTA_ENV] = {"value": env, "origin": "set" if env is not None else "default"}
+    budget_keys = (_A + "clip_ratio_low", _A + "clip_ratio_high")
+    if env is not None and str(env).strip():
+        try:
+            d_low, d_high = advice.parse_delta(env)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        for key, v, d in ((budget_keys[0], low, d_low), (budget_keys[1], high, d_high)):
+            if (s.explicit(key) or s.explicit(_A + "clip_ratio")) and v != d:
+                s.advice.append(advice.ignored_key_advice(mode, key, v, f"δ comes from {advice.DELTA_ENV}={env}"))
+        budget_keys = (advice.DELTA_ENV, advice.DELTA_ENV)
+        from_env = True
+    else:
+        d_low, d_high, from_env = low, high, False
+    s.clip_measure, s.delta_low, s.delta_high = name, d_low, d_high
+    p_dependent = get_measure(name).p_dependent
+    if name != "ratio":
+        budgets = [(budget_keys[0], d_low)] + ([(budget_keys[1], d_high)] if d_high != d_low else [])
+        found = advice.budget_advice(name, budgets, mode)
+        if not from_env:
+            found = [a if a.code != "divergence_budget_verl_default" else advice.Advice(
+                a.code, a.message + f" The verl plug-in refuses it at run time unless {advice.DELTA_ENV} is set.",
+                a.key) for a in found]
+        s.advice += found
+        s.advice += advice.cannot_bind_advice(name, d_low, d_high, mode, budget_keys)
+    s.ratio_bounds = advice.ratio_bounds(name, d_low, d_high)
+    if p_dependent:
+        s.form, s.measure, s.budget_low, s.budget_high = "divclip", name, d_low, d_high
+    else:
+        lo, hi = s.ratio_bounds
+        s.budget_low, s.budget_high = 1.0 - lo, hi - 1.0
+    s.notes.append(f"{mode}: {name} budget δ_low = {d_low:.6g}, δ_high = {d_high:.6g} (from "
+                   f"{advice.DELTA_ENV if from_env else 'clip_ratio_low/high'})")
 
 
 # ---------------------------------------------------------------------------------------------- TRL
@@ -337,6 +439,8 @@ def _trl(values: dict, num_processes: int) -> ClipSettings:
         kl={"beta": g["beta"]},
         keys=keys,
     )
+    if form == "clip":
+        _trl_divclip(s, values, g, keys, steps)
     if num_processes == 1 and g["generation_batch_size"] is not None and g["steps_per_generation"] is None:
         s.notes.append("steps_per_generation derived from generation_batch_size assuming 1 process "
                        "(pass --num-processes for multi-GPU runs)")
@@ -359,3 +463,36 @@ def _trl_steps_per_generation(g: dict, per_step: int) -> int:
             f"per_device_train_batch_size × num_processes ({per_step}), as TRL {TRL_VERSION} requires"
         )
     return gbs // per_step
+
+
+def _trl_divclip(s: ClipSettings, values: dict, g: dict, keys: dict, steps: int) -> None:
+    """DivClipGRPOConfig's clip_measure / clip_delta (absent from a stock GRPOConfig: the ratio clip)."""
+    d = {k: _typed(values, k, spec, keys) for k, spec in DIVCLIP_TRL_KEYS.items()}
+    name, clip_delta = d["clip_measure"], d["clip_delta"]
+    found = advice.trl_advice(name, clip_delta, g["epsilon"], g["epsilon_high"], g["num_iterations"], steps,
+                              g["gradient_accumulation_steps"])
+    s.advice += [a for a in found if a.code != "on_policy_clip_inert"]  # the on-policy check reports that
+    if name == "ratio":
+        if clip_delta is not None:
+            raise ConfigError(f"clip_measure='ratio' uses epsilon/epsilon_high, so clip_delta must be None, "
+                              f"got {clip_delta!r}")
+        s.ratio_bounds = [1.0 - s.budget_low, 1.0 + s.budget_high]
+        return
+    m = get_measure(name)
+    if clip_delta is None:
+        if m.p_dependent:
+            raise ConfigError(f"clip_measure={name!r} depends on p = π_old(a): give clip_delta explicitly, got "
+                              "clip_delta=None")
+        try:
+            clip_delta = delta_for_eps(name, eps_low=g["epsilon"])
+        except ValueError as exc:
+            raise ConfigError(f"epsilon = {g['epsilon']!r} has no {name} budget: {exc}") from None
+    s.clip_measure, s.delta_low, s.delta_high = name, clip_delta, clip_delta
+    s.ratio_bounds = advice.ratio_bounds(name, clip_delta, clip_delta)
+    if m.p_dependent:
+        s.form, s.measure, s.budget_low, s.budget_high = "divclip", name, clip_delta, clip_delta
+    else:
+        lo, hi = s.ratio_bounds
+        s.budget_low, s.budget_high = 1.0 - lo, hi - 1.0
+    s.notes.append(f"clip_measure={name!r}: budget δ = {clip_delta:.6g}"
+                   + (" (derived from epsilon as δ = D(1 - epsilon))" if d["clip_delta"] is None else ""))

@@ -37,12 +37,20 @@ def _config_lines(c: dict) -> list[str]:
                 f"ε_high = {_g(c['budget_high'])}",
         "gated": f"DPPO mask, {c['measure']} budget δ_low = {_g(c['budget_low'])}, δ_high = {_g(c['budget_high'])}, "
                  f"IS weight truncated at {_g(c['tis_cap'])}",
+        "divclip": f"PPO clip by {c['clip_measure']}, budget δ_low = {_g(c['delta_low'])}, "
+                   f"δ_high = {_g(c['delta_high'])} (per-token bounds, table below)",
         "cispo": f"CISPO weight clip, ε_low = {_g(c['budget_low'])}, ε_high = {_g(c['budget_high'])}"
                  + (f", cap {_g(c['cap'])}" if c["cap"] is not None else ""),
         "sapo": "SAPO soft gate (no hard clip)",
         "other": "not analysed",
     }[c["form"]]
     lines.append(f"  loss {c['loss_mode']!r}: {clip}")
+    rb = c.get("ratio_bounds")
+    if rb and isinstance(rb[0], dict):
+        lines.append("  ratio bounds: " + ", ".join(f"p = {r['p']:g}: [{r['lo']:.6g}, {r['hi']:.6g}]" for r in rb))
+    elif rb:
+        lines.append(f"  ratio bounds: [{rb[0]:.10g}, {rb[1]:.10g}]"
+                     + (f" ({c['clip_measure']} δ = {c['delta_low']:.6g})" if c.get("clip_measure") else ""))
     if c["dual_clip_c"] is not None:
         lines.append(f"  dual clip: c = {_g(c['dual_clip_c'])} (A < 0 capped at -A·c)")
     lines.append(f"  aggregation: {c['loss_agg_mode'] or '—'}; group size: {_g(c['group_size'])}")

@@ -14,11 +14,12 @@ from divclip.theory.bounds import kl3_bounds
 from divclip.theory.conversions import delta_for_eps, equivalent_ratio_clip
 from divclip.theory.formula import measure_from_formula
 from divclip.theory.measures import MEASURES, Measure, get_measure
+from divclip.theory.registry import on_register, register_measure, unregister_measure
 from divclip.theory.spec import PRESETS, ClipSpec, method_string, parse_method, parse_methods, preset, spec_label
 
 _LAZY = {
     "divclip.theory.losses": (
-        "policy_loss", "agg_loss", "LOSS_AGG_MODES", "MODES", "register_mode",
+        "policy_loss", "policy_terms", "PolicyTerms", "agg_loss", "LOSS_AGG_MODES", "MODES", "register_mode",
         "clip_loss_with_bounds", "clipped_surrogate",
     ),
     "divclip.theory.loss_metrics": ("kl_penalty",),
@@ -60,7 +61,10 @@ __all__ = [
     "method_string",
     "parse_method",
     "parse_methods",
+    "on_register",
     "preset",
+    "register_measure",
     "spec_label",
+    "unregister_measure",
     *_WHERE,
 ]

@@ -54,7 +54,10 @@ def _compile(node: ast.AST, formula: str):
     """(numpy closure f(r, p), sympy expr, uses_p) for one whitelisted node."""
     if isinstance(node, ast.Constant) and type(node.value) in (int, float):
         v = float(node.value)
-        s = sp.Integer(node.value) if isinstance(node.value, int) and abs(node.value) < 10**6 else sp.Float(v)
+        if not math.isfinite(v):
+            _refuse(formula, f"the number {ast.unparse(node)!r} is not finite")
+        # Exact rationals: 0.5 is 1/2 (its shortest decimal), so a code formula and its SymPy form agree exactly.
+        s = sp.Integer(node.value) if isinstance(node.value, int) and abs(node.value) < 10**6 else sp.Rational(repr(v))
         return (lambda r, p: v), s, False
     if isinstance(node, ast.Name):
         if node.id not in _SYMBOLS:

@@ -179,7 +179,12 @@ def _per_token_clip(spec: ClipSpec, ratio, old_log_prob, select):
 
 
 # ---------------------------------------------------------------------------------------------- modes
-class _Terms(NamedTuple):
+class PolicyTerms(NamedTuple):
+    """Per-token terms of the policy loss, all (B, T) in the compute dtype (`divclip.theory.losses.policy_terms`).
+
+    The flags are 0.0/1.0 floats, not yet masked; they are None where the loss form has no such bound (sapo has
+    no hard clip; only mode 'clip' with dual_clip_c has a dual clip)."""
+
     loss: torch.Tensor  # (B, T) per-token loss, differentiable in log_prob
     log_ratio: torch.Tensor  # (B, T) token log r clamped to ±20, for ppo_kl and kl3
     ratio: torch.Tensor  # (B, T) the ratio the loss used (the sequence ratio at level='sequence')
@@ -187,6 +192,14 @@ class _Terms(NamedTuple):
     clipped_low: torch.Tensor | None  # (B, T) 1.0 where that bound was the lower one
     dual: torch.Tensor | None = None  # (B, T) 1.0 where the dual clip capped the loss
     by_part: tuple | None = None  # intersections: per part, (low, high) 0/1 flags of the tokens that part clipped
+
+    @property
+    def clipped_high(self) -> torch.Tensor | None:
+        """(B, T) 1.0 where the upper bound changed the token's term (clipped and not by the lower bound)."""
+        return None if self.clipped is None else self.clipped - self.clipped_low
+
+
+_Terms = PolicyTerms  # the name the modes below use
 
 
 MODES: dict[str, Callable[..., _Terms]] = {}

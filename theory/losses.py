@@ -24,6 +24,7 @@ from divclip.theory.loss_modes import (
     LOG_RATIO_CLAMP,
     MODES,
     SEQ_LOG_RATIO_MAX,
+    PolicyTerms,
     Surrogate,
     _const,
     clip_loss_with_bounds,
@@ -37,6 +38,7 @@ __all__ = [
     "LOSS_AGG_MODES",
     "MODES",
     "PRESETS",
+    "PolicyTerms",
     "SEQ_LOG_RATIO_MAX",
     "ClipSpec",
     "Surrogate",
@@ -44,6 +46,7 @@ __all__ = [
     "clip_loss_with_bounds",
     "clipped_surrogate",
     "policy_loss",
+    "policy_terms",
     "preset",
     "register_mode",
 ]
@@ -91,6 +94,31 @@ def _raise_non_finite(named: dict):
     )
 
 
+def _terms(named: dict, spec) -> tuple[PolicyTerms, torch.Tensor, torch.dtype]:
+    """(terms, mask in the compute dtype, compute dtype) after validating `named` (policy_terms, policy_loss)."""
+    spec = spec if isinstance(spec, ClipSpec) else as_spec(spec)
+    _check_inputs(named)
+    dtype = _compute_dtype(named["log_prob"])
+    lp = _as(named["log_prob"], dtype)  # (B, T); keeps the autograd link to a bf16/fp16 leaf
+    old, adv, mask = (_as(_const(named[k]), dtype) for k in ("old_log_prob", "advantages", "response_mask"))
+    return MODES[spec.mode](lp, old, adv, mask, spec), mask, dtype
+
+
+def policy_terms(log_prob, old_log_prob, advantages, response_mask, spec: ClipSpec | str) -> PolicyTerms:
+    """The per-token terms `policy_loss` aggregates: loss, ratio, log-ratio and the 0/1 clip flags.
+
+    Same inputs, validation and compute dtype as `policy_loss` (float32 for bf16/fp16/float32, float64 for
+    float64). Returns a `PolicyTerms` of (B, T) tensors: `loss` (differentiable in log_prob; neither masked nor
+    weighted), `ratio` (the sequence ratio at level='sequence'), `log_ratio` (token log r, clamped to ±20),
+    and the flags `clipped`, `clipped_low`, `clipped_high`, `dual` (1.0 where the lower bound, the upper bound
+    or the dual clip changed the token's term; not masked; None where the loss form has no such bound).
+    The plug-ins and the sanity check read their per-token clip decisions from here.
+    """
+    named = {"log_prob": log_prob, "old_log_prob": old_log_prob, "advantages": advantages,
+             "response_mask": response_mask, "rollout_is_weights": None}
+    return _terms(named, spec)[0]
+
+
 def policy_loss(
     log_prob,
     old_log_prob,
@@ -128,7 +156,6 @@ def policy_loss(
     metrics=False skips the diagnostics and returns (loss, {}): on small batches they cost about a quarter of
     the call (the toy arena's inner PPO epochs); the loss and its gradient are the same either way.
     """
-    spec = spec if isinstance(spec, ClipSpec) else as_spec(spec)
     check_agg(loss_agg_mode, loss_scale_factor)
     if not isinstance(metrics, bool):
         raise ValueError(f"metrics must be True or False, got {metrics!r}")
@@ -139,12 +166,7 @@ def policy_loss(
         "response_mask": response_mask,
         "rollout_is_weights": rollout_is_weights,
     }
-    _check_inputs(named)
-    dtype = _compute_dtype(log_prob)
-    lp = _as(log_prob, dtype)  # (B, T); keeps the autograd link to a bf16/fp16 leaf
-    old, adv, mask = (_as(_const(t), dtype) for t in (old_log_prob, advantages, response_mask))
-
-    terms = MODES[spec.mode](lp, old, adv, mask, spec)
+    terms, mask, dtype = _terms(named, spec)
     loss_mat = terms.loss  # (B, T)
     if rollout_is_weights is not None:
         loss_mat = loss_mat * rollout_is_weights.detach().to(dtype)

@@ -1,6 +1,9 @@
 """Divergence measures D(r[, p]) and their clip intervals {r : D <= δ} (THEORY.md §1, §3).
 
-A measure is one small object: its name, formula (LaTeX and code), `value` and `bounds`. Every measure in
+A measure is one object: its name, formula (LaTeX, and `code`, from which `divclip.theory.symbolic` derives its
+SymPy form through the safe parser), `value`, `bounds(delta, p=None)` (the same signature for every measure,
+'ratio' included: its δ is the clip width), and its presentation (label, method, colour, text) that the app,
+the CLI listing and the figures read. `divclip.theory.register_measure` adds one at run time. Every measure in
 `MEASURES` is decreasing on r < 1 and increasing on r > 1 with D(1) = 0, so by the gradient-equivalence
 theorem clipping on D <= δ is exactly ratio clipping on [lo, hi] (per token when D depends on p = π_old(a)).
 
@@ -17,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from divclip.theory.bounds import _kl3_bounds, binary_kl_bounds_array, binary_kl_value
-from divclip.theory.validation import check_delta, check_eps, check_p, check_ratio
+from divclip.theory.validation import check_delta, check_p, check_ratio
 
 
 def _scalarise(lo, hi, *inputs):
@@ -33,9 +36,20 @@ class Measure:
     name: str
     latex: str
     code: str
+    """D as a formula in r (and p) that `divclip.theory.formula.parse_formula` reads: the one definition that
+    `divclip.theory.symbolic` derives from (a test checks it against `_value` everywhere)."""
     p_dependent: bool
     source: str
     description: str
+    # -- presentation (one place: the app, the CLI listing and the figures read these) ---------
+    label: str = ""
+    """Short legend name ('KL3 r−1−log r'); empty: the name."""
+    method: str = ""
+    """The training method this measure stands for ('ATR-GRPO'), the key of its colour; empty: the label."""
+    colour: str = ""
+    """'#rrggbb' of that method in every figure; empty: `register_measure` picks an unused one."""
+    text: str = ""
+    """Plain-text formula for explanations ('r − 1 − log r'); empty: `code`."""
 
     # -- public, validated -------------------------------------------------------------------
     def value(self, r, p=None):
@@ -74,36 +88,14 @@ class Measure:
 
 
 class _Ratio(Measure):
-    """PPO/GRPO ratio clip |r - 1| <= ε; asymmetric ε_low/ε_high is DAPO's clip-higher.
-
-    Its budget is a clip width ε, not a divergence δ: `bounds(eps)` or `bounds(eps_low=…, eps_high=…)`.
-    """
+    """PPO/GRPO ratio clip |r - 1| <= δ: the budget is the clip width, [1 - δ, 1 + δ]. DAPO's asymmetric
+    clip-higher is a `ClipSpec` with eps_low/eps_high, not a different measure."""
 
     def _value(self, r, p, xp):
         return xp.abs(r - 1.0)
 
     def _bounds(self, d, p):
         return np.maximum(1.0 - d, 0.0), 1.0 + d
-
-    def bounds(self, eps=None, p=None, *, eps_low=None, eps_high=None):
-        """(1 - ε_low, 1 + ε_high); a single `eps` sets both sides. `p` is accepted and ignored."""
-        if eps is not None and (eps_low is not None or eps_high is not None):
-            raise ValueError(
-                f"ratio bounds take either eps={eps!r} or eps_low/eps_high "
-                f"(got eps_low={eps_low!r}, eps_high={eps_high!r}), not both"
-            )
-        if eps is None and (eps_low is None or eps_high is None):
-            raise ValueError(
-                f"ratio bounds need eps, or both eps_low and eps_high; got eps_low={eps_low!r}, eps_high={eps_high!r}"
-            )
-        self._check_p(p)
-        if eps is not None:
-            e = check_delta(eps, "eps")
-            lo, hi = self._bounds(e, None)
-            return _scalarise(lo, hi, eps)
-        lo_w = check_eps(eps_low, "eps_low")
-        hi_w = check_eps(eps_high, "eps_high")
-        return max(1.0 - lo_w, 0.0), 1.0 + hi_w
 
 
 class _LogRatio(Measure):
@@ -178,31 +170,41 @@ class _Hellinger(Measure):
         return np.maximum(1.0 - s, 0.0) ** 2, (1.0 + s) ** 2
 
 
-MEASURES: dict[str, Measure] = {
-    m.name: m
-    for m in (
-        _Ratio("ratio", r"\lvert r - 1 \rvert", "abs(r - 1)", False, "PPO; GRPO; DAPO clip-higher",
-               "Ratio clip [1-ε_low, 1+ε_high]; the budget is ε, not δ."),
-        _LogRatio("log_ratio", r"\lvert \log r \rvert", "abs(log(r))", False, "Schulman k1 (absolute)",
-                  "Symmetric in log space: [e^{-δ}, e^{δ}]."),
-        _K2("k2", r"\tfrac12 (\log r)^2", "0.5 * log(r)**2", False, "Schulman k2",
-            "Symmetric in log space: [e^{-√(2δ)}, e^{√(2δ)}]."),
-        _KL3("kl3", r"r - 1 - \log r", "r - 1 - log(r)", False, "ATR-GRPO (arXiv 2602.05494); Schulman k3",
-             "Asymmetric: the upper side is looser (clip-higher derived, not tuned)."),
-        _KL3Reverse("kl3_reverse", r"\tfrac1r - 1 + \log r", "1/r - 1 + log(r)", False, "k3 of KL(π_θ‖π_old)",
-                    "Mirror of KL3: [1/u_δ, 1/l_δ], looser below."),
-        _BinaryKL("binary_kl", r"p \log\tfrac{1}{r} + (1-p)\log\tfrac{1-p}{1-rp}",
-                  "p*log(1/r) + (1-p)*log((1-p)/(1-r*p))", True,
-                  "DPPO-Binary-KL (arXiv 2602.04879, verl dppo_kl); TRGPPO",
-                  "Per-token: wide for rare tokens, tight for confident ones; hi < 1/p."),
-        _BinaryTV("binary_tv", r"\lvert p (r - 1) \rvert", "abs(p*(r - 1))", True,
-                  "DPPO-Binary-TV (verl dppo_tv)", "Per-token: [1-δ/p, 1+δ/p]."),
-        _Chi2("chi2", r"(r - 1)^2", "(r - 1)**2", False, "χ² f-divergence estimator",
-              "Symmetric in r: [1-√δ, 1+√δ]."),
-        _Hellinger("hellinger", r"(\sqrt{r} - 1)^2", "(sqrt(r) - 1)**2", False, "squared Hellinger estimator",
-                   "[(1-√δ)², (1+√δ)²]: looser above."),
-    )
-}
+_BUILTIN: tuple[Measure, ...] = (
+    _Ratio("ratio", r"\lvert r - 1 \rvert", "abs(r - 1)", False, "PPO; GRPO; DAPO clip-higher",
+           "Ratio clip [1-δ, 1+δ] (δ is the width ε); ClipSpec takes ε_low/ε_high for DAPO's clip-higher.",
+           label="ratio |r−1|", method="GRPO", colour="#1f77b4", text="|r − 1|"),
+    _LogRatio("log_ratio", r"\lvert \log r \rvert", "abs(log(r))", False, "Schulman k1 (absolute)",
+              "Symmetric in log space: [e^{-δ}, e^{δ}].",
+              label="log-ratio |log r|", method="k1 |log r|", colour="#8c564b", text="|log r|"),
+    _K2("k2", r"\tfrac12 (\log r)^2", "0.5 * log(r)**2", False, "Schulman k2",
+        "Symmetric in log space: [e^{-√(2δ)}, e^{√(2δ)}].",
+        label="k2 ½(log r)²", method="k2", colour="#e377c2", text="½(log r)²"),
+    _KL3("kl3", r"r - 1 - \log r", "r - 1 - log(r)", False, "ATR-GRPO (arXiv 2602.05494); Schulman k3",
+         "Asymmetric: the upper side is looser (clip-higher derived, not tuned).",
+         label="KL3 r−1−log r", method="ATR-GRPO", colour="#d62728", text="r − 1 − log r"),
+    _KL3Reverse("kl3_reverse", r"\tfrac1r - 1 + \log r", "1/r - 1 + log(r)", False, "k3 of KL(π_θ‖π_old)",
+                "Mirror of KL3: [1/u_δ, 1/l_δ], looser below.",
+                label="reverse KL3", method="reverse KL3", colour="#7f7f7f", text="1/r − 1 + log r"),
+    _BinaryKL("binary_kl", r"p \log\tfrac{1}{r} + (1-p)\log\tfrac{1-p}{1-rp}",
+              "p*log(1/r) + (1-p)*log((1-p)/(1-r*p))", True,
+              "DPPO-Binary-KL (arXiv 2602.04879, verl dppo_kl); TRGPPO",
+              "Per-token: wide for rare tokens, tight for confident ones; hi < 1/p.",
+              label="binary KL", method="DPPO-Binary-KL", colour="#2ca02c",
+              text="p log(1/r) + (1 − p) log((1 − p)/(1 − rp))"),
+    _BinaryTV("binary_tv", r"\lvert p (r - 1) \rvert", "abs(p*(r - 1))", True,
+              "DPPO-Binary-TV (verl dppo_tv)", "Per-token: [1-δ/p, 1+δ/p].",
+              label="binary TV", method="DPPO-Binary-TV", colour="#9467bd", text="|p (r − 1)|"),
+    _Chi2("chi2", r"(r - 1)^2", "(r - 1)**2", False, "χ² f-divergence estimator",
+          "Symmetric in r: [1-√δ, 1+√δ].", label="χ² (r−1)²", method="χ²", colour="#bcbd22", text="(r − 1)²"),
+    _Hellinger("hellinger", r"(\sqrt{r} - 1)^2", "(sqrt(r) - 1)**2", False, "squared Hellinger estimator",
+               "[(1-√δ)², (1+√δ)²]: looser above.",
+               label="Hellinger (√r−1)²", method="Hellinger", colour="#17becf", text="(√r − 1)²"),
+)
+BUILTIN_NAMES = frozenset(m.name for m in _BUILTIN)
+
+MEASURES: dict[str, Measure] = {m.name: m for m in _BUILTIN}
+"""Every registered measure by name: the built-ins, then what `divclip.theory.register_measure` added."""
 
 
 def get_measure(name) -> Measure:
@@ -219,3 +221,18 @@ def value_at_zero(measure: Measure, p=None) -> float:
     with np.errstate(divide="ignore", invalid="ignore"):
         v = float(measure._value(np.float64(0.0), None if p is None else np.float64(p), np))
     return v if math.isfinite(v) else math.inf  # log-type measures give inf or inf - inf = nan at 0
+
+
+LISTING_DELTA, LISTING_P = 0.02, 0.5
+
+
+def measure_listing(delta: float = LISTING_DELTA, p: float = LISTING_P) -> list[dict]:
+    """One row per registered measure (run-time ones included), for `divclip measures` and the docs:
+    name, label, formula (its code), p_dependent, its clip interval at budget `delta` (and `p` where it
+    depends on p) as [lo, hi], and source. Every measure is read the same way, through `bounds(delta, p)`."""
+    rows = []
+    for m in MEASURES.values():
+        lo, hi = m.bounds(delta, p if m.p_dependent else None)
+        rows.append({"name": m.name, "label": m.label or m.name, "formula": m.code, "p_dependent": m.p_dependent,
+                     "interval": [float(lo), float(hi)], "source": m.source})
+    return rows

@@ -40,6 +40,8 @@ from divclip.theory._symbolic_generic import (
     verify_roots,
     with_statement,
 )
+from divclip.theory.formula import parse_formula
+from divclip.theory.measures import MEASURES
 
 __all__ = [
     "ADV", "DELTA", "R", "S", "CheckResult", "Step", "check_step", "clip_roots", "derivable_measures",
@@ -47,35 +49,32 @@ __all__ = [
     "root_series", "with_statement",
 ]
 
-MEASURES: dict[str, sp.Expr] = {
-    "kl3": R - 1 - sp.log(R),  # Schulman k3 of KL(π_old‖π_θ), ATR-GRPO
-    "kl3_reverse": 1 / R - 1 + sp.log(R),  # k3 of KL(π_θ‖π_old)
-    "k2": sp.log(R) ** 2 / 2,
-    "log_ratio": sp.Abs(sp.log(R)),
-    "chi2": (R - 1) ** 2,
-    "hellinger": (sp.sqrt(R) - 1) ** 2,
-}
-MEASURE_TEXT: dict[str, str] = {  # plain-text formulas for explanations
-    "kl3": "r − 1 − log r", "kl3_reverse": "1/r − 1 + log r", "k2": "½(log r)²",
-    "log_ratio": "|log r|", "chi2": "(r − 1)²", "hellinger": "(√r − 1)²",
-}
 SERIES_ORDER = 5  # roots are stated as polynomials + O(t^5)
 _X = -sp.exp(-1 - DELTA)  # Lambert-W argument for KL3, in (-1/e, 0) for δ > 0
 
 
 def derivable_measures() -> tuple[str, ...]:
-    return tuple(MEASURES)
+    """Every registered measure that does not depend on p (run-time ones included): KL3 first, whose
+    derivation also checks the published Lambert-W facts, then the others in registry order."""
+    return ("kl3", *(name for name, m in MEASURES.items() if not m.p_dependent and name != "kl3"))
+
+
+@functools.lru_cache(maxsize=64)
+def _expression(code: str) -> sp.Expr:
+    return parse_formula(code)[1].doit()  # the safe parser's exact-rational tree, evaluated
 
 
 def measure_expression(measure_name: str) -> sp.Expr:
-    """D(r) as a SymPy expression in `R`."""
+    """D(r) as a SymPy expression in `R`, from the measure's code formula (`Measure.code`) via the safe parser."""
     _require_measure(measure_name)
-    return MEASURES[measure_name]
+    return _expression(MEASURES[measure_name].code)
 
 
 def _require_measure(measure_name: object) -> None:
-    if not isinstance(measure_name, str) or measure_name not in MEASURES:
-        raise ValueError(f"measure_name={measure_name!r} is not derivable; allowed: {', '.join(MEASURES)}")
+    if not isinstance(measure_name, str) or measure_name not in derivable_measures():
+        raise ValueError(
+            f"measure_name={measure_name!r} is not derivable; allowed: {', '.join(derivable_measures())}"
+        )
 
 
 def check_step(step: Step) -> CheckResult:
@@ -272,7 +271,7 @@ def _kl3_lambert_step(measure: sp.Expr) -> Step:
 
 
 def _kl3_steps() -> list[Step]:
-    measure = MEASURES["kl3"]
+    measure = measure_expression("kl3")
     lower, upper = -sp.LambertW(_X), -sp.LambertW(_X, -1)
     l_series = 1 - S + S**2 / 3 - S**3 / 36 - S**4 / 270
     u_series = 1 + S + S**2 / 3 + S**3 / 36 - S**4 / 270
@@ -303,20 +302,22 @@ def _kl3_steps() -> list[Step]:
     ]
 
 
-@functools.cache
-def _cached_derivation(measure_name: str) -> tuple[Step, ...]:
+@functools.lru_cache(maxsize=64)
+def _cached_derivation(measure_name: str, code: str, text: str) -> tuple[Step, ...]:
     if measure_name == "kl3":
         return tuple(_kl3_steps())
-    return tuple(generic_derivation(MEASURES[measure_name], MEASURE_TEXT[measure_name]))
+    return tuple(generic_derivation(_expression(code), text))
 
 
 def kl3_derivation() -> list[Step]:
-    return list(_cached_derivation("kl3"))
+    return derivation("kl3")
 
 
 def derivation(measure_name: str) -> list[Step]:
+    """The checked steps for a registered p-independent measure, derived from its code formula."""
     _require_measure(measure_name)
-    return list(_cached_derivation(measure_name))
+    m = MEASURES[measure_name]
+    return list(_cached_derivation(measure_name, m.code, m.text or m.code))
 
 
 # ---- rendering -----------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 import streamlit as st
 
 from divclip import theory
-from divclip.app.export import trl_settings, verl_overrides
+from divclip.app.export import FORMATS, interval_spec, method_export
 from divclip.app.figures import (
     add_intersection,
     divergence_curves,
@@ -27,7 +27,9 @@ from divclip.app.presets import (
     matching_preset,
 )
 from divclip.app.state import PageState
+from divclip.theory.spec import method_string
 
+_SUFFIX = {"overrides": "sh", "yaml": "yaml", "python": "py"}
 state = PageState("explorer", EXPLORER_SPEC)
 url_warnings = state.init()
 NOTICE = "explorer._notice"  # a message from a button callback, shown once on the next run
@@ -102,19 +104,34 @@ st.plotly_chart(surrogate_figure(intervals), key="explorer.surrogate")
 
 st.subheader("Equivalent ratio clip per measure")
 st.table(table_rows(intervals), hide_index=True)
-csv_col, verl_col, trl_col = st.columns(3)
-csv_col.download_button("Table as CSV", table_csv(intervals), file_name="divclip_intervals.csv", mime="text/csv",
-                        icon=":material/download:", width="stretch")
-verl_col.download_button("verl overrides", verl_overrides(intervals), file_name="divclip_verl.txt",
-                         mime="text/plain", icon=":material/download:", width="stretch")
-trl_col.download_button("TRL GRPOConfig", trl_settings(intervals), file_name="divclip_trl.txt", mime="text/plain",
-                        icon=":material/download:", width="stretch")
-verl_col, trl_col = st.columns(2)
-with verl_col:
-    st.markdown("**verl** — Hydra overrides")
-    st.code(verl_overrides(intervals), language="bash", wrap_lines=True)
-with trl_col:
-    st.markdown("**TRL** — `GRPOConfig` arguments")
-    st.code(trl_settings(intervals), language="python", wrap_lines=True)
+st.download_button("Table as CSV", table_csv(intervals), file_name="divclip_intervals.csv", mime="text/csv",
+                   icon=":material/download:")
+
+# verl/TRL export: one chosen method at a time, complete and paste-safe (`divclip export` prints the same text).
+st.subheader("Export one method to verl or TRL")
+specs = {}
+for iv in intervals:
+    spec = interval_spec(iv)
+    specs[f"{iv.method} — {iv.label} ({method_string(spec)})"] = spec
+pick_col, fmt_col = st.columns([2, 1])
+choice = pick_col.selectbox("Method", list(specs), key="explorer.export_method")
+fmt = fmt_col.radio("Format", FORMATS, horizontal=True, key="explorer.export_format",
+                    help="overrides: a verl command line (TRL: its --key value flags); yaml; python")
+spec = specs[choice]
+st.caption(f"Same text as `divclip export --method {method_string(spec)} --engine verl|trl --format {fmt}`. "
+           "Each block sets every key it needs once, so pasting it after another method's leaves nothing of "
+           "that method in force.")
+language = {"overrides": "bash", "yaml": "yaml", "python": "python"}[fmt]
+for col, engine, title in zip(st.columns(2), ("verl", "trl"), ("verl 0.9.1", "TRL 1.16")):
+    with col:
+        st.markdown(f"**{title}**")
+        try:
+            text = method_export(spec, engine).text(fmt)
+        except ValueError as exc:
+            st.info(str(exc))
+            continue
+        st.code(text, language=language, wrap_lines=True)  # st.code has a copy button
+        st.download_button(f"{engine} settings", text, file_name=f"divclip_{engine}.{_SUFFIX[fmt]}",
+                           mime="text/plain", icon=":material/download:", key=f"explorer.export_{engine}")
 st.markdown("**Link to this view**")
 st.code(share_link(query), language=None, wrap_lines=True)

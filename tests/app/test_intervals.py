@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from divclip import theory
-from divclip.app.export import trl_settings, verl_overrides
+from divclip.app.export import interval_spec, method_export
 from divclip.app.intervals import clip_intervals, format_bound, table_csv, table_rows
 from divclip.app.methods import METHOD_COLOURS, colour_for, method_for
 from divclip.app.presets import ATR_DELTA, DELTA_MAX, DELTA_MIN, PRESETS, kl3_delta_matching, matching_preset
@@ -49,24 +49,21 @@ def test_table_and_csv_hold_the_same_numbers():
     assert float(parsed[2]["p"]) == 0.01 and parsed[1]["budget"] == ""
 
 
-def test_verl_and_trl_settings():
+def test_verl_and_trl_settings_for_one_interval():
     ivs, _ = clip_intervals(["kl3", "ratio", "binary_kl", "binary_tv"], ATR_DELTA, 0.2, 0.28, 0.1)
-    verl = verl_overrides(ivs)
-    trl = trl_settings(ivs)
-    e_low, e_high = theory.equivalent_ratio_clip("kl3", ATR_DELTA)
-    kl3_block, ratio_block, bkl_block, btv_block = verl.strip().split("\n\n")
-    assert f"actor_rollout_ref.actor.clip_ratio_low={e_low:.12g}" in kl3_block
-    assert f"actor_rollout_ref.actor.clip_ratio_high={e_high:.12g}" in kl3_block
-    assert abs(float(kl3_block.rsplit("=", 1)[1]) - 0.2308422097842588) < 1e-11
-    assert "clip_ratio_low=0.2\n" in ratio_block and ratio_block.endswith("clip_ratio_high=0.28")
+    kl3, ratio, bkl, btv = (method_export(interval_spec(iv), "verl").text("overrides") for iv in ivs)
+    lo, hi = theory.get_measure("kl3").bounds(ATR_DELTA)
+    assert "loss_mode=atr_kl3" in kl3 and "clip_ratio_low=0.2 " in kl3
+    assert abs(float(kl3.split("clip_ratio_high=")[1].split()[0]) - (hi - 1)) < 1e-12
+    assert "loss_mode=vanilla" in ratio and "clip_ratio_low=0.2 " in ratio and "clip_ratio_high=0.28 " in ratio
     # verl's dppo losses read clip_ratio_low/high as the divergence threshold δ itself.
-    assert "policy_loss.loss_mode=dppo_kl" in bkl_block and f"clip_ratio_high={ATR_DELTA:.12g}" in bkl_block
-    assert "policy_loss.loss_mode=dppo_tv" in btv_block
-    trl_kl3, trl_ratio, trl_bkl, _ = trl.strip().split("\n\n")
-    assert f"epsilon={e_low:.12g}\nepsilon_high={e_high:.12g}" in trl_kl3
-    assert trl_ratio.endswith("epsilon=0.2\nepsilon_high=0.28")
-    assert all(line.startswith("#") for line in trl_bkl.splitlines())  # TRL has no per-token clip
-
+    assert "policy_loss.loss_mode=dppo_kl" in bkl and f"clip_ratio_high={ATR_DELTA!r}" in bkl
+    assert "policy_loss.loss_mode=dppo_tv" in btv
+    trl_kl3 = method_export(interval_spec(ivs[0]), "trl").settings
+    assert trl_kl3 == {"clip_measure": "kl3", "clip_delta": ATR_DELTA, "epsilon_high": None, "delta": None}
+    assert method_export(interval_spec(ivs[1]), "trl").settings["epsilon_high"] == 0.28
+    with pytest.raises(ValueError, match="TRL has no 'gated' loss form"):
+        method_export(interval_spec(ivs[2]), "trl")
 
 def test_atr_preset_is_grpo_lower_side_under_kl3():
     assert ATR_DELTA == theory.delta_for_eps("kl3", eps_low=0.2)

@@ -13,7 +13,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from divclip import theory
-from divclip.app.export import trl_settings, verl_overrides
+from divclip.app.export import interval_spec, method_export
 from divclip.app.intervals import clip_intervals, format_bound
 from divclip.app.presets import ATR_DELTA, EXPLORER_SPEC, PRESETS
 from divclip.app.state import encode_query
@@ -99,12 +99,24 @@ def test_eps_and_p_sliders():
     assert (rows["binary_tv"]["l"], rows["binary_tv"]["u"]) == (format_bound(lo), format_bound(hi))
 
 
-def test_exports_are_for_the_intervals_shown():
+def test_exports_one_chosen_method_as_divclip_export_prints_it():
     at = rendered(start(query={"delta": "0.05", "measures": "kl3,ratio,binary_kl", "p": "0.01"}))
     ivs, _ = clip_intervals(["kl3", "ratio", "binary_kl"], 0.05, 0.2, 0.28, 0.01)
-    codes = [c.value.strip() for c in at.code]
-    assert verl_overrides(ivs).strip() in codes and trl_settings(ivs).strip() in codes
-    assert {b.label for b in at.get("download_button")} >= {"Table as CSV", "verl overrides", "TRL GRPOConfig"}
+    box = at.selectbox(key="explorer.export_method")
+    assert len(box.options) == 3
+    for index, iv in enumerate(ivs):
+        box.set_value(box.options[index]).run()
+        spec = interval_spec(iv)
+        codes = [c.value.strip() for c in at.code]  # st.code drops the final newline
+        assert method_export(spec, "verl").text("overrides").strip() in codes  # one method, the CLI's text
+        if iv.name == "binary_kl":  # DPPO's mask: TRL has none, and the page says so instead of a block
+            assert any("TRL has no 'gated' loss form" in i.value for i in at.info)
+        else:
+            assert method_export(spec, "trl").text("overrides").strip() in codes
+        box = at.selectbox(key="explorer.export_method")
+    at.radio(key="explorer.export_format").set_value("yaml").run()
+    assert method_export(interval_spec(ivs[-1]), "verl").text("yaml").strip() in [c.value.strip() for c in at.code]
+    assert {b.label for b in at.get("download_button")} >= {"Table as CSV", "verl settings"}
 
 
 @pytest.mark.parametrize("name", list(PRESETS))

@@ -1,4 +1,4 @@
-"""Rollout reports: the predicted clip fractions are exactly what `policy_loss` reports on the same tensors."""
+"""Rollout reports: the predicted clip fractions and their breakdown against an independent numpy reference."""
 
 import numpy as np
 import pytest
@@ -9,7 +9,7 @@ from divclip.sanity import Limits, RolloutOptions, analyse_rollouts, build_repor
 from divclip.sanity.errors import SanityInputError
 from divclip.sanity.rollouts import DEFAULT_SIGMA, SIGNS
 from divclip.theory import MEASURES
-from divclip.theory.losses import ClipSpec, policy_loss
+from divclip.theory.losses import ClipSpec
 
 FRACTIONS = ("clipfrac", "clipfrac_low", "clipfrac_high", "dual_clipfrac")
 
@@ -22,23 +22,64 @@ def spec_of(entry, section):
     return ClipSpec(entry["measure"], delta=b["delta"], **common)
 
 
-def assert_equal_to_policy_loss(section, arrays):
-    t = {k: torch.from_numpy(v) for k, v in arrays.items()}
-    checked = 0
+def reference_flags(entry, section, arrays):
+    """Low/high clip flags from first principles in float64 numpy, independent of divclip's loss code: the
+    ratio (token r = exp(clip(log r, ±20)), or GSPO's exp(min(masked mean log r, 10)) per sequence), the
+    interval [lo, hi] from the budget the report states (per token at p = π_old for p-dependent measures), and
+    the gradient rule: A < 0 and r < lo clips low, A > 0 and r > hi clips high. Also flags the tokens within
+    1e-5 (relative) of a bound, where the float32 loss may round either way."""
+    lp, old = arrays["log_prob"].astype(np.float64), arrays["old_log_prob"].astype(np.float64)
+    adv, inside = arrays["advantages"].astype(np.float64), arrays["response_mask"] > 0
+    log_r = lp - old
+    if section["level"] == "sequence":
+        mean = (log_r * inside).sum(-1) / np.maximum(inside.sum(-1), 1)
+        r = np.broadcast_to(np.exp(np.minimum(mean, 10.0))[:, None], log_r.shape)
+    else:
+        r = np.exp(np.clip(log_r, -20.0, 20.0))
+    m, b = MEASURES[entry["measure"]], entry["budget"]
+    eps = np.finfo(arrays["log_prob"].dtype).eps
+    if entry["measure"] == "ratio":
+        lo, hi = 1.0 - min(b["eps_low"], 1.0), 1.0 + b["eps_high"]
+    else:
+        p = np.minimum(np.exp(old), 1.0 - eps) if m.p_dependent else None
+        lo, hi = m.bounds(b["delta"], p)
+    low, high = inside & (adv < 0) & (r < lo), inside & (adv > 0) & (r > hi)
+    tol = 8 * eps  # r and p = π_old are rounded to the file's dtype in the loss
+    near = inside & ((np.abs(r - lo) <= tol * np.abs(lo)) | (np.abs(r - hi) <= tol * hi))
+    return low, high, near
+
+
+def assert_matches_reference(section, arrays):
+    """Headline fractions and the (p bucket, sign) breakdown agree with `reference_flags` token for token,
+    up to the tokens that sit on a bound; returns how many measures were checked."""
+    n, checked = section["n_tokens"], 0
+    p_old = np.exp(arrays["old_log_prob"].astype(np.float64))
     for entry in section["measures"]:
         if entry["problem"]:
             continue
-        metrics = policy_loss(t["log_prob"], t["old_log_prob"], t["advantages"], t["response_mask"],
-                              spec_of(entry, section))[1]
-        for k in FRACTIONS:
-            assert entry[k] == metrics[k], (entry["measure"], k)  # exact, not approx
-        assert entry["breakdown_matches_loss"], entry["measure"]
+        low, high, near = reference_flags(entry, section, arrays)
+        # Not vacuous: tokens clip well away from any bound. Ties are the float32 tokens with p = π_old within
+        # 1e-6 of 1, whose whole binary-KL interval is narrower than float32's resolution of r.
+        assert ((low | high) & ~near).sum() > 0 and near.sum() <= 0.2 * n, entry["measure"]
+        for side, ref in (("low", low), ("high", high)):
+            got = round(entry[f"clipfrac_{side}"] * n)
+            assert abs(got - int(ref.sum())) <= int(near.sum()), (entry["measure"], side, got, int(ref.sum()))
+            rows = entry["buckets"]
+            for row in rows:
+                lo_p, hi_p = (float(x) for x in row["p_bucket"].strip("[)]").split(", "))
+                upper = p_old <= hi_p if row["p_bucket"].endswith("]") else p_old < hi_p
+                sign = {"A<0": arrays["advantages"] < 0, "A=0": arrays["advantages"] == 0,
+                        "A>0": arrays["advantages"] > 0}[row["sign"]]
+                cell = (p_old >= lo_p) & upper & sign
+                assert abs(row[f"clipped_{side}"] - int((ref & cell).sum())) <= int((near & cell).sum()), (
+                    entry["measure"], side, row)
+        assert entry["clipfrac"] == pytest.approx(entry["clipfrac_low"] + entry["clipfrac_high"], rel=1e-6)
         checked += 1
     return checked
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_predicted_fractions_equal_policy_loss_exactly(tmp_path, dtype):
+def test_predicted_fractions_match_an_independent_reference(tmp_path, dtype):
     arrays = random_batch(seed=1, dtype=dtype)
     path = tmp_path / "batch.npz"
     path.write_bytes(npz_bytes(**arrays))
@@ -46,13 +87,13 @@ def test_predicted_fractions_equal_policy_loss_exactly(tmp_path, dtype):
                                                     "actor_rollout_ref.actor.ppo_mini_batch_size=64"])
     section = report["rollouts"]
     assert section["ratios"]["source"] == "file" and section["dual_clip_c"] == 3.0
-    assert assert_equal_to_policy_loss(section, arrays) == len(MEASURES)
+    assert assert_matches_reference(section, arrays) == len(MEASURES)
     kl3 = next(e for e in section["measures"] if e["measure"] == "kl3")
     assert kl3["clipfrac"] > 0  # the batch is off-policy enough to clip: the test is not vacuous
     assert kl3["interval"][1] == pytest.approx(1.2308, abs=1e-4)
 
 
-def test_sequence_level_fractions_equal_policy_loss(tmp_path):
+def test_sequence_level_fractions_match_an_independent_reference(tmp_path):
     arrays = random_batch(seed=2, sigma=0.02)
     path = tmp_path / "batch.npz"
     path.write_bytes(npz_bytes(**arrays))
@@ -61,7 +102,7 @@ def test_sequence_level_fractions_equal_policy_loss(tmp_path):
     assert section["level"] == "sequence"
     skipped = {e["measure"] for e in section["measures"] if e["problem"]}
     assert skipped == {m.name for m in MEASURES.values() if m.p_dependent}
-    assert assert_equal_to_policy_loss(section, arrays) == len(MEASURES) - len(skipped)
+    assert assert_matches_reference(section, arrays) == len(MEASURES) - len(skipped)
     assert max(e["clipfrac"] for e in section["measures"] if not e["problem"]) > 0
 
 

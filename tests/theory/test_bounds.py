@@ -166,4 +166,5 @@ def test_closed_forms_of_simple_measures():
     assert get_measure("binary_tv").bounds(d, 0.6) == pytest.approx((0.5, 1.5), rel=1e-15)
     assert get_measure("chi2").bounds(0.04) == pytest.approx((0.8, 1.2), rel=1e-15)
     assert get_measure("hellinger").bounds(0.04) == pytest.approx((0.64, 1.44), rel=1e-15)
-    assert get_measure("ratio").bounds(eps_low=0.2, eps_high=0.28) == pytest.approx((0.8, 1.28), rel=1e-15)
+    assert get_measure("ratio").bounds(0.2) == pytest.approx((0.8, 1.2), rel=1e-15)  # δ is the width ε
+    assert get_measure("ratio").bounds(1.5) == (0.0, 2.5)

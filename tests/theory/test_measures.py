@@ -119,13 +119,14 @@ def test_bad_bounds_input_raises_named_value_error(name, kwargs, needle):
 def test_bad_names_and_ratio_api():
     with pytest.raises(ValueError, match=r"measure must be one of .*got 'kl4'"):
         get_measure("kl4")
-    ratio = get_measure("ratio")
-    with pytest.raises(ValueError, match="not both"):
-        ratio.bounds(0.2, eps_low=0.2, eps_high=0.3)
-    with pytest.raises(ValueError, match="eps_high"):
-        ratio.bounds(eps_low=0.2)
-    with pytest.raises(ValueError, match="eps_low must be a finite number > 0, got -0.1"):
-        ratio.bounds(eps_low=-0.1, eps_high=0.2)
+    ratio = get_measure("ratio")  # the same bounds(delta, p=None) as every measure; δ is the width ε
+    assert ratio.bounds(0.25, 0.3) == (0.75, 1.25)  # p is accepted (checked) and ignored
+    with pytest.raises(TypeError):
+        ratio.bounds(eps_low=0.2, eps_high=0.3)
+    with pytest.raises(ValueError, match="delta must be a finite number > 0, got -0.1"):
+        ratio.bounds(-0.1)
+    with pytest.raises(ValueError, match=r"p must lie in the open interval \(0, 1\), got 1.5"):
+        ratio.bounds(0.2, 1.5)
     with pytest.raises(ValueError, match="exactly one"):
         delta_for_eps("kl3", eps_low=0.2, eps_high=0.2)
     with pytest.raises(ValueError, match=r"eps_low must lie in \(0, 1\)"):

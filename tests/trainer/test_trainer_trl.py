@@ -125,7 +125,8 @@ def test_config_errors(tmp_path):
     with pytest.raises(ValueError, match=r"depends on p .* give clip_delta"):
         DivClipGRPOConfig(output_dir=str(tmp_path), clip_measure="binary_kl", report_to="none", use_cpu=True)
     with pytest.raises(ValueError, match=r"clip_delta must be None or a finite number > 0, got -1"):
-        DivClipGRPOConfig(output_dir=str(tmp_path), clip_delta=-1, report_to="none", use_cpu=True)
+        DivClipGRPOConfig(output_dir=str(tmp_path), clip_measure="kl3", clip_delta=-1, report_to="none",
+                          use_cpu=True)
     args = DivClipGRPOConfig(output_dir=str(tmp_path), clip_measure="kl3", epsilon=0.2, report_to="none",
                              use_cpu=True)
     assert args.clip_spec().delta == pytest.approx(0.0231436, abs=1e-7)
@@ -200,3 +201,29 @@ def test_clip_method_errors(tmp_path):
         DivClipGRPOConfig(clip_method="kl3", clip_delta=0.1, **kw)
     with pytest.raises(ValueError, match=r"token-level clip, gated or cispo modes, got mode='sapo'"):
         DivClipGRPOConfig(clip_method="sapo", **kw)
+
+
+def test_default_is_the_stock_trl_clip(tmp_path):
+    """Switching GRPOConfig -> DivClipGRPOConfig changes no clip: epsilon_high=0.28 stays DAPO's 0.28."""
+    args = DivClipGRPOConfig(output_dir=str(tmp_path), epsilon=0.2, epsilon_high=0.28, report_to="none", use_cpu=True)
+    spec = args.clip_spec()
+    assert args.clip_measure == "ratio"
+    assert (spec.measure, spec.eps_low, spec.eps_high) == ("ratio", 0.2, 0.28)
+    assert [a.code for a in args.divclip_advice()] == ["on_policy_clip_inert"]  # TRL's num_iterations=1
+
+
+def _trl_codes(caplog):
+    return [r.getMessage().split("]")[0].split("[")[1] for r in caplog.records if r.name == "divclip.trl"]
+
+
+def test_trainer_logs_ignored_keys_budgets_and_inert_clip_once(tiny, tmp_path, caplog):
+    caplog.set_level("WARNING", logger="divclip.trl")
+    make(DivClipGRPOTrainer, DivClipGRPOConfig, tiny, tmp_path / "a", clip_measure="kl3", clip_delta=0.2,
+         epsilon_high=0.28, num_iterations=1)
+    assert _trl_codes(caplog) == ["ignored_key", "divergence_budget_verl_default", "on_policy_clip_inert"]
+    text = [r.getMessage() for r in caplog.records]
+    assert "clip_measure='kl3' ignores epsilon_high = 0.28" in text[0]
+    assert "num_iterations=1" in text[2]
+    caplog.clear()
+    make(DivClipGRPOTrainer, DivClipGRPOConfig, tiny, tmp_path / "b", clip_measure="kl3", num_iterations=2)
+    assert _trl_codes(caplog) == []  # δ derived from epsilon, clip live: nothing to say

@@ -221,3 +221,99 @@ def test_divclip_method_bad_env_is_a_clear_error(monkeypatch, value, match):
         monkeypatch.setenv("DIVCLIP_METHOD", value)
     with pytest.raises(ValueError, match=match):
         run(get_policy_loss_fn("divclip_method"), actor("divclip_method"), *batch())
+
+
+# ---------------------------------------------------------------------- δ without verl's 0.2, warnings once
+@pytest.fixture
+def fresh_warnings(monkeypatch, caplog):
+    monkeypatch.setattr(plugin, "_WARNED", set())
+    monkeypatch.delenv("DIVCLIP_DELTA", raising=False)
+    caplog.set_level("WARNING", logger="divclip.verl")
+    return caplog
+
+
+def _codes(caplog):
+    return [r.getMessage().split("]")[0].split("[")[1] for r in caplog.records if r.name == "divclip.verl"]
+
+
+def test_divclip_delta_env_is_the_budget_and_clip_ratio_is_reported_ignored(fresh_warnings, monkeypatch):
+    old, new, adv, mask = batch()
+    delta = float(get_measure("kl3").value(0.8))
+    monkeypatch.setenv("DIVCLIP_DELTA", repr(delta))
+    fn = get_policy_loss_fn("divclip_kl3")
+    cfg = actor("divclip_kl3", clip_ratio_c=math.inf)  # clip_ratio_low/high stay verl's 0.2
+    ref = actor("divclip_kl3", clip_ratio_low=delta, clip_ratio_high=delta, clip_ratio_c=math.inf)
+    monkeypatch.delenv("DIVCLIP_DELTA")
+    want, want_grad, _ = run(fn, ref, old, new, adv, mask)
+    monkeypatch.setenv("DIVCLIP_DELTA", repr(delta))
+    for _ in range(3):  # the loss runs every micro-batch; the warning is logged once
+        got, grad, _ = run(fn, cfg, old, new, adv, mask)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    torch.testing.assert_close(grad, want_grad, rtol=0, atol=0)
+    assert _codes(fresh_warnings) == ["ignored_key", "ignored_key"]  # clip_ratio_low and clip_ratio_high, once
+    assert "actor.clip_ratio_low = 0.2" in fresh_warnings.records[0].getMessage()
+
+
+def test_divclip_delta_env_pair_sets_each_side(fresh_warnings, monkeypatch):
+    old, new, adv, mask = batch()
+    monkeypatch.setenv("DIVCLIP_DELTA", "0.02,0.03")
+    cfg = actor("divclip_kl3", clip_ratio_low=0.02, clip_ratio_high=0.03, clip_ratio_c=math.inf)
+    low, high = plugin.measure_budgets("kl3", cfg)
+    assert (low, high) == (0.02, 0.03) and _codes(fresh_warnings) == []
+
+
+@pytest.mark.parametrize("text", ["", "abc", "0", "-0.1", "nan", "0.1,0.2,0.3", "inf"])
+def test_bad_divclip_delta_is_a_clear_error(fresh_warnings, monkeypatch, text):
+    monkeypatch.setenv("DIVCLIP_DELTA", text)
+    old, new, adv, mask = batch()
+    cfg = actor("divclip_kl3", clip_ratio_low=0.02, clip_ratio_high=0.02)
+    if not text:  # empty means unset: the explicit clip_ratio budgets are used
+        run(get_policy_loss_fn("divclip_kl3"), cfg, old, new, adv, mask)
+        return
+    with pytest.raises(ValueError, match=rf"DIVCLIP_DELTA must be a budget δ > 0 .* got '{text}'"):
+        run(get_policy_loss_fn("divclip_kl3"), cfg, old, new, adv, mask)
+
+
+@pytest.mark.parametrize("measure", [m for m in MEASURES if m != "ratio"])
+def test_verl_default_budget_is_refused_without_divclip_delta(fresh_warnings, measure):
+    old, new, adv, mask = batch()
+    with pytest.raises(ValueError, match=rf"divclip_{measure} would read its {measure} budget δ from "
+                                         r"actor.clip_ratio_low = 0.2, verl's default .* DIVCLIP_DELTA"):
+        run(get_policy_loss_fn(f"divclip_{measure}"), actor(f"divclip_{measure}"), old, new, adv, mask)
+    with pytest.raises(ValueError, match=r"actor.clip_ratio_high = 0.2"):
+        run(get_policy_loss_fn(f"divclip_{measure}"), actor(f"divclip_{measure}", clip_ratio_low=0.01), old, new,
+            adv, mask)
+
+
+def test_budget_at_ratio_scale_and_explicit_default_warn_once(fresh_warnings, monkeypatch):
+    old, new, adv, mask = batch()
+    fn = get_policy_loss_fn("divclip_kl3")
+    for _ in range(2):
+        run(fn, actor("divclip_kl3", clip_ratio_low=0.15, clip_ratio_high=0.15), old, new, adv, mask)
+    monkeypatch.setenv("DIVCLIP_DELTA", "0.2")  # given explicitly: allowed, but still flagged
+    run(fn, actor("divclip_kl3", clip_ratio_low=0.2, clip_ratio_high=0.2), old, new, adv, mask)
+    codes = _codes(fresh_warnings)
+    assert codes == ["divergence_budget_ratio_scale", "divergence_budget_verl_default"]
+    lo, hi = get_measure("kl3").bounds(0.2)
+    assert f"[{lo:.4g}, {hi:.4g}]" in fresh_warnings.records[1].getMessage()  # [0.4932, 1.772]
+
+
+def test_clip_that_cannot_bind_is_reported(fresh_warnings, monkeypatch):
+    old, new, adv, mask = batch()
+    monkeypatch.setenv("DIVCLIP_DELTA", "5")  # above chi2's D(0+) = 1: lower bound 0
+    run(get_policy_loss_fn("divclip_chi2"), actor("divclip_chi2", clip_ratio_low=5.0, clip_ratio_high=5.0), old,
+        new, adv, mask)
+    assert "clip_cannot_bind" in _codes(fresh_warnings)
+
+
+def test_atr_kl3_warns_once_that_clip_ratio_high_is_ignored(fresh_warnings):
+    old, new, adv, mask = batch()
+    fn = get_policy_loss_fn("atr_kl3")
+    _, hi, _ = plugin.atr_kl3_bounds(0.2)
+    run(fn, actor("atr_kl3", clip_ratio_low=0.2, clip_ratio_high=hi - 1.0), old, new, adv, mask)
+    assert _codes(fresh_warnings) == []  # the exported setting: nothing ignored
+    for _ in range(3):
+        run(fn, actor("atr_kl3", clip_ratio_low=0.2, clip_ratio_high=0.28), old, new, adv, mask)
+    assert _codes(fresh_warnings) == ["ignored_key"]
+    msg = fresh_warnings.records[0].getMessage()
+    assert "atr_kl3 ignores actor.clip_ratio_high = 0.28" in msg and "u_δ = 1.230842" in msg

@@ -1,7 +1,7 @@
 """divclip's divergence clipping inside TRL 1.16's GRPOTrainer.
 
     from divclip.trainer.integrations.trl import DivClipGRPOConfig, DivClipGRPOTrainer
-    args = DivClipGRPOConfig(output_dir="out", clip_measure="kl3", epsilon=0.2, loss_type="dapo", ...)
+    args = DivClipGRPOConfig(output_dir="out", clip_measure="kl3", epsilon=0.2, num_iterations=2, ...)
     DivClipGRPOTrainer(model=..., reward_funcs=..., args=args, train_dataset=...).train()
 
 `DivClipGRPOTrainer._compute_loss` is TRL's, with one line replaced: the per-token loss is divclip's
@@ -11,6 +11,13 @@ and off-policy masks, vLLM importance weights, and the normalisation of each `lo
 dr_grpo, dapo), including gradient-accumulation scaling. Metrics keep TRL's names (clip_ratio/low_mean,
 clip_ratio/high_mean, clip_ratio/region_mean, ...), now counting divclip's bounds, plus divclip/kl3.
 With clip_measure='ratio' the loss is TRL's, bit for bit (tests/trainer/test_trl.py).
+
+`clip_measure` defaults to 'ratio', TRL's own clip (epsilon / epsilon_high): switching from GRPOConfig changes
+nothing until a measure is chosen. Warnings (the codes `divclip check` reports) are logged once when the trainer
+is built: `epsilon_high` set under a divergence measure (ignored: the upper bound follows from δ), a budget that
+is GRPO's default width 0.2 or at the scale of a ratio width, a clip that cannot bind, and an on-policy setup
+(TRL's default num_iterations=1 with steps_per_generation = gradient_accumulation_steps: the ratio is identically
+1, so no clip has any effect).
 
 `clip_method` takes any method string instead (`divclip.theory.spec`): an intersection
 ('kl3:0.023144&binary_tv:0.2', per-part clip fractions logged as divclip/clipfrac_{low,high}_part{i}) or an
@@ -27,6 +34,7 @@ importance sampling, and the entropy bonus (entropy_coef / use_adaptive_entropy)
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from dataclasses import dataclass, field
@@ -35,9 +43,10 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import nanmax, nanmin
 
+from divclip.sanity import advice
 from divclip.theory.adaptive import DeltaController
 from divclip.theory.conversions import delta_for_eps
-from divclip.theory.losses import MODES, ClipSpec
+from divclip.theory.losses import ClipSpec, policy_terms
 from divclip.theory.measures import MEASURES, get_measure
 from divclip.theory.spec import is_adaptive, parse_method
 
@@ -53,9 +62,9 @@ class DivClipGRPOConfig(GRPOConfig):
     """GRPOConfig plus the divergence measure and its budget δ."""
 
     clip_measure: str = field(
-        default="kl3",
-        metadata={"help": "Divergence measure of the clip (a theory.MEASURES name). 'ratio' is TRL's own clip with "
-                          "epsilon / epsilon_high; 'kl3' is ATR-GRPO."},
+        default="ratio",
+        metadata={"help": "Divergence measure of the clip (a theory.MEASURES name). 'ratio' (the default) is TRL's "
+                          "own clip with epsilon / epsilon_high; 'kl3' is ATR-GRPO."},
     )
     clip_delta: float | None = field(
         default=None,
@@ -76,10 +85,13 @@ class DivClipGRPOConfig(GRPOConfig):
     def __post_init__(self):
         super().__post_init__()
         if self.clip_method is not None:
-            if self.clip_measure != "kl3" or self.clip_delta is not None or self.delta is not None:
-                raise ValueError(f"clip_method={self.clip_method!r} replaces clip_measure/clip_delta and TRL's delta; "
-                                 f"got clip_measure={self.clip_measure!r}, clip_delta={self.clip_delta!r}, "
-                                 f"delta={self.delta!r} (leave them at their defaults; dual clip: '/dual=C')")
+            if (self.clip_measure != "ratio" or self.clip_delta is not None or self.delta is not None
+                    or self.epsilon_high is not None):
+                raise ValueError(f"clip_method={self.clip_method!r} replaces clip_measure/clip_delta, epsilon_high "
+                                 f"and TRL's delta; got clip_measure={self.clip_measure!r}, "
+                                 f"clip_delta={self.clip_delta!r}, epsilon_high={self.epsilon_high!r}, "
+                                 f"delta={self.delta!r} (leave them at their defaults; dual clip: '/dual=C'; "
+                                 "`epsilon` is ignored too)")
             try:
                 spec = parse_method(self.clip_method)
             except ValueError as exc:
@@ -116,6 +128,15 @@ class DivClipGRPOConfig(GRPOConfig):
         return ClipSpec(self.clip_measure, delta=delta, dual_clip_c=c)
 
 
+    def divclip_advice(self) -> list[advice.Advice]:
+        """The warnings these arguments deserve (logged once by DivClipGRPOTrainer; `divclip check` gives the same)."""
+        return advice.trl_advice(self.clip_measure, self.clip_delta, self.epsilon, self.epsilon_high,
+                                 self.num_iterations, self.steps_per_generation, self.gradient_accumulation_steps)
+
+
+logger = logging.getLogger("divclip.trl")
+
+
 class DivClipGRPOTrainer(GRPOTrainer):
     """TRL's GRPOTrainer whose clipped surrogate is divclip's (see the module docstring)."""
 
@@ -133,6 +154,8 @@ class DivClipGRPOTrainer(GRPOTrainer):
             raise ValueError(f"DivClipGRPOTrainer does not support the entropy bonus, got entropy_coef="
                              f"{a.entropy_coef!r}, use_adaptive_entropy={a.use_adaptive_entropy!r}")
         self.clip_spec = a.clip_spec()
+        for item in a.divclip_advice():
+            logger.warning(item.log_line())
         self.delta_controller = DeltaController(self.clip_spec) if is_adaptive(self.clip_spec) else None
 
     def _step_spec(self):
@@ -183,10 +206,8 @@ class DivClipGRPOTrainer(GRPOTrainer):
             )
 
         # divclip: the clipped surrogate max(-A·r, -A·clip(r)) with clip(r) from D(r[, p]) <= δ.
-        mask_f = mask.to(per_token_logps.dtype)
         spec = self._step_spec()
-        terms = MODES[spec.mode](per_token_logps, old_per_token_logps, advantages.expand_as(per_token_logps), mask_f,
-                                 spec)
+        terms = policy_terms(per_token_logps, old_per_token_logps, advantages.expand_as(per_token_logps), mask, spec)
         per_token_loss = terms.loss  # (B, T)
 
         if self.beta != 0.0:
@@ -210,10 +231,7 @@ class DivClipGRPOTrainer(GRPOTrainer):
             normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
             loss = loss + self.router_aux_loss_coef * aux_loss / normalizer
             self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(aux_loss).mean().item())
-        with torch.no_grad():  # the flags each loss form reports: clipped tokens, and of them those at the lower bound
-            clipped = terms.clipped if terms.clipped is not None else torch.zeros_like(mask_f)
-            low_flag = terms.clipped_low if terms.clipped_low is not None else torch.zeros_like(mask_f)
-            low, high = low_flag.float(), (clipped - low_flag).float()
+        low, high = terms.clipped_low, terms.clipped_high  # (B, T) 0/1: the lower / upper bound changed the term
         signals = self._log_metrics(mode, low, high, terms.log_ratio, mask, entropies,
                                     per_token_kl if self.beta != 0.0 else None, terms.by_part)
         if self.delta_controller is not None:

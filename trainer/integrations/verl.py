@@ -9,17 +9,23 @@ Importing this module registers, with verl's `register_policy_loss`:
                      gives δ = 0.023144 and u_δ = 1.23084: verl's `vanilla` with clip_ratio_low=0.2 and
                      clip_ratio_high=u_δ - 1 (the same loss bit for bit, gradients equal to rounding).
   divclip_<measure>  one mode per measure in `theory.MEASURES` (ratio, log_ratio, k2, kl3, kl3_reverse, binary_kl,
-                     binary_tv, chi2, hellinger). δ convention, as verl's own dppo_kl/dppo_tv: `clip_ratio_low` is
-                     the budget of the lower side and `clip_ratio_high` that of the upper side (each falling back to
-                     `clip_ratio`), so r is clipped to [lo(δ_low), hi(δ_high)] of D(r[, p]) <= δ. For 'ratio' the
-                     budgets are the widths ε (divclip_ratio is `vanilla`). Set them explicitly: verl's default
-                     0.2 is a ratio width, a wide budget for KL3 ([0.49, 1.77]).
+                     binary_tv, chi2, hellinger, and any added with `theory.register_measure`, before or after
+                     this import), clipping r to [lo(δ_low), hi(δ_high)] of D(r[, p]) <= δ. δ comes
+                     from the environment variable DIVCLIP_DELTA ("δ" or "δ_low,δ_high"), which verl cannot
+                     default; clip_ratio_low/high are then ignored. Without DIVCLIP_DELTA, δ_low = clip_ratio_low
+                     and δ_high = clip_ratio_high (each falling back to clip_ratio, as verl's dppo_kl/dppo_tv), and a
+                     budget equal to verl's default 0.2 is refused: for a divergence it is a ratio width (KL3 at
+                     δ = 0.2 is [0.49, 1.77]). For 'ratio' the budgets are the widths ε (divclip_ratio is `vanilla`).
 
   divclip_method     any divclip method string (`divclip.theory.spec`), read from the environment variable
                      DIVCLIP_METHOD in each worker: e.g. 'kl3:0.02', an intersection 'kl3:0.023144&binary_tv:0.2'
                      (per-part clip fractions as actor/clipfrac_{low,high}_part{i}) or an adaptive δ
                      'kl3@clipfrac=0.1'. The string is the whole spec: verl's clip_ratio, clip_ratio_low/high and
                      clip_ratio_c are ignored (a warning says so once; put a dual clip in the string, '/dual=3').
+
+Warnings (each logged once per process, with the code `divclip check` reports): a key the mode ignores
+(`clip_ratio_high` under atr_kl3 unless it is u_δ - 1; clip_ratio_* under DIVCLIP_DELTA), a budget at the scale of
+a ratio width, a clip that cannot bind.
 
 Adaptive δ without patching verl: verl calls the policy loss once per micro-batch in each actor worker and
 keeps no state for it, so `divclip_method` keeps one `DeltaController` per process and method string
@@ -44,27 +50,40 @@ variable) and `actor_rollout_ref.actor.policy_loss.loss_mode=atr_kl3`. See docs/
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import warnings
 
 import torch
-from verl.trainer.ppo.core_algos import agg_loss, register_policy_loss
+from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, agg_loss, register_policy_loss
 
+from divclip.sanity import advice
 from divclip.theory.adaptive import DeltaController
-from divclip.theory.bounds import kl3_bounds
 from divclip.theory.loss_metrics import clip_metrics
-from divclip.theory.losses import MODES, ClipSpec
+from divclip.theory.losses import ClipSpec, policy_terms
 from divclip.theory.measures import MEASURES, get_measure
+from divclip.theory.registry import on_register
 from divclip.theory.spec import is_adaptive, parse_method
+from divclip.trainer.integrations.verl_names import METHOD_ENV  # noqa: E402
 
-METHOD_ENV = "DIVCLIP_METHOD"
 CONTROLLERS: dict = {}
 """divclip_method's adaptive-δ controllers in this process, by method string (see the module docstring)."""
-_WARNED: set = set()
+_WARNED_METHODS: set = set()
 
 LOSS_MODES: list[str] = []
 """Every loss mode this module registered with verl."""
+
+logger = logging.getLogger("divclip.verl")
+_WARNED: set = set()
+
+
+def warn_once(items) -> None:
+    """Log each advice once per process (the loss runs every micro-batch)."""
+    for a in items:
+        if (a.code, a.key, a.message) not in _WARNED:
+            _WARNED.add((a.code, a.key, a.message))
+            logger.warning(a.log_line())
 
 
 def side_budgets(config) -> tuple[float, float]:
@@ -88,26 +107,53 @@ def dual_clip_c(config) -> float | None:
     return float(c)
 
 
-def atr_kl3_bounds(eps_low: float) -> tuple[float, float, float]:
-    """(lo, hi, δ) of atr_kl3 for a lower width ε_low in (0, 1): δ = KL3(1 - ε_low), lo = 1 - ε_low, hi = u_δ."""
-    if not 0 < eps_low < 1:
-        raise ValueError(f"actor.clip_ratio_low must lie in (0, 1) for atr_kl3 (it is ε_low), got {eps_low!r}")
-    lo = 1.0 - eps_low  # computed exactly as vanilla computes 1 - cliprange_low
-    delta = float(get_measure("kl3").value(lo))
-    return lo, kl3_bounds(delta)[1], delta
+atr_kl3_bounds = advice.atr_kl3_bounds
 
 
 def atr_kl3_spec(config) -> ClipSpec:
     """The ClipSpec atr_kl3 runs for a verl actor config. By the gradient-equivalence theorem KL3 clipping at δ
     is ratio clipping at [l_δ, u_δ]; writing it with widths (1 - lo, hi - 1) makes the bounds verl's
     1 - clip_ratio_low and u_δ exactly (u_δ - 1 is exact in float64 for u_δ in [1, 2])."""
-    lo, hi, _ = atr_kl3_bounds(side_budgets(config)[0])
+    low, high = side_budgets(config)
+    lo, hi, _ = atr_kl3_bounds(low)
+    if not math.isclose(high, hi - 1.0, rel_tol=1e-6):
+        warn_once([advice.ignored_key_advice(
+            "atr_kl3", "actor.clip_ratio_high", high,
+            f"the upper bound is u_δ = {hi:.7g} from clip_ratio_low = {low:g} (set clip_ratio_high = {hi - 1.0!r} "
+            "to silence this)")])
     return ClipSpec("ratio", eps_low=1.0 - lo, eps_high=hi - 1.0, dual_clip_c=dual_clip_c(config))
+
+
+def measure_budgets(name: str, config) -> tuple[float, float]:
+    """(δ_low, δ_high) of divclip_<name>: DIVCLIP_DELTA when set, else clip_ratio_low/high (0.2 refused)."""
+    mode = f"divclip_{name}"
+    env = os.environ.get(advice.DELTA_ENV)
+    if env is not None and env.strip():
+        low, high = advice.parse_delta(env)
+        cfg_low, cfg_high = side_budgets(config)
+        ignored = [(k, v) for k, v, d in (("actor.clip_ratio_low", cfg_low, low), ("actor.clip_ratio_high", cfg_high,
+                                                                                     high)) if v != d]
+        warn_once(advice.ignored_key_advice(mode, k, v, f"δ comes from {advice.DELTA_ENV}={env.strip()}")
+                  for k, v in ignored)
+    else:
+        low, high = side_budgets(config)
+        if name != "ratio" and advice.VERL_DEFAULT_BUDGET in (low, high):
+            key = "clip_ratio_low" if low == advice.VERL_DEFAULT_BUDGET else "clip_ratio_high"
+            raise ValueError(
+                f"{mode} would read its {name} budget δ from actor.{key} = {advice.VERL_DEFAULT_BUDGET:g}, verl's "
+                f"default ratio width (KL3 at δ = 0.2 allows r in [0.49, 1.77]); give δ with the environment "
+                f"variable {advice.DELTA_ENV} (e.g. {advice.DELTA_ENV}=0.0231443, the KL3 budget of ε_low = 0.2) "
+                f"or set clip_ratio_low/clip_ratio_high to the budget")
+    keys = ("actor.clip_ratio_low", "actor.clip_ratio_high") if env is None or not env.strip() else (
+        advice.DELTA_ENV, advice.DELTA_ENV)
+    warn_once(advice.budget_advice(name, [(keys[0], low)] + ([(keys[1], high)] if high != low else []), mode))
+    warn_once(advice.cannot_bind_advice(name, low, high, mode, keys))
+    return low, high
 
 
 def measure_specs(name: str, config) -> tuple[ClipSpec, ClipSpec | None]:
     """(spec, None) when one spec covers both sides; else (lower-side spec, upper-side spec)."""
-    low, high = side_budgets(config)
+    low, high = measure_budgets(name, config)
     c = dual_clip_c(config)
     if name == "ratio":
         return ClipSpec("ratio", eps_low=low, eps_high=high, dual_clip_c=c), None
@@ -115,23 +161,27 @@ def measure_specs(name: str, config) -> tuple[ClipSpec, ClipSpec | None]:
         return ClipSpec(name, delta=low, dual_clip_c=c), None
     m = get_measure(name)
     if not m.p_dependent:  # one interval [lo(δ_low), hi(δ_high)], written as ratio widths
-        lo, hi = float(m.bounds(low)[0]), float(m.bounds(high)[1])
+        lo, hi = advice.measure_bounds(name, low, high)
         return ClipSpec("ratio", eps_low=1.0 - lo, eps_high=hi - 1.0, dual_clip_c=c), None
     return ClipSpec(name, delta=low, dual_clip_c=c), ClipSpec(name, delta=high, dual_clip_c=c)
 
 
 def _loss_and_metrics(specs, old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config,
                       rollout_is_weights):
-    """Per-token loss from theory's loss mode, aggregated by verl's agg_loss with its global batch info."""
-    mask = response_mask.to(log_prob.dtype)
+    """Per-token loss from theory's clip mode, aggregated by verl's agg_loss with its global batch info."""
+    # verl's FSDP engine hands bf16 log-probs (mixed precision) with fp32 old log-probs; vanilla's
+    # `log_prob - old_log_prob` promotes, and so does this (one dtype for the ratio, mask and metrics).
+    dtype = torch.promote_types(log_prob.dtype, old_log_prob.dtype)
+    log_prob, old_log_prob = log_prob.to(dtype), old_log_prob.to(dtype)
     spec, upper = specs
-    terms = MODES[spec.mode](log_prob, old_log_prob, advantages, mask, spec)
+    terms = policy_terms(log_prob, old_log_prob, advantages, response_mask, spec)
+    mask = response_mask.to(terms.loss.dtype)
     m = clip_metrics(terms, mask)
     pg_losses = terms.loss  # (B, T)
     if upper is not None:
         # Per-token bounds with a different budget on each side: r < 1 only ever meets the lower bound and
         # r > 1 only the upper one, so each side takes the loss (and clip counts) of its own spec.
-        up = MODES["clip"](log_prob, old_log_prob, advantages, mask, upper)
+        up = policy_terms(log_prob, old_log_prob, advantages, response_mask, upper)
         pg_losses = torch.where(terms.ratio < 1, terms.loss, up.loss)
         m_up = clip_metrics(up, mask)
         m.update(clipfrac_high=m_up["clipfrac_high"], dual_clipfrac=m_up["dual_clipfrac"],
@@ -193,8 +243,8 @@ def compute_policy_loss_divclip_method(old_log_prob, log_prob, advantages, respo
     if config is None:
         raise ValueError("divclip_method needs verl's actor config (global_batch_info)")
     method = method_spec()
-    if method not in _WARNED:
-        _WARNED.add(method)
+    if method not in _WARNED_METHODS:
+        _WARNED_METHODS.add(method)
         warnings.warn(f"divclip_method runs {method!r}: verl's clip_ratio, clip_ratio_low/high and clip_ratio_c are "
                       "ignored (the method string is the whole spec)", stacklevel=2)
     spec = parse_method(method)
@@ -227,14 +277,25 @@ def _register_measure(name: str):
     def compute_policy_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
                             config=None, rollout_is_weights=None):
         if config is None:
-            raise ValueError(f"{mode} needs verl's actor config (clip_ratio_low/high, global_batch_info)")
+            raise ValueError(f"{mode} needs verl's actor config (clip_ratio_c, global_batch_info)")
         return _loss_and_metrics(measure_specs(name, config), old_log_prob, log_prob, advantages, response_mask,
                                  loss_agg_mode, config, rollout_is_weights)
 
     compute_policy_loss.__name__ = f"compute_policy_loss_{mode}"
     compute_policy_loss.__doc__ = f"Clip by {name}: δ_low = clip_ratio_low, δ_high = clip_ratio_high (see module)."
-    LOSS_MODES.append(mode)
+    if mode not in LOSS_MODES:
+        LOSS_MODES.append(mode)
 
 
-for _name in MEASURES:
+for _name in MEASURES:  # every measure registered so far (built in, or theory.register_measure before this import)
     _register_measure(_name)
+
+
+def _unregister_measure(measure) -> None:
+    mode = f"divclip_{measure.name}"
+    POLICY_LOSS_REGISTRY.pop(mode, None)
+    if mode in LOSS_MODES:
+        LOSS_MODES.remove(mode)
+
+
+on_register(lambda measure: _register_measure(measure.name), _unregister_measure)  # and every one added later
