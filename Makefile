@@ -8,7 +8,7 @@ PIP := $(PY) -m pip
 TORCH_SPEC ?= torch==2.13.0
 PORT ?= 8501
 
-.PHONY: run test setup setup-test browser clean
+.PHONY: run test test-fast setup setup-test browser clean
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ run: setup
 
 test: setup-test
 	$(PY) -m pytest
+
+# The fast loop while working: everything but the tests marked slow (browser, training runs, long arena
+# comparisons, the wheel build). `make test` still runs them all.
+test-fast: $(VENV)/.test
+	$(PY) -m pytest -m "not slow"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -6,7 +6,10 @@ with one legend rather than four charts, and at most `MAX_POINTS` steps drawn pe
 last always included; the values at those steps are exact), because while a run trains the browser redraws
 the figure every half second and plotly's drawing time, not the server's, sets how often that can happen
 (benchmarks/bench_arena_redraw.py). Methods keep the colours of the reallocation page
-(`divclip.app.realloc_figures.spec_colours`).
+(`divclip.app.realloc_figures.spec_colours`). Every x-axis spans the run's steps, 0 to `total_steps`, from the
+first redraw on, so the axes do not rescale as steps arrive; `uirevision` names the run, so a zoom the reader
+chose survives the redraws of that run. Given the 90 % threshold (`toy_envs.report.threshold_90`), the reward
+panel draws it as a dashed line labelled with its value.
 """
 
 from __future__ import annotations
@@ -21,14 +24,16 @@ MAX_POINTS = 300
 _COLS = ((0.0, 0.45), (0.55, 1.0))
 _ROWS = ((0.58, 1.0), (0.0, 0.42))
 BEST_LINE = "#999999"
+THRESHOLD_LINE = "#555555"
 
 
 def panels(k: int) -> tuple[tuple[str, str], ...]:
     """(metric, panel title) in drawing order; 'clipfrac' is the clip-fraction panel."""
-    return (("expected_reward", "expected reward (exact); dotted: best achievable"),
-            (f"pass@{k}", f"pass@{k} (exact)"),
-            ("entropy", "entropy per token (nats)"),
-            ("clipfrac", "clip fraction: upper bound solid, lower dashed"))
+    # Short enough for two panels side by side on a 390 px phone; the page's caption says the rest.
+    return (("expected_reward", "expected reward"),
+            (f"pass@{k}", f"pass@{k}"),
+            ("entropy", "entropy / token"),
+            ("clipfrac", "clip fraction"))
 
 
 def shown_steps(steps_done: int, max_points: int = MAX_POINTS) -> np.ndarray:
@@ -77,14 +82,21 @@ def _clip_traces(result, idx: np.ndarray, axes: dict, colours: dict) -> list[dic
     return traces
 
 
-def arena_figure(result, k: int = 8, max_points: int = MAX_POINTS) -> go.Figure:
-    """Reward, pass@k, entropy and clip fractions over the steps, mean over seeds with the middle-95 % band."""
+def step_range(result) -> list[float]:
+    """The x range of every panel: the run's whole length, however many steps are done."""
+    return [0.0, float(max(result.total_steps, result.steps_done, 1))]
+
+
+def arena_figure(result, k: int = 8, max_points: int = MAX_POINTS, threshold: float | None = None) -> go.Figure:
+    """Reward, pass@k, entropy and clip fractions over the steps, mean over seeds with the middle-95 % band.
+
+    threshold: the expected reward that "steps to 90 %" counts to, drawn on the reward panel (None: not drawn).
+    """
     if f"pass@{k}" not in result.metrics:
         raise ValueError(f"k must be one of {[m[5:] for m in result.metrics if m.startswith('pass@')]}, got {k!r}")
     n = len(result.seeds)
-    title = (f"{result.env}: mean over {n} seed{'s' if n != 1 else ''}"
-             + (", band: middle 95 % of seeds" if n > 1 else "") + f" — step {result.steps_done} of "
-             f"{result.total_steps}")
+    title = (f"{result.env}: step {result.steps_done} of {result.total_steps}<br><sup>mean over {n} "
+             f"seed{'s' if n != 1 else ''}" + (", band: middle 95 % of seeds" if n > 1 else "") + "</sup>")
     colours = spec_colours(result.methods)
     idx = shown_steps(result.steps_done, max_points)
     traces, shapes, notes, axes_layout = [], [], [], {}
@@ -92,7 +104,8 @@ def arena_figure(result, k: int = 8, max_points: int = MAX_POINTS) -> go.Figure:
         col, row = _COLS[j % 2], _ROWS[j // 2]
         suffix = "" if j == 0 else str(j + 1)
         axes = dict(xaxis=f"x{suffix}", yaxis=f"y{suffix}")
-        axes_layout[f"xaxis{suffix}"] = dict(domain=col, anchor=f"y{suffix}", rangemode="tozero",
+        axes_layout[f"xaxis{suffix}"] = dict(domain=col, anchor=f"y{suffix}", range=step_range(result),
+                                             autorange=False,
                                              title=dict(text="step") if j >= 2 else None)
         axes_layout[f"yaxis{suffix}"] = dict(domain=row, anchor=f"x{suffix}",
                                              rangemode="tozero" if metric == "clipfrac" else "normal")
@@ -106,5 +119,11 @@ def arena_figure(result, k: int = 8, max_points: int = MAX_POINTS) -> go.Figure:
     if np.isfinite(result.best_reward):
         shapes.append(dict(type="line", xref="x domain", yref="y", x0=0, x1=1, y0=result.best_reward,
                            y1=result.best_reward, line=dict(color=BEST_LINE, width=1, dash="dot"), layer="below"))
+    if threshold is not None and np.isfinite(threshold):
+        shapes.append(dict(type="line", xref="x domain", yref="y", x0=0, x1=1, y0=threshold, y1=threshold,
+                           line=dict(color=THRESHOLD_LINE, width=1, dash="dash"), layer="below"))
+        notes.append(dict(text=f"90 % threshold {threshold:.4f}", xref="x domain", yref="y", x=0.02, y=threshold,
+                          xanchor="left", yanchor="bottom", showarrow=False, font=dict(size=11, color=THRESHOLD_LINE)))
+    revision = f"{result.env}|{','.join(result.methods)}|{len(result.seeds)}|{result.total_steps}"
     return figure(traces, layout(title, 700, panels=True, hovermode="closest", shapes=shapes, annotations=notes,
-                                 **axes_layout))
+                                 uirevision=revision, **axes_layout))

@@ -1,7 +1,7 @@
 """Figures of the pages, as pure functions of theory's intervals returning `plotly.graph_objects.Figure`.
 
 Every number drawn comes from the `ClipInterval`s (theory's bounds) or from the measure's own `value`;
-the one formula evaluated here is the PPO surrogate itself, min(r·A, clip(r, l, u)·A) (THEORY.md §1).
+the one formula evaluated here is the PPO surrogate itself, min(r·A, clip(r, l, u)·A) (docs/theory.md §1).
 Colours come from `METHOD_COLOURS`, so a method looks the same on every page.
 
 Each figure is built in one go from trace and layout dicts (two side-by-side panels are laid out by hand
@@ -203,7 +203,7 @@ def surrogate_figure(intervals: Sequence[ClipInterval]) -> go.Figure:
                            legendgroup="unclipped", line=dict(color="#aaaaaa", width=1, dash="dot"),
                            hoverinfo="skip", **where))
         for iv in intervals:
-            surrogate = np.minimum(r * adv, np.clip(r, iv.lo, iv.hi) * adv)  # THEORY.md §1
+            surrogate = np.minimum(r * adv, np.clip(r, iv.lo, iv.hi) * adv)  # docs/theory.md §1
             edge = iv.hi if adv > 0 else iv.lo
             traces.append(dict(
                 type="scatter", x=r, y=surrogate, mode="lines", name=iv.label, legendgroup=iv.name,

@@ -1,7 +1,7 @@
 """The clip explorer's parameters, defaults and the published methods as presets.
 
 Each preset is a full set of explorer values, so choosing one is the same as opening its link. ATR-GRPO's
-δ is the KL3 budget whose lower bound is GRPO's 1 − 0.2 (δ = 0.023144, THEORY.md §2): KL3 then derives
+δ is the KL3 budget whose lower bound is GRPO's 1 − 0.2 (δ = 0.023144, docs/theory.md §2): KL3 then derives
 ε_high = 0.231 where DAPO tunes 0.28 by hand.
 """
 
@@ -62,7 +62,7 @@ EXPLORER_SPEC = (
 
 
 def kl3_delta_matching(eps_low: float) -> tuple[float, str | None]:
-    """The KL3 budget whose lower bound is 1 − ε_low (THEORY.md §2), clamped to the δ slider's range, and a
+    """The KL3 budget whose lower bound is 1 − ε_low (docs/theory.md §2), clamped to the δ slider's range, and a
     message when it had to be clamped."""
     delta = theory.delta_for_eps("kl3", eps_low=eps_low)
     if DELTA_MIN <= delta <= DELTA_MAX:

@@ -49,3 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"divclip: error: {exc}", file=sys.stderr)
         return 2
+    except (MemoryError, RecursionError) as exc:  # an input past a limit no check foresaw: still one line
+        print(f"divclip: error: the input is too large or too deeply nested ({type(exc).__name__}: {exc})",
+              file=sys.stderr)
+        return 2

@@ -14,8 +14,8 @@ import argparse
 import json
 from pathlib import Path
 
-from divclip.cli.options import finite_float, positive_int
-from divclip.sanity.validation import Limits
+from divclip.cli.options import bounded_int, finite_float
+from divclip.sanity.validation import MAX_BYTES_CAP, Limits
 
 
 def _delta_pair(text: str) -> tuple[str, float]:
@@ -44,11 +44,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="budget for one measure in the rollout report (repeatable)")
     p.add_argument("--sigma", type=finite_float("--sigma", 0.0),
                    help="noise model std of log r (default: the file's log_prob, else 0.05)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the noise model")
-    p.add_argument("--num-processes", type=positive_int("--num-processes"), default=1,
-                   help="TRL world size (to derive steps_per_generation from generation_batch_size)")
-    p.add_argument("--max-bytes", type=positive_int("--max-bytes"), default=Limits().max_bytes,
-                   help="largest rollout file (and decoded payload) accepted, in bytes")
+    p.add_argument("--seed", type=bounded_int("--seed", 0, 2**32 - 1), default=0,
+                   help="seed of the noise model (0 to 2^32-1)")
+    p.add_argument("--num-processes", type=bounded_int("--num-processes", 1, 2**20), default=1,
+                   help="TRL world size (to derive steps_per_generation from generation_batch_size; at most 2^20)")
+    p.add_argument("--max-bytes", type=bounded_int("--max-bytes", 1, MAX_BYTES_CAP), default=Limits().max_bytes,
+                   help=f"largest rollout file (and decoded payload) accepted, in bytes (default {Limits().max_bytes}, "
+                        f"at most {MAX_BYTES_CAP})")
     return p
 
 

@@ -35,3 +35,18 @@ def positive_int(name: str):
         return v
 
     return parse
+
+
+def bounded_int(name: str, minimum: int, maximum: int):
+    """An argparse type: an integer in [minimum, maximum] (the documented bound of a size flag)."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
+        if not minimum <= v <= maximum:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer in [{minimum}, {maximum}], got {text!r}")
+        return v
+
+    return parse

@@ -24,11 +24,15 @@ class _LibraryHelp(argparse.HelpFormatter):
             DEFAULT_COMPARE_SPECS,
             DEFAULT_EPOCHS,
             DEFAULT_LR,
+            MAX_ABS_ADVANTAGE,
+            MAX_ACTIONS,
         )
+        from divclip.theory.softmax_dynamics import MAX_EPOCHS, MAX_LR
         from divclip.theory.spec import PRESETS
 
         return action.help.format(
             measures=sorted(MEASURES), presets=sorted(PRESETS), epochs=DEFAULT_EPOCHS, lr=DEFAULT_LR,
+            max_actions=MAX_ACTIONS, max_adv=MAX_ABS_ADVANTAGE, max_epochs=MAX_EPOCHS, max_lr=MAX_LR,
             buckets=",".join(f"{e:g}" for e in DEFAULT_BUCKET_EDGES), compare=list(DEFAULT_COMPARE_SPECS),
         )
 
@@ -41,8 +45,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "for a categorical π_old. Negative first values need '=': --adv=-1,1,0.5.",
         formatter_class=_LibraryHelp,
     )
-    p.add_argument("--probs", required=True, help="π_old as comma-separated probabilities summing to 1")
-    p.add_argument("--adv", required=True, help="one advantage per action, comma-separated")
+    p.add_argument("--probs", required=True,
+                   help="π_old as comma-separated probabilities summing to 1 (2 to {max_actions} actions)")
+    p.add_argument("--adv", required=True, help="one advantage per action, comma-separated, each in ±{max_adv:g}")
     p.add_argument(
         "--measure", required=True,
         help="a method string: a preset {presets}, a measure {measures} at the δ matching GRPO's "
@@ -52,8 +57,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--eps-low", type=float, help="'ratio' only: lower clip width")
     p.add_argument("--eps-high", type=float, help="'ratio' only: upper clip width")
     p.add_argument("--mode", default="clip", help="loss form: clip (PPO), gated (DPPO), cispo (default clip)")
-    p.add_argument("--epochs", type=int, help="PPO epochs on one batch ({epochs})")
-    p.add_argument("--lr", type=float, help="gradient step on the logits ({lr})")
+    p.add_argument("--epochs", type=int, help="PPO epochs on one batch ({epochs}; at most {max_epochs})")
+    p.add_argument("--lr", type=float, help="gradient step on the logits ({lr}; at most {max_lr:g})")
     p.add_argument("--buckets", help="confidence bucket edges ({buckets})")
     p.add_argument("--compare", action="store_true", help="also compare the presets {compare}")
     p.add_argument("--json", action="store_true")
@@ -164,8 +169,8 @@ def run(args) -> int:
         DEFAULT_COMPARE_SPECS,
         DEFAULT_EPOCHS,
         DEFAULT_LR,
+        check_advantages,
         check_probs,
-        check_vector,
         constrained_optimum,
         feasible_region,
         make_buckets,
@@ -174,7 +179,7 @@ def run(args) -> int:
     # Validate with the flags' names, then hand the raw numbers on so that the library renormalises once.
     probs, adv = _numbers("--probs", args.probs), _numbers("--adv", args.adv)
     p = check_probs(probs, "--probs")
-    check_vector("--adv", adv, p.size, "--probs")
+    check_advantages("--adv", adv, p.size, "--probs")
     edges = list(DEFAULT_BUCKET_EDGES) if args.buckets is None else _numbers("--buckets", args.buckets)
     make_buckets(p, edges)
     label, spec = _spec(args)

@@ -8,7 +8,9 @@ A bad value raises ValueError (naming the field, the value and what is allowed) 
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 import time
 
 # CLI flag -> TrainerConfig field, and its parser. Only flags the user gives override the preset.
@@ -37,20 +39,38 @@ _OPTIONS: dict[str, tuple[str, type, str]] = {
     "--eval-every": ("eval_every", int, "evaluate every N steps"),
     "--device": ("device", str, "auto, cpu or cuda"),
     "--threads": ("threads", int, "torch CPU threads (0 = default)"),
-    "--output-dir": ("output_dir", str, "metrics.jsonl, metrics.csv and checkpoints go here"),
+    "--output-dir": ("output_dir", str, "metrics.jsonl, metrics.csv and checkpoints go here "
+                                        "(default runs/<preset>-<method>-seed<seed>)"),
     "--checkpoint-every": ("checkpoint_every", int, "checkpoint every N steps (0 = final only)"),
 }
+
+
+class _RangeHelp(argparse.HelpFormatter):
+    """Appends each size flag's allowed range from `TrainerConfig`'s own table when the help is printed (the
+    table lives beside the checks that enforce it; importing it at parser build time would import torch)."""
+
+    def _get_help_string(self, action):
+        from divclip.trainer.config import INT_RANGES, TEMPERATURE_RANGE
+
+        ranges = {**INT_RANGES, "temperature": TEMPERATURE_RANGE}
+        if action.dest in ranges:
+            low, high = ranges[action.dest]
+            show = lambda x: f"{x:g}" if isinstance(x, float) else str(x)  # noqa: E731
+            return f"{action.help} (in [{show(low)}, {show(high)}])"
+        return action.help
 
 
 def add_parser(subparsers):
     p = subparsers.add_parser(
         "train", help="GRPO-family RL (tiny-arith demo, a local HF model, or a JSONL task)",
         description="Warm-start (optional) and train a causal LM with GRPO-family RL and any divclip clip spec.",
+        formatter_class=_RangeHelp,
     )
     p.add_argument("--preset", default=None, help="a bundle of settings: tiny-arith (flags override it)")
     for flag, (dest, kind, help_) in _OPTIONS.items():
         p.add_argument(flag, dest=dest, type=kind, default=None, help=help_)
-    p.add_argument("--no-resume", action="store_true", help="ignore checkpoints in --output-dir")
+    p.add_argument("--no-resume", action="store_true",
+                   help="start over: old checkpoints and metrics in --output-dir move to its superseded/ folder")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     return p
@@ -58,16 +78,17 @@ def add_parser(subparsers):
 
 def config_from_args(args):
     """The TrainerConfig for parsed `args` (the preset, then every flag that was given)."""
-    from divclip.trainer.config import TrainerConfig, from_preset
+    from divclip.trainer.config import TrainerConfig, default_output_dir, from_preset
 
     overrides = {dest: getattr(args, dest) for dest, _, _ in _OPTIONS.values() if getattr(args, dest) is not None}
     if args.no_resume:
         overrides["resume"] = False
     if args.no_progress:
         overrides["progress"] = False
-    if args.preset is not None:
-        return from_preset(args.preset, **overrides)
-    return TrainerConfig(**overrides)
+    cfg = from_preset(args.preset, **overrides) if args.preset is not None else TrainerConfig(**overrides)
+    if cfg.output_dir is None:  # a command-line run always keeps its results
+        cfg = cfg.replace(output_dir=default_output_dir(args.preset, cfg.method, cfg.seed))
+    return cfg
 
 
 def run(args) -> int:
@@ -76,6 +97,7 @@ def run(args) -> int:
     from divclip.trainer.grpo import GRPOTrainer
 
     start = time.perf_counter()
+    print(f"divclip train: writing to {cfg.output_dir}", file=sys.stderr)
     result = GRPOTrainer(cfg).train()
     summary = {
         "preset": args.preset, "method": cfg.method, "seed": cfg.seed, "steps": cfg.steps,

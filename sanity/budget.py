@@ -1,4 +1,4 @@
-"""What a clip setting means as a divergence budget under every registered measure (THEORY.md §2, §3).
+"""What a clip setting means as a divergence budget under every registered measure (docs/theory.md §2, §3).
 
 For a ratio clip [1 - ε_low, 1 + ε_high] and a measure D, the budget whose lower bound is 1 - ε_low is
 δ = D(1 - ε_low) (`theory.delta_for_eps`), and that δ's upper bound gives the ε_high the measure implies; the

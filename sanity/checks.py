@@ -29,19 +29,19 @@ class Finding:
 
 
 SOURCES = {
-    "on_policy_clip_inert": "THEORY.md §5; verl issues #791 and #1477 (github.com/volcengine/verl); TRL 1.16 "
+    "on_policy_clip_inert": "docs/theory.md §5; verl issues #791 and #1477 (github.com/volcengine/verl); TRL 1.16 "
     "grpo_trainer.py uses the current log-probs, detached, as the old ones when generation is aligned with "
     "gradient accumulation",
     "sequence_ratio_token_eps": "GSPO (Zheng et al. 2025, arXiv 2507.18071): ε_low = 3e-4, ε_high = 4e-4 on the "
-    "length-normalised sequence ratio, about 1000× below token-level widths; THEORY.md §5",
+    "length-normalised sequence ratio, about 1000× below token-level widths; docs/theory.md §5",
     "token_ratio_sequence_eps": "PPO (arXiv 1707.06347) ε 0.1–0.3 and DAPO (arXiv 2503.14476) 0.2/0.28 on token "
-    "ratios; GSPO's 3e-4/4e-4 (arXiv 2507.18071) is for sequence ratios; THEORY.md §5",
+    "ratios; GSPO's 3e-4/4e-4 (arXiv 2507.18071) is for sequence ratios; docs/theory.md §5",
     "verl_dual_clip_always_on": f"verl {VERL_VERSION} core_algos.compute_policy_loss_vanilla (dual-clip PPO, Ye et "
-    "al. 2019, arXiv 1912.09729; clip_ratio_c defaults to 3.0 in actor.yaml); THEORY.md §3, §5",
+    "al. 2019, arXiv 1912.09729; clip_ratio_c defaults to 3.0 in actor.yaml); docs/theory.md §3, §5",
     "outside_published_range": "PPO (arXiv 1707.06347): ε 0.1–0.3; DAPO (arXiv 2503.14476): 0.2/0.28; GSPO "
     "(arXiv 2507.18071): 3e-4/4e-4; dual-clip PPO (arXiv 1912.09729): c = 3; DPPO (arXiv 2602.04879) as "
     "validated in SkyRL's port: δ = 0.05 (binary KL), 0.2 (binary TV)",
-    "asymmetric_contradicts_measure": "THEORY.md §2–§3: a divergence budget fixes both sides of the interval; "
+    "asymmetric_contradicts_measure": "docs/theory.md §2–§3: a divergence budget fixes both sides of the interval; "
     "every p-independent measure's upper width is at least its lower width (KL3: ε_high − ε_low ≈ 4δ/3)",
     "clip_ratio_shadowed": f"verl {VERL_VERSION} actor/actor.yaml sets clip_ratio_low/high to 0.2 (not null), and "
     "core_algos falls back to clip_ratio only where they are null",
@@ -55,7 +55,7 @@ SOURCES = {
     "INTELLECT-2, arXiv 2505.07291)",
     "minibatch_larger_than_batch": f"verl {VERL_VERSION} ActorConfig.validate: train_batch_size must be >= "
     "ppo_mini_batch_size",
-    "rollouts_on_policy": "THEORY.md §5; verl issues #791 and #1477",
+    "rollouts_on_policy": "docs/theory.md §5; verl issues #791 and #1477",
 }
 
 # "Far outside" published values: a factor of about 2 beyond PPO's 0.1–0.3 for token widths, 3 around GSPO.
@@ -117,35 +117,42 @@ def _on_policy(s, _):
 def _scale(s, _):
     if s.measure != "ratio" or s.form == "cispo" and s.framework == "trl":
         return []
+    keys = {"low": _k(s, "clip_ratio_low", "epsilon"), "high": _k(s, "clip_ratio_high", "epsilon_high")}
+    return scale_findings(s.budget_low, s.budget_high, s.level, keys)
+
+
+def scale_findings(eps_low, eps_high, level: str, keys: dict) -> list[Finding]:
+    """Ratio-clip widths on the wrong scale for `level` (or a lower bound at or below 0); `keys` names the
+    setting of each side ({'low': …, 'high': …}): a config key, or a command-line flag such as --eps-low."""
     out = []
-    for side, eps in (("low", s.budget_low), ("high", s.budget_high)):
+    for side, eps in (("low", eps_low), ("high", eps_high)):
         if eps is None:
             continue
-        key = _k(s, f"clip_ratio_{side}", "epsilon" if side == "low" else "epsilon_high")
-        if s.level == "sequence" and eps >= TOKEN_SCALE_ABOVE:
+        key = keys[side]
+        if level == "sequence" and eps >= TOKEN_SCALE_ABOVE:
             out.append(finding(
                 "sequence_ratio_token_eps",
                 f"ε_{side} = {eps:g} on a sequence-level ratio (GSPO: (π_θ(o)/π_old(o))^(1/|o|)) is a token-level "
                 f"width; the sequence ratio moves about 1000× less than token ratios, so this clip almost never "
                 f"binds. GSPO uses 3e-4 / 4e-4.", key))
-        elif s.level == "token" and eps <= SEQUENCE_SCALE_BELOW:
+        elif level == "token" and eps <= SEQUENCE_SCALE_BELOW:
             out.append(finding(
                 "token_ratio_sequence_eps",
                 f"ε_{side} = {eps:g} on token-level ratios looks like GSPO's sequence-level width: almost every "
                 f"token that moves will be clipped. Token-level runs use 0.1–0.3 (DAPO 0.2 / 0.28).", key))
         else:
-            lo, hi = SEQUENCE_EPS_RANGE if s.level == "sequence" else TOKEN_EPS_RANGE
+            lo, hi = SEQUENCE_EPS_RANGE if level == "sequence" else TOKEN_EPS_RANGE
             if not lo <= eps <= hi:
-                published = "3e-4 / 4e-4 (GSPO)" if s.level == "sequence" else "0.1–0.3 (PPO), 0.2 / 0.28 (DAPO)"
+                published = "3e-4 / 4e-4 (GSPO)" if level == "sequence" else "0.1–0.3 (PPO), 0.2 / 0.28 (DAPO)"
                 out.append(finding(
                     "outside_published_range",
-                    f"ε_{side} = {eps:g} on {s.level}-level ratios is far outside published runs ({published}; "
+                    f"ε_{side} = {eps:g} on {level}-level ratios is far outside published runs ({published}; "
                     f"divclip warns outside [{lo:g}, {hi:g}]).", key))
-    if s.budget_low is not None and s.budget_low >= 1.0:
+    if eps_low is not None and eps_low >= 1.0:
         out.append(finding(
             "outside_published_range",
-            f"ε_low = {s.budget_low:g} >= 1 puts the lower clip bound 1 - ε_low at or below 0: a ratio cannot go "
-            "there, so the lower side never binds.", _k(s, "clip_ratio_low", "epsilon")))
+            f"ε_low = {eps_low:g} >= 1 puts the lower clip bound 1 - ε_low at or below 0: a ratio cannot go "
+            "there, so the lower side never binds.", keys["low"]))
     return out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import stat
 import sys
 from pathlib import Path
@@ -34,3 +35,31 @@ def read_capped(path: Path, max_bytes: int, what: str, error: type[SanityInputEr
     if len(data) > max_bytes:
         raise error(f"{what} {path.name!r} is over the {max_bytes}-byte limit{hint}")
     return data
+
+
+class DuplicateKeyError(ValueError):
+    """A JSON object or YAML mapping that sets one key twice (the last would silently win)."""
+
+    def __init__(self, key, detail: str):
+        self.key = key
+        super().__init__(f"sets {key!r} twice ({detail}): refused, since the last value would silently win; "
+                         "keep one")
+
+
+def _unique_pairs(pairs):
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKeyError(key, f"{_short(out[key])}, then {_short(value)}")
+        out[key] = value
+    return out
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def json_loads_unique(text: str):
+    """`json.loads` that refuses duplicate keys (DuplicateKeyError, a ValueError) instead of keeping the last."""
+    return json.loads(text, object_pairs_hook=_unique_pairs)

@@ -9,9 +9,11 @@ Formats (picked by the file name's suffix, then checked by magic bytes):
 `response_mask` in a ragged file means "every listed token counts"). `advantages` may also be one number per
 sequence ((B,) arrays, or a scalar per row), broadcast over its tokens as GRPO does.
 
-Nothing is ever unpickled or evaluated. The file size is checked before reading, the decoded size (npz entries,
-parquet row groups, padded B·T) before allocating. Every problem raises `RolloutFileError` naming the field;
-`divclip.sanity.validation` then checks shapes and values.
+Nothing is ever unpickled or evaluated. The file size is checked before reading; the decoded size before
+allocating, from the file's own metadata: npz member count, uncompressed member sizes and .npy header shapes;
+safetensors header shapes; parquet value counts per column (rows × values × 8 bytes, not the encoded size, which
+dictionary/RLE encoding makes tiny); JSONL line count and line length. Every problem raises `RolloutFileError`
+naming the file and field; `divclip.sanity.validation` then checks shapes and values.
 """
 
 from __future__ import annotations
@@ -25,10 +27,14 @@ from pathlib import Path
 import numpy as np
 
 from divclip.sanity.errors import RolloutFileError
-from divclip.sanity.files import read_capped
-from divclip.sanity.validation import FIELDS, Limits, Rollouts, validate
+from divclip.sanity.files import DuplicateKeyError, json_loads_unique, read_capped
+from divclip.sanity.validation import FIELDS, Limits, Rollouts, too_many_tokens, validate
 
 FORMATS = {".npz": "npz", ".safetensors": "safetensors", ".parquet": "parquet", ".jsonl": "jsonl"}
+MAX_NPZ_MEMBERS = 64  # numpy writes one member per array; a rollout file has at most four
+MAX_SAFETENSORS_HEADER = 2**20  # a few tensors' names, dtypes and shapes
+MAX_JSONL_LINE_BYTES = 32 * 2**20  # one sequence: ~100 k tokens of three fields
+MAX_JSONL_LINES = 2**20  # sequences
 
 __all__ = ["FORMATS", "Limits", "Rollouts", "load_rollouts", "rollout_format"]
 
@@ -43,7 +49,7 @@ def load_rollouts(source, name: str | None = None, limits: Limits = Limits()) ->
         arrays, ragged = reader[fmt](data, name, limits)
     except RolloutFileError:
         raise
-    except (MemoryError, RecursionError) as exc:
+    except (MemoryError, RecursionError, OverflowError) as exc:
         raise RolloutFileError(
             f"rollout file {name!r} is too large or too deeply nested to read ({type(exc).__name__})"
         ) from None
@@ -89,6 +95,7 @@ def _too_big(name, size, limits: Limits) -> str:
 def _read_npz(data: bytes, name: str, limits: Limits):
     if not data.startswith((b"PK\x03\x04", b"PK\x05\x06")):
         raise RolloutFileError(f"rollout file {name!r} is not an .npz archive (no zip signature)")
+    _check_zip_member_count(data, name)
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as zf:
             total = sum(info.file_size for info in zf.infolist())
@@ -98,7 +105,7 @@ def _read_npz(data: bytes, name: str, limits: Limits):
                 )
             for info in zf.infolist():
                 if info.filename.removesuffix(".npy") in FIELDS:
-                    _check_npy_header(zf, info, name)
+                    _check_npy_header(zf, info, name, limits)
         out = {}
         with np.load(io.BytesIO(data), allow_pickle=False) as npz:
             for key in FIELDS:
@@ -116,9 +123,24 @@ def _read_npz(data: bytes, name: str, limits: Limits):
     return out, False
 
 
-def _check_npy_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo, name: str) -> None:
-    """Read one entry's .npy header (numpy's own parser, no pickle) and refuse object dtypes and sizes that
-    exceed the entry: numpy allocates the declared shape before it finds the data missing."""
+def _check_zip_member_count(data: bytes, name: str) -> None:
+    """Refuse archives with more members than a rollout file has, from the end-of-central-directory record,
+    before zipfile builds an object per member (millions of tiny members would take gigabytes)."""
+    at = data.rfind(b"PK\x05\x06", max(0, len(data) - 65_557))
+    if at < 0 or at + 22 > len(data):
+        raise RolloutFileError(f"rollout file {name!r} is not a readable .npz archive (no end of central directory)")
+    (members,) = struct.unpack("<H", data[at + 10:at + 12])
+    if members > MAX_NPZ_MEMBERS:
+        raise RolloutFileError(
+            f"rollout file {name!r} holds {'65535 or more' if members == 0xFFFF else members} archive members; an "
+            f".npz of rollouts holds at most {len(FIELDS)} arrays (limit {MAX_NPZ_MEMBERS})"
+        )
+
+
+def _check_npy_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo, name: str, limits: Limits) -> None:
+    """Read one entry's .npy header (numpy's own parser, no pickle) and refuse object dtypes, more values than
+    `limits.max_tokens`, and sizes that exceed the entry: numpy allocates the declared shape before it finds the
+    data missing."""
     key = info.filename.removesuffix(".npy")
     with zf.open(info) as fh:
         try:
@@ -129,7 +151,10 @@ def _check_npy_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo, name: str) -> 
         shape, _, dtype = reader(fh)
     if dtype.hasobject:
         raise RolloutFileError(f"{key} in {name!r} is an object array (pickled Python objects): refused")
-    nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    count = int(np.prod(shape, dtype=object))
+    if count > limits.max_tokens:
+        raise RolloutFileError(too_many_tokens(name, f"declares {key} of shape {shape} ({count} values)", limits))
+    nbytes = count * dtype.itemsize
     if nbytes > info.file_size:
         raise RolloutFileError(
             f"{key} in {name!r} declares shape {shape} ({nbytes} bytes) but its entry holds {info.file_size} bytes"
@@ -143,6 +168,7 @@ def _read_safetensors(data: bytes, name: str, limits: Limits):
     (header_len,) = struct.unpack("<Q", data[:8])
     if header_len > len(data) - 8 or data[8:9] != b"{":
         raise RolloutFileError(f"rollout file {name!r} is not a .safetensors file (bad header length or header)")
+    _check_safetensors_shapes(data[8:8 + header_len], name, limits)
     try:
         from safetensors.torch import load
     except ImportError:
@@ -166,6 +192,24 @@ def _read_safetensors(data: bytes, name: str, limits: Limits):
     return out, False
 
 
+def _check_safetensors_shapes(header: bytes, name: str, limits: Limits) -> None:
+    if len(header) > MAX_SAFETENSORS_HEADER:
+        raise RolloutFileError(f"rollout file {name!r} has a {len(header)}-byte .safetensors header, over the "
+                               f"{MAX_SAFETENSORS_HEADER}-byte limit (a rollout file names a few tensors)")
+    try:
+        meta = json_loads_unique(header.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # bad JSON, duplicate names, not UTF-8
+        raise RolloutFileError(f"rollout file {name!r} is not a valid .safetensors file: header {exc}") from None
+    if not isinstance(meta, dict):
+        raise RolloutFileError(f"rollout file {name!r} is not a valid .safetensors file: header is not an object")
+    for key in FIELDS:
+        shape = meta.get(key, {}).get("shape") if isinstance(meta.get(key), dict) else None
+        if isinstance(shape, list) and all(isinstance(n, int) and n >= 0 for n in shape):
+            count = int(np.prod(shape, dtype=object))
+            if count > limits.max_tokens:
+                raise RolloutFileError(too_many_tokens(name, f"declares {key} of shape {tuple(shape)}", limits))
+
+
 # ------------------------------------------------------------------------------------------ parquet
 def _read_parquet(data: bytes, name: str, limits: Limits):
     if not (data.startswith(b"PAR1") and data.endswith(b"PAR1")):
@@ -178,13 +222,8 @@ def _read_parquet(data: bytes, name: str, limits: Limits):
         raise RolloutFileError("reading .parquet needs pyarrow: pip install pyarrow") from None
     try:
         pf = pq.ParquetFile(io.BytesIO(data))
-        meta = pf.metadata
-        total = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
-        if total > limits.max_bytes:
-            raise RolloutFileError(
-                f"rollout file {name!r} decodes to {total} bytes, over the {limits.max_bytes}-byte limit"
-            )
         present = [c for c in FIELDS if c in pf.schema_arrow.names]
+        _check_parquet_sizes(pf.metadata, present, name, limits)
         table = pf.read(columns=present)
         out = {}
         for key in present:
@@ -195,6 +234,26 @@ def _read_parquet(data: bytes, name: str, limits: Limits):
     except Exception as exc:  # ArrowInvalid, ArrowTypeError, OSError on corrupt pages
         raise RolloutFileError(f"rollout file {name!r} is not a readable .parquet file: {exc}") from None
     return out, True
+
+
+def _check_parquet_sizes(meta, present: list[str], name: str, limits: Limits) -> None:
+    """Decoded sizes from the footer: values per column (a list column counts every element) and rows. The
+    encoded sizes say nothing here: dictionary + RLE pages store 2^26 equal values in a few kilobytes."""
+    if meta.num_rows > limits.max_tokens:
+        raise RolloutFileError(too_many_tokens(name, f"has {meta.num_rows} rows", limits))
+    paths = {meta.schema.column(j).path.split(".")[0]: j for j in range(meta.num_columns)}
+    total = 0
+    for key in present:
+        j = paths.get(key)
+        if j is None:
+            continue
+        values = sum(meta.row_group(i).column(j).num_values for i in range(meta.num_row_groups))
+        if values > limits.max_tokens:
+            raise RolloutFileError(too_many_tokens(name, f"stores {values} values of {key}", limits))
+        total += 8 * (values + meta.num_rows)  # float64 values and list offsets, as decoded
+    if total > limits.max_bytes:
+        raise RolloutFileError(f"rollout file {name!r} decodes to about {total} bytes, over the "
+                               f"{limits.max_bytes}-byte limit (raise it with --max-bytes)")
 
 
 def _arrow_rows(col, key, name, pa, pc):
@@ -223,25 +282,25 @@ def _arrow_numeric(t, pa) -> bool:
 
 # -------------------------------------------------------------------------------------------- jsonl
 def _read_jsonl(data: bytes, name: str, limits: Limits):
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise RolloutFileError(
-            f"rollout file {name!r} is not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start}"
-        ) from None
+    lines = data.count(b"\n") + 1
+    if lines > MAX_JSONL_LINES + 1:
+        raise RolloutFileError(f"rollout file {name!r} has {lines - 1} lines, over the {MAX_JSONL_LINES}-line limit "
+                               "(one line per sequence)")
     rows: dict[str, list] = {}
     keys = None
-    n = 0
-    for lineno, line in enumerate(text.splitlines(), 1):
+    n = values = 0
+    start = 0
+    for lineno in range(1, lines + 1):
+        end = data.find(b"\n", start)
+        end = len(data) if end < 0 else end
+        raw, start = data[start:end], end + 1
+        if len(raw) > MAX_JSONL_LINE_BYTES:
+            raise RolloutFileError(f"line {lineno} of {name!r} is {len(raw)} bytes, over the "
+                                   f"{MAX_JSONL_LINE_BYTES}-byte limit for one sequence")
+        line = _decode_line(raw, lineno, name)
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            msg = f"line {lineno} of {name!r} is not valid JSON: {exc.msg} (column {exc.colno})"
-            raise RolloutFileError(msg) from None
-        if not isinstance(obj, dict):
-            raise RolloutFileError(f"line {lineno} of {name!r} must be a JSON object, got {type(obj).__name__}")
+        obj = _json_line(line, lineno, name)
         present = tuple(k for k in FIELDS if k in obj)
         if keys is None:
             keys = present
@@ -249,11 +308,40 @@ def _read_jsonl(data: bytes, name: str, limits: Limits):
         elif present != keys:
             raise RolloutFileError(f"line {lineno} of {name!r} has fields {list(present)}, line 1 had {list(keys)}")
         for k in keys:
-            rows[k].append(_json_row(obj[k], k, lineno, name))
+            row = _json_row(obj[k], k, lineno, name)
+            values += row.size
+            rows[k].append(row)
+        if values > len(FIELDS) * limits.max_tokens:
+            raise RolloutFileError(too_many_tokens(name, f"holds more than {values} values by line {lineno}", limits))
         n += 1
     if n == 0:
         raise RolloutFileError(f"rollout file {name!r} has no JSON lines")
     return rows, True
+
+
+def _decode_line(raw: bytes, lineno: int, name: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RolloutFileError(
+            f"rollout file {name!r} is not UTF-8 text: byte 0x{raw[exc.start]:02x} on line {lineno}"
+        ) from None
+
+
+def _json_line(line: str, lineno: int, name: str) -> dict:
+    try:
+        obj = json_loads_unique(line)
+    except DuplicateKeyError as exc:
+        raise RolloutFileError(f"line {lineno} of {name!r} {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise RolloutFileError(f"line {lineno} of {name!r} is not valid JSON: {exc.msg} (column {exc.colno})") from None
+    except RecursionError:
+        raise RolloutFileError(f"line {lineno} of {name!r} is nested too deeply to read") from None
+    except ValueError as exc:  # an integer of 5000 digits
+        raise RolloutFileError(f"line {lineno} of {name!r} has a value JSON cannot read: {exc}") from None
+    if not isinstance(obj, dict):
+        raise RolloutFileError(f"line {lineno} of {name!r} must be a JSON object, got {type(obj).__name__}")
+    return obj
 
 
 def _json_row(value, key, lineno, name):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 from divclip.sanity.budget import divergence_intervals, equivalent_budgets
-from divclip.sanity.checks import check_settings, finding
+from divclip.sanity.checks import check_settings, finding, scale_findings
 from divclip.sanity.config import read_config, split_overrides
 from divclip.sanity.errors import SanityInputError
 from divclip.sanity.loaders import Limits, load_rollouts
@@ -51,6 +51,16 @@ def build_report(
         raise
     except ValueError as exc:  # a theory-level check (a measure name, a budget): same contract
         raise SanityInputError(str(exc)) from None
+    except (MemoryError, RecursionError, OverflowError) as exc:  # an input past a limit no loader foresaw
+        what = " and ".join(f"{k} {_label(v, n)!r}" for k, v, n in (("config", config, config_name),
+                                                                    ("rollouts", rollouts, rollouts_name))
+                            if v is not None) or "the overrides"
+        raise SanityInputError(f"cannot check {what}: it is too large or too deeply nested "
+                               f"({type(exc).__name__})") from None
+
+
+def _label(source, name) -> str:
+    return name if name is not None else str(source)
 
 
 def report_from_uploads(config=None, rollouts=None, overrides_text: str = "", **options) -> dict:
@@ -87,6 +97,9 @@ def _build(config, rollouts, config_name, rollouts_name, overrides, framework, i
 
         get_measure(intended)
     opts = _rollout_options(settings, eps_low, eps_high, deltas, sigma, seed, report["notes"])
+    if eps_low is not None or eps_high is not None:  # widths given here, not in the config: same scale checks
+        report["warnings"] += [w.to_dict() for w in scale_findings(eps_low, eps_high, opts.level,
+                                                                   {"low": "--eps-low", "high": "--eps-high"})]
     report["budget"] = _budget(settings, opts, eps_low is not None or eps_high is not None)
     if rollouts is not None:
         data = load_rollouts(rollouts, rollouts_name, limits)

@@ -5,7 +5,7 @@ does not set takes that default and is marked `origin="default"`, so the report 
 user chose and which they inherited. The default tables are checked against the installed packages by
 `tests/sanity/test_sanity_defaults.py`.
 
-What "updates per batch" means, because it decides whether any clip can bind (THEORY.md §5):
+What "updates per batch" means, because it decides whether any clip can bind (docs/theory.md §5):
 * verl: the train batch is split into `ceil(train_batch_size / ppo_mini_batch_size)` mini-batches (both
   counted in prompts; verl multiplies both by rollout.n) and swept `ppo_epochs` times. One update in total
   means the ratio is identically 1 when the loss is evaluated (verl #791, #1477).

@@ -19,20 +19,29 @@ REQUIRED = ("old_log_prob", "advantages")  # response_mask is required too, exce
 LOG_PROB_TOLERANCE = 1e-3  # bf16 rounding can leave a log-prob of a near-certain token slightly above 0
 
 
+MAX_BYTES_CAP = 2**30
+"""Upper bound of Limits.max_bytes (1 GiB): a file is read into memory whole."""
+MAX_TOKENS_CAP = 2**23
+"""Upper bound of Limits.max_tokens (about 8.4 M tokens): the analysis over every measure takes about 150 bytes
+and a few microseconds per token, so this keeps one check within about 1.3 GB."""
+
+
 @dataclass(frozen=True)
 class Limits:
-    """Size limits, checked before the data they guard is read or allocated."""
+    """Size limits, checked before the data they guard is read or allocated (decoded sizes come from the file's
+    own metadata: npz headers and uncompressed member sizes, parquet value counts, JSONL line lengths)."""
 
     max_bytes: int = 512 * 2**20
-    """Largest file accepted, and largest decoded payload (npz entries, parquet row groups)."""
-    max_tokens: int = 2**26
-    """Largest padded batch B·T (about 67 M tokens)."""
+    """Largest file accepted, and largest decoded payload (npz members, parquet columns); at most 1 GiB."""
+    max_tokens: int = 2**22
+    """Largest padded batch B·T, and largest number of values in any one field (about 4.2 M tokens, e.g. 1024
+    sequences of 4096 tokens; check a slice of a larger batch); at most 2^23."""
 
     def __post_init__(self):
-        for name in ("max_bytes", "max_tokens"):
+        for name, cap in (("max_bytes", MAX_BYTES_CAP), ("max_tokens", MAX_TOKENS_CAP)):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"Limits.{name} must be an integer >= 1, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= cap:
+                raise ValueError(f"Limits.{name} must be an integer in [1, {cap}], got {v!r}")
 
 
 @dataclass
@@ -76,9 +85,7 @@ def validate(arrays: dict, name: str, fmt: str, ragged: bool, limits: Limits = L
     if len(shape) != 2 or 0 in shape:
         raise RolloutFileError(f"old_log_prob in {name!r} must be a non-empty (batch, length) array, got shape {shape}")
     if shape[0] * shape[1] > limits.max_tokens:
-        raise RolloutFileError(
-            f"{name!r} holds {shape[0]}×{shape[1]} tokens, over the {limits.max_tokens}-token limit"
-        )
+        raise RolloutFileError(too_many_tokens(name, f"holds {shape[0]}×{shape[1]} tokens", limits))
     for key, arr in arrays.items():
         if key == "advantages" and arr.shape == shape[:1]:
             arrays[key] = np.repeat(arr[:, None], shape[1], axis=1)
@@ -93,6 +100,11 @@ def validate(arrays: dict, name: str, fmt: str, ragged: bool, limits: Limits = L
         if key in arrays:
             out[key] = _check_values(arrays[key], key, mask, name, dtype)
     return Rollouts(out["old_log_prob"], out["advantages"], mask.astype(dtype), out.get("log_prob"), name, fmt, notes)
+
+
+def too_many_tokens(name: str, what: str, limits: Limits) -> str:
+    return (f"rollout file {name!r} {what}, over the {limits.max_tokens}-token limit (the analysis needs about "
+            "150 bytes per token); check a slice of the batch, e.g. its first sequences")
 
 
 def _as_array(v, key, name) -> np.ndarray:
@@ -117,7 +129,7 @@ def _pad_rows(rows: dict, name: str, limits: Limits):
     if width == 0:
         raise RolloutFileError(f"old_log_prob in {name!r} has only empty rows")
     if n * width > limits.max_tokens:
-        raise RolloutFileError(f"{name!r} pads to {n}×{width} tokens, over the {limits.max_tokens}-token limit")
+        raise RolloutFileError(too_many_tokens(name, f"pads to {n}×{width} tokens", limits))
     out = {}
     for key, vals in rows.items():
         if key == "advantages" and all(np.ndim(v) == 0 for v in vals):

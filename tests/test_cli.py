@@ -127,7 +127,7 @@ def test_the_parser_loads_no_torch_and_lists_every_subcommand():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split()[-1] == "False"
-    for name in ("measures", "bounds", "derive", "realloc", "check", "toy", "train"):
+    for name in ("measures", "bounds", "derive", "realloc", "check", "export", "toy", "train"):
         assert name in proc.stdout
 
 
@@ -146,16 +146,19 @@ def test_argument_errors_are_one_line_exit_2(capsys, argv, needle):
 
 
 def test_realloc_help_shows_the_library_defaults(capsys):
-    from divclip.theory.reallocation import DEFAULT_EPOCHS, DEFAULT_LR
+    from divclip.theory.reallocation import DEFAULT_EPOCHS, DEFAULT_LR, MAX_ACTIONS
+    from divclip.theory.softmax_dynamics import MAX_EPOCHS
 
     with pytest.raises(SystemExit) as exc:
         main(["realloc", "--help"])
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
     assert exc.value.code == 0
-    assert f"PPO epochs on one batch ({DEFAULT_EPOCHS})" in out and f"on the logits ({DEFAULT_LR})" in out
+    assert f"PPO epochs on one batch ({DEFAULT_EPOCHS}; at most {MAX_EPOCHS})" in out
+    assert f"on the logits ({DEFAULT_LR};" in out and f"(2 to {MAX_ACTIONS} actions)" in out
     assert "bucket edges (0,0.2,0.5,1)" in out and "'kl3'" in out and "'atr'" in out
 
 
+@pytest.mark.slow
 def test_python_dash_m_entry_points_are_the_same_cli():
     for module in ("divclip.cli", "divclip.trainer"):
         proc = subprocess.run([sys.executable, "-m", module, "bounds", "--measure", "kl3", "--delta", "0.02", "--json"],

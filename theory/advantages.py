@@ -1,4 +1,4 @@
-"""Group-relative outcome advantages (THEORY.md §4), matching verl 0.9.1's GRPO / Dr. GRPO / RLOO estimators.
+"""Group-relative outcome advantages (docs/theory.md §4), matching verl 0.9.1's GRPO / Dr. GRPO / RLOO estimators.
 
 Responses to one prompt sit next to each other (verl repeats a prompt `n` times with interleave=True), so the
 rewards of a batch reshape to (groups, group_size).

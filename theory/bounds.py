@@ -1,6 +1,6 @@
 """Exact clip intervals {r : D(r[, p]) <= δ} for divergence measures.
 
-* KL3 in closed form with both Lambert W branches (THEORY.md §2):
+* KL3 in closed form with both Lambert W branches (docs/theory.md §2):
   r - 1 - log r = δ  <=>  r e^{-r} = e^{-(1+δ)}  <=>  r = -W_k(-e^{-1-δ}),  k = 0 (l_δ < 1), k = -1 (u_δ > 1).
 * Binary KL (DPPO-Binary-KL, TRGPPO) has no closed form: a vectorised, bracketed Newton solver in u = log r
   finds both roots for millions of (δ, p) pairs at once. D is convex in u, so Newton converges monotonically
@@ -39,12 +39,19 @@ def kl3_bounds(delta):
     return lo, hi
 
 
+_KL3_ASYMPTOTIC = 600.0  # above this δ, e^{-1-δ} nears underflow: start Newton from the asymptotic roots
+
+
 def _kl3_bounds(d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     z = -np.exp(-1.0 - d)
+    big = d > _KL3_ASYMPTOTIC
+    # l - 1 - log l = δ has log l -> -1 - δ, and u - 1 - log u = δ has log u -> log(1 + δ + log(1 + δ)).
+    far = (-1.0 - d, np.log1p(d + np.log1p(d)))
     roots = []
-    for branch in (0, -1):
-        r = -lambertw(z, branch).real
-        v = np.log(r)
+    for branch, start in zip((0, -1), far):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = -lambertw(np.where(big, -np.exp(-1.0 - _KL3_ASYMPTOTIC), z), branch).real
+            v = np.where(big, start, np.log(r))
         for _ in range(2):
             g = np.expm1(v) - v - d
             dg = np.expm1(v)

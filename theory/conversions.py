@@ -2,7 +2,7 @@
 
 Because every registered measure is decreasing below 1 and increasing above, the budget that puts the lower
 bound at 1 - ε_low is simply δ = D(1 - ε_low), and the budget that puts the upper bound at 1 + ε_high is
-δ = D(1 + ε_high). Example (THEORY.md §2): KL3 with ε_low = 0.2 needs δ = D(0.8) = -0.2 - log 0.8 = 0.023144,
+δ = D(1 + ε_high). Example (docs/theory.md §2): KL3 with ε_low = 0.2 needs δ = D(0.8) = -0.2 - log 0.8 = 0.023144,
 whose upper bound is u_δ = 1.2308, i.e. ε_high = 0.231 (DAPO tunes 0.28 by hand).
 """
 

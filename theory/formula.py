@@ -3,7 +3,10 @@
 The text is parsed by `ast.parse(mode="eval")` into a syntax tree (parsing runs no code), every node is
 checked against a whitelist (numbers, the names `r` and `p`, + - * / ** and the functions log, exp, sqrt,
 abs), and the tree is compiled into a numpy closure and a SymPy expression built node by node with
-`evaluate=False` (no `sympify` on raw text, and no huge integer powers evaluated eagerly).
+`evaluate=False` (no `sympify` on raw text, and no huge integer powers evaluated eagerly). Every constant part
+(no r, no p) must be a finite float64 and every constant exponent at most MAX_EXPONENT in magnitude, so a power
+tower like 9**9**9 (hundreds of millions of digits) or exp(exp(exp(100))) is refused at parse time: SymPy would
+otherwise compute it exactly when printing. The LaTeX step runs under a deadline as a last guard.
 
 `measure_from_formula` then checks the two properties the clipping framework needs: D(1) = 0, and D
 decreasing on (r_min, 1) and increasing on (1, r_max), on a grid (and for each probe p if `p` appears).
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -24,6 +28,10 @@ from divclip.theory.measures import Measure
 
 MAX_FORMULA_CHARS = 300
 MAX_NODES = 200
+MAX_EXPONENT = 100
+"""Largest magnitude of a constant exponent (r**100 is already far outside any clip's use)."""
+SYMBOLIC_DEADLINE_S = 5.0
+"""Longest the LaTeX step may take before the formula is refused."""
 R_MIN, R_MAX = 1e-4, 1e4
 _PROBE_P = (0.01, 0.1, 0.5, 0.9, 0.99)
 
@@ -50,8 +58,25 @@ def _refuse(formula: str, why: str):
     )
 
 
+def _constant_value(node: ast.AST, f: Callable, formula: str) -> float | None:
+    """The float64 value of a part without r or p (None for parts with them); refuses a non-finite one."""
+    if any(isinstance(n, ast.Name) and n.id in _SYMBOLS for n in ast.walk(node)):
+        return None
+    with np.errstate(all="ignore"):
+        v = float(np.asarray(f(1.0, 0.5), dtype=np.float64))
+    if not math.isfinite(v):
+        _refuse(formula, f"its constant part {ast.unparse(node)!r} is not a finite number (it evaluates to {v!r})")
+    return v
+
+
 def _compile(node: ast.AST, formula: str):
     """(numpy closure f(r, p), sympy expr, uses_p) for one whitelisted node."""
+    out = _compile_node(node, formula)
+    _constant_value(node, out[0], formula)
+    return out
+
+
+def _compile_node(node: ast.AST, formula: str):
     if isinstance(node, ast.Constant) and type(node.value) in (int, float):
         v = float(node.value)
         if not math.isfinite(v):
@@ -73,6 +98,12 @@ def _compile(node: ast.AST, formula: str):
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
         fa, sa, ua = _compile(node.left, formula)
         fb, sb, ub = _compile(node.right, formula)
+        if isinstance(node.op, ast.Pow):
+            e = _constant_value(node.right, fb, formula)
+            if e is not None and abs(e) > MAX_EXPONENT:
+                _refuse(formula, f"the exponent {ast.unparse(node.right)!r} = {e:.6g} is too large: constant exponents "
+                        f"are limited to ±{MAX_EXPONENT} (a power tower like 9**9**9 has hundreds of millions of "
+                        "digits)")
         np_op, sp_op = _BINOPS[type(node.op)]
         return (lambda r, p: np_op(fa(r, p), fb(r, p))), sp_op(sa, sb), ua or ub
     if isinstance(node, ast.Call):
@@ -128,6 +159,30 @@ class CustomMeasure(Measure):
         return bisect_bounds(lambda r, pp: self._value(r, pp, np), d, p, R_MIN, R_MAX)
 
 
+def with_deadline(fn: Callable, arg, *, what: str, seconds: float | None = None):
+    """fn(arg), or a ValueError when it takes longer than `seconds` (default SYMBOLIC_DEADLINE_S).
+
+    SymPy cannot be interrupted, so the call runs in a daemon thread that is abandoned on timeout: the caller
+    (a CLI, a page visit) gets its answer on time. The parse-time limits keep known runaways from getting here."""
+    seconds = SYMBOLIC_DEADLINE_S if seconds is None else seconds
+    box: dict = {}
+
+    def run():
+        try:
+            box["value"] = fn(arg)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+            box["error"] = exc
+
+    worker = threading.Thread(target=run, daemon=True, name="divclip-symbolic")
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        raise ValueError(f"{what} took longer than {seconds:g} s: refused (simplify the formula)")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
 def _check_shape(name: str, fn: Callable, uses_p: bool):
     """D(1) = 0 and D strictly decreasing below 1, increasing above, on a log grid (and each probe p)."""
     left = np.geomspace(R_MIN, 1.0, 400)
@@ -160,7 +215,7 @@ def measure_from_formula(formula: str, name: str | None = None) -> CustomMeasure
     _check_shape(formula, fn, uses_p)
     return CustomMeasure(
         name=name or f"custom: {formula.strip()}",
-        latex=sp.latex(expr),
+        latex=with_deadline(sp.latex, expr, what=f"rendering formula {formula.strip()!r} as LaTeX"),
         code=formula.strip(),
         p_dependent=uses_p,
         source="user formula",

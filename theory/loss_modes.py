@@ -85,7 +85,7 @@ class _WithGradient(torch.autograd.Function):
     """`value` (computed without autograd) whose derivative with respect to log_prob is `coef`, elementwise.
 
     Autograd through max/clamp/where costs several (B, T) temporaries per op on the way back; the gradient
-    of a clipped loss is known in closed form (THEORY.md §1), so the loss modes hand it over directly.
+    of a clipped loss is known in closed form (docs/theory.md §1), so the loss modes hand it over directly.
     """
 
     @staticmethod

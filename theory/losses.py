@@ -1,4 +1,4 @@
-"""The unified clipped policy loss in torch (THEORY.md §1, §3, §4), with verl 0.9.1 semantics.
+"""The unified clipped policy loss in torch (docs/theory.md §1, §3, §4), with verl 0.9.1 semantics.
 
 One `ClipSpec` says how a token's policy gradient is limited; `policy_loss` turns log-probs, advantages and a
 mask into a scalar loss and diagnostics. With r = π_θ(a)/π_old(a) and a clip interval [lo, hi] from the

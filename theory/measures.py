@@ -1,4 +1,4 @@
-"""Divergence measures D(r[, p]) and their clip intervals {r : D <= δ} (THEORY.md §1, §3).
+"""Divergence measures D(r[, p]) and their clip intervals {r : D <= δ} (docs/theory.md §1, §3).
 
 A measure is one object: its name, formula (LaTeX, and `code`, from which `divclip.theory.symbolic` derives its
 SymPy form through the safe parser), `value`, `bounds(delta, p=None)` (the same signature for every measure,

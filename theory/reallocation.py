@@ -1,7 +1,7 @@
 """Where probability mass can move, and where the clipped update moves it, on a small categorical policy.
 
 For π_old = p over K actions and a clip spec whose per-action ratio interval is [lo(p), hi(p)] (the measure's
-bounds; by the gradient-equivalence theorem D <= δ is exactly this interval, THEORY.md §1), the new probability
+bounds; by the gradient-equivalence theorem D <= δ is exactly this interval, docs/theory.md §1), the new probability
 of action a is confined to
 
     q(a) ∈ [lo(p_a)·p_a, min(1, hi(p_a)·p_a)],   Σ_a q(a) = 1.
@@ -35,6 +35,10 @@ from divclip.theory.spec import AllOf, ClipSpec, as_spec, is_adaptive, method_st
 from divclip.theory.validation import as_float_array, require_finite
 
 PROB_SUM_TOL = 1e-6  # how far Σ probs may be from 1 before we refuse (then it is renormalised exactly)
+MAX_ACTIONS = 256
+"""Most actions of a categorical policy here (the exact LP has K² flow variables)."""
+MAX_ABS_ADVANTAGE = 1e6
+"""Largest |A| accepted: group advantages are O(1); 1e308 would overflow the gradient step to NaN."""
 DEFAULT_BUCKET_EDGES = (0.0, 0.2, 0.5, 1.0)  # confidence buckets of π_old(a): rare, middle, confident
 DEFAULT_COMPARE_SPECS = ("grpo", "dapo", "atr", "dppo_kl", "dppo_tv")  # presets in theory.spec.PRESETS
 DEFAULT_LR, DEFAULT_EPOCHS = 0.5, 4  # softmax-logit step and PPO epochs of the comparison's dynamics
@@ -47,6 +51,9 @@ def check_probs(probs, name: str = "probs") -> np.ndarray:
     arr = as_float_array(name, probs)
     if arr.ndim != 1 or arr.size < 2:
         raise ValueError(f"{name} must be a 1-D list of at least 2 probabilities, got shape {arr.shape}")
+    if arr.size > MAX_ACTIONS:
+        raise ValueError(f"{name} has {arr.size} actions, over the limit of {MAX_ACTIONS} (the exact LP has K² "
+                         "flow variables)")
     nan = np.flatnonzero(np.isnan(arr))
     if nan.size:
         raise ValueError(f"{name} contains NaN at positions {nan.tolist()}; a distribution needs finite numbers")
@@ -61,6 +68,17 @@ def check_probs(probs, name: str = "probs") -> np.ndarray:
     if abs(total - 1.0) > PROB_SUM_TOL:
         raise ValueError(f"{name} must sum to 1 (within {PROB_SUM_TOL:g}), got sum {total!r} for {arr.tolist()}")
     return arr / total
+
+
+def check_advantages(name: str, value, length: int, other: str) -> np.ndarray:
+    """`check_vector` for advantages, each at most MAX_ABS_ADVANTAGE in magnitude."""
+    arr = check_vector(name, value, length, other)
+    big = np.flatnonzero(np.abs(arr) > MAX_ABS_ADVANTAGE)
+    if big.size:
+        i = int(big[0])
+        raise ValueError(f"{name}[{i}] = {float(arr[i])!r}: advantages must lie in [-{MAX_ABS_ADVANTAGE:g}, "
+                         f"{MAX_ABS_ADVANTAGE:g}] (group advantages are of order 1)")
+    return arr
 
 
 def check_vector(name: str, value, length: int, other: str) -> np.ndarray:
@@ -188,7 +206,7 @@ class FeasibleRegion(_ToDict):
 
 def _inputs(probs, adv, bucket_edges):
     p = check_probs(probs, "probs")
-    a = check_vector("adv", adv, p.size, "probs")
+    a = check_advantages("adv", adv, p.size, "probs")
     return p, a, make_buckets(p, bucket_edges)
 
 

@@ -11,7 +11,7 @@ its centred advantage, so the softmax itself already favours confident actions. 
     Δπ_j ≈ π_j (Δz_j - Σ_a π_a Δz_a)                (softmax Jacobian, diag(π) - ππᵀ)
     ΔH  ≈ -Σ_j π_j (log π_j + H) Δz_j = -Cov_π(log π, Δz)
 (the second is the covariance form of Cui et al., "The entropy mechanism of RL for reasoning LLMs").
-Clipping only acts from the second epoch on (THEORY.md §5), which is what `multi_epoch_drift` shows: each
+Clipping only acts from the second epoch on (docs/theory.md §5), which is what `multi_epoch_drift` shows: each
 epoch re-uses the same batch with π_old fixed, as PPO epochs do, and records which tokens' gradients a bound
 zeroed. A zeroed gradient does not freeze the action: the softmax moves it as the other logits move.
 """
@@ -31,8 +31,8 @@ from divclip.theory.reallocation import (
     DEFAULT_LR,
     _ToDict,
     action_bounds,
+    check_advantages,
     check_probs,
-    check_vector,
     entropy,
     kl_divergence,
     make_buckets,
@@ -64,7 +64,7 @@ class Group(_ToDict):
         if bad.size:
             i = int(bad[0])
             raise ValueError(f"actions[{i}] = {float(acts[i])!r}: actions must be integers in [0, {num_actions - 1}]")
-        adv = check_vector("advantages", advantages, acts.size, "actions")
+        adv = check_advantages("advantages", advantages, acts.size, "actions")
         if loss_agg_mode not in LOSS_AGG_MODES:
             raise ValueError(f"loss_agg_mode must be one of {list(LOSS_AGG_MODES)}, got {loss_agg_mode!r}")
         return cls(acts.astype(np.int64), adv, None, loss_agg_mode)
@@ -74,7 +74,7 @@ class Group(_ToDict):
         """Every action once with weight π_old(a), summed: the loss is the exact expectation over a ~ π_old,
         whose unclipped surrogate Σ_a π_old(a)·r(a)·A(a) = Σ_a π_new(a)·A(a) is the LP objective."""
         p = check_probs(probs, "probs")
-        return cls(np.arange(p.size), check_vector("adv", adv, p.size, "probs"), p, "token-sum")
+        return cls(np.arange(p.size), check_advantages("adv", adv, p.size, "probs"), p, "token-sum")
 
 
 def _check_logits(logits, name: str = "logits") -> np.ndarray:
@@ -92,9 +92,13 @@ def _check_group(group, k: int) -> Group:
     return group
 
 
+MAX_LR = 1e3
+"""Largest gradient step on the logits (a larger one overflows the softmax)."""
+
+
 def _check_lr(lr) -> float:
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not np.isfinite(lr) or lr <= 0:
-        raise ValueError(f"lr must be a finite number > 0 (a gradient step on the logits), got {lr!r}")
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not np.isfinite(lr) or not 0 < lr <= MAX_LR:
+        raise ValueError(f"lr must be a number in (0, {MAX_LR:g}] (a gradient step on the logits), got {lr!r}")
     return float(lr)
 
 

@@ -348,7 +348,7 @@ def _presets() -> dict[str, ClipSpec]:
     return {
         "grpo": ClipSpec("ratio", eps_low=0.2, eps_high=0.2),
         "dapo": ClipSpec("ratio", eps_low=0.2, eps_high=0.28),
-        # ATR-GRPO: the KL3 budget whose lower bound is GRPO's 0.8, δ = KL3(0.8) = 0.023144 (THEORY.md §2).
+        # ATR-GRPO: the KL3 budget whose lower bound is GRPO's 0.8, δ = KL3(0.8) = 0.023144 (docs/theory.md §2).
         "atr": ClipSpec("kl3", delta=get_measure("kl3").value(0.8)),
         # DPPO (arXiv 2602.04879, verl dppo_*): verl reuses `clip_ratio` (default 0.2, a PPO width) as δ; 0.05 for
         # binary KL and 0.2 for binary TV are the values validated in SkyRL's DPPO port. The TIS cap is verl's

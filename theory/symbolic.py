@@ -1,4 +1,4 @@
-"""Symbolic derivations of divergence-clip bounds, each step checked by SymPy (THEORY.md §1-3).
+"""Symbolic derivations of divergence-clip bounds, each step checked by SymPy (docs/theory.md §1-3).
 
 `kl3_derivation()` states the published KL3 facts by hand (Lambert-W bounds, their series, the 4δ/3
 asymmetry, the gradient rule) and checks every one. `derivation(name)` builds the same kind of step
@@ -259,7 +259,7 @@ def generic_derivation(measure: sp.Expr, text: str | None = None) -> list[Step]:
             _asymmetry_step(lower, upper, l_series, u_series), _gradient_step(measure, lower, upper)]
 
 
-# ---- KL3, stated by hand from THEORY.md §2 -------------------------------------------------------
+# ---- KL3, stated by hand from docs/theory.md §2 -------------------------------------------------------
 
 def _kl3_lambert_step(measure: sp.Expr) -> Step:
     statement = sp.Equivalent(sp.Eq(measure, DELTA), sp.Eq(R * sp.exp(-R), sp.exp(-1 - DELTA)))

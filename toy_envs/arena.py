@@ -12,7 +12,7 @@ elementwise Adam (`divclip.toy_envs.optim`), so runs stay independent. Each epoc
 `policy_loss` call per method covering all its seeds; nothing loops over seeds.
 
 Clip fractions per seed are read off the gradient itself: a token with A ≠ 0 whose ∂loss/∂log π is exactly
-zero was clipped (THEORY.md §1's gradient rule, whatever the measure or mode), on the low side if r < 1,
+zero was clipped (docs/theory.md §1's gradient rule, whatever the measure or mode), on the low side if r < 1,
 A < 0, the high side if r > 1, A > 0, and by the dual clip if r > 1, A < 0.
 
 Intersections (`kl3:0.023144&binary_tv:0.2`) run like any spec. An adaptive method (`kl3@clipfrac=0.1`) keeps
@@ -66,6 +66,22 @@ def run_arena(env, methods, seeds=8, steps=None, group_size=None, prompts_per_st
     return result
 
 
+# Upper bounds of the size arguments (far past any useful toy run); combined budgets keep the arena's arrays
+# (15 metrics × runs × steps, and runs × batch × horizon per step) within a few hundred MB.
+MAX_SEEDS = 4096
+MAX_STEPS = 100_000
+MAX_GROUP_SIZE = 4096
+MAX_PROMPTS_PER_STEP = 4096
+MAX_PPO_EPOCHS = 100
+MAX_THREADS = 256
+MAX_RUN_STEPS = 2**22
+"""Largest (methods × seeds) × steps: the metrics history holds 15 float64 numbers per cell."""
+MAX_BATCH_TOKENS = 2**22
+"""Largest (methods × seeds) × prompts_per_step × group_size × horizon: the tokens of one step, all runs."""
+MAX_POLICY_PARAMS = 2**24
+"""Largest (methods × seeds) × policy table size (logits, with Adam's two moments beside them)."""
+
+
 def iter_arena(env, methods, seeds=8, steps=None, group_size=None, prompts_per_step=None, ppo_epochs=None,
                lr=None, *, loss_agg_mode: str = "token-mean", adv_norm: str = "std", policy: str = "tabular",
                every: int = 10, stop: threading.Event | Callable[[], bool] | None = None,
@@ -99,11 +115,13 @@ def iter_arena(env, methods, seeds=8, steps=None, group_size=None, prompts_per_s
         defaults = _registry_defaults(env.name)
     else:
         raise ValueError(f"env must be a ToyEnv or one of the registered names, got {env!r}")
-    steps = check_int("steps", _default(steps, defaults, "steps"), minimum=1)
-    group_size = check_int("group_size", _default(group_size, defaults, "group_size"), minimum=2)
+    steps = check_int("steps", _default(steps, defaults, "steps"), minimum=1, maximum=MAX_STEPS)
+    group_size = check_int("group_size", _default(group_size, defaults, "group_size"), minimum=2,
+                           maximum=MAX_GROUP_SIZE)
     prompts_per_step = check_int("prompts_per_step", _default(prompts_per_step, defaults, "prompts_per_step"),
-                                 minimum=1)
-    ppo_epochs = check_int("ppo_epochs", _default(ppo_epochs, defaults, "ppo_epochs"), minimum=1)
+                                 minimum=1, maximum=MAX_PROMPTS_PER_STEP)
+    ppo_epochs = check_int("ppo_epochs", _default(ppo_epochs, defaults, "ppo_epochs"), minimum=1,
+                           maximum=MAX_PPO_EPOCHS)
     lr = check_real("lr", _default(lr, defaults, "lr"), minimum=0.0, open_interval=True)
     every = check_int("every", every, minimum=1)
     adv_norm = check_choice("adv_norm", adv_norm, ADV_NORMS)
@@ -113,7 +131,8 @@ def iter_arena(env, methods, seeds=8, steps=None, group_size=None, prompts_per_s
     specs = parse_methods(methods)
     should_stop = _stop_check(stop)
     if num_threads is not None:
-        num_threads = check_int("num_threads", num_threads, minimum=1)
+        num_threads = check_int("num_threads", num_threads, minimum=1, maximum=MAX_THREADS)
+    _check_budgets(env, len(specs) * len(seed_list), steps, prompts_per_step * group_size)
     if not isinstance(loss_metrics, bool):
         raise ValueError(f"loss_metrics must be True or False, got {loss_metrics!r}")
     config = {"group_size": group_size, "prompts_per_step": prompts_per_step, "ppo_epochs": ppo_epochs, "lr": lr,
@@ -322,7 +341,7 @@ def _grad_norms(grads: list[list[torch.Tensor]], R: int) -> torch.Tensor:
 class _ClipTally:
     """Per-run counts of clipped tokens over one step's epochs, read off the gradient itself.
 
-    THEORY.md §1's rule: a token with A ≠ 0 whose ∂loss/∂log π is exactly 0 was clipped, whatever the
+    docs/theory.md §1's rule: a token with A ≠ 0 whose ∂loss/∂log π is exactly 0 was clipped, whatever the
     measure or mode: by the lower bound if A < 0 and r < 1, the upper bound if A > 0 and r > 1, the dual
     clip if A < 0 and r > 1. (A > 0 with r < 1 has no bound in any mode; it still counts in the total,
     e.g. when verl's ±20 log-ratio clamp stops a gradient.) Tokens with A = 0 have no gradient to clip.
@@ -426,10 +445,26 @@ def _accumulate(sums: dict, info: dict, m: int, t: int, M: int, steps: int) -> N
             sums[k][m, t] += v
 
 
+def _check_budgets(env: ToyEnv, runs: int, steps: int, batch: int) -> None:
+    """ValueError before any allocation when the run's arrays would pass the budgets above."""
+    table = int(np.prod(env.init_logits().shape))
+    for what, size, cap in (
+        (f"(methods × seeds) × steps = {runs} × {steps}", runs * steps, MAX_RUN_STEPS),
+        (f"(methods × seeds) × prompts_per_step × group_size × horizon = {runs} × {batch} × {env.horizon}",
+         runs * batch * env.horizon, MAX_BATCH_TOKENS),
+        (f"(methods × seeds) × policy logits = {runs} × {table}", runs * table, MAX_POLICY_PARAMS),
+    ):
+        if size > cap:
+            raise ValueError(f"this arena is too large: {what} = {size}, over the limit of {cap}; use fewer seeds, "
+                             "methods or steps, or a smaller batch or environment")
+
+
 def _check_seeds(seeds) -> list[int]:
     if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
-        n = check_int("seeds", int(seeds), minimum=1)
+        n = check_int("seeds", int(seeds), minimum=1, maximum=MAX_SEEDS)
         return list(range(n))
+    if isinstance(seeds, Sequence) and not isinstance(seeds, str) and len(seeds) > MAX_SEEDS:
+        raise ValueError(f"seeds must hold at most {MAX_SEEDS} seeds, got {len(seeds)}")
     if isinstance(seeds, Sequence) and not isinstance(seeds, str) and len(seeds) > 0:
         out = [check_int("seeds[i]", s, minimum=0, maximum=2**62) for s in seeds]
         if len(set(out)) != len(out):

@@ -15,6 +15,13 @@ from divclip.toy_envs import rng
 from divclip.toy_envs.base import ToyEnv, sample_categorical
 from divclip.toy_envs.validation import check_choice, check_int, check_real
 
+MAX_ANSWERS = 65_536
+"""Most arms (bandit) or answers per prompt (sparse)."""
+MAX_PROMPTS = 65_536
+"""Most prompts (sparse)."""
+MAX_TABLE = 2**22
+"""Largest prompts × answers (the environment's reward and logit tables)."""
+
 
 class CategoricalEnv(ToyEnv):
     """P prompts, V one-token answers; deterministic rewards `means` unless a subclass adds noise."""
@@ -86,7 +93,7 @@ class Bandit(CategoricalEnv):
 
     def __init__(self, arms: int = 16, reward: str = "bernoulli", noise_std: float = 0.5, means=None,
                  env_seed: int = 0):
-        self.arms = check_int("arms", arms, minimum=2)
+        self.arms = check_int("arms", arms, minimum=2, maximum=MAX_ANSWERS)
         self.reward_kind = check_choice("reward", reward, ("bernoulli", "gaussian"))
         self.noise_std = check_real("noise_std", noise_std, minimum=0.0)
         self.env_seed = check_int("env_seed", env_seed, minimum=0)
@@ -128,8 +135,10 @@ class SparseCategorical(CategoricalEnv):
 
     def __init__(self, prompts: int = 32, answers: int = 64, correct_per_prompt: int = 1,
                  init_correct_prob: float = 0.005, logit_std: float = 1.0, env_seed: int = 0):
-        self.prompts = check_int("prompts", prompts, minimum=1)
-        self.answers = check_int("answers", answers, minimum=2)
+        self.prompts = check_int("prompts", prompts, minimum=1, maximum=MAX_PROMPTS)
+        self.answers = check_int("answers", answers, minimum=2, maximum=MAX_ANSWERS)
+        if self.prompts * self.answers > MAX_TABLE:
+            raise ValueError(f"prompts × answers must be at most {MAX_TABLE}, got {self.prompts} × {self.answers}")
         self.correct_per_prompt = check_int("correct_per_prompt", correct_per_prompt, minimum=1,
                                             maximum=self.answers - 1)
         self.init_correct_prob = check_real("init_correct_prob", init_correct_prob, minimum=0.0, maximum=1.0,

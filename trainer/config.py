@@ -107,12 +107,14 @@ class TrainerConfig:
     output_dir: str | None = None
     """Where metrics.jsonl, metrics.csv and checkpoints go; None keeps everything in memory."""
     checkpoint_every: int = 50
-    """Write a checkpoint every this many steps (and after the last); 0 writes only the final one."""
+    """Write a checkpoint every this many steps (and after the warm start and the last step); 0 writes only
+    those two."""
     keep_checkpoints: int = 2
-    """How many of the newest checkpoints to keep on disk."""
+    """How many of the newest checkpoints to keep on disk (damaged ones are never pruned)."""
     resume: bool = True
     """Continue from the newest checkpoint in output_dir when there is one (its settings must match, except
-    steps, eval/checkpoint cadence and device). False starts over and deletes output_dir's old checkpoints."""
+    steps, eval/checkpoint cadence and device). False starts over; output_dir's old checkpoints and metrics are
+    moved to output_dir/superseded/, never deleted."""
     progress: bool = True
     """Show a progress bar on stderr."""
 
@@ -167,26 +169,40 @@ def _check_paths(cfg: TrainerConfig):
         _fail("task", cfg.task, "'arith' or the path of a .jsonl file")
     if cfg.task != "arith" and not Path(cfg.task).is_file():
         _fail("task", cfg.task, "'arith' or the path of an existing .jsonl file (no such file)")
+    if cfg.output_dir is not None:
+        if not isinstance(cfg.output_dir, str) or not cfg.output_dir:
+            _fail("output_dir", cfg.output_dir, "None or a directory path")
+        if Path(cfg.output_dir).exists() and not Path(cfg.output_dir).is_dir():
+            _fail("output_dir", cfg.output_dir, "None or a directory path (it exists and is not a directory)")
 
 
-_MIN_INT = {
-    "arith_digits": 1, "eval_size": 0, "eval_every": 1, "tiny_n_layer": 1, "tiny_n_embd": 1, "tiny_n_head": 1,
-    "sft_steps": 0, "sft_batch_size": 1, "steps": 1, "prompts_per_step": 1, "group_size": 2, "max_new_tokens": 1,
-    "ppo_epochs": 1, "minibatches": 1, "seed": 0, "threads": 0, "checkpoint_every": 0, "keep_checkpoints": 1,
-}
+# (smallest, largest) of every integer field. The upper bounds are far past any sensible run and keep a typo
+# (1e9 steps, a 1e9-token completion) from hanging or exhausting memory: they fail here, before any work.
+INT_RANGES: Mapping[str, tuple[int, int]] = MappingProxyType({
+    "arith_digits": (1, 4), "eval_size": (0, 100_000), "eval_every": (1, 10**6), "tiny_n_layer": (1, 48),
+    "tiny_n_embd": (1, 4096), "tiny_n_head": (1, 64), "sft_steps": (0, 10**6), "sft_batch_size": (1, 65_536),
+    "steps": (1, 10**6), "prompts_per_step": (1, 4096), "group_size": (2, 1024), "max_new_tokens": (1, 32_768),
+    "ppo_epochs": (1, 100), "minibatches": (1, 65_536), "seed": (0, 2**32 - 1), "threads": (0, 256),
+    "checkpoint_every": (0, 10**6), "keep_checkpoints": (1, 1000),
+})
+MAX_ROLLOUT_SEQUENCES = 65_536
+"""Largest rollout batch prompts_per_step * group_size."""
+TEMPERATURE_RANGE = (1e-3, 1e3)
+"""Sampling temperatures accepted (logits are divided by it: 1e-320 overflows them to inf)."""
 
 
 def _check_ints(cfg: TrainerConfig):
-    for name, low in _MIN_INT.items():
+    for name, (low, high) in INT_RANGES.items():
         v = getattr(cfg, name)
-        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+        if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
             why = " (a group of one has no baseline: GRPO needs G >= 2)" if name == "group_size" else ""
-            _fail(name, v, f"an integer >= {low}{why}")
-    if cfg.arith_digits > 4:
-        _fail("arith_digits", cfg.arith_digits, "an integer in [1, 4]")
+            _fail(name, v, f"an integer in [{low}, {high}]{why}")
     if cfg.tiny_n_embd % cfg.tiny_n_head:
         _fail("tiny_n_head", cfg.tiny_n_head, f"a divisor of tiny_n_embd={cfg.tiny_n_embd}")
     batch = cfg.prompts_per_step * cfg.group_size
+    if batch > MAX_ROLLOUT_SEQUENCES:
+        _fail("prompts_per_step", cfg.prompts_per_step,
+              f"such that prompts_per_step * group_size <= {MAX_ROLLOUT_SEQUENCES} (group_size={cfg.group_size})")
     if cfg.minibatches > batch:
         _fail("minibatches", cfg.minibatches, f"at most the rollout batch prompts_per_step*group_size = {batch}")
 
@@ -196,10 +212,13 @@ def _finite(v) -> bool:
 
 
 def _check_floats(cfg: TrainerConfig):
-    for name in ("sft_lr", "lr", "temperature"):
+    for name in ("sft_lr", "lr"):
         v = getattr(cfg, name)
         if not (_finite(v) and v > 0):
             _fail(name, v, "a finite number > 0")
+    low, high = TEMPERATURE_RANGE
+    if not (_finite(cfg.temperature) and low <= cfg.temperature <= high):
+        _fail("temperature", cfg.temperature, f"a number in [{low:g}, {high:g}]")
     for name in ("weight_decay", "kl_coef", "max_grad_norm"):
         v = getattr(cfg, name)
         if not (_finite(v) and v >= 0):
@@ -250,6 +269,12 @@ TRAIN_PRESETS: Mapping[str, Mapping] = MappingProxyType({
 })
 
 
+def default_output_dir(preset: str | None, method: str, seed: int) -> str:
+    """Where `divclip train` writes when no --output-dir is given: runs/<preset>-<method>-seed<seed> (the same
+    command run again resumes there)."""
+    return str(Path("runs") / f"{preset or 'train'}-{method}-seed{seed}")
+
+
 def from_preset(name: str, **overrides) -> TrainerConfig:
     """The TrainerConfig of preset `name` (see TRAIN_PRESETS) with `overrides` applied."""
     if name not in TRAIN_PRESETS:
@@ -260,4 +285,4 @@ def from_preset(name: str, **overrides) -> TrainerConfig:
     return TrainerConfig(**{**TRAIN_PRESETS[name], **overrides})
 
 
-__all__ = ["TRAIN_PRESETS", "TrainerConfig", "from_preset"]
+__all__ = ["INT_RANGES", "TRAIN_PRESETS", "TrainerConfig", "default_output_dir", "from_preset"]

@@ -28,16 +28,22 @@ from divclip.theory.loss_metrics import kl_penalty
 from divclip.theory.losses import ClipSpec, agg_loss, policy_loss
 from divclip.theory.spec import is_adaptive
 from divclip.trainer.checkpoint import (
+    check_output_dir,
     check_resumable,
     latest_checkpoint,
     load_checkpoint,
     load_extra_state,
     quiet_saving,
     save_checkpoint,
+    say,
+    set_aside,
+    stale_temporaries,
+    verify_checkpoint,
+    write_manifest,
 )
 from divclip.trainer.config import TrainerConfig
 from divclip.trainer.rollout import autocast, completion_mask, decode, encode_prompts, sample, token_log_probs
-from divclip.trainer.runlog import MetricsLog, Progress
+from divclip.trainer.runlog import MetricsLog, Progress, jsonl_text
 from divclip.trainer.sft import warm_start
 from divclip.trainer.tasks import Task, load_task
 from divclip.trainer.tiny import ARITH_ALPHABET, TEXT_ALPHABET, char_tokenizer, tiny_gpt2
@@ -137,16 +143,12 @@ class GRPOTrainer:
 
     def _train(self, on_step) -> TrainResult:
         cfg, out = self.cfg, self.cfg.output_dir
-        ckpt = latest_checkpoint(out) if (out is not None and cfg.resume) else None
-        if ckpt is not None:
-            check_resumable(ckpt, cfg.to_dict())
-            self.step, history = load_checkpoint(ckpt, self.model, self.optimizer, self.device)
-            self._load_reference()
-            self._load_controller(ckpt)
-        else:
-            if out is not None:  # resume=False: old checkpoints there would be mistaken for this run's
-                shutil.rmtree(Path(out) / "checkpoints", ignore_errors=True)
+        history = self._resume() if out is not None else None
+        if history is None:
             history = [self._warm_start()]
+            if out is not None:  # the warm start is minutes of work on a real model: keep it
+                save_checkpoint(out, 0, self.model, self.tokenizer, self.optimizer, history, cfg.to_dict(),
+                                cfg.keep_checkpoints, extra=self._extra_state())
         log = MetricsLog(out, history)
         progress = Progress(cfg.steps, self.step, cfg.progress)
         try:
@@ -167,13 +169,45 @@ class GRPOTrainer:
             progress.close()
         return TrainResult(log.history, out)
 
+    def _resume(self) -> list[dict] | None:
+        """Load the newest intact checkpoint of output_dir and return its history; None when the run starts
+        over. Nothing there is deleted: files a fresh start or a resume would overwrite go to superseded/."""
+        cfg, out = self.cfg, Path(self.cfg.output_dir)
+        check_output_dir(out)
+        for tmp in stale_temporaries(out):
+            shutil.rmtree(tmp, ignore_errors=True)
+            say(f"removed {tmp.name}, an unfinished checkpoint a stopped run left behind")
+        ckpt = latest_checkpoint(out, announce=True) if cfg.resume else None
+        if ckpt is None:
+            set_aside(out, ["checkpoints", "reference", "metrics.jsonl", "metrics.csv"],
+                      "before-resume-false" if not cfg.resume else "no-checkpoint")
+            return None
+        check_resumable(ckpt, cfg.to_dict())
+        self.step, history = load_checkpoint(ckpt, self.model, self.optimizer, self.device)
+        self._load_reference()
+        self._load_controller(ckpt)
+        left = "nothing left to do" if self.step >= cfg.steps else f"{cfg.steps - self.step} steps to go"
+        say(f"resuming from step {self.step} ({ckpt.name} in {out}); {left}")
+        metrics = out / "metrics.jsonl"
+        if metrics.is_file() and metrics.read_bytes() != jsonl_text(history).encode():
+            # rows logged after the checkpoint (a kill between checkpoints) are rewritten by the resumed run
+            set_aside(out, ["metrics.jsonl", "metrics.csv"], f"resume-at-step-{self.step}")
+        return history
+
     def _warm_start(self) -> dict:
         cfg = self.cfg
         torch.manual_seed(_step_seed(cfg.seed, 0))
         row = {"step": 0}
-        row.update(warm_start(self.model, self.tokenizer, self.task, steps=cfg.sft_steps,
-                              batch_size=cfg.sft_batch_size, lr=cfg.sft_lr, seed=cfg.seed, device=self.device,
-                              bf16=cfg.bf16, max_grad_norm=cfg.max_grad_norm))
+        bar = Progress(cfg.sft_steps, 0, cfg.progress and cfg.sft_steps > 0, desc="warm start")
+        try:
+            row.update(warm_start(self.model, self.tokenizer, self.task, steps=cfg.sft_steps,
+                                  batch_size=cfg.sft_batch_size, lr=cfg.sft_lr, seed=cfg.seed, device=self.device,
+                                  bf16=cfg.bf16, max_grad_norm=cfg.max_grad_norm,
+                                  on_step=lambda loss: bar.update({"sft/loss": loss})))
+        finally:
+            bar.close()
+        if cfg.progress and self.task.eval:
+            say(f"evaluating the warm start on {len(self.task.eval)} held-out problems")
         row.update(self.evaluate())
         if cfg.kl_coef > 0:
             self.ref_model = self._frozen_copy()
@@ -208,7 +242,9 @@ class GRPOTrainer:
         shutil.rmtree(tmp, ignore_errors=True)
         with quiet_saving():
             self.ref_model.save_pretrained(tmp)
-        shutil.rmtree(final, ignore_errors=True)
+        write_manifest(tmp)
+        if final.exists() or final.is_symlink():  # a fresh start moved any older one aside; never delete it here
+            set_aside(self.cfg.output_dir, ["reference"], "replaced-reference")
         os.replace(tmp, final)
 
     def _load_reference(self):
@@ -217,11 +253,18 @@ class GRPOTrainer:
         from transformers import AutoModelForCausalLM
 
         path = Path(self.cfg.output_dir) / "reference"
-        if not (path / "config.json").is_file():
+        if not path.is_dir() or path.is_symlink():
             raise ValueError(f"kl_coef={self.cfg.kl_coef} but the run in {self.cfg.output_dir!r} has no reference "
                              "model to resume with (it was started with kl_coef=0)")
+        why = verify_checkpoint(path, required=("config.json",))
+        if why is not None:
+            raise ValueError(f"the reference model in {str(path)!r} is damaged ({why}); nothing was changed there. "
+                             "Use another output_dir, or resume=False (--no-resume) to start over")
         self.ref_model = self._frozen_copy()
-        self.ref_model.load_state_dict(AutoModelForCausalLM.from_pretrained(path).state_dict())
+        try:
+            self.ref_model.load_state_dict(AutoModelForCausalLM.from_pretrained(path).state_dict())
+        except Exception as exc:  # noqa: BLE001 - one clear message, whatever the loader raised
+            raise ValueError(f"the reference model in {str(path)!r} cannot be loaded ({type(exc).__name__})") from None
 
     # ------------------------------------------------------------------------------------------ step
     def rl_step(self, step: int) -> dict:

@@ -20,6 +20,11 @@ def _clean(value):
     return value
 
 
+def jsonl_text(history: list[dict]) -> str:
+    """metrics.jsonl's text for `history` (one JSON object a line)."""
+    return "".join(json.dumps({k: _clean(v) for k, v in row.items()}) + "\n" for row in history)
+
+
 class MetricsLog:
     """The metrics history of a run, mirrored to `output_dir` when one is given."""
 
@@ -28,8 +33,8 @@ class MetricsLog:
         self.dir = None if output_dir is None else Path(output_dir)
         if self.dir is not None:
             self.dir.mkdir(parents=True, exist_ok=True)
-            text = "".join(json.dumps(row) + "\n" for row in self.history)
-            write_text_atomic(self.dir / "metrics.jsonl", text)  # a resumed run drops rows after its checkpoint
+            # A resumed run starts from its checkpoint's rows (the trainer first moves different old files aside).
+            write_text_atomic(self.dir / "metrics.jsonl", jsonl_text(self.history))
             self._write_csv()
 
     def log(self, row: dict):
@@ -53,17 +58,18 @@ class MetricsLog:
 class Progress:
     """A tqdm bar over RL steps on stderr (silent when disabled)."""
 
-    def __init__(self, total: int, initial: int, enabled: bool):
+    def __init__(self, total: int, initial: int, enabled: bool, desc: str = "rl"):
         self.bar = None
         if enabled:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=total, initial=initial, desc="rl", unit="step", file=sys.stderr, dynamic_ncols=True)
+            self.bar = tqdm(total=total, initial=initial, desc=desc, unit="step", file=sys.stderr, dynamic_ncols=True)
 
     def update(self, row: dict):
         if self.bar is None:
             return
-        shown = {"reward": row.get("reward/mean"), "clip": row.get("clip/clipfrac"), "acc": row.get("eval/accuracy")}
+        shown = {"reward": row.get("reward/mean"), "clip": row.get("clip/clipfrac"), "acc": row.get("eval/accuracy"),
+                 "loss": row.get("sft/loss")}
         self.bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items() if v is not None}, refresh=False)
         self.bar.update(1)
 

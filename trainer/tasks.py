@@ -105,31 +105,81 @@ def numeric_match(completion: str, answer: str) -> float:
     return float(pred.replace(" ", "") == gold.replace(" ", ""))
 
 
+MAX_TASK_BYTES = 256 * 2**20
+"""Largest task file read (checked before reading)."""
+MAX_PROMPT_CHARS = 65_536
+"""Longest prompt or answer, in characters (a tiny model has one position per character)."""
+MAX_EXAMPLES = 2**20
+"""Most examples in one task file."""
+
+
+def _read_task_text(path: Path) -> str:
+    import stat
+
+    try:
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"task file {str(path)!r} is not a regular file")
+        if info.st_size > MAX_TASK_BYTES:
+            raise ValueError(f"task file {str(path)!r} is {info.st_size} bytes, over the {MAX_TASK_BYTES}-byte limit")
+        with path.open("rb") as f:
+            data = f.read(MAX_TASK_BYTES + 1)
+    except OSError as exc:
+        raise ValueError(f"cannot read task file {str(path)!r}: {exc.strerror or exc}") from None
+    if len(data) > MAX_TASK_BYTES:
+        raise ValueError(f"task file {str(path)!r} is over the {MAX_TASK_BYTES}-byte limit")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"task file {str(path)!r} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+                         f"{exc.start})") from None
+
+
+def _show(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def load_jsonl(path: str | Path) -> list[Example]:
-    """Read {"prompt": str, "answer": str | number} lines; any bad line is a ValueError naming file and line."""
+    """Read {"prompt": str, "answer": str | number} lines; any bad line is a ValueError naming file and line.
+    Duplicate keys in a line, prompts longer than MAX_PROMPT_CHARS and more than MAX_EXAMPLES lines are refused."""
+    from divclip.sanity.files import DuplicateKeyError, json_loads_unique
+
     path = Path(path)
     allowed = "a JSON object with 'prompt' (a non-empty string) and 'answer' (a string or a number)"
     examples = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"task file {str(path)!r} line {lineno}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{where} is not valid JSON ({exc.msg}); every line must be {allowed}") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{where} is {type(row).__name__}, not an object; every line must be {allowed}")
-            for key in ("prompt", "answer"):
-                if key not in row:
-                    raise ValueError(f"{where} has no {key!r} (keys: {sorted(row)}); every line must be {allowed}")
-            prompt, answer = row["prompt"], row["answer"]
-            if not isinstance(prompt, str) or not prompt:
-                raise ValueError(f"{where} has prompt={prompt!r}; every line must be {allowed}")
-            if isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
-                raise ValueError(f"{where} has answer={answer!r}; every line must be {allowed}")
-            examples.append(Example(prompt, str(answer)))
+    text = _read_task_text(path)
+    if text.count("\n") > MAX_EXAMPLES:
+        raise ValueError(f"task file {str(path)!r} has more than {MAX_EXAMPLES} lines (the limit of examples)")
+    for lineno, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        where = f"task file {str(path)!r} line {lineno}"
+        try:
+            row = json_loads_unique(line)
+        except DuplicateKeyError as exc:
+            raise ValueError(f"{where} {exc}") from None
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{where} is not valid JSON ({exc.msg}); every line must be {allowed}") from None
+        except RecursionError:
+            raise ValueError(f"{where} is nested too deeply to read; every line must be {allowed}") from None
+        except ValueError as exc:  # an integer of 5000 digits
+            raise ValueError(f"{where} has a value JSON cannot read ({exc}); every line must be {allowed}") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{where} is {type(row).__name__}, not an object; every line must be {allowed}")
+        for key in ("prompt", "answer"):
+            if key not in row:
+                raise ValueError(f"{where} has no {key!r} (keys: {sorted(row)}); every line must be {allowed}")
+        prompt, answer = row["prompt"], row["answer"]
+        if not isinstance(prompt, str) or not prompt:
+            raise ValueError(f"{where} has prompt={_show(prompt)}; every line must be {allowed}")
+        if isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
+            raise ValueError(f"{where} has answer={_show(answer)}; every line must be {allowed}")
+        if len(prompt) > MAX_PROMPT_CHARS or len(str(answer)) > MAX_PROMPT_CHARS:
+            longest = max(len(prompt), len(str(answer)))
+            raise ValueError(f"{where} has a prompt or answer of {longest} characters, over the "
+                             f"{MAX_PROMPT_CHARS}-character limit")
+        examples.append(Example(prompt, str(answer)))
     if not examples:
         raise ValueError(f"task file {str(path)!r} has no examples; every line must be {allowed}")
     return examples

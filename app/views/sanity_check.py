@@ -59,6 +59,9 @@ try:
 except ValueError as exc:
     st.error(f"Cannot check this input: {exc}")
     st.stop()
+except Exception as exc:  # noqa: BLE001 - no traceback reaches a visitor: one message, whatever went wrong
+    st.error(f"Cannot check this input: {type(exc).__name__}: {str(exc)[:300]}")
+    st.stop()
 
 # ---------------------------------------------------------------------------------------------- warnings
 if report["warnings"]:

@@ -1,21 +1,24 @@
 """Toy arena: clipping methods trained side by side on many seeds, curves drawn live while they train.
 
-The run is `toy_envs.iter_arena` on a background thread (`divclip.app.arena_runner.ArenaRun`, kept in session state);
-a fragment polls it every POLL_S seconds, so the page never freezes and Stop is handled mid-run. Figures are
-`divclip.app.arena_figures`; the end-of-run table and claims are `divclip.toy_envs.report`.
+The run is `toy_envs.iter_arena` in one of the server's worker processes (`divclip.app.arena_runner`: a bounded
+pool shared by all visitors, with a queue; the `ArenaRun` handle is kept in session state). A fragment polls it
+every POLL_S seconds while it trains (QUEUED_POLL_S while it waits for a worker), so the page never freezes and
+Stop is handled mid-run. Figures are `divclip.app.arena_figures`; the end-of-run table and claims are
+`divclip.toy_envs.report`.
 """
 
 import streamlit as st
 
 from divclip.app.arena_figures import MAX_POINTS, arena_figure
-from divclip.app.arena_runner import ArenaRun, ArenaSettings
+from divclip.app.arena_runner import ArenaRun, ArenaSettings, get_pool
 from divclip.app.page_parts import markdown_text, share_link, show_messages
 from divclip.app.state import ChoiceListParam, ChoiceParam, FloatParam, PageState, TextParam
 from divclip.theory.spec import PRESETS
 from divclip.toy_envs import ENVS, PASS_AT_K
-from divclip.toy_envs.report import claims, summarize
+from divclip.toy_envs.report import claims, summarize, threshold_90
 
 POLL_S = 0.4  # seconds between redraws while a run trains (goal: a redraw at least every 0.5 s, with room for jitter)
+QUEUED_POLL_S = 1.0  # while the run waits for a worker: only its place in the queue changes
 RUN_KEY = "arena.run"
 ERROR_KEY = "arena.error"
 DEFAULT_ENV = "bandit"
@@ -62,7 +65,7 @@ def use_env_defaults() -> None:
 
 
 def start_run() -> None:
-    """Run button: validate (iter_arena raises ValueError naming the argument) and start the thread."""
+    """Run button: validate (iter_arena raises ValueError naming the argument) and queue the run."""
     ss = st.session_state
     ss.pop(ERROR_KEY, None)
     try:
@@ -116,17 +119,24 @@ with st.sidebar:
         st.number_input("Learning rate (Adam)", min_value=1e-4, max_value=1.0, step=0.01, format="%.4f",
                         key=state.key("lr"))
 
+try:
+    pool = get_pool()
+except ValueError as exc:  # the server's DIVCLIP_ARENA_WORKERS is not a pool size
+    show_messages([f"The toy arena is not available on this server: {exc}."], kind="error")
+    st.stop()
 settings = current_settings()
 query = state.sync()
 run = st.session_state.get(RUN_KEY)
 polling = run is not None and not run.done
+poll_state = None if run is None else run.state  # the fragment's timer is set for this state
 
 b1, b2, b3, b4 = st.columns([1, 1, 1, 3], vertical_alignment="bottom")
 b1.button("Run", type="primary", on_click=start_run, icon=":material/play_arrow:", width="stretch", key="arena.start")
 b2.button("Stop", on_click=stop_run, disabled=not polling, icon=":material/stop:", width="stretch", key="arena.stop")
 k = b3.selectbox("pass@k", PASS_AT_K, index=PASS_AT_K.index(8), key="arena.pass_k")
 b4.caption(f"{len(settings.methods)} method(s) × {settings.seeds} seed(s) × {settings.steps} steps on "
-           f"{settings.env}; the page redraws every {POLL_S:g} s while it trains.")
+           f"{settings.env}; the page redraws every {POLL_S:g} s while it trains. Runs train in the server's "
+           f"pool of {pool.size} worker process(es), shared by every visitor, first come first served.")
 if ERROR_KEY in st.session_state:
     show_messages([st.session_state[ERROR_KEY]], kind="error")
 
@@ -144,13 +154,27 @@ def summary_rows(result) -> list[dict]:
 def draw_status(run: ArenaRun) -> None:
     run.seen()
     total, done = run.settings.steps, run.steps_done
-    if not run.done:
+    if run.queued:
+        place = pool.position(run)
+        training, waiting = pool.counts()
+        if place is None or training < pool.size:  # a worker is free: the pool is handing it this run
+            st.progress(0.0, text=f"Starting: handing the run to a worker process · {run.waited:.0f} s")
+        else:
+            st.progress(0.0, text=f"Queued: position {place} of {waiting} · {training} of {pool.size} worker(s) "
+                                  f"busy · waited {run.waited:.0f} s")
+            st.caption("Every worker is training another visitor's run; this one starts when a worker is free. "
+                       "Stop takes it out of the queue.")
+    elif not run.done:
         verb = "Stopping" if run.stopping else "Training"
         st.progress(done / total, text=f"{verb}: step {done} of {total} · {run.elapsed:.1f} s")
     elif run.error:
         show_messages([f"The run failed: {run.error}"], kind="error")
-    elif run.result is not None and run.result.stopped:
-        why = f": nobody had looked at the page for {run.abandon_s:.0f} s" if run.abandoned else "."
+    elif run.result is None:
+        why = f": {run.cancel_reason}" if run.abandoned else "."
+        st.warning(f"Stopped before it started, after {run.waited:.0f} s in the queue{why}",
+                   icon=":material/stop_circle:")
+    elif run.result.stopped:
+        why = f": {run.cancel_reason}" if run.abandoned else "."
         st.warning(f"Stopped at step {done} of {total} after {run.elapsed:.1f} s{why}", icon=":material/stop_circle:")
     else:
         st.success(f"Finished: {total} steps × {len(run.settings.methods)} method(s) × {run.settings.seeds} "
@@ -164,11 +188,16 @@ def draw_result(run: ArenaRun) -> None:
     result = run.result
     if result is None:
         return
-    st.plotly_chart(arena_figure(result, k), key="arena.figure")
-    st.caption(f"Dotted: the best achievable expected reward ({result.best_reward:.4g}). Methods with identical "
+    finished = run.done and result.steps_done > 0
+    threshold = threshold_90(result) if finished else None
+    st.plotly_chart(arena_figure(result, k, threshold=threshold), key="arena.figure")
+    st.caption(f"Expected reward, pass@{k} and entropy (nats per token) are exact values of the policy, not "
+               f"estimates from the batch; the clip fraction is the share of the batch's tokens clipped (upper bound "
+               f"solid, lower bound dashed). Dotted: the best achievable expected "
+               f"reward ({result.best_reward:.4g}). Methods with identical "
                f"curves draw on top of each other. Runs longer than {MAX_POINTS} steps are drawn at "
                f"{MAX_POINTS} evenly spaced steps; the CSV has every step.")
-    if not run.done or result.steps_done == 0:
+    if not finished:
         return
     st.subheader(f"After {result.steps_done} steps")
     number = st.column_config.NumberColumn(format="%.4f")
@@ -177,8 +206,13 @@ def draw_result(run: ArenaRun) -> None:
                                                     *(f"pass@{kk}" for kk in PASS_AT_K))}
                  | {"across-seed var": st.column_config.NumberColumn(format="%.3e"),
                     "mean clipfrac": st.column_config.NumberColumn(format="%.4f")})
-    st.caption("Final = exact expected reward at the last step; ± is the 95 % t-interval over seeds; steps to 90 %: "
-               "first step where the across-seed mean reaches R0 + 0.9·(R* − R0) (None: never).")
+    r0 = float(result.metrics["expected_reward"][:, :, 0].mean())
+    best = float(result.metrics["expected_reward"][:, :, -1].mean(1).max())
+    st.caption(f"Final = exact expected reward at the last step; ± is the 95 % t-interval over seeds. Steps to "
+               f"90 %: the first step where the method's across-seed mean expected reward reaches the threshold "
+               f"R0 + 0.9·(R* − R0) = {r0:.4f} + 0.9·({best:.4f} − {r0:.4f}) = **{threshold:.4f}** (dashed in "
+               f"the reward panel), with R0 the mean at step 1 over all methods and seeds and R* the best "
+               f"method's final mean; None: never reached.")
     st.download_button("Metrics as CSV", run.csv(), file_name=f"divclip_arena_{result.env}.csv", mime="text/csv",
                        icon=":material/download:", on_click="ignore", key="arena.csv")
     if len(result.methods) > 1 and len(result.seeds) > 1:
@@ -188,14 +222,15 @@ def draw_result(run: ArenaRun) -> None:
                                   for c in claims(result)))
 
 
-@st.fragment(run_every=POLL_S if polling else None)
+@st.fragment(run_every=(QUEUED_POLL_S if poll_state == "queued" else POLL_S) if polling else None)
 def live() -> None:
-    """Redrawn alone every POLL_S s while the thread trains; once it is done, one full rerun stops the polling."""
+    """Redrawn alone every POLL_S s while the run trains (QUEUED_POLL_S while it waits); when its state changes,
+    one full rerun sets the timer for the new state (none once it is done)."""
     run = st.session_state.get(RUN_KEY)
     if run is None:
         st.info("Press **Run** to train. Small runs (bandit, 8 seeds, 100 steps) take a few seconds.")
         return
-    if polling and run.done:
+    if polling and run.state != poll_state:
         st.rerun()
     draw_status(run)
     draw_result(run)

@@ -49,15 +49,17 @@ def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
 
 
 @contextlib.contextmanager
-def serve_app(log_name: str = "streamlit-server.log"):
-    """`streamlit run app/main.py` on a free port; yields its base URL and stops the server on exit."""
+def serve_app(log_name: str = "streamlit-server.log", env: dict | None = None):
+    """`streamlit run app/main.py` on a free port; yields its base URL and stops the server on exit.
+
+    env: extra environment variables for the server (e.g. DIVCLIP_ARENA_WORKERS)."""
     port = _free_port()
     log = ARTIFACTS / log_name
     ARTIFACTS.mkdir(exist_ok=True)
     cmd = [sys.executable, "-m", "streamlit", "run", str(MAIN), "--server.port", str(port),
            "--server.headless", "true", "--browser.gatherUsageStats", "false",
            "--server.fileWatcherType", "none"]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
@@ -87,6 +89,15 @@ def fresh_app_url():
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} is missing: the browser tests need Debian's chromium (make browser)")
     with serve_app("streamlit-server-fresh.log") as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def one_worker_app_url():
+    """Base URL of a server of its own whose toy-arena pool has exactly one worker process (queue tests)."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: the browser tests need Debian's chromium (make browser)")
+    with serve_app("streamlit-server-one-worker.log", env={"DIVCLIP_ARENA_WORKERS": "1"}) as url:
         yield url
 
 

@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 import pytest
-from apptest_helpers import PAGES_DIR, rendered, start_page
+from apptest_helpers import PAGES_DIR, rendered, slow_after, start_page
 from streamlit.testing.v1 import AppTest
 
 from divclip.app.arena_runner import TARGET_CHUNKS, ArenaRun, ArenaSettings, chunk_steps
@@ -160,11 +160,11 @@ def test_environment_brings_its_defaults():
     assert at.number_input(key="arena.steps").value == 100  # the user's choice stays
 
 
-@pytest.mark.parametrize("extra, message", [
+@pytest.mark.parametrize("extra, message", slow_after(1, [
     ("foo", "unknown method 'foo'"),
     ("grpo", "method labels must be non-empty, unique"),
     ("binary_kl", "needs a budget"),
-])
+]))
 def test_bad_methods_are_messages(extra, message):
     at = rendered(start({"seeds": "2", "steps": "5"}))
     at.text_input(key="arena.extra").input(extra).run()

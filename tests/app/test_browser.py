@@ -15,7 +15,7 @@ from browser_helpers import assert_no_exception, open_page, screenshot, wait_idl
 from divclip import theory
 from divclip.app.intervals import format_bound
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
 def _router_pages() -> dict[str, str]:

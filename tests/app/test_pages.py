@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+from apptest_helpers import slow_after
 from streamlit.testing.v1 import AppTest
 
 from divclip import theory
@@ -69,7 +70,7 @@ def test_explorer_default_is_atr_grpo():
     assert len(at.get("plotly_chart")) == 4
 
 
-@pytest.mark.parametrize("delta", [0.01, 0.05, 0.1, 0.4321])
+@pytest.mark.parametrize("delta", slow_after(1, [0.01, 0.05, 0.1, 0.4321]))
 def test_moving_delta_moves_every_bound_to_theorys(delta):
     at = rendered(start(query={"measures": "kl3,k2,binary_kl,hellinger", "p": "0.3"}))
     at.slider(key="explorer.delta").set_value(delta).run()
@@ -119,7 +120,7 @@ def test_exports_one_chosen_method_as_divclip_export_prints_it():
     assert {b.label for b in at.get("download_button")} >= {"Table as CSV", "verl settings"}
 
 
-@pytest.mark.parametrize("name", list(PRESETS))
+@pytest.mark.parametrize("name", slow_after(1, list(PRESETS)))
 def test_presets_and_reset(name):
     at = rendered(start(query={"delta": "0.3", "measures": "chi2", "eps_high": "0.5"}))
     at.button(key=f"explorer.preset.{name}").click().run()
@@ -145,7 +146,7 @@ def test_match_delta_to_eps_low():
 
 @pytest.mark.parametrize(
     ("query", "message"),
-    [
+    slow_after(1, [
         ({"delta": "abc"}, "delta='abc' is not a number"),
         ({"delta": "-1"}, "delta=-1 is outside the allowed range"),
         ({"measures": "foo"}, "'foo'"),
@@ -153,7 +154,7 @@ def test_match_delta_to_eps_low():
         ({"p": "1.5"}, "p=1.5 is outside"),
         ({"eps_low": "nan"}, "not a finite number"),
         ({"zoom": "2"}, "Unknown URL parameter 'zoom'"),
-    ],
+    ]),
 )
 def test_bad_url_parameters_warn_and_still_render(query, message):
     at = rendered(start(query=query))
@@ -204,7 +205,7 @@ def test_proof_kl3_and_a_second_measure():
     assert n_kl3 >= 5 and len(at.success) >= 5
 
 
-@pytest.mark.parametrize("name", derivable_measures())
+@pytest.mark.parametrize("name", slow_after(1, derivable_measures()))
 def test_proof_renders_every_derivable_measure(name):
     at = rendered(start("views/proof.py", {"measure": name}))
     passed = [s for s in at.success if s.value.startswith("**Check passed**")]
@@ -243,7 +244,7 @@ def test_custom_measure_uses_p():
 
 @pytest.mark.parametrize(
     ("formula", "message"),
-    [
+    slow_after(2, [  # a syntax error and a refused name stay in the fast loop
         ("r**", "not a valid expression"),
         ("__import__('os')", "not allowed"),
         ("r + 1", "must satisfy D(1) = 0"),
@@ -251,7 +252,7 @@ def test_custom_measure_uses_p():
         ("r - 1", "must"),
         ("", "must not be empty"),
         ("exp(exp(exp(r)))", "formula"),
-    ],
+    ]),
 )
 def test_bad_formulas_are_messages(formula, message):
     at = rendered(start("views/custom_measure.py", {"formula": "r*log(r) - r + 1"}))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from apptest_helpers import PAGES_DIR, rendered, start_page
+from apptest_helpers import PAGES_DIR, rendered, slow_after, start_page
 from streamlit.testing.v1 import AppTest
 
 from divclip.theory import compare_measures, constrained_optimum
@@ -130,8 +130,7 @@ def test_other_specs_draw_an_intersection():
     assert len(at.get("plotly_chart")) == 6
 
 
-@pytest.mark.parametrize("field, text, message", [
-    ("extra", "kl3@clipfrac=0.1", "adapts δ during training"),
+@pytest.mark.parametrize("field, text, message", slow_after(1, [
     ("probs", "0.5,0.5,0.1", "probs must sum to 1"),
     ("probs", "0.6,abc,0.1", "π_old must be numbers separated by commas"),
     ("probs", "0.6,0,0.4", "probs[1] = 0.0"),
@@ -140,7 +139,8 @@ def test_other_specs_draw_an_intersection():
     ("extra", "sapo", "no clip interval"),
     ("extra", "foo", "unknown method 'foo'"),
     ("extra", "grpo", "'grpo' is already chosen"),
-])
+    ("extra", "kl3@clipfrac=0.1", "adapts δ during training"),
+]))
 def test_bad_inputs_are_messages(field, text, message):
     at = rendered(start())
     at.text_input(key=f"realloc.{field}").input(text).run()

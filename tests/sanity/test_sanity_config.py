@@ -111,7 +111,7 @@ def test_budget_reports_kl3_delta_and_implied_eps_high_from_theory():
     report = build_report(FIXTURES / "verl_dapo_ok.yaml")
     kl3 = report["budget"]["kl3"]
     assert kl3["delta_from_eps_low"] == delta_for_eps("kl3", eps_low=0.2)
-    assert kl3["delta_from_eps_low"] == pytest.approx(0.023144, abs=1e-6)  # THEORY.md §2 table
+    assert kl3["delta_from_eps_low"] == pytest.approx(0.023144, abs=1e-6)  # docs/theory.md §2 table
     assert kl3["implied_eps_high"] == pytest.approx(0.23084, abs=1e-5)
     d_high = delta_for_eps("kl3", eps_high=0.28)
     assert kl3["delta_from_eps_high"] == d_high

@@ -77,7 +77,7 @@ def test_kl3_at_grpo_eps_low_matches_theory_md():
     assert delta == pytest.approx(-0.2 - math.log(0.8), rel=1e-14)
     eps_low, eps_high = equivalent_ratio_clip("kl3", delta)
     assert eps_low == pytest.approx(0.2, rel=1e-12)
-    assert eps_high == pytest.approx(0.23084, abs=1e-5)  # THEORY.md §2: u = 1.23084 (DAPO uses 1.28)
+    assert eps_high == pytest.approx(0.23084, abs=1e-5)  # docs/theory.md §2: u = 1.23084 (DAPO uses 1.28)
 
 
 def test_kl3_is_asymmetric_clip_higher():

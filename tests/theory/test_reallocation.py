@@ -366,7 +366,7 @@ def test_other_invalid_inputs():
         feasible_region([0.5, 0.5], [1, -1], "grpo", bucket_edges=(0, 0.6, 0.5, 1))
     with pytest.raises(ValueError, match=r"actions\[1\] = 3.0"):
         Group.sampled([0, 3], [1, 1], num_actions=3)
-    with pytest.raises(ValueError, match="lr must be a finite number > 0"):
+    with pytest.raises(ValueError, match=r"lr must be a number in \(0, 1000\]"):
         softmax_step(Z, Group.expected(np.exp(Z), ADV), "grpo", lr=0.0)
     with pytest.raises(ValueError, match="epochs must be an integer"):
         multi_epoch_drift(Z, Group.expected(np.exp(Z), ADV), "grpo", lr=0.1, epochs=0)

@@ -1,5 +1,5 @@
 """Tests for theory.symbolic: every step's SymPy check passes, wrong statements fail, rendering,
-boundary errors, and the KL3 roots against scipy.special.lambertw and THEORY.md §2."""
+boundary errors, and the KL3 roots against scipy.special.lambertw and docs/theory.md §2."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def test_generic_machinery_reproduces_the_hand_written_kl3_facts() -> None:
 
 
 @pytest.mark.parametrize(("name", "lower", "upper"), [
-    ("k2", sp.exp(-sp.sqrt(2 * DELTA)), sp.exp(sp.sqrt(2 * DELTA))),  # THEORY.md §3
+    ("k2", sp.exp(-sp.sqrt(2 * DELTA)), sp.exp(sp.sqrt(2 * DELTA))),  # docs/theory.md §3
     ("log_ratio", sp.exp(-DELTA), sp.exp(DELTA)),
     ("chi2", 1 - sp.sqrt(DELTA), 1 + sp.sqrt(DELTA)),
     ("hellinger", (1 - sp.sqrt(DELTA)) ** 2, (1 + sp.sqrt(DELTA)) ** 2),
@@ -115,19 +115,18 @@ def test_asymmetry_leading_terms(name: str, leading: sp.Expr) -> None:
 
 # ---- numbers against independent references ---------------------------------------------------------
 
-@pytest.mark.parametrize(("delta", "l_ref", "u_ref"), [  # THEORY.md §2 table
-    (0.01, 0.86516, 1.14816), (0.02, 0.81310, 1.21350), (0.023144, 0.80000, 1.23084),
-    (0.05, 0.71620, 1.35040), (0.1, 0.61680, 1.51620),
+@pytest.mark.parametrize(("delta", "l_ref", "u_ref"), [  # docs/theory.md §2 table (10 decimals)
+    (0.01, 0.8651652489, 1.1481651224), (0.02, 0.8131051152, 1.2135497072),
+    (0.05, 0.7161894552, 1.3504032560), (0.1, 0.6168168318, 1.5162211614),
 ])
 def test_kl3_roots_match_theory_table_and_scipy(delta: float, l_ref: float, u_ref: float) -> None:
     lower, upper = (eq.rhs for eq in kl3_step("Roots").statement.args)
     x = -math.exp(-1 - delta)
     assert value(lower, delta) == pytest.approx(-lambertw(x, 0).real, rel=1e-12)
     assert value(upper, delta) == pytest.approx(-lambertw(x, -1).real, rel=1e-12)
-    # The table agrees with scipy to 4 decimals; its 5th decimal is off in several rows
-    # (δ = 0.02: u = 1.213550, table 1.21350; δ = 0.1: u = 1.516221, table 1.51620).
-    assert abs(value(lower, delta) - l_ref) < 5e-5
-    assert abs(value(upper, delta) - u_ref) < 5e-5
+    # The table is rounded to 10 decimals: within half a unit of its last place.
+    assert abs(value(lower, delta) - l_ref) < 5e-11
+    assert abs(value(upper, delta) - u_ref) < 5e-11
 
 
 def test_kl3_roots_at_delta_002_to_five_decimals() -> None:

@@ -39,6 +39,7 @@ def test_a_seed_trains_identically_alone_or_among_other_seeds(env):
         assert np.array_equal(alone.metrics[k][:, 0], batch.metrics[k][:, 1], equal_nan=True), k  # δ: NaN for grpo
 
 
+@pytest.mark.slow
 def test_every_method_reaches_the_best_arm():
     env = Bandit(arms=8)
     mu = env.arm_means
@@ -76,7 +77,7 @@ def test_gradient_clip_fractions_equal_policy_loss_metrics(methods):
 
 @pytest.mark.parametrize("name", ["grpo", "dapo", "atr", "dppo_kl"])
 def test_zero_gradient_tokens_are_the_gradient_rule(name):
-    """A token's gradient is zero iff D(r, p) > δ and (r - 1)·A > 0 (THEORY.md §1), from the measure's maths."""
+    """A token's gradient is zero iff D(r, p) > δ and (r - 1)·A > 0 (docs/theory.md §1), from the measure's maths."""
     spec = preset(name)
     g = torch.Generator().manual_seed(0)
     old = torch.log(torch.rand(400, 3, generator=g, dtype=torch.float64) * 0.9 + 0.05)

@@ -21,6 +21,7 @@ SEEDS, STEPS = 12, 60
 WINDOWS = (slice(0, 10), slice(STEPS - 15, STEPS))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env_name", sorted(CASES))
 def test_arena_and_reference_loop_learn_the_same(env_name):
     env_kwargs, settings = CASES[env_name]

@@ -11,10 +11,18 @@ from divclip.trainer.config import TRAIN_PRESETS, TrainerConfig, from_preset
 @pytest.mark.parametrize(
     "field, value, allowed",
     [
-        ("group_size", 1, "integer >= 2"),
-        ("group_size", 0, "integer >= 2"),
-        ("steps", 0, "integer >= 1"),
-        ("ppo_epochs", 2.5, "integer >= 1"),
+        ("group_size", 1, "integer in [2, 1024]"),
+        ("group_size", 0, "integer in [2, 1024]"),
+        ("group_size", 10**9, "integer in [2, 1024]"),
+        ("steps", 0, "integer in [1, 1000000]"),
+        ("steps", 10**12, "integer in [1, 1000000]"),
+        ("ppo_epochs", 2.5, "integer in [1, 100]"),
+        ("ppo_epochs", 10**9, "integer in [1, 100]"),
+        ("max_new_tokens", 10**9, "integer in [1, 32768]"),
+        ("threads", 10**6, "integer in [0, 256]"),
+        ("seed", 2**40, "integer in [0, 4294967295]"),
+        ("temperature", 1e-320, "number in [0.001, 1000]"),
+        ("temperature", 0.0, "number in [0.001, 1000]"),
         ("lr", -1e-3, "finite number > 0"),
         ("lr", float("nan"), "finite number > 0"),
         ("kl_coef", -0.1, "finite number >= 0"),
@@ -36,7 +44,7 @@ def test_bad_values_name_field_value_and_range(field, value, allowed):
 
 
 def test_group_of_one_explains_the_baseline():
-    with pytest.raises(ValueError, match=r"group_size must be an integer >= 2 .*baseline.*got 1"):
+    with pytest.raises(ValueError, match=r"group_size must be an integer in \[2, 1024\] .*baseline.*got 1"):
         TrainerConfig(group_size=1)
 
 

@@ -11,6 +11,8 @@ import divclip.trainer.grpo as grpo
 from divclip.trainer.checkpoint import latest_checkpoint
 from divclip.trainer.grpo import GRPOTrainer
 
+pytestmark = pytest.mark.slow  # every test here trains a (tiny) model
+
 
 def read_jsonl(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
@@ -72,7 +74,7 @@ def test_crash_and_resume_continue_the_same_history(tiny_config, tmp_path, witho
 
 
 def test_one_epoch_one_minibatch_never_clips(tiny_config):
-    """THEORY.md §5: with μ = 1 and a single minibatch the ratio is 1 at the only update."""
+    """docs/theory.md §5: with μ = 1 and a single minibatch the ratio is 1 at the only update."""
     hist = GRPOTrainer(tiny_config(steps=2, ppo_epochs=1, minibatches=1, method="atr")).train().history
     for row in hist[1:]:
         assert row["clip/clipfrac"] == 0.0 and abs(row["clip/ratio_max"] - 1) < 1e-5
@@ -144,4 +146,6 @@ def test_resuming_with_other_settings_is_refused(tiny_config, tmp_path):
     assert len(GRPOTrainer(tiny_config(steps=2, output_dir=str(tmp_path))).train().history) == 3
     fresh = GRPOTrainer(tiny_config(steps=1, method="atr", output_dir=str(tmp_path), resume=False)).train()
     assert len(fresh.history) == 2 and latest_checkpoint(tmp_path).name == "step-000001"
-    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step-*")) == ["step-000001"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step-*")) == ["step-000000", "step-000001"]
+    (old,) = (tmp_path / "superseded").iterdir()  # the first run is moved aside, not deleted
+    assert sorted(p.name for p in (old / "checkpoints").glob("step-*")) == ["step-000001", "step-000002"]

@@ -46,6 +46,10 @@ def test_jsonl_loader_reads_numbers_as_text(tmp_path):
         ({"prompt": "", "answer": "4"}, r"line 2 has prompt=''"),
         ({"prompt": "x", "answer": None}, r"line 2 has answer=None"),
         ({"prompt": "x", "answer": True}, r"line 2 has answer=True"),
+        ('{"prompt": "x", "answer": 1, "answer": 2}', r"line 2 sets 'answer' twice \(1, then 2\)"),
+        ('{"prompt": ' + "[" * 100_000 + "]" * 100_000 + "}", r"line 2 is nested too deeply to read"),
+        ({"prompt": "x" * 70_000, "answer": 1}, r"line 2 has a prompt or answer of 70000 characters, over the 65536"),
+        ('{"prompt": "x", "answer": ' + "9" * 5000 + "}", r"line 2 has a value JSON cannot read"),
     ],
 )
 def test_jsonl_loader_names_file_line_and_rule(tmp_path, line, message):
@@ -91,3 +95,14 @@ def test_boxed_extraction_handles_nesting_and_takes_the_last():
 )
 def test_numeric_match(completion, answer, score):
     assert numeric_match(completion, answer) == score
+
+
+def test_task_file_that_is_not_a_regular_file_or_not_utf8(tmp_path):
+    import os
+
+    os.mkfifo(tmp_path / "fifo.jsonl")  # reading would block forever
+    with pytest.raises(ValueError, match=r"fifo.jsonl' is not a regular file"):
+        load_jsonl(tmp_path / "fifo.jsonl")
+    (tmp_path / "latin.jsonl").write_bytes(b'{"prompt": "\xe9", "answer": 1}\n')
+    with pytest.raises(ValueError, match=r"latin.jsonl' is not UTF-8 text \(byte 0xe9 at offset 12\)"):
+        load_jsonl(tmp_path / "latin.jsonl")

@@ -38,6 +38,7 @@ def make(cls, args_cls, tiny, tmp_path, **kw):
                processing_class=tok)
 
 
+@pytest.mark.slow
 def test_two_real_training_steps(tiny, tmp_path):
     trainer = make(DivClipGRPOTrainer, DivClipGRPOConfig, tiny, tmp_path, clip_measure="kl3", max_steps=2,
                    num_iterations=2, loss_type="dapo")
@@ -73,6 +74,7 @@ def loss_and_grad(trainer, model, inputs):
     return loss.detach(), torch.cat([p.grad.reshape(-1) for p in model.parameters()])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss_type, beta", [("grpo", 0.0), ("bnpo", 0.04), ("dr_grpo", 0.0), ("dapo", 0.04)])
 def test_ratio_measure_is_stock_grpo(tiny, tmp_path, loss_type, beta):
     _, tok, _ = tiny
@@ -99,6 +101,7 @@ def test_ratio_measure_is_stock_grpo(tiny, tmp_path, loss_type, beta):
     assert stock._metrics["train"]["clip_ratio/region_mean"][-1] > 0
 
 
+@pytest.mark.slow
 def test_kl3_measure_is_stock_grpo_at_its_derived_widths(tiny, tmp_path):
     """Gradient equivalence inside TRL: KL3 at δ = KL3(0.8) clips like epsilon=0.2, epsilon_high=u_δ - 1."""
     _, tok, _ = tiny

@@ -1,0 +1,122 @@
+"""End to end in headless Debian chromium, two visitors (two browser contexts, two Streamlit sessions) on a server
+whose arena pool has one worker: a second arena page loads while a run trains, the second run waits in the
+queue with its position shown, Stop takes it out, closing the first tab frees the worker for it, and the step
+axis stays fixed while the curves grow. Screenshots at 1400 px and 390 px land in test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlencode
+
+import pytest
+from browser_helpers import assert_no_exception, screenshot, wait_idle
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+LONG = {"env": "sparse", "methods": "grpo,atr", "seeds": 4, "steps": 5000}  # minutes: only ever stopped
+X_RANGES = """() => {
+    const plot = document.querySelector('[data-testid="stPlotlyChart"] .js-plotly-plot');
+    return plot && plot._fullLayout ? ['xaxis', 'xaxis2', 'xaxis3', 'xaxis4'].map(a => plot._fullLayout[a].range)
+                                    : null;
+}"""
+
+
+def visitor(browser, width: int = 1400):
+    context = browser.new_context(viewport={"width": width, "height": 1000}, device_scale_factor=1)
+    page = context.new_page()
+    page.set_default_timeout(120_000)
+    return context, page
+
+
+def open_arena(page, url: str, query: dict) -> None:
+    page.goto(f"{url}/toy_arena?{urlencode(query, safe=',')}")
+    wait_idle(page, allow_running=True)
+
+
+def progress(page) -> str:
+    bar = page.locator('[data-testid="stProgress"]')
+    bar.first.wait_for()
+    return bar.first.inner_text().strip()
+
+
+def training_step(page, above: int = 0, timeout_ms: int = 120_000) -> int:
+    """Wait until the progress bar reads 'Training: step s of …' with s > above; returns s."""
+    page.wait_for_function(
+        """(above) => { const b = document.querySelector('[data-testid="stProgress"]');
+                        const m = b && b.innerText.match(/Training: step (\\d+) of/);
+                        return m && Number(m[1]) > above; }""", arg=above, timeout=timeout_ms)
+    return int(re.search(r"step (\d+) of", progress(page)).group(1))
+
+
+def test_queue_stop_and_closed_tab_with_one_worker(browser, one_worker_app_url, artifacts):
+    first_ctx, first = visitor(browser)
+    second_ctx, second = visitor(browser)
+    try:
+        open_arena(first, one_worker_app_url, LONG)
+        first.get_by_role("button", name="Run").click()
+        step = training_step(first)
+
+        # The step axis spans the run from the first redraw on and does not move as steps arrive.
+        first.locator('[data-testid="stPlotlyChart"] .main-svg').first.wait_for()
+        before = first.evaluate(X_RANGES)
+        training_step(first, above=step + 10)
+        after = first.evaluate(X_RANGES)
+        assert before == after == [[0, 5000]] * 4, (before, after)
+        screenshot(first, artifacts / "arena-pool-training-1400.png")
+
+        # A second arena page loads while the run trains, and its run waits for the only worker.
+        open_arena(second, one_worker_app_url, {**LONG, "methods": "dapo"})
+        assert second.locator("h1").first.inner_text().strip() == "Toy arena"
+        assert_no_exception(second)
+        second.get_by_role("button", name="Run").click()
+        second.get_by_text(re.compile(r"^Queued: position 1 of 1 · 1 of 1 worker\(s\) busy")).wait_for()
+        assert second.locator('[data-testid="stPlotlyChart"]').count() == 0
+        screenshot(second, artifacts / "arena-pool-queued-1400.png")
+        second.set_viewport_size({"width": 390, "height": 900})
+        wait_idle(second, allow_running=True)
+        screenshot(second, artifacts / "arena-pool-queued-390.png")
+        second.set_viewport_size({"width": 1400, "height": 1000})
+
+        # Stop takes it out of the queue; the first run trains on.
+        second.get_by_role("button", name="Stop").click()
+        second.get_by_text(re.compile(r"^Stopped before it started, after \d+ s in the queue\.")).wait_for()
+        assert second.get_by_role("button", name="Stop").is_disabled()
+        assert training_step(first, above=step + 10) > step
+
+        # Queued again; closing the first visitor's tab frees the worker for it.
+        second.get_by_role("button", name="Run").click()
+        second.get_by_text(re.compile(r"^Queued: position 1 of 1")).wait_for()
+        first_ctx.close()
+        training_step(second)
+        assert_no_exception(second)
+        second.set_viewport_size({"width": 390, "height": 900})
+        wait_idle(second, allow_running=True)
+        screenshot(second, artifacts / "arena-pool-training-390.png")
+        second.set_viewport_size({"width": 1400, "height": 1000})
+        second.get_by_role("button", name="Stop").click()
+        second.get_by_text(re.compile(r"^Stopped at step \d+ of 5000 after [\d.]+ s\.")).wait_for()
+    finally:
+        second_ctx.close()
+        if not first.is_closed():
+            first_ctx.close()
+
+
+def test_finished_run_shows_the_threshold_at_both_widths(browser, one_worker_app_url, artifacts):
+    context, page = visitor(browser)
+    try:
+        open_arena(page, one_worker_app_url, {"env": "bandit", "methods": "grpo,dapo,atr", "seeds": 4, "steps": 40})
+        page.get_by_role("button", name="Run").click()
+        page.get_by_text(re.compile(r"^Finished: 40 steps")).wait_for(timeout=180_000)
+        wait_idle(page)
+        assert_no_exception(page)
+        caption = page.get_by_text(re.compile(r"Steps to 90 %: the first step")).inner_text()
+        value = re.search(r"= (\d\.\d{4}) \(dashed", caption).group(1)
+        assert page.locator('[data-testid="stPlotlyChart"]').get_by_text(f"90 % threshold {value}").count() == 1
+        assert page.evaluate(X_RANGES) == [[0, 40]] * 4
+        screenshot(page, artifacts / "arena-pool-finished-1400.png")
+        page.set_viewport_size({"width": 390, "height": 900})
+        wait_idle(page)
+        screenshot(page, artifacts / "arena-pool-finished-390.png")
+    finally:
+        context.close()
