@@ -45,10 +45,14 @@ def test_resume_refuses_a_checkpoint_without_controller_state(tiny_config, tmp_p
 
     cfg = tiny_config(steps=2, method="kl3@clipfrac=0.1", output_dir=str(tmp_path), checkpoint_every=1)
     GRPOTrainer(cfg).train()
-    path = latest_checkpoint(tmp_path) / "trainer_state.pt"
-    state = torch.load(path, weights_only=True)
-    state["extra"] = {}
-    torch.save(state, path)
+    from divclip.trainer.checkpoint import write_manifest
+
+    for ckpt in (tmp_path / "checkpoints").glob("step-*"):  # as a checkpoint from before adaptive δ existed
+        state = torch.load(ckpt / "trainer_state.pt", weights_only=True)
+        del state["extra"]
+        torch.save(state, ckpt / "trainer_state.pt")
+        (ckpt / "MANIFEST.json").unlink()
+        write_manifest(ckpt)  # an intact checkpoint, just without the controller
     with pytest.raises(ValueError, match="no adaptive-δ controller state"):
         GRPOTrainer(cfg.replace(steps=3)).train()
 
