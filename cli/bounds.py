@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 from divclip.cli.options import finite_float
 
@@ -19,7 +20,7 @@ def add_parser(subparsers):
 
 
 def run(args) -> int:
-    from divclip.theory import delta_for_eps, get_measure
+    from divclip.theory import delta_for_eps, equivalent_ratio_clip, get_measure
 
     m = get_measure(args.measure)
     given = [x is not None for x in (args.delta, args.eps_low, args.eps_high)]
@@ -35,13 +36,16 @@ def run(args) -> int:
         # For the ratio measure D = |r - 1|, so this δ is the width itself: a symmetric clip.
         delta = delta_for_eps(m.name, eps_low=args.eps_low, eps_high=args.eps_high, p=p)
     lo, hi = m.bounds(delta, p)
-    out = {"measure": m.name, "delta": delta, "p": p, "lo": lo, "hi": hi, "eps_low": 1.0 - lo, "eps_high": hi - 1.0}
+    eps_low, eps_high = equivalent_ratio_clip(m, delta, p)  # without the cancellation of 1 - lo, hi - 1
+    out = {"measure": m.name, "delta": delta, "p": p, "lo": lo, "hi": hi, "eps_low": eps_low, "eps_high": eps_high}
     if args.json:
-        print(json.dumps(out))
+        # JSON has no inf/NaN: a bound that overflows (KL3-reverse's hi for δ > 708.8) is printed as null.
+        print(json.dumps({k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                          for k, v in out.items()}, allow_nan=False))
     else:
         where = f" at p={p:g}" if p is not None else ""
         print(f"{m.name}: D(r) = {m.code}{where}")
         print(f"  delta    = {delta:.10g}")
         print(f"  interval = [{lo:.10g}, {hi:.10g}]")
-        print(f"  eps_low  = {1 - lo:.10g}    eps_high = {hi - 1:.10g}")
+        print(f"  eps_low  = {eps_low:.10g}    eps_high = {eps_high:.10g}")
     return 0

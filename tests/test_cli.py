@@ -1,6 +1,7 @@
 """The divclip command line: outputs equal the library's numbers; bad input exits non-zero with a message."""
 
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -25,6 +26,20 @@ def test_bounds_json_has_the_documented_keys_and_values(capsys):
     assert data["delta"] == delta_for_eps("kl3", eps_low=0.2)
     assert (data["lo"], data["hi"]) == kl3_bounds(data["delta"])
     assert data["eps_high"] == pytest.approx(0.23084, abs=1e-5)
+
+
+@pytest.mark.parametrize("delta", ["1e-300", "1e-10", "745", "1e4", "1e300"])
+def test_bounds_json_is_strict_json_with_null_for_an_overflowing_bound(capsys, delta):
+    """KL3-reverse's upper bound 1/l_δ overflows for δ > 708.8: --json prints null there, never NaN/Infinity."""
+    for measure in ("kl3", "kl3_reverse"):
+        code, out, _ = run(capsys, "bounds", "--measure", measure, "--delta", delta, "--json")
+        assert code == 0
+        assert "NaN" not in out and "Infinity" not in out
+        data = json.loads(out)
+        lo, hi = get_measure(measure).bounds(float(delta))
+        assert data["lo"] == lo and data["hi"] == (hi if math.isfinite(hi) else None)
+        assert (data["hi"] is None) == (measure == "kl3_reverse" and float(delta) > 708.8)
+        assert data["eps_low"] == pytest.approx(1 - lo, rel=1e-9, abs=1e-15)
 
 
 def test_bounds_binary_kl_with_p(capsys):
@@ -94,7 +109,8 @@ def test_derive_prints_every_step_with_a_passed_check(capsys):
     steps = symbolic.derivation("kl3")
     for step in steps:
         assert step.title in out
-    assert out.count("check: PASSED") == len(steps)
+    assert out.count("check (symbolic): PASSED") + out.count("check (numeric): PASSED") == len(steps)
+    assert "check (numeric)" in out and "check (symbolic)" in out  # each check says which kind it is
     assert "FAILED" not in out
 
 

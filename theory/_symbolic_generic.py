@@ -36,6 +36,13 @@ class CheckResult:
     method: str  # how it was checked, e.g. "simplify(lhs - rhs) == 0"
     detail: str  # what was computed, human readable
 
+    @property
+    def kind(self) -> str:
+        """'numeric' when any part of the check evaluates at sample points (then it can miss a counterexample
+        between them), else 'symbolic' (an exact SymPy argument). Every method string that samples says so."""
+        text = self.method.lower()
+        return "numeric" if any(w in text for w in ("numeric", "sample", "random")) else "symbolic"
+
 
 @dataclass(frozen=True)
 class Step:
@@ -266,8 +273,12 @@ def verify_roots(statement: sp.Tuple, measure: sp.Expr) -> CheckResult:
     values = [[evaluate(root, {DELTA: d}) for d in deltas] for root in claimed]
     residual = max(abs(evaluate(measure, {R: v, DELTA: d}) - d)
                    for row in values for v, d in zip(row, deltas))
-    gap = min((abs(a - b) for i, row in enumerate(values) for other in values[i + 1:]
-               for a, b in zip(row, other)), default=sp.Float(0))
+    gap = float(min((abs(a - b) for i, row in enumerate(values) for other in values[i + 1:]
+                     for a, b in zip(row, other)), default=0))  # float: an exact 0 (coinciding roots) formats
+    residual = float(residual)
+    # Branch order: the first claimed root must be the lower one (l_δ < 1) and the second the upper (u_δ > 1)
+    # at every sampled δ, e.g. W_0 for l and W_{-1} for u in KL3; a swapped branch fails here.
+    ordered = len(values) == 2 and all(a < 1 < b for a, b in zip(values[0], values[1]))
 
     def matches(root: sp.Expr) -> list[int]:
         row = [evaluate(root, {DELTA: d}) for d in deltas]
@@ -275,11 +286,12 @@ def verify_roots(statement: sp.Tuple, measure: sp.Expr) -> CheckResult:
 
     found = {i for root in returned for i in matches(root)}
     by_hand = [claimed[i] for i in range(len(claimed)) if i not in found]
-    ok = (len(claimed) == 2 and gap > 1e-6 and residual < TOL
+    ok = (len(claimed) == 2 and gap > 1e-6 and residual < TOL and ordered
           and all(matches(root) for root in returned))
     detail = (f"solve returned {returned}; not returned by solve (added by hand): {by_hand}; "
-              f"max |D(root) - δ| = {residual:.1e}; min distance between roots = {gap:.3e}")
-    return CheckResult(ok, f"solve + numeric at {len(deltas)} random δ ({DIGITS} digits)", detail)
+              f"max |D(root) - δ| = {residual:.1e}; min distance between roots = {gap:.3e}; "
+              f"lower root < 1 < upper root at every δ: {ordered}")
+    return CheckResult(ok, f"solve + numeric at {len(deltas)} random δ ({DIGITS} digits), branch order", detail)
 
 
 def _series_target(var: sp.Symbol) -> sp.Expr:

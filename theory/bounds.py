@@ -1,7 +1,9 @@
 """Exact clip intervals {r : D(r[, p]) <= δ} for divergence measures.
 
 * KL3 in closed form with both Lambert W branches (docs/theory.md §2):
-  r - 1 - log r = δ  <=>  r e^{-r} = e^{-(1+δ)}  <=>  r = -W_k(-e^{-1-δ}),  k = 0 (l_δ < 1), k = -1 (u_δ > 1).
+  r - 1 - log r = δ  <=>  r e^{-r} = e^{-(1+δ)}  <=>  r = -W_k(-e^{-1-δ}),  k = 0 (l_δ < 1), k = -1 (u_δ > 1);
+  evaluated not through a W routine (inaccurate next to the branch point and NaN beyond e^{-745}) but by
+  `kl3_roots`: series starts and Newton in the variable where each root is well conditioned, to 4 ulps.
 * Binary KL (DPPO-Binary-KL, TRGPPO) has no closed form: a vectorised, bracketed Newton solver in u = log r
   finds both roots for millions of (δ, p) pairs at once. D is convex in u, so Newton converges monotonically
   once on the far side of the root, and the bracket catches the one overshoot that convexity allows.
@@ -17,7 +19,6 @@ import math
 from collections.abc import Callable
 
 import numpy as np
-from scipy.special import lambertw
 
 from divclip.theory.validation import check_delta
 
@@ -28,38 +29,185 @@ _EPS = np.finfo(np.float64).eps
 def kl3_bounds(delta):
     """(l_δ, u_δ) with l_δ - 1 - log l_δ = δ = u_δ - 1 - log u_δ, l_δ < 1 < u_δ.
 
-    Closed form l = -W_0(-e^{-1-δ}), u = -W_{-1}(-e^{-1-δ}), then two Newton steps on
-    g(v) = expm1(v) - v - δ in v = log r (well conditioned near r = 1, where the Lambert W argument sits
-    next to the branch point -1/e). Scalars in, floats out; arrays in, arrays out.
+    Mathematically l = -W_0(-e^{-1-δ}), u = -W_{-1}(-e^{-1-δ}); numerically each root is solved in the variable
+    where it is well conditioned (see `kl3_roots`), to a few ulps for every finite δ > 0. Scalars in, floats
+    out; arrays in, arrays out.
     """
     d = check_delta(delta)
-    lo, hi = _kl3_bounds(d)
+    roots = kl3_roots(d)
+    lo, hi = roots.lo, roots.hi
     if np.ndim(d) == 0:
         return float(lo), float(hi)
     return lo, hi
 
 
-_KL3_ASYMPTOTIC = 600.0  # above this δ, e^{-1-δ} nears underflow: start Newton from the asymptotic roots
-
-
 def _kl3_bounds(d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    z = -np.exp(-1.0 - d)
-    big = d > _KL3_ASYMPTOTIC
-    # l - 1 - log l = δ has log l -> -1 - δ, and u - 1 - log u = δ has log u -> log(1 + δ + log(1 + δ)).
-    far = (-1.0 - d, np.log1p(d + np.log1p(d)))
-    roots = []
-    for branch, start in zip((0, -1), far):
+    roots = kl3_roots(d)
+    return roots.lo, roots.hi
+
+
+# Series of x - log1p(x) in t = x/(2+x) (log1p(x) = 2 atanh t): 2t²/(1-t) - 2 Σ_{k>=1} t^{2k+1}/(2k+1). No
+# cancellation for t in [-1/3, 1/3] (x in [-1/2, 1]); 22 terms reach 2^-53 at |t| = 1/3.
+_ATANH_TERMS = 22
+
+
+def _kl3_series(x, sign: float, xp):
+    """The atanh series of KL3(1 + x) (sign +1) or KL3-reverse(1 + x) (sign -1), for -1/2 <= x <= 1.
+
+    With t = x/(2+x): x - log1p(x) = 2t²/(1-t) - 2 Σ_{k>=1} t^{2k+1}/(2k+1), and log1p(x) - x/(1+x) is the same
+    series at -t. Neither cancels on this range (|t| <= 1/3)."""
+    t = sign * x / (2.0 + x)
+    t2 = t * t
+    acc = xp.zeros_like(t)
+    for k in range(_ATANH_TERMS, 0, -1):  # Horner in t²: Σ_k t^{2k}/(2k+1)
+        acc = (acc + 1.0 / (2 * k + 1)) * t2
+    return 2.0 * t2 / (1.0 - t) - 2.0 * t * acc
+
+
+def kl3_x(x, xp=np):
+    """x - log1p(x) = KL3(1 + x) to about an ulp for every x > -1, including |x| ~ 1e-150 (where the direct
+    difference cancels completely): an atanh series for -1/2 <= x <= 1, the direct difference elsewhere."""
+    x = xp.asarray(x, dtype=xp.float64) if xp is np else x
+    small = (x >= -0.5) & (x <= 1.0)
+    series = _kl3_series(xp.where(small, x, xp.zeros_like(x)), 1.0, xp)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        direct = x - xp.log1p(x)
+    return xp.where(small, series, direct)
+
+
+def kl3_reverse_x(x):
+    """KL3-reverse at r = 1 + x, i.e. 1/r - 1 + log r = log1p(x) - x/(1+x) = KL3(1/(1+x)), to about an ulp."""
+    x = np.asarray(x, dtype=np.float64)
+    small = (x >= -0.5) & (x <= 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        direct = np.log1p(x) - x / (1.0 + x)
+    return np.where(small, _kl3_series(np.where(small, x, 0.0), -1.0, np), direct)
+
+
+class KL3Roots(tuple):
+    """Both KL3 roots and the quantities derived from them, each computed without cancellation:
+    lo, hi (the roots), eps_lo = 1 - lo, eps_hi = hi - 1, inv_lo = 1/lo (inf where lo underflows)."""
+
+    __slots__ = ()
+    _fields = ("lo", "hi", "eps_lo", "eps_hi", "inv_lo")
+
+    def __new__(cls, *values):
+        return tuple.__new__(cls, values)
+
+    lo = property(lambda self: self[0])
+    hi = property(lambda self: self[1])
+    eps_lo = property(lambda self: self[2])
+    eps_hi = property(lambda self: self[3])
+    inv_lo = property(lambda self: self[4])
+
+
+_E_INV = math.exp(-1.0)
+_LO_SPLIT = math.log(2.0) - 0.5  # δ at which l_δ = 1/2: below it solve for x = l - 1, above it for l itself
+_HI_SPLIT = 1.0 - math.log(2.0)  # δ at which u_δ = 2: below it solve for x = u - 1, above it for u itself
+_SUBNORMAL_BAND = (700.0, 745.0)  # l_δ (and 1/l_δ) near the edges of float64's range: exact arithmetic
+_SERIES_ONLY = 1e-30  # s = √(2δ) below this: the four-term branch-point series is exact to float64
+# Series of the roots of r - 1 - log r = s²/2 (δ = s²/2): r = 1 + s + s²/3 + s³/36 - s⁴/270 + s⁵/4320 + O(s⁶); s > 0
+# gives u_δ, s < 0 gives l_δ (the same series `divclip derive kl3` checks symbolically).
+_BRANCH_COEF = (1.0, 1.0 / 3.0, 1.0 / 36.0, -1.0 / 270.0, 1.0 / 4320.0)
+
+
+def _branch_series(s):
+    acc = np.zeros_like(s)
+    for c in reversed(_BRANCH_COEF):
+        acc = (acc + c) * s
+    return acc
+
+
+def _newton_x(x, d, iters=6):
+    """Newton on kl3_x(x) = δ (derivative x/(1+x)), x from the branch-point series: quadratic from the start."""
+    for _ in range(iters):
         with np.errstate(divide="ignore", invalid="ignore"):
-            r = -lambertw(np.where(big, -np.exp(-1.0 - _KL3_ASYMPTOTIC), z), branch).real
-            v = np.where(big, start, np.log(r))
-        for _ in range(2):
-            g = np.expm1(v) - v - d
-            dg = np.expm1(v)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                step = np.where(dg != 0, g / dg, 0.0)
-            v = v - step
-        roots.append(np.exp(v))
-    return roots[0], roots[1]
+            step = (kl3_x(x) - d) * (1.0 + x) / x
+        x = x - np.where(np.isfinite(step), step, 0.0)
+    return x
+
+
+def kl3_roots(d) -> KL3Roots:
+    """Both roots of r - 1 - log r = δ (arrays; δ > 0 finite, unchecked), to a few ulps for every δ.
+
+    * Near the branch point (l_δ >= 1/2, u_δ <= 2) the unknown is x = r - 1, started from the branch-point
+      series in s = √(2δ) and polished by Newton on x - log1p(x) = δ, evaluated without cancellation
+      (`kl3_x`): the root x is well conditioned in δ (relative condition number about 1/2).
+    * l_δ < 1/2: l = e^{-δ}·e^{l-1} (the equation itself, exponentiated), solved by Newton from l = e^{-1-δ};
+      e^{-δ} of the exact input δ keeps the relative error at an ulp or two where log-space would lose |log l|
+      ulps. For δ in [700, 745], where l_δ or 1/l_δ leaves the normal range, 40-digit mpmath gives the
+      correctly rounded float (subnormal, 0, or inf); above 745, l_δ = 0 and 1/l_δ = inf exactly.
+    * u_δ > 2: Newton on (u - δ) - 1 - log u = 0 from the asymptotic start u = a + log a + log(a)/a, a = 1 + δ;
+      u - δ is exact there (Sterbenz) once δ >= 2, and the step g/(1 - 1/u) never overflows, even at δ = 1e308.
+    """
+    d = np.asarray(d, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        s = np.sqrt(2.0 * d)
+        # ---- lower root
+        near = d <= _LO_SPLIT
+        s_lo = np.where(near, -s, -1.0)
+        x_lo = _branch_series(s_lo)
+        x_lo = np.where(s < _SERIES_ONLY, x_lo, _newton_x(x_lo, np.where(near, d, _LO_SPLIT)))
+        lo_near = 1.0 + x_lo
+        dd = np.where(near, 1.0, d)
+        e = np.exp(-dd)
+        lo = e * _E_INV  # below the root: Newton on the concave l - e^{-δ}e^{l-1} climbs to it monotonically
+        for _ in range(8):
+            f = e * np.exp(lo - 1.0)
+            lo = lo - (lo - f) / (1.0 - f)
+        lo = e * np.exp(lo - 1.0)  # final fixed-point step: contracts the previous error by l <= 1/2
+        inv_lo_far = np.exp(dd) * np.exp(1.0 - lo)
+        lo_far, eps_lo_far = lo, 1.0 - lo
+        lo = np.where(near, lo_near, lo_far)
+        eps_lo = np.where(near, -x_lo, eps_lo_far)
+        inv_lo = np.where(near, 1.0 / lo_near, inv_lo_far)
+        # ---- upper root
+        near_hi = d <= _HI_SPLIT
+        x_hi = _branch_series(np.where(near_hi, s, 1.0))
+        x_hi = np.where(s < _SERIES_ONLY, x_hi, _newton_x(x_hi, np.where(near_hi, d, _HI_SPLIT)))
+        dh = np.where(near_hi, 1.0, d)
+        a = 1.0 + dh
+        u = a + np.log(a) + np.log(a) / a
+        for _ in range(8):
+            g = (u - dh) - 1.0 - np.log(u)
+            u = u - g / (1.0 - 1.0 / u)
+        hi = np.where(near_hi, 1.0 + x_hi, u)
+        eps_hi = np.where(near_hi, x_hi, u - 1.0)
+    band = (d >= _SUBNORMAL_BAND[0]) & (d <= _SUBNORMAL_BAND[1])
+    if np.any(band):
+        lo, eps_lo, inv_lo = (np.array(v, dtype=np.float64, copy=True) for v in (lo, eps_lo, inv_lo))
+        for i in zip(*np.nonzero(band)) if d.ndim else [()]:
+            lo[i], inv_lo[i] = _kl3_lo_exact(float(d[i]))
+            eps_lo[i] = 1.0 - lo[i]
+    far = d > _SUBNORMAL_BAND[1]
+    if np.any(far):
+        lo, eps_lo, inv_lo = np.where(far, 0.0, lo), np.where(far, 1.0, eps_lo), np.where(far, np.inf, inv_lo)
+    return KL3Roots(lo, hi, eps_lo, eps_hi, inv_lo)
+
+
+def _mpf_to_float(x) -> float:
+    """The float64 nearest the mpmath number x (correctly rounded, subnormals and overflow included)."""
+    from fractions import Fraction
+
+    if x == 0:
+        return 0.0
+    sign, man, exp, _ = x._mpf_
+    try:
+        v = float(Fraction(man) * Fraction(2) ** exp)
+    except OverflowError:
+        v = math.inf
+    return -v if sign else v
+
+
+def _kl3_lo_exact(delta: float) -> tuple[float, float]:
+    """(l_δ, 1/l_δ) correctly rounded for δ >= 700, where l_δ < 1e-304: l = exp(l - 1 - δ) and l's own
+    contribution l·e^{-1-δ} is below 1e-600 relative, so one fixed-point step from l = 0 is exact to 40 digits."""
+    import mpmath
+
+    with mpmath.workdps(40):
+        d = mpmath.mpf(delta)
+        lo = mpmath.exp(mpmath.exp(-1 - d) - 1 - d)
+        return _mpf_to_float(lo), _mpf_to_float(1 / lo)
 
 
 # ----------------------------------------------------------------------------------- binary KL

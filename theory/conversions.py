@@ -12,8 +12,12 @@ import math
 
 import numpy as np
 
+from divclip.theory.bounds import kl3_reverse_x, kl3_roots, kl3_x
 from divclip.theory.measures import Measure, get_measure
-from divclip.theory.validation import check_eps
+from divclip.theory.validation import check_delta, check_eps
+
+# D(1 + x) evaluated from x itself, without forming r (measures with an exact inverse in `kl3_roots`).
+_EXACT_X = {"kl3": kl3_x, "kl3_reverse": kl3_reverse_x}
 
 
 def delta_for_eps(measure, eps_low=None, eps_high=None, p=None) -> float:
@@ -36,8 +40,12 @@ def delta_for_eps(measure, eps_low=None, eps_high=None, p=None) -> float:
     else:
         e = check_eps(eps_high, "eps_high")
         r = 1.0 + e
+    x = -e if eps_low is not None else e  # r - 1, exactly as given (1 ± ε itself would round ε away)
     with np.errstate(divide="ignore", invalid="ignore"):
-        d = float(m._value(np.float64(r), pp, np))
+        if m.name in _EXACT_X:
+            d = float(_EXACT_X[m.name](np.float64(x)))
+        else:
+            d = float(m._value(np.float64(r), pp, np))
     if not (math.isfinite(d) and d > 0):
         hint = f"; at p={float(pp):g} the new probability r·p must stay below 1" if pp is not None else ""
         raise ValueError(
@@ -48,7 +56,22 @@ def delta_for_eps(measure, eps_low=None, eps_high=None, p=None) -> float:
 
 
 def equivalent_ratio_clip(measure, delta, p=None):
-    """(ε_low, ε_high) = (1 - lo, hi - 1) of the clip interval of `measure` at budget δ (and p)."""
+    """(ε_low, ε_high) = (1 - lo, hi - 1) of the clip interval of `measure` at budget δ (and p).
+
+    For KL3 and KL3-reverse both widths are computed from the roots' own well-conditioned forms, never as
+    1 - lo or hi - 1 of rounded bounds, so a width of 1e-15 keeps its full relative precision and the round trip
+    with `delta_for_eps` closes to a few ulps (tests/theory/test_kl3_exact.py).
+    """
     m: Measure = get_measure(measure)
+    if m.name in _EXACT_X:
+        m._check_p(p)
+        d = check_delta(delta, "delta")
+        roots = kl3_roots(d)
+        if m.name == "kl3":
+            eps = roots.eps_lo, roots.eps_hi
+        else:  # [1/u, 1/l]: 1 - 1/u = (u - 1)/u and 1/l - 1 = (1 - l)/l, l = 0 gives inf
+            with np.errstate(divide="ignore", invalid="ignore"):
+                eps = roots.eps_hi / roots.hi, np.where(roots.lo > 0, roots.eps_lo * roots.inv_lo, np.inf)
+        return (float(eps[0]), float(eps[1])) if np.ndim(d) == 0 else eps
     lo, hi = m.bounds(delta, p)
     return 1.0 - lo, hi - 1.0

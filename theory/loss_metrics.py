@@ -28,7 +28,9 @@ def masked_sum_finite(values, mask):
 
 
 def _nonzero(count):
-    return torch.where(count > 0, count, 1.0)
+    """count where > 0, else 1, in count's own dtype: an int64 count of a bool mask keeps a bf16 loss bf16,
+    as verl's division by it does (a float 1.0 here would promote the quotient to float32)."""
+    return torch.where(count > 0, count, torch.ones_like(count))
 
 
 def aggregate(loss_mat, loss_mask, loss_agg_mode, loss_scale_factor, masked_sum):

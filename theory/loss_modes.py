@@ -145,21 +145,39 @@ _TORCH_BOUNDS: dict[str, Callable] = {"binary_kl": _binary_kl_bound, "binary_tv"
 
 
 @torch.no_grad()
-def _divergence(spec: ClipSpec, ratio, old_log_prob):
+def _divergence(spec: ClipSpec, ratio, old_log_prob, log_prob=None):
     """D(r, p) per token for a p-dependent measure, p = π_old(a) kept below 1 (log p rounds to 0 for sure
-    tokens); in the input's dtype, on its device. Returns (D, p)."""
+    tokens); in the input's dtype, on its device. Returns (D, p).
+
+    With `log_prob` given, binary KL is evaluated from the two log-probabilities themselves,
+    p·(log p - log q) + (1-p)·(log(1-p) - log(1-q)) with log(1-q) = log(-expm1(log q)): no ratio is formed, so no
+    clamp or overflow enters the decision, and a new probability of exactly 1 gives D = ∞ (the exact KL; verl's
+    +1e-8 makes it finite there, the one deliberate difference, tests/theory/test_losses_verl.py)."""
     p = old_log_prob.exp().clamp_(max=1.0 - torch.finfo(old_log_prob.dtype).eps)
+    if log_prob is not None and spec.measure_name == "binary_kl":
+        log_1mp = torch.log(-torch.expm1(old_log_prob).clamp_(max=-torch.finfo(old_log_prob.dtype).eps))
+        log_1mq = torch.log(-torch.expm1(log_prob))  # -inf at q = 1
+        return p * (old_log_prob - log_prob) + (1.0 - p) * (log_1mp - log_1mq), p
     return get_measure(spec.measure)._value(ratio, p, torch), p
 
 
 @torch.no_grad()
-def _per_token_clip(spec: ClipSpec, ratio, old_log_prob, select):
+def _true_ratio(log_prob, old_log_prob):
+    """exp(log π - log π_old) without verl's ±20 clamp: the clip decision must see the real divergence (a token
+    at p = e^-30 that rose to 0.9 has r = e^29.9; clamped to e^20 its binary KL would look small). The exp may
+    overflow to inf or underflow to 0, which every D and comparison below handles (D = inf, r > hi, r < lo)."""
+    return (log_prob - old_log_prob).exp_()
+
+
+@torch.no_grad()
+def _per_token_clip(spec: ClipSpec, ratio, old_log_prob, select, true_ratio=None, log_prob=None):
     """clip(r) with exact per-token bounds, solved (float64) only where D > δ and `select` holds, else r.
 
-    A selected token with r > 1 gets its upper root hi(p), one with r < 1 its lower root lo(p).
+    A selected token with r > 1 gets its upper root hi(p), one with r < 1 its lower root lo(p). D is evaluated
+    on `true_ratio` (the unclamped ratio) when given; the value clipped is `ratio`.
     """
-    divergence, p = _divergence(spec, ratio, old_log_prob)
-    which = divergence > spec.delta
+    divergence, p = _divergence(spec, ratio if true_ratio is None else true_ratio, old_log_prob, log_prob)
+    which = ~(divergence <= spec.delta)  # NaN from a log-prob above 0 is outside the budget, as in verl
     if select is not None:
         which &= select
     idx = which.reshape(-1).nonzero().squeeze(1)  # (K,) flat indices of the tokens to clip
@@ -265,7 +283,8 @@ def _clip_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Ter
             clipped_ratio, each, lo, hi = _intersection_clip(spec, ratio, old_log_prob)
         elif spec.p_dependent:
             moved = (ratio - 1.0) * advantages > 0  # only a token pushed past a bound by its own A is clipped
-            clipped_ratio = _per_token_clip(spec, ratio, old_log_prob, moved)
+            true_ratio = None if in_range is None else _true_ratio(log_prob, old_log_prob)
+            clipped_ratio = _per_token_clip(spec, ratio, old_log_prob, moved, true_ratio, log_prob)
         else:
             clipped_ratio = torch.clamp(ratio, *spec.ratio_bounds())
         sur = clipped_surrogate(ratio, clipped_ratio, advantages, spec.dual_clip_c)
@@ -291,17 +310,20 @@ def _gated_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Te
     """DPPO (verl `dppo_kl`/`dppo_tv`): -A·sg(min(r, c))·log π, zeroed where the bound is crossed in A's
     direction. Its gradient, -A·min(r, c)·∇log π = -A·∇r for r < c, is the clip mode's, token by token."""
     with torch.no_grad():
-        log_ratio, ratio, _ = _token_ratio(log_prob, old_log_prob)
+        log_ratio, ratio, in_range = _token_ratio(log_prob, old_log_prob)
+        # The decision sees the true ratio (as verl's dppo, which never clamps its D); the IS weight below keeps
+        # verl's clamped one. Where every |log r| <= 20 the two are the same tensor.
+        true_ratio = ratio if in_range is None else _true_ratio(log_prob, old_log_prob)
         adv_pos, adv_neg = _flag(torch.gt, advantages, 0.0), _flag(torch.lt, advantages, 0.0)
         if spec.p_dependent:
-            divergence, _ = _divergence(spec, ratio, old_log_prob)
-            exceeded = _flag(torch.gt, divergence, spec.delta)
-            clipped_high = _flag(torch.gt, ratio, 1.0).mul_(exceeded).mul_(adv_pos)
-            clipped_low = _flag(torch.lt, ratio, 1.0).mul_(exceeded).mul_(adv_neg)
+            divergence, _ = _divergence(spec, true_ratio, old_log_prob, log_prob)
+            exceeded = 1.0 - _flag(torch.le, divergence, spec.delta)  # NaN (a "probability" above 1) counts
+            clipped_high = _flag(torch.gt, true_ratio, 1.0).mul_(exceeded).mul_(adv_pos)
+            clipped_low = _flag(torch.lt, true_ratio, 1.0).mul_(exceeded).mul_(adv_neg)
         else:
             lo, hi = spec.ratio_bounds()
-            clipped_high = _flag(torch.gt, ratio, hi).mul_(adv_pos)
-            clipped_low = _flag(torch.lt, ratio, lo).mul_(adv_neg)
+            clipped_high = _flag(torch.gt, true_ratio, hi).mul_(adv_pos)
+            clipped_low = _flag(torch.lt, true_ratio, lo).mul_(adv_neg)
         clipped = clipped_high.add_(clipped_low)  # the two are disjoint
         valid = 1.0 - clipped  # (B, T) 1.0 = keeps its gradient
         weight = ratio if spec.tis_cap is None else ratio.clamp(max=spec.tis_cap)  # truncated IS weight

@@ -342,7 +342,7 @@ def _verdict(result: CheckResult) -> str:
 def _markdown(steps: Sequence[Step], results: Sequence[CheckResult]) -> str:
     sections = [f"## {i}. {step.title}\n\n{step.explanation}\n\n"
                 f"$$\n\\begin{{gathered}}{step.latex}\\end{{gathered}}\n$$\n\n"
-                f"check: {_verdict(res)} ({res.method}) {res.detail}\n"
+                f"check ({res.kind}): {_verdict(res)} ({res.method}) {res.detail}\n"
                 for i, (step, res) in enumerate(zip(steps, results), start=1)]
     return "\n".join(sections)
 
@@ -350,7 +350,7 @@ def _markdown(steps: Sequence[Step], results: Sequence[CheckResult]) -> str:
 def _latex(steps: Sequence[Step], results: Sequence[CheckResult]) -> str:
     items = [f"  \\item \\textbf{{{_latex_text(step.title)}.}} {_latex_text(step.explanation)}\n"
              f"  \\begin{{gather*}}{step.latex}\\end{{gather*}}\n"
-             f"  Check: {_verdict(res)} ({_latex_text(res.method)}): {_latex_text(res.detail)}\n"
+             f"  Check ({res.kind}): {_verdict(res)} ({_latex_text(res.method)}): {_latex_text(res.detail)}\n"
              for step, res in zip(steps, results)]
     return "\\begin{enumerate}\n" + "".join(items) + "\\end{enumerate}\n"
 

@@ -6,6 +6,8 @@ gradient that divclip attaches in closed form (clip mode) multiplies -A·r befor
 after, so those gradients agree to rounding, not bitwise.
 """
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -150,7 +152,7 @@ def test_cispo_is_verl_cispo(dtype):
     loss, grad, m = run_ours(old, lp, adv, mask, spec, "token-mean")
     v_loss, v_grad, vm = run_verl(ca.compute_policy_loss_cispo, old, lp, adv, mask, config, "token-mean")
     assert torch.equal(loss, v_loss) and torch.equal(grad, v_grad)
-    assert m["clipfrac"] > 0.05
+    assert m["clipfrac"] > 0.02
     assert m["clipfrac"] == pytest.approx(vm["actor/pg_clipfrac"], rel=TOL[dtype], abs=0)
 
 
@@ -180,16 +182,18 @@ def test_rollout_is_weights_multiply_like_verl(dtype):
     assert torch.equal(loss.detach(), v_loss.detach()) and close(leaf.grad, v_leaf.grad, dtype)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", [*DTYPES, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("agg", LOSS_AGG_MODES)
 @pytest.mark.parametrize("mask_kind", ["float", "bool"])
 def test_agg_loss_is_verl_agg_loss(dtype, agg, mask_kind):
+    """Bit-equal values and the same result dtype (a bf16 loss with a bool mask stays bf16, as in verl)."""
     g = torch.Generator().manual_seed(8)
     loss_mat = torch.randn(9, 17, generator=g, dtype=torch.float64).to(dtype)
     mask = torch.rand(9, 17, generator=g) < 0.6
     mask[2] = False
     mask = mask if mask_kind == "bool" else mask.to(dtype)
     ours, theirs = agg_loss(loss_mat, mask, agg), ca.agg_loss(loss_mat, mask, agg)
+    assert ours.dtype == theirs.dtype
     assert torch.equal(ours, theirs)
     if agg == "seq-mean-token-sum-norm":
         assert torch.equal(agg_loss(loss_mat, mask, agg, loss_scale_factor=64),
@@ -244,3 +248,78 @@ def test_constant_groups_give_zero_where_verl_gives_rounding_noise():
     theirs = _verl_scores(ca.compute_grpo_outcome_advantage, rewards.clone(), 8)
     assert float(theirs.abs().max()) > 1e-3  # verl: (R - fl(mean)) / (0 + 1e-6)
     assert torch.equal(group_advantages(rewards, 8), torch.zeros(16))
+
+
+# ------------------------------------------------------------------ gated (DPPO) at extreme log-ratios
+def extreme_batch(dtype, seed=11):
+    """Tokens whose |log r| reaches 50 both ways (p = e^-30 rising to 0.9, p = 0.9 falling to e^-45, ...), mixed
+    with ordinary ones; the new probability stays below 1, where verl's +1e-8 is negligible."""
+    g = torch.Generator().manual_seed(seed)
+    b, t = 8, 30
+    old = -torch.rand(b, t, generator=g, dtype=torch.float64) * 45.0 - 1e-3
+    lp = -torch.rand(b, t, generator=g, dtype=torch.float64) * 45.0 - 1e-3
+    old[0, :4] = torch.tensor([-30.0, -0.1053605, -45.0, -25.0], dtype=torch.float64)
+    lp[0, :4] = torch.tensor([-0.1053605, -45.0, -0.5, -48.0], dtype=torch.float64)
+    adv = torch.randn(b, t, generator=g, dtype=torch.float64)
+    adv[0, :4] = torch.tensor([1.0, -1.0, 1.0, -1.0], dtype=torch.float64)
+    mask = torch.ones(b, t, dtype=torch.float64)
+    return old.to(dtype), lp.to(dtype), adv.to(dtype), mask.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "measure, delta, verl_fn",
+    [("binary_kl", 0.05, ca.compute_policy_loss_dppo_kl), ("binary_tv", 0.2, ca.compute_policy_loss_dppo_tv)],
+)
+def test_gated_decides_on_the_true_log_ratio_like_verl(dtype, measure, delta, verl_fn):
+    """|log r| up to 48: D is evaluated on the true ratio (verl never clamps its D), so a token at p = e^-30 that
+    rose to 0.9 is masked, not kept with the gradient of a ratio clamped to e^20."""
+    old, lp, adv, mask = extreme_batch(dtype)
+    assert float((lp - old).abs().max()) > 40
+    spec = ClipSpec(measure, delta=delta, mode="gated", tis_cap=20.0)
+    config = actor_config(clip_ratio=delta, clip_ratio_low=delta, clip_ratio_high=delta, clip_ratio_c=20.0)
+    loss, grad, m = run_ours(old, lp, adv, mask, spec, "token-mean")
+    v_loss, v_grad, vm = run_verl(verl_fn, old, lp, adv, mask, config, "token-mean")
+    assert torch.equal(loss, v_loss) and torch.equal(grad, v_grad)
+    assert grad[0, 0] == 0 and grad[0, 1] == 0  # the two tokens of the issue: masked by both
+    assert m["clipfrac"] > 0.02
+    assert m["clipfrac"] == pytest.approx(vm["actor/pg_clipfrac"], rel=TOL[dtype], abs=0)
+
+
+def test_gated_at_new_probability_one_is_exact_where_verl_adds_1e_8():
+    """Deliberate difference: at π_θ(a) = 1 exactly (log π = 0) the binary KL is
+    p·log(1/r) + (1-p)·log((1-p)/0) = ∞ for every p < 1, so divclip masks a token pushed there by A > 0. verl
+    evaluates (1-p)·log((1-p+1e-8)/(0+1e-8)), finite: at p = 1 - 1e-6 it is ~5.6e-6 < δ and verl keeps the
+    token. Everywhere else (new probability below 1, e.g. the tests above) the two agree bit for bit."""
+    p_old = 1.0 - 1e-6
+    old = torch.tensor([[math.log(p_old), math.log(0.5)]], dtype=torch.float64)
+    lp = torch.zeros_like(old)  # new probability exactly 1
+    adv = torch.ones_like(old)
+    mask = torch.ones_like(old)
+    spec = ClipSpec("binary_kl", delta=0.05, mode="gated", tis_cap=20.0)
+    config = actor_config(clip_ratio=0.05, clip_ratio_low=0.05, clip_ratio_high=0.05, clip_ratio_c=20.0)
+    _, grad, _ = run_ours(old, lp, adv, mask, spec, "token-mean")
+    _, v_grad, _ = run_verl(ca.compute_policy_loss_dppo_kl, old, lp, adv, mask, config, "token-mean")
+    assert grad[0, 0] == 0 and v_grad[0, 0] != 0  # exact D = ∞ masks; verl's D ≈ 5.6e-6 keeps
+    assert grad[0, 1] == 0 and v_grad[0, 1] == 0  # p = 0.5: D is large either way (verl: 9.2)
+    from divclip.theory.loss_modes import _divergence
+
+    d, _ = _divergence(spec, (lp - old).exp(), old, lp)
+    assert torch.isinf(d).all()  # from the log-probs, no ratio formed: 1 - q = -expm1(0) = 0 exactly
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gated_kl3_decides_on_the_true_ratio(dtype):
+    """A p-free measure whose bound lies beyond e^20 (KL3 at δ = 1e9: u_δ ≈ 1e9 > e^20 ≈ 4.9e8): a token at
+    r = e^25 is past u_δ and is masked although its clamped ratio e^20 is inside."""
+    from divclip.theory import kl3_bounds
+
+    lo, hi = kl3_bounds(1e9)
+    assert hi > math.exp(20) and math.exp(25) > hi
+    old = torch.tensor([[-30.0, -30.0, -1.0]], dtype=dtype)
+    lp = torch.tensor([[-5.0, -12.0, -1.2]], dtype=dtype)  # r = e^25 (past hi), e^18 (inside), e^-0.2
+    adv = torch.ones_like(old)
+    spec = ClipSpec("kl3", delta=1e9, mode="gated")
+    _, grad, m = run_ours(old, lp, adv, torch.ones_like(old), spec, "token-sum")
+    assert grad[0, 0] == 0 and grad[0, 1] != 0 and grad[0, 2] != 0
+    assert m["clipfrac"] == pytest.approx(1 / 3)

@@ -183,6 +183,30 @@ def test_w0_twice_fails_the_distinct_roots_check() -> None:
     assert_fails(dataclasses.replace(step, statement=both_w0))
 
 
+def test_swapped_lambert_branches_fail_the_branch_order_check() -> None:
+    """W_{-1} claimed as the lower root and W_0 as the upper: both solve D = δ and are distinct, so only the
+    branch-order check (l < 1 < u at every sampled δ) catches it."""
+    step = kl3_step("Roots")
+    lower, upper = step.statement.args
+    result = symbolic.with_statement(step, sp.Tuple(sp.Eq(L_SYM, upper.rhs), sp.Eq(U_SYM, lower.rhs))).run_check()
+    assert not result.passed and "lower root < 1 < upper root at every δ: False" in result.detail
+
+
+def test_coinciding_roots_fail_without_raising() -> None:
+    step = kl3_step("Roots")
+    upper = step.statement[1].rhs
+    result = symbolic.with_statement(step, sp.Tuple(sp.Eq(L_SYM, upper), sp.Eq(U_SYM, upper))).run_check()
+    assert not result.passed and "verifier raised" not in result.method
+    assert "min distance between roots = 0.000e+00" in result.detail and result.kind == "numeric"
+
+
+def test_check_kinds_are_labelled() -> None:
+    kinds = {step.title: res.kind for step, res in zip(symbolic.derivation("kl3"), results("kl3"))}
+    assert set(kinds.values()) == {"symbolic", "numeric"}
+    assert CheckResult(True, "simplify(lhs - rhs) == 0", "").kind == "symbolic"
+    assert CheckResult(True, "numeric set comparison on seeded (r, A) samples", "").kind == "numeric"
+
+
 def test_missing_w0_root_fails() -> None:  # solve's root must be among the claimed ones
     step = kl3_step("Roots")
     upper = step.statement[1].rhs
@@ -254,7 +278,7 @@ def test_render_markdown_has_every_title_latex_and_verdict(name: str) -> None:
     for i, step in enumerate(steps, start=1):
         assert f"## {i}. {step.title}" in text
         assert step.explanation in text and step.latex in text
-    assert text.count("check: PASSED (") == len(steps) and "FAILED" not in text
+    assert len(re.findall(r"check \((symbolic|numeric)\): PASSED \(", text)) == len(steps) and "FAILED" not in text
 
 
 @pytest.mark.parametrize("name", ["kl3", "hellinger"])
@@ -262,7 +286,8 @@ def test_render_latex_has_every_title_and_latex(name: str) -> None:
     steps = symbolic.derivation(name)
     text = symbolic.render(steps, "latex", results=results(name))
     assert text.startswith(r"\begin{enumerate}") and text.rstrip().endswith(r"\end{enumerate}")
-    assert text.count(r"\item") == len(steps) and text.count("Check: PASSED") == len(steps)
+    assert text.count(r"\item") == len(steps)
+    assert len(re.findall(r"Check \((symbolic|numeric)\): PASSED", text)) == len(steps)
     for step in steps:
         assert step.latex in text
         assert all(word in text for word in re.findall(r"[A-Za-z]{3,}", step.title))
@@ -272,7 +297,7 @@ def test_render_latex_has_every_title_and_latex(name: str) -> None:
 def test_render_runs_checks_and_reports_failures() -> None:
     wrong = symbolic.make_equation_step("Wrong curvature", "deliberately wrong", sp.Derivative(KL3, (R, 2)), 1 / R)
     text = symbolic.render([kl3_step("Minimum"), wrong])
-    assert "check: PASSED" in text and "check: FAILED" in text and "Wrong curvature" in text
+    assert "check (symbolic): PASSED" in text and "check (symbolic): FAILED" in text and "Wrong curvature" in text
 
 
 def test_render_rejects_an_unknown_format() -> None:
