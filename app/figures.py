@@ -18,7 +18,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from divclip.app.intervals import ClipInterval, format_bound
-from divclip.app.methods import METHOD_COLOURS
+from divclip.app.methods import METHOD_COLOURS, RATIO_CLIP
 
 __all__ = ["METHOD_COLOURS", "divergence_curves", "interval_chart", "ratio_range", "surrogate_figure"]
 
@@ -39,12 +39,19 @@ def _figure(traces: list[dict], layout: dict) -> go.Figure:
     return go.Figure(data=traces, layout=layout, _validate=VALIDATE)
 
 
-def _layout(title: str, height: int, panels: bool = False, **kwargs) -> dict:
-    """Title top left; the legend under the plot, where any number of measures fits without covering it."""
+TOOLBAR = 36  # px above the title for plotly's toolbar, so that it never sits over the title
+
+
+def _layout(title: str, height: int, panels: bool = False, subtitle: str = "", **kwargs) -> dict:
+    """A short title top left under the toolbar's row, the explanation as a smaller subtitle (long lines would
+    be cut off on a phone); the legend under the plot, where any number of measures fits without covering it."""
+    top = TOOLBAR + (48 if subtitle else 30) + (30 if panels else 0)
     return dict(
-        title=dict(text=title, x=0.0, xanchor="left", font=dict(size=15)),
-        height=height,
-        margin=dict(l=10, r=10, t=80 if panels else 50, b=10),
+        title=dict(text=title, x=0.0, xanchor="left", yref="container", y=1.0, yanchor="top",
+                   pad=dict(t=TOOLBAR), font=dict(size=15),
+                   subtitle=dict(text=subtitle, font=dict(size=12, color="#555555"))),
+        height=height + top - (80 if panels else 50),
+        margin=dict(l=10, r=10, t=top, b=10),
         legend=dict(orientation="h", yanchor="top", y=-0.22, xanchor="left", x=0.0, font=dict(size=12)),
         font=dict(size=13),
         **kwargs,
@@ -104,8 +111,8 @@ def divergence_curves(intervals: Sequence[ClipInterval], delta: float, log_space
     Markers sit at (l, δ) and (u, δ), the roots theory returned; dotted drops mark them on the axis. The
     ratio clip, whose budget is ε rather than δ, is a shaded band.
     """
-    title = ("D against log r: the same intervals in log-ratio space" if log_space
-             else "D(r) and the clip interval {r : D(r) ≤ δ}")
+    title, subtitle = (("D against log r", "the same intervals in log-ratio space") if log_space
+                       else ("D(r) and the clip interval", "{r : D(r) ≤ δ} for each measure"))
     if not intervals:
         return _empty("Nothing to draw: choose a measure")
     x_lo, x_hi = log_range(intervals) if log_space else ratio_range(intervals)
@@ -119,7 +126,8 @@ def divergence_curves(intervals: Sequence[ClipInterval], delta: float, log_space
         if iv.delta is None:  # the ratio clip: its budget is ε, so it is a band, not a level set
             shapes.append(dict(type="rect", xref="x", yref="y domain", x0=x0, x1=x1, y0=0, y1=1,
                                fillcolor=iv.colour, opacity=0.12, line=dict(width=0), layer="below"))
-            notes.append(dict(text=f"{iv.method} ratio clip", xref="x", yref="y domain", x=x0, y=1.0,
+            band = iv.method if iv.method == RATIO_CLIP else f"{iv.method} ratio clip"
+            notes.append(dict(text=band, xref="x", yref="y domain", x=x0, y=1.0,
                               xanchor="left", yanchor="top", showarrow=False, font=dict(color=iv.colour, size=12)))
             continue
         d = _finite(iv.measure.value(grid_r, iv.p))  # D(r[, p]) from theory
@@ -146,7 +154,7 @@ def divergence_curves(intervals: Sequence[ClipInterval], delta: float, log_space
     notes.append(dict(text=f"δ = {delta:.6g}", xref="x domain", yref="y", x=1.0, y=delta, xanchor="right",
                       yanchor="bottom", showarrow=False, font=dict(color=_DELTA_LINE)))
     shapes.append(_vline(0.0 if log_space else 1.0))
-    layout = _layout(title, 430, hovermode="x unified", shapes=shapes, annotations=notes,
+    layout = _layout(title, 430, subtitle=subtitle, hovermode="x unified", shapes=shapes, annotations=notes,
                      xaxis=dict(range=[x_lo, x_hi], title=dict(text="log r" if log_space else "r = π_θ(a) / π_old(a)")),
                      yaxis=dict(range=[0, y_max], title=dict(text="D")))
     return _figure(traces, layout)
@@ -176,9 +184,10 @@ def interval_chart(intervals: Sequence[ClipInterval]) -> go.Figure:
                 meta=dict(kind="interval", space="log" if axis else "ratio", measure=iv.name, lo=iv.lo, hi=iv.hi),
             ))
     layout = _layout(
-        "The induced ratio clips, side by side", 130 + 60 * len(intervals), hovermode="closest",
-        xaxis=dict(domain=_LEFT, range=[r_lo, r_hi], title=dict(text="ratio space: r ∈ [l, u]")),
-        xaxis2=dict(domain=_RIGHT, range=[g_lo, g_hi], title=dict(text="log-ratio space: log r ∈ [log l, log u]")),
+        "The induced ratio clips", 130 + 60 * len(intervals), subtitle="left: r ∈ [l, u]; right: log r",
+        hovermode="closest",
+        xaxis=dict(domain=_LEFT, range=[r_lo, r_hi], title=dict(text="r ∈ [l, u]")),
+        xaxis2=dict(domain=_RIGHT, range=[g_lo, g_hi], title=dict(text="log r ∈ [log l, log u]")),
         # Half a category of room above the first bar and below the last for the value labels.
         yaxis=dict(type="category", range=[len(intervals) - 0.4, -0.6]),
         yaxis2=dict(anchor="x2", matches="y", showticklabels=False, type="category"),
@@ -217,7 +226,8 @@ def surrogate_figure(intervals: Sequence[ClipInterval]) -> go.Figure:
                 hovertemplate=f"{iv.label}: clipped beyond r = {format_bound(edge)}<extra></extra>", **where,
             ))
     layout = _layout(
-        "PPO surrogate min(r·A, clip(r)·A): flat means zero gradient", 440, panels=True, hovermode="x unified",
+        "PPO surrogate min(r·A, clip(r)·A)", 440, panels=True, subtitle="flat means zero gradient",
+        hovermode="x unified",
         xaxis=dict(domain=_LEFT, range=[x_lo, x_hi], title=dict(text="r")),
         xaxis2=dict(domain=_RIGHT, range=[x_lo, x_hi], title=dict(text="r")),
         yaxis=dict(title=dict(text="surrogate")), yaxis2=dict(anchor="x2"),

@@ -64,7 +64,8 @@ def illustration_rows(roots: SymbolicRoots, delta: float) -> list[dict[str, str]
             else f"{x:.15g}"
 
     return [
-        {"quantity": f"closed form (SymPy, {DIGITS} digits)", "l_δ": num(l_exact, 20), "u_δ": num(u_exact, 20)},
+        {"quantity": f"closed form (SymPy, {DIGITS} digits)", "l_δ": num(l_exact, DIGITS),
+         "u_δ": num(u_exact, DIGITS)},
         {"quantity": "theory's float64 bound", "l_δ": num(lo), "u_δ": num(hi)},
         {"quantity": "|float64 − closed form|", "l_δ": f"{float(abs(mpmath.mpf(lo) - l_exact)):.2e}",
          "u_δ": f"{float(abs(mpmath.mpf(hi) - u_exact)):.2e}"},

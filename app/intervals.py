@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from divclip import theory
 from divclip.app.methods import colour_for, label_for, method_for
+from divclip.app.state import format_number
 from divclip.theory import Measure, get_measure
 from divclip.theory.validation import check_eps
 
@@ -89,7 +90,7 @@ def table_rows(intervals: Sequence[ClipInterval], formatted: bool = True) -> lis
             "method": iv.method,
             # a custom measure's name holds its formula, already in the next column (and not markdown-safe)
             "measure": iv.name if iv.name in theory.MEASURES or not formatted else "custom",
-            "D(r[, p])": f"`{iv.measure.code}`" if formatted else iv.measure.code,  # st.table renders markdown
+            "D(r[, p])": _formula_text(iv, formatted),
             "budget": iv.budget_text if formatted else ("" if iv.delta is None else iv.delta),
             "p": ("" if iv.p is None else (f"{iv.p:g}" if formatted else iv.p)),
             "l": fmt(iv.lo),
@@ -101,11 +102,25 @@ def table_rows(intervals: Sequence[ClipInterval], formatted: bool = True) -> lis
     return rows
 
 
+def _formula_text(iv: ClipInterval, formatted: bool) -> str:
+    """The measure's formula; the ratio clip is its interval (|r − 1| ≤ ε holds only for a symmetric ε)."""
+    if iv.delta is None:
+        return f"1 − {iv.eps_low:g} ≤ r ≤ 1 + {iv.eps_high:g}"
+    return f"`{iv.measure.code}`" if formatted else iv.measure.code  # st.table renders markdown
+
+
+def full_precision(x: float) -> str:
+    """A float for a download: 12 significant digits, as the trainer settings and links carry them. theory's
+    bounds are exact to ~1e-12, and 12 digits keep float noise out: 1 − 0.2 is 0.8, not repr's
+    0.7999999999999999, and 0.28 − 0.2 is 0.08, not 0.08000000000000007."""
+    return format_number(x)
+
+
 def table_csv(intervals: Sequence[ClipInterval]) -> str:
-    """The table with full-precision numbers (repr of the float) as CSV text."""
+    """The table with full-precision numbers (12 significant digits, see `full_precision`) as CSV text."""
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=TABLE_COLUMNS, lineterminator="\n")
     writer.writeheader()
     for row in table_rows(intervals, formatted=False):
-        writer.writerow({k: (repr(v) if isinstance(v, float) else v) for k, v in row.items()})
+        writer.writerow({k: (full_precision(v) if isinstance(v, float) else v) for k, v in row.items()})
     return buf.getvalue()

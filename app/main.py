@@ -6,7 +6,10 @@ page paths are relative to this file.
 
 import streamlit as st
 
+from divclip.app.page_parts import FIGURE_FORMAT_KEY, FIGURE_FORMATS, layout_css
+
 st.set_page_config(page_title="divclip", page_icon="✂️", layout="wide")
+st.html(layout_css())
 
 PAGES = [
     st.Page("views/clip_explorer.py", title="Clip explorer", icon=":material/tune:", default=True),
@@ -17,4 +20,8 @@ PAGES = [
     st.Page("views/sanity_check.py", title="Sanity check", icon=":material/fact_check:"),
 ]
 
-st.navigation(PAGES).run()
+page = st.navigation(PAGES)
+with st.sidebar:
+    st.segmented_control("Figure downloads", FIGURE_FORMATS, key=FIGURE_FORMAT_KEY, default="PNG", required=True,
+                         help="The camera button on every figure's toolbar saves the figure in this format.")
+page.run()

@@ -4,7 +4,9 @@ Every name, label and colour lives on the measure itself (`divclip.theory.measur
 colour), so a measure added with `divclip.theory.register_measure` is labelled and coloured here too. The only
 method that is not a measure is DAPO: the ratio measure with clip-higher (ε_high > ε_low). `.streamlit/config.toml`
 lists the built-in colours in the order of `METHOD_COLOURS` as `theme.chartCategoricalColors` (a test keeps the
-two in step).
+two in step). The ratio measure is named by its ε: GRPO at 0.2 / 0.2, DAPO at 0.2 / 0.28, GSPO at 3e-4 / 4e-4,
+otherwise just "ratio clip" (coloured as GRPO when symmetric, as DAPO when ε_high > ε_low); its label is "ratio
+clip", since |r − 1| ≤ ε holds only for a symmetric ε.
 """
 
 from __future__ import annotations
@@ -46,21 +48,40 @@ METHOD_COLOURS: Mapping[str, str] = _Live()
 """{method name: '#rrggbb'} for every registered measure's method, DAPO and 'custom'."""
 
 
+# The ratio clip's published settings (ε_low, ε_high) -> method; any other ε is a plain "ratio clip".
+RATIO_METHODS: dict[tuple[float, float], str] = {(0.2, 0.2): "GRPO", (0.2, 0.28): DAPO, (3e-4, 4e-4): "GSPO"}
+RATIO_CLIP = "ratio clip"
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-9 * max(abs(a), abs(b))
+
+
 def method_for(measure_name: str, eps_low: float | None = None, eps_high: float | None = None) -> str:
-    """The method a measure stands for; ratio with ε_high > ε_low is DAPO's clip-higher; unknown: 'custom'."""
+    """The method a measure stands for; the ratio measure is named by its ε (GRPO, DAPO, GSPO or "ratio clip");
+    unknown: 'custom'."""
     m = MEASURES.get(measure_name)
     if m is None:
         return CUSTOM
-    if m.name == "ratio" and eps_low is not None and eps_high is not None and eps_high > eps_low:
-        return DAPO
+    if m.name == "ratio" and eps_low is not None and eps_high is not None:
+        for (lo, hi), method in RATIO_METHODS.items():
+            if _close(eps_low, lo) and _close(eps_high, hi):
+                return method
+        return RATIO_CLIP
     return m.method
 
 
 def colour_for(measure_name: str, eps_low: float | None = None, eps_high: float | None = None) -> str:
+    m = MEASURES.get(measure_name)
+    if m is not None and m.name == "ratio":  # every ratio clip has GRPO's colour, a clip-higher one DAPO's
+        higher = eps_low is not None and eps_high is not None and eps_high > eps_low
+        return DAPO_COLOUR if higher else m.colour
     return METHOD_COLOURS[method_for(measure_name, eps_low, eps_high)]
 
 
 def label_for(measure_name: str) -> str:
     """The measure's short legend name; the name itself for a measure that is not registered."""
+    if measure_name == "ratio":
+        return RATIO_CLIP  # not theory's "ratio |r−1|": the clip may be asymmetric
     m = MEASURES.get(measure_name)
     return m.label if m is not None else measure_name

@@ -5,7 +5,8 @@ half (`parse_query`, `encode_query`) turns a query string into valid values plus
 back; a bad value never raises, it falls back (clamped or default) and says so. The Streamlit half
 (`PageState`) seeds each widget's session-state key from the URL on a session's first visit (later from the
 last values the page saw, so navigating away and back keeps them), and writes the current values back into
-`st.query_params` after the widgets ran.
+`st.query_params` after the widgets ran. A link from another page of the same session (a query the page did
+not write itself) is read again, so "open this measure's proof" carries its values.
 """
 
 from __future__ import annotations
@@ -58,6 +59,31 @@ class FloatParam:
 
     def encode(self, value: float) -> str:
         return format_number(float(value))
+
+
+@dataclass(frozen=True)
+class IntParam:
+    """A whole number in [lo, hi] (a lecture's step); out of range is clamped, non-numbers fall back."""
+
+    key: str
+    label: str
+    default: int
+    lo: int
+    hi: int
+
+    def parse(self, raw: str) -> tuple[int, str | None]:
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            return self.default, f"{self.key}={raw!r} is not a whole number; using the default {self.default}."
+        if value < self.lo or value > self.hi:
+            clamped = min(max(value, self.lo), self.hi)
+            return clamped, (f"{self.key}={raw} is outside the allowed range [{self.lo}, {self.hi}] for "
+                             f"{self.label}; using {clamped}.")
+        return value, None
+
+    def encode(self, value: int) -> str:
+        return str(int(value))
 
 
 @dataclass(frozen=True)
@@ -128,7 +154,7 @@ class TextParam:
         return value
 
 
-Param = FloatParam | ChoiceParam | ChoiceListParam | TextParam
+Param = FloatParam | IntParam | ChoiceParam | ChoiceListParam | TextParam
 
 
 def defaults(spec: Sequence[Param]) -> dict[str, Any]:
@@ -187,14 +213,24 @@ class PageState:
     def _parsed_key(self) -> str:
         return f"{self.page}._parsed"
 
+    @property
+    def _written_key(self) -> str:
+        return f"{self.page}._written"
+
     def init(self) -> list[str]:
         import streamlit as st
 
         ss = st.session_state
-        if self._parsed_key not in ss:  # the session's first visit to this page: read the URL
-            values, warnings = parse_query(self.spec, st.query_params.to_dict())
+        query = st.query_params.to_dict()
+        # Read the URL on the session's first visit to this page, and again when a link from another page
+        # brought a query this page did not write itself (an empty query is plain navigation: keep the values).
+        linked = bool(query) and self._parsed_key in ss and query != ss.get(self._written_key)
+        if self._parsed_key not in ss or linked:
+            values, warnings = parse_query(self.spec, query)
             ss[self._parsed_key] = (values, warnings)
             ss[self._saved_key] = values
+            if linked:
+                self.set(values)
         # Widgets not drawn in a run lose their keys (another page was open): restore the last values.
         saved = ss[self._saved_key]
         for param in self.spec:
@@ -228,6 +264,7 @@ class PageState:
         values = self.values()
         st.session_state[self._saved_key] = values
         query = encode_query(self.spec, values)
+        st.session_state[self._written_key] = query
         if st.query_params.to_dict() != query:
             st.query_params.from_dict(query)
         return query

@@ -19,10 +19,12 @@ def log_ratio_histogram_figure(rollouts: dict, measures=HIGHLIGHT) -> go.Figure:
                            marker_color="#888"))
     dashes = ("solid", "dash", "dot", "dashdot")
     for i, name in enumerate(m for m in measures if m in h["log_bounds"]):
-        for x in h["log_bounds"][name]:
+        # Each label beside its line, outwards (left of the lower bound, right of the upper), one row per
+        # measure: two measures sharing a bound (ratio and KL3 at l = 1 − ε_low) never print on top of each other.
+        for x, side in zip(h["log_bounds"][name], ("left", "right")):
             if x is not None:
                 fig.add_vline(x=x, line_dash=dashes[i % len(dashes)], annotation_text=name,
-                              annotation_position="top")
+                              annotation_position=f"top {side}", annotation_yshift=-16 * i)
     fig.update_layout(title=f"log r on {rollouts['n_tokens']} tokens ({rollouts['ratios']['source']})",
                       xaxis_title="log r = log π_θ − log π_old", yaxis_title="tokens", showlegend=False)
     return fig
@@ -71,7 +73,8 @@ def budget_intervals_figure(budget: dict) -> go.Figure:
         fig.add_trace(go.Scatter(x=[lo, hi], y=[r["measure"]] * 2, mode="lines+markers", name=r["measure"],
                                  hovertemplate="%{x:.4f}"))
     if budget.get("eps_high") is not None and budget.get("eps_low") is not None:
-        fig.add_vline(x=1.0 + budget["eps_high"], line_dash="dash", annotation_text="config 1+ε_high")
+        fig.add_vline(x=1.0 + budget["eps_high"], line_dash="dash", annotation_text="config 1+ε_high",
+                      annotation_position="top left")  # inside the plot: at the right edge it was cut off
     fig.update_layout(title=f"Clip interval at the budget of ε_low = {budget.get('eps_low')}",
                       xaxis_title="ratio r", showlegend=False, height=120 + 30 * max(len(rows), 1))
     return fig

@@ -7,30 +7,22 @@ from divclip.app.export import FORMATS, interval_spec, method_export
 from divclip.app.figures import divergence_curves, interval_chart, surrogate_figure
 from divclip.app.intervals import clip_intervals, table_csv, table_rows
 from divclip.app.methods import label_for
-from divclip.app.page_parts import formula_latex, share_link, show_messages
-from divclip.app.presets import (
-    DELTA_MAX,
-    DELTA_MIN,
-    EPS_MAX,
-    EPS_MIN,
-    EXPLORER_SPEC,
-    P_MAX,
-    P_MIN,
-    PRESETS,
-    kl3_delta_matching,
-    matching_preset,
-)
-from divclip.app.state import PageState
+from divclip.app.page_parts import figure, formula_latex, number_with_slider, share_link, show_messages
+from divclip.app.presets import EXPLORER_SPEC, PRESETS, kl3_delta_matching, matching_preset
+from divclip.app.state import PageState, format_number
 from divclip.theory.spec import method_string
+from divclip.theory.symbolic import derivable_measures
 
 _SUFFIX = {"overrides": "sh", "yaml": "yaml", "python": "py"}
 state = PageState("explorer", EXPLORER_SPEC)
 url_warnings = state.init()
 NOTICE = "explorer._notice"  # a message from a button callback, shown once on the next run
+PARAM = {param.key: param for param in EXPLORER_SPEC}
 
 
-def match_delta_to_eps_low() -> None:
-    delta, notice = kl3_delta_matching(st.session_state[state.key("eps_low")])
+def match_delta(side: str) -> None:
+    """δ such that KL3's bound on `side` ("eps_low" or "eps_high") is 1 ∓ that ε (ATR-GRPO's rule)."""
+    delta, notice = kl3_delta_matching(**{side: st.session_state[state.key(side)]})
     state.set({"delta": delta})
     if notice:
         st.session_state[NOTICE] = notice
@@ -39,33 +31,42 @@ def match_delta_to_eps_low() -> None:
 st.title("Clip explorer")
 st.markdown(
     "Clipping on a divergence, **D(r) ≤ δ**, keeps the ratio r = π_θ/π_old inside an interval [l, u] — so every "
-    "measure below *is* a ratio clip, just with its own, usually asymmetric, bounds. Move δ (or the ratio "
+    "measure below *is* a ratio clip, just with its own, usually asymmetric, bounds. Set δ (or the ratio "
     "clip's ε) and read where each measure clips, what that does to the PPO surrogate, and the equivalent "
-    "ε to paste into verl or TRL. The address bar holds the whole view: copy it to share."
+    "ε to paste into verl or TRL. Type exact values in the boxes or drag the sliders; the address bar holds "
+    "the whole view: copy it to share."
 )
 show_messages(url_warnings, kind="warning")
 show_messages([st.session_state.pop(NOTICE)] if NOTICE in st.session_state else [], kind="warning")
 
-with st.sidebar:
-    st.subheader("Presets")
-    cols = st.columns(2)
-    for i, preset in enumerate(PRESETS.values()):
-        cols[i % 2].button(preset.name, help=preset.description, on_click=state.set, args=(preset.values,),
-                           width="stretch", key=f"explorer.preset.{preset.name}")
-    st.subheader("Budget")
-    st.slider("δ — divergence budget", DELTA_MIN, DELTA_MAX, step=0.0001, format="%.4f", key=state.key("delta"),
-              help="Every measure except the ratio clip keeps D(r) ≤ δ. GRPO's ε_low = 0.2 is KL3 at δ ≈ 0.0231.")
-    st.button("Match δ to ε_low under KL3", on_click=match_delta_to_eps_low, width="stretch", key="explorer.match",
-              help="Sets δ so that KL3's lower bound is 1 − ε_low (ATR-GRPO's choice).")
-    st.slider("ε_low — ratio clip, lower side", EPS_MIN, EPS_MAX, step=0.01, format="%.2f",
-              key=state.key("eps_low"))
-    st.slider("ε_high — ratio clip, upper side", EPS_MIN, EPS_MAX, step=0.01, format="%.2f",
-              key=state.key("eps_high"), help="DAPO's clip-higher uses 0.28 with ε_low = 0.2.")
-    st.slider("p = π_old(a) — per-token measures", P_MIN, P_MAX, step=0.001, format="%.3f", key=state.key("p"),
-              help="Binary KL and binary TV depend on the old probability of the sampled token.")
-    st.multiselect("Measures", tuple(theory.MEASURES), format_func=label_for, key=state.key("measures"))
-    st.button("Reset", on_click=state.reset, type="primary", width="stretch", icon=":material/restart_alt:",
-              key="explorer.reset")
+with st.container(border=True, key="explorer-controls"):
+    st.markdown("**Presets**")
+    cols = st.columns(len(PRESETS))
+    for col, preset in zip(cols, PRESETS.values()):
+        col.button(preset.name, help=preset.description, on_click=state.set, args=(preset.values,),
+                   width="stretch", key=f"explorer.preset.{preset.name}")
+    budget, ratio = st.columns(2, gap="large")
+    with budget:
+        number_with_slider(state, PARAM["delta"], log=True, step=1e-4,
+                           help="Every measure except the ratio clip keeps D(r) ≤ δ. GRPO's ε_low = 0.2 is KL3 at "
+                                "δ ≈ 0.0231; any value from 1e-8 to 0.5, e.g. 4.5e-8.")
+        low_col, high_col = st.columns(2)
+        low_col.button("Match δ to ε_low under KL3", on_click=match_delta, args=("eps_low",), width="stretch",
+                       key="explorer.match", help="Sets δ so that KL3's lower bound is 1 − ε_low (ATR-GRPO's choice).")
+        high_col.button("Match δ to ε_high under KL3", on_click=match_delta, args=("eps_high",), width="stretch",
+                        key="explorer.match_high", help="Sets δ so that KL3's upper bound is 1 + ε_high.")
+        number_with_slider(state, PARAM["p"], log=False, step=0.001, fmt="%.6g", slider_step=0.001,
+                           help="Binary KL and binary TV depend on the old probability of the sampled token.")
+    with ratio:
+        number_with_slider(state, PARAM["eps_low"], log=True, step=0.01, fmt="%.6g",
+                           help="The ratio clip's lower side, 1 − ε_low ≤ r. GSPO clips at 3e-4.")
+        number_with_slider(state, PARAM["eps_high"], log=True, step=0.01, fmt="%.6g",
+                           help="The upper side, r ≤ 1 + ε_high. DAPO's clip-higher uses 0.28 with ε_low = 0.2; "
+                                "GSPO 4e-4.")
+    measures_col, reset_col = st.columns([4, 1], vertical_alignment="bottom")
+    measures_col.multiselect("Measures", tuple(theory.MEASURES), format_func=label_for, key=state.key("measures"))
+    reset_col.button("Reset", on_click=state.reset, type="primary", width="stretch", icon=":material/restart_alt:",
+                     key="explorer.reset")
 
 values = state.values()
 query = state.sync()
@@ -77,21 +78,20 @@ intervals, errors = clip_intervals(values["measures"], values["delta"], values["
                                    values["p"])
 show_messages(errors, kind="error")
 if not values["measures"]:
-    st.info("Choose at least one measure in the sidebar.")
+    st.info("Choose at least one measure above.")
 
 left, right = st.columns(2)
-left.plotly_chart(divergence_curves(intervals, values["delta"]), key="explorer.curves")
-right.plotly_chart(divergence_curves(intervals, values["delta"], log_space=True), key="explorer.curves_log")
+figure(divergence_curves(intervals, values["delta"]), "divclip_divergence_curves", left, key="explorer.curves")
+figure(divergence_curves(intervals, values["delta"], log_space=True), "divclip_divergence_log", right,
+       key="explorer.curves_log")
 
 maths, bars = st.columns(2, vertical_alignment="center")
 with maths:
     st.markdown("**Each measure and its interval**")
     for iv in intervals:
         st.latex(formula_latex(iv))
-with bars:
-    st.plotly_chart(interval_chart(intervals), key="explorer.intervals")
-
-st.plotly_chart(surrogate_figure(intervals), key="explorer.surrogate")
+figure(interval_chart(intervals), "divclip_intervals", bars, key="explorer.intervals")
+figure(surrogate_figure(intervals), "divclip_surrogate", key="explorer.surrogate")
 
 st.subheader("Equivalent ratio clip per measure")
 st.table(table_rows(intervals), hide_index=True)
@@ -124,5 +124,16 @@ for col, engine, title in zip(st.columns(2), ("verl", "trl"), ("verl 0.9.1", "TR
         st.code(text, language=language, wrap_lines=True)  # st.code has a copy button
         st.download_button(f"{engine} settings", text, file_name=f"divclip_{engine}.{_SUFFIX[fmt]}",
                            mime="text/plain", icon=":material/download:", key=f"explorer.export_{engine}")
+
+st.subheader("Continue with these values")
+derivable = [iv for iv in intervals if iv.name in derivable_measures() and iv.delta is not None]
+link_cols = st.columns(max(len(derivable), 1) + 1)
+for col, iv in zip(link_cols, derivable):
+    col.page_link("views/proof.py", label=f"The proof for {iv.label} at δ = {iv.delta:.6g}",
+                  icon=":material/functions:", query_params={"measure": iv.name, "delta": format_number(iv.delta)})
+link_cols[-1].page_link(
+    "views/sanity_check.py", label=f"Sanity-check a config against ε = {values['eps_low']:g} / {values['eps_high']:g}",
+    icon=":material/fact_check:",
+    query_params={"eps_low": format_number(values["eps_low"]), "eps_high": format_number(values["eps_high"])})
 st.markdown("**Link to this view**")
 st.code(share_link(query), language=None, wrap_lines=True)

@@ -4,7 +4,7 @@ import streamlit as st
 
 from divclip.app.figures import divergence_curves, interval_chart
 from divclip.app.intervals import clip_intervals, format_bound, table_rows
-from divclip.app.page_parts import formula_latex, share_link, show_messages
+from divclip.app.page_parts import figure, formula_latex, number_with_slider, share_link, show_messages
 from divclip.app.presets import ATR_DELTA, DELTA_MAX, DELTA_MIN, P_MAX, P_MIN
 from divclip.app.state import FloatParam, PageState, TextParam
 from divclip.theory import measure_from_formula
@@ -21,6 +21,7 @@ CUSTOM_SPEC = (
     FloatParam("delta", "δ (divergence budget)", ATR_DELTA, DELTA_MIN, DELTA_MAX),
     FloatParam("p", "p = π_old(a)", 0.1, P_MIN, P_MAX),
 )
+PARAM = {param.key: param for param in CUSTOM_SPEC}
 state = PageState("custom", CUSTOM_SPEC)
 url_warnings = state.init()
 
@@ -39,19 +40,22 @@ st.markdown(
 )
 show_messages(url_warnings, kind="warning")
 
-with st.sidebar:
-    st.subheader("Examples")
-    for label, text in EXAMPLES.items():
-        st.button(label, help=text, on_click=state.set, args=({"formula": text},), width="stretch",
-                  key=f"custom.example.{label}")
-    st.subheader("Budget")
-    st.slider("δ — divergence budget", DELTA_MIN, DELTA_MAX, step=0.0001, format="%.4f", key=state.key("delta"))
-    st.slider("p = π_old(a) — if the formula uses p", P_MIN, P_MAX, step=0.001, format="%.3f", key=state.key("p"))
-    st.button("Reset", on_click=state.reset, type="primary", width="stretch", icon=":material/restart_alt:",
-              key="custom.reset")
-
-st.text_input("D(r[, p]) =", key=state.key("formula"), max_chars=MAX_FORMULA_CHARS,
-              placeholder="e.g. r*log(r) - r + 1")
+with st.container(border=True, key="custom-controls"):
+    st.markdown("**Examples**")
+    cols = st.columns(len(EXAMPLES) + 1)
+    for col, (label, text) in zip(cols, EXAMPLES.items()):
+        col.button(label, help=text, on_click=state.set, args=({"formula": text},), width="stretch",
+                   key=f"custom.example.{label}")
+    cols[-1].button("Reset", on_click=state.reset, type="primary", width="stretch", icon=":material/restart_alt:",
+                    key="custom.reset")
+    st.text_input("D(r[, p]) =", key=state.key("formula"), max_chars=MAX_FORMULA_CHARS,
+                  placeholder="e.g. r*log(r) - r + 1")
+    budget, prob = st.columns(2, gap="large")
+    with budget:
+        number_with_slider(state, PARAM["delta"], log=True, step=1e-4, help=f"Any δ in [{DELTA_MIN:g}, {DELTA_MAX:g}].")
+    with prob:
+        number_with_slider(state, PARAM["p"], log=False, step=0.001, fmt="%.6g",
+                           help=f"Only used if the formula has p; any value in [{P_MIN:g}, {P_MAX:g}].")
 values = state.values()
 query = state.sync()
 
@@ -81,9 +85,10 @@ if measure is not None:
                      delta_arrow="off")
     if intervals:
         left, right = st.columns(2)
-        left.plotly_chart(divergence_curves(intervals, values["delta"]), key="custom.curves")
-        right.plotly_chart(divergence_curves(intervals, values["delta"], log_space=True), key="custom.curves_log")
-        st.plotly_chart(interval_chart(intervals), key="custom.intervals")
+        figure(divergence_curves(intervals, values["delta"]), "divclip_custom_curves", left, key="custom.curves")
+        figure(divergence_curves(intervals, values["delta"], log_space=True), "divclip_custom_curves_log", right,
+               key="custom.curves_log")
+        figure(interval_chart(intervals), "divclip_custom_intervals", key="custom.intervals")
         st.table(table_rows(intervals), hide_index=True)
 
 st.markdown("**Link to this view**")

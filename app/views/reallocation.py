@@ -8,7 +8,7 @@ import re
 
 import streamlit as st
 
-from divclip.app.page_parts import share_link, show_messages
+from divclip.app.page_parts import figure, share_link, show_messages
 from divclip.app.realloc_figures import (
     bucket_figure,
     entropy_figure,
@@ -83,7 +83,7 @@ def chosen_specs(presets, extra: str) -> dict:
                 raise ValueError(f"other specs: {label!r} is already chosen above")
             specs[label] = spec
     if not specs:
-        raise ValueError("choose at least one clip spec (sidebar)")
+        raise ValueError("choose at least one clip spec (Clip specs, above)")
     return specs
 
 
@@ -122,25 +122,26 @@ st.markdown(
 )
 show_messages(url_warnings, kind="warning")
 
-with st.sidebar:
-    st.subheader("Examples")
-    for label, example in EXAMPLES.items():
-        st.button(label, on_click=state.set, args=(example,), width="stretch", key=f"realloc.example.{label}",
-                  help=f"π_old = {example['probs']}, A = {example['adv']}, lr {example['lr']:g}, "
-                       f"{example['epochs']:.0f} epochs")
-    st.subheader("Clip specs")
-    st.multiselect("Presets", SPEC_CHOICES, key=state.key("specs"),
-                   help="Presets: grpo ratio 0.2, dapo 0.2/0.28, atr KL3 δ = 0.023144, dppo_kl binary "
-                        "KL δ = 0.05, dppo_tv binary TV δ = 0.2, gspo ratio 3e-4/4e-4.")
-    st.text_input("Other specs", key=state.key("extra"), placeholder="kl3:0.05, ratio:0.1:0.3, chi2",
-                  help="Comma-separated: a measure at the δ with GRPO's lower bound (kl3), 'measure:δ', "
-                       "'ratio:ε' or 'ratio:ε_low:ε_high'.")
-    st.subheader("Softmax dynamics")
-    st.number_input("lr — gradient step on the logits", min_value=0.001, max_value=10.0, step=0.05, format="%.3f",
-                    key=state.key("lr"))
-    st.number_input("PPO epochs on one batch", min_value=1.0, max_value=200.0, step=1.0, format="%.0f",
-                    key=state.key("epochs"))
-    st.button("Reset", on_click=state.reset, type="primary", width="stretch", icon=":material/restart_alt:")
+with st.container(border=True, key="realloc-controls"):  # in the page: on a phone the sidebar hides
+    st.markdown("**Examples**")
+    cols = st.columns(len(EXAMPLES))
+    for col, (label, example) in zip(cols, EXAMPLES.items()):
+        col.button(label, on_click=state.set, args=(example,), width="stretch", key=f"realloc.example.{label}",
+                   help=f"π_old = {example['probs']}, A = {example['adv']}, lr {example['lr']:g}, "
+                        f"{example['epochs']:.0f} epochs")
+    specs_col, extra_col = st.columns(2)
+    specs_col.multiselect("Clip specs", SPEC_CHOICES, key=state.key("specs"),
+                          help="Presets: grpo ratio 0.2, dapo 0.2/0.28, atr KL3 δ = 0.023144, dppo_kl binary "
+                               "KL δ = 0.05, dppo_tv binary TV δ = 0.2, gspo ratio 3e-4/4e-4.")
+    extra_col.text_input("Other specs", key=state.key("extra"), placeholder="kl3:0.05, ratio:0.1:0.3, chi2",
+                         help="Comma-separated: a measure at the δ with GRPO's lower bound (kl3), 'measure:δ', "
+                              "'ratio:ε' or 'ratio:ε_low:ε_high'.")
+    lr_col, epochs_col, reset_col = st.columns([2, 2, 1], vertical_alignment="bottom")
+    lr_col.number_input("lr — gradient step on the logits", min_value=0.001, max_value=10.0, step=0.05,
+                        format="%.3f", key=state.key("lr"))
+    epochs_col.number_input("PPO epochs on one batch", min_value=1.0, max_value=200.0, step=1.0, format="%.0f",
+                            key=state.key("epochs"))
+    reset_col.button("Reset", on_click=state.reset, type="primary", width="stretch", icon=":material/restart_alt:")
 
 left, right = st.columns(2)
 left.text_input("π_old (probs) — probabilities summing to 1", key=state.key("probs"))
@@ -184,7 +185,7 @@ st.caption(
     "zeroed by a bound."
 )
 
-st.plotly_chart(feasible_figure(comp, colours), key="realloc.feasible")
+figure(feasible_figure(comp, colours), "divclip_feasible", key="realloc.feasible")
 
 st.markdown(f"**{row.label}: the one-step optimum and the softmax drift, per action**")
 st.dataframe(
@@ -197,18 +198,18 @@ st.dataframe(
                    for c in ("p", "q_min", "q_max", "π_new (LP)", "Δ (LP)", "π after PG", "r after PG")},
 )
 flow_col, ratio_col = st.columns(2)
-flow_col.plotly_chart(flow_figure(o, colours[row.label], row.label), key="realloc.flow")
-ratio_col.plotly_chart(ratio_figure(d, comp.adv, row.label), key="realloc.ratio")
+figure(flow_figure(o, colours[row.label], row.label), "divclip_flow", flow_col, key="realloc.flow")
+figure(ratio_figure(d, comp.adv, row.label), "divclip_ratio_drift", ratio_col, key="realloc.ratio")
 st.caption(f"Left: who gives mass to whom in the one-step optimum (the optimum fixes only the net changes; the split "
            f"is proportional). Right: dashed lines are each action's clip interval [lo, hi] under {row.label}; a ○ "
            "marks an epoch in which that action's gradient was zeroed by a bound. Its ratio still moves: the softmax "
            "drags it along with the other logits, so per-token clipping is not a trust region.")
 
-st.plotly_chart(bucket_figure(comp, colours), key="realloc.buckets")
+figure(bucket_figure(comp, colours), "divclip_buckets", key="realloc.buckets")
 ent_col, room_col = st.columns(2)
-ent_col.plotly_chart(entropy_figure(comp, colours), key="realloc.entropy")
-room_col.plotly_chart(headroom_figure({label: headroom(spec) for label, spec in specs.items()}, comp, colours),
-                      key="realloc.headroom")
+figure(entropy_figure(comp, colours), "divclip_entropy", ent_col, key="realloc.entropy")
+figure(headroom_figure({label: headroom(spec) for label, spec in specs.items()}, comp, colours), "divclip_headroom",
+       room_col, key="realloc.headroom")
 
 st.subheader("Compared across clip specs")
 st.caption(

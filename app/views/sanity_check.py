@@ -5,15 +5,64 @@ A thin page: uploads go as bytes to `divclip.sanity.report.report_from_uploads` 
 """
 
 import json
+import math
+from pathlib import Path
 
 import streamlit as st
 
+from divclip.app.page_parts import figure, rounded_rows
 from divclip.sanity import figures
 from divclip.sanity.report import jsonable, report_from_uploads
 from divclip.theory import MEASURES
 
 CONFIG_TYPES = ["yaml", "yml", "json", "txt", "sh"]
 ROLLOUT_TYPES = ["npz", "parquet", "jsonl", "safetensors"]
+EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
+# Example inputs shipped with the app: (config file or None, rollout file or None) per button.
+EXAMPLES = {
+    "verl DAPO config + rollouts": ("verl_dapo.yaml", "rollouts_example.jsonl"),
+    "TRL GSPO config + rollouts": ("trl_gspo.yaml", "rollouts_example.jsonl"),
+    "Rollouts only": (None, "rollouts_example.jsonl"),
+}
+EXAMPLE_KEY = "sanity_example"
+LINK_KEY = "sanity._link"  # the ε/measure query a link brought, applied once per new link
+
+
+def example_file(name: str) -> tuple[str, bytes]:
+    return name, (EXAMPLES_DIR / name).read_bytes()
+
+
+def choose_example(label: str | None) -> None:
+    st.session_state[EXAMPLE_KEY] = label
+
+
+def apply_link() -> str | None:
+    """ε_low / ε_high / measure from the URL (links from the explorer and the proof) into the options, once per
+    link; returns what was applied, for a note."""
+    query = st.query_params.to_dict()
+    wanted = {k: query[k] for k in ("eps_low", "eps_high", "measure") if k in query}
+    if not wanted or st.session_state.get(LINK_KEY) == wanted:
+        return None
+    st.session_state[LINK_KEY] = wanted
+    applied = []
+    for key in ("eps_low", "eps_high"):
+        if key in wanted:
+            try:
+                value = float(wanted[key])
+            except ValueError:
+                value = math.nan
+            if math.isfinite(value) and 1e-6 <= value <= 10.0:
+                st.session_state[f"sanity_{key}"] = value
+                applied.append(f"{key} = {value:g}")
+            else:
+                st.warning(f"{key}={wanted[key]!r} in the link is not a number in [1e-06, 10]; ignored.")
+    if "measure" in wanted:
+        if wanted["measure"] in MEASURES:
+            st.session_state["sanity_measure"] = wanted["measure"]
+            applied.append(f"measure = {wanted['measure']}")
+        else:
+            st.warning(f"measure={wanted['measure']!r} in the link is not one of {', '.join(MEASURES)}; ignored.")
+    return ", ".join(applied) or None
 
 st.title("Sanity check a clip setting")
 st.write(
@@ -23,12 +72,28 @@ st.write(
     "divergence budget, whether it can bind at all, which tokens it would clip, and what KL3 would do instead."
 )
 
+linked = apply_link()
+if linked:
+    st.info(f"From the link: {linked} (in Options below). They override the config's ε.")
+
+with st.container(border=True, key="sanity-examples"):
+    st.markdown("**No files at hand? Try an example** — or download one to see the format.")
+    cols = st.columns(len(EXAMPLES))
+    for col, label in zip(cols, EXAMPLES):
+        col.button(label, on_click=choose_example, args=(label,), width="stretch", key=f"sanity.example.{label}",
+                   icon=":material/play_arrow:")
+    names = sorted({n for pair in EXAMPLES.values() for n in pair if n})
+    cols = st.columns(len(names))
+    for col, name in zip(cols, names):
+        col.download_button(name, (EXAMPLES_DIR / name).read_bytes(), file_name=name, icon=":material/download:",
+                            key=f"sanity.download.{name}", width="stretch", on_click="ignore")
+
 left, right = st.columns(2)
 config_file = left.file_uploader("Config", type=CONFIG_TYPES, key="sanity_config")
 rollout_file = right.file_uploader("Rollouts", type=ROLLOUT_TYPES, key="sanity_rollouts")
 overrides_text = st.text_area("Hydra overrides (key=value, on top of the config)", key="sanity_overrides",
                               placeholder="actor_rollout_ref.actor.clip_ratio_high=0.28")
-with st.expander("Options"):
+with st.expander("Options", expanded=bool(linked)):
     c1, c2, c3 = st.columns(3)
     intended = c1.selectbox("Measure the clip should express", ["(none)"] + list(MEASURES), key="sanity_measure")
     eps_low = c2.number_input("ε_low override", min_value=1e-6, max_value=10.0, value=None, format="%.4g",
@@ -40,25 +105,43 @@ with st.expander("Options"):
     seed = int(c2.number_input("Noise seed", min_value=0, value=0, step=1, key="sanity_seed"))
     framework = c3.selectbox("Framework", ["auto", "verl", "trl"], key="sanity_framework")
 
-if config_file is None and rollout_file is None and not overrides_text.strip():
-    st.info("Upload a config and/or a rollout file to start.")
+config = None if config_file is None else (config_file.name, config_file.getvalue())
+rollouts = None if rollout_file is None else (rollout_file.name, rollout_file.getvalue())
+example = st.session_state.get(EXAMPLE_KEY)
+if example in EXAMPLES:  # an uploaded file replaces the example's file of the same kind
+    config_name, rollouts_name = EXAMPLES[example]
+    used = []
+    if config is None and config_name:
+        config, used = example_file(config_name), used + [config_name]
+    if rollouts is None and rollouts_name:
+        rollouts, used = example_file(rollouts_name), used + [rollouts_name]
+    if used:
+        st.info(f"Example: {example} (using {', '.join(used)}). Upload your own files to replace it.")
+    st.button("Clear the example", on_click=choose_example, args=(None,), key="sanity.example.clear")
+
+if config is None and rollouts is None and not overrides_text.strip():
+    st.info("Upload a config and/or a rollout file to start, or try an example above.")
     st.stop()
 
+options = dict(framework=None if framework == "auto" else framework,
+               intended_measure=None if intended == "(none)" else intended,
+               eps_low=eps_low, eps_high=eps_high, sigma=sigma, seed=seed)
 try:
-    report = report_from_uploads(
-        config=None if config_file is None else (config_file.name, config_file.getvalue()),
-        rollouts=None if rollout_file is None else (rollout_file.name, rollout_file.getvalue()),
-        overrides_text=overrides_text,
-        framework=None if framework == "auto" else framework,
-        intended_measure=None if intended == "(none)" else intended,
-        eps_low=eps_low,
-        eps_high=eps_high,
-        sigma=sigma,
-        seed=seed,
-    )
+    report = report_from_uploads(config=config, rollouts=rollouts, overrides_text=overrides_text, **options)
 except ValueError as exc:
+    report = None
+    if rollouts is not None and (config is not None or overrides_text.strip()):
+        # A broken config (or overrides box) must not hide the rollout report: check the rollouts alone. If they
+        # fail too, the one error above is all there is to say.
+        try:
+            report = report_from_uploads(config=None, rollouts=rollouts, overrides_text="", **options)
+        except ValueError:
+            report = None
     st.error(f"Cannot check this input: {exc}")
-    st.stop()
+    if report is None:
+        st.stop()
+    st.warning("The report below is for the rollouts alone: the config and overrides were left out because of "
+               "the error above. The clip is the ε overrides' (Options), else each measure's default budget.")
 except Exception as exc:  # noqa: BLE001 - no traceback reaches a visitor: one message, whatever went wrong
     st.error(f"Cannot check this input: {type(exc).__name__}: {str(exc)[:300]}")
     st.stop()
@@ -93,9 +176,11 @@ if budget and budget["kind"] != "none":
         st.write(f"ε_low = {budget['eps_low']:g} is a KL3 budget δ = {kl3['delta_from_eps_low']:.6g}, whose "
                  f"upper width is ε_high = {kl3['implied_eps_high']:.4g} (config: {budget['eps_high']}).")
     if budget["kind"] == "divergence":
-        st.dataframe(budget["intervals"], hide_index=True)
-    st.dataframe([{k: v for k, v in r.items() if k != "problems"} for r in budget["equivalents"]], hide_index=True)
-    st.plotly_chart(figures.budget_intervals_figure(budget))
+        st.dataframe(rounded_rows(budget["intervals"]), hide_index=True)
+    st.dataframe(rounded_rows({k: v for k, v in r.items() if k != "problems"} for r in budget["equivalents"]),
+                 hide_index=True)
+    st.caption("Numbers rounded to 6 significant digits; the JSON download below has them in full.")
+    figure(figures.budget_intervals_figure(budget), "divclip_budget_intervals", key="sanity.budget")
 
 # ---------------------------------------------------------------------------------------------- rollouts
 ro = report["rollouts"]
@@ -104,14 +189,15 @@ if ro:
     (st.info if ro["ratios"]["source"] == "file" else st.warning)(ro["ratios"]["text"])
     for note in ro["notes"]:
         st.caption(note)
-    st.dataframe([{k: m.get(k) for k in ("measure", "clipfrac", "clipfrac_low", "clipfrac_high", "dual_clipfrac",
-                                          "interval", "problem")} for m in ro["measures"]], hide_index=True)
-    st.plotly_chart(figures.log_ratio_histogram_figure(ro))
-    st.plotly_chart(figures.delta_sweep_figure(ro))
+    st.dataframe(rounded_rows({k: m.get(k) for k in ("measure", "clipfrac", "clipfrac_low", "clipfrac_high",
+                                                      "dual_clipfrac", "interval", "problem")}
+                              for m in ro["measures"]), hide_index=True)
+    figure(figures.log_ratio_histogram_figure(ro), "divclip_log_ratio_histogram", key="sanity.histogram")
+    figure(figures.delta_sweep_figure(ro), "divclip_delta_sweep", key="sanity.sweep")
     usable = [m["measure"] for m in ro["measures"] if not m["problem"]]
     pick = st.selectbox("Breakdown for", usable, index=usable.index("kl3") if "kl3" in usable else 0,
                         key="sanity_bucket_measure")
-    st.plotly_chart(figures.bucket_figure(ro, pick))
+    figure(figures.bucket_figure(ro, pick), "divclip_breakdown", key="sanity.breakdown")
 
 for note in report["notes"]:
     st.caption(note)

@@ -98,7 +98,7 @@ def test_explorer_link_reproduces_theory_bounds(page, app_url, artifacts):
 
 def test_preset_button_updates_url_and_table(page, app_url, artifacts):
     open_page(page, app_url, "", {"measures": "kl3"})
-    page.locator('[data-testid="stSidebar"]').get_by_role("button", name="DAPO", exact=True).click()
+    page.locator(".st-key-explorer-controls").get_by_role("button", name="DAPO", exact=True).click()
     wait_idle(page)
     page.wait_for_function("() => window.location.search.includes('eps_high=0.28')")
     written = parse_qs(urlparse(page.url).query)
@@ -120,7 +120,7 @@ def test_bad_url_parameters_warn_without_traceback(page, app_url, artifacts):
 
 
 def test_proof_page_shows_every_check_passed(page, app_url, artifacts):
-    open_page(page, app_url, "proof", {"measure": "chi2", "delta": "0.04"})
+    open_page(page, app_url, "proof", {"measure": "chi2", "delta": "0.04", "view": "all"})
     assert_no_exception(page)
     steps = page.locator("h4").all_inner_texts()
     passed = page.get_by_text(re.compile(r"^Check passed")).count()

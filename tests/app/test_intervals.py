@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from divclip import theory
 from divclip.app.export import interval_spec, method_export
 from divclip.app.intervals import clip_intervals, format_bound, table_csv, table_rows
-from divclip.app.methods import METHOD_COLOURS, colour_for, method_for
+from divclip.app.methods import METHOD_COLOURS, colour_for, label_for, method_for
 from divclip.app.presets import ATR_DELTA, DELTA_MAX, DELTA_MIN, PRESETS, kl3_delta_matching, matching_preset
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,8 +46,24 @@ def test_table_and_csv_hold_the_same_numbers():
     assert rows[0]["l"] == format_bound(lo) == f"{lo:.6f}" and rows[0]["u"] == format_bound(hi)
     parsed = list(csv.DictReader(io.StringIO(table_csv(ivs))))
     assert [r["measure"] for r in parsed] == ["kl3", "ratio", "binary_kl"]
-    assert float(parsed[0]["l"]) == lo and float(parsed[0]["u"]) == hi  # full precision, not the 6 shown
+    # full precision (12 significant digits, theory's accuracy), not the 6 shown
+    assert float(parsed[0]["l"]) == pytest.approx(lo, rel=1e-11)
+    assert float(parsed[0]["u"]) == pytest.approx(hi, rel=1e-11)
+    assert parsed[0]["l"] == f"{lo:.12g}" and len(parsed[0]["l"].replace("0.", "", 1)) == 12
     assert float(parsed[2]["p"]) == 0.01 and parsed[1]["budget"] == ""
+
+
+@pytest.mark.parametrize(("eps_low", "eps_high"), [(0.2, 0.28), (0.1, 0.1), (0.3, 0.7), (3e-4, 4e-4)])
+def test_csv_and_table_have_no_float_noise(eps_low, eps_high):
+    """1 − 0.2 is 0.8 in the table and the CSV, never repr's 0.7999999999999999 or 0.19999999999999996."""
+    ivs, _ = clip_intervals(["ratio", "kl3"], 0.05, eps_low, eps_high, 0.1)
+    text = table_csv(ivs)
+    assert not re.search(r"9999999|0000000\d", text), text
+    ratio = list(csv.DictReader(io.StringIO(text)))[0]
+    assert float(ratio["l"]) == pytest.approx(1 - eps_low, rel=1e-11)
+    assert float(ratio["ε_low"]) == eps_low and ratio["method"] == method_for("ratio", eps_low,
+                                                                                                 eps_high)
+    assert ratio["D(r[, p])"] == f"1 − {eps_low:g} ≤ r ≤ 1 + {eps_high:g}"  # not abs(r - 1): asymmetric ε
 
 
 def test_verl_and_trl_settings_for_one_interval():
@@ -77,7 +94,7 @@ def test_kl3_delta_matching_clamps_with_a_message():
     assert kl3_delta_matching(0.2) == (ATR_DELTA, None)
     delta, notice = kl3_delta_matching(0.9)  # D(0.1) = 1.40: beyond the slider
     assert delta == DELTA_MAX and "1.40259" in notice
-    delta, notice = kl3_delta_matching(0.01)  # D(0.99) = 5.0e-5: below it
+    delta, notice = kl3_delta_matching(1e-4)  # D(0.9999) = 5.0e-9: below it
     assert delta == DELTA_MIN and notice
 
 
@@ -97,3 +114,30 @@ def test_methods(name, method):
 
 def test_ratio_is_grpo_when_symmetric_and_dapo_with_clip_higher():
     assert method_for("ratio", 0.2, 0.2) == "GRPO" and method_for("ratio", 0.2, 0.28) == "DAPO"
+
+
+@pytest.mark.parametrize(("eps", "method", "colour"),
+                         [((0.1, 0.1), "ratio clip", "GRPO"), ((0.2, 0.3), "ratio clip", "DAPO"),
+                          ((3e-4, 4e-4), "GSPO", "DAPO"), ((0.3, 0.2), "ratio clip", "GRPO"),
+                          ((0.2 + 1e-7, 0.2), "ratio clip", "GRPO")])
+def test_ratio_clip_is_named_by_its_eps(eps, method, colour):
+    """Only GRPO's, DAPO's and GSPO's published ε carry their names; any other ε is a plain ratio clip."""
+    assert method_for("ratio", *eps) == method and colour_for("ratio", *eps) == METHOD_COLOURS[colour]
+    assert label_for("ratio") == "ratio clip"
+
+
+def test_presets_are_distinct():
+    values = [tuple(sorted((k, tuple(v) if isinstance(v, tuple) else v) for k, v in p.values.items()))
+              for p in PRESETS.values()]
+    assert len(set(values)) == len(values)
+    numbers = [tuple(p.values[k] for k in ("delta", "eps_low", "eps_high", "p")) for p in PRESETS.values()]
+    assert len(set(numbers)) == len(numbers), "two presets differ only in which measures they show"
+    assert PRESETS["ATR-GRPO"].values["eps_high"] == pytest.approx(theory.kl3_bounds(ATR_DELTA)[1] - 1, abs=1e-6)
+    assert PRESETS["GSPO"].values["eps_low"] == 3e-4 and PRESETS["GSPO"].values["eps_high"] == 4e-4
+
+
+def test_kl3_delta_matching_eps_high():
+    delta, notice = kl3_delta_matching(eps_high=0.28)
+    assert notice is None and theory.kl3_bounds(delta)[1] == pytest.approx(1.28, abs=1e-12)
+    with pytest.raises(ValueError, match="exactly one of eps_low, eps_high"):
+        kl3_delta_matching(0.2, 0.28)

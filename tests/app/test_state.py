@@ -9,7 +9,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from divclip.app.presets import EXPLORER_SPEC, PRESETS
-from divclip.app.state import ChoiceListParam, ChoiceParam, FloatParam, TextParam, defaults, encode_query, parse_query
+from divclip.app.state import (
+    ChoiceListParam,
+    ChoiceParam,
+    FloatParam,
+    IntParam,
+    TextParam,
+    defaults,
+    encode_query,
+    parse_query,
+)
 
 DELTA = FloatParam("delta", "δ", 0.02, 0.001, 0.5)
 MEASURES = ChoiceListParam("measures", "measure", ("kl3",), ("kl3", "ratio", "binary_kl"))
@@ -81,3 +90,13 @@ def test_every_preset_is_a_valid_url_state(name):
     values, warnings = parse_query(EXPLORER_SPEC, encode_query(EXPLORER_SPEC, PRESETS[name].values))
     assert warnings == []
     assert values["measures"] == PRESETS[name].values["measures"]
+
+
+@pytest.mark.parametrize(("raw", "value", "message"),
+                         [("3", 3, None), (" 7 ", 7, None), ("0", 1, "step=0 is outside the allowed range [1, 20]"),
+                          ("99", 20, "using 20"), ("2.5", 4, "is not a whole number"), ("x", 4, "not a whole number")])
+def test_int_param(raw, value, message):
+    param = IntParam("step", "lecture step", 4, 1, 20)
+    got, warning = param.parse(raw)
+    assert got == value and (warning is None if message is None else message in warning)
+    assert param.encode(got) == str(value)
