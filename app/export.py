@@ -13,6 +13,7 @@ are TRL's own GRPOConfig; TRL has no DPPO mask (a ValueError says so). `divclip 
 from __future__ import annotations
 
 import math
+import shlex
 from dataclasses import dataclass
 
 from divclip.app.intervals import ClipInterval
@@ -80,8 +81,21 @@ def method_export(spec, engine: str, label: str | None = None) -> MethodExport:
     return _verl_export(spec, label) if engine == "verl" else _trl_export(spec, label)
 
 
+def _combined(spec) -> bool:
+    from divclip.theory.spec import AllOf, is_adaptive
+
+    return isinstance(spec, AllOf) or is_adaptive(spec)
+
+
 def describe(spec) -> str:
     """'ATR-GRPO: kl3 δ = 0.0231436, r in [0.8, 1.230842]' — the method, its budget and its clip."""
+    from divclip.theory.spec import AllOf, is_adaptive
+
+    if isinstance(spec, AllOf):
+        return "intersection, per token [max lo, min hi] of: " + "; ".join(describe(p) for p in spec.parts)
+    if is_adaptive(spec):
+        return (f"adaptive δ holding {spec.signal} at {spec.target:g} (gain {spec.gain:g}, δ in "
+                f"[{spec.delta_min:.4g}, {spec.delta_max:.4g}]), from {describe(spec.fixed())}")
     name = spec.measure if isinstance(spec.measure, str) else spec.measure.name
     if spec.mode == "sapo":
         return f"SAPO: soft gate, τ+ = {spec.tau_pos:g}, τ- = {spec.tau_neg:g}"
@@ -100,6 +114,15 @@ def _num(x) -> float:
 
 
 def _verl_export(spec, label: str) -> MethodExport:
+    if _combined(spec):  # intersections and adaptive δ: the divclip_method mode reads the whole method string
+        from divclip.theory.spec import method_string
+        from divclip.trainer.integrations.verl_names import METHOD_ENV, METHOD_MODE
+
+        env = {advice.PLUGIN_ENV: advice.PLUGIN_MODULE, METHOD_ENV: method_string(spec)}
+        notes = (f"{METHOD_MODE} reads the whole method from {METHOD_ENV}; verl's clip_ratio* keys are ignored",)
+        if getattr(spec, "signal", None) == "entropy":
+            raise ValueError("verl does not hand the policy loss the entropy: adapt to clipfrac or kl3 for verl")
+        return MethodExport("verl", label, env, {VERL_PREFIX + "policy_loss.loss_mode": METHOD_MODE}, notes)
     name = spec.measure if isinstance(spec.measure, str) else spec.measure.name
     env: dict = {}
     keys: dict = {}
@@ -150,6 +173,12 @@ def _verl_export(spec, label: str) -> MethodExport:
 def _trl_export(spec, label: str) -> MethodExport:
     name = spec.measure if isinstance(spec.measure, str) else spec.measure.name
     notes = [_TRL_ON_POLICY]
+    if _combined(spec):  # intersections and adaptive δ: DivClipGRPOConfig(clip_method=...)
+        from divclip.theory.spec import method_string
+
+        notes.append("clip_method replaces clip_measure/clip_delta/epsilon_high; TRL's epsilon is ignored")
+        return MethodExport("trl", label, {}, {"clip_method": method_string(spec)}, tuple(notes),
+                            "DivClipGRPOConfig")
     if spec.mode == "sapo":
         return MethodExport("trl", label, {}, {"loss_type": "sapo", "sapo_temperature_pos": _num(spec.tau_pos),
                                                "sapo_temperature_neg": _num(spec.tau_neg)}, tuple(notes),
@@ -198,7 +227,7 @@ def _py_value(v) -> str:
 
 def _verl_body(e: MethodExport, fmt: str) -> list[str]:
     if fmt == "overrides":
-        lines = [f"{k}={v}" for k, v in e.env.items()] + ["python3 -m verl.trainer.main_ppo"]
+        lines = [f"{k}={shlex.quote(str(v))}" for k, v in e.env.items()] + ["python3 -m verl.trainer.main_ppo"]
         lines += [f"    {k}={_override_value(v)}" for k, v in e.settings.items()]
         return [line + " \\" for line in lines[:-1]] + lines[-1:]
     if fmt == "yaml":

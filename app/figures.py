@@ -235,3 +235,26 @@ def surrogate_figure(intervals: Sequence[ClipInterval]) -> go.Figure:
         annotations=[_panel_title("A > 0: flat above u", _LEFT), _panel_title("A < 0: flat below l", _RIGHT)],
     )
     return _figure(traces, layout)
+
+
+def intersection_bounds(intervals: Sequence[ClipInterval]) -> tuple[float, float] | None:
+    """[max l, min u] over the intervals: where every chosen constraint holds (None for fewer than two)."""
+    if len(intervals) < 2:
+        return None
+    return max(iv.lo for iv in intervals), min(iv.hi for iv in intervals)
+
+
+def add_intersection(fig: go.Figure, intervals: Sequence[ClipInterval]) -> go.Figure:
+    """Shade the intersection [max l, min u] of the intervals on `interval_chart`'s ratio and log-ratio axes
+    (a token clipped by all chosen measures at once, `divclip.theory.spec.all_of`)."""
+    bounds = intersection_bounds(intervals)
+    if bounds is None:
+        return fig
+    lo, hi = bounds
+    text = f"∩ all: [{format_bound(lo)}, {format_bound(hi)}]"
+    style = dict(fillcolor="rgba(120, 120, 120, 0.18)", line_width=0, layer="below")
+    fig.add_vrect(x0=lo, x1=hi, xref="x", annotation_text=text, annotation_position="top left", **style)
+    if lo > 0:
+        fig.add_vrect(x0=math.log(lo), x1=math.log(hi), xref="x2", **style)
+    fig.layout.meta = {**(fig.layout.meta or {}), "intersection": [lo, hi]}
+    return fig

@@ -57,6 +57,11 @@ def _part(method: str, detail: str, combined: bool = False) -> CheckPart:
             words += (" For the W₋₁ bound SymPy 1.14's sign rules even answer False, because they wrongly call W₋₁ "
                       "non-real on (−1/e, 0); that part rests on the numbers.")
         return CheckPart(NUMERIC, words)
+    if method.startswith("exact (monotonicity + roots + SAT)"):
+        return CheckPart(SYMBOLIC, "Proved exactly: SymPy showed D′ < 0 on (0, 1) and D′ > 0 on (1, ∞), "
+                                   "simplified D(l_δ) − δ and D(u_δ) − δ to 0 and proved l_δ < 1 < u_δ for every "
+                                   "δ > 0; so D > δ means r < l_δ or r > u_δ, and a SAT solver found no case where "
+                                   "the two sides of the ⇔ differ.")
     if method.startswith("numeric set comparison"):
         n = _count(r"over (\d+)", detail, "many")
         bad = _count(r"(\d+) disagreements", detail, "?")

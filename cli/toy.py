@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -27,7 +28,10 @@ def add_parser(subparsers):
     p.add_argument("--env", default="sparse", help=f"environment: one of {', '.join(ENV_NAMES)} (default sparse)")
     p.add_argument("--methods", default="grpo,dapo,atr",
                    help="comma-separated presets (grpo, dapo, atr, dppo_kl, …), measures ('kl3', 'k2:0.03') or "
-                        "ratio clips ('ratio:0.2:0.28'); default grpo,dapo,atr")
+                        "ratio clips ('ratio:0.2:0.28'), intersections ('kl3:0.023144&binary_tv:0.2') or adaptive "
+                        "budgets ('kl3@clipfrac=0.1'); quote the list in a shell; default grpo,dapo,atr")
+    p.add_argument("--baseline", help="method the claims and paired tables compare against (default grpo if "
+                                      "listed, else the first)")
     p.add_argument("--seeds", type=int, default=16, help="number of seeds (runs per method), at most 4096; default 16")
     p.add_argument("--seed-start", type=int, default=0, help="first seed; seeds are seed-start … +seeds-1")
     p.add_argument("--steps", type=int, help="training steps (GRPO iterations), at most 100000; default: the env's")
@@ -80,7 +84,7 @@ def check_out_dir(out: str) -> Path:
 
 def command_line(args, config: dict | None = None) -> str:
     """The command that reproduces this run; `config` (the result's) makes the env's defaults explicit."""
-    parts = ["divclip toy", f"--env {args.env}", f"--methods {args.methods}", f"--seeds {args.seeds}"]
+    parts = ["divclip toy", f"--env {args.env}", f"--methods {shlex.quote(args.methods)}", f"--seeds {args.seeds}"]
     if args.seed_start:
         parts.append(f"--seed-start {args.seed_start}")
     for flag in ("steps", "group_size", "prompts_per_step", "ppo_epochs", "lr"):
@@ -91,7 +95,9 @@ def command_line(args, config: dict | None = None) -> str:
     for flag, default in (("loss_agg_mode", "token-mean"), ("adv_norm", "std"), ("policy", "tabular")):
         if getattr(args, flag) != default:
             parts.append(f"--{flag.replace('_', '-')} {getattr(args, flag)}")
-    parts += [f"--env-arg {a}" for a in args.env_arg]
+    if getattr(args, "baseline", None):
+        parts.append(f"--baseline {shlex.quote(args.baseline)}")
+    parts += [f"--env-arg {shlex.quote(a)}" for a in args.env_arg]
     parts.append(f"--out {args.out}")
     return " ".join(parts)
 
@@ -107,6 +113,12 @@ def run(args) -> int:
     n = check_int("--seeds", args.seeds, minimum=1, maximum=MAX_SEEDS)
     start = check_int("--seed-start", args.seed_start, minimum=0, maximum=2**62 - n)
     every = check_int("--every", args.every, minimum=1)
+    from divclip.theory.spec import parse_methods
+
+    baseline = getattr(args, "baseline", None)
+    if baseline is not None and baseline not in parse_methods(args.methods):
+        raise ValueError(f"--baseline must be one of the --methods labels {list(parse_methods(args.methods))}, "
+                         f"got {baseline!r}")
     env_kwargs = _env_kwargs(args.env_arg)
     runs = iter_arena(args.env, args.methods, list(range(start, start + n)), args.steps, args.group_size,
                       args.prompts_per_step, args.ppo_epochs, args.lr, loss_agg_mode=args.loss_agg_mode,
@@ -121,8 +133,8 @@ def run(args) -> int:
             print(f"[toy {args.env}] step {result.steps_done}/{result.total_steps}  E[R]: {means}  "
                   f"({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
     command = command_line(args, result.config)
-    paths = write_report(result, args.out, command)
-    print(claims_markdown(result, command))
+    paths = write_report(result, args.out, command, baseline=baseline)
+    print(claims_markdown(result, command, baseline))
     print("wrote " + ", ".join(str(p) for p in paths.values()))
     return 0
 

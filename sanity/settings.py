@@ -58,6 +58,7 @@ VERL_LOSS_MODES = (
     "vanilla", "gspo", "dppo_kl", "dppo_tv", "cispo", "sapo",
     "gpg", "clip_cov", "kl_cov", "geo_mean", "dro", "bypass_mode",
     *advice.VERL_MODES,  # divclip's plug-in (VERL_USE_EXTERNAL_MODULES=divclip.trainer.integrations.verl)
+    "divclip_method",  # the plug-in's method-string mode ($DIVCLIP_METHOD): reported, not analysed
 )
 LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 
@@ -320,7 +321,8 @@ def _verl(values: dict) -> ClipSettings:
         s.ratio_bounds = advice.ratio_bounds(measure, low, high)
     if form == "other":
         s.notes.append(f"loss_mode {mode!r} is reported but not analysed: divclip models vanilla, gspo, dppo_kl, "
-                       "dppo_tv, cispo, sapo and its own modes (atr_kl3, divclip_*)")
+                       "dppo_tv, cispo, sapo and its own modes (atr_kl3, divclip_<measure>; divclip_method runs the "
+                       "method string in $DIVCLIP_METHOD: `divclip realloc --measure` shows its bounds)")
     return s
 
 

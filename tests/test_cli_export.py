@@ -79,3 +79,29 @@ def test_bad_arguments_exit_2_with_one_line(capsys, argv, message):
         raise SystemExit(code)
     out, err = capsys.readouterr()
     assert exc.value.code == 2 and out == "" and err.count("\n") == 1 and message in err
+
+
+@pytest.mark.parametrize("method", ["kl3:0.023144&binary_tv:0.05", "kl3@clipfrac=0.1:gain=0.5"])
+def test_export_intersections_and_adaptive_delta_as_divclip_method_and_clip_method(method, capsys):
+    """verl: loss_mode=divclip_method with the method string shell-quoted in DIVCLIP_METHOD (it parses back to
+    the same spec); TRL: DivClipGRPOConfig(clip_method=...)."""
+    import shlex
+
+    from divclip.app.export import method_export
+    from divclip.theory.spec import parse_method
+
+    spec = parse_method(method)
+    text = method_export(spec, "verl").text("overrides")
+    words = shlex.split(text.replace("\\\n", " "), comments=True)
+    env = dict(w.split("=", 1) for w in words if w.startswith("DIVCLIP_METHOD="))
+    assert parse_method(env["DIVCLIP_METHOD"]) == spec
+    assert "actor_rollout_ref.actor.policy_loss.loss_mode=divclip_method" in words
+    trl = method_export(spec, "trl")
+    assert trl.config_class == "DivClipGRPOConfig" and parse_method(trl.settings["clip_method"]) == spec
+    assert main(["export", "--method", method, "--engine", "trl"]) == 0
+    assert f"clip_method={trl.settings['clip_method']!r}" in capsys.readouterr().out
+
+
+def test_export_refuses_an_entropy_target_for_verl(capsys):
+    assert main(["export", "--method", "kl3@entropy=1", "--engine", "verl"]) == 2
+    assert "verl does not hand the policy loss the entropy" in capsys.readouterr().err

@@ -194,8 +194,136 @@ def _verify_inequality(rel: sp.Rel) -> tuple[bool, str, str]:
     return ok, f"numeric at {len(margins)} random δ ({DIGITS} digits)", f"{rel}: min margin {min(margins):.3e}{note}"
 
 
+def _lambert_rewrite(expr: sp.Expr) -> sp.Expr:
+    """Rewrite with W(z)·e^{W(z)} = z, valid on both real branches for z in (-1/e, 0) (where W < 0, so -W > 0):
+    log(-W) = log(-z) - W and e^{±W} = (z/W)^{±1}. Used only for the z = -e^{-1-δ} (δ > 0) of the clip roots."""
+    expr = sp.expand(expr, power_exp=True, mul=False, multinomial=False)
+    for w in expr.atoms(sp.LambertW):
+        z = w.args[0]
+        expr = expr.xreplace({sp.log(-w): sp.log(-z) - w, sp.log(w): sp.log(-z) - w + sp.I * sp.pi,
+                              sp.exp(w): z / w, sp.exp(-w): w / z})
+    return expr
+
+
+def _lambert_simplify(expr: sp.Expr) -> sp.Expr:
+    """_lambert_rewrite and expand_log, repeated (expanding a log can expose a new log(W)), then simplify."""
+    for _ in range(3):
+        expr = sp.expand_log(_lambert_rewrite(expr), force=True)
+    expr = _lambert_rewrite(expr)
+    return sp.simplify(expr)
+
+
+def _in_branch_domain(z: sp.Expr) -> bool:
+    """z in (-1/e, 0) for every δ > 0, proved by solveset (both real Lambert branches exist there)."""
+    if z.free_symbols - {DELTA}:
+        return False
+    pos = sp.Interval.open(0, sp.oo)
+    return all(sp.solveset(cond, DELTA, pos) == pos for cond in (z < 0, z > -sp.exp(-1)))
+
+
+def _gap_positive(gap: sp.Expr) -> bool | None:
+    """Exact sign of gap for all δ > 0: True when proved positive, False when proved non-positive, None when
+    SymPy cannot tell. Lambert W terms are first rewritten with W e^W = z, then replaced by their branch
+    ranges on (-1/e, 0): W_0 = -1/(1 + a), W_{-1} = -1 - a with a > 0 (a sufficient condition)."""
+    g = sp.simplify(gap)
+    if g.is_positive or g.is_nonpositive:
+        return bool(g.is_positive)
+    if g.atoms(sp.LambertW):
+        g = _lambert_simplify(g)
+        subs = {}
+        for i, w in enumerate(g.atoms(sp.LambertW)):
+            if not _in_branch_domain(w.args[0]):
+                return None
+            a = sp.Symbol(f"a{i}", positive=True)
+            branch = w.args[1] if len(w.args) > 1 else 0
+            subs[w] = -1 - a if branch == -1 else (-1 / (1 + a) if branch == 0 else None)
+            if subs[w] is None:
+                return None
+        g = sp.simplify(g.xreplace(subs))
+        return True if g.is_positive else (False if g.is_nonpositive else None)
+    if g.free_symbols <= {DELTA}:
+        pos = sp.Interval.open(0, sp.oo)
+        if sp.solveset(g > 0, DELTA, pos) == pos:
+            return True
+    return None
+
+
+def _root_residual(measure: sp.Expr, root: sp.Expr) -> sp.Expr:
+    """D(root) - δ, simplified (exact): 0 proves root is a root of D = δ."""
+    diff = sp.simplify(measure.subs(R, root) - DELTA)
+    if diff != 0 and diff.atoms(sp.LambertW):
+        diff = _lambert_simplify(diff)
+    return diff
+
+
+def _clip_shape(rel: sp.Equivalent):
+    """(D, l, u) when rel is `D > δ ∧ (r-1)A > 0 ⇔ (A > 0 ∧ r > u) ∨ (A < 0 ∧ r < l)`, else None."""
+    gate, clip = rel.args
+    if not (isinstance(gate, sp.And) and isinstance(clip, sp.Or) and len(clip.args) == 2):
+        return None
+    measure = next((a.lhs for a in gate.args if isinstance(a, sp.StrictGreaterThan) and a.rhs == DELTA), None)
+    sign_part = sp.Gt((R - 1) * ADV, 0)
+    upper = lower = None
+    for branch in clip.args:
+        for atom in branch.args if isinstance(branch, sp.And) else ():
+            if isinstance(atom, sp.StrictGreaterThan) and atom.lhs == R and sp.Gt(ADV, 0) in branch.args:
+                upper = atom.rhs
+            if isinstance(atom, sp.StrictLessThan) and atom.lhs == R and sp.Lt(ADV, 0) in branch.args:
+                lower = atom.rhs
+    if measure is None or upper is None or lower is None or set(gate.args) != {sp.Gt(measure, DELTA), sign_part}:
+        return None
+    return measure, lower, upper
+
+
+def _prove_clip_equivalence(rel: sp.Equivalent) -> tuple[bool, str, str] | None:
+    """Exact proof of the gradient rule from four facts, each proved by SymPy: D' < 0 on (0, 1) and D' > 0 on
+    (1, ∞) (solveset), D(l) = D(u) = δ (simplify), l < 1 < u (sign assumptions). Then {r < 1: D > δ} = (0, l)
+    and {r > 1: D > δ} = (u, ∞), and the two sides are compared as propositional formulas over the atoms
+    r > u, r < l, r > 1, r < 1, A > 0, A < 0 with those facts as constraints (SymPy's SAT solver: no
+    assignment makes them differ). Returns (False, ...) when a fact is refuted, None when SymPy cannot
+    decide one (the caller then compares the sets numerically)."""
+    shape = _clip_shape(rel)
+    if shape is None:
+        return None
+    measure, lower, upper = shape
+    details = []
+    for form, interval, sign in ((lower_upper_forms(measure)[0], sp.Interval.open(0, 1), -1),
+                                 (lower_upper_forms(measure)[1], sp.Interval.open(1, sp.oo), 1)):
+        cond = sp.diff(form, R) < 0 if sign < 0 else sp.diff(form, R) > 0
+        if sp.solveset(cond, R, interval) != interval:
+            return None
+    details.append("D' < 0 on (0, 1), D' > 0 on (1, ∞)")
+    for name, root in (("l", lower), ("u", upper)):
+        res = _root_residual(measure, root)
+        if res != 0:
+            if res.is_zero is False or (not res.free_symbols and res.evalf() != 0):
+                return False, "exact (monotonicity + roots + SAT)", f"D({name}) - δ = {res}, not 0"
+            return None
+        details.append(f"D({name}) = δ")
+    for a, b, text in ((lower, 1, "l < 1"), (1, upper, "1 < u")):
+        sign = _gap_positive(b - a)
+        if sign is not True:
+            if sign is False:
+                return False, "exact (monotonicity + roots + SAT)", f"{text} is false for δ > 0"
+            return None
+        details.append(text)
+    gt_u, lt_l, gt_1, lt_1, a_pos, a_neg = sp.symbols("gt_u lt_l gt_1 lt_1 a_pos a_neg")
+    facts = sp.And(sp.Implies(gt_u, gt_1), sp.Implies(lt_l, lt_1), ~(gt_1 & lt_1), ~(a_pos & a_neg))
+    d_above = (gt_1 & gt_u) | (lt_1 & lt_l)  # D > δ, by the monotonicity and the roots
+    lhs = d_above & ((gt_1 & a_pos) | (lt_1 & a_neg))  # and (r - 1)A > 0
+    rhs = (a_pos & gt_u) | (a_neg & lt_l)
+    counterexample = sp.logic.inference.satisfiable(facts & ~sp.Equivalent(lhs, rhs))
+    ok = counterexample is False
+    details.append("SAT: no truth assignment separates the two sides" if ok else f"differ at {counterexample}")
+    return ok, "exact (monotonicity + roots + SAT)", ", ".join(details)
+
+
 def _verify_equivalence(rel: sp.Equivalent) -> tuple[bool, str, str]:
-    """Two conditions on (r, A) at fixed δ define the same set: compared on a seeded sample."""
+    """Two conditions on (r, A) at fixed δ define the same set: proved exactly for the gradient rule where
+    SymPy can settle every fact it rests on, else compared on a seeded sample."""
+    proof = _prove_clip_equivalence(rel)
+    if proof is not None:
+        return proof
     rng = np.random.default_rng(SEED)
     mismatches, points, deltas = 0, 0, sample_deltas(3)
     for d in deltas:

@@ -241,13 +241,91 @@ def binary_kl_bounds_array(delta, p, xp=np, maxiter: int = 200):
     Returns (lo, hi) with lo < 1 < hi < 1/p. Roots below the smallest positive float64 come back as 0.
     """
     delta, p = xp.broadcast_tensors(delta, p) if xp is not np else np.broadcast_arrays(delta, p)
-    lo_u = _binary_kl_root(delta, p, xp, side=-1, maxiter=maxiter)
-    hi_u = _binary_kl_root(delta, p, xp, side=+1, maxiter=maxiter)
-    hi = xp.exp(hi_u)
-    # Where the root sits within an ulp of 1/p, exp may round onto r·p >= 1 (D = inf): step back below.
+    return binary_kl_root(delta, p, xp, side=-1, maxiter=maxiter), binary_kl_root(delta, p, xp, side=+1,
+                                                                                   maxiter=maxiter)
+
+
+_REFINE_STEPS = 8  # fixed-point steps after Newton (at most, upper root): each shrinks the error by 2 or more
+_LO_STEPS = 4  # lower root: each step shrinks the error by 1/e or more
+_SPLIT = 134217729.0  # 2^27 + 1, Veltkamp's splitter for float64
+
+
+def _two_prod(a, b):
+    """(x, y) with x = fl(a·b) and x + y = a·b exactly (Dekker), for |a|, |b| well below 1e290."""
+    ta = _SPLIT * a
+    a_hi = ta - (ta - a)
+    a_lo = a - a_hi
+    tb = _SPLIT * b
+    b_hi = tb - (tb - b)
+    b_lo = b - b_hi
+    x = a * b
+    y = ((a_hi * b_hi - x) + a_hi * b_lo + a_lo * b_hi) + a_lo * b_lo
+    return x, y
+
+
+def binary_kl_root(delta, p, xp, side: int, maxiter: int = 200):
+    """One root r of D(r, p) = δ per entry (side -1: r < 1, side +1: r > 1), float64 in and out.
+
+    Newton in u = log r finds the root to a few ulps of u; that is not a few ulps of r = e^u once |u| > 1
+    (an ulp of u = 30 is 30 ulps of r). So the far roots are finished by a fixed-point form in which r is
+    well conditioned:
+
+    - r > e or 1 - rp < (1-p)r/2 (hi): in z = log((1-p)/(1-rp)) >= 0, D = (1-p)·z - p·log r, so
+      z = (δ + p log r)/(1-p) and
+      r = 1 + (1-p)(1-e^{-z})/p. One step maps an error ε in log r to ε·(1-rp)/((1-p)r) < ε/2, and every
+      term is a sum of positives: no cancellation, however close r is to 1/p.
+    - r < 1/e (lo): u = -δ/p - ((1-p)/p)·log1p(p(1-r)/(1-p)), a step shrinks an error in u by
+      (1-p)r/(1-rp) < 1/e; δ/p is carried as a double-double (it is |u|-sized, up to 1e15 and more) and
+      r = e^{u_hi}(1 + u_lo), so r's relative error stays a few ulps when |u| is large.
+    """
+    u = _binary_kl_root(delta, p, xp, side=side, maxiter=maxiter)
+    r = xp.exp(u)
+    shape = r.shape
+    r, u, d, pp = r.reshape(-1), u.reshape(-1), delta.reshape(-1), p.reshape(-1)
+    if side > 0:  # far from 1 or close to 1/p: where a fixed-point step contracts by at least 2
+        far = (u > 1.0) | ((1.0 - r * pp) < 0.5 * (1.0 - pp) * r)
+    else:
+        far = u < -1.0
+    if bool(far.any()):
+        idx = xp.nonzero(far)[0] if xp is np else xp.nonzero(far).reshape(-1)
+        r[idx] = (_hi_fixed_point if side > 0 else _lo_fixed_point)(r[idx], u[idx], d[idx], pp[idx], xp)
+    return r.reshape(shape)
+
+
+def _hi_fixed_point(r, u, d, p, xp):
+    """Iterate z = (δ + p log r)/(1-p), r = 1 + (1-p)(1-e^{-z})/p until r stops changing (at most
+    _REFINE_STEPS times), iterating only the entries that still move; then keep r·p < 1."""
+    p_all, q = p, 1.0 - p
+    out = r.clone() if xp is not np else r.copy()
+    idx = xp.arange(r.shape[0]) if xp is np else xp.arange(r.shape[0], device=r.device)
+    for _ in range(_REFINE_STEPS):
+        z = (d + p * xp.log(r)) / q
+        r_new = 1.0 + (q * -xp.expm1(-z)) / p
+        out[idx] = r_new
+        moved = r_new != r
+        if not bool(moved.any()):
+            break
+        idx, r, d, p, q = idx[moved], r_new[moved], d[moved], p[moved], q[moved]
+    # Where the root sits within an ulp of 1/p, rounding may land on r·p >= 1 (D = inf): step back below.
     for _ in range(4):
-        hi = xp.where(hi * p >= 1.0, xp.nextafter(hi, xp.zeros_like(hi)), hi)
-    return xp.exp(lo_u), hi
+        out = xp.where(out * p_all >= 1.0, xp.nextafter(out, xp.zeros_like(out)), out)
+    return out
+
+
+def _lo_fixed_point(r, u, d, p, xp):
+    """u = -(δ/p) - ((1-p)/p)·log1p(p(1-e^u)/(1-p)) with δ/p and u as double-doubles; r = e^{u_hi}(1 + u_lo)."""
+    q = 1.0 - p
+    q_hi = d / p  # δ/p = q_hi + q_lo to ~2^-106 relative
+    x, y = _two_prod(q_hi, p)
+    q_lo = ((d - x) - y) / p
+    q_lo = xp.where(xp.isfinite(q_lo), q_lo, xp.zeros_like(q_lo))
+    for _ in range(_LO_STEPS):
+        t = q * xp.log1p(p * -xp.expm1(u) / q) / p
+        u = -q_hi - t  # the double-double sum -(q_hi + q_lo) - t, rounded, ...
+        bb = u + q_hi
+        u_lo = ((-q_hi - (u - bb)) + (-t - bb)) - q_lo  # ... plus its exact rounding error (TwoSum)
+    e = xp.exp(u)
+    return e + e * u_lo
 
 
 def _binary_kl_root(delta, p, xp, side: int, maxiter: int):

@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
-from divclip.theory.bounds import _binary_kl_root
+from divclip.theory.bounds import binary_kl_root
 from divclip.theory.measures import get_measure
-from divclip.theory.spec import MODE_NAMES
+from divclip.theory.spec import MODE_NAMES, AllOf
 
 if TYPE_CHECKING:
     from divclip.theory.spec import ClipSpec
@@ -133,7 +133,7 @@ def _sequence_ratio(log_prob, old_log_prob, mask):
 
 
 def _binary_kl_bound(delta: float, p, side: int):
-    return torch.exp(_binary_kl_root(torch.full_like(p, delta), p, torch, side=side, maxiter=200))
+    return binary_kl_root(torch.full_like(p, delta), p, torch, side=side)  # the same solver as the numpy bounds
 
 
 def _binary_tv_bound(delta: float, p, side: int):
@@ -209,6 +209,7 @@ class PolicyTerms(NamedTuple):
     clipped: torch.Tensor | None  # (B, T) 1.0 where a bound changed this token's term
     clipped_low: torch.Tensor | None  # (B, T) 1.0 where that bound was the lower one
     dual: torch.Tensor | None = None  # (B, T) 1.0 where the dual clip capped the loss
+    by_part: tuple | None = None  # intersections: per part, (low, high) 0/1 flags of the tokens that part clipped
 
     @property
     def clipped_high(self) -> torch.Tensor | None:
@@ -233,6 +234,39 @@ def register_mode(name: str):
     return deco
 
 
+def part_bounds(part: ClipSpec, old_log_prob):
+    """(lo, hi) of one p-free or p-dependent ClipSpec: floats, or (B, T) float64 tensors for p = π_old."""
+    if not part.p_dependent:
+        return part.ratio_bounds()
+    p = old_log_prob.double().exp().clamp_(max=1.0 - torch.finfo(torch.float64).eps)
+    solve = _TORCH_BOUNDS[part.measure_name]
+    return solve(part.delta, p, -1), solve(part.delta, p, +1)
+
+
+@torch.no_grad()
+def intersection_bounds(spec, old_log_prob):
+    """([max lo], [min hi], [(lo_i, hi_i) per part]) of an `AllOf`; tensors (B, T) float64 where a part
+    depends on p, floats otherwise."""
+    each = [part_bounds(part, old_log_prob) for part in spec.parts]
+    lo, hi = each[0]
+    for lo_i, hi_i in each[1:]:
+        lo = max(lo, lo_i) if not isinstance(lo, torch.Tensor) and not isinstance(lo_i, torch.Tensor) else \
+            torch.maximum(torch.as_tensor(lo, dtype=torch.float64), torch.as_tensor(lo_i, dtype=torch.float64))
+        hi = min(hi, hi_i) if not isinstance(hi, torch.Tensor) and not isinstance(hi_i, torch.Tensor) else \
+            torch.minimum(torch.as_tensor(hi, dtype=torch.float64), torch.as_tensor(hi_i, dtype=torch.float64))
+    return lo, hi, each
+
+
+def _intersection_clip(spec, ratio, old_log_prob):
+    """The clipped ratio of an `AllOf`, and per part the (low, high) flags of the clipped tokens whose binding
+    bound is that part's (ties count for every tied part)."""
+    lo, hi, each = intersection_bounds(spec, old_log_prob)
+    as_t = lambda b: torch.as_tensor(b, dtype=ratio.dtype, device=ratio.device)  # noqa: E731
+    lo_t, hi_t = as_t(lo), as_t(hi)
+    clipped_ratio = torch.minimum(torch.maximum(ratio, lo_t), hi_t)
+    return clipped_ratio, each, lo, hi
+
+
 @register_mode("clip")
 def _clip_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Terms:
     """PPO: max(-A·r, -A·clip(r, lo, hi)); GSPO's sequence ratio at level='sequence'.
@@ -244,7 +278,10 @@ def _clip_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Ter
             log_ratio, ratio, in_range = _sequence_ratio(log_prob, old_log_prob, mask)
         else:
             log_ratio, ratio, in_range = _token_ratio(log_prob, old_log_prob)
-        if spec.p_dependent:
+        each = None
+        if isinstance(spec, AllOf):
+            clipped_ratio, each, lo, hi = _intersection_clip(spec, ratio, old_log_prob)
+        elif spec.p_dependent:
             moved = (ratio - 1.0) * advantages > 0  # only a token pushed past a bound by its own A is clipped
             true_ratio = None if in_range is None else _true_ratio(log_prob, old_log_prob)
             clipped_ratio = _per_token_clip(spec, ratio, old_log_prob, moved, true_ratio, log_prob)
@@ -258,8 +295,14 @@ def _clip_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Ter
             keep.mul_(in_range)  # verl's log-ratio clamp also stops the gradient
         grad = sur.loss_unclipped.mul_(keep)  # d(-A·r)/d log π = -A·r where kept, else 0
         clipped_low = _flag(torch.lt, advantages, 0.0).mul_(sur.clipped)
+        by_part = None
+        if each is not None:  # which part's bound bound: its lo is the max / its hi the min
+            clipped_high = sur.clipped - clipped_low
+            by_part = tuple((clipped_low * torch.as_tensor(lo_i >= lo, dtype=ratio.dtype, device=ratio.device),
+                             clipped_high * torch.as_tensor(hi_i <= hi, dtype=ratio.dtype, device=ratio.device))
+                            for lo_i, hi_i in each)
     loss = _WithGradient.apply(log_prob, sur.loss, grad)
-    return _Terms(loss, log_ratio, ratio, sur.clipped, clipped_low, sur.dual)
+    return _Terms(loss, log_ratio, ratio, sur.clipped, clipped_low, sur.dual, by_part)
 
 
 @register_mode("gated")

@@ -147,6 +147,9 @@ def policy_loss(
                      alone does not clamp)
       kl3            mean k3 = r - 1 - log r of KL(π_old‖π_θ) (always >= 0; token ratios, log r clamped at ±20)
       ratio_mean, ratio_min, ratio_max   of the ratio the loss used (1.0 when the mask is empty)
+      clipfrac_low_part{i}, clipfrac_high_part{i}   intersections (`AllOf`) only: the tokens clipped at part
+                     i's bound, i.e. where part i's lo is the max (low) or its hi the min (high) of the parts'
+                     bounds; a tie counts for every tied part, so these may sum to more than clipfrac_low/high
     The gradient is taken with respect to log_prob; old_log_prob, advantages and rollout_is_weights are
     constants of the update (detached). NaN inputs raise a ValueError naming the input, even under the mask: the
     check is one read of the scalar loss, which any NaN reaches, and only a failed check inspects the inputs.
@@ -170,4 +173,12 @@ def policy_loss(
     loss = aggregate(loss_mat, mask, loss_agg_mode, loss_scale_factor, masked_sum_finite)
     if not math.isfinite(loss.item()):  # NaN anywhere (even under the mask) reaches the sum
         _raise_non_finite(named)
-    return loss, (clip_metrics(terms, mask) if metrics else {})
+    if not metrics:
+        return loss, {}
+    out = clip_metrics(terms, mask)
+    if terms.by_part is not None:  # an intersection: which part's bound clipped each token
+        n = float(mask.sum()) + 1e-8
+        for i, (low, high) in enumerate(terms.by_part):
+            out[f"clipfrac_low_part{i}"] = float(torch.dot(low.reshape(-1), mask.reshape(-1))) / n
+            out[f"clipfrac_high_part{i}"] = float(torch.dot(high.reshape(-1), mask.reshape(-1))) / n
+    return loss, out

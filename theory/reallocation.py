@@ -31,7 +31,7 @@ import numpy as np
 from scipy.special import xlogy
 
 from divclip.theory.measures import get_measure
-from divclip.theory.spec import ClipSpec, as_spec, spec_label
+from divclip.theory.spec import AllOf, ClipSpec, as_spec, is_adaptive, method_string, spec_label
 from divclip.theory.validation import as_float_array, require_finite
 
 PROB_SUM_TOL = 1e-6  # how far Σ probs may be from 1 before we refuse (then it is renormalised exactly)
@@ -120,8 +120,14 @@ def make_buckets(probs: np.ndarray, edges=DEFAULT_BUCKET_EDGES) -> Buckets:
 
 # ---------------------------------------------------------------------------------------- clip specs
 def resolve_spec(spec) -> ClipSpec:
-    """A ClipSpec, or the ClipSpec of a method string ('grpo', 'atr', 'kl3:0.02', ...; `divclip.theory.spec`)."""
-    return as_spec(spec)
+    """A ClipSpec, or the ClipSpec of a method string ('grpo', 'atr', 'kl3:0.02', ...; `divclip.theory.spec`).
+    Intersections ('kl3:0.023144&binary_tv:0.2') are accepted; an adaptive δ ('kl3@clipfrac=0.1') is refused:
+    a one-step analysis has no training signal to adapt to."""
+    s = as_spec(spec)
+    if is_adaptive(s):
+        raise ValueError(f"spec {method_string(s)!r} adapts δ during training; a one-step analysis needs a fixed "
+                         f"budget: use its starting point {method_string(s.fixed())!r} or another δ")
+    return s
 
 
 def action_bounds(spec, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -129,6 +135,9 @@ def action_bounds(spec, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     s = resolve_spec(spec)
     if s.mode == "sapo":
         raise ValueError("spec mode 'sapo' has no clip interval (a soft gate): pick a spec with mode clip/gated/cispo")
+    if isinstance(s, AllOf):  # the intersection: per action [max lo, min hi] of the parts
+        each = [action_bounds(part, probs) for part in s.parts]
+        return np.max([b[0] for b in each], axis=0), np.min([b[1] for b in each], axis=0)
     if s.p_dependent:
         p = np.minimum(probs, np.nextafter(1.0, 0.0))  # as the loss does: p = 1 would make D infinite
         lo, hi = get_measure(s.measure).bounds(s.delta, p)

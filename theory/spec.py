@@ -21,8 +21,24 @@ Method strings (whitespace around the whole string is ignored; nothing else is):
 
 Examples: `kl3`, `kl3:0.023144`, `ratio:0.2:0.28`, `binary_kl:0.05/gated/tis=20`, `dapo/dual=3`, `ratio:3e-4:4e-4/seq`.
 A preset followed by options is that preset with those fields replaced. NUMBER is a finite Python float.
-`,` separates methods in a list (`parse_methods`); `&` and `@` are reserved for combining specs and for an
-adaptive budget and are refused for now.
+`,` separates methods in a list (`parse_methods`).
+
+Two combinators extend a method (docs/future_work.md):
+
+    method   := part ("&" part)*                 intersection (`AllOf`): per token, r is clipped to
+                                                 [max of the parts' lo, min of their hi]
+              | part "@" SIGNAL "=" NUMBER ( ":" KEY "=" NUMBER )*     adaptive δ (`AdaptiveSpec`)
+    SIGNAL   := "clipfrac" | "kl3" | "entropy"   the signal held at the target NUMBER
+    KEY      := "gain"                           step size g of the log-space update (default 0.3)
+              | "min" | "max"                    bounds on δ (default δ0/100 and 100·δ0)
+              | "dir"                            +1 or -1: the assumed sign of d(signal)/dδ (defaults:
+                                                 clipfrac -1, kl3 +1, entropy -1)
+
+An intersection's parts are mode 'clip' at token level (dual clip allowed when every part has the same cap):
+e.g. `kl3:0.023144&binary_tv:0.2`, a global KL3 budget that also protects rare tokens. An adaptive part is a
+measure with a budget δ (not 'ratio', not sapo, not an intersection); its δ0 is the part's δ, and after each
+step δ <- clamp(δ·exp(dir·gain·clamp((target - signal)/target, -1, 1)), min, max) (`divclip.theory.adaptive`):
+e.g. `kl3@clipfrac=0.1`, `kl3:0.01@kl3=0.002:gain=0.5:max=0.2`.
 """
 
 from __future__ import annotations
@@ -41,7 +57,11 @@ __all__ = [
     "DEFAULT_EPS_LOW",
     "LEVELS",
     "PRESETS",
+    "AdaptiveSpec",
+    "AllOf",
     "ClipSpec",
+    "all_of",
+    "is_adaptive",
     "method_string",
     "parse_method",
     "parse_methods",
@@ -60,13 +80,13 @@ LOSS_P_DEPENDENT = frozenset({"binary_kl", "binary_tv"})
 
 
 # ------------------------------------------------------------------------------------------------ spec
-def _positive(name: str, value, above: float = 0.0, at_most: float | None = None) -> float:
+def _positive(name: str, value, above: float = 0.0, at_most: float | None = None, owner: str = "ClipSpec") -> float:
     ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) and value > above
     if ok and at_most is not None:
         ok = value <= at_most
     if not ok:
         allowed = f"a finite number > {above:g}" + ("" if at_most is None else f" and <= {at_most:g}")
-        raise ValueError(f"ClipSpec.{name} must be {allowed}, got {value!r}")
+        raise ValueError(f"{owner}.{name} must be {allowed}, got {value!r}")
     return float(value)
 
 
@@ -175,6 +195,145 @@ class ClipSpec:
             raise ValueError(f"measure {self.measure_name!r} depends on p = π_old(a): its bounds are per token")
         return _scalar_bounds(self)
 
+    def __and__(self, other):
+        """`a & b`: the per-token intersection of the two clip intervals (`AllOf`)."""
+        if not isinstance(other, ClipSpec):
+            return NotImplemented
+        return all_of(self, other)
+
+
+# -------------------------------------------------------------------------------------- intersection
+@dataclass(frozen=True)
+class AllOf(ClipSpec):
+    """The intersection of clip constraints: a token's ratio is clipped to [max_i lo_i, min_i hi_i], the
+    interval where every part's D_i(r[, p]) <= δ_i holds. Build it with `all_of(a, b, ...)` or `a & b`.
+
+    Parts are mode 'clip' at token level; the gated, cispo and sapo forms are refused (their gates and
+    weights are not a clip interval to intersect). The inherited fields other than `mode` and `dual_clip_c`
+    (taken from the parts) are unused."""
+
+    parts: tuple = ()
+    """The ClipSpecs intersected (>= 2, none itself an AllOf or adaptive)."""
+
+    def __post_init__(self):
+        parts = self.parts
+        if not isinstance(parts, tuple) or len(parts) < 2:
+            raise ValueError(f"AllOf.parts must be a tuple of at least 2 ClipSpecs, got {parts!r}")
+        for i, part in enumerate(parts):
+            if not isinstance(part, ClipSpec) or isinstance(part, AllOf):
+                raise ValueError(f"AllOf.parts[{i}] must be a plain ClipSpec, got {part!r}")
+            if isinstance(part, AdaptiveSpec):
+                raise ValueError(f"AllOf.parts[{i}] is adaptive ({method_string(part)!r}): an intersection "
+                                 "takes fixed budgets; adapt a single measure instead")
+            if part.mode != "clip":
+                raise ValueError(f"AllOf.parts[{i}] has mode={part.mode!r}: an intersection intersects clip "
+                                 "intervals, so every part must be mode 'clip' (gated, cispo and sapo mixes are "
+                                 "refused)")
+            if part.level != "token":
+                raise ValueError(f"AllOf.parts[{i}] has level={part.level!r}: intersections are token-level only")
+        caps = {part.dual_clip_c for part in parts}
+        if len(caps) > 1:
+            raise ValueError(f"AllOf.parts disagree on dual_clip_c {sorted(caps, key=str)}: give every part the "
+                             "same cap (or none)")
+        extra = {k: getattr(self, k) for k in ("delta", "eps_low", "eps_high", "tis_cap")
+                 if getattr(self, k) is not None}
+        if extra or self.measure != "ratio" or self.level != "token":
+            raise ValueError(f"AllOf takes only `parts`; its budget is the parts', got {extra or self.measure!r}")
+        object.__setattr__(self, "mode", "clip")
+        object.__setattr__(self, "dual_clip_c", parts[0].dual_clip_c)
+
+    @property
+    def measure_name(self) -> str:
+        return "&".join(part.measure_name for part in self.parts)
+
+    @property
+    def p_dependent(self) -> bool:
+        return any(part.p_dependent for part in self.parts)
+
+    def ratio_bounds(self) -> tuple[float, float]:
+        """(max lo, min hi) over the parts, when none depends on p."""
+        if self.p_dependent:
+            raise ValueError(f"intersection {self.measure_name!r} has a p-dependent part: its bounds are per token")
+        bounds = [part.ratio_bounds() for part in self.parts]
+        return max(b[0] for b in bounds), min(b[1] for b in bounds)
+
+
+def all_of(*specs) -> AllOf:
+    """The intersection of ClipSpecs (or method strings): per token, r in [max lo, min hi]. Nested
+    intersections are flattened; see `AllOf` for what the parts may be."""
+    if len(specs) == 1 and isinstance(specs[0], (list, tuple)):
+        specs = tuple(specs[0])
+    parts: list[ClipSpec] = []
+    for spec in specs:
+        spec = as_spec(spec)
+        parts.extend(spec.parts if isinstance(spec, AllOf) else [spec])
+    return AllOf(parts=tuple(parts))
+
+
+# -------------------------------------------------------------------------------------- adaptive δ
+SIGNALS = ("clipfrac", "kl3", "entropy")
+DEFAULT_GAIN = 0.3
+DEFAULT_DIR = {"clipfrac": -1, "kl3": 1, "entropy": -1}
+
+
+@dataclass(frozen=True)
+class AdaptiveSpec(ClipSpec):
+    """A ClipSpec whose budget δ a controller (`divclip.theory.adaptive.DeltaController`) resets every step
+    to hold `signal` at `target`. `delta` is the starting budget δ0; used as a plain ClipSpec (e.g. by
+    `policy_loss`) it is the fixed spec at that δ. Update rule (log space, bounded):
+
+        δ <- clamp(δ · exp(dir · gain · clamp((target - signal) / target, -1, 1)), delta_min, delta_max)
+
+    dir is the sign of d(signal)/dδ: a wider budget clips less (clipfrac: -1) and lets the policy move
+    further (kl3: +1); for entropy the default -1 assumes bigger steps collapse entropy faster."""
+
+    signal: str = "clipfrac"
+    """'clipfrac' (batch clip fraction, mean over the PPO epochs), 'kl3' (mean per-token r - 1 - log r of the
+    update against π_old) or 'entropy' (mean per-token entropy of the rollout policy, nats)."""
+    target: float = 0.1
+    gain: float = DEFAULT_GAIN
+    delta_min: float | None = None
+    """Lower bound on δ; None: δ0/100."""
+    delta_max: float | None = None
+    """Upper bound on δ; None: 100·δ0."""
+    direction: int | None = None
+    """+1 or -1; None: the signal's default (clipfrac -1, kl3 +1, entropy -1)."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.signal not in SIGNALS:
+            raise ValueError(f"AdaptiveSpec.signal must be one of {list(SIGNALS)}, got {self.signal!r}")
+        if self.mode == "sapo" or self.measure_name == "ratio" or self.delta is None:
+            raise ValueError(f"an adaptive δ needs a divergence measure with a budget δ (not 'ratio', not sapo), "
+                             f"got measure={self.measure_name!r}, mode={self.mode!r}")
+        _positive("target", self.target, at_most=1.0 if self.signal == "clipfrac" else None, owner="AdaptiveSpec")
+        _positive("gain", self.gain, owner="AdaptiveSpec")
+        own = "AdaptiveSpec"
+        lo = self.delta / 100.0 if self.delta_min is None else _positive("delta_min", self.delta_min, owner=own)
+        hi = self.delta * 100.0 if self.delta_max is None else _positive("delta_max", self.delta_max, owner=own)
+        if not lo <= self.delta <= hi:
+            raise ValueError(f"AdaptiveSpec needs delta_min <= delta <= delta_max, got {lo!r} <= {self.delta!r} "
+                             f"<= {hi!r}")
+        d = DEFAULT_DIR[self.signal] if self.direction is None else self.direction
+        if d not in (1, -1) or isinstance(d, bool):
+            raise ValueError(f"AdaptiveSpec.direction must be +1 or -1, got {self.direction!r}")
+        object.__setattr__(self, "delta_min", float(lo))
+        object.__setattr__(self, "delta_max", float(hi))
+        object.__setattr__(self, "direction", int(d))
+        if not self.p_dependent:
+            get_measure(self.measure).bounds(hi)  # a measure that refuses the widest δ fails now
+
+    def fixed(self, delta: float | None = None) -> ClipSpec:
+        """The plain ClipSpec at budget `delta` (default δ0): what one step's loss uses."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(ClipSpec)}
+        fields["delta"] = self.delta if delta is None else float(delta)
+        return ClipSpec(**fields)
+
+
+def is_adaptive(spec) -> bool:
+    """True for a spec whose δ a controller sets each step (`AdaptiveSpec`)."""
+    return isinstance(spec, AdaptiveSpec)
+
 
 @functools.lru_cache(maxsize=256)
 def _scalar_bounds(spec: ClipSpec) -> tuple[float, float]:
@@ -212,14 +371,17 @@ def preset(name: str) -> ClipSpec:
 
 
 # ------------------------------------------------------------------------------------- method strings
-_RESERVED = {"&": "intersection of specs", "@": "an adaptive budget", ",": "a list separator (use parse_methods)"}
+_RESERVED = {",": "a list separator (use parse_methods)"}
+_ADAPT_KEYS = {"gain": "gain", "min": "delta_min", "max": "delta_max", "dir": "direction"}
 
 
 def _allowed() -> str:
     return (
         f"a preset {sorted(PRESETS)} or a measure {sorted(MEASURES)}, optionally ':delta' ('ratio:eps' or "
         f"'ratio:eps_low:eps_high'), then options '/clip', '/gated', '/cispo', '/sapo', '/seq', '/dual=C', "
-        f"'/tis=C', '/tau=POS:NEG' (e.g. 'kl3:0.023144', 'ratio:0.2:0.28', 'binary_kl:0.05/gated')"
+        f"'/tis=C', '/tau=POS:NEG' (e.g. 'kl3:0.023144', 'ratio:0.2:0.28', 'binary_kl:0.05/gated'); "
+        f"'A&B' intersects methods, 'M@SIGNAL=TARGET[:gain=G][:min=D][:max=D][:dir=±1]' adapts δ with SIGNAL "
+        f"in {list(SIGNALS)} (e.g. 'kl3:0.023144&binary_tv:0.2', 'kl3@clipfrac=0.1')"
     )
 
 
@@ -282,14 +444,59 @@ def _base_fields(base: str, method: str, mode: str | None) -> dict | ClipSpec:
 
 
 def parse_method(text: str) -> ClipSpec:
-    """The `ClipSpec` of one method string (grammar in the module doc string); a ValueError names the string."""
+    """The `ClipSpec` of one method string (grammar in the module doc string); a ValueError names the string.
+    'a&b' gives an `AllOf`, 'm@signal=target' an `AdaptiveSpec`."""
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"method must be a non-empty string: {_allowed()}; got {text!r}")
     method = text.strip()
     for ch, meaning in _RESERVED.items():
         if ch in method:
             raise ValueError(f"method {method!r}: {ch!r} ({meaning}) is not supported here; allowed: {_allowed()}")
-    base, *options = method.split("/")
+    if "@" in method:
+        return _parse_adaptive(method)
+    if "&" in method:
+        parts = [_parse_part(p.strip(), method) if p.strip() else None for p in method.split("&")]
+        if None in parts:
+            raise ValueError(f"method {method!r}: an empty part around '&'; allowed: {_allowed()}")
+        try:
+            return all_of(*parts)
+        except ValueError as exc:
+            raise ValueError(f"method {method!r}: {exc}") from None
+    return _parse_part(method, method)
+
+
+def _parse_adaptive(method: str) -> AdaptiveSpec:
+    head, _, tail = method.partition("@")
+    if "@" in tail or "&" in method:
+        raise ValueError(f"method {method!r}: an adaptive δ takes one '@' on a single measure (no '&'); "
+                         f"allowed: {_allowed()}")
+    base = _parse_part(head.strip(), method)
+    target_text, *opts = tail.split(":")
+    signal, eq, value = target_text.partition("=")
+    if not eq or signal.strip() not in SIGNALS:
+        raise ValueError(f"method {method!r}: after '@' comes SIGNAL=TARGET with SIGNAL in {list(SIGNALS)}, got "
+                         f"{tail!r}")
+    fields = {"signal": signal.strip(), "target": _number(value, "the target after '='", method)}
+    for opt in opts:
+        key, eq, value = opt.partition("=")
+        if not eq or key not in _ADAPT_KEYS or _ADAPT_KEYS[key] in fields:
+            raise ValueError(f"method {method!r}: unknown or repeated adaptive option {opt!r}; allowed: "
+                             f"{sorted(_ADAPT_KEYS)} as ':key=value'")
+        x = _number(value, f"the value of {key!r}", method)
+        if key == "dir":
+            if x not in (1.0, -1.0):
+                raise ValueError(f"method {method!r}: dir must be +1 or -1, got {value!r}")
+            x = int(x)
+        fields[_ADAPT_KEYS[key]] = x
+    base_fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(ClipSpec)}
+    try:
+        return AdaptiveSpec(**base_fields, **fields)
+    except ValueError as exc:
+        raise ValueError(f"method {method!r}: {exc}") from None
+
+
+def _parse_part(part: str, method: str) -> ClipSpec:
+    base, *options = part.split("/")
     fields: dict = {}
     for option in options:
         _apply_option(fields, option, method)
@@ -354,6 +561,15 @@ def _options(spec: ClipSpec, fmt) -> list[str]:
 def method_string(spec) -> str:
     """The method string that `parse_method` reads back to exactly `spec` (a preset's name when it is one)."""
     spec = as_spec(spec)
+    if isinstance(spec, AllOf):
+        return "&".join(method_string(part) for part in spec.parts)
+    if isinstance(spec, AdaptiveSpec):
+        adapt = f"{spec.signal}={spec.target!r}"
+        for key, name in _ADAPT_KEYS.items():
+            value = getattr(spec, name)
+            if value != getattr(AdaptiveSpec(**_plain_fields(spec), signal=spec.signal, target=spec.target), name):
+                adapt += f":{key}={value!r}"
+        return f"{method_string(spec.fixed())}@{adapt}"
     for name, known in PRESETS.items():
         if known == spec:
             return name
@@ -366,10 +582,19 @@ def method_string(spec) -> str:
     return "/".join([base, *_options(spec, repr)])
 
 
+def _plain_fields(spec: ClipSpec) -> dict:
+    return {f.name: getattr(spec, f.name) for f in dataclasses.fields(ClipSpec)}
+
+
 def spec_label(spec) -> str:
     """A short readable label, comma-free: 'ratio 0.2/0.28', 'kl3 δ=0.02314', 'binary_kl δ=0.05 gated tis=20',
-    'ratio 0.0003/0.0004 seq', 'sapo τ=1/1.05'. Accepts a ClipSpec or a method string."""
+    'ratio 0.0003/0.0004 seq', 'sapo τ=1/1.05', 'kl3 δ=0.02314 ∧ binary_tv δ=0.2',
+    'kl3 δ0=0.02314 @clipfrac=0.1'. Accepts a ClipSpec or a method string."""
     s = as_spec(spec)
+    if isinstance(s, AllOf):
+        return " ∧ ".join(spec_label(part) for part in s.parts)
+    if isinstance(s, AdaptiveSpec):
+        return spec_label(s.fixed()).replace("δ=", "δ0=", 1) + f" @{s.signal}={s.target:g}"
     if s.mode == "sapo":
         return f"sapo τ={s.tau_pos:g}/{s.tau_neg:g}"
     budget = f"{s.eps_low:g}/{s.eps_high:g}" if s.measure_name == "ratio" else f"δ={s.delta:.4g}"

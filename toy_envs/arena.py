@@ -15,6 +15,10 @@ Clip fractions per seed are read off the gradient itself: a token with A ≠ 0 w
 zero was clipped (docs/theory.md §1's gradient rule, whatever the measure or mode), on the low side if r < 1,
 A < 0, the high side if r > 1, A > 0, and by the dual clip if r > 1, A < 0.
 
+Intersections (`kl3:0.023144&binary_tv:0.2`) run like any spec. An adaptive method (`kl3@clipfrac=0.1`) keeps
+one δ per seed in a `DeltaController`, calls `policy_loss` once per seed at that δ, and steps the controller
+after each update from that seed's signal; the `delta` metric records the δ each step used.
+
 Per-step bookkeeping is batched over steps where that changes no number: the random numbers of up to 16
 steps are drawn at once (`rng.uniform_steps`), and the metrics of the steps between two yields are computed
 in one pass over the stacked tables (`_StepRecords`). On small problems this bookkeeping otherwise costs as
@@ -31,10 +35,11 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 import torch
 
+from divclip.theory.adaptive import DeltaController
 from divclip.theory.advantages import NORMS as ADV_NORMS
 from divclip.theory.advantages import group_advantages
 from divclip.theory.losses import LOSS_AGG_MODES, policy_loss
-from divclip.theory.spec import parse_methods
+from divclip.theory.spec import AllOf, is_adaptive, parse_methods
 from divclip.toy_envs import rng
 from divclip.toy_envs.base import PASS_AT_K, ToyEnv, pass_at_k
 from divclip.toy_envs.optim import Adam
@@ -169,6 +174,10 @@ def _train(env: ToyEnv, specs: dict, seed_list: list[int], config: dict, policy_
     opt = Adam(pol.parameters(), config["lr"])
     mask = torch.ones(R * N, T, dtype=torch.float64)
     scales = [_seed_scale(specs[k], S, N, T, loss_agg_mode) for k in labels]
+    # Adaptive δ ('kl3@clipfrac=0.1'): one controller per method holding one δ per seed; those methods call
+    # policy_loss once per seed (each seed its own δ), so their per-seed loss needs no batch scale.
+    ctrls = [DeltaController(specs[k], S) if is_adaptive(specs[k]) else None for k in labels]
+    fixed_delta = torch.tensor([_fixed_delta(specs[k]) for k in labels], dtype=torch.float64).repeat_interleave(S)
     buf = torch.full((len(METRICS), R, steps), math.nan, dtype=torch.float64)
     info_sums: dict[str, np.ndarray] = {}
 
@@ -212,6 +221,11 @@ def _train(env: ToyEnv, specs: dict, seed_list: list[int], config: dict, policy_
                 tuple(x[m * S * N:(m + 1) * S * N] for x in (old_lp, adv_tok, mask)) for m in range(M)]
         # -- μ epochs of the clipped surrogate -------------------------------------------------------
         tally = _ClipTally(R, adv_tok)
+        delta_used = fixed_delta.clone()
+        for m, ctrl in enumerate(ctrls):
+            if ctrl is not None:
+                delta_used[m * S:(m + 1) * S] = torch.from_numpy(ctrl.delta)
+        clip_sums = [np.zeros(S) if ctrl is not None else None for ctrl in ctrls]
         grads = []  # each epoch's gradients (zero_grad drops them, it does not overwrite them)
         for epoch in range(ppo_epochs):
             opt.zero_grad()
@@ -220,6 +234,13 @@ def _train(env: ToyEnv, specs: dict, seed_list: list[int], config: dict, policy_
             total = None
             for m, (label, lp_m, (old_m, adv_m, mask_m)) in enumerate(
                     zip(labels, lp.split(S * N) if M > 1 else (lp,), per_method)):
+                if ctrls[m] is not None:
+                    loss, info = _adaptive_loss(ctrls[m], lp_m, old_m, adv_m, mask_m, N, loss_agg_mode,
+                                                clip_sums[m], loss_metrics)
+                    total = loss if total is None else total + loss
+                    if loss_metrics:
+                        _accumulate(info_sums, info, m, step - 1, M, steps)
+                    continue
                 loss, info = policy_loss(lp_m, old_m, adv_m, mask_m, specs[label], loss_agg_mode=loss_agg_mode,
                                          metrics=loss_metrics)
                 # Parameters are separate per seed, so aggregating over all seeds only rescales each seed's
@@ -239,7 +260,8 @@ def _train(env: ToyEnv, specs: dict, seed_list: list[int], config: dict, policy_
         with torch.no_grad():
             table_new = pol.log_probs()
             log_r = (env.gather_log_probs(table_new, index) - old_lp.view(R, N * T)).view(R, N, T)
-            records.add(table_old, table_new, rewards, log_r, tally, _grad_norms(grads, R).mean(0))
+            records.add(table_old, table_new, rewards, log_r, tally, _grad_norms(grads, R).mean(0), delta_used)
+            _update_controllers(ctrls, clip_sums, ppo_epochs, env, table_old, log_r, S)
         if step % every == 0 or step == steps:
             yield snapshot(records.flush(), False)
         elif records.nbytes > _PENDING_BYTES:
@@ -261,10 +283,10 @@ class _StepRecords:
         self._reset()
 
     def _reset(self):
-        self.tables, self.rewards, self.log_r, self.tallies, self.grad_norm = [], [], [], [], []
+        self.tables, self.rewards, self.log_r, self.tallies, self.grad_norm, self.delta = [], [], [], [], [], []
         self.nbytes = 0
 
-    def add(self, table_old, table_new, rewards, log_r, tally: _ClipTally, grad_norm) -> None:
+    def add(self, table_old, table_new, rewards, log_r, tally: _ClipTally, grad_norm, delta) -> None:
         if not self.tables:
             self.tables.append(table_old)
         self.tables.append(table_new)  # π_new of a step is π_old of the next
@@ -272,6 +294,7 @@ class _StepRecords:
         self.log_r.append(log_r)
         self.tallies.append(tally)
         self.grad_norm.append(grad_norm)
+        self.delta.append(delta)
         self.nbytes += table_new.nbytes + 7 * log_r.nbytes  # log r and the tally's six token-sized tensors
 
     @torch.no_grad()
@@ -288,7 +311,7 @@ class _StepRecords:
         row = {"reward_mean": torch.stack(self.rewards).mean(-1), "expected_reward": st["expected_reward"],
                "prob_correct": q.mean(-1), "entropy": st["entropy"], "kl_exact": st["kl"],
                "kl3": (torch.expm1(log_r) - log_r).sum(-1).mean(-1),  # unbiased for the per-response KL
-               "grad_norm": torch.stack(self.grad_norm)}
+               "grad_norm": torch.stack(self.grad_norm), "delta": torch.stack(self.delta)}
         for k, v in zip(PASS_AT_K, pass_at_k(q, PASS_AT_K)):
             row[f"pass@{k}"] = v
         counts = _ClipTally.stacked_counts(self.tallies) / self.token_epochs  # (4, K·R), mean over epochs
@@ -370,6 +393,48 @@ def _seed_scale(spec, S: int, N: int, T: int, mode: str) -> float:
     if not math.isfinite(c) or c <= 0:
         raise ValueError(f"cannot batch seeds for loss_agg_mode={mode!r}: probe gave a scale of {c!r}")
     return float(round(c)) if abs(c - round(c)) < 1e-9 * max(1.0, c) else c
+
+
+def _fixed_delta(spec) -> float:
+    """The δ column of a fixed method: its budget, or NaN without a single δ (ratio, sapo, intersections)."""
+    if isinstance(spec, AllOf) or spec.delta is None:
+        return math.nan
+    return float(spec.delta)
+
+
+def _adaptive_loss(ctrl: DeltaController, lp, old, adv, mask, N: int, mode: str, clip_sum: np.ndarray,
+                   loss_metrics: bool):
+    """Sum over seeds of each seed's own loss at its own δ (rows s·N … (s+1)·N - 1 are seed s); adds each
+    seed's clip fraction to `clip_sum`. Returns (loss, metrics averaged over seeds)."""
+    total, infos = None, []
+    want = ctrl.signal == "clipfrac" or loss_metrics
+    for s in range(len(ctrl.delta)):
+        rows = slice(s * N, (s + 1) * N)
+        loss, info = policy_loss(lp[rows], old[rows], adv[rows], mask[rows], ctrl.spec_for(s), loss_agg_mode=mode,
+                                 metrics=want)
+        total = loss if total is None else total + loss
+        if want:
+            clip_sum[s] += info["clipfrac"]
+            infos.append(info)
+    mean_info = {k: sum(i[k] for i in infos) / len(infos) for k in infos[0]} if loss_metrics else {}
+    return total, mean_info
+
+
+def _update_controllers(ctrls, clip_sums, epochs: int, env: ToyEnv, table_old, log_r, S: int) -> None:
+    """One controller step per adaptive method from this step's per-seed signal: clip fraction (mean over the
+    epochs, as the `clipfrac` column), per-token k3 of the update, or the rollout policy's exact entropy."""
+    for m, ctrl in enumerate(ctrls):
+        if ctrl is None:
+            continue
+        runs = slice(m * S, (m + 1) * S)
+        if ctrl.signal == "clipfrac":
+            signal = clip_sums[m] / epochs
+        elif ctrl.signal == "kl3":
+            lr = log_r[runs]
+            signal = (torch.expm1(lr) - lr).mean((1, 2)).numpy()
+        else:
+            signal = env.entropy(table_old[runs]).numpy()
+        ctrl.update(signal)
 
 
 def _accumulate(sums: dict, info: dict, m: int, t: int, M: int, steps: int) -> None:

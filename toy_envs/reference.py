@@ -16,7 +16,7 @@ import torch
 
 from divclip.theory.advantages import group_advantages
 from divclip.theory.losses import policy_loss
-from divclip.theory.spec import parse_method
+from divclip.theory.spec import is_adaptive, parse_method, spec_label
 from divclip.toy_envs.base import PASS_AT_K, ToyEnv, pass_at_k
 from divclip.toy_envs.validation import check_int, check_real
 
@@ -35,6 +35,9 @@ def reference_run(env: ToyEnv, spec, seed: int, steps: int, group_size: int, pro
     if not isinstance(env, ToyEnv):
         raise ValueError(f"env must be a ToyEnv (e.g. toy_envs.make_env('bandit')), got {env!r}")
     spec = parse_method(spec) if isinstance(spec, str) else spec
+    if is_adaptive(spec):
+        raise ValueError(f"spec {spec_label(spec)!r} adapts δ: the reference loop runs fixed specs (the arena, "
+                         "run_arena, runs adaptive ones)")
     seed = check_int("seed", seed, minimum=0)
     steps = check_int("steps", steps, minimum=1)
     group_size = check_int("group_size", group_size, minimum=2)

@@ -23,7 +23,7 @@ from divclip.toy_envs.base import PASS_AT_K
 from divclip.toy_envs.result import METRIC_DOCS, ArenaResult
 
 FIGURE_METRICS = ("expected_reward", "pass@8", "entropy", "prob_correct", "kl_exact", "clipfrac_low",
-                  "clipfrac_high", "grad_norm")
+                  "clipfrac_high", "grad_norm", "delta")
 _BOOTSTRAP = 2000
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 PAPER_NAMES = {"grpo": "GRPO", "dapo": "DAPO", "atr": "ATR-GRPO"}
@@ -241,12 +241,110 @@ def claims_markdown(result: ArenaResult, command: str | None = None, baseline: s
               f"mean reaches R0 + 0.9·(R* − R0) = {thr:.4g}. pass@k exact, mean over seeds. Variance interval: "
               f"bootstrap over seeds. Paired differences: seed s of every method draws the same random stream, "
               f"so differences are taken seed by seed (± = 95 % t-interval; significant = it excludes 0).", ""]
+    lines += ["#### Paired differences", "", paired_table(result, baseline), "#### Entropy trajectory", "",
+              entropy_trajectory_table(result)]
+    dt = delta_table(result)
+    if dt:
+        lines += ["#### Adaptive δ", "", dt]
     cl = claims(result, baseline)
     if cl:
         lines.append("Does the paper's direction hold here?")
         lines.append("")
         lines += [f"- {c.text}: **{_yes(c)}** ({c.detail})" for c in cl]
     return "\n".join(lines) + "\n"
+
+
+def _paired_cell(x: np.ndarray, y: np.ndarray, fmt: str = "+.3g") -> str:
+    """'mean(x - y) ± 95 % t half-width', starred when the interval excludes 0 (paired by seed)."""
+    d = x - y
+    h = _t_half(d)
+    if math.isnan(h):
+        return f"{d.mean():{fmt}}"
+    star = " *" if abs(d.mean()) > h and _greater(abs(d.mean()), 0.0) else ""
+    return f"{d.mean():{fmt}} ± {h:.2g}{star}"
+
+
+def _ratio_cell(x: np.ndarray, y: np.ndarray) -> str:
+    if x.shape[0] < 2 or y.var() == 0:
+        return "–"
+    idx = _boot_idx(x.shape[0])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = x[idx].var(axis=1, ddof=1) / y[idx].var(axis=1, ddof=1)
+    lo, hi = np.nanquantile(ratio, [0.025, 0.975])
+    star = " *" if hi < 1 or lo > 1 else ""
+    return f"{x.var(ddof=1) / y.var(ddof=1):.3g} [{lo:.3g}, {hi:.3g}]{star}"
+
+
+def paired_table(result: ArenaResult, baseline: str | None = None) -> str:
+    """Every method against `baseline`, seed by seed: differences in final reward, pass@k, mean entropy over
+    the run and at its last step, steps to the 90 % threshold, and the across-seed variance ratio (paired
+    bootstrap). ± is the 95 % t-interval of the paired difference; * marks an interval that excludes 0 (1 for
+    the ratio)."""
+    if baseline is None:
+        baseline = "grpo" if "grpo" in result.methods else result.methods[0]
+    ib = result.methods.index(baseline)
+    x = result.metrics
+    thr = threshold_90(result)
+    steps = seed_steps_to(result, thr)
+    head = ["method", "Δ final E[R]", *(f"Δ pass@{k}" for k in PASS_AT_K), "var ratio [95 %]",
+            "Δ entropy (mean over steps)", "Δ final entropy", "Δ steps to 90 %"]
+    lines = [f"Paired by seed against **{baseline}** (method − {baseline}; ± = 95 % t-interval; * = excludes 0, "
+             f"or 1 for the variance ratio; never reaching the threshold counts as {result.steps_done + 1} steps):",
+             "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for i, m in enumerate(result.methods):
+        if i == ib:
+            continue
+        row = [m, _paired_cell(x["expected_reward"][i, :, -1], x["expected_reward"][ib, :, -1])]
+        row += [_paired_cell(x[f"pass@{k}"][i, :, -1], x[f"pass@{k}"][ib, :, -1]) for k in PASS_AT_K]
+        row.append(_ratio_cell(x["expected_reward"][i, :, -1], x["expected_reward"][ib, :, -1]))
+        row.append(_paired_cell(x["entropy"][i].mean(-1), x["entropy"][ib].mean(-1)))
+        row.append(_paired_cell(x["entropy"][i, :, -1], x["entropy"][ib, :, -1]))
+        row.append(_paired_cell(steps[i], steps[ib], "+.1f"))
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def entropy_trajectory_table(result: ArenaResult, points: int = 5) -> str:
+    """Across-seed mean entropy at evenly spaced steps, per method (the trajectory, not just its end)."""
+    T = result.steps_done
+    at = sorted({max(1, round(T * j / (points - 1))) for j in range(points)} | {1})
+    lines = ["| method | " + " | ".join(f"entropy @ {t}" for t in at) + " |", "|" + "---|" * (len(at) + 1)]
+    for i, m in enumerate(result.methods):
+        e = result.metrics["entropy"][i]
+        lines.append(f"| {m} | " + " | ".join(f"{e[:, t - 1].mean():.4g}" for t in at) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def delta_table(result: ArenaResult) -> str:
+    """Adaptive methods: δ (across-seed mean) at step 1, a quarter, half way and the end, and the controlled
+    signal over the last quarter of steps against its target. Empty when no method adapts δ."""
+    from divclip.theory.spec import is_adaptive, parse_method
+
+    rows = []
+    T = result.steps_done
+    for i, m in enumerate(result.methods):
+        spec = result.specs.get(m, m)
+        try:
+            spec = parse_method(spec) if isinstance(spec, str) else spec
+        except ValueError:
+            continue
+        if not is_adaptive(spec):
+            continue
+        d = result.metrics["delta"][i]
+        sig = spec.signal
+        sig_x = result.metrics[sig][i]
+        if sig == "kl3":  # the CSV's kl3 is per response; the controller reads the per-token mean
+            sig_x = sig_x / max(1, int(result.env_config.get("length", 1) or 1))
+        q = max(1, T // 4)
+        half = d[:, max(0, T // 2 - 1)].mean()
+        rows.append(f"| {m} | {d[:, 0].mean():.4g} | {d[:, q - 1].mean():.4g} | {half:.4g}"
+                    f" | {d[:, -1].mean():.4g} [{np.quantile(d[:, -1], 0.025):.3g}, {np.quantile(d[:, -1], 0.975):.3g}]"
+                    f" | {sig}: {sig_x[:, :q].mean():.4g} → {sig_x[:, -q:].mean():.4g} (target {spec.target:g}) |")
+    if not rows:
+        return ""
+    head = (f"| method | δ @ 1 | δ @ {max(1, T // 4)} | δ @ {max(1, T // 2)} | δ @ {T} [middle 95 % of seeds] | "
+            "signal, first → last quarter |")
+    return "\n".join([head, "|---|---|---|---|---|---|", *rows]) + "\n"
 
 
 def _env_line(result: ArenaResult) -> str:
@@ -333,7 +431,7 @@ def report_html(result: ArenaResult, command: str | None = None) -> str:
             + f"<h2>Metrics</h2><ul>{docs}</ul></body></html>")
 
 
-def write_report(result: ArenaResult, out_dir, command: str | None = None) -> dict:
+def write_report(result: ArenaResult, out_dir, command: str | None = None, baseline: str | None = None) -> dict:
     """Write metrics.csv, report.html and claims.md into `out_dir` (created); returns {kind: path}."""
     from pathlib import Path
 
@@ -342,5 +440,5 @@ def write_report(result: ArenaResult, out_dir, command: str | None = None) -> di
     paths = {"csv": out / "metrics.csv", "html": out / "report.html", "markdown": out / "claims.md"}
     result.to_csv(paths["csv"])
     paths["html"].write_text(report_html(result, command), encoding="utf-8")
-    paths["markdown"].write_text(claims_markdown(result, command), encoding="utf-8")
+    paths["markdown"].write_text(claims_markdown(result, command, baseline), encoding="utf-8")
     return paths

@@ -107,9 +107,11 @@ def write_manifest(directory: Path):
 
 
 def save_checkpoint(output_dir, step: int, model, tokenizer, optimizer, history: list[dict], config: dict,
-                    keep: int = 2) -> Path:
+                    keep: int = 2, extra: dict | None = None) -> Path:
     """Write checkpoint `step` atomically, point `latest` at it, and prune all but the `keep` newest ones.
-    A directory already named for this step (a damaged one a resume skipped) is moved aside, not deleted."""
+    A directory already named for this step (a damaged one a resume skipped) is moved aside, not deleted.
+    `extra`: more trainer state (plain lists, numbers, strings), e.g. the adaptive-δ controller's; read it back
+    with `load_extra_state`."""
     root = _checkpoint_root(output_dir)
     root.mkdir(parents=True, exist_ok=True)
     name = f"step-{step:06d}"
@@ -118,7 +120,8 @@ def save_checkpoint(output_dir, step: int, model, tokenizer, optimizer, history:
     with quiet_saving():
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-    state = {"step": step, "optimizer": optimizer.state_dict(), "history": history, "config": config}
+    state = {"step": step, "optimizer": optimizer.state_dict(), "history": history, "config": config,
+             "extra": extra or {}}
     torch.save(state, tmp / STATE_FILE)
     write_manifest(tmp)
     if final.exists() or final.is_symlink():
@@ -319,3 +322,8 @@ def load_checkpoint(path: Path, model, optimizer, device) -> tuple[int, list[dic
     except Exception as exc:  # noqa: BLE001
         raise ValueError(f"checkpoint {str(path)!r}: the optimizer state does not fit this model "
                          f"({type(exc).__name__})") from None
+
+
+def load_extra_state(path: Path) -> dict:
+    """The `extra` trainer state saved with checkpoint `path` ({} for checkpoints written without it)."""
+    return dict(_load_state(Path(path), "cpu").get("extra") or {})

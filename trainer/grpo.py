@@ -22,14 +22,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from divclip.theory.adaptive import DeltaController
 from divclip.theory.advantages import group_advantages
 from divclip.theory.loss_metrics import kl_penalty
 from divclip.theory.losses import ClipSpec, agg_loss, policy_loss
+from divclip.theory.spec import is_adaptive
 from divclip.trainer.checkpoint import (
     check_output_dir,
     check_resumable,
     latest_checkpoint,
     load_checkpoint,
+    load_extra_state,
     quiet_saving,
     save_checkpoint,
     say,
@@ -124,6 +127,8 @@ class GRPOTrainer:
                                            weight_decay=config.weight_decay)
         self.ref_model = None
         self.step = 0
+        # Adaptive δ ('kl3@clipfrac=0.1'): the controller sets each step's δ; its state rides in checkpoints.
+        self.controller = DeltaController(self.spec) if is_adaptive(self.spec) else None
 
     # ------------------------------------------------------------------------------------------ run
     def train(self, on_step=None) -> TrainResult:
@@ -143,7 +148,7 @@ class GRPOTrainer:
             history = [self._warm_start()]
             if out is not None:  # the warm start is minutes of work on a real model: keep it
                 save_checkpoint(out, 0, self.model, self.tokenizer, self.optimizer, history, cfg.to_dict(),
-                                cfg.keep_checkpoints)
+                                cfg.keep_checkpoints, extra=self._extra_state())
         log = MetricsLog(out, history)
         progress = Progress(cfg.steps, self.step, cfg.progress)
         try:
@@ -157,7 +162,7 @@ class GRPOTrainer:
                 every = cfg.checkpoint_every
                 if out is not None and ((every and self.step % every == 0) or self.step == cfg.steps):
                     save_checkpoint(out, self.step, self.model, self.tokenizer, self.optimizer, log.history,
-                                    cfg.to_dict(), cfg.keep_checkpoints)
+                                    cfg.to_dict(), cfg.keep_checkpoints, extra=self._extra_state())
                 if on_step is not None:
                     on_step(row)
         finally:
@@ -180,6 +185,7 @@ class GRPOTrainer:
         check_resumable(ckpt, cfg.to_dict())
         self.step, history = load_checkpoint(ckpt, self.model, self.optimizer, self.device)
         self._load_reference()
+        self._load_controller(ckpt)
         left = "nothing left to do" if self.step >= cfg.steps else f"{cfg.steps - self.step} steps to go"
         say(f"resuming from step {self.step} ({ckpt.name} in {out}); {left}")
         metrics = out / "metrics.jsonl"
@@ -208,6 +214,22 @@ class GRPOTrainer:
             if cfg.output_dir is not None:
                 self._save_reference()
         return row
+
+    def _extra_state(self) -> dict:
+        return {} if self.controller is None else {"delta_controller": self.controller.state_dict()}
+
+    def _load_controller(self, ckpt):
+        if self.controller is None:
+            return
+        state = load_extra_state(ckpt).get("delta_controller")
+        if state is None:
+            raise ValueError(f"checkpoint {str(ckpt)!r} has no adaptive-δ controller state, but the method "
+                             f"{self.cfg.method!r} adapts δ; resume=False (--no-resume) to start over")
+        self.controller.load_state_dict(state)
+
+    def step_spec(self) -> ClipSpec:
+        """The ClipSpec this step's loss uses: the spec, or for an adaptive δ the controller's current one."""
+        return self.spec if self.controller is None else self.controller.spec_for(0)
 
     def _frozen_copy(self):
         ref = copy.deepcopy(self.model).eval()
@@ -251,10 +273,17 @@ class GRPOTrainer:
         t0 = time.perf_counter()
         batch = self._rollout(np.random.default_rng([cfg.seed, step]))
         t1 = time.perf_counter()
-        metrics = self._update(batch, torch.Generator().manual_seed(_step_seed(cfg.seed, step)))
+        spec = self.step_spec()
+        metrics = self._update(batch, torch.Generator().manual_seed(_step_seed(cfg.seed, step)), spec)
         t2 = time.perf_counter()
         tokens = batch["tokens"]
         row = {"step": step, **batch["metrics"], **metrics}
+        if spec.delta is not None:
+            row["clip/delta"] = float(spec.delta)
+        if self.controller is not None:
+            signal = {"clipfrac": metrics["clip/clipfrac"], "kl3": metrics["clip/kl3"],
+                      "entropy": batch["metrics"]["policy/entropy"]}[self.controller.signal]
+            row["clip/delta_next"] = float(self.controller.update(signal)[0])
         row.update({"time/rollout_s": t1 - t0, "time/update_s": t2 - t1, "time/step_s": t2 - t0,
                     "perf/tokens_per_s": tokens / (t2 - t0)})
         return row
@@ -299,7 +328,7 @@ class GRPOTrainer:
         return {"input_ids": input_ids, "attention": attention, "mask": fmask, "advantages": advantages,
                 "old_log_prob": old_log_prob, "ref_log_prob": ref_log_prob, "metrics": metrics, "tokens": n_tokens}
 
-    def _update(self, batch: dict, gen: torch.Generator) -> dict:
+    def _update(self, batch: dict, gen: torch.Generator, spec: ClipSpec) -> dict:
         cfg = self.cfg
         N, T = batch["mask"].shape
         sums = dict.fromkeys(("loss/policy", "loss/kl", "grad/norm", *(f"clip/{k}" for k in _MEAN_KEYS)), 0.0)
@@ -312,7 +341,7 @@ class GRPOTrainer:
                     log_prob = token_log_probs(self.model, batch["input_ids"][idx], batch["attention"][idx], T,
                                                cfg.temperature)  # (b, T)
                 adv = batch["advantages"][idx].unsqueeze(1).expand(-1, T)  # (b, T) outcome reward on every token
-                loss, m = policy_loss(log_prob, batch["old_log_prob"][idx], adv, mask, self.spec, cfg.loss_agg_mode)
+                loss, m = policy_loss(log_prob, batch["old_log_prob"][idx], adv, mask, spec, cfg.loss_agg_mode)
                 sums["loss/policy"] += loss.item()
                 if self.ref_model is not None:
                     kl = agg_loss(kl_penalty(log_prob, batch["ref_log_prob"][idx], cfg.kl_estimator), mask,
@@ -327,6 +356,9 @@ class GRPOTrainer:
                 sums["grad/norm"] += norm.item()
                 for k in _MEAN_KEYS:
                     sums[f"clip/{k}"] += m[k]
+                for k in m:  # an intersection's per-part clip fractions (clipfrac_low_part0, ...)
+                    if "_part" in k:
+                        sums[f"clip/{k}"] = sums.get(f"clip/{k}", 0.0) + m[k]
                 ratio_min, ratio_max = min(ratio_min, m["ratio_min"]), max(ratio_max, m["ratio_max"])
                 updates += 1
         out = {k: v / updates for k, v in sums.items()}

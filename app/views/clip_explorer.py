@@ -4,7 +4,13 @@ import streamlit as st
 
 from divclip import theory
 from divclip.app.export import FORMATS, interval_spec, method_export
-from divclip.app.figures import divergence_curves, interval_chart, surrogate_figure
+from divclip.app.figures import (
+    add_intersection,
+    divergence_curves,
+    intersection_bounds,
+    interval_chart,
+    surrogate_figure,
+)
 from divclip.app.intervals import clip_intervals, table_csv, table_rows
 from divclip.app.methods import label_for
 from divclip.app.page_parts import figure, formula_latex, number_with_slider, share_link, show_messages
@@ -90,7 +96,10 @@ with maths:
     st.markdown("**Each measure and its interval**")
     for iv in intervals:
         st.latex(formula_latex(iv))
-figure(interval_chart(intervals), "divclip_intervals", bars, key="explorer.intervals")
+figure(add_intersection(interval_chart(intervals), intervals), "divclip_intervals", bars, key="explorer.intervals")
+if (both := intersection_bounds(intervals)) is not None:
+    bars.caption(f"Shaded: the intersection [{both[0]:.6f}, {both[1]:.6f}], where every chosen measure holds at "
+                 "once (a method string joins them with '&', e.g. `kl3:0.023144&binary_tv:0.2`).")
 figure(surrogate_figure(intervals), "divclip_surrogate", key="explorer.surrogate")
 
 st.subheader("Equivalent ratio clip per measure")

@@ -108,3 +108,25 @@ def test_zero_lower_bound_is_drawn_at_the_left_edge():
     # On the D(r) curve there is no lower root to mark: only u sits on the δ line.
     marks = next(t for t in divergence_curves(ivs, 1.5).data if t.meta and t.meta["measure"] == "chi2")
     assert tuple(marks.x) == (ivs[0].hi,)
+
+
+def test_interval_chart_shades_the_intersection_of_the_chosen_measures():
+    """The shaded band is [max l, min u], the bounds theory's intersection clips at (all_of, action_bounds)."""
+    import numpy as np
+
+    from divclip.app.figures import add_intersection, interval_chart
+    from divclip.app.intervals import clip_intervals
+    from divclip.theory.reallocation import action_bounds
+
+    p = 0.95
+    intervals, errors = clip_intervals(["kl3", "binary_tv"], 0.05, 0.2, 0.28, p)
+    assert not errors
+    fig = add_intersection(interval_chart(intervals), intervals)
+    lo, hi = fig.layout.meta["intersection"]
+    ref_lo, ref_hi = action_bounds("kl3:0.05&binary_tv:0.05", np.array([p]))
+    assert lo == pytest.approx(float(ref_lo[0]), rel=1e-12) and hi == pytest.approx(float(ref_hi[0]), rel=1e-12)
+    bands = [sh for sh in fig.layout.shapes if sh.type == "rect"]
+    assert sorted(sh.xref for sh in bands) == ["x", "x2"]  # ratio and log-ratio axes
+    assert (bands[0].x0, bands[0].x1) == (lo, hi) if bands[0].xref == "x" else (bands[1].x0, bands[1].x1) == (lo, hi)
+    one = add_intersection(interval_chart(intervals[:1]), intervals[:1])
+    assert not [sh for sh in one.layout.shapes if sh.type == "rect"]

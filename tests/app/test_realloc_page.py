@@ -117,6 +117,19 @@ def test_spec_choice_and_other_specs():
     assert at.selectbox(key="realloc.focus").value == "grpo"  # atr is gone: the first spec
 
 
+def test_other_specs_draw_an_intersection():
+    at = rendered(start())
+    at.multiselect(key="realloc.specs").set_value(["atr"]).run()
+    at.text_input(key="realloc.extra").input("kl3:0.023144&binary_tv:0.2").run()
+    rendered(at)
+    specs = {"atr": "atr", "kl3:0.023144&binary_tv:0.2": method_spec("kl3:0.023144&binary_tv:0.2")}
+    comp = compare_measures([0.6, 0.3, 0.1], [1, -1, 0.5], specs, lr=0.5, epochs=8)
+    rows = comparison_rows(at)
+    assert [r["label"] for r in rows] == list(specs)
+    assert [(r["lo_min"], r["hi_max"]) for r in rows] == [(t["lo_min"], t["hi_max"]) for t in comp.table()]
+    assert len(at.get("plotly_chart")) == 6
+
+
 @pytest.mark.parametrize("field, text, message", slow_after(1, [
     ("probs", "0.5,0.5,0.1", "probs must sum to 1"),
     ("probs", "0.6,abc,0.1", "π_old must be numbers separated by commas"),
@@ -126,6 +139,7 @@ def test_spec_choice_and_other_specs():
     ("extra", "sapo", "no clip interval"),
     ("extra", "foo", "unknown method 'foo'"),
     ("extra", "grpo", "'grpo' is already chosen"),
+    ("extra", "kl3@clipfrac=0.1", "adapts δ during training"),
 ]))
 def test_bad_inputs_are_messages(field, text, message):
     at = rendered(start())

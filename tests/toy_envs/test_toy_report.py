@@ -67,7 +67,8 @@ def test_claims_follow_the_numbers():
 
 def test_markdown_table_has_one_row_per_method_and_plain_answers():
     md = claims_markdown(synthetic(), command="divclip toy --env bandit")
-    rows = [line for line in md.splitlines() if line.startswith("| ")]
+    first_table = md.split("#### Paired differences")[0]  # the per-method table; paired tables follow
+    rows = [line for line in first_table.splitlines() if line.startswith("| ")]
     assert len(rows) == 3 and rows[1].startswith("| grpo") and rows[2].startswith("| atr")
     assert "divclip toy --env bandit" in md
     answers = [line for line in md.splitlines() if line.startswith("- ")]

@@ -33,7 +33,7 @@ def tiny():
 
 def make(cls, args_cls, tiny, tmp_path, **kw):
     model, tok, data = tiny
-    args = args_cls(output_dir=str(tmp_path), **COMMON, **kw)
+    args = args_cls(output_dir=str(tmp_path), **{**COMMON, **kw})
     return cls(model=copy.deepcopy(model), reward_funcs=digits_reward, args=args, train_dataset=data,
                processing_class=tok)
 
@@ -138,6 +138,72 @@ def test_config_errors(tmp_path):
 def test_unsupported_loss_type_is_refused(tiny, tmp_path):
     with pytest.raises(ValueError, match=r"supports loss_type in \['grpo', 'bnpo', 'dr_grpo', 'dapo'\], got 'sapo'"):
         make(DivClipGRPOTrainer, DivClipGRPOConfig, tiny, tmp_path, loss_type="sapo")
+
+
+def test_clip_method_intersection_matches_theory_loss_and_logs_parts(tiny, tmp_path):
+    """clip_method='kl3:0.02&binary_tv:0.05' is divclip's intersection loss: the same per-token terms as
+    divclip.theory.losses.policy_loss (token-sum), aggregated by TRL's bnpo (masked token mean)."""
+    from divclip.theory.losses import policy_loss
+
+    _, tok, _ = tiny
+    ours = make(DivClipGRPOTrainer, DivClipGRPOConfig, tiny, tmp_path, clip_method="kl3:0.02&binary_tv:0.05",
+                loss_type="bnpo")
+    inputs = batch(tok, seed=3)
+    inputs["old_per_token_logps"] = torch.zeros(inputs["completion_ids"].shape) - 1.5
+    m = ours.model.train()
+    ours.current_gradient_accumulation_steps = 1
+    loss, _ = loss_and_grad(ours, m, inputs)
+    with torch.no_grad():
+        ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+        att = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
+        lp, _, _ = ours._get_per_token_logps_and_entropies(m, ids, att, inputs["completion_ids"].shape[1])
+    mask = inputs["completion_mask"].float()
+    adv = inputs["advantages"].unsqueeze(1).expand_as(lp)
+    ref, info = policy_loss(lp, inputs["old_per_token_logps"], adv, mask, "kl3:0.02&binary_tv:0.05", "token-mean")
+    torch.testing.assert_close(loss, ref.float(), rtol=1e-5, atol=1e-7)
+    logged = ours._metrics["train"]
+    assert logged["divclip/clipfrac_high_part1"][-1] == pytest.approx(info["clipfrac_high_part1"], abs=1e-6)
+    assert logged["clip_ratio/high_mean"][-1] == pytest.approx(info["clipfrac_high"], abs=1e-6)
+
+
+def test_clip_method_adaptive_delta_steps_and_resumes_from_checkpoints(tiny, tmp_path):
+    import json
+
+    from divclip.theory.adaptive import delta_update
+
+    _, tok, _ = tiny
+    method = "kl3:0.02@kl3=0.0005:gain=0.5"
+    ours = make(DivClipGRPOTrainer, DivClipGRPOConfig, tiny, tmp_path / "unit", clip_method=method,
+                loss_type="bnpo")
+    inputs = batch(tok, seed=4)
+    inputs["old_per_token_logps"] = torch.zeros(inputs["completion_ids"].shape) - 2.0
+    m = ours.model.train()
+    ours.current_gradient_accumulation_steps = 1
+    loss_and_grad(ours, m, inputs)
+    kl3 = ours._metrics["train"]["divclip/kl3"][-1]
+    assert ours._metrics["train"]["divclip/delta"][-1] == 0.02
+    assert ours.delta_controller.delta[0] == pytest.approx(float(delta_update(0.02, kl3, ours.clip_spec)), rel=1e-12)
+    assert ours.delta_controller.delta[0] != 0.02
+
+    run = dict(clip_method=method, num_iterations=2, loss_type="dapo", save_strategy="steps", save_steps=1)
+    first = make(DivClipGRPOTrainer, DivClipGRPOConfig, tiny, tmp_path / "run", max_steps=1, **run)
+    first.train()
+    saved = json.loads((tmp_path / "run" / "checkpoint-1" / "divclip_delta.json").read_text())
+    assert saved["method"] == method and saved["steps"] >= 1 and saved["delta"] == first.delta_controller.delta.tolist()
+    assert any("divclip/delta" in h for h in first.state.log_history)
+    resumed = make(DivClipGRPOTrainer, DivClipGRPOConfig, tiny, tmp_path / "run", max_steps=2, **run)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-1"))
+    assert resumed.delta_controller.steps == 2 * saved["steps"]  # continued from the saved state, not from δ0
+
+
+def test_clip_method_errors(tmp_path):
+    kw = dict(output_dir=str(tmp_path), report_to="none", use_cpu=True)
+    with pytest.raises(ValueError, match=r"clip_method: method 'kl3&dppo_kl': AllOf.parts\[1\] has mode='gated'"):
+        DivClipGRPOConfig(clip_method="kl3&dppo_kl", **kw)
+    with pytest.raises(ValueError, match=r"replaces clip_measure/clip_delta"):
+        DivClipGRPOConfig(clip_method="kl3", clip_delta=0.1, **kw)
+    with pytest.raises(ValueError, match=r"token-level clip, gated or cispo modes, got mode='sapo'"):
+        DivClipGRPOConfig(clip_method="sapo", **kw)
 
 
 def test_default_is_the_stock_trl_clip(tmp_path):

@@ -42,7 +42,7 @@ def run(fn, config, old, new, adv, mask, agg="token-mean", weights=None):
 
 def test_registered_modes_are_divclips():
     assert get_policy_loss_fn("atr_kl3") is plugin.compute_policy_loss_atr_kl3
-    assert plugin.LOSS_MODES == ["atr_kl3", *(f"divclip_{m}" for m in MEASURES)]
+    assert plugin.LOSS_MODES == ["atr_kl3", "divclip_method", *(f"divclip_{m}" for m in MEASURES)]
     for mode in plugin.LOSS_MODES:
         assert get_policy_loss_fn(mode).__module__ == plugin.__name__
 
@@ -160,6 +160,67 @@ def test_verl_imports_the_plugin_named_in_the_environment(monkeypatch):
     importlib.reload(verl)
     assert core_algos.get_policy_loss_fn("atr_kl3").__module__ == "divclip.trainer.integrations.verl"
     assert set(plugin.LOSS_MODES) <= set(fresh)
+
+
+# ------------------------------------------------------------------------------ divclip_method ($DIVCLIP_METHOD)
+def test_divclip_method_runs_an_intersection_as_theory_does(monkeypatch):
+    """Through verl's own registry: the loss is divclip's policy_loss of the intersection (verl's token-mean over
+    the same mask), the gradient its gradient, and the per-part clip fractions are logged."""
+    from divclip.theory.losses import policy_loss
+
+    method = "kl3:0.023144&binary_tv:0.2"
+    monkeypatch.setenv("DIVCLIP_METHOD", method)
+    old, new, adv, mask = batch(seed=5, spread=0.6)
+    likely = old.clone()
+    likely[::2] = likely[::2].clamp(min=-0.05)  # likely tokens (p > 0.867), where binary TV's upper bound binds
+    old, new = likely, new - old + likely  # the same log-ratios
+    with pytest.warns(UserWarning, match="clip_ratio_c are ignored"):
+        loss, grad, m = run(get_policy_loss_fn("divclip_method"), actor("divclip_method"), old, new, adv, mask)
+    lp = new.clone().requires_grad_(True)
+    ref, info = policy_loss(lp, old, adv, mask.to(old.dtype), method, "token-mean")
+    ref.backward()
+    torch.testing.assert_close(loss, ref.detach(), rtol=1e-12, atol=0)
+    torch.testing.assert_close(grad, lp.grad, rtol=1e-12, atol=0)
+    for i in (0, 1):
+        assert m[f"actor/clipfrac_high_part{i}"] == pytest.approx(info[f"clipfrac_high_part{i}"], rel=1e-8)
+        assert info[f"clipfrac_high_part{i}"] > 0
+    assert m["actor/pg_clipfrac"] == pytest.approx(info["clipfrac"], rel=1e-8)  # n + 1e-8 denominators
+
+
+def test_divclip_method_adaptive_delta_is_a_stateful_loss_per_process(monkeypatch):
+    from divclip.theory.adaptive import delta_update
+    from divclip.theory.spec import parse_method
+
+    method = "kl3:0.02@clipfrac=0.05:gain=0.5"
+    monkeypatch.setenv("DIVCLIP_METHOD", method)
+    monkeypatch.setattr(plugin, "CONTROLLERS", {})
+    fn, cfg = get_policy_loss_fn("divclip_method"), actor("divclip_method")
+    spec, delta = parse_method(method), 0.02
+    for seed in range(4):  # each call (a micro-batch) steps δ from that call's own clip fraction
+        if seed == 0:
+            with pytest.warns(UserWarning, match="ignored"):
+                run(fn, cfg, *batch(seed=9))
+            plugin.CONTROLLERS.clear()
+        _, _, m = run(fn, cfg, *batch(seed=seed, spread=0.5))
+        assert m["actor/divclip_delta"] == pytest.approx(delta, rel=1e-12)
+        delta = float(delta_update(delta, m["actor/pg_clipfrac"], spec))
+    assert plugin.CONTROLLERS[method].steps == 4
+    assert plugin.CONTROLLERS[method].delta[0] == pytest.approx(delta, rel=1e-12) and delta != 0.02
+
+
+@pytest.mark.parametrize("value, match", [
+    (None, r"reads its method string from \$DIVCLIP_METHOD"),
+    ("kl3@entropy=1", r"does not hand the policy loss the entropy|does not pass the entropy"),
+    ("gspo", r"token-level clip, gated or cispo"),
+    ("kl3&dppo_kl", r"\$DIVCLIP_METHOD: method 'kl3&dppo_kl': AllOf.parts\[1\] has mode='gated'"),
+])
+def test_divclip_method_bad_env_is_a_clear_error(monkeypatch, value, match):
+    if value is None:
+        monkeypatch.delenv("DIVCLIP_METHOD", raising=False)
+    else:
+        monkeypatch.setenv("DIVCLIP_METHOD", value)
+    with pytest.raises(ValueError, match=match):
+        run(get_policy_loss_fn("divclip_method"), actor("divclip_method"), *batch())
 
 
 # ---------------------------------------------------------------------- δ without verl's 0.2, warnings once

@@ -19,14 +19,24 @@ is GRPO's default width 0.2 or at the scale of a ratio width, a clip that cannot
 (TRL's default num_iterations=1 with steps_per_generation = gradient_accumulation_steps: the ratio is identically
 1, so no clip has any effect).
 
+`clip_method` takes any method string instead (`divclip.theory.spec`): an intersection
+('kl3:0.023144&binary_tv:0.2', per-part clip fractions logged as divclip/clipfrac_{low,high}_part{i}) or an
+adaptive δ ('kl3@clipfrac=0.1'). The adaptive controller steps after every training-mode loss computation (each
+micro-batch, so `gradient_accumulation_steps` times per optimizer step) from the signal reduced over all
+processes (so every rank holds the same δ): the clip fraction (clip_ratio/region_mean), the per-token k3 of
+π_θ against π_old, or the mean token entropy. δ is logged as divclip/delta and saved with every checkpoint
+(checkpoint-N/divclip_delta.json), and restored by `train(resume_from_checkpoint=...)`.
+
 Not supported (a ValueError at construction): loss types other than the four above, sequence-level
 importance sampling, and the entropy bonus (entropy_coef / use_adaptive_entropy).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import os
 from dataclasses import dataclass, field
 
 import torch
@@ -34,9 +44,13 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import nanmax, nanmin
 
 from divclip.sanity import advice
+from divclip.theory.adaptive import DeltaController
 from divclip.theory.conversions import delta_for_eps
 from divclip.theory.losses import ClipSpec, policy_terms
 from divclip.theory.measures import MEASURES, get_measure
+from divclip.theory.spec import is_adaptive, parse_method
+
+CONTROLLER_FILE = "divclip_delta.json"
 
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 _MODEL_INPUTS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes",
@@ -60,8 +74,32 @@ class DivClipGRPOConfig(GRPOConfig):
                           "(the two-sided clip cap) is a different knob and maps to divclip's dual clip."},
     )
 
+    clip_method: str | None = field(
+        default=None,
+        metadata={"help": "A divclip method string instead of clip_measure/clip_delta: e.g. 'kl3:0.02', an "
+                          "intersection 'kl3:0.023144&binary_tv:0.2' or an adaptive δ 'kl3@clipfrac=0.1' "
+                          "(grammar: divclip.theory.spec). Modes clip/gated/cispo; put a dual clip in it as "
+                          "'/dual=C'."},
+    )
+
     def __post_init__(self):
         super().__post_init__()
+        if self.clip_method is not None:
+            if (self.clip_measure != "ratio" or self.clip_delta is not None or self.delta is not None
+                    or self.epsilon_high is not None):
+                raise ValueError(f"clip_method={self.clip_method!r} replaces clip_measure/clip_delta, epsilon_high "
+                                 f"and TRL's delta; got clip_measure={self.clip_measure!r}, "
+                                 f"clip_delta={self.clip_delta!r}, epsilon_high={self.epsilon_high!r}, "
+                                 f"delta={self.delta!r} (leave them at their defaults; dual clip: '/dual=C'; "
+                                 "`epsilon` is ignored too)")
+            try:
+                spec = parse_method(self.clip_method)
+            except ValueError as exc:
+                raise ValueError(f"clip_method: {exc}") from None
+            if spec.mode == "sapo" or spec.level != "token":
+                raise ValueError(f"clip_method={self.clip_method!r}: DivClipGRPOTrainer runs token-level clip, "
+                                 f"gated or cispo modes, got mode={spec.mode!r}, level={spec.level!r}")
+            return
         if self.clip_measure not in MEASURES:
             raise ValueError(f"clip_measure must be one of {sorted(MEASURES)}, got {self.clip_measure!r}")
         if self.clip_measure == "ratio" and self.clip_delta is not None:
@@ -77,7 +115,9 @@ class DivClipGRPOConfig(GRPOConfig):
         self.clip_spec()  # fail now on a bad combination
 
     def clip_spec(self) -> ClipSpec:
-        """The divclip ClipSpec these arguments describe."""
+        """The divclip ClipSpec these arguments describe (an `AdaptiveSpec` holds its starting δ)."""
+        if self.clip_method is not None:
+            return parse_method(self.clip_method)
         c = self.delta  # TRL's two-sided clip: clamp r at `delta`; for A < 0 that is the dual clip at c = delta
         if self.clip_measure == "ratio":
             high = self.epsilon_high if self.epsilon_high is not None else self.epsilon
@@ -116,6 +156,28 @@ class DivClipGRPOTrainer(GRPOTrainer):
         self.clip_spec = a.clip_spec()
         for item in a.divclip_advice():
             logger.warning(item.log_line())
+        self.delta_controller = DeltaController(self.clip_spec) if is_adaptive(self.clip_spec) else None
+
+    def _step_spec(self):
+        return self.clip_spec if self.delta_controller is None else self.delta_controller.spec_for(0)
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if self.delta_controller is not None and self.args.should_save:
+            folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, CONTROLLER_FILE), "w", encoding="utf-8") as fh:
+                json.dump(self.delta_controller.state_dict(), fh)
+
+    def _load_rng_state(self, checkpoint):
+        super()._load_rng_state(checkpoint)
+        if self.delta_controller is not None and checkpoint is not None:
+            path = os.path.join(checkpoint, CONTROLLER_FILE)
+            if not os.path.isfile(path):
+                raise ValueError(f"checkpoint {checkpoint!r} has no {CONTROLLER_FILE}, but clip_method "
+                                 f"{self.args.clip_method!r} adapts δ: resume from a checkpoint this method wrote")
+            with open(path, encoding="utf-8") as fh:
+                self.delta_controller.load_state_dict(json.load(fh))
 
     def _compute_loss(self, model, inputs):
         prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
@@ -144,8 +206,8 @@ class DivClipGRPOTrainer(GRPOTrainer):
             )
 
         # divclip: the clipped surrogate max(-A·r, -A·clip(r)) with clip(r) from D(r[, p]) <= δ.
-        terms = policy_terms(per_token_logps, old_per_token_logps, advantages.expand_as(per_token_logps), mask,
-                             self.clip_spec)
+        spec = self._step_spec()
+        terms = policy_terms(per_token_logps, old_per_token_logps, advantages.expand_as(per_token_logps), mask, spec)
         per_token_loss = terms.loss  # (B, T)
 
         if self.beta != 0.0:
@@ -170,8 +232,12 @@ class DivClipGRPOTrainer(GRPOTrainer):
             loss = loss + self.router_aux_loss_coef * aux_loss / normalizer
             self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(aux_loss).mean().item())
         low, high = terms.clipped_low, terms.clipped_high  # (B, T) 0/1: the lower / upper bound changed the term
-        self._log_metrics(mode, low, high, terms.log_ratio, mask, entropies,
-                          per_token_kl if self.beta != 0.0 else None)
+        signals = self._log_metrics(mode, low, high, terms.log_ratio, mask, entropies,
+                                    per_token_kl if self.beta != 0.0 else None, terms.by_part)
+        if self.delta_controller is not None:
+            self._metrics[mode]["divclip/delta"].append(float(spec.delta))
+            if mode == "train":
+                self.delta_controller.update(signals[self.delta_controller.signal])
         return loss
 
     def _normalise(self, per_token_loss, mask, inputs, mode):
@@ -189,7 +255,8 @@ class DivClipGRPOTrainer(GRPOTrainer):
             normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
         return (per_token_loss * mask).sum() / normalizer
 
-    def _log_metrics(self, mode, low, high, log_ratio, mask, entropies, per_token_kl):
+    def _log_metrics(self, mode, low, high, log_ratio, mask, entropies, per_token_kl, by_part=None) -> dict:
+        """Log TRL's metrics plus divclip's; returns the controller signals (reduced over processes)."""
         def global_masked_mean(x):
             local = torch.stack([(x * mask).sum(), mask.sum().float()])
             totals = self.accelerator.reduce(local, reduction="sum")
@@ -201,12 +268,18 @@ class DivClipGRPOTrainer(GRPOTrainer):
         m = self._metrics[mode]
         if per_token_kl is not None:
             m["kl"].append(global_masked_mean(per_token_kl))
-        m["entropy"].append(global_masked_mean(entropies))
+        entropy = global_masked_mean(entropies)
+        region = global_masked_mean(torch.maximum(low, high))
+        m["entropy"].append(entropy)
         m["clip_ratio/low_mean"].append(global_masked_mean(low))
         m["clip_ratio/high_mean"].append(global_masked_mean(high))
-        m["clip_ratio/region_mean"].append(global_masked_mean(torch.maximum(low, high)))
+        m["clip_ratio/region_mean"].append(region)
+        for i, (low_i, high_i) in enumerate(by_part or ()):
+            m[f"divclip/clipfrac_low_part{i}"].append(global_masked_mean(low_i))
+            m[f"divclip/clipfrac_high_part{i}"].append(global_masked_mean(high_i))
         m["clip_ratio/low_min"].append(nanmin(self.accelerator.gather(seq_mean(low))).item())
         m["clip_ratio/high_max"].append(nanmax(self.accelerator.gather(seq_mean(high))).item())
         with torch.no_grad():
-            kl3 = torch.expm1(log_ratio) - log_ratio  # r - 1 - log r >= 0
-        m["divclip/kl3"].append(global_masked_mean(kl3))
+            kl3 = global_masked_mean(torch.expm1(log_ratio) - log_ratio)  # r - 1 - log r >= 0
+        m["divclip/kl3"].append(kl3)
+        return {"clipfrac": region, "kl3": kl3, "entropy": entropy}

@@ -17,9 +17,24 @@ Importing this module registers, with verl's `register_policy_loss`:
                      budget equal to verl's default 0.2 is refused: for a divergence it is a ratio width (KL3 at
                      δ = 0.2 is [0.49, 1.77]). For 'ratio' the budgets are the widths ε (divclip_ratio is `vanilla`).
 
+  divclip_method     any divclip method string (`divclip.theory.spec`), read from the environment variable
+                     DIVCLIP_METHOD in each worker: e.g. 'kl3:0.02', an intersection 'kl3:0.023144&binary_tv:0.2'
+                     (per-part clip fractions as actor/clipfrac_{low,high}_part{i}) or an adaptive δ
+                     'kl3@clipfrac=0.1'. The string is the whole spec: verl's clip_ratio, clip_ratio_low/high and
+                     clip_ratio_c are ignored (a warning says so once; put a dual clip in the string, '/dual=3').
+
 Warnings (each logged once per process, with the code `divclip check` reports): a key the mode ignores
 (`clip_ratio_high` under atr_kl3 unless it is u_δ - 1; clip_ratio_* under DIVCLIP_DELTA), a budget at the scale of
 a ratio width, a clip that cannot bind.
+
+Adaptive δ without patching verl: verl calls the policy loss once per micro-batch in each actor worker and
+keeps no state for it, so `divclip_method` keeps one `DeltaController` per process and method string
+(`CONTROLLERS`), steps it after every call from that micro-batch's own signal (the clip fraction, or the
+per-token k3 against π_old; verl does not hand the policy loss the entropy, so '@entropy=' is refused), and
+logs actor/divclip_delta. What this cannot do without patching verl: (1) all-reduce the signal, so each
+data-parallel rank adapts its own δ from its own micro-batches (they drift apart; ranks see similar batches,
+so they stay close, but not equal); (2) save δ in verl's checkpoints: a resumed run restarts at δ0;
+(3) step once per optimizer step: it steps per micro-batch (ppo_epochs × micro-batches per step).
 
 All modes use PPO's clipped form max(-A·r, -A·clip(r)) with verl's dual clip at `clip_ratio_c` for A < 0 (as
 `vanilla`; `clip_ratio_c` = inf turns it off), multiply by `rollout_is_weights`, and aggregate with verl's own
@@ -38,15 +53,23 @@ from __future__ import annotations
 import logging
 import math
 import os
+import warnings
 
 import torch
 from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, agg_loss, register_policy_loss
 
 from divclip.sanity import advice
+from divclip.theory.adaptive import DeltaController
 from divclip.theory.loss_metrics import clip_metrics
 from divclip.theory.losses import ClipSpec, policy_terms
 from divclip.theory.measures import MEASURES, get_measure
 from divclip.theory.registry import on_register
+from divclip.theory.spec import is_adaptive, parse_method
+from divclip.trainer.integrations.verl_names import METHOD_ENV  # noqa: E402
+
+CONTROLLERS: dict = {}
+"""divclip_method's adaptive-δ controllers in this process, by method string (see the module docstring)."""
+_WARNED_METHODS: set = set()
 
 LOSS_MODES: list[str] = []
 """Every loss mode this module registered with verl."""
@@ -174,6 +197,10 @@ def _loss_and_metrics(specs, old_log_prob, log_prob, advantages, response_mask, 
         "actor/clipfrac_low": m["clipfrac_low"],
         "actor/clipfrac_high": m["clipfrac_high"],
     }
+    for i, (low, high) in enumerate(terms.by_part or ()):
+        n = mask.sum().clamp(min=1.0)
+        metrics[f"actor/clipfrac_low_part{i}"] = float((low * mask).sum() / n)
+        metrics[f"actor/clipfrac_high_part{i}"] = float((high * mask).sum() / n)
     return pg_loss, metrics
 
 
@@ -188,6 +215,59 @@ def compute_policy_loss_atr_kl3(old_log_prob, log_prob, advantages, response_mas
 
 
 LOSS_MODES.append("atr_kl3")
+
+
+def method_spec() -> str:
+    """The method string of divclip_method: $DIVCLIP_METHOD, validated (a ValueError says what is allowed)."""
+    method = os.environ.get(METHOD_ENV)
+    if not method:
+        raise ValueError(f"loss_mode divclip_method reads its method string from ${METHOD_ENV} (e.g. "
+                         f"{METHOD_ENV}='kl3:0.023144&binary_tv:0.2'), which is unset or empty")
+    try:
+        spec = parse_method(method)
+    except ValueError as exc:
+        raise ValueError(f"${METHOD_ENV}: {exc}") from None
+    if spec.mode == "sapo" or spec.level != "token":
+        raise ValueError(f"${METHOD_ENV}={method!r}: divclip_method runs token-level clip, gated or cispo modes "
+                         f"(verl has its own sapo and gspo), got mode={spec.mode!r}, level={spec.level!r}")
+    if is_adaptive(spec) and spec.signal == "entropy":
+        raise ValueError(f"${METHOD_ENV}={method!r}: verl does not pass the entropy to the policy loss; adapt to "
+                         f"'clipfrac' or 'kl3' instead")
+    return method
+
+
+@register_policy_loss("divclip_method")
+def compute_policy_loss_divclip_method(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
+                                       config=None, rollout_is_weights=None):
+    """Any divclip method string from $DIVCLIP_METHOD, adaptive δ included (see the module docstring)."""
+    if config is None:
+        raise ValueError("divclip_method needs verl's actor config (global_batch_info)")
+    method = method_spec()
+    if method not in _WARNED_METHODS:
+        _WARNED_METHODS.add(method)
+        warnings.warn(f"divclip_method runs {method!r}: verl's clip_ratio, clip_ratio_low/high and clip_ratio_c are "
+                      "ignored (the method string is the whole spec)", stacklevel=2)
+    spec = parse_method(method)
+    ctrl = None
+    if is_adaptive(spec):
+        ctrl = CONTROLLERS.get(method)
+        if ctrl is None:
+            ctrl = CONTROLLERS[method] = DeltaController(spec)
+        spec = ctrl.spec_for(0)
+    loss, metrics = _loss_and_metrics((spec, None), old_log_prob, log_prob, advantages, response_mask,
+                                      loss_agg_mode, config, rollout_is_weights)
+    if spec.delta is not None:
+        metrics["actor/divclip_delta"] = float(spec.delta)
+    if ctrl is not None:
+        with torch.no_grad():
+            mask = response_mask.to(torch.float64)
+            lr = (log_prob.detach() - old_log_prob).to(torch.float64).clamp(-20.0, 20.0)
+            kl3 = float(((torch.expm1(lr) - lr) * mask).sum() / mask.sum().clamp(min=1.0))
+        ctrl.update(metrics["actor/pg_clipfrac"] if ctrl.signal == "clipfrac" else kl3)
+    return loss, metrics
+
+
+LOSS_MODES.append("divclip_method")
 
 
 def _register_measure(name: str):
