@@ -19,8 +19,8 @@ DELTA_MIN, DELTA_MAX = 1e-8, 0.5
 EPS_MIN, EPS_MAX = 1e-4, 0.9
 P_MIN, P_MAX = 0.001, 0.999
 
-ATR_DELTA = theory.delta_for_eps("kl3", eps_low=0.2)  # 0.023143551314209754
-ATR_EPS_HIGH = theory.equivalent_ratio_clip("kl3", ATR_DELTA)[1]  # 0.2308422097842588
+ATR_DELTA = theory.delta_for_eps("kl3", eps_low=0.2)  # 0.023143551314209757
+ATR_EPS_HIGH = theory.equivalent_ratio_clip("kl3", ATR_DELTA)[1]  # 0.2308422097842591
 GSPO_EPS = (3e-4, 4e-4)  # GSPO's sequence-level clip (Zheng et al. 2025)
 GSPO_DELTA = theory.delta_for_eps("kl3", eps_low=GSPO_EPS[0])
 

@@ -12,7 +12,7 @@ import yaml
 from divclip.cli import main
 from divclip.theory.spec import PRESETS
 
-ATR_HI = 1.2308422097842588
+ATR_HI = 1.230842209784259
 
 
 def cli(*args, stdin=None):

@@ -8,8 +8,14 @@ abs), and the tree is compiled into a numpy closure and a SymPy expression built
 tower like 9**9**9 (hundreds of millions of digits) or exp(exp(exp(100))) is refused at parse time: SymPy would
 otherwise compute it exactly when printing. The LaTeX step runs under a deadline as a last guard.
 
-`measure_from_formula` then checks the two properties the clipping framework needs: D(1) = 0, and D
-decreasing on (r_min, 1) and increasing on (1, r_max), on a grid (and for each probe p if `p` appears).
+`measure_from_formula` then proves the shape the clipping framework needs, so that for every δ the set
+{r in [R_MIN, R_MAX] : D(r) <= δ} is one interval containing 1 (for every p in [P_MIN, 1] if `p` appears):
+|D(1)| <= 1e-12, D′ < 0 on [R_MIN, 1) and D′ > 0 on (1, R_MAX]. D′ is SymPy's exact derivative; its sign is
+proven by mpmath interval arithmetic (outward-rounded) on boxes bisected adaptively over r and p, and next to
+r = 1 (where D′(1) = 0) by Taylor's theorem: when D′, ..., D^(k)(1) vanish exactly, the sign of D^(k+1) on the
+box decides. A box whose midpoint has the wrong sign is a witness: the formula is refused naming that r (and p).
+A proof that runs out of its budget (PROOF_BUDGET_S) or of precision refuses too: nothing unproven is accepted.
+A 400-point grid check runs first to refuse the obvious cases quickly.
 """
 
 from __future__ import annotations
@@ -17,11 +23,13 @@ from __future__ import annotations
 import ast
 import math
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import sympy as sp
+from mpmath import iv
 
 from divclip.theory.bounds import bisect_bounds
 from divclip.theory.measures import Measure
@@ -150,6 +158,9 @@ class CustomMeasure(Measure):
         return np.broadcast_to(np.asarray(out, dtype=np.float64), np.broadcast(r, p if p is not None else 0).shape)
 
     def _bounds(self, d, p):
+        if p is not None and np.any(p < P_MIN):
+            raise ValueError(f"p must be at least {P_MIN:g} for the custom measure {self.name!r} (its shape is "
+                             f"proven for p in [{P_MIN:g}, 1]); got {np.min(p)!r}")
         d_max = float(np.min(np.minimum(self._value(np.float64(R_MIN), p, np), self._value(np.float64(R_MAX), p, np))))
         if np.any(d >= d_max):
             raise ValueError(
@@ -197,11 +208,278 @@ def _check_shape(name: str, fn: Callable, uses_p: bool):
             raise ValueError(f"formula {name!r} must satisfy D(1) = 0{at}, got D(1) = {d1!r}")
         if not (np.all(np.isfinite(dl[:-1])) and np.all(np.isfinite(dr[1:]))):
             raise ValueError(f"formula {name!r} is not finite on r in [{R_MIN:g}, {R_MAX:g}]{at}")
-        if not (np.all(np.diff(dl) < 0) and np.all(np.diff(dr) > 0)):
+        bad_l, bad_r = np.flatnonzero(~(np.diff(dl) < 0)), np.flatnonzero(~(np.diff(dr) > 0))
+        if bad_l.size or bad_r.size:
+            r_bad = left[bad_l[0] + 1] if bad_l.size else right[bad_r[0]]
             raise ValueError(
                 f"formula {name!r} must decrease on ({R_MIN:g}, 1) and increase on (1, {R_MAX:g}){at} "
-                f"so that D <= δ is an interval around r = 1"
+                f"so that D <= δ is an interval around r = 1, but D′ changes sign near r = {r_bad:.6g}"
             )
+
+
+
+# -- the shape proof --------------------------------------------------------------------------------------------
+
+P_MIN = 1e-300
+"""Smallest p the shape proof covers for a p-dependent formula (p in [P_MIN, 1]); smaller p are refused."""
+PROOF_BUDGET_S = 3.0
+"""Time the interval proof may take before the formula is refused as not provably interval-shaped."""
+_MAX_TAYLOR = 3
+_SIGN_FUNCS = (sp.sign, sp.DiracDelta, sp.Heaviside, sp.Derivative)
+"""Atoms whose value at a point is not their one-sided limit (so a zero there proves nothing)."""
+_S = sp.Symbol("s", positive=True)
+
+
+class _NotProven(ValueError):
+    """The shape proof ran out of budget or precision (no witness of a wrong sign was found)."""
+
+
+class _Unprovable(Exception):
+    """A node the interval evaluator does not know (the proof refuses rather than guesses)."""
+
+
+def _is_zero(expr) -> bool:
+    """True only when `expr` (in p, no sign-like atoms) is shown to be 0 for every p in [P_MIN, 1]: either SymPy
+    evaluates it to 0, or its interval enclosure is exactly [0, 0] (e.g. log(1), p*(1 - 1)). No simplify():
+    it can take minutes on exp(-1000000*(r - 3/2)**2)."""
+    if expr == 0:
+        return True
+    if expr.has(*_SIGN_FUNCS):
+        return False
+    try:
+        v = _IV().compile(expr)((iv.mpf(0), iv.mpf([P_MIN, 1]), False))
+        return bool(v.a == 0 and v.b == 0)
+    except (_Unprovable, ValueError, ZeroDivisionError, OverflowError, TypeError):
+        return False
+
+
+def _iv_const(x):
+    """An interval enclosing the constant x: exact for rationals, else its 40-digit value widened by 1e-30
+    relative and 1e-300 absolute."""
+    if x.is_Rational:  # exact (outward-rounded where p/q is not a binary float)
+        return iv.mpf(int(x.p)) / iv.mpf(int(x.q))
+    v = sp.Float(x.evalf(40), 40)
+    pad = abs(v) * sp.Float("1e-30") + sp.Float("1e-300")
+    return iv.mpf([str(sp.Float(v - pad, 40)), str(sp.Float(v + pad, 40))])
+
+
+class _IV:
+    """Compiles a SymPy expression in s (and p) into an interval function of a box (s-interval, p-interval,
+    open_at_0). `open_at_0` means the box is (0, b]: a sign(g) with g(0) = 0 is then decided by the sign of g′."""
+
+    def __init__(self):
+        self._cache = {}
+
+    def compile(self, e):
+        if e in self._cache:
+            return self._cache[e]
+        f = self._build(e)
+        self._cache[e] = f
+        return f
+
+    def _sign_of(self, g):
+        fg = self.compile(g)
+        g0_zero = None
+        fdg = None
+
+        def sgn(box):
+            nonlocal g0_zero, fdg
+            v = fg(box)
+            if v.a > 0:
+                return 1
+            if v.b < 0:
+                return -1
+            if box[2]:
+                if g0_zero is None:
+                    g0_zero = _is_zero(g.subs(_S, 0))
+                    fdg = self.compile(sp.diff(g, _S)) if g0_zero else None
+                if fdg is not None:
+                    d = fdg(box)
+                    if d.a > 0:
+                        return 1
+                    if d.b < 0:
+                        return -1
+            return 0
+
+        return sgn
+
+    def _build(self, e):
+        if e.is_number:
+            c = _iv_const(e)
+            return lambda box: c
+        if e == _S:
+            return lambda box: box[0]
+        if e == _SYMBOLS["p"]:
+            return lambda box: box[1]
+        args = None if isinstance(e, _SIGN_FUNCS) else [self.compile(a) for a in e.args]
+        if isinstance(e, sp.Add):
+            def add(box):
+                out = args[0](box)
+                for a in args[1:]:
+                    out = out + a(box)
+                return out
+            return add
+        if isinstance(e, sp.Mul):
+            def mul(box):
+                out = args[0](box)
+                for a in args[1:]:
+                    out = out * a(box)
+                return out
+            return mul
+        if isinstance(e, sp.Pow):
+            base, ex = args
+            k = e.args[1]
+            if k.is_Integer:
+                n = int(k)
+                return lambda box: base(box) ** n
+            if k == sp.Rational(1, 2):
+                return lambda box: iv.sqrt(base(box))
+            return lambda box: iv.exp(ex(box) * iv.log(base(box)))
+        if isinstance(e, sp.exp):
+            return lambda box: iv.exp(args[0](box))
+        if isinstance(e, sp.log):
+            return lambda box: iv.log(args[0](box))
+        if isinstance(e, sp.Abs):
+            return lambda box: abs(args[0](box))
+        if isinstance(e, sp.sign):
+            sg = self._sign_of(e.args[0])
+            return lambda box: (lambda k: iv.mpf(k) if k else iv.mpf([-1, 1]))(sg(box))
+        if isinstance(e, (sp.DiracDelta, sp.Heaviside)) or (
+            isinstance(e, sp.Derivative) and isinstance(e.expr, sp.sign)
+        ):
+            inner = e.args[0] if not isinstance(e, sp.Derivative) else e.expr.args[0]
+            sg = self._sign_of(inner)
+            if isinstance(e, sp.Heaviside):
+                return lambda box: (lambda k: iv.mpf(1 if k > 0 else 0) if k else iv.mpf([0, 1]))(sg(box))
+            return lambda box: iv.mpf(0) if sg(box) else iv.mpf(["-inf", "inf"])
+        raise _Unprovable(f"{type(e).__name__}")
+
+
+def _split(a: float, b: float) -> float:
+    if a > 0 and b > 4 * a:
+        return math.sqrt(a) * math.sqrt(b)
+    return a + (b - a) / 2
+
+
+def _prove_side(name: str, forms: list, sigma: int, s_max: float, uses_p: bool, deadline: float, ivc: _IV):
+    """Prove sigma·f(s, p) > 0 for all s in (0, s_max] (and p in [P_MIN, 1]), where f(s) = D′(1 ∓ s).
+
+    Boxes are bisected (alternately in s and p); a box [0, b] touching r = 1 is proven with Taylor's theorem:
+    when f(0) = … = f^(k-1)(0) = 0 symbolically, f(s) = s^k/k!·f^(k)(ξ), so the sign of f^(k) on the box suffices.
+    A box whose midpoint has the wrong sign is a witness (ValueError naming r, p); running out of budget or of
+    precision refuses too, naming where the proof got stuck."""
+    side = "left" if sigma < 0 else "right"
+    comp = []  # per form of D′: f, f′, ... while the lower derivatives vanish at s = 0
+    for form in forms:
+        derivs = [form]
+        comp.append((0, ivc.compile(form)))
+        for k in range(1, _MAX_TAYLOR + 1):
+            if not _is_zero(derivs[-1].subs(_S, 0)):
+                break
+            derivs.append(sp.diff(derivs[-1], _S))
+            comp.append((k, ivc.compile(derivs[-1])))
+    first = comp[0][1]
+
+    def positive(fn, box) -> bool:
+        try:
+            v = fn(box) * sigma
+            return bool(v.a > 0)
+        except (ValueError, ZeroDivisionError, OverflowError, TypeError):
+            return False
+
+    def where(s: float, p: float | None) -> str:
+        r = 1 - s if sigma < 0 else 1 + s
+        return f"r = {r:.9g}" + ("" if p is None else f", p = {p:.6g}")
+
+    stack = [(0.0, s_max, P_MIN, 1.0, 0)]
+    boxes = 0
+    while stack:
+        a, b, pa, pb, depth = stack.pop()
+        boxes += 1
+        pmid = _split(pa, pb) if uses_p else None
+        if time.monotonic() > deadline:
+            raise _NotProven(
+                f"formula {name!r}: could not prove within {PROOF_BUDGET_S:g} s that D must decrease on "
+                f"({R_MIN:g}, 1) and increase on (1, {R_MAX:g}) (stuck near {where(b, pmid)}); refused, since "
+                "D <= δ might not be one interval around r = 1"
+            )
+        box = (iv.mpf([a, b]), iv.mpf([pa, pb]), a == 0)
+        if any(positive(fn, box) for k, fn in comp if k == 0 or a == 0):
+            continue
+        sm = _split(a, b)
+        pm = pmid if uses_p else 0.5
+        try:
+            v = first((iv.mpf(sm), iv.mpf(pm), False)) * sigma
+            bad = v.b < 0
+            val = float(v.mid) * sigma
+        except (ValueError, ZeroDivisionError, OverflowError, TypeError):
+            bad, val = True, float("nan")
+        if bad:
+            want = "< 0 (D must decrease left of 1)" if sigma < 0 else "> 0 (D must increase right of 1)"
+            raise ValueError(
+                f"formula {name!r} must decrease on ({R_MIN:g}, 1) and increase on (1, {R_MAX:g}) so that D <= δ "
+                f"is one interval around r = 1, but D′ changes sign near {where(sm, pm if uses_p else None)}: "
+                f"D′ = {val:.6g} there, where D′ {want}"
+            )
+        split_p = uses_p and depth % 2 == 1 and pb - pa > 1e-12 * pb
+        if not split_p and (b - a <= 1e-13 * b or depth > 400):
+            raise _NotProven(
+                f"formula {name!r}: could not prove that D must decrease on ({R_MIN:g}, 1) and increase on "
+                f"(1, {R_MAX:g}): the {side} side is unresolved near {where(b, pmid)} (D′ too close to 0 for "
+                "interval arithmetic); refused, since D <= δ might not be one interval around r = 1"
+            )
+        if split_p:
+            stack += [(a, b, pa, pm, depth + 1), (a, b, pm, pb, depth + 1)]
+        else:
+            stack += [(a, sm, pa, pb, depth + 1), (sm, b, pa, pb, depth + 1)]
+    return boxes
+
+
+def _tiny(e) -> bool:
+    """|e| <= 1e-12 for every p in [P_MIN, 1], by interval arithmetic (e.g. exp(-250000)/2)."""
+    try:
+        v = abs(_IV().compile(e.subs(_SYMBOLS["r"], 1))((iv.mpf(0), iv.mpf([P_MIN, 1]), False)))
+        return bool(v.b <= 1e-12)
+    except (_Unprovable, ValueError, ZeroDivisionError, OverflowError, TypeError):
+        return False
+
+
+def _prove_shape(name: str, expr, uses_p: bool) -> int:
+    """Proof that D(1) = 0, D′ < 0 on [R_MIN, 1) and D′ > 0 on (1, R_MAX] (for every p in [P_MIN, 1]), so that for
+    every δ the set {r in [R_MIN, R_MAX] : D(r) <= δ} is one interval containing 1. Returns the boxes used."""
+    r = _SYMBOLS["r"]
+    deadline = time.monotonic() + PROOF_BUDGET_S
+    d1 = expr.subs(r, 1)
+    if not (_is_zero(d1) or _tiny(d1)):
+        raise ValueError(f"formula {name!r} must satisfy D(1) = 0" + (" for every p" if uses_p else "")
+                         + f"; interval arithmetic could not show |D(1)| <= 1e-12 (D(1) = {d1})")
+    d = sp.diff(expr, r)
+    forms = [d]
+    if not d.has(sp.exp, sp.log, sp.Abs):
+        # A rational D′ as one factored fraction: (r-1)**2/(1+(r-1)**2) gives 2(r-1)/(1+(r-1)**2)**2, free of
+        # the cancellation that defeats interval arithmetic at large r. Never on exp/log terms: factor() treats
+        # exp(-1000000*r**2) as a polynomial of degree 10**6. Under its own short deadline all the same.
+        try:
+            g = with_deadline(lambda e: sp.factor(sp.together(e)), d, what="factoring D′", seconds=0.5)
+            if g != d:
+                forms.append(g)
+        except Exception:  # noqa: BLE001 - the plain derivative is still tried
+            pass
+    ivc = _IV()
+    sides = ((-1, 1 - _S, math.nextafter(1 - R_MIN, 2.0)), (1, 1 + _S, math.nextafter(R_MAX - 1, math.inf)))
+    n, stuck = 0, None
+    for sigma, at, s_max in sides:
+        try:
+            n += _prove_side(name, [f.subs(r, at) for f in forms], sigma, s_max, uses_p, deadline, ivc)
+        except _Unprovable as exc:
+            raise ValueError(f"formula {name!r}: its derivative uses {exc}, which the interval proof of the shape "
+                             "does not support; refused") from None
+        except _NotProven as exc:  # look for a witness on the other side before refusing
+            stuck = stuck or exc
+            deadline = max(deadline, time.monotonic() + PROOF_BUDGET_S / 3)
+    if stuck is not None:
+        raise stuck
+    return n
 
 
 def measure_from_formula(formula: str, name: str | None = None) -> CustomMeasure:
@@ -213,6 +491,8 @@ def measure_from_formula(formula: str, name: str | None = None) -> CustomMeasure
     """
     fn, expr, uses_p = parse_formula(formula)
     _check_shape(formula, fn, uses_p)
+    with_deadline(lambda e: _prove_shape(formula, e, uses_p), expr, what=f"proving the shape of {formula.strip()!r}",
+                  seconds=PROOF_BUDGET_S + 2.0)
     return CustomMeasure(
         name=name or f"custom: {formula.strip()}",
         latex=with_deadline(sp.latex, expr, what=f"rendering formula {formula.strip()!r} as LaTeX"),

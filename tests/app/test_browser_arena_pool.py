@@ -22,6 +22,11 @@ X_RANGES = """() => {
 }"""
 
 
+def x_ranges(page) -> list:
+    """The four step axes' ranges once Plotly has laid the chart out (a redraw can be mid-way at any instant)."""
+    return page.wait_for_function(X_RANGES, timeout=30_000).json_value()
+
+
 def visitor(browser, width: int = 1400):
     context = browser.new_context(viewport={"width": width, "height": 1000}, device_scale_factor=1)
     page = context.new_page()
@@ -59,9 +64,9 @@ def test_queue_stop_and_closed_tab_with_one_worker(browser, one_worker_app_url, 
 
         # The step axis spans the run from the first redraw on and does not move as steps arrive.
         first.locator('[data-testid="stPlotlyChart"] .main-svg').first.wait_for()
-        before = first.evaluate(X_RANGES)
+        before = x_ranges(first)
         training_step(first, above=step + 10)
-        after = first.evaluate(X_RANGES)
+        after = x_ranges(first)
         assert before == after == [[0, 5000]] * 4, (before, after)
         screenshot(first, artifacts / "arena-pool-training-1400.png")
 
