@@ -345,11 +345,14 @@ def _scalar_bounds(spec: ClipSpec) -> tuple[float, float]:
 
 # -------------------------------------------------------------------------------------------- presets
 def _presets() -> dict[str, ClipSpec]:
+    from divclip.theory.conversions import delta_for_eps
+
     return {
         "grpo": ClipSpec("ratio", eps_low=0.2, eps_high=0.2),
         "dapo": ClipSpec("ratio", eps_low=0.2, eps_high=0.28),
-        # ATR-GRPO: the KL3 budget whose lower bound is GRPO's 0.8, δ = KL3(0.8) = 0.023144 (docs/theory.md §2).
-        "atr": ClipSpec("kl3", delta=get_measure("kl3").value(0.8)),
+        # ATR-GRPO: the KL3 budget whose lower bound is 1 - GRPO's ε_low, δ = KL3(0.8) = 0.023144 (docs/theory.md
+        # §2); the same δ_for_eps a bare 'kl3' gets, so the method strings 'atr' and 'kl3' are one spec.
+        "atr": ClipSpec("kl3", delta=delta_for_eps("kl3", eps_low=DEFAULT_EPS_LOW)),
         # DPPO (arXiv 2602.04879, verl dppo_*): verl reuses `clip_ratio` (default 0.2, a PPO width) as δ; 0.05 for
         # binary KL and 0.2 for binary TV are the values validated in SkyRL's DPPO port. The TIS cap is verl's
         # in-code fallback 20 ("a large threshold is recommended"); an ActorConfig's default clip_ratio_c is 3.

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from divclip.theory import MEASURES, PRESETS, ClipSpec, get_measure, method_string, parse_method, spec_label
+from divclip.theory import MEASURES, PRESETS, ClipSpec, method_string, parse_method, spec_label
+from divclip.theory.conversions import delta_for_eps
 from divclip.theory.spec import DEFAULT_EPS_LOW, LOSS_P_DEPENDENT, as_spec, parse_methods, preset
 
 
@@ -55,7 +56,7 @@ def test_presets_are_pairwise_distinct_and_named_by_their_string():
         ("binary_kl:0.05/gated/tis=20", ClipSpec("binary_kl", delta=0.05, mode="gated", tis_cap=20.0)),
         ("binary_tv:0.1/cispo", ClipSpec("binary_tv", delta=0.1, mode="cispo")),
         ("dapo/dual=3", ClipSpec("ratio", eps_low=0.2, eps_high=0.28, dual_clip_c=3.0)),
-        ("atr/gated", ClipSpec("kl3", delta=get_measure("kl3").value(0.8), mode="gated")),
+        ("atr/gated", ClipSpec("kl3", delta=delta_for_eps("kl3", eps_low=0.2), mode="gated")),
         ("ratio:3e-4:4e-4/seq", ClipSpec("ratio", eps_low=3e-4, eps_high=4e-4, level="sequence")),
         ("sapo/tau=1:1.1", ClipSpec(mode="sapo", tau_pos=1.0, tau_neg=1.1)),
         ("kl3/sapo", ClipSpec("kl3", mode="sapo")),
@@ -188,3 +189,9 @@ def test_theory_modules_import_each_other_without_cycles():
     for module in sorted(graph):
         visit(module, [])
     assert "softmax_dynamics" not in graph["reallocation"]  # the LP maths stays torch-free (see the first test)
+
+
+def test_bare_kl3_is_the_atr_preset():
+    """'kl3' means the budget whose lower bound is 1 - 0.2, which is ATR-GRPO: one spec, not two a float apart."""
+    assert parse_method("kl3") == PRESETS["atr"] == parse_method("atr")
+    assert PRESETS["atr"].ratio_bounds()[0] == pytest.approx(0.8, rel=1e-15)
