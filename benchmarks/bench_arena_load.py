@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from urllib.parse import urlencode
+
+from bench_arena_redraw import free_port, start_server  # one way to serve the app for both benchmarks
 
 REPO = Path(__file__).resolve().parents[1]
 MAIN = REPO / "app" / "main.py"
@@ -52,29 +51,6 @@ STATE = """() => {
         drawn: charts.length > 0 && charts.every(c => c.querySelector('.main-svg')),
     };
 }"""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(port: int, log) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "streamlit", "run", str(MAIN), "--server.port", str(port),
-           "--server.headless", "true", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"streamlit exited with status {proc.returncode}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2):
-                return proc
-        except OSError:
-            time.sleep(0.3)
-    proc.terminate()
-    raise RuntimeError("streamlit did not start within 120 s")
 
 
 def stop_server(proc: subprocess.Popen) -> None:
@@ -167,7 +143,7 @@ def main() -> None:
             load = os.getloadavg()[0]
             port = free_port()
             with open(Path(tmp) / f"server-{n}.log", "w") as log:
-                proc = start_server(port, log)
+                proc = start_server(MAIN, port, log)
                 try:
                     print(row(case(browser, f"http://127.0.0.1:{port}", n, args.timeout) | {"load": load}),
                           flush=True)
