@@ -149,52 +149,100 @@ def test_warm_start_progress_and_checkpoint(tiny_config, tmp_path, capsys):
 
 
 # ---------------------------------------------------------------------------------------------- kill -9
-CHILD = textwrap.dedent("""
-    import os, signal, sys
-    kill_at, counter = sys.argv[2], {"n": 0}
+# Every run below is a real process killed with SIGKILL, but torch and the trainer are imported once: a server
+# process imports them, then os.fork()s a fresh child per run (the server itself never trains, so no thread pool
+# or trainer state is inherited). Importing torch took ~6 s of CPU per process; a forked run takes under one.
+SERVER = textwrap.dedent("""
+    import json, os, signal, sys, traceback
     import divclip.trainer.checkpoint as ck, divclip.trainer.runlog as rl, divclip.trainer.sft as sft, torch
+    import divclip.trainer.grpo as g
     from divclip.trainer.grpo import GRPOTrainer
     from divclip.trainer.config import TrainerConfig
 
-    def killer(name, nth, real):
-        def wrapped(*a, **k):
-            if kill_at == name:
-                counter["n"] += 1
-                if counter["n"] == nth:
-                    os.kill(os.getpid(), signal.SIGKILL)
-            return real(*a, **k)
-        return wrapped
+    def run(out, kill_at, settings):
+        counter = {"n": 0}
 
-    what, nth = (kill_at.split(":") + ["1"])[:2] if kill_at != "none" else ("none", "0")
-    kill_at, nth = what, int(nth)
-    ck.torch.save = killer("torch.save", nth, torch.save)          # mid-checkpoint: weights written, state not
-    ck.write_manifest = killer("manifest", nth, ck.write_manifest)  # before the manifest
-    ck.write_text_atomic = killer("latest", nth, ck.write_text_atomic)  # after the rename, before `latest`
-    rl.MetricsLog.log = killer("log", nth, rl.MetricsLog.log)       # between two checkpoints
-    import divclip.trainer.grpo as g
-    g.warm_start = killer("sft", nth, sft.warm_start)               # before the warm start's checkpoint
-    import json
-    cfg = TrainerConfig(**{**json.loads(open(sys.argv[3]).read()), "output_dir": sys.argv[1]})
-    GRPOTrainer(cfg).train()
+        def killer(name, nth, real):
+            def wrapped(*a, **k):
+                if kill_at == name:
+                    counter["n"] += 1
+                    if counter["n"] == nth:
+                        os.kill(os.getpid(), signal.SIGKILL)
+                return real(*a, **k)
+            return wrapped
+
+        what, nth = (kill_at.split(":") + ["1"])[:2] if kill_at != "none" else ("none", "0")
+        kill_at, nth = what, int(nth)
+        ck.torch.save = killer("torch.save", nth, torch.save)          # mid-checkpoint: weights written, state not
+        ck.write_manifest = killer("manifest", nth, ck.write_manifest)  # before the manifest
+        ck.write_text_atomic = killer("latest", nth, ck.write_text_atomic)  # after the rename, before `latest`
+        rl.MetricsLog.log = killer("log", nth, rl.MetricsLog.log)       # between two checkpoints
+        g.warm_start = killer("sft", nth, sft.warm_start)               # before the warm start's checkpoint
+        cfg = TrainerConfig(**{**json.loads(open(settings).read()), "output_dir": out})
+        GRPOTrainer(cfg).train()
+
+    print("ready", flush=True)
+    for line in sys.stdin:
+        out, kill_at, settings, log = json.loads(line)
+        pid = os.fork()
+        if pid == 0:  # the run: its stdout and stderr go to its own log, never into this protocol
+            fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            try:
+                run(out, kill_at, settings)
+                code = 0
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)  # -9 when killed, like subprocess
 """)
+
+
+@pytest.fixture(scope="module")
+def run_in_a_fresh_process(tmp_path_factory):
+    """run(out, kill_at, settings) -> (exit code, the run's stderr+stdout), each run a forked child process."""
+    script = tmp_path_factory.mktemp("kill9") / "server.py"
+    script.write_text(SERVER)
+    server = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, env={**os.environ, "PYTHONHASHSEED": "0"})
+    assert server.stdout.readline() == "ready\n"
+
+    def run(out, kill_at, settings):
+        log = out.parent / f"{out.name}-{kill_at.replace(':', '_')}.log"
+        server.stdin.write(json.dumps([str(out), kill_at, str(settings), str(log)]) + "\n")
+        server.stdin.flush()
+        return int(server.stdout.readline()), log.read_text()
+
+    yield run
+    server.stdin.close()
+    assert server.wait(timeout=60) == 0
+
+
+_reference = {}
+
+
+def uninterrupted_history(cfg, without_timing):
+    """The same run, in this process, without an output directory: computed once per worker, shared by the cases."""
+    key = json.dumps(cfg.to_dict(), sort_keys=True)
+    if key not in _reference:
+        _reference[key] = without_timing(GRPOTrainer(cfg).train().history)
+    return _reference[key]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kill_at", ["sft", "manifest:1", "torch.save:2", "latest:3", "log:3"])
-def test_kill_9_and_resume_lose_no_step(tiny_config, tmp_path, without_timing, kill_at):
+def test_kill_9_and_resume_lose_no_step(tiny_config, tmp_path, without_timing, run_in_a_fresh_process, kill_at):
     cfg = tiny_config(steps=5, checkpoint_every=2)
     settings = tmp_path / "cfg.json"
     settings.write_text(json.dumps(cfg.to_dict()))
-    script = tmp_path / "child.py"
-    script.write_text(CHILD)
     out = tmp_path / "run"
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    killed = subprocess.run([sys.executable, str(script), str(out), kill_at, str(settings)], capture_output=True,
-                            text=True, env=env, timeout=300)
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    resumed = subprocess.run([sys.executable, str(script), str(out), "none", str(settings)], capture_output=True,
-                             text=True, env=env, timeout=300)
-    assert resumed.returncode == 0 and "Traceback" not in resumed.stderr, resumed.stderr[-2000:]
-    full = GRPOTrainer(cfg).train()
-    assert without_timing(read_jsonl(out / "metrics.jsonl")) == without_timing(full.history)
+    code, log = run_in_a_fresh_process(out, kill_at, settings)
+    assert code == -signal.SIGKILL, log[-2000:]
+    code, log = run_in_a_fresh_process(out, "none", settings)
+    assert code == 0 and "Traceback" not in log, log[-2000:]
+    assert without_timing(read_jsonl(out / "metrics.jsonl")) == uninterrupted_history(cfg, without_timing)
     assert verify_checkpoint(latest_checkpoint(out)) is None and latest_checkpoint(out).name == "step-000005"
