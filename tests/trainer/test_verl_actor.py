@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from filelock import FileLock
 
 pytest.importorskip("verl")
 
@@ -35,9 +36,20 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, worker_id):
+    """The four actor runs, in one subprocess per test session: with pytest-xdist, the first worker to get here runs
+    it and writes its results to the session's shared temp directory; another worker waits for them and reads them.
+    """
+    if worker_id == "master":  # no xdist: this process is the whole session
+        return _run_actors(tmp_path_factory.mktemp("verl_actor") / "out.json")
+    out = tmp_path_factory.getbasetemp().parent / "verl_actor_runs.json"  # shared by this session's workers only
+    with FileLock(f"{out}.lock"):
+        return json.loads(out.read_text()) if out.exists() else _run_actors(out)
+
+
+def _run_actors(out: Path) -> dict:
     delta = float(get_measure("kl3").value(1.0 - EPS_LOW))
-    lo, hi = kl3_bounds(delta)
+    _, hi = kl3_bounds(delta)
     spec = {
         "vanilla": {"policy_loss": {"loss_mode": "vanilla"}, "clip_ratio_low": EPS_LOW, "clip_ratio_high": hi - 1.0},
         "atr_kl3": {"policy_loss": {"loss_mode": "atr_kl3"}, "clip_ratio_low": EPS_LOW, "clip_ratio_high": hi - 1.0},
@@ -45,12 +57,13 @@ def runs(tmp_path_factory):
                         "clip_ratio_high": delta},
         "vanilla_0.2": {"policy_loss": {"loss_mode": "vanilla"}, "clip_ratio_low": EPS_LOW, "clip_ratio_high": EPS_LOW},
     }
-    out = tmp_path_factory.mktemp("verl_actor") / "out.json"
+    partial = out.with_name(out.name + ".partial")  # `out` appears only once the run has succeeded
     env = {**os.environ, "MASTER_PORT": str(_free_port()), "DIVCLIP_DELTA": f"{delta!r}"}
-    proc = subprocess.run([sys.executable, str(RUNNER), str(out), json.dumps(spec)], env=env, capture_output=True,
-                          text=True, timeout=900)
+    proc = subprocess.run([sys.executable, str(RUNNER), str(partial), json.dumps(spec)], env=env,
+                          capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(out.read_text()), (lo, hi)
+    partial.rename(out)
+    return json.loads(out.read_text())
 
 
 def _weights(run):
@@ -59,14 +72,14 @@ def _weights(run):
 
 @pytest.mark.slow
 def test_trl_was_not_importable_in_the_engine_process(runs):
-    data, _ = runs
+    data = runs
     assert data["vanilla"]["trl_importable"] is False
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["atr_kl3", "divclip_kl3"])
 def test_divclip_mode_trains_like_vanilla_at_kl3_bounds(runs, mode):
-    data, _ = runs
+    data = runs
     ref, got = data["vanilla"], data[mode]
     clip_ref, clip_got = ref["metrics"]["actor/pg_clipfrac"], got["metrics"]["actor/pg_clipfrac"]
     assert len(clip_ref) == 4  # 2 epochs × 2 mini-batches: 4 optimizer updates through verl's engine
@@ -85,7 +98,7 @@ def test_divclip_mode_trains_like_vanilla_at_kl3_bounds(runs, mode):
 
 @pytest.mark.slow
 def test_engine_reports_divclip_metrics(runs):
-    data, _ = runs
+    data = runs
     m = data["atr_kl3"]["metrics"]
     for key in ("actor/clipfrac_low", "actor/clipfrac_high"):
         assert len(m[key]) == 4
