@@ -20,6 +20,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 ROOT = Path(__file__).resolve().parents[1]
 DECOYS = ("app", "theory", "trainer", "toy_envs", "sanity", "cli")
@@ -36,11 +37,30 @@ def _run(cmd, cwd, env=None, timeout=600):
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory):
-    """(python, divclip script, decoy directory) of a fresh venv with only the wheel installed."""
+def installed(tmp_path_factory, worker_id):
+    """(python, divclip script, decoy directory) of a fresh venv with only the wheel installed.
+
+    Built once per test session: with pytest-xdist, the first worker to get here builds it in the session's shared
+    temp directory and the other workers wait for it and use it (they only run it, never change it).
+    """
     if importlib.util.find_spec("setuptools") is None:
         pytest.skip("building the wheel without network needs setuptools in this environment")
-    tmp = tmp_path_factory.mktemp("wheel")
+    if worker_id == "master":  # no xdist: this process is the whole session
+        return _build_and_install(tmp_path_factory.mktemp("wheel"))
+    tmp = tmp_path_factory.getbasetemp().parent / "wheel"  # shared by this session's workers only
+    done = tmp / "installed"  # written last: a failed build leaves no half-built venv for another worker
+    with FileLock(f"{tmp}.lock"):
+        if done.exists():
+            return tmp / "venv" / "bin" / "python", tmp / "venv" / "bin" / "divclip", tmp / "user"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        installed = _build_and_install(tmp)
+        done.write_text("")
+        return installed
+
+
+def _build_and_install(tmp: Path):
     src, wheels, venv, decoy = tmp / "src", tmp / "wheels", tmp / "venv", tmp / "user"
     shutil.copytree(ROOT, src, ignore=_NOT_SOURCE)
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
@@ -73,10 +93,14 @@ def _env(**extra):
 
 def test_the_decoys_are_live_and_divclip_comes_from_the_wheel(installed):
     python, _, decoy = installed
-    for name in DECOYS:
-        proc = subprocess.run([str(python), "-c", f"import {name}"], cwd=decoy, env=_env(), capture_output=True,
-                              text=True, timeout=120)
-        assert proc.returncode == 1 and f"the decoy {name}/ was imported" in proc.stderr
+    live = ("import importlib\n"
+            f"for name in {DECOYS!r}:\n"
+            "    try:\n"
+            "        importlib.import_module(name)\n"
+            "    except ImportError as e:\n"
+            "        print(e)\n")
+    assert _run([str(python), "-c", live], cwd=decoy, env=_env()).splitlines() == [
+        f"the decoy {name}/ was imported" for name in DECOYS]
     code = ("import sys, divclip.theory, divclip.cli, divclip.sanity.report; assert 'torch' not in sys.modules; "
             "print(divclip.theory.__file__); print(divclip.cli.__file__)")
     paths = _run([str(python), "-c", code], cwd=decoy, env=_env()).split()
