@@ -120,12 +120,6 @@ def test_derive_unknown_measure_exits_2(capsys):
     assert "binary_kl" in err and "kl3" in err
 
 
-def test_import_theory_does_not_load_torch():
-    proc = subprocess.run([sys.executable, "-c", "import sys, divclip.theory; print('torch' in sys.modules)"],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.stdout.strip() == "False", proc.stderr
-
-
 def test_every_subcommand_module_registers_the_same_way():
     from divclip.cli import SUBCOMMANDS, build_parser
 

@@ -20,8 +20,9 @@ def cli(*args, stdin=None):
                           timeout=120)
 
 
-def test_export_atr_for_verl_checks_back_to_the_kl3_bounds_through_a_pipe_and_a_file(tmp_path):
-    text = cli("export", "--method", "atr", "--engine", "verl").stdout
+def test_export_atr_for_verl_checks_back_to_the_kl3_bounds_through_a_pipe_and_a_file(tmp_path, capsys):
+    assert main(["export", "--method", "atr", "--engine", "verl"]) == 0
+    text = capsys.readouterr().out
     assert "loss_mode=atr_kl3" in text and "VERL_USE_EXTERNAL_MODULES=divclip.trainer.integrations.verl" in text
     for target, stdin in (("/dev/stdin", text), ("-", text)):
         out = cli("check", target, "--json", stdin=stdin)
@@ -29,7 +30,8 @@ def test_export_atr_for_verl_checks_back_to_the_kl3_bounds_through_a_pipe_and_a_
         assert json.loads(out.stdout)["config"]["ratio_bounds"] == [0.8, ATR_HI]
     f = tmp_path / "f"
     f.write_text(text)
-    report = json.loads(cli("check", str(f), "--json").stdout)
+    assert main(["check", str(f), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
     assert report["config"]["ratio_bounds"] == [0.8, ATR_HI] and report["warnings"] == []
 
 
