@@ -354,7 +354,12 @@ REPRESENTATIVE = ["parquet_rle_bomb", "yaml_flow_list_1mib", "json_duplicate_key
 BY_ID = {c.id: c for c in CASES}
 
 
-@pytest.mark.parametrize("case_id", REPRESENTATIVE)
+# Each is a real `python -m divclip.cli` process (~0.6 s of CPU): a rollout and a config case in the fast loop.
+FAST_IN_A_PROCESS = ("parquet_rle_bomb", "json_duplicate_key")
+
+
+@pytest.mark.parametrize("case_id", [c if c in FAST_IN_A_PROCESS else pytest.param(c, marks=pytest.mark.slow)
+                                     for c in REPRESENTATIVE])
 def test_the_cli_exits_2_with_one_line_and_no_traceback(case_id, tmp_path):
     case = BY_ID[case_id]
     path = tmp_path / case.name
