@@ -8,6 +8,7 @@ early-training means by many standard errors.
 
 import numpy as np
 import pytest
+import torch
 
 from divclip.toy_envs import make_env, run_arena
 from divclip.toy_envs.reference import REFERENCE_METRICS, reference_run
@@ -21,9 +22,19 @@ SEEDS, STEPS = 12, 60
 WINDOWS = (slice(0, 10), slice(STEPS - 15, STEPS))
 
 
+@pytest.fixture
+def one_torch_thread():
+    """The loop runs thousands of tiny ops: a second intra-op thread only spins (12x the CPU time on a busy
+    machine; the arena itself runs on one thread by default). Restored afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("env_name", sorted(CASES))
-def test_arena_and_reference_loop_learn_the_same(env_name):
+def test_arena_and_reference_loop_learn_the_same(env_name, one_torch_thread):
     env_kwargs, settings = CASES[env_name]
     env = make_env(env_name, **env_kwargs)
     ref = [reference_run(env, "atr", seed, STEPS, **settings) for seed in range(SEEDS)]
