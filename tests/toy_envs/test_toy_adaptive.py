@@ -40,6 +40,7 @@ def test_each_seeds_delta_replays_the_controller_on_its_logged_signal(env, metho
     assert np.all((delta >= spec.delta_min) & (delta <= spec.delta_max))
 
 
+@pytest.mark.slow  # 8 seeds x 60 steps x 2 methods; the controller's rule itself is checked fast above
 def test_adaptive_delta_moves_toward_its_target_on_the_issue_command_settings():
     res = run_arena("sparse", "atr,kl3@clipfrac=0.1", seeds=8, steps=60)
     delta, clip = res.metrics["delta"][1], res.metrics["clipfrac"][1]
