@@ -3,6 +3,7 @@ leads outside the output directory, a resume deletes nothing, and kill -9 at any
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,14 +24,25 @@ def tree(root):
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+_finished = {}
+
+
 @pytest.fixture
-def finished_run(tiny_config, tmp_path, without_timing):
-    """A 4-step run with checkpoints after steps 0, 2, 4, and the same run's history without timing."""
-    cfg = tiny_config(steps=4, output_dir=str(tmp_path), checkpoint_every=2, keep_checkpoints=3)
-    hist = GRPOTrainer(cfg).train().history
-    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step-*")) == [
-        "step-000000", "step-000002", "step-000004"]
-    return cfg, without_timing(hist)
+def finished_run(tiny_config, tmp_path, tmp_path_factory, without_timing):
+    """A 4-step run with checkpoints after steps 0, 2, 4, and the same run's history without timing.
+
+    The run is trained once per worker and copied into each test's tmp_path (output_dir is a setting a resume may
+    change, and every file, `latest` included, names its neighbours relative to the run)."""
+    cfg = tiny_config(steps=4, checkpoint_every=2, keep_checkpoints=3)
+    if "run" not in _finished:
+        src = tmp_path_factory.mktemp("finished_run")
+        hist = GRPOTrainer(cfg.replace(output_dir=str(src))).train().history
+        assert sorted(p.name for p in (src / "checkpoints").glob("step-*")) == [
+            "step-000000", "step-000002", "step-000004"]
+        _finished["run"] = src, without_timing(hist)
+    src, hist = _finished["run"]
+    shutil.copytree(src, tmp_path, dirs_exist_ok=True, symlinks=True)
+    return cfg.replace(output_dir=str(tmp_path)), hist
 
 
 def damage_truncate(ckpt):
