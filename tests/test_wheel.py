@@ -37,7 +37,7 @@ def _run(cmd, cwd, env=None, timeout=600):
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory, worker_id):
+def installed(tmp_path_factory):
     """(python, divclip script, decoy directory) of a fresh venv with only the wheel installed.
 
     Built once per test session: with pytest-xdist, the first worker to get here builds it in the session's shared
@@ -45,7 +45,7 @@ def installed(tmp_path_factory, worker_id):
     """
     if importlib.util.find_spec("setuptools") is None:
         pytest.skip("building the wheel without network needs setuptools in this environment")
-    if worker_id == "master":  # no xdist: this process is the whole session
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # no xdist: this process is the whole session
         return _build_and_install(tmp_path_factory.mktemp("wheel"))
     tmp = tmp_path_factory.getbasetemp().parent / "wheel"  # shared by this session's workers only
     done = tmp / "installed"  # written last: a failed build leaves no half-built venv for another worker

@@ -198,6 +198,7 @@ SERVER = textwrap.dedent("""
         out, kill_at, settings, log = json.loads(line)
         pid = os.fork()
         if pid == 0:  # the run: its stdout and stderr go to its own log, never into this protocol
+            signal.alarm(300)  # a run that hangs ends (SIGALRM, exit -14) instead of hanging the test
             fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
             os.dup2(fd, 1)
             os.dup2(fd, 2)

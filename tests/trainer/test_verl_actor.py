@@ -9,6 +9,7 @@ TRL 1.16 is importable, and the CPU platform and engine registration it needs ar
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import socket
@@ -20,7 +21,8 @@ import numpy as np
 import pytest
 from filelock import FileLock
 
-pytest.importorskip("verl")
+if importlib.util.find_spec("verl") is None:  # found, not imported: importing verl costs ~7 s of CPU per worker
+    pytest.skip("verl is not installed (pip install -e '.[verl]')", allow_module_level=True)
 
 from divclip.theory.bounds import kl3_bounds  # noqa: E402
 from divclip.theory.measures import get_measure  # noqa: E402
@@ -36,11 +38,11 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, worker_id):
+def runs(tmp_path_factory):
     """The four actor runs, in one subprocess per test session: with pytest-xdist, the first worker to get here runs
     it and writes its results to the session's shared temp directory; another worker waits for them and reads them.
     """
-    if worker_id == "master":  # no xdist: this process is the whole session
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # no xdist: this process is the whole session
         return _run_actors(tmp_path_factory.mktemp("verl_actor") / "out.json")
     out = tmp_path_factory.getbasetemp().parent / "verl_actor_runs.json"  # shared by this session's workers only
     with FileLock(f"{out}.lock"):
