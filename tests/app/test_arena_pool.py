@@ -31,10 +31,17 @@ PAGE = PAGES_DIR / "toy_arena.py"
 
 @pytest.fixture(scope="module")
 def pool():
-    """One worker shared by the tests (starting a worker imports torch: seconds); each test leaves it idle."""
+    """One worker shared by the tests (starting a worker imports torch: seconds); each test leaves it idle.
+
+    Closing it is a test of its own (no third worker start for it): a run training at close() ends, and so does
+    the worker process. A failure here shows as an error in the teardown of the module's last test."""
     p = ArenaPool(size=1)
     yield p
+    run = submit(p, LONG)
+    assert until(lambda: run.steps_done > 0)
+    procs = [w.proc for w in p._workers]
     p.close()
+    assert run.done and procs and all(proc.poll() is not None for proc in procs)
 
 
 def until(predicate, timeout: float = 60.0) -> bool:
@@ -133,16 +140,6 @@ def test_workers_run_at_lower_priority(pool):
     assert nice >= arena_runner.NICE
     run.stop()
     assert run.wait(60)
-
-
-@pytest.mark.slow
-def test_closing_the_pool_ends_its_workers():
-    p = ArenaPool(size=1)
-    run = submit(p, LONG)
-    assert until(lambda: run.steps_done > 0)
-    proc = p._workers[0].proc
-    p.close()
-    assert run.done and proc.poll() is not None
 
 
 # -------------------------------------------------------------------------------------------- page
