@@ -237,9 +237,11 @@ def test_bad_url_parameters_warn_and_still_render(query, message):
 
 @pytest.mark.slow
 def test_url_state_survives_a_trip_to_another_page():
+    """The custom-measure page keeps a δ of its own in the URL (its default here); coming back restores 0.07."""
     at = rendered(start(query={"delta": "0.07", "measures": "k2"}))
     at.query_params.clear()
-    at.switch_page("views/proof.py").run()
+    at.switch_page("views/custom_measure.py").run()
+    assert at.title[0].value == "Custom measure" and float(at.query_params["delta"]) == pytest.approx(ATR_DELTA)
     at.query_params.clear()
     at.switch_page("views/clip_explorer.py").run()
     assert list(table(rendered(at))) == ["k2"] and at.query_params["delta"] == "0.07"
