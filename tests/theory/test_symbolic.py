@@ -74,6 +74,25 @@ def test_every_step_check_passes(name: str, index: int, kind: str) -> None:
     assert result.method and result.detail
 
 
+EXACT = "exact (monotonicity + roots + SAT)"
+
+
+@pytest.mark.parametrize("name", ["kl3", "kl3_reverse", "ratio", "log_ratio", "k2", "chi2"])
+def test_gradient_rule_is_proved_symbolically(name: str) -> None:
+    """The last step is proved exactly where SymPy can (see test_symbolic_gradient_rule.py for how)."""
+    step, result = symbolic.derivation(name)[-1], results(name)[-1]
+    assert step.title.startswith("Gradient rule")
+    assert result.passed, result.detail
+    assert result.kind == "symbolic" and EXACT in result.method, result.method
+    assert "SAT: no truth assignment separates the two sides" in result.detail
+
+
+def test_hellinger_lower_root_needs_delta_below_one_so_stays_numeric() -> None:
+    # √r = 1 - √δ is a root only for δ < 1; SymPy cannot use that, so the check falls back to sampling, labelled.
+    result = results("hellinger")[-1]
+    assert result.passed and result.kind == "numeric"
+
+
 def test_kl3_steps_in_the_brief_order() -> None:
     titles = [s.title for s in symbolic.kl3_derivation()]
     expected = ["Definition", "Minimum", "Lambert", "Roots", "Bracketing", "Series", "Asymmetry", "Gradient"]
