@@ -63,3 +63,22 @@ def _short(value) -> str:
 def json_loads_unique(text: str):
     """`json.loads` that refuses duplicate keys (DuplicateKeyError, a ValueError) instead of keeping the last."""
     return json.loads(text, object_pairs_hook=_unique_pairs)
+
+
+def json_object_line(line: str, where: str, error: type[Exception] = ValueError, hint: str = "") -> dict:
+    """One line of a JSON-lines file as a dict; anything else is `error` starting with `where` (the file and line)
+    and ending with `hint` (what every line must be). Duplicate keys, bad syntax, nesting beyond Python's
+    recursion limit and integers too long to convert are all refused with a message, never a traceback."""
+    try:
+        obj = json_loads_unique(line)
+    except DuplicateKeyError as exc:
+        raise error(f"{where} {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise error(f"{where} is not valid JSON: {exc.msg} (column {exc.colno}){hint}") from None
+    except RecursionError:
+        raise error(f"{where} is nested too deeply to read{hint}") from None
+    except ValueError as exc:  # an integer of 5000 digits
+        raise error(f"{where} has a value JSON cannot read: {exc}{hint}") from None
+    if not isinstance(obj, dict):
+        raise error(f"{where} is {type(obj).__name__}, not a JSON object{hint}")
+    return obj

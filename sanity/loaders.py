@@ -19,7 +19,6 @@ naming the file and field; `divclip.sanity.validation` then checks shapes and va
 from __future__ import annotations
 
 import io
-import json
 import struct
 import zipfile
 from pathlib import Path
@@ -27,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from divclip.sanity.errors import RolloutFileError
-from divclip.sanity.files import DuplicateKeyError, json_loads_unique, read_capped
+from divclip.sanity.files import json_loads_unique, json_object_line, read_capped
 from divclip.sanity.validation import FIELDS, Limits, Rollouts, too_many_tokens, validate
 
 FORMATS = {".npz": "npz", ".safetensors": "safetensors", ".parquet": "parquet", ".jsonl": "jsonl"}
@@ -329,19 +328,7 @@ def _decode_line(raw: bytes, lineno: int, name: str) -> str:
 
 
 def _json_line(line: str, lineno: int, name: str) -> dict:
-    try:
-        obj = json_loads_unique(line)
-    except DuplicateKeyError as exc:
-        raise RolloutFileError(f"line {lineno} of {name!r} {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise RolloutFileError(f"line {lineno} of {name!r} is not valid JSON: {exc.msg} (column {exc.colno})") from None
-    except RecursionError:
-        raise RolloutFileError(f"line {lineno} of {name!r} is nested too deeply to read") from None
-    except ValueError as exc:  # an integer of 5000 digits
-        raise RolloutFileError(f"line {lineno} of {name!r} has a value JSON cannot read: {exc}") from None
-    if not isinstance(obj, dict):
-        raise RolloutFileError(f"line {lineno} of {name!r} must be a JSON object, got {type(obj).__name__}")
-    return obj
+    return json_object_line(line, f"line {lineno} of {name!r}", RolloutFileError)
 
 
 def _json_row(value, key, lineno, name):

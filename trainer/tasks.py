@@ -6,7 +6,6 @@ returns 1.0 for a correct completion and 0.0 otherwise. Which problems are held 
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Callable
@@ -143,7 +142,7 @@ def _show(value) -> str:
 def load_jsonl(path: str | Path) -> list[Example]:
     """Read {"prompt": str, "answer": str | number} lines; any bad line is a ValueError naming file and line.
     Duplicate keys in a line, prompts longer than MAX_PROMPT_CHARS and more than MAX_EXAMPLES lines are refused."""
-    from divclip.sanity.files import DuplicateKeyError, json_loads_unique
+    from divclip.sanity.files import json_object_line
 
     path = Path(path)
     allowed = "a JSON object with 'prompt' (a non-empty string) and 'answer' (a string or a number)"
@@ -155,18 +154,7 @@ def load_jsonl(path: str | Path) -> list[Example]:
         if not line.strip():
             continue
         where = f"task file {str(path)!r} line {lineno}"
-        try:
-            row = json_loads_unique(line)
-        except DuplicateKeyError as exc:
-            raise ValueError(f"{where} {exc}") from None
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{where} is not valid JSON ({exc.msg}); every line must be {allowed}") from None
-        except RecursionError:
-            raise ValueError(f"{where} is nested too deeply to read; every line must be {allowed}") from None
-        except ValueError as exc:  # an integer of 5000 digits
-            raise ValueError(f"{where} has a value JSON cannot read ({exc}); every line must be {allowed}") from None
-        if not isinstance(row, dict):
-            raise ValueError(f"{where} is {type(row).__name__}, not an object; every line must be {allowed}")
+        row = json_object_line(line, where, hint=f"; every line must be {allowed}")
         for key in ("prompt", "answer"):
             if key not in row:
                 raise ValueError(f"{where} has no {key!r} (keys: {sorted(row)}); every line must be {allowed}")

@@ -254,7 +254,7 @@ ROLLOUT_CASES = [
     Case("jsonl_non_utf8", "rollouts", "r.jsonl", b'{"old_log_prob": [-0.1]}\n\xff\xfe', "not UTF-8"),
     Case("jsonl_bad_json", "rollouts", "r.jsonl", b'{"old_log_prob": [-0.1], \n',
          "line 1 of 'r.jsonl' is not valid JSON"),
-    Case("jsonl_list_line", "rollouts", "r.jsonl", b"[1, 2, 3]\n", "must be a JSON object"),
+    Case("jsonl_list_line", "rollouts", "r.jsonl", b"[1, 2, 3]\n", "is list, not a JSON object"),
     Case("jsonl_strings", "rollouts", "r.jsonl", _jsonl_rows(old_log_prob=["a", "b"]), "must be a list of numbers"),
     Case("jsonl_nested", "rollouts", "r.jsonl", _jsonl_rows(old_log_prob=[[-0.1], [-0.2]]),
          "must be a list of numbers"),

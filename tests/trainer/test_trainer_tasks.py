@@ -42,7 +42,7 @@ def test_jsonl_loader_reads_numbers_as_text(tmp_path):
         ({"prompt": "2+2="}, r"line 2 has no 'answer' \(keys: \['prompt'\]\); every line must be a JSON object"),
         ({"answer": "4"}, r"line 2 has no 'prompt'"),
         ("{not json", r"line 2 is not valid JSON"),
-        ("[1, 2]", r"line 2 is list, not an object"),
+        ("[1, 2]", r"line 2 is list, not a JSON object"),
         ({"prompt": "", "answer": "4"}, r"line 2 has prompt=''"),
         ({"prompt": "x", "answer": None}, r"line 2 has answer=None"),
         ({"prompt": "x", "answer": True}, r"line 2 has answer=True"),
