@@ -9,10 +9,10 @@ torch float64 path the loss uses (`theory/loss_modes.py`) runs the same solver a
 Reference: Newton's method at 50 digits (plus the digits of |log lo|) in variables where each root is well posed:
 z = log((1-p)/(1-rp)) >= 0 for hi (r = (1 - (1-p)e^{-z})/p, no singularity at r = 1/p) and u = log r for lo.
 In these variables D - δ is convex and monotone on each side of r = 1, so Newton started on the far side of a
-root walks to it without crossing it. Each root is then certified: D - δ has opposite signs, each larger than the
-evaluation's rounding bound, at z(1 ∓ 1e-30) (resp. u ± 1e-30), so the exact root lies within 1e-25 (relative)
-of the returned one, far below a float64 ulp (2.2e-16). It shares no code or formula rearrangement with the
-solver's fixed points.
+root walks to it without crossing it. Each root is then certified: D - δ has opposite signs at z(1 ∓ 1e-30)
+(resp. u ± 1e-30), each sign confirmed by an evaluation with 30 more digits, so the exact root lies within 1e-25
+(relative) of the returned one, far below a float64 ulp (2.2e-16). It shares no code or formula rearrangement
+with the solver's fixed points.
 """
 
 import math
@@ -49,12 +49,14 @@ def _newton(f, df, x, atol=0, rtol=0):
     raise AssertionError(f"Newton did not converge from {x}")
 
 
-def _certify(f, a, b, scale, dps):
-    """f changes sign across [a, b], with |f| at both ends above the rounding bound of an evaluation at dps
-    digits of terms of size `scale`: the exact root lies in [a, b]."""
-    noise = mpmath.mpf(10) ** (5 - dps) * scale
+def _certify(f, a, b):
+    """The exact root of f lies in [a, b]: f has opposite signs at a and b, and each end's value is the same to
+    10 digits when evaluated again with 30 more digits of working precision (so its sign is not rounding)."""
     fa, fb = f(a), f(b)
-    assert min(abs(fa), abs(fb)) > noise and (fa > 0) != (fb > 0), (a, b, fa, fb, noise)
+    with mpmath.extradps(30):
+        fa_more, fb_more = f(a), f(b)
+    assert abs(fa - fa_more) < abs(fa_more) * 1e-10 and abs(fb - fb_more) < abs(fb_more) * 1e-10, (a, b, fa, fb)
+    assert (fa_more > 0) != (fb_more > 0), (a, b, fa_more, fb_more)
 
 
 def mp_roots(delta: float, p: float):
@@ -76,7 +78,7 @@ def mp_roots(delta: float, p: float):
         z0 = 2 * mpmath.sqrt(2 * pm * d / q) + 2 * d / q  # twice the quadratic / linear estimates: usually g > 0
         z = _newton(g, dg, z0 if z0 < z_max and g(z0) > 0 else z_max, rtol=ETA * 1e-3)
         hi = hi_of(z)
-        _certify(g, z * (1 - ETA), z * (1 + ETA), q * z + pm * abs(mpmath.log(hi)) + d, DPS + 10)
+        _certify(g, z * (1 - ETA), z * (1 + ETA))
         assert hi_of(z * (1 + ETA)) - hi_of(z * (1 - ETA)) < hi * mpmath.mpf(10) ** -25
     u_min = -(delta - (1 - p) * math.log1p(-p)) / p - 1.0  # D(u) > δ + p there
     extra = int(math.log10(abs(u_min))) + 5
@@ -84,18 +86,15 @@ def mp_roots(delta: float, p: float):
         d, pm = mpmath.mpf(delta), mpmath.mpf(p)
         q = 1 - pm
 
-        def log_term(u):  # (1-p) log((1-p)/(1-rp)) at r = e^u, negated
-            return q * mpmath.log1p(pm * -mpmath.expm1(u) / q)
-
         def h(u):  # D(e^u) - δ: decreasing and convex in u <= 0, h(0) = -δ
-            return -pm * u - log_term(u) - d
+            return -pm * u - q * mpmath.log1p(pm * -mpmath.expm1(u) / q) - d
 
         def dh(u):
             return -pm + pm * q * mpmath.exp(u) / (q - pm * mpmath.expm1(u))
 
         u0 = -2 * mpmath.sqrt(2 * q * d / pm) - 2 * d / pm
         u = _newton(h, dh, u0 if u0 > u_min and h(u0) > 0 else mpmath.mpf(u_min), atol=ETA * 1e-3)
-        _certify(h, u - ETA, u + ETA, pm * abs(u) + abs(log_term(u)) + d, DPS + extra + 10)
+        _certify(h, u - ETA, u + ETA)
         lo = mpmath.exp(u)  # within a factor e^(±1e-30) of the exact root
     return lo, hi
 
