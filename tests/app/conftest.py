@@ -97,17 +97,10 @@ def app_url():
 
 
 @pytest.fixture
-def fresh_app_url():
-    """Base URL of a server of its own, started for one test: no request has reached it yet."""
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: the browser tests need Debian's chromium (make browser)")
-    with serve_app("streamlit-server-fresh.log") as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
 def one_worker_app_url():
-    """Base URL of a server of its own whose toy-arena pool has exactly one worker process (queue tests)."""
+    """Base URL of a server of its own, started for one test, whose toy-arena pool has exactly one worker process
+    (the queue test). No page request has reached it yet: the test's first page is also the cold-server deep
+    link check (test_browser.assert_router_page)."""
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} is missing: the browser tests need Debian's chromium (make browser)")
     with serve_app("streamlit-server-one-worker.log", env={"DIVCLIP_ARENA_WORKERS": "1"}) as url:

@@ -49,27 +49,23 @@ def row_for(rows, measure: str) -> dict[str, str]:
 
 # Every page in the router renders with its title and no traceback at 1400 px and 390 px:
 # test_browser_ui.py::test_every_page_at_lecture_and_phone_width (one pass per width, one screenshot per page each).
+# A deep link as a cold server's first request gets the router: test_browser_arena_pool.py (assert_router_page).
 
 
-def test_deep_link_as_first_request_gets_the_router(browser, fresh_app_url):
-    """A fresh server whose first request is a page's URL runs it through app/main.py's router.
+def assert_router_page(page, path: str) -> None:
+    """The page at `path` was run through app/main.py's router: its title, and the router's page titles in the
+    sidebar (not the file names). Called on a fresh server's first page request, a deep link (the one-worker
+    server of test_browser_arena_pool.py, whose first request is /toy_arena?...).
 
     Regression: with the page files in app/pages/, Streamlit's legacy multipage mode claimed a cold server
     whose first request was e.g. /reallocation, ran the file without the router (no wide layout, file
     names in the sidebar) and kept doing so for every later visitor.
     """
-    path = next(p for p in PAGES if p)  # a non-default page
-    context = browser.new_context(viewport={"width": 1500, "height": 1000})
-    try:
-        page = context.new_page()
-        page.set_default_timeout(60_000)
-        open_page(page, fresh_app_url, path)
-        nav = page.locator('[data-testid="stSidebarNav"]').first.inner_text()
-        lines = {line.strip() for line in nav.splitlines()}  # titles, and the icons' ligature names
-        assert set(PAGES.values()) <= lines and "main" not in lines, nav
-        assert page.locator("h1").first.inner_text().strip().startswith(PAGES[path])
-    finally:
-        context.close()
+    assert path in PAGES and path, path  # a non-default page
+    nav = page.locator('[data-testid="stSidebarNav"]').first.inner_text()
+    lines = {line.strip() for line in nav.splitlines()}  # titles, and the icons' ligature names
+    assert set(PAGES.values()) <= lines and "main" not in lines, nav
+    assert page.locator("h1").first.inner_text().strip().startswith(PAGES[path])
 
 
 def test_explorer_link_reproduces_theory_bounds_and_preset_button_updates_both(page, app_url, artifacts):
@@ -134,4 +130,3 @@ def test_custom_formula_error_is_a_message(page, app_url, artifacts):
     open_page(page, app_url, "custom_measure", {"formula": "(sqrt(r) - 1)**2", "delta": "0.04"})
     metrics = page.locator('[data-testid="stMetricValue"]').all_inner_texts()
     assert metrics[:2] == ["0.640000", "1.440000"]
-    screenshot(page, artifacts / "custom-hellinger.png")

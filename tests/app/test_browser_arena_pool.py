@@ -1,7 +1,8 @@
 """End to end in headless Debian chromium, two visitors (two browser contexts, two Streamlit sessions) on a server
 whose arena pool has one worker: a run redraws while it trains with its step axis fixed, a second arena page
 loads meanwhile, the second run waits in the queue with its position shown, Stop takes it out, closing the first
-tab frees the worker for it, and Stop ends it mid-run. Screenshots land in test-artifacts/ (the arena's layout at
+tab frees the worker for it, and Stop ends it mid-run. The server is fresh: its first page request, a deep link,
+also checks that a cold server runs it through the router. Screenshots land in test-artifacts/ (the arena's layout at
 390 px: test_browser_ui.py's every-page test).
 """
 
@@ -13,6 +14,7 @@ from urllib.parse import urlencode
 
 import pytest
 from browser_helpers import X_RANGES, assert_no_exception, screenshot, wait_idle
+from test_browser import assert_router_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -55,7 +57,9 @@ def test_queue_stop_and_closed_tab_with_one_worker(browser, one_worker_app_url, 
     first_ctx, first = visitor(browser)
     second_ctx, second = visitor(browser)
     try:
+        # The server's first page request is this deep link: it runs through app/main.py's router.
         open_arena(first, one_worker_app_url, LONG)
+        assert_router_page(first, "toy_arena")
         first.get_by_role("button", name="Run").click()
 
         # The page redraws while the run trains: three different progress texts.
