@@ -110,26 +110,41 @@ def _overlap(a: tuple[float, float], b: tuple[float, float]) -> str:
     return "95 % CIs overlap" if a[0] <= b[1] and b[0] <= a[1] else "95 % CIs do not overlap"
 
 
-def _paired(x: np.ndarray, y: np.ndarray, what: str = "paired difference") -> str:
-    """Mean of x - y over paired seeds with its 95 % t-interval, and whether that interval excludes 0."""
+def _paired_t(x: np.ndarray, y: np.ndarray):
+    """(mean of x - y over paired seeds, its 95 % t half-width, whether the interval excludes 0); the half-width is
+    NaN with fewer than two seeds."""
     d = x - y
     h = _t_half(d)
-    if math.isnan(h):
-        return ""
-    sig = "significant" if abs(d.mean()) > h and _greater(abs(d.mean()), 0.0) else "not significant"
-    return f"; {what} {d.mean():+.4g} ± {h:.2g}, {sig}"
+    return d.mean(), h, (not math.isnan(h)) and abs(d.mean()) > h and _greater(abs(d.mean()), 0.0)
 
 
-def _var_ratio(x: np.ndarray, y: np.ndarray) -> str:
-    """var(x)/var(y) with a paired bootstrap 95 % interval (seeds resampled jointly)."""
+def _var_ratio_ci(x: np.ndarray, y: np.ndarray):
+    """(var(x)/var(y), bootstrap 95 % interval lo, hi, whether it excludes 1), seeds resampled jointly; None when
+    there are fewer than two seeds or y does not vary."""
     if x.shape[0] < 2 or y.var() == 0:
-        return ""
+        return None
     idx = _boot_idx(x.shape[0])
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = x[idx].var(axis=1, ddof=1) / y[idx].var(axis=1, ddof=1)
     lo, hi = np.nanquantile(ratio, [0.025, 0.975])
-    sig = "significant" if hi < 1 or lo > 1 else "not significant"
-    return f"; variance ratio {x.var(ddof=1) / y.var(ddof=1):.3f} [{lo:.3f}, {hi:.3f}], {sig}"
+    return x.var(ddof=1) / y.var(ddof=1), lo, hi, hi < 1 or lo > 1
+
+
+def _paired(x: np.ndarray, y: np.ndarray, what: str = "paired difference") -> str:
+    """Mean of x - y over paired seeds with its 95 % t-interval, and whether that interval excludes 0."""
+    mean, h, sig = _paired_t(x, y)
+    if math.isnan(h):
+        return ""
+    return f"; {what} {mean:+.4g} ± {h:.2g}, {'significant' if sig else 'not significant'}"
+
+
+def _var_ratio(x: np.ndarray, y: np.ndarray) -> str:
+    """var(x)/var(y) with a paired bootstrap 95 % interval (seeds resampled jointly)."""
+    ci = _var_ratio_ci(x, y)
+    if ci is None:
+        return ""
+    ratio, lo, hi, sig = ci
+    return f"; variance ratio {ratio:.3f} [{lo:.3f}, {hi:.3f}], {'significant' if sig else 'not significant'}"
 
 
 def seed_steps_to(result: ArenaResult, threshold: float, metric: str = "expected_reward") -> np.ndarray:
@@ -256,23 +271,18 @@ def claims_markdown(result: ArenaResult, command: str | None = None, baseline: s
 
 def _paired_cell(x: np.ndarray, y: np.ndarray, fmt: str = "+.3g") -> str:
     """'mean(x - y) ± 95 % t half-width', starred when the interval excludes 0 (paired by seed)."""
-    d = x - y
-    h = _t_half(d)
+    mean, h, sig = _paired_t(x, y)
     if math.isnan(h):
-        return f"{d.mean():{fmt}}"
-    star = " *" if abs(d.mean()) > h and _greater(abs(d.mean()), 0.0) else ""
-    return f"{d.mean():{fmt}} ± {h:.2g}{star}"
+        return f"{mean:{fmt}}"
+    return f"{mean:{fmt}} ± {h:.2g}{' *' if sig else ''}"
 
 
 def _ratio_cell(x: np.ndarray, y: np.ndarray) -> str:
-    if x.shape[0] < 2 or y.var() == 0:
+    ci = _var_ratio_ci(x, y)
+    if ci is None:
         return "–"
-    idx = _boot_idx(x.shape[0])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = x[idx].var(axis=1, ddof=1) / y[idx].var(axis=1, ddof=1)
-    lo, hi = np.nanquantile(ratio, [0.025, 0.975])
-    star = " *" if hi < 1 or lo > 1 else ""
-    return f"{x.var(ddof=1) / y.var(ddof=1):.3g} [{lo:.3g}, {hi:.3g}]{star}"
+    ratio, lo, hi, sig = ci
+    return f"{ratio:.3g} [{lo:.3g}, {hi:.3g}]{' *' if sig else ''}"
 
 
 def paired_table(result: ArenaResult, baseline: str | None = None) -> str:
