@@ -38,6 +38,7 @@ def test_chunks_keep_short_runs_step_by_step():
     assert chunk_steps(5000) == 25
 
 
+@pytest.mark.slow
 def test_runner_reproduces_run_arena_and_its_csv(tmp_path):
     run = ArenaRun.start(TINY, every=2)
     assert run.wait(60) and run.error is None
@@ -48,6 +49,7 @@ def test_runner_reproduces_run_arena_and_its_csv(tmp_path):
     assert run.csv() == (tmp_path / "ref.csv").read_text()
 
 
+@pytest.mark.slow
 def test_runner_stops_early():
     settings = ArenaSettings("bandit", ("grpo",), 2, 5000, 16, 1, 4, 0.05)
     run = ArenaRun.start(settings, every=1)
@@ -104,6 +106,7 @@ def test_page_renders_with_small_defaults():
     assert at.button(key="arena.stop").disabled
 
 
+@pytest.mark.slow
 def test_tiny_run_shows_run_arenas_numbers():
     at = rendered(start())
     at.number_input(key="arena.seeds").set_value(2.0)
@@ -123,6 +126,7 @@ def test_tiny_run_shows_run_arenas_numbers():
     assert [b.label for b in at.get("download_button")] == ["Metrics as CSV"]
 
 
+@pytest.mark.slow
 def test_finished_run_stays_after_reruns():
     at = rendered(start({"seeds": "2", "steps": "5"}))
     run_to_end(at)
@@ -135,6 +139,7 @@ def test_finished_run_stays_after_reruns():
     assert "pass@16" in at.get("plotly_chart")[0].proto.spec
 
 
+@pytest.mark.slow
 def test_stop_ends_the_run_and_keeps_its_curves():
     at = rendered(start({"env": "sparse", "methods": "grpo", "seeds": "2", "steps": "5000"}))
     at.button(key="arena.start").click().run()
@@ -150,6 +155,7 @@ def test_stop_ends_the_run_and_keeps_its_curves():
     assert at.button(key="arena.stop").disabled
 
 
+@pytest.mark.slow
 def test_environment_brings_its_defaults():
     at = rendered(start())
     at.selectbox(key="arena.env").set_value("sparse").run()
@@ -174,6 +180,7 @@ def test_bad_methods_are_messages(extra, message):
     assert "arena.run" not in at.session_state
 
 
+@pytest.mark.slow
 def test_no_method_is_a_message():
     at = rendered(start())
     at.multiselect(key="arena.methods").set_value([]).run()
@@ -181,6 +188,7 @@ def test_no_method_is_a_message():
     assert "methods must name at least one method" in text(rendered(at).error)
 
 
+@pytest.mark.slow
 def test_link_to_an_environment_brings_its_defaults_unless_given():
     at = rendered(start({"env": "sparse", "lr": "0.3"}))
     defaults = ENVS["sparse"].arena
@@ -189,6 +197,7 @@ def test_link_to_an_environment_brings_its_defaults_unless_given():
         assert at.number_input(key=f"arena.{name}").value == defaults[name]
 
 
+@pytest.mark.slow
 def test_a_run_nobody_watches_stops_itself():
     run = ArenaRun.start(ArenaSettings("bandit", ("grpo",), 2, 5000, 16, 1, 4, 0.05), abandon_s=0.3)
     assert run.wait(60)

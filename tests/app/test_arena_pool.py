@@ -31,10 +31,17 @@ PAGE = PAGES_DIR / "toy_arena.py"
 
 @pytest.fixture(scope="module")
 def pool():
-    """One worker shared by the tests (starting a worker imports torch: seconds); each test leaves it idle."""
+    """One worker shared by the tests (starting a worker imports torch: seconds); each test leaves it idle.
+
+    Closing it is a test of its own (no third worker start for it): a run training at close() ends, and so does
+    the worker process. A failure here shows as an error in the teardown of the module's last test."""
     p = ArenaPool(size=1)
     yield p
+    run = submit(p, LONG)
+    assert until(lambda: run.steps_done > 0)
+    procs = [w.proc for w in p._workers]
     p.close()
+    assert run.done and procs and all(proc.poll() is not None for proc in procs)
 
 
 def until(predicate, timeout: float = 60.0) -> bool:
@@ -69,6 +76,7 @@ def test_bad_pool_size_is_refused_naming_the_variable(raw):
 
 
 # ------------------------------------------------------------------------------------------ queue
+@pytest.mark.slow
 def test_runs_wait_in_order_and_stop_leaves_the_queue(pool):
     first = submit(pool, LONG)
     assert until(lambda: first.state == "running" and first.steps_done > 0)
@@ -89,6 +97,7 @@ def test_runs_wait_in_order_and_stop_leaves_the_queue(pool):
     assert pool.counts() == (0, 0)
 
 
+@pytest.mark.slow
 def test_a_queued_run_nobody_polls_is_dropped(pool):
     first = submit(pool, LONG)
     waiting = submit(pool, TINY, abandon_s=0.5)
@@ -98,6 +107,7 @@ def test_a_queued_run_nobody_polls_is_dropped(pool):
     assert first.wait(60)
 
 
+@pytest.mark.slow
 def test_a_closed_tab_frees_its_worker(pool, monkeypatch):
     closed = {"tab-a"}
     monkeypatch.setattr(arena_runner, "_session_active", lambda sid: sid not in closed)
@@ -120,6 +130,7 @@ def test_a_dead_worker_fails_its_run_and_is_replaced(pool):
     assert after.wait(120) and after.error is None and after.result.finished
 
 
+@pytest.mark.slow
 def test_workers_run_at_lower_priority(pool):
     run = submit(pool, LONG)
     assert until(lambda: run.steps_done > 0)
@@ -131,16 +142,6 @@ def test_workers_run_at_lower_priority(pool):
     assert run.wait(60)
 
 
-@pytest.mark.slow
-def test_closing_the_pool_ends_its_workers():
-    p = ArenaPool(size=1)
-    run = submit(p, LONG)
-    assert until(lambda: run.steps_done > 0)
-    proc = p._workers[0].proc
-    p.close()
-    assert run.done and proc.poll() is not None
-
-
 # -------------------------------------------------------------------------------------------- page
 @pytest.fixture
 def page_pool(pool, monkeypatch):
@@ -149,6 +150,7 @@ def page_pool(pool, monkeypatch):
     return pool
 
 
+@pytest.mark.slow
 def test_page_shows_the_queue_and_stop_takes_a_run_out(page_pool):
     busy = submit(page_pool, LONG)
     assert until(lambda: busy.state == "running")
@@ -170,6 +172,7 @@ def test_page_shows_the_queue_and_stop_takes_a_run_out(page_pool):
     assert busy.wait(60)
 
 
+@pytest.mark.slow
 def test_page_prints_the_90_percent_threshold_and_fixes_the_step_axis(page_pool):
     at = rendered(start_page(PAGE, {"seeds": "2", "steps": "6", "methods": "grpo,atr"}))
     at.button(key="arena.start").click().run()

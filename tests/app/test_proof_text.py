@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 
 import pytest
+from apptest_helpers import slow_after
 
 from divclip.app.proof_text import BOTH, NUMERIC, SYMBOLIC, check_kind, check_parts, check_sentence, step_prose
 from divclip.theory.symbolic import CheckResult, derivable_measures, derivation
@@ -17,6 +18,7 @@ def checked():
     return {name: [(step, step.run_check()) for step in derivation(name)] for name in derivable_measures()}
 
 
+@pytest.mark.slow  # `checked` runs every check of every measure: seconds of SymPy
 def test_every_check_has_plain_words_and_a_kind(checked):
     for name, pairs in checked.items():
         for step, result in pairs:
@@ -29,6 +31,7 @@ def test_every_check_has_plain_words_and_a_kind(checked):
             assert check_kind(result) == (BOTH if len(kinds) == 2 else kinds.pop())
 
 
+@pytest.mark.slow
 def test_numeric_only_checks_say_so(checked):
     """A check settled only by random-δ numbers is labelled numeric, never presented as a symbolic pass."""
     bracket = {name: r for name, pairs in checked.items() for s, r in pairs if s.title.startswith("Bracketing")}
@@ -64,7 +67,8 @@ def test_theorys_label_joins_the_method_text(label, kind):
     assert check_kind(result) == kind
 
 
-@pytest.mark.parametrize("name", derivable_measures())
+# chi2 first: its derivation is the quickest, and the fast loop runs that one
+@pytest.mark.parametrize("name", slow_after(1, sorted(derivable_measures(), key=lambda name: name != "chi2")))
 def test_prose_keeps_its_maths_in_dollars(name):
     for step in derivation(name):
         prose = step_prose(step, name)

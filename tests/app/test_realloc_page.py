@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from apptest_helpers import PAGES_DIR, rendered, slow_after, start_page
+from apptest_helpers import PAGES_DIR, rendered, start_page
 from streamlit.testing.v1 import AppTest
 
 from divclip.theory import compare_measures, constrained_optimum
@@ -79,6 +79,7 @@ def test_changing_probs_moves_the_optimum_to_theorys():
     assert at.query_params["probs"] == "0.2, 0.5, 0.3"  # the view is in the URL
 
 
+@pytest.mark.slow
 def test_focus_lr_and_epochs_follow_theory():
     at = rendered(start({"probs": "0.1,0.7,0.2", "adv": "1,-1,-1"}))
     at.selectbox(key="realloc.focus").set_value("dppo_kl").run()
@@ -93,6 +94,7 @@ def test_focus_lr_and_epochs_follow_theory():
     assert [r["π after PG"] for r in optimum_rows(at)] == row.drift.probs[-1].tolist()
 
 
+@pytest.mark.slow
 def test_rare_correct_action_example_gives_docs_numbers():
     at = rendered(start())
     at.button(key="realloc.example.Rare correct action").click().run()
@@ -103,6 +105,7 @@ def test_rare_correct_action_example_gives_docs_numbers():
     assert rows["dppo_kl"]["dyn_gain_low_pos"] > rows["atr"]["dyn_gain_low_pos"]
 
 
+@pytest.mark.slow
 def test_spec_choice_and_other_specs():
     at = rendered(start())
     at.multiselect(key="realloc.specs").set_value(["grpo", "gspo"]).run()
@@ -117,6 +120,7 @@ def test_spec_choice_and_other_specs():
     assert at.selectbox(key="realloc.focus").value == "grpo"  # atr is gone: the first spec
 
 
+@pytest.mark.slow
 def test_other_specs_draw_an_intersection():
     at = rendered(start())
     at.multiselect(key="realloc.specs").set_value(["atr"]).run()
@@ -130,7 +134,8 @@ def test_other_specs_draw_an_intersection():
     assert len(at.get("plotly_chart")) == 6
 
 
-@pytest.mark.parametrize("field, text, message", slow_after(1, [
+@pytest.mark.slow  # the fast loop types into this page in test_changing_probs_moves_the_optimum_to_theorys
+@pytest.mark.parametrize("field, text, message", [
     ("probs", "0.5,0.5,0.1", "probs must sum to 1"),
     ("probs", "0.6,abc,0.1", "π_old must be numbers separated by commas"),
     ("probs", "0.6,0,0.4", "probs[1] = 0.0"),
@@ -140,7 +145,7 @@ def test_other_specs_draw_an_intersection():
     ("extra", "foo", "unknown method 'foo'"),
     ("extra", "grpo", "'grpo' is already chosen"),
     ("extra", "kl3@clipfrac=0.1", "adapts δ during training"),
-]))
+])
 def test_bad_inputs_are_messages(field, text, message):
     at = rendered(start())
     at.text_input(key=f"realloc.{field}").input(text).run()
@@ -149,12 +154,14 @@ def test_bad_inputs_are_messages(field, text, message):
     assert not at.get("plotly_chart")
 
 
+@pytest.mark.slow
 def test_no_spec_chosen_is_a_message():
     at = rendered(start())
     at.multiselect(key="realloc.specs").set_value([]).run()
     assert "choose at least one clip spec" in errors(rendered(at))
 
 
+@pytest.mark.slow
 def test_bad_url_parameters_warn_and_still_render():
     at = rendered(start({"epochs": "9999", "specs": "grpo,nope"}))
     warnings = " ".join(w.value for w in at.warning).replace("\\", "")
@@ -164,6 +171,7 @@ def test_bad_url_parameters_warn_and_still_render():
     assert np.isfinite([r["dyn_kl"] for r in comparison_rows(at)]).all()
 
 
+@pytest.mark.slow
 def test_probabilities_off_by_a_factor_can_be_rescaled():
     at = rendered(start())
     at.text_input(key="realloc.probs").input("1,1,1").run()

@@ -19,10 +19,8 @@ TIMEOUT = 120
 
 def sanity_page(query: dict | None = None) -> AppTest:
     at = AppTest.from_file(str(MAIN), default_timeout=TIMEOUT)
-    at.run()
-    at.query_params.clear()
     at.query_params.update(query or {})
-    at.switch_page("views/sanity_check.py").run()
+    at.switch_page("views/sanity_check.py").run()  # straight to the page, through the router
     assert not at.exception, [e.value for e in at.exception]
     return at
 
@@ -31,6 +29,7 @@ def subheaders(at: AppTest) -> list[str]:
     return [s.value for s in at.subheader]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", ["verl_dapo.yaml", "trl_gspo.yaml"])
 def test_shipped_examples_are_valid_inputs(config):
     rollouts = EXAMPLES / "rollouts_example.jsonl"
@@ -53,6 +52,7 @@ def test_try_an_example_renders_the_whole_report():
     assert not at.get("plotly_chart") and "try an example" in at.info[-1].value
 
 
+@pytest.mark.slow
 def test_a_broken_config_does_not_hide_the_rollout_report():
     at = sanity_page()
     at.button(key="sanity.example.Rollouts only").click().run()
@@ -66,6 +66,7 @@ def test_a_broken_config_does_not_hide_the_rollout_report():
     assert len(at.get("plotly_chart")) >= 3  # histogram, sweep, breakdown
 
 
+@pytest.mark.slow
 def test_values_from_a_link_fill_the_options():
     at = sanity_page({"eps_low": "0.2", "eps_high": "0.230842", "measure": "kl3"})
     assert at.number_input(key="sanity_eps_low").value == 0.2
@@ -78,6 +79,7 @@ def test_values_from_a_link_fill_the_options():
     assert at.number_input(key="sanity_eps_low").value is None
 
 
+@pytest.mark.slow
 def test_tables_show_rounded_numbers():
     at = sanity_page({"eps_low": "0.0003", "eps_high": "0.0004"})
     at.button(key="sanity.example.TRL GSPO config + rollouts").click().run()
@@ -87,6 +89,7 @@ def test_tables_show_rounded_numbers():
         assert not re.search(r"\d\.?\d*(9999999|0000000)\d", text), text
 
 
+@pytest.mark.slow
 def test_histogram_labels_do_not_overlap():
     from divclip.sanity import figures
 

@@ -74,6 +74,7 @@ def test_repeated_keys_take_the_last_like_st_query_params():
     assert values["delta"] == 0.2
 
 
+@pytest.mark.slow  # 60 examples; test_every_preset_is_a_valid_url_state round-trips in the fast loop
 @given(delta=st.floats(0.001, 0.5), eps=st.floats(0.01, 0.9), p=st.floats(0.001, 0.999),
        measures=st.lists(st.sampled_from(["kl3", "ratio", "binary_kl", "chi2", "k2"]), min_size=1, unique=True))
 def test_explorer_state_round_trips_through_the_url(delta, eps, p, measures):

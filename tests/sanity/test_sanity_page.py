@@ -19,12 +19,14 @@ def report():
     return report_from_uploads(config=CONFIG, rollouts=ROLLOUTS)
 
 
+@pytest.mark.slow  # the fast loop renders this page in tests/app/test_sanity_ui.py
 def test_page_without_uploads_asks_for_them():
     at = AppTest.from_file(str(PAGE), default_timeout=60).run()
     assert not at.exception and not at.error
     assert "Upload" in at.info[0].value
 
 
+@pytest.mark.slow
 def test_page_renders_the_report_of_uploaded_files(report):
     at = AppTest.from_file(str(PAGE), default_timeout=120).run()
     at.file_uploader(key="sanity_config").set_value((*CONFIG, "text/x-sh"))
@@ -38,6 +40,7 @@ def test_page_renders_the_report_of_uploaded_files(report):
     assert at.selectbox(key="sanity_bucket_measure").value == "kl3"
 
 
+@pytest.mark.slow
 def test_page_overrides_box_and_options_reach_the_report():
     at = AppTest.from_file(str(PAGE), default_timeout=120).run()
     at.text_area(key="sanity_overrides").input(
