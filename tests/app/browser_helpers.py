@@ -1,5 +1,5 @@
 """Shared helpers of the headless-chromium tests: wait until a Streamlit page has settled, full-page
-screenshots, opening a page by URL path and query, and the no-traceback check."""
+screenshots, opening a page by URL path and query, the no-traceback check and the toy arena's step axes."""
 
 from __future__ import annotations
 
@@ -22,6 +22,14 @@ _SNAPSHOT = """() => {
         charts: charts.length,
         drawn: charts.filter(c => c.querySelector('.main-svg')).length,
     };
+}"""
+
+
+# The toy arena's four step axes' ranges, once Plotly has laid its chart out (None before).
+X_RANGES = """() => {
+    const plot = document.querySelector('[data-testid="stPlotlyChart"] .js-plotly-plot');
+    return plot && plot._fullLayout ? ['xaxis', 'xaxis2', 'xaxis3', 'xaxis4'].map(a => plot._fullLayout[a].range)
+                                    : null;
 }"""
 
 

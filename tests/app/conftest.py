@@ -1,7 +1,9 @@
 """Fixtures for the app tests: AppTest runners, and for browser tests a live server plus headless chromium.
 
 Browser tests drive Debian's /usr/bin/chromium through Playwright (never a downloaded browser) against
-`streamlit run app/main.py` on a free port, and save screenshots under test-artifacts/ (gitignored).
+`streamlit run app/main.py` on a free port, and save screenshots under test-artifacts/ (gitignored). Under
+pytest-xdist each worker process starts its own servers; their log files carry the worker's name
+(`worker_file`), and every screenshot name is written by one test only.
 """
 
 from __future__ import annotations
@@ -25,6 +27,16 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-s
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
                  "--no-first-run"]
 SERVER_START_TIMEOUT = 90.0  # seconds; the 2-core CI machine is shared
+
+
+def worker_file(name: str) -> str:
+    """name with this pytest-xdist worker's id before the suffix ("streamlit-server-gw1.log"), so two worker
+    processes never write the same file under test-artifacts/; name itself outside xdist."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker:
+        return name
+    stem, dot, suffix = name.rpartition(".")
+    return f"{stem}-{worker}{dot}{suffix}" if dot else f"{name}-{worker}"
 
 
 def _free_port() -> int:
@@ -52,9 +64,10 @@ def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
 def serve_app(log_name: str = "streamlit-server.log", env: dict | None = None):
     """`streamlit run app/main.py` on a free port; yields its base URL and stops the server on exit.
 
-    env: extra environment variables for the server (e.g. DIVCLIP_ARENA_WORKERS)."""
+    env: extra environment variables for the server (e.g. DIVCLIP_ARENA_WORKERS). The server's output goes to
+    test-artifacts/log_name, with the xdist worker's id in the name under pytest-xdist."""
     port = _free_port()
-    log = ARTIFACTS / log_name
+    log = ARTIFACTS / worker_file(log_name)
     ARTIFACTS.mkdir(exist_ok=True)
     cmd = [sys.executable, "-m", "streamlit", "run", str(MAIN), "--server.port", str(port),
            "--server.headless", "true", "--browser.gatherUsageStats", "false",
@@ -84,17 +97,10 @@ def app_url():
 
 
 @pytest.fixture
-def fresh_app_url():
-    """Base URL of a server of its own, started for one test: no request has reached it yet."""
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: the browser tests need Debian's chromium (make browser)")
-    with serve_app("streamlit-server-fresh.log") as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
 def one_worker_app_url():
-    """Base URL of a server of its own whose toy-arena pool has exactly one worker process (queue tests)."""
+    """Base URL of a server of its own, started for one test, whose toy-arena pool has exactly one worker process
+    (the queue test). No page request has reached it yet: the test's first page is also the cold-server deep
+    link check (test_browser.assert_router_page)."""
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} is missing: the browser tests need Debian's chromium (make browser)")
     with serve_app("streamlit-server-one-worker.log", env={"DIVCLIP_ARENA_WORKERS": "1"}) as url:

@@ -47,38 +47,30 @@ def row_for(rows, measure: str) -> dict[str, str]:
     return matches[0]
 
 
+# Every page in the router renders with its title and no traceback at 1400 px and 390 px:
+# test_browser_ui.py::test_every_page_at_lecture_and_phone_width (one pass per width, one screenshot per page each).
+# A deep link as a cold server's first request gets the router: test_browser_arena_pool.py (assert_router_page).
 
 
-def test_every_page_renders(page, app_url, artifacts):
-    for path, title in PAGES.items():
-        open_page(page, app_url, path)
-        assert page.locator("h1").first.inner_text().strip().startswith(title)
-        assert_no_exception(page)
-        screenshot(page, artifacts / f"page-{path or 'clip_explorer'}.png")
-
-
-def test_deep_link_as_first_request_gets_the_router(browser, fresh_app_url):
-    """A fresh server whose first request is a page's URL runs it through app/main.py's router.
+def assert_router_page(page, path: str) -> None:
+    """The page at `path` was run through app/main.py's router: its title, and the router's page titles in the
+    sidebar (not the file names). Called on a fresh server's first page request, a deep link (the one-worker
+    server of test_browser_arena_pool.py, whose first request is /toy_arena?...).
 
     Regression: with the page files in app/pages/, Streamlit's legacy multipage mode claimed a cold server
     whose first request was e.g. /reallocation, ran the file without the router (no wide layout, file
     names in the sidebar) and kept doing so for every later visitor.
     """
-    path = next(p for p in PAGES if p)  # a non-default page
-    context = browser.new_context(viewport={"width": 1500, "height": 1000})
-    try:
-        page = context.new_page()
-        page.set_default_timeout(60_000)
-        open_page(page, fresh_app_url, path)
-        nav = page.locator('[data-testid="stSidebarNav"]').first.inner_text()
-        lines = {line.strip() for line in nav.splitlines()}  # titles, and the icons' ligature names
-        assert set(PAGES.values()) <= lines and "main" not in lines, nav
-        assert page.locator("h1").first.inner_text().strip().startswith(PAGES[path])
-    finally:
-        context.close()
+    assert path in PAGES and path, path  # a non-default page
+    nav = page.locator('[data-testid="stSidebarNav"]').first.inner_text()
+    lines = {line.strip() for line in nav.splitlines()}  # titles, and the icons' ligature names
+    assert set(PAGES.values()) <= lines and "main" not in lines, nav
+    assert page.locator("h1").first.inner_text().strip().startswith(PAGES[path])
 
 
-def test_explorer_link_reproduces_theory_bounds(page, app_url, artifacts):
+def test_explorer_link_reproduces_theory_bounds_and_preset_button_updates_both(page, app_url, artifacts):
+    """A link's parameters give theory's bounds and are written back to the address bar; then a preset button
+    (one page load for both) rewrites the address and the table."""
     query = {"delta": "0.05", "eps_low": "0.2", "eps_high": "0.28", "p": "0.01",
              "measures": "kl3,ratio,binary_kl"}
     open_page(page, app_url, "", query)
@@ -93,19 +85,18 @@ def test_explorer_link_reproduces_theory_bounds(page, app_url, artifacts):
     # The page writes its whole state back into the address bar.
     written = parse_qs(urlparse(page.url).query)
     assert float(written["delta"][0]) == 0.05 and written["measures"] == ["kl3,ratio,binary_kl"]
-    screenshot(page, artifacts / "explorer-from-url.png")
 
-
-def test_preset_button_updates_url_and_table(page, app_url, artifacts):
-    open_page(page, app_url, "", {"measures": "kl3"})
+    # The DAPO preset sets its own measures (the link had three) and δ, and writes them to the address bar.
     page.locator(".st-key-explorer-controls").get_by_role("button", name="DAPO", exact=True).click()
+    page.wait_for_function("() => new URLSearchParams(window.location.search).get('measures') === 'ratio,kl3'")
     wait_idle(page)
-    page.wait_for_function("() => window.location.search.includes('eps_high=0.28')")
     written = parse_qs(urlparse(page.url).query)
-    assert written["measures"] == ["ratio,kl3"] and written["eps_low"] == ["0.2"]
+    assert written["measures"] == ["ratio,kl3"] and written["eps_low"] == ["0.2"] and written["eps_high"] == ["0.28"]
     rows = table_rows(page)
+    assert [r["measure"] for r in rows] == ["ratio", "kl3"], rows
     assert (row_for(rows, "ratio")["l"], row_for(rows, "ratio")["u"]) == ("0.800000", "1.280000")
     delta = float(written["delta"][0])
+    assert delta != 0.05  # the preset's own δ, not the link's
     assert row_for(rows, "kl3")["u"] == format_bound(theory.kl3_bounds(delta)[1])
     screenshot(page, artifacts / "explorer-preset-dapo.png")
 
@@ -139,4 +130,3 @@ def test_custom_formula_error_is_a_message(page, app_url, artifacts):
     open_page(page, app_url, "custom_measure", {"formula": "(sqrt(r) - 1)**2", "delta": "0.04"})
     metrics = page.locator('[data-testid="stMetricValue"]').all_inner_texts()
     assert metrics[:2] == ["0.640000", "1.440000"]
-    screenshot(page, artifacts / "custom-hellinger.png")

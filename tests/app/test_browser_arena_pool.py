@@ -1,25 +1,24 @@
 """End to end in headless Debian chromium, two visitors (two browser contexts, two Streamlit sessions) on a server
-whose arena pool has one worker: a second arena page loads while a run trains, the second run waits in the
-queue with its position shown, Stop takes it out, closing the first tab frees the worker for it, and the step
-axis stays fixed while the curves grow. Screenshots at 1400 px and 390 px land in test-artifacts/.
+whose arena pool has one worker: a run redraws while it trains with its step axis fixed, a second arena page
+loads meanwhile, the second run waits in the queue with its position shown, Stop takes it out, closing the first
+tab frees the worker for it, and Stop ends it mid-run. The server is fresh: its first page request, a deep link,
+also checks that a cold server runs it through the router. Screenshots land in test-artifacts/ (the arena's layout at
+390 px: test_browser_ui.py's every-page test).
 """
 
 from __future__ import annotations
 
 import re
+import time
 from urllib.parse import urlencode
 
 import pytest
-from browser_helpers import assert_no_exception, screenshot, wait_idle
+from browser_helpers import X_RANGES, assert_no_exception, screenshot, wait_idle
+from test_browser import assert_router_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 LONG = {"env": "sparse", "methods": "grpo,atr", "seeds": 4, "steps": 5000}  # minutes: only ever stopped
-X_RANGES = """() => {
-    const plot = document.querySelector('[data-testid="stPlotlyChart"] .js-plotly-plot');
-    return plot && plot._fullLayout ? ['xaxis', 'xaxis2', 'xaxis3', 'xaxis4'].map(a => plot._fullLayout[a].range)
-                                    : null;
-}"""
 
 
 def x_ranges(page) -> list:
@@ -58,8 +57,22 @@ def test_queue_stop_and_closed_tab_with_one_worker(browser, one_worker_app_url, 
     first_ctx, first = visitor(browser)
     second_ctx, second = visitor(browser)
     try:
+        # The server's first page request is this deep link: it runs through app/main.py's router.
         open_arena(first, one_worker_app_url, LONG)
+        assert_router_page(first, "toy_arena")
         first.get_by_role("button", name="Run").click()
+
+        # The page redraws while the run trains: three different progress texts.
+        seen: list[str] = []
+        deadline = time.monotonic() + 120
+        while len(set(seen)) < 3 and time.monotonic() < deadline:
+            bar = first.locator('[data-testid="stProgress"]')
+            text = bar.first.inner_text().strip() if bar.count() else None
+            if text and not text.startswith(("Queued", "Starting")):  # until the dispatcher hands it the worker
+                seen.append(text)
+            first.wait_for_timeout(200)
+        assert len(set(seen)) >= 3, seen
+        assert all(re.match(r"Training: step \d+ of 5000 · [\d.]+ s", t) for t in seen), seen
         step = training_step(first)
 
         # The step axis spans the run from the first redraw on and does not move as steps arrive.
@@ -68,7 +81,7 @@ def test_queue_stop_and_closed_tab_with_one_worker(browser, one_worker_app_url, 
         training_step(first, above=step + 10)
         after = x_ranges(first)
         assert before == after == [[0, 5000]] * 4, (before, after)
-        screenshot(first, artifacts / "arena-pool-training-1400.png")
+        screenshot(first, artifacts / "arena-running.png")
 
         # A second arena page loads while the run trains, and its run waits for the only worker.
         open_arena(second, one_worker_app_url, {**LONG, "methods": "dapo"})
@@ -77,11 +90,7 @@ def test_queue_stop_and_closed_tab_with_one_worker(browser, one_worker_app_url, 
         second.get_by_role("button", name="Run").click()
         second.get_by_text(re.compile(r"^Queued: position 1 of 1 · 1 of 1 worker\(s\) busy")).wait_for()
         assert second.locator('[data-testid="stPlotlyChart"]').count() == 0
-        screenshot(second, artifacts / "arena-pool-queued-1400.png")
-        second.set_viewport_size({"width": 390, "height": 900})
-        wait_idle(second, allow_running=True)
-        screenshot(second, artifacts / "arena-pool-queued-390.png")
-        second.set_viewport_size({"width": 1400, "height": 1000})
+        screenshot(second, artifacts / "arena-pool-queued.png")
 
         # Stop takes it out of the queue; the first run trains on.
         second.get_by_role("button", name="Stop").click()
@@ -95,33 +104,17 @@ def test_queue_stop_and_closed_tab_with_one_worker(browser, one_worker_app_url, 
         first_ctx.close()
         training_step(second)
         assert_no_exception(second)
-        second.set_viewport_size({"width": 390, "height": 900})
-        wait_idle(second, allow_running=True)
-        screenshot(second, artifacts / "arena-pool-training-390.png")
-        second.set_viewport_size({"width": 1400, "height": 1000})
+
+        # Stop ends a training run mid-way.
         second.get_by_role("button", name="Stop").click()
-        second.get_by_text(re.compile(r"^Stopped at step \d+ of 5000 after [\d.]+ s\.")).wait_for()
+        stopped = second.get_by_text(re.compile(r"^Stopped at step \d+ of 5000 after [\d.]+ s\."))
+        stopped.wait_for()
+        wait_idle(second, allow_running=True)
+        assert_no_exception(second)
+        assert 0 < int(re.search(r"step (\d+)", stopped.inner_text()).group(1)) < 5000
+        assert second.get_by_role("button", name="Stop").is_disabled()
+        screenshot(second, artifacts / "arena-stopped.png")
     finally:
         second_ctx.close()
         if not first.is_closed():
             first_ctx.close()
-
-
-def test_finished_run_shows_the_threshold_at_both_widths(browser, one_worker_app_url, artifacts):
-    context, page = visitor(browser)
-    try:
-        open_arena(page, one_worker_app_url, {"env": "bandit", "methods": "grpo,dapo,atr", "seeds": 4, "steps": 40})
-        page.get_by_role("button", name="Run").click()
-        page.get_by_text(re.compile(r"^Finished: 40 steps")).wait_for(timeout=180_000)
-        wait_idle(page)
-        assert_no_exception(page)
-        caption = page.get_by_text(re.compile(r"Steps to 90 %: the first step")).inner_text()
-        value = re.search(r"= (\d\.\d{4}) \(dashed", caption).group(1)
-        assert page.locator('[data-testid="stPlotlyChart"]').get_by_text(f"90 % threshold {value}").count() == 1
-        assert page.evaluate(X_RANGES) == [[0, 40]] * 4
-        screenshot(page, artifacts / "arena-pool-finished-1400.png")
-        page.set_viewport_size({"width": 390, "height": 900})
-        wait_idle(page)
-        screenshot(page, artifacts / "arena-pool-finished-390.png")
-    finally:
-        context.close()

@@ -29,15 +29,6 @@ def wait_query(page, key: str, value: str) -> None:
     wait_idle(page)
 
 
-@pytest.fixture
-def phone(browser):
-    context = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=1)
-    page = context.new_page()
-    page.set_default_timeout(60_000)
-    yield page
-    context.close()
-
-
 # ------------------------------------------------------------------------------------ the proof
 def test_proof_next_and_previous_step_through_the_lecture(page, app_url, artifacts):
     open_page(page, app_url, "proof", {"measure": "kl3"})
@@ -81,7 +72,7 @@ def test_proof_all_steps_view_and_markdown_download(page, app_url, artifacts):
 
 
 # ------------------------------------------------------------------------------- clip explorer
-def test_explorer_takes_typed_values(page, app_url, artifacts):
+def test_explorer_takes_typed_values_and_figures_download_in_both_formats(page, app_url):
     open_page(page, app_url, "", {"eps_low": "0.235", "eps_high": "0.275", "measures": "ratio,kl3"})
     assert_no_exception(page)
     low = page.get_by_label("ε_low (ratio clip, lower side)", exact=True)
@@ -106,7 +97,19 @@ def test_explorer_takes_typed_values(page, app_url, artifacts):
     page.wait_for_function("() => !window.location.search.includes('delta=0.05&')")
     wait_idle(page)
     assert row_for(table_rows(page), "kl3")["u"] == "1.275000"
-    screenshot(page, artifacts / "explorer-typed.png")
+
+    # On the same page: the sidebar's format choice sets what the camera button saves, PNG and then SVG.
+    for fmt in ("PNG", "SVG"):
+        page.locator('[data-testid="stSidebar"]').get_by_role("radio", name=fmt, exact=True).click()
+        wait_idle(page)
+        chart = page.locator('[data-testid="stPlotlyChart"]').first
+        chart.hover()
+        with page.expect_download() as info:
+            chart.locator('.modebar-btn[data-title^="Download plot"]').click()
+        assert info.value.suggested_filename == f"divclip_divergence_curves.{fmt.lower()}"
+        head = open(info.value.path(), "rb").read(64)
+        assert head.startswith(b"\x89PNG") if fmt == "PNG" else b"<svg" in head, (fmt, head)
+        page.mouse.move(0, 0)  # off the chart: the next hover shows a freshly drawn toolbar
 
 
 def test_explorer_link_opens_this_measures_proof(page, app_url):
@@ -121,20 +124,6 @@ def test_explorer_link_opens_this_measures_proof(page, app_url):
     page.wait_for_url(re.compile(r"/sanity_check\?"))
     wait_idle(page)
     assert page.get_by_label("ε_low override", exact=True).input_value() == "0.2"  # χ² at δ = 0.04: 1 ∓ √δ
-
-
-@pytest.mark.parametrize("fmt", ["PNG", "SVG"])
-def test_figure_downloads_in_both_formats(page, app_url, fmt):
-    open_page(page, app_url, "", {"measures": "kl3"})
-    page.locator('[data-testid="stSidebar"]').get_by_role("radio", name=fmt, exact=True).click()
-    wait_idle(page)
-    chart = page.locator('[data-testid="stPlotlyChart"]').first
-    chart.hover()
-    with page.expect_download() as info:
-        chart.locator('.modebar-btn[data-title^="Download plot"]').click()
-    assert info.value.suggested_filename == f"divclip_divergence_curves.{fmt.lower()}"
-    head = open(info.value.path(), "rb").read(64)
-    assert head.startswith(b"\x89PNG") if fmt == "PNG" else b"<svg" in head
 
 
 # ------------------------------------------------------------------------------- sanity check
@@ -165,15 +154,16 @@ def assert_toolbars_clear_of_titles(page) -> None:
             assert not _overlaps(*boxes), (title.first.text_content(), boxes)
 
 
-def test_phone_width_explorer_controls_reachable_and_tables_scroll(phone, app_url, artifacts):
-    open_page(phone, app_url, "", {"measures": "kl3,ratio,binary_kl"})
-    assert_no_exception(phone)
+def assert_phone_explorer_controls_reachable_and_tables_scroll(phone) -> None:
+    """On the clip explorer at 390 px: δ's control is in the page (not behind the sidebar), a preset button is
+    visible and works, and the table, wider than the screen, scrolls sideways inside a box with every column."""
     box = phone.get_by_label("δ (divergence budget)", exact=True).bounding_box()
     assert box and box["x"] >= 0 and box["x"] + box["width"] <= 390  # in the page, not behind the sidebar
     preset = phone.get_by_role("button", name="DAPO", exact=True)
     assert preset.is_visible()
     preset.click()
     wait_query(phone, "eps_high", "0.28")
+    assert_no_exception(phone)
     # The table is wider than the screen: a box inside it scrolls sideways, every column is still there.
     scrolled = phone.evaluate("""() => {
         const t = document.querySelector('[data-testid="stTable"]');
@@ -187,22 +177,27 @@ def test_phone_width_explorer_controls_reachable_and_tables_scroll(phone, app_ur
     headers = table_rows(phone)[0].keys()
     assert {"method", "l", "u", "ε_high − ε_low"} <= set(headers)
     assert_toolbars_clear_of_titles(phone)
-    screenshot(phone, artifacts / "explorer-390.png")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("width", [1400, 390])
 def test_every_page_at_lecture_and_phone_width(browser, app_url, artifacts, width):
+    """Every page in app/main.py's router (a new page is visited without editing this) renders its title with
+    no traceback, toolbars clear of titles and nothing wider than the screen; one screenshot per page and width.
+    At 390 px the clip explorer's load also carries the phone user's checks (controls reachable, tables scroll)."""
     context = browser.new_context(viewport={"width": width, "height": 900}, device_scale_factor=1)
     page = context.new_page()
     page.set_default_timeout(90_000)
     try:
-        for path in PAGES:
+        for path, title in PAGES.items():
             open_page(page, app_url, path)  # the toy arena: its first screen (its own tests drive a run)
+            assert page.locator("h1").first.inner_text().strip().startswith(title), path
             assert_no_exception(page)
             assert_toolbars_clear_of_titles(page)
             overflow = page.evaluate("() => document.querySelector('[data-testid=\"stMain\"]').scrollWidth")
             assert overflow <= width + 1, (path, overflow)  # nothing pushes the page sideways
             screenshot(page, artifacts / f"page-{path or 'clip_explorer'}-{width}.png")
+            if path == "" and width == 390:  # the phone user's explorer, on this page load
+                assert_phone_explorer_controls_reachable_and_tables_scroll(page)
     finally:
         context.close()

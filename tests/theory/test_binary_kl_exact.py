@@ -6,12 +6,17 @@ of the exact roots wherever those are normal floats, with hi·p < 1 always (D(hi
 the smallest normal float comes back as a subnormal or 0 within one subnormal step (2^-1074) of it. The
 torch float64 path the loss uses (`theory/loss_modes.py`) runs the same solver and is held to the same claim.
 
-Reference: bisection at 50 digits (plus the digits of |log lo|) in variables where each root is well posed:
+Reference: Newton's method at 50 digits (plus the digits of |log lo|) in variables where each root is well posed:
 z = log((1-p)/(1-rp)) >= 0 for hi (r = (1 - (1-p)e^{-z})/p, no singularity at r = 1/p) and u = log r for lo.
-It shares no code or formula rearrangement with the solver's fixed points.
+In these variables D - δ is convex and monotone on each side of r = 1, so Newton started on the far side of a
+root walks to it without crossing it. Each root is then certified: D - δ has opposite signs at z(1 ∓ 1e-30)
+(resp. u ± 1e-30), each sign confirmed by an evaluation with 30 more digits, so the exact root lies within 1e-25
+(relative) of the returned one, far below a float64 ulp (2.2e-16). It shares no code or formula rearrangement
+with the solver's fixed points.
 """
 
 import math
+import sys
 
 import mpmath
 import numpy as np
@@ -30,20 +35,32 @@ TINY = mpmath.mpf(2) ** -1074  # the spacing of subnormal floats
 DPS = 50
 
 
-def _bisect(f, a, b, n_bits):
-    """Root of f in [a, b] (sign change), halving n_bits times."""
-    fa_pos = f(a) > 0
-    for _ in range(n_bits):
-        m = (a + b) / 2
-        if (f(m) > 0) == fa_pos:
-            a = m
-        else:
-            b = m
-    return (a + b) / 2
+ETA = mpmath.mpf(10) ** -30  # half-width of the certifying bracket (relative in z, absolute in u = log lo)
+
+
+def _newton(f, df, x, atol=0, rtol=0):
+    """Root of f by Newton from x, where f is convex and monotone between x and the root: the iterates move
+    toward the root without crossing it. Stops once a step is below atol + rtol·|x|."""
+    for _ in range(200):
+        step = f(x) / df(x)
+        x -= step
+        if abs(step) < atol + rtol * abs(x):
+            return x
+    raise AssertionError(f"Newton did not converge from {x}")
+
+
+def _certify(f, a, b):
+    """The exact root of f lies in [a, b]: f has opposite signs at a and b, and each end's value is the same to
+    10 digits when evaluated again with 30 more digits of working precision (so its sign is not rounding)."""
+    fa, fb = f(a), f(b)
+    with mpmath.extradps(30):
+        fa_more, fb_more = f(a), f(b)
+    assert abs(fa - fa_more) < abs(fa_more) * 1e-10 and abs(fb - fb_more) < abs(fb_more) * 1e-10, (a, b, fa, fb)
+    assert (fa_more > 0) != (fb_more > 0), (a, b, fa_more, fb_more)
 
 
 def mp_roots(delta: float, p: float):
-    """(lo, hi) of D(r, p) = δ as mpmath numbers (δ, p exact as given)."""
+    """(lo, hi) of D(r, p) = δ as mpmath numbers (δ, p exact as given), each certified by a sign change."""
     with mpmath.workdps(DPS + 10):
         d, pm = mpmath.mpf(delta), mpmath.mpf(p)
         q = 1 - pm
@@ -51,18 +68,34 @@ def mp_roots(delta: float, p: float):
         def hi_of(z):
             return (1 - q * mpmath.exp(-z)) / pm
 
+        def g(z):  # D(hi(z)) - δ: increasing and convex in z >= 0, g(0) = -δ
+            return q * z - pm * mpmath.log(hi_of(z)) - d
+
+        def dg(z):
+            return q * (1 - mpmath.exp(-z) / hi_of(z))
+
         z_max = (d + pm * mpmath.log(1 / pm)) / q + 1  # D(z) >= (1-p) z - p log(1/p) > δ beyond it
-        z = _bisect(lambda z: q * z - pm * mpmath.log(hi_of(z)) - d, mpmath.mpf(0), z_max,
-                    int((DPS + 5) * 3.33 + mpmath.log(z_max, 2)) + 8)
+        z0 = 2 * mpmath.sqrt(2 * pm * d / q) + 2 * d / q  # twice the quadratic / linear estimates: usually g > 0
+        z = _newton(g, dg, z0 if z0 < z_max and g(z0) > 0 else z_max, rtol=ETA * 1e-3)
         hi = hi_of(z)
+        _certify(g, z * (1 - ETA), z * (1 + ETA))
+        assert hi_of(z * (1 + ETA)) - hi_of(z * (1 - ETA)) < hi * mpmath.mpf(10) ** -25
     u_min = -(delta - (1 - p) * math.log1p(-p)) / p - 1.0  # D(u) > δ + p there
     extra = int(math.log10(abs(u_min))) + 5
     with mpmath.workdps(DPS + extra + 10):
         d, pm = mpmath.mpf(delta), mpmath.mpf(p)
         q = 1 - pm
-        u = _bisect(lambda u: -pm * u - q * mpmath.log1p(pm * -mpmath.expm1(u) / q) - d, mpmath.mpf(u_min),
-                    mpmath.mpf(0), int((DPS + extra + 5) * 3.33) + 8)
-        lo = mpmath.exp(u)
+
+        def h(u):  # D(e^u) - δ: decreasing and convex in u <= 0, h(0) = -δ
+            return -pm * u - q * mpmath.log1p(pm * -mpmath.expm1(u) / q) - d
+
+        def dh(u):
+            return -pm + pm * q * mpmath.exp(u) / (q - pm * mpmath.expm1(u))
+
+        u0 = -2 * mpmath.sqrt(2 * q * d / pm) - 2 * d / pm
+        u = _newton(h, dh, u0 if u0 > u_min and h(u0) > 0 else mpmath.mpf(u_min), atol=ETA * 1e-3)
+        _certify(h, u - ETA, u + ETA)
+        lo = mpmath.exp(u)  # within a factor e^(±1e-30) of the exact root
     return lo, hi
 
 
@@ -131,6 +164,23 @@ def test_a_wrong_root_is_caught():
         bad_hi = math.nextafter(bad_hi, 0.0)
     with pytest.raises(AssertionError):
         check_pair(10.0, 1e-3, float(lo[0]), bad_hi)
+
+
+@pytest.mark.parametrize("wrong", ["hi", "lo"])
+def test_a_wrong_reference_fails_its_certification(monkeypatch, wrong):
+    """The reference is not vacuous: a root moved by 1e-25 (relative in z, resp. in u = log lo: 1e5 times the
+    certifying bracket, yet far below an ulp) fails the sign-change check."""
+    exact, calls = _newton, []
+
+    def off(*args, **kw):  # mp_roots solves for hi (z) first, then lo (u)
+        calls.append("hi" if not calls else "lo")
+        x = exact(*args, **kw)
+        return x * (1 + mpmath.mpf(10) ** -25) if calls[-1] == wrong else x
+
+    monkeypatch.setattr(sys.modules[__name__], "_newton", off)
+    with pytest.raises(AssertionError):
+        mp_roots(10.0, 1e-3)
+    assert calls[-1] == wrong
 
 
 @pytest.mark.slow

@@ -8,8 +8,9 @@ for ε_low in [1e-15, 1 - 1e-15] and ε_high in [1e-15, 1e15]; the round trip ε
 κ = |δ/ε · dε/dδ| the condition number (1/2 near ε = 0; largest, ~35, for KL3-reverse at ε_high = 1e15).
 
 Reference: mpmath at 60 + |log10 δ| digits (80 + |log10 δ| in the slow sweep). Up to δ = 50 it is Lambert W
-(l = -W_0(-e^{-1-δ}), u = -W_{-1}(-e^{-1-δ})); above, where mpmath's W of e^{-δ} is very slow, it iterates the
-defining equation: u = 1 + δ + log u and l = exp(l - 1 - δ), both contractions there (factors 1/u and l).
+(l = -W_0(-e^{-1-δ}), u = -W_{-1}(-e^{-1-δ})); above, where mpmath's W of e^{-δ} is very slow, it solves the
+defining equations: Newton on u - 1 - δ - log u = 0 (to the working precision, then the residual is checked)
+and the iteration l = exp(l - 1 - δ), a contraction there (factor l < e^-50).
 """
 
 import math
@@ -38,8 +39,14 @@ def mp_roots(delta: float, dps: int = 60):
             lo, hi = -mpmath.lambertw(z, 0).real, -mpmath.lambertw(z, -1).real
         else:
             hi = 1 + d + mpmath.log(1 + d)
-            for _ in range(60):
-                hi = 1 + d + mpmath.log(hi)
+            for _ in range(60):  # Newton on u - 1 - δ - log u (convex, increasing): quadratic, from above
+                step = (hi - 1 - d - mpmath.log(hi)) / (1 - 1 / hi)
+                hi -= step
+                if abs(step) < hi * mpmath.eps * 4:
+                    break
+            else:
+                raise AssertionError(f"no convergence at δ={delta!r}")
+            assert abs(hi - 1 - d - mpmath.log(hi)) < hi * mpmath.eps * 8  # relative error ~8 eps: digits spare
             if d > 800:  # l < e^{-801}: below half the smallest subnormal, so the float is 0
                 lo = mpmath.mpf(0)
             else:

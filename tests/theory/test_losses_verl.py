@@ -6,26 +6,35 @@ gradient that divclip attaches in closed form (clip mode) multiplies -A·r befor
 after, so those gradients agree to rounding, not bitwise.
 """
 
+import importlib.util
 import math
 
 import numpy as np
 import pytest
 import torch
 
-pytest.importorskip("verl")
+from divclip.theory.advantages import group_advantages
+from divclip.theory.loss_metrics import kl_penalty
+from divclip.theory.losses import LOSS_AGG_MODES, ClipSpec, agg_loss, policy_loss, preset
 
-from verl.trainer.ppo import core_algos as ca  # noqa: E402
-from verl.workers.config.actor import ActorConfig  # noqa: E402
+# verl is imported by the `ca` fixture, not at collection: importing it costs seconds that every pytest run
+# (even one selecting unrelated tests) would otherwise pay.
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("verl") is None, reason="verl is not installed")
 
-from divclip.theory.advantages import group_advantages  # noqa: E402
-from divclip.theory.loss_metrics import kl_penalty  # noqa: E402
-from divclip.theory.losses import LOSS_AGG_MODES, ClipSpec, agg_loss, policy_loss, preset  # noqa: E402
+
+@pytest.fixture(scope="module")
+def ca():
+    """verl's core_algos module (its policy losses, agg_loss, kl_penalty, advantage estimators)."""
+    return pytest.importorskip("verl.trainer.ppo.core_algos")
+
 
 TOL = {torch.float32: 1e-6, torch.float64: 1e-12}
 
 
 def actor_config(**kw):
     """A minimal verl ActorConfig: one process, so global_batch_info stays {} (local token/sequence counts)."""
+    from verl.workers.config.actor import ActorConfig
+
     return ActorConfig(strategy="fsdp", rollout_n=4, ppo_micro_batch_size_per_gpu=1, **kw)
 
 
@@ -69,7 +78,7 @@ DTYPES = [torch.float32, torch.float64]
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("agg", LOSS_AGG_MODES)
-def test_ratio_clip_with_dual_clip_is_verl_vanilla(dtype, agg):
+def test_ratio_clip_with_dual_clip_is_verl_vanilla(ca, dtype, agg):
     old, lp, adv, mask = batch(dtype, noise=1.0)  # wide ratios: both bounds and the dual clip bind
     spec = ClipSpec("ratio", eps_low=0.2, eps_high=0.28, dual_clip_c=3.0)
     config = actor_config(clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0, loss_agg_mode=agg)
@@ -85,7 +94,7 @@ def test_ratio_clip_with_dual_clip_is_verl_vanilla(dtype, agg):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_kl3_at_grpo_bounds_is_verl_vanilla_at_l_u(dtype):
+def test_kl3_at_grpo_bounds_is_verl_vanilla_at_l_u(ca, dtype):
     """The theorem against verl itself: KL3 at δ is verl's vanilla loss with clip_ratio_low/high = 1-l_δ, u_δ-1."""
     old, lp, adv, mask = batch(dtype, seed=3, noise=0.5)
     spec = ClipSpec("kl3", delta=0.05, dual_clip_c=3.0)
@@ -100,15 +109,15 @@ def test_kl3_at_grpo_bounds_is_verl_vanilla_at_l_u(dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(
     "measure, delta, verl_fn",
-    [("binary_kl", 0.05, ca.compute_policy_loss_dppo_kl), ("binary_tv", 0.2, ca.compute_policy_loss_dppo_tv)],
+    [("binary_kl", 0.05, "compute_policy_loss_dppo_kl"), ("binary_tv", 0.2, "compute_policy_loss_dppo_tv")],
 )
 @pytest.mark.parametrize("cap", [20.0, 1.5])
-def test_gated_binary_measures_are_verl_dppo(dtype, measure, delta, verl_fn, cap):
+def test_gated_binary_measures_are_verl_dppo(ca, dtype, measure, delta, verl_fn, cap):
     old, lp, adv, mask = batch(dtype, seed=1, noise=0.8)
     spec = ClipSpec(measure, delta=delta, mode="gated", tis_cap=cap)
     config = actor_config(clip_ratio=delta, clip_ratio_low=delta, clip_ratio_high=delta, clip_ratio_c=cap)
     loss, grad, m = run_ours(old, lp, adv, mask, spec, "token-mean")
-    v_loss, v_grad, vm = run_verl(verl_fn, old, lp, adv, mask, config, "token-mean")
+    v_loss, v_grad, vm = run_verl(getattr(ca, verl_fn), old, lp, adv, mask, config, "token-mean")
     assert torch.equal(loss, v_loss)  # same masks (D is computed differently, but no token sits on δ), same products
     assert torch.equal(grad, v_grad)  # plain autograd through the same products
     assert m["clipfrac"] > 0.02
@@ -116,7 +125,7 @@ def test_gated_binary_measures_are_verl_dppo(dtype, measure, delta, verl_fn, cap
     assert m["ppo_kl"] == pytest.approx(vm["actor/ppo_kl"], rel=TOL[dtype], abs=TOL[dtype])
 
 
-def test_gated_clipfrac_differs_from_verl_only_on_zero_advantage_tokens():
+def test_gated_clipfrac_differs_from_verl_only_on_zero_advantage_tokens(ca):
     """verl's dppo pg_clipfrac counts A = 0 tokens whose ratio left the interval downwards; divclip does not
     (their gradient is 0 either way). Loss and gradient still agree exactly."""
     old, lp, adv, mask = batch(torch.float64, seed=2, noise=0.8)
@@ -131,7 +140,7 @@ def test_gated_clipfrac_differs_from_verl_only_on_zero_advantage_tokens():
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("agg", ["seq-mean-token-mean", "token-mean"])
-def test_sequence_level_is_verl_gspo(dtype, agg):
+def test_sequence_level_is_verl_gspo(ca, dtype, agg):
     old, lp, adv, mask = batch(dtype, seed=4, noise=0.002)  # sequence ratios straddle 1 ± 4e-4
     spec = preset("gspo")
     config = actor_config(clip_ratio_low=3e-4, clip_ratio_high=4e-4)
@@ -145,7 +154,7 @@ def test_sequence_level_is_verl_gspo(dtype, agg):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_cispo_is_verl_cispo(dtype):
+def test_cispo_is_verl_cispo(ca, dtype):
     old, lp, adv, mask = batch(dtype, seed=5, noise=0.6)
     spec = ClipSpec("ratio", eps_low=0.2, eps_high=0.28, mode="cispo")
     config = actor_config(clip_ratio_low=0.2, clip_ratio_high=0.28)
@@ -157,7 +166,7 @@ def test_cispo_is_verl_cispo(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_sapo_is_verl_sapo(dtype):
+def test_sapo_is_verl_sapo(ca, dtype):
     """verl's sapo always aggregates with seq-mean-token-mean (it ignores loss_agg_mode); divclip honours the
     argument, so the comparison uses that mode."""
     old, lp, adv, mask = batch(dtype, seed=6, noise=0.6)
@@ -168,7 +177,7 @@ def test_sapo_is_verl_sapo(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_rollout_is_weights_multiply_like_verl(dtype):
+def test_rollout_is_weights_multiply_like_verl(ca, dtype):
     old, lp, adv, mask = batch(dtype, seed=7, noise=0.5)
     w = torch.rand(old.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64).to(dtype) + 0.5
     spec = ClipSpec("ratio", eps_low=0.2, eps_high=0.2, dual_clip_c=3.0)
@@ -185,7 +194,7 @@ def test_rollout_is_weights_multiply_like_verl(dtype):
 @pytest.mark.parametrize("dtype", [*DTYPES, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("agg", LOSS_AGG_MODES)
 @pytest.mark.parametrize("mask_kind", ["float", "bool"])
-def test_agg_loss_is_verl_agg_loss(dtype, agg, mask_kind):
+def test_agg_loss_is_verl_agg_loss(ca, dtype, agg, mask_kind):
     """Bit-equal values and the same result dtype (a bf16 loss with a bool mask stays bf16, as in verl)."""
     g = torch.Generator().manual_seed(8)
     loss_mat = torch.randn(9, 17, generator=g, dtype=torch.float64).to(dtype)
@@ -200,7 +209,7 @@ def test_agg_loss_is_verl_agg_loss(dtype, agg, mask_kind):
                            ca.agg_loss(loss_mat, mask, agg, loss_scale_factor=64))
 
 
-def test_agg_loss_ignores_nan_outside_the_mask_like_verl():
+def test_agg_loss_ignores_nan_outside_the_mask_like_verl(ca):
     loss_mat = torch.randn(3, 5)
     mask = torch.ones(3, 5)
     mask[1, 2] = 0.0
@@ -210,7 +219,7 @@ def test_agg_loss_ignores_nan_outside_the_mask_like_verl():
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("estimator", ["k1", "k2", "k3", "kl", "mse", "low_var_kl"])
-def test_kl_penalty_is_verl_kl_penalty(dtype, estimator):
+def test_kl_penalty_is_verl_kl_penalty(ca, dtype, estimator):
     g = torch.Generator().manual_seed(9)
     lp = (torch.randn(6, 30, generator=g, dtype=torch.float64) * 3).to(dtype)
     ref = (torch.randn(6, 30, generator=g, dtype=torch.float64) * 3).to(dtype)
@@ -229,7 +238,7 @@ def _verl_scores(fn, rewards, group_size, **kw):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("group_size", [2, 5, 8])
-def test_group_advantages_are_verl_grpo_and_rloo(dtype, group_size):
+def test_group_advantages_are_verl_grpo_and_rloo(ca, dtype, group_size):
     g = torch.Generator().manual_seed(10)
     rewards = torch.randn(6 * group_size, generator=g, dtype=torch.float64).to(dtype)  # no constant groups
     cases = [
@@ -243,7 +252,7 @@ def test_group_advantages_are_verl_grpo_and_rloo(dtype, group_size):
         assert close(ours, theirs, dtype), norm
 
 
-def test_constant_groups_give_zero_where_verl_gives_rounding_noise():
+def test_constant_groups_give_zero_where_verl_gives_rounding_noise(ca):
     rewards = torch.full((16,), 0.1, dtype=torch.float32)  # fl(mean of eight 0.1f) != 0.1f
     theirs = _verl_scores(ca.compute_grpo_outcome_advantage, rewards.clone(), 8)
     assert float(theirs.abs().max()) > 1e-3  # verl: (R - fl(mean)) / (0 + 1e-6)
@@ -269,9 +278,9 @@ def extreme_batch(dtype, seed=11):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(
     "measure, delta, verl_fn",
-    [("binary_kl", 0.05, ca.compute_policy_loss_dppo_kl), ("binary_tv", 0.2, ca.compute_policy_loss_dppo_tv)],
+    [("binary_kl", 0.05, "compute_policy_loss_dppo_kl"), ("binary_tv", 0.2, "compute_policy_loss_dppo_tv")],
 )
-def test_gated_decides_on_the_true_log_ratio_like_verl(dtype, measure, delta, verl_fn):
+def test_gated_decides_on_the_true_log_ratio_like_verl(ca, dtype, measure, delta, verl_fn):
     """|log r| up to 48: D is evaluated on the true ratio (verl never clamps its D), so a token at p = e^-30 that
     rose to 0.9 is masked, not kept with the gradient of a ratio clamped to e^20."""
     old, lp, adv, mask = extreme_batch(dtype)
@@ -279,14 +288,14 @@ def test_gated_decides_on_the_true_log_ratio_like_verl(dtype, measure, delta, ve
     spec = ClipSpec(measure, delta=delta, mode="gated", tis_cap=20.0)
     config = actor_config(clip_ratio=delta, clip_ratio_low=delta, clip_ratio_high=delta, clip_ratio_c=20.0)
     loss, grad, m = run_ours(old, lp, adv, mask, spec, "token-mean")
-    v_loss, v_grad, vm = run_verl(verl_fn, old, lp, adv, mask, config, "token-mean")
+    v_loss, v_grad, vm = run_verl(getattr(ca, verl_fn), old, lp, adv, mask, config, "token-mean")
     assert torch.equal(loss, v_loss) and torch.equal(grad, v_grad)
     assert grad[0, 0] == 0 and grad[0, 1] == 0  # the two tokens of the issue: masked by both
     assert m["clipfrac"] > 0.02
     assert m["clipfrac"] == pytest.approx(vm["actor/pg_clipfrac"], rel=TOL[dtype], abs=0)
 
 
-def test_gated_at_new_probability_one_is_exact_where_verl_adds_1e_8():
+def test_gated_at_new_probability_one_is_exact_where_verl_adds_1e_8(ca):
     """Deliberate difference: at π_θ(a) = 1 exactly (log π = 0) the binary KL is
     p·log(1/r) + (1-p)·log((1-p)/0) = ∞ for every p < 1, so divclip masks a token pushed there by A > 0. verl
     evaluates (1-p)·log((1-p+1e-8)/(0+1e-8)), finite: at p = 1 - 1e-6 it is ~5.6e-6 < δ and verl keeps the

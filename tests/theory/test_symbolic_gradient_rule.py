@@ -3,6 +3,10 @@
 The proof rests on four facts SymPy settles exactly (D' < 0 on (0, 1) and > 0 on (1, ∞) by solveset,
 D(l) = D(u) = δ by simplify, l < 1 < u by sign and Lambert-branch ranges) and a SAT check of the resulting
 propositional equivalence; such a check is labelled symbolic. A wrong interval must make it fail.
+
+That each registered measure's gradient step is proved this way (symbolic for kl3, kl3_reverse, ratio,
+log_ratio, k2, chi2; numeric, labelled, for hellinger) is asserted in test_symbolic.py
+(test_gradient_rule_is_proved_symbolically), on the step results its other tests share rather than a second run.
 """
 
 from __future__ import annotations
@@ -15,27 +19,10 @@ from divclip.theory.symbolic import DELTA, R
 
 KL3 = R - 1 - sp.log(R)
 X = -sp.exp(-1 - DELTA)
-EXACT = "exact (monotonicity + roots + SAT)"
 
 
 def gradient_result(measure: sp.Expr, lower: sp.Expr, upper: sp.Expr):
     return symbolic._gradient_step(measure, lower, upper).run_check()
-
-
-@pytest.mark.parametrize("name", ["kl3", "kl3_reverse", "ratio", "log_ratio", "k2", "chi2"])
-def test_gradient_rule_is_proved_symbolically(name: str) -> None:
-    step = symbolic.derivation(name)[-1]
-    assert step.title.startswith("Gradient rule")
-    result = step.run_check()
-    assert result.passed, result.detail
-    assert result.kind == "symbolic" and EXACT in result.method, result.method
-    assert "SAT: no truth assignment separates the two sides" in result.detail
-
-
-def test_hellinger_lower_root_needs_delta_below_one_so_stays_numeric() -> None:
-    # √r = 1 - √δ is a root only for δ < 1; SymPy cannot use that, so the check falls back to sampling, labelled.
-    result = symbolic.derivation("hellinger")[-1].run_check()
-    assert result.passed and result.kind == "numeric"
 
 
 @pytest.mark.parametrize("lower,upper,needle", [
