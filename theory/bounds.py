@@ -221,7 +221,10 @@ def binary_kl_value(r, p, xp=np):
     arg = -p * x / (1.0 - p)
     inside = arg > -1.0
     safe = xp.where(inside, arg, xp.zeros_like(arg))
-    with np.errstate(divide="ignore"):  # log(0) = -inf is the right limit at r = 0 (numpy only; torch is silent)
+    if xp is np:
+        with np.errstate(divide="ignore"):  # log(0) = -inf is the right limit at r = 0 (numpy only warns)
+            val = -p * xp.log(r) - (1.0 - p) * xp.log1p(safe)
+    else:  # torch is silent, and torch.compile cannot trace np.errstate
         val = -p * xp.log(r) - (1.0 - p) * xp.log1p(safe)
     return xp.where(inside, val, xp.full_like(val, math.inf))
 

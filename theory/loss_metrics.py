@@ -78,9 +78,15 @@ def agg_loss(loss_mat, loss_mask, loss_agg_mode: str, loss_scale_factor=None):
 
 
 # ---------------------------------------------------------------------------------------- diagnostics
+METRIC_NAMES = ("clipfrac", "clipfrac_low", "clipfrac_high", "dual_clipfrac", "ppo_kl", "kl3", "ratio_mean",
+                "ratio_min", "ratio_max")
+
+
 @torch.no_grad()
-def clip_metrics(terms, mask) -> dict[str, float]:
-    """Masked diagnostics of one policy-loss call (see `divclip.theory.losses.policy_loss` for their meaning).
+def clip_stats(terms, mask, extra=()):
+    """The diagnostics as one 1-D tensor on the loss's device: the values of METRIC_NAMES, the number of
+    unmasked tokens, then the masked means of the 0/1 (B, T) flags in `extra`. No host read: turn it into
+    floats with one `.tolist()` (`metrics_from_stats`), one device-to-host transfer for everything.
 
     `terms` carries (B, T) tensors: log_ratio, ratio, and 0/1 float flags clipped, clipped_low, dual (or None).
     Each masked sum is a dot product with the mask; ratio_min/max use a ±1e30 offset on masked-out tokens.
@@ -97,17 +103,27 @@ def clip_metrics(terms, mask) -> dict[str, float]:
     sum_k3 = masked_sum(scratch.sub_(x))  # Σ m·(r - 1 - log r); expm1 keeps tokens with r ≈ 1 accurate
     n_clip, n_low, n_dual = (zero if f is None else masked_sum(f) for f in (terms.clipped, terms.clipped_low,
                                                                              terms.dual))
-    sums = torch.stack([n_clip, n_low, n_clip - n_low, n_dual, -masked_sum(x), sum_k3, masked_sum(ratio)])
+    sums = [n_clip, n_low, n_clip - n_low, n_dual, -masked_sum(x), sum_k3, masked_sum(ratio)]
+    sums += [masked_sum(f) for f in extra]
     outside = 1.0 - mask  # (B, T) 1 on padding
     ratio_min = torch.add(ratio, outside, alpha=_FAR, out=scratch).min() if ratio.numel() else zero
     ratio_max = torch.add(ratio, outside, alpha=-_FAR, out=scratch).max() if ratio.numel() else zero
-    stats = torch.cat([sums / (n + 1e-8), torch.stack([ratio_min, ratio_max, n])]).tolist()
-    names = ("clipfrac", "clipfrac_low", "clipfrac_high", "dual_clipfrac", "ppo_kl", "kl3", "ratio_mean",
-             "ratio_min", "ratio_max")
-    metrics = {name: v + 0.0 for name, v in zip(names, stats)}  # + 0.0 turns -0.0 into 0.0
-    if stats[-1] <= 0:  # empty mask: no ratio was seen
+    means = torch.stack(sums) / (n + 1e-8)
+    return torch.cat([means[:7], torch.stack([ratio_min, ratio_max, n]), means[7:]])
+
+
+def metrics_from_stats(stats: list[float]) -> dict[str, float]:
+    """The METRIC_NAMES dict from `clip_stats(...).tolist()` (its leading entries)."""
+    metrics = {name: v + 0.0 for name, v in zip(METRIC_NAMES, stats)}  # + 0.0 turns -0.0 into 0.0
+    if stats[len(METRIC_NAMES)] <= 0:  # empty mask: no ratio was seen
         metrics.update(ratio_mean=1.0, ratio_min=1.0, ratio_max=1.0)
     return metrics
+
+
+def clip_metrics(terms, mask) -> dict[str, float]:
+    """Masked diagnostics of one policy-loss call as floats (see `divclip.theory.losses.policy_loss` for their
+    meaning): `clip_stats` read in one device-to-host transfer."""
+    return metrics_from_stats(clip_stats(terms, mask).tolist())
 
 
 # ------------------------------------------------------------------------------------- KL estimators

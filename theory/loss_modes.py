@@ -10,8 +10,15 @@ terms; `policy_loss` validates, aggregates and adds the diagnostics.
 
 p-independent measures give one scalar (lo, hi) per spec (KL3 by Lambert W), then plain clamps: the same code
 as PPO, so KL3 at δ is ratio clipping at the float bounds [l_δ, u_δ] bit for bit. p-dependent measures
-(binary KL/TV, p = π_old) evaluate D(r, p) for every token and solve exact float64 bounds only for the tokens
-that are clipped.
+(binary KL/TV, p = π_old) evaluate D(r, p) for every token and solve exact float64 bounds: on the CPU only for the
+tokens that are clipped, elsewhere for every token (`_compact_on_host`).
+
+No host synchronisation: a mode must not read a tensor on the host (`.item()`, `float(t)`, `bool(t)`, `.tolist()`,
+a Python `if` on a tensor value, `nonzero` or boolean indexing): on a GPU each is a stream synchronisation, and
+`torch.compile(fullgraph=True)` cannot trace it. Select with 0/1 flags, clamp and `torch.where` instead.
+tests/theory/test_loss_nosync.py runs every registered mode on the meta device (where any such read raises)
+and compiles it; a mode that needs parameters beyond a bare `ClipSpec(mode=...)` adds an example there
+(`example_specs`). The one exception is the CPU-only compaction of `_per_token_clip`.
 
 Speed: the clip mode computes the loss value without autograd and attaches its known gradient, -A·r·∇log π on
 kept tokens and 0 on clipped ones, in one multiply (`_WithGradient`); masks are 0/1 floats, never `torch.where`.
@@ -27,6 +34,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 
 from divclip.theory.bounds import binary_kl_root
+from divclip.theory.loss_bounds import binary_kl_root_nosync
 from divclip.theory.measures import get_measure
 from divclip.theory.spec import MODE_NAMES, AllOf
 
@@ -43,6 +51,14 @@ class Surrogate(NamedTuple):
     loss_unclipped: torch.Tensor  # (B, T) -A·r
     clipped: torch.Tensor  # (B, T) 1.0 where the clipped branch is strictly larger (gradient 0; verl pg_clipfrac)
     dual: torch.Tensor | None  # (B, T) 1.0 where the dual clip caps the loss (verl vanilla's pg_clipfrac_lower)
+
+
+@torch.compiler.assume_constant_result
+def ratio_bounds(spec: ClipSpec) -> tuple[float, float]:
+    """`spec.ratio_bounds()` (floats, solved in numpy), taken as a constant by torch.compile: the modes call this,
+    never the method, so that a compiled loss bakes the bounds of its fixed spec into the graph instead of
+    tracing the numpy solver (which dynamo cannot)."""
+    return spec.ratio_bounds()
 
 
 def _const(t):
@@ -100,22 +116,20 @@ class _WithGradient(torch.autograd.Function):
 
 
 def _in_range(x, lo: float, hi: float):
-    """None when every entry lies in [lo, hi] (the usual case: one reduction, two reads), else 0/1 flags."""
-    if x.numel() == 0:
-        return None
-    x_min, x_max = torch.aminmax(x)
-    if x_min.item() >= lo and x_max.item() <= hi:  # False for NaN, which then goes through the flags
-        return None
+    """0/1 flags of lo <= x <= hi (0 for NaN), in x's dtype. Always computed: skipping them when every entry is
+    in range would need a host read of min/max, a stream synchronisation on a GPU."""
     return _flag(torch.ge, x, lo).mul_(_flag(torch.le, x, hi))
 
 
 @torch.no_grad()
 def _token_ratio(log_prob, old_log_prob):
-    """(log r clamped to ±20 as verl, r, flags of |log r| <= 20 or None): the clamp stops the gradient."""
+    """(log r clamped to ±20 as verl, r, 0/1 flags of |log r| <= 20): the clamp stops the gradient.
+
+    The flags are always a tensor (this function returned None for them when no entry was clamped, before the
+    loss became sync-free; `if in_range is not None` in a caller still works)."""
     log_ratio = log_prob - old_log_prob  # (B, T)
     in_range = _in_range(log_ratio, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    if in_range is not None:  # else every entry is within the clamp already
-        log_ratio.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    log_ratio.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     return log_ratio, log_ratio.exp(), in_range
 
 
@@ -169,17 +183,57 @@ def _true_ratio(log_prob, old_log_prob):
     return (log_prob - old_log_prob).exp_()
 
 
+HOST_COMPACTION_DEVICES = ("cpu",)  # where the exact-bound solve may pick its tokens on the host (see below)
+
+
+def _compact_on_host(t) -> bool:
+    """Whether the p-dependent bounds may be solved for the clipped tokens only (nonzero + index + a solver that
+    drops converged entries). On the CPU those host reads cost nothing and skip most of the float64 work (the
+    loss is ~30x faster on (256, 8192) binary KL than solving every token); on an accelerator each is a stream
+    synchronisation, and torch.compile cannot trace them, so there every token is solved with a fixed number of
+    Newton steps (`divclip.theory.loss_bounds`). The two agree within 4 ulps (float64) per bound."""
+    return t.device.type in HOST_COMPACTION_DEVICES and not torch.compiler.is_compiling()
+
+
+def _bounds_where(spec: ClipSpec, p64, up):
+    """Per token (float64), the upper bound where `up`, the lower one elsewhere, without host synchronisation."""
+    if spec.measure_name == "binary_kl":
+        return binary_kl_root_nosync(spec.delta, p64, up)
+    solve = _TORCH_BOUNDS[spec.measure_name]
+    return torch.where(up, solve(spec.delta, p64, +1), solve(spec.delta, p64, -1))
+
+
+@torch.no_grad()
+def _decision_ratio(spec: ClipSpec, ratio, log_prob, old_log_prob):
+    """The ratio a clip decision compares with the bounds: verl's clamped `ratio` where that cannot change a
+    decision (every D and bound test below agrees on it), else `_true_ratio` (one more exp per token).
+
+    Out of the clamp (|log r| > 20) the clamped ratio is e^±20: beyond any p-independent bound inside
+    [e^-19, e^19], and on the same side of 1. Binary KL evaluates D from the log-probs and only asks r > 1.
+    """
+    if spec.p_dependent:
+        clamped_ok = spec.measure_name == "binary_kl"
+    else:
+        lo, hi = ratio_bounds(spec)
+        clamped_ok = math.exp(-19.0) < lo and hi < math.exp(19.0)
+    return ratio if clamped_ok else _true_ratio(log_prob, old_log_prob)
+
+
 @torch.no_grad()
 def _per_token_clip(spec: ClipSpec, ratio, old_log_prob, select, true_ratio=None, log_prob=None):
-    """clip(r) with exact per-token bounds, solved (float64) only where D > δ and `select` holds, else r.
+    """clip(r) with exact per-token bounds where D > δ and `select` holds, else r.
 
     A selected token with r > 1 gets its upper root hi(p), one with r < 1 its lower root lo(p). D is evaluated
-    on `true_ratio` (the unclamped ratio) when given; the value clipped is `ratio`.
+    on `true_ratio` (the unclamped ratio) when given; the value clipped is `ratio`. See `_compact_on_host` for
+    which tokens are solved.
     """
     divergence, p = _divergence(spec, ratio if true_ratio is None else true_ratio, old_log_prob, log_prob)
     which = ~(divergence <= spec.delta)  # NaN from a log-prob above 0 is outside the budget, as in verl
     if select is not None:
         which &= select
+    if not _compact_on_host(ratio):
+        bound = _bounds_where(spec, p.double(), ratio > 1)  # (B, T) float64, every token
+        return torch.where(which, bound.to(ratio.dtype), ratio)
     idx = which.reshape(-1).nonzero().squeeze(1)  # (K,) flat indices of the tokens to clip
     if idx.numel() == 0:
         return ratio
@@ -237,8 +291,11 @@ def register_mode(name: str):
 def part_bounds(part: ClipSpec, old_log_prob):
     """(lo, hi) of one p-free or p-dependent ClipSpec: floats, or (B, T) float64 tensors for p = π_old."""
     if not part.p_dependent:
-        return part.ratio_bounds()
+        return ratio_bounds(part)
     p = old_log_prob.double().exp().clamp_(max=1.0 - torch.finfo(torch.float64).eps)
+    if part.measure_name == "binary_kl" and not _compact_on_host(p):
+        return (binary_kl_root_nosync(part.delta, p, torch.zeros_like(p, dtype=torch.bool)),
+                binary_kl_root_nosync(part.delta, p, torch.ones_like(p, dtype=torch.bool)))
     solve = _TORCH_BOUNDS[part.measure_name]
     return solve(part.delta, p, -1), solve(part.delta, p, +1)
 
@@ -283,16 +340,15 @@ def _clip_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Ter
             clipped_ratio, each, lo, hi = _intersection_clip(spec, ratio, old_log_prob)
         elif spec.p_dependent:
             moved = (ratio - 1.0) * advantages > 0  # only a token pushed past a bound by its own A is clipped
-            true_ratio = None if in_range is None else _true_ratio(log_prob, old_log_prob)
+            true_ratio = _decision_ratio(spec, ratio, log_prob, old_log_prob)
             clipped_ratio = _per_token_clip(spec, ratio, old_log_prob, moved, true_ratio, log_prob)
         else:
-            clipped_ratio = torch.clamp(ratio, *spec.ratio_bounds())
+            clipped_ratio = torch.clamp(ratio, *ratio_bounds(spec))
         sur = clipped_surrogate(ratio, clipped_ratio, advantages, spec.dual_clip_c)
         keep = 1.0 - sur.clipped  # (B, T) 1.0 where the token keeps its gradient
         if sur.dual is not None:
             keep.sub_(sur.dual)
-        if in_range is not None:
-            keep.mul_(in_range)  # verl's log-ratio clamp also stops the gradient
+        keep.mul_(in_range)  # verl's log-ratio clamp also stops the gradient
         grad = sur.loss_unclipped.mul_(keep)  # d(-A·r)/d log π = -A·r where kept, else 0
         clipped_low = _flag(torch.lt, advantages, 0.0).mul_(sur.clipped)
         by_part = None
@@ -310,10 +366,10 @@ def _gated_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Te
     """DPPO (verl `dppo_kl`/`dppo_tv`): -A·sg(min(r, c))·log π, zeroed where the bound is crossed in A's
     direction. Its gradient, -A·min(r, c)·∇log π = -A·∇r for r < c, is the clip mode's, token by token."""
     with torch.no_grad():
-        log_ratio, ratio, in_range = _token_ratio(log_prob, old_log_prob)
+        log_ratio, ratio, _ = _token_ratio(log_prob, old_log_prob)
         # The decision sees the true ratio (as verl's dppo, which never clamps its D); the IS weight below keeps
-        # verl's clamped one. Where every |log r| <= 20 the two are the same tensor.
-        true_ratio = ratio if in_range is None else _true_ratio(log_prob, old_log_prob)
+        # verl's clamped one. `_decision_ratio` returns the clamped one where no decision can tell them apart.
+        true_ratio = _decision_ratio(spec, ratio, log_prob, old_log_prob)
         adv_pos, adv_neg = _flag(torch.gt, advantages, 0.0), _flag(torch.lt, advantages, 0.0)
         if spec.p_dependent:
             divergence, _ = _divergence(spec, true_ratio, old_log_prob, log_prob)
@@ -321,7 +377,7 @@ def _gated_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Te
             clipped_high = _flag(torch.gt, true_ratio, 1.0).mul_(exceeded).mul_(adv_pos)
             clipped_low = _flag(torch.lt, true_ratio, 1.0).mul_(exceeded).mul_(adv_neg)
         else:
-            lo, hi = spec.ratio_bounds()
+            lo, hi = ratio_bounds(spec)
             clipped_high = _flag(torch.gt, true_ratio, hi).mul_(adv_pos)
             clipped_low = _flag(torch.lt, true_ratio, lo).mul_(adv_neg)
         clipped = clipped_high.add_(clipped_low)  # the two are disjoint
@@ -340,7 +396,7 @@ def _cispo_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Te
         if spec.p_dependent:
             clipped_ratio = _per_token_clip(spec, ratio, old_log_prob, None)
         else:
-            clipped_ratio = torch.clamp(ratio, *spec.ratio_bounds())
+            clipped_ratio = torch.clamp(ratio, *ratio_bounds(spec))
         clipped, clipped_low = _flag(torch.ne, clipped_ratio, ratio), _flag(torch.gt, clipped_ratio, ratio)
     loss = -clipped_ratio * advantages * log_prob  # verl's product order
     return _Terms(loss, log_ratio, ratio, clipped, clipped_low)
@@ -356,7 +412,7 @@ def _sapo_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Ter
         tau_neg = torch.full_like(advantages, spec.tau_neg)
         tau_pos = torch.full((), spec.tau_pos, dtype=advantages.dtype, device=advantages.device)
         taus = tau_neg.lerp_(tau_pos, _flag(torch.gt, advantages, 0.0))  # (B, T) exact tau_pos or tau_neg
-        dratio = ratio_value if in_range is None else ratio_value * in_range  # dr/d log π, 0 where clamped
+        dratio = ratio_value * in_range  # dr/d log π, 0 where clamped
     ratio = _WithGradient.apply(log_prob, ratio_value, dratio)
     gates = torch.sigmoid(taus * (ratio - 1.0)) * (4.0 / taus)
     return _Terms(-gates * advantages, log_ratio, ratio_value, None, None)

@@ -19,7 +19,16 @@ import math
 
 import torch
 
-from divclip.theory.loss_metrics import LOSS_AGG_MODES, agg_loss, aggregate, check_agg, clip_metrics, masked_sum_finite
+from divclip.theory.loss_metrics import (
+    LOSS_AGG_MODES,
+    METRIC_NAMES,
+    agg_loss,
+    aggregate,
+    check_agg,
+    clip_stats,
+    masked_sum_finite,
+    metrics_from_stats,
+)
 from divclip.theory.loss_modes import (
     LOG_RATIO_CLAMP,
     MODES,
@@ -151,10 +160,17 @@ def policy_loss(
                      i's bound, i.e. where part i's lo is the max (low) or its hi the min (high) of the parts'
                      bounds; a tie counts for every tied part, so these may sum to more than clipfrac_low/high
     The gradient is taken with respect to log_prob; old_log_prob, advantages and rollout_is_weights are
-    constants of the update (detached). NaN inputs raise a ValueError naming the input, even under the mask: the
-    check is one read of the scalar loss, which any NaN reaches, and only a failed check inspects the inputs.
-    metrics=False skips the diagnostics and returns (loss, {}): on small batches they cost about a quarter of
-    the call (the toy arena's inner PPO epochs); the loss and its gradient are the same either way.
+    constants of the update (detached).
+
+    metrics=True reads everything on the host in one transfer (one `.tolist()` of a tensor holding every
+    diagnostic and the loss), and raises a ValueError naming the input when the loss is not finite: a NaN input
+    reaches the scalar loss even under the mask, and only then are the inputs inspected.
+    metrics=False returns (loss, {}) and reads nothing on the host: no `.item()`, no data-dependent branch, so
+    on a GPU there is no stream synchronisation and `torch.compile(fullgraph=True)` traces the whole call. A
+    non-finite input is then reported by the loss itself, which comes out NaN (or ±inf) under the same condition
+    that raises with metrics=True; test it where a host read is cheap (`torch.isfinite(loss)`, or a training
+    loop's own non-finite check). The loss and its gradient are bit for bit the same either way. Exception on
+    the CPU only: p-dependent clip bounds pick the clipped tokens on the host (`loss_modes._compact_on_host`).
     """
     check_agg(loss_agg_mode, loss_scale_factor)
     if not isinstance(metrics, bool):
@@ -171,14 +187,15 @@ def policy_loss(
     if rollout_is_weights is not None:
         loss_mat = loss_mat * rollout_is_weights.detach().to(dtype)
     loss = aggregate(loss_mat, mask, loss_agg_mode, loss_scale_factor, masked_sum_finite)
-    if not math.isfinite(loss.item()):  # NaN anywhere (even under the mask) reaches the sum
-        _raise_non_finite(named)
     if not metrics:
-        return loss, {}
-    out = clip_metrics(terms, mask)
-    if terms.by_part is not None:  # an intersection: which part's bound clipped each token
-        n = float(mask.sum()) + 1e-8
-        for i, (low, high) in enumerate(terms.by_part):
-            out[f"clipfrac_low_part{i}"] = float(torch.dot(low.reshape(-1), mask.reshape(-1))) / n
-            out[f"clipfrac_high_part{i}"] = float(torch.dot(high.reshape(-1), mask.reshape(-1))) / n
+        return loss, {}  # no host read: a non-finite input shows as a non-finite loss (see the docstring)
+    by_part = () if terms.by_part is None else terms.by_part  # an intersection: which part's bound clipped
+    stats = clip_stats(terms, mask, extra=[f for pair in by_part for f in pair])
+    stats = torch.cat([stats, loss.detach().reshape(1).to(stats.dtype)]).tolist()  # the one host transfer
+    if not math.isfinite(stats[-1]):  # NaN anywhere (even under the mask) reaches the sum
+        _raise_non_finite(named)
+    out = metrics_from_stats(stats)
+    parts = stats[len(METRIC_NAMES) + 1:-1]
+    for i in range(len(by_part)):
+        out[f"clipfrac_low_part{i}"], out[f"clipfrac_high_part{i}"] = parts[2 * i] + 0.0, parts[2 * i + 1] + 0.0
     return loss, out
