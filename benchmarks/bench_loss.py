@@ -1,6 +1,7 @@
-"""divclip's policy loss against verl 0.9.1's own loss functions, forward + backward, on CPU.
+"""divclip's policy loss against verl 0.9.1's own loss functions and against the memory floor, forward + backward.
 
-    python benchmarks/bench_loss.py [--batch 256] [--length 8192] [--repeats 15] [--no-memory]
+    python benchmarks/bench_loss.py [--batch 256] [--length 8192] [--repeats 15] [--no-memory] [--no-compile]
+                                    [--device cpu|cuda] [--peak-gbs GB/S]
 
 Inputs (float32, built once): old_log_prob is the log-probability of a token sampled from a softmax over 32
 logits (most sampled tokens are likely, a tail is rare), log_prob = old_log_prob + N(0, 0.05²), response lengths
@@ -10,10 +11,19 @@ Time: one call of the loss plus `loss.backward()` on a fresh leaf; the cases run
 after a warm-up, and the table shows each case's median; the ratio compares each divclip case with the verl
 function it reproduces. torch.set_num_threads is left at its default.
 
+Floor: the second table times, for the main forms, verl's function, divclip eager and divclip compiled
+(`torch.compile(fullgraph=True)` of `policy_loss(..., metrics=False)`, forward and backward) against the least any
+loss can cost: one read of the four (B, T) inputs and one write of the (B, T) gradient, timed as a plain
+`dst.copy_(src)` that moves the same number of bytes (2.5·B·T floats read, as many written). Ratios are time /
+floor time; GB/s is the floor's bytes over each case's time, so a fused loss reaches the copy's GB/s at ratio 1.
+On CUDA the table also gives the device's peak bandwidth (from the driver's memory clock and bus width, or
+--peak-gbs) and each case's share of it. Without a GPU, --device cuda stops with an error.
+
 Memory: peak *extra resident memory* of one forward + backward (Linux only): in one fresh subprocess whose glibc
 maps every block >= 64 KiB separately (MALLOC_MMAP_THRESHOLD_=65536, so freed tensors leave the resident set at
 once), each case runs once to warm up, then VmHWM is reset (/proc/self/clear_refs) and the table shows VmHWM after
-one more call minus VmRSS before it: the high-water mark of the temporaries and the gradient, in MiB.
+one more call minus VmRSS before it: the high-water mark of the temporaries and the gradient, in MiB. On CUDA:
+torch.cuda.max_memory_allocated during the call minus the memory allocated before it.
 """
 
 from __future__ import annotations
@@ -96,11 +106,95 @@ def cases():
     ]
 
 
+def _sync(device: torch.device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def step(fn, inputs):
     lp = inputs["log_prob"].detach().requires_grad_()
+    _sync(lp.device)
     t0 = time.perf_counter()
     fn(lp, inputs).backward()
+    _sync(lp.device)
     return time.perf_counter() - t0
+
+
+# ------------------------------------------------------------------------------------------ memory floor
+# (name, divclip spec, the verl case it reproduces): the forms timed against the floor, eager and compiled.
+FLOOR_CASES = [
+    ("KL3 clip (atr)", "atr", "verl vanilla"),
+    ("KL3 gated", ClipSpec("kl3", delta=ATR_DELTA, mode="gated"), "verl vanilla"),
+    ("ratio clip, dual clip 3", ClipSpec("ratio", eps_low=0.2, eps_high=0.28, dual_clip_c=3.0), "verl vanilla"),
+    ("binary KL gated (dppo_kl)", "dppo_kl", "verl dppo_kl"),
+    ("binary KL clip, exact bounds", ClipSpec("binary_kl", delta=0.05), "verl dppo_kl"),
+    ("gspo", "gspo", "verl gspo"),
+    ("cispo", ClipSpec("ratio", eps_low=0.2, eps_high=0.28, mode="cispo"), "verl cispo"),
+    ("sapo", "sapo", "verl sapo"),
+]
+
+
+def floor_bytes(inputs) -> int:
+    """One read of log_prob, old_log_prob, advantages, mask and one write of the gradient."""
+    return sum(inputs[k].numel() * inputs[k].element_size() for k in ("log_prob", "old", "adv", "mask")) + \
+        inputs["log_prob"].numel() * inputs["log_prob"].element_size()
+
+
+def floor_time(inputs, repeats: int) -> float:
+    """Median seconds of `dst.copy_(src)` moving floor_bytes (half read, half written)."""
+    n = floor_bytes(inputs) // 2 // 4
+    src = torch.rand(n, device=inputs["log_prob"].device)
+    dst = torch.empty_like(src)
+    times = []
+    for _ in range(repeats + 2):
+        _sync(src.device)
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        _sync(src.device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[2:])
+
+
+def floor_fns(spec, agg):
+    def eager(lp, x):
+        return policy_loss(lp, x["old"], x["adv"], x["mask"], spec, agg, metrics=False)[0]
+
+    torch._dynamo.reset()  # each case gets the recompile budget to itself
+    return eager, torch.compile(eager, fullgraph=True)
+
+
+def time_floor_cases(inputs, repeats: int, compile_: bool):
+    """{name: (eager s, compiled s or None, compile s or None)}, medians of interleaved runs per case."""
+    out = {}
+    for name, spec, _ in FLOOR_CASES:
+        agg = "seq-mean-token-mean" if spec == "sapo" else "token-mean"
+        eager, compiled = floor_fns(spec, agg)
+        fns = [eager]
+        compile_s = None
+        if compile_:
+            t0 = time.perf_counter()
+            step(compiled, inputs)  # compiles forward and backward
+            compile_s = time.perf_counter() - t0
+            fns.append(compiled)
+        times = [[] for _ in fns]
+        for _ in range(2):
+            for fn in fns:
+                step(fn, inputs)
+        for _ in range(repeats):
+            for i, fn in enumerate(fns):
+                times[i].append(step(fn, inputs))
+        med = [statistics.median(t) for t in times]
+        out[name] = (med[0], med[1] if compile_ else None, compile_s)
+    return out
+
+
+def peak_bandwidth(device: torch.device, given: float | None) -> float | None:
+    """GB/s: --peak-gbs, else on CUDA 2 (DDR) x memory clock x bus width from the driver (None if it gives 0)."""
+    if given is not None or device.type != "cuda":
+        return given
+    props = torch.cuda.get_device_properties(device)
+    clock_khz, bus_bits = getattr(props, "memory_clock_rate", 0), getattr(props, "memory_bus_width", 0)
+    return 2.0 * clock_khz * 1e3 * bus_bits / 8 / 1e9 if clock_khz and bus_bits else None
 
 
 def nan_check_cost(inputs, repeats: int) -> float:
@@ -147,6 +241,19 @@ def memory_child(path: str) -> None:
     print(json.dumps(out))
 
 
+def cuda_peak_memory(inputs):
+    """MiB: the most memory allocated during one forward + backward, beyond what was allocated before it."""
+    out = {}
+    for name, make, _ in cases():
+        fn = make()
+        step(fn, inputs)
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        step(fn, inputs)
+        out[name] = (torch.cuda.max_memory_allocated() - before) / 2**20
+    return out
+
+
 def peak_memory(inputs):
     """Run `memory_child` in a fresh interpreter whose glibc maps every block >= 64 KiB on its own, so that a
     freed tensor leaves the resident set at once and VmHWM tracks the live tensors (not allocator caching)."""
@@ -161,26 +268,80 @@ def peak_memory(inputs):
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+def _fail(message: str):
+    print(f"divclip: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def device_of(text: str) -> torch.device:
+    """The --device argument: 'cpu' or 'cuda[:N]', with CUDA actually present; else one error line, exit 2."""
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        _fail(f"--device must be 'cpu' or 'cuda[:N]', got {text!r}")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        _fail(f"--device {text}: no CUDA device is available to torch {torch.__version__} "
+              f"(built with CUDA {torch.version.cuda}); run on a machine with a GPU and a CUDA build of torch")
+    return device
+
+
+def print_floor_table(inputs, repeats, compile_, device, peak, verl_time):
+    floor_s = floor_time(inputs, repeats)
+    nbytes = floor_bytes(inputs)
+    gbs = lambda t: nbytes / t / 1e9  # noqa: E731
+    share = (lambda t: f" | {100 * gbs(t) / peak:.1f}%") if peak else (lambda t: "")
+    head = " | % of peak" if peak else ""
+    peak_text = f"{peak:.0f} GB/s" if peak else "unknown (pass --peak-gbs)"
+    print()
+    print(f"against the memory floor: {nbytes / 2**20:.0f} MiB (4 inputs read, gradient written), plain copy "
+          f"{floor_s * 1e3:.2f} ms = {gbs(floor_s):.1f} GB/s" + (f"; device peak {peak_text}"
+                                                                 if device.type == "cuda" else ""))
+    print(f"| case | ms | x floor | GB/s{head} |")
+    print("|---|---|---|---|" + ("---|" if peak else ""))
+    print(f"| floor: copy of the same bytes | {floor_s * 1e3:.2f} | 1.00x | {gbs(floor_s):.1f}{share(floor_s)} |")
+    results = time_floor_cases(inputs, repeats, compile_)
+    for name, _, base in FLOOR_CASES:
+        eager_s, comp_s, compile_s = results[name]
+        rows = [(f"{base} (verl's own)", verl_time[base] / 1e3)] if base in verl_time else []
+        rows.append((f"divclip {name}, eager", eager_s))
+        if comp_s is not None:
+            rows.append((f"divclip {name}, compiled (compile {compile_s:.0f} s)", comp_s))
+        for label, t in rows:
+            print(f"| {label} | {t * 1e3:.2f} | {t / floor_s:.1f}x | {gbs(t):.1f}{share(t)} |")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--length", type=int, default=8192)
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--no-compile", action="store_true", help="skip the compiled column of the floor table")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    ap.add_argument("--peak-gbs", type=float, help="the device's peak memory bandwidth, GB/s (CUDA: else from "
+                                                   "the driver)")
     ap.add_argument("--memory-child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.memory_child:
         memory_child(args.memory_child)
         return
-    inputs = make_inputs(args.batch, args.length)
+    device = device_of(args.device)
+    inputs = {k: v.to(device) for k, v in make_inputs(args.batch, args.length).items()}
     n_tok = int(inputs["mask"].sum())
     times = time_cases(inputs, args.repeats)
-    memory = {} if args.no_memory else peak_memory(inputs)
+    if args.no_memory:
+        memory = {}
+    else:
+        memory = cuda_peak_memory(inputs) if device.type == "cuda" else peak_memory(inputs)
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else \
+        f"CPU, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs"
     print(f"forward+backward, ({args.batch}, {args.length}) float32 = {args.batch * args.length:,} tokens "
-          f"({n_tok:,} unmasked), torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"{os.cpu_count()} CPUs, load average {load}, median of {args.repeats}")
-    print("| case | ms | vs verl | peak extra RSS (MiB) |")
+          f"({n_tok:,} unmasked), torch {torch.__version__}, {where}, load average {load}, "
+          f"median of {args.repeats}")
+    print(f"| case | ms | vs verl | peak extra {'GPU memory' if device.type == 'cuda' else 'RSS'} (MiB) |")
     print("|---|---|---|---|")
     verl_time = {}
     for name, _, base in cases():
@@ -194,6 +355,8 @@ def main():
         print(f"| {name} | {t:.1f} | {ratio} | {mem} |")
     print(f"per-input NaN check (torch.isnan(x).any() on 4 inputs), not done by divclip: "
           f"{nan_check_cost(inputs, args.repeats):.1f} ms")
+    print_floor_table(inputs, args.repeats, not args.no_compile, device, peak_bandwidth(device, args.peak_gbs),
+                      verl_time)
 
 
 if __name__ == "__main__":
