@@ -13,7 +13,10 @@ Method strings (whitespace around the whole string is ignored; nothing else is):
                                              1 - 0.2 (GRPO's ε_low), as ATR-GRPO does; 'ratio' is ε = 0.2
              | MEASURE ":" NUMBER            budget δ (for 'ratio': a symmetric clip width ε)
              | "ratio:" NUMBER ":" NUMBER    ratio clip ε_low:ε_high (DAPO's clip-higher is ratio:0.2:0.28)
-    option  := "clip" | "gated" | "cispo" | "sapo"   the loss form (default clip; a preset keeps its own)
+    option  := MODE                                the loss form (default clip; a preset keeps its own): clip,
+                                                 gated, cispo, sapo, or any form in `divclip.theory.forms`
+             | NAME "=" NUMBER                     a parameter of the loss form (`Form.params`), e.g.
+                                                 '/clip_cov_ratio=0.0002'; unset ones take the form's default
              | "seq"                               GSPO's sequence-level ratio
              | "dual=" NUMBER                      dual-clip cap c > 1 (mode clip)
              | "tis=" NUMBER                       truncated IS weight cap (mode gated)
@@ -51,6 +54,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from divclip.theory import forms_published, forms_trl, forms_verl  # noqa: F401  (declare their loss forms)
+from divclip.theory.forms import FORMS, MODE_NAMES, param_names
 from divclip.theory.measures import MEASURES, Measure, get_measure
 
 __all__ = [
@@ -73,8 +78,7 @@ LEVELS = ("token", "sequence")
 DEFAULT_EPS_LOW = 0.2
 """A bare measure name means the budget whose lower bound is 1 - DEFAULT_EPS_LOW (GRPO's ε_low), as ATR-GRPO."""
 
-# Loss-form names; `divclip.theory.loss_modes.register_mode` adds to this set as it registers a form.
-MODE_NAMES: set[str] = {"clip", "gated", "cispo", "sapo"}
+# Loss-form names (`divclip.theory.forms.MODE_NAMES`): the declared forms; `register_mode` adds to this set too.
 # p-dependent measures the torch loss can solve per-token bounds for (`divclip.theory.loss_modes._TORCH_BOUNDS`).
 LOSS_P_DEPENDENT = frozenset({"binary_kl", "binary_tv"})
 
@@ -114,6 +118,9 @@ class ClipSpec:
     """mode 'sapo': gate temperature for A > 0."""
     tau_neg: float = 1.05
     """mode 'sapo': gate temperature for A <= 0."""
+    params: tuple = ()
+    """The mode's own parameters beyond the budget, as sorted (name, value) pairs (`divclip.theory.forms`: e.g.
+    mode 'clip_cov' takes clip_cov_ratio); a name left out takes the form's default (`spec.param(name)`)."""
 
     def __post_init__(self):
         if not isinstance(self.measure, Measure) and self.measure not in MEASURES:
@@ -122,6 +129,7 @@ class ClipSpec:
             raise ValueError(f"ClipSpec.mode must be one of {sorted(MODE_NAMES)}, got {self.mode!r}")
         if self.level not in LEVELS:
             raise ValueError(f"ClipSpec.level must be one of {list(LEVELS)}, got {self.level!r}")
+        self._check_params()
         self._check_budget()
         if self.dual_clip_c is not None:
             if self.mode != "clip":
@@ -149,11 +157,38 @@ class ClipSpec:
                 f"p-dependent measures supported in the loss: {sorted(LOSS_P_DEPENDENT)}"
             )
 
+    def _check_params(self):
+        params = self.params
+        if isinstance(params, dict):
+            params = tuple(params.items())
+        if not isinstance(params, tuple) or not all(isinstance(kv, tuple) and len(kv) == 2 for kv in params):
+            raise ValueError(f"ClipSpec.params must be (name, value) pairs, got {self.params!r}")
+        form = FORMS.get(self.mode)
+        checked = {}
+        for name, value in params:
+            if form is None:
+                raise ValueError(f"ClipSpec.params: mode {self.mode!r} takes no parameters, got {name!r}")
+            if name in checked:
+                raise ValueError(f"ClipSpec.params names {name!r} twice")
+            checked[name] = form.param(name).check(value)
+        object.__setattr__(self, "params", tuple(sorted(checked.items())))
+
+    def param(self, name: str) -> float:
+        """The value of the mode's parameter `name`: the one set in `params`, else the form's default."""
+        for key, value in self.params:
+            if key == name:
+                return value
+        form = FORMS.get(self.mode)
+        if form is None:
+            raise ValueError(f"mode {self.mode!r} has no parameter {name!r}")
+        return form.param(name).default
+
     def _check_budget(self):
-        if self.mode == "sapo":
+        form = FORMS.get(self.mode)
+        if form is not None and not form.uses_budget:
             if (self.delta, self.eps_low, self.eps_high) != (None, None, None):
                 raise ValueError(
-                    "mode='sapo' uses the soft gate (tau_pos, tau_neg), not a clip budget: "
+                    f"mode={self.mode!r} takes no clip budget ({form.summary}): "
                     f"got delta={self.delta!r}, eps_low={self.eps_low!r}, eps_high={self.eps_high!r}"
                 )
             return
@@ -381,8 +416,9 @@ _ADAPT_KEYS = {"gain": "gain", "min": "delta_min", "max": "delta_max", "dir": "d
 def _allowed() -> str:
     return (
         f"a preset {sorted(PRESETS)} or a measure {sorted(MEASURES)}, optionally ':delta' ('ratio:eps' or "
-        f"'ratio:eps_low:eps_high'), then options '/clip', '/gated', '/cispo', '/sapo', '/seq', '/dual=C', "
-        f"'/tis=C', '/tau=POS:NEG' (e.g. 'kl3:0.023144', 'ratio:0.2:0.28', 'binary_kl:0.05/gated'); "
+        f"'ratio:eps_low:eps_high'), then options '/MODE' (a loss form: {sorted(MODE_NAMES)}), '/seq', "
+        f"'/dual=C', '/tis=C', '/tau=POS:NEG', '/NAME=VALUE' (a loss form's parameter: {sorted(param_names())}) "
+        f"(e.g. 'kl3:0.023144', 'ratio:0.2:0.28', 'binary_kl:0.05/gated'); "
         f"'A&B' intersects methods, 'M@SIGNAL=TARGET[:gain=G][:min=D][:max=D][:dir=±1]' adapts δ with SIGNAL "
         f"in {list(SIGNALS)} (e.g. 'kl3:0.023144&binary_tv:0.2', 'kl3@clipfrac=0.1')"
     )
@@ -412,8 +448,19 @@ def _apply_option(fields: dict, option: str, method: str) -> None:
         pos, neg = value.split(":")
         fields["tau_pos"] = _number(pos, "tau_pos", method)
         fields["tau_neg"] = _number(neg, "tau_neg", method)
+    elif eq and key in param_names():
+        params = dict(fields.get("params", ()))
+        if key in params:
+            raise ValueError(f"method {method!r}: option {'/' + key!r} is given twice")
+        params[key] = _number(value, f"the value of {key!r}", method)
+        fields["params"] = tuple(params.items())
     else:
         raise ValueError(f"method {method!r}: unknown option {'/' + option!r}; allowed: {_allowed()}")
+
+
+def _budget_free(mode: str | None) -> bool:
+    form = FORMS.get(mode) if mode else None
+    return form is not None and not form.uses_budget
 
 
 def _base_fields(base: str, method: str, mode: str | None) -> dict | ClipSpec:
@@ -429,7 +476,7 @@ def _base_fields(base: str, method: str, mode: str | None) -> dict | ClipSpec:
     if head == "ratio":
         if len(values) > 2:
             raise ValueError(f"method {method!r}: a ratio clip is 'ratio', 'ratio:eps' or 'ratio:eps_low:eps_high'")
-        if mode == "sapo" and not values:
+        if _budget_free(mode) and not values:
             return {"measure": "ratio"}
         lo, hi = (values[0], values[-1]) if values else (DEFAULT_EPS_LOW, DEFAULT_EPS_LOW)
         return {"measure": "ratio", "eps_low": lo, "eps_high": hi}
@@ -437,7 +484,7 @@ def _base_fields(base: str, method: str, mode: str | None) -> dict | ClipSpec:
         raise ValueError(f"method {method!r}: a divergence measure takes one budget, '{head}:delta'")
     if values:
         return {"measure": head, "delta": values[0]}
-    if mode == "sapo":
+    if _budget_free(mode):
         return {"measure": head}
     if MEASURES[head].p_dependent:
         raise ValueError(f"method {method!r}: the p-dependent measure {head!r} needs a budget, e.g. '{head}:0.05'")
@@ -558,6 +605,7 @@ def _options(spec: ClipSpec, fmt) -> list[str]:
         out.append(f"tis={fmt(spec.tis_cap)}")
     if spec.mode == "sapo" and (spec.tau_pos, spec.tau_neg) != (1.0, 1.05):
         out.append(f"tau={fmt(spec.tau_pos)}:{fmt(spec.tau_neg)}")
+    out.extend(f"{name}={fmt(value)}" for name, value in spec.params)
     return out
 
 
@@ -576,7 +624,7 @@ def method_string(spec) -> str:
     for name, known in PRESETS.items():
         if known == spec:
             return name
-    if spec.mode == "sapo":
+    if _budget_free(spec.mode):
         base = spec.measure_name
     elif spec.measure_name == "ratio":
         base = f"ratio:{spec.eps_low!r}:{spec.eps_high!r}"
@@ -600,6 +648,8 @@ def spec_label(spec) -> str:
         return spec_label(s.fixed()).replace("δ=", "δ0=", 1) + f" @{s.signal}={s.target:g}"
     if s.mode == "sapo":
         return f"sapo τ={s.tau_pos:g}/{s.tau_neg:g}"
+    if _budget_free(s.mode):
+        return " ".join([s.mode, *(f"{k}={v:g}" for k, v in s.params)])
     budget = f"{s.eps_low:g}/{s.eps_high:g}" if s.measure_name == "ratio" else f"δ={s.delta:.4g}"
     extra = [o for o in _options(s, lambda x: f"{x:g}") if not o.startswith("tau=")]
     return " ".join([s.measure_name, budget, *extra])
