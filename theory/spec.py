@@ -172,6 +172,8 @@ class ClipSpec:
                 raise ValueError(f"ClipSpec.params names {name!r} twice")
             checked[name] = form.param(name).check(value)
         object.__setattr__(self, "params", tuple(sorted(checked.items())))
+        if form is not None and form.check is not None:
+            form.check(self)  # the form's own rules (divclip.theory.forms.Form.check)
 
     def param(self, name: str) -> float:
         """The value of the mode's parameter `name`: the one set in `params`, else the form's default."""
