@@ -190,5 +190,5 @@ def _bapo_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> Poli
         reached[-1] = True  # the loop also ends at the path's last pair
         pick = torch.argmax(reached.to(torch.uint8))  # the first True
         bounds = torch.tensor(path, dtype=ratio.dtype, device=ratio.device)  # (J, 2)
-        c_low, c_high = bounds[pick, 0], bounds[pick, 1]  # 0-d tensors
+        c_low, c_high = bounds.index_select(0, pick.reshape(1))[0]  # 0-d tensors (a tensor index: no sync)
     return _ppo_terms(log_prob, log_ratio, ratio, in_range, advantages, c_low, c_high)
