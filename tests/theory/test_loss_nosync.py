@@ -4,9 +4,9 @@ host once; the sync-free binary-KL bounds (theory/loss_bounds.py) are as exact a
 
 Coverage follows the registry: every mode in MODES runs with the specs `example_specs(mode)` gives, so a loss
 form registered later (theory/forms_*.py) is tested here without editing this file when one of the method
-strings 'kl3:0.05/MODE', 'binary_kl:0.05/MODE', 'binary_tv:0.2/MODE', 'kl3/MODE' parses for it. A form that
-needs other parameters adds its method strings to EXAMPLE_SPECS; a mode with no example at all fails
-`test_every_registered_mode_has_an_example`, which names it.
+strings 'kl3:0.05/MODE', 'binary_kl:0.05/MODE', 'binary_tv:0.2/MODE', 'ratio:0.2:0.28/MODE', 'kl3/MODE'
+parses for it (the first three that do). A form that needs other parameters adds its method strings to
+EXAMPLE_SPECS; a mode with no example at all fails `test_every_registered_mode_has_an_example`, which names it.
 
 Host reads are caught two ways: on the meta device (tensors without data, where `.item()`, `bool(t)`,
 `float(t)`, `.tolist()` and `nonzero` raise), and on CPU tensors under a dispatch mode that fails on
@@ -33,7 +33,7 @@ from divclip.theory.spec import parse_method
 
 # Method strings for a mode none of the default strings below can express (a new form's author adds its own).
 EXAMPLE_SPECS: dict[str, list[str]] = {}
-DEFAULT_BASES = ("kl3:0.05", "binary_kl:0.05", "binary_tv:0.2", "kl3")
+DEFAULT_BASES = ("kl3:0.05", "binary_kl:0.05", "binary_tv:0.2", "ratio:0.2:0.28", "kl3")
 # Beyond one spec per mode and measure: sequence level, dual clip, intersections, the presets.
 EXTRA_SPECS = ["gspo", "kl3:0.02/dual=3", "kl3:0.05&binary_kl:0.02", "kl3:0.02/dual=3&binary_tv:0.2/dual=3",
                "binary_kl:0.05&binary_tv:0.1", "ratio:0.2:0.28/dual=3", "dppo_kl", "dppo_tv", "sapo", "grpo"]
@@ -50,7 +50,7 @@ def example_specs(mode: str) -> list[str]:
         except ValueError:
             continue
         out.append(f"{base}/{mode}")
-    return out[:3]  # 'kl3/MODE' only where no budgeted string parses (sapo-like forms)
+    return out[:3]  # bare 'kl3/MODE' only where budgeted strings do not parse (sapo-like forms)
 
 
 def all_specs() -> list[str]:
