@@ -15,7 +15,8 @@ tokens that are clipped, elsewhere for every token (`_compact_on_host`).
 
 No host synchronisation: a mode must not read a tensor on the host (`.item()`, `float(t)`, `bool(t)`, `.tolist()`,
 a Python `if` on a tensor value, `nonzero` or boolean indexing): on a GPU each is a stream synchronisation, and
-`torch.compile(fullgraph=True)` cannot trace it. Select with 0/1 flags, clamp and `torch.where` instead.
+`torch.compile(fullgraph=True)` cannot trace it. Select with 0/1 flags, clamp and `torch.where` instead, and
+read a spec's float bounds with `ratio_bounds(spec)` (a compile-time constant), not `spec.ratio_bounds()`.
 tests/theory/test_loss_nosync.py runs every registered mode on the meta device (where any such read raises)
 and compiles it; a mode that needs parameters beyond a bare `ClipSpec(mode=...)` adds an example there
 (`example_specs`). The one exception is the CPU-only compaction of `_per_token_clip`.

@@ -20,6 +20,7 @@ from divclip.theory.loss_modes import (
     _flag,
     _WithGradient,
     clip_loss_with_bounds,
+    ratio_bounds,
     register_mode,
 )
 
@@ -72,7 +73,7 @@ def _dcpo_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> Poli
 def _gppo_terms(log_prob, old_log_prob, advantages, spec, beta_low: float, beta_high: float) -> PolicyTerms:
     """CE-GPPO (arXiv:2509.20712 eq. 8): ℓ = δ·A inside [lo, hi]; β1·lo/sg(δ)·δ·A for A < 0, δ < lo;
     β2·hi/sg(δ)·δ·A for A > 0, δ > hi (the loss is −ℓ). Its gradient (eq. 10) has weight β1·lo, β2·hi or δ."""
-    lo, hi = spec.ratio_bounds()
+    lo, hi = ratio_bounds(spec)  # a compile-time constant under torch.compile
     with torch.no_grad():
         log_ratio, ratio, in_range = _ratio(log_prob, old_log_prob)
         adv_pos, adv_neg = _signs(advantages)
@@ -108,7 +109,7 @@ def _aspo_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> Poli
     the weight at c where 1/r > c, as CISPO does: loss −A·sg(c)·log π. A < 0: GRPO's max(−A·r, −A·lo), and the
     same soft cap where r > c. The soft cap on both signs follows the authors' code (Archer2.0's
     compute_policy_loss_archer), which the paper names as its implementation."""
-    lo, hi = spec.ratio_bounds()
+    lo, hi = ratio_bounds(spec)  # a compile-time constant under torch.compile
     c = spec.param("aspo_dual_c")
     with torch.no_grad():
         log_ratio, ratio, in_range = _ratio(log_prob, old_log_prob)
