@@ -315,7 +315,13 @@ def _gated_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Te
         # verl's clamped one. Where every |log r| <= 20 the two are the same tensor.
         true_ratio = ratio if in_range is None else _true_ratio(log_prob, old_log_prob)
         adv_pos, adv_neg = _flag(torch.gt, advantages, 0.0), _flag(torch.lt, advantages, 0.0)
-        if spec.p_dependent:
+        if spec.measure_name == "binary_tv":
+            # Binary TV is |q − p|: decided on q − p as verl's dppo_tv computes it, so a token within an ulp of δ
+            # gets verl's verdict (p·|r − 1| rounds differently); NaN counts as outside, as there.
+            moved = log_prob.exp().sub_(old_log_prob.exp())  # (B, T) q − p
+            clipped_high = (1.0 - _flag(torch.le, moved, spec.delta)).mul_(adv_pos)
+            clipped_low = (1.0 - _flag(torch.ge, moved, -spec.delta)).mul_(adv_neg)
+        elif spec.p_dependent:
             divergence, _ = _divergence(spec, true_ratio, old_log_prob, log_prob)
             exceeded = 1.0 - _flag(torch.le, divergence, spec.delta)  # NaN (a "probability" above 1) counts
             clipped_high = _flag(torch.gt, true_ratio, 1.0).mul_(exceeded).mul_(adv_pos)
