@@ -48,6 +48,8 @@ METHOD_ENV = "DIVCLIP_METHOD"  # as divclip.trainer.integrations.verl_names (imp
 METHOD_MODE = "divclip_method"
 
 A = "actor_rollout_ref.actor."
+PL = A + "policy_loss."
+RC = "algorithm.rollout_correction."  # verl's trainer copies it into policy_loss when bypass_mode is true
 PREFIXES = ("actor_rollout_ref.", "algorithm.", "data.", "trainer.", "critic.", "reward_model.")
 
 LOSS_MODES = (
@@ -66,6 +68,19 @@ KEYS: dict[str, Key] = {
                             doc="vanilla: dual-clip cap c for A < 0; dppo_*: IS-weight truncation"),
     A + "policy_loss.loss_mode": Key("str", "vanilla", choices=LOSS_MODES, doc="the policy loss"),
     A + "loss_agg_mode": Key("str", "token-mean", choices=LOSS_AGG_MODES, doc="how token losses are averaged"),
+    PL + "clip_cov_ratio": Key("float", 0.0002, above=0.0, doc="clip_cov: share of tokens whose gradient is removed"),
+    PL + "clip_cov_lb": Key("float", 1.0, doc="clip_cov: the covariance window's lower bound"),
+    PL + "clip_cov_ub": Key("float", 5.0, doc="clip_cov: the covariance window's upper bound"),
+    PL + "kl_cov_ratio": Key("float", 0.0002, above=0.0, doc="kl_cov: share of tokens that get the |log r| penalty"),
+    PL + "ppo_kl_coef": Key("float", 0.1, doc="kl_cov: the penalty's coefficient κ"),
+    PL + "dro_beta": Key("float", None, nullable=True, above=0.0, doc="dro: β of ½β·(log r)²; verl requires it"),
+    RC + "bypass_mode": Key("bool", False, doc="old_log_prob = rollout_log_prob; verl then runs loss_mode bypass_mode"),
+    RC + "loss_type": Key("str", "ppo_clip", choices=("ppo_clip", "reinforce"), doc="bypass_mode: PPO clip or "
+                          "REINFORCE with IS weights"),
+    RC + "rollout_is": Key("str", None, nullable=True, choices=("token", "sequence"),
+                           doc="IS weight per token or per sequence (null: none)"),
+    RC + "rollout_is_batch_normalize": Key("bool", False, doc="divide the IS weights by their batch mean"),
+    RC + "rollout_rs": Key("str", None, nullable=True, doc="rejection sampling by the rollout ratio (not modelled)"),
     A + "tau_pos": Key("float", 1.0, above=0.0, doc="sapo: gate temperature for A > 0"),
     A + "tau_neg": Key("float", 1.05, above=0.0, doc="sapo: gate temperature for A <= 0"),
     A + "ppo_epochs": Key("int", 1, above=0, doc="passes over one rollout batch"),
@@ -94,6 +109,7 @@ FORMS = {
     "dppo_tv": ("gated", "binary_tv", "token"),
     "cispo": ("cispo", "ratio", "token"),
     "sapo": ("sapo", None, "token"),
+    "clip_cov": ("clip", "ratio", "token"),  # PPO's clip, and a few high-covariance tokens lose their gradient
     # divclip's modes: PPO's clip; _divclip turns the budgets into the bounds the plug-in uses
     **{mode: ("clip", "ratio", "token") for mode in advice.VERL_MODES},
 }
@@ -146,8 +162,9 @@ def detect(settings: Mapping) -> float:
 def read(settings: Mapping, **_options) -> EngineRead:
     """The clip settings of a flat verl config ({dotted key or ENV_VAR: value})."""
     g, keys = typed_values(settings, KEYS)
-    mode = g[A + "policy_loss.loss_mode"]
-    form, measure, level = FORMS.get(mode, ("other", None, "token"))
+    mode = "bypass_mode" if g[RC + "bypass_mode"] else g[A + "policy_loss.loss_mode"]  # apply_bypass_mode sets it
+    runs = "vanilla" if mode == "bypass_mode" and g[RC + "loss_type"] == "ppo_clip" else mode  # what the loss is
+    form, measure, level = FORMS.get(runs, ("other", None, "token"))
     clip = g[A + "clip_ratio"]
     low = g[A + "clip_ratio_low"] if g[A + "clip_ratio_low"] is not None else clip
     high = g[A + "clip_ratio_high"] if g[A + "clip_ratio_high"] is not None else clip
@@ -165,7 +182,7 @@ def read(settings: Mapping, **_options) -> EngineRead:
         level=level,
         budget_low=low if measure else None,
         budget_high=high if measure else None,
-        dual_clip_c=c if mode == "vanilla" else None,
+        dual_clip_c=c if runs == "vanilla" else None,
         tis_cap=c if form == "gated" else None,
         loss_agg_mode=g[A + "loss_agg_mode"],
         epochs=epochs,
@@ -192,6 +209,9 @@ def read(settings: Mapping, **_options) -> EngineRead:
         s.notes.append(f"verl {VERSION}'s sapo aggregates seq-mean-token-mean whatever loss_agg_mode says "
                        f"({s.loss_agg_mode})")
         s.loss_agg_mode = "seq-mean-token-mean"
+    if mode == "geo_mean":
+        s.notes.append(f"verl {VERSION}'s geo_mean averages one loss per sequence over all rows whatever "
+                       f"loss_agg_mode says ({s.loss_agg_mode}); divclip's geo_mean does the same")
     if mode in advice.VERL_MODES:
         _divclip(s, settings, g, keys)
     elif form == "clip":
@@ -275,6 +295,95 @@ def _method(s, settings, g, keys):
     return spec
 
 
+def _params(mode: str, values: dict) -> dict:
+    """The form's parameters that differ from its defaults (so the method string names only those)."""
+    from divclip.theory.forms import get_form
+
+    form = get_form(mode)
+    return {name: v for name, v in values.items() if v != form.param(name).default}
+
+
+def _gpg(s, settings, g, keys):
+    from divclip.theory.spec import ClipSpec
+
+    return ClipSpec(mode="gpg")
+
+
+def _dro(s, settings, g, keys):
+    from divclip.theory.spec import ClipSpec
+
+    beta = g[PL + "dro_beta"]
+    if beta is None:
+        raise ConfigError(f"loss_mode dro needs {PL}dro_beta > 0 (verl {VERSION} has no default and raises "
+                          "without one)")
+    return ClipSpec(mode="dro", params=_params("dro", {"dro_beta": beta}))
+
+
+def _clip_cov(s, settings, g, keys):
+    from divclip.theory.spec import ClipSpec
+
+    params = {name: g[PL + name] for name in ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub")}
+    return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, mode="clip_cov",
+                    params=_params("clip_cov", params))
+
+
+def _kl_cov(s, settings, g, keys):
+    from divclip.theory.spec import ClipSpec
+
+    return ClipSpec(mode="kl_cov", params=_params("kl_cov", {"kl_cov_ratio": g[PL + "kl_cov_ratio"],
+                                                             "kl_cov_coef": g[PL + "ppo_kl_coef"]}))
+
+
+def _geo_mean(s, settings, g, keys):
+    """GMPO clips log r to [−clip_ratio_low, clip_ratio_high]: verl's widths are log-space widths here."""
+    from divclip.theory.spec import ClipSpec
+
+    clip = g[A + "clip_ratio"]
+    low = g[A + "clip_ratio_low"] if g[A + "clip_ratio_low"] is not None else clip
+    high = g[A + "clip_ratio_high"] if g[A + "clip_ratio_high"] is not None else clip
+    return ClipSpec(mode="geo_mean", params=_params("geo_mean", {"gmpo_eps_low": low, "gmpo_eps_high": high}))
+
+
+def _bypass(s, settings, g, keys):
+    """bypass_mode: loss_type ppo_clip is vanilla on the rollout log-probs (its IS weights feed metrics only);
+    reinforce is −A·log π, weighted by the truncated rollout IS weight when rollout_is is set."""
+    from divclip.theory.spec import ClipSpec
+
+    if g[RC + "rollout_rs"] is not None:
+        raise ValueError(f"{RC}rollout_rs={g[RC + 'rollout_rs']!r} rejects tokens by the rollout ratio: "
+                         "rejection sampling is not modelled")
+    if g[RC + "loss_type"] == "ppo_clip":
+        return _vanilla(s, settings, g, keys)
+    threshold = _is_threshold(settings, keys)
+    if g[RC + "rollout_is"] is None or threshold is None:  # verl computes no weights: plain REINFORCE
+        return ClipSpec(mode="gpg")
+    cap, floor = threshold
+    mode = "reinforce_is" if g[RC + "rollout_is"] == "token" else "reinforce_seq_is"
+    return ClipSpec(mode=mode, params=_params(mode, {
+        "rollout_is_threshold": cap, "rollout_is_threshold_lower": floor,
+        "rollout_is_batch_normalize": float(g[RC + "rollout_is_batch_normalize"])}))
+
+
+def _is_threshold(settings, keys):
+    """(C, c) of rollout_is_threshold: a number C (TIS, c = 0) or the string 'c_C' (IcePop); None for null."""
+    key = RC + "rollout_is_threshold"
+    raw = settings.get(key, 2.0)
+    keys[key] = {"value": raw, "origin": "set" if key in settings else "default"}
+    if raw is None:
+        return None
+    pair = raw.strip().split("_", 1) if isinstance(raw, str) else [raw]
+    try:
+        if isinstance(raw, bool):
+            raise TypeError
+        floor, cap = (float(pair[0]), float(pair[1])) if len(pair) == 2 else (0.0, float(pair[0]))
+        ok = math.isfinite(cap) and cap > 0 and math.isfinite(floor) and (len(pair) == 1 or 0 < floor <= cap)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ConfigError(f"{key} must be a number C > 0 or a string 'c_C' with 0 < c <= C, got {raw!r}")
+    return cap, floor
+
+
 SPEC_FROM_MODE = {
     "vanilla": _vanilla,
     "gspo": _gspo,
@@ -282,6 +391,12 @@ SPEC_FROM_MODE = {
     "dppo_tv": _dppo,
     "cispo": _cispo,
     "sapo": _sapo,
+    "gpg": _gpg,
+    "dro": _dro,
+    "clip_cov": _clip_cov,
+    "kl_cov": _kl_cov,
+    "geo_mean": _geo_mean,
+    "bypass_mode": _bypass,
     **{mode: _divclip_spec for mode in advice.VERL_MODES},
     METHOD_MODE: _method,
 }

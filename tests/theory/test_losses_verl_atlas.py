@@ -26,6 +26,7 @@ import pytest
 import torch
 from test_losses_verl import DTYPES, TOL, batch, close
 
+from divclip.engines import from_engine
 from divclip.theory.forms import get_form
 from divclip.theory.loss_metrics import kl_penalty
 from divclip.theory.losses import LOSS_AGG_MODES, MODES, ClipSpec, policy_loss
@@ -121,7 +122,7 @@ CASES = [
     Case("clip_cov_wide", {PL + "loss_mode": "clip_cov", **DAPO_KEYS, PL + "clip_cov_ratio": 0.02,
                            PL + "clip_cov_lb": 0.0, PL + "clip_cov_ub": 5.0},
          _ratio(0.2, 0.28, mode="clip_cov",
-                params={"clip_cov_ratio": 0.02, "clip_cov_lb": 0.0, "clip_cov_ub": 5.0}),
+                params={"clip_cov_ratio": 0.02, "clip_cov_lb": 0.0}),  # ub 5.0 is the default
          {"pg_clipfrac": lambda m: m["clipfrac_low_part1"] + m["clipfrac_high_part1"], **PPO_KL},
          lambda m: m["clipfrac_low_part1"] + m["clipfrac_high_part1"] > 0.01, exact_grad=False),
     Case("kl_cov_default", {PL + "loss_mode": "kl_cov"}, ClipSpec(mode="kl_cov")),
@@ -139,14 +140,14 @@ CASES = [
          ClipSpec(mode="gpg"), PPO_KL),
     *(Case(f"bypass_reinforce_{level}_{name}",
            {RC + "bypass_mode": True, RC + "loss_type": "reinforce", RC + "rollout_is": level,
-            RC + "rollout_is_threshold": threshold, RC + "rollout_is_batch_normalize": bool(normalize)},
-           ClipSpec(mode="reinforce_is" if level == "token" else "reinforce_seq_is",
-                    params={"rollout_is_threshold": cap, "rollout_is_threshold_lower": floor,
-                            "rollout_is_batch_normalize": normalize}),
+            RC + "rollout_is_threshold": threshold, RC + "rollout_is_batch_normalize": normalize},
+           ClipSpec(mode="reinforce_is" if level == "token" else "reinforce_seq_is", params=params),
            PPO_KL, lambda m: m["clipfrac"] > 0.02, noise=0.2 if level == "sequence" else 0.5)
       for level in ("token", "sequence")
-      for name, threshold, cap, floor, normalize in (("tis", 1.5, 1.5, 0.0, 0.0), ("icepop", "0.7_1.5", 1.5, 0.7, 0.0),
-                                                      ("tis_normalized", 1.5, 1.5, 0.0, 1.0))),
+      for name, threshold, normalize, params in (  # the spec names the parameters that differ from the defaults
+          ("tis", 1.5, False, {"rollout_is_threshold": 1.5}),
+          ("icepop", "0.7_1.5", False, {"rollout_is_threshold": 1.5, "rollout_is_threshold_lower": 0.7}),
+          ("tis_normalized", 1.5, True, {"rollout_is_threshold": 1.5, "rollout_is_batch_normalize": 1.0}))),
 ]
 
 
@@ -158,11 +159,13 @@ def run(fn, leaf_from, *args):
 
 
 def both(ca, case, agg, dtype, seed=0):
+    """((loss, grad, metrics) of divclip's spec read from the case's verl settings, the same of verl)."""
     old, lp, adv, mask = batch(dtype, seed=case.seed, noise=case.noise)
+    spec = from_engine("verl", case.settings)
     loss_mode, config = verl_setup(case.settings, agg)
     verl_fn = ca.get_policy_loss_fn(loss_mode)
     torch.manual_seed(seed)  # Clip-Cov draws from the default generator: the same state on both sides
-    ours = run(lambda leaf: policy_loss(leaf, old, adv, mask, case.spec, case.ours_agg or agg), lp)
+    ours = run(lambda leaf: policy_loss(leaf, old, adv, mask, spec, case.ours_agg or agg), lp)
     torch.manual_seed(seed)
     theirs = run(lambda leaf: verl_fn(old, leaf, adv, mask, agg, config), lp)
     return ours, theirs
@@ -180,6 +183,12 @@ def test_every_verl_loss_is_verl_in_value_gradient_and_metrics(ca, case, agg, dt
         assert case.nontrivial(m), m
     for name, ours in case.metrics.items():
         assert ours(m) == pytest.approx(vm["actor/" + name], rel=TOL[dtype], abs=TOL[dtype]), name
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_verl_settings_read_as_the_documented_spec(case):
+    """`divclip.engines.from_engine` reads verl's own keys (defaults from verl's generated config) as the spec."""
+    assert from_engine("verl", case.settings) == case.spec
 
 
 def test_every_verl_loss_mode_is_covered(ca):
