@@ -18,7 +18,7 @@ REINFORCE branch of `bypass_mode` (its `ppo_clip` branch is `vanilla` on the rol
                                          (verl `bypass_mode` with loss_type 'reinforce', rollout_is token/sequence)
 
 How each is reached from verl's own settings: `divclip.engines.from_engine("verl", settings)`; where verl's
-metric names land in divclip's: docs/theory.md §8.
+metric names land in divclip's: docs/theory.md §4.1.
 """
 
 from __future__ import annotations
