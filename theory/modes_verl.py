@@ -7,8 +7,8 @@ aggregation of it is verl's `agg_loss` of verl's loss matrix. Two forms are not 
 by `agg_loss` in verl, and say how divclip reproduces them:
 
 * geo_mean: verl averages one loss per sequence over all rows, whatever `loss_agg_mode` says. Its per-token
-  loss here is the sequence's loss on every token, and the form aggregates itself (`register_aggregation`):
-  the mean over rows of that loss, empty rows counting as 0 as in verl.
+  loss here carries the sequence's loss on the first token (0 on the others), and the form aggregates itself
+  (`register_aggregation`): the mean over rows of the row sums, empty rows counting as 0 as in verl.
 * kl_cov and clip_cov choose tokens from the whole batch (a top-k, a random pick); the choice is a (B, T) 0/1
   mask computed once, after which the loss is per token and `agg_loss` applies as usual.
 
@@ -52,20 +52,25 @@ def _gpg_mode(log_prob, old_log_prob, advantages, mask, spec) -> PolicyTerms:
     """GPG (verl `gpg`, and `bypass_mode` REINFORCE without IS weights): −log π·A, gradient −A·∇log π."""
     log_ratio, ratio = _metric_ratio(log_prob, old_log_prob)
     with torch.no_grad():
-        value = -log_prob * advantages  # verl's product order: the value is bit-equal
-    loss = _WithGradient.apply(log_prob, value, -advantages)  # −(g·A) = g·(−A) exactly
+        neg_adv = -advantages  # (B, T) the gradient −A; log π·(−A) is verl's (−log π)·A bit for bit
+        value = log_prob * neg_adv
+    loss = _WithGradient.apply(log_prob, value, neg_adv)  # −(g·A) = g·(−A) exactly
     return PolicyTerms(loss, log_ratio, ratio, None, None)
 
 
 # ---------------------------------------------------------------------------------------------- DRO
 @register_mode("dro")
 def _dro_mode(log_prob, old_log_prob, advantages, mask, spec) -> PolicyTerms:
-    """DRO (verl `dro`): −(log π·A − ½β·(log r)²), log r unclamped; plain autograd through verl's ops."""
+    """DRO (verl `dro`): −(log π·A − ½β·(log r)²), log r unclamped, in verl's operations (the value is bit-equal);
+    its gradient −A + β·log r is attached in closed form."""
     beta = spec.param("dro_beta")
-    log_ratio = log_prob - old_log_prob  # (B, T)
-    loss = -(log_prob * advantages - 0.5 * beta * log_ratio.square())
-    metric_log_ratio, ratio = _metric_ratio(log_prob, old_log_prob)
-    return PolicyTerms(loss, metric_log_ratio, ratio, None, None)
+    with torch.no_grad():
+        log_ratio = log_prob - old_log_prob  # (B, T)
+        value = -(log_prob * advantages - 0.5 * beta * log_ratio.square())
+        grad = torch.add(-advantages, log_ratio, alpha=beta)  # −A + β·log r
+        metric_log_ratio = log_ratio.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # reused: the diagnostics' log r
+    loss = _WithGradient.apply(log_prob, value, grad)
+    return PolicyTerms(loss, metric_log_ratio, metric_log_ratio.exp(), None, None)
 
 
 # ----------------------------------------------------------------------------------------- Clip-Cov
@@ -184,33 +189,39 @@ def _kl_cov_mode(log_prob, old_log_prob, advantages, mask, spec) -> PolicyTerms:
 # --------------------------------------------------------------------------------------------- GMPO
 @register_mode("geo_mean")
 def _geo_mean_mode(log_prob, old_log_prob, advantages, mask, spec) -> PolicyTerms:
-    """GMPO (verl `geo_mean`, arXiv:2507.20673): per sequence, −Ā·exp(mean_t x̃_t) with x̃ = log r clipped to
-    [−ε_low, ε_high] in A's direction (sgn(A)·min(sgn(A)·x, sgn(A)·clip(x))), Ā the sequence's mean advantage.
-    Plain autograd through verl's ops. The per-token loss is the sequence's loss on every token; the form
-    aggregates itself (the mean over rows, `_geo_mean_aggregate`), as verl ignores loss_agg_mode.
+    """GMPO (verl `geo_mean`, arXiv:2507.20673): per sequence, L = −Ā·exp(mean_t x̃_t) with x̃ = log r clipped to
+    [−ε_low, ε_high] in A's direction (sgn(A)·min(sgn(A)·x, sgn(A)·clip(x))), Ā the sequence's mean advantage;
+    L in verl's operations, so it is bit-equal. Its gradient, ∂L/∂log π_t = L·m_t/(|y| + 1e-8) on tokens the min
+    did not clip and A ≠ 0 (0 elsewhere), is attached in closed form.
 
+    The per-token loss carries the sequence's L on its first token and 0 on the others; the form aggregates
+    itself (`_geo_mean_aggregate`: the mean over rows of the row sums), as verl ignores loss_agg_mode.
     Flags: `clipped` marks the tokens the min clipped (A > 0 above ε_high, A < 0 below −ε_low); `by_part` has
     verl's own count, every token outside [−ε_low, ε_high] split by the sign of A (part 0: low = A < 0 is
     verl's pg_clipfrac_lower, high = A > 0 its pg_clipfrac)."""
     eps_low, eps_high = spec.param("gmpo_eps_low"), spec.param("gmpo_eps_high")
-    log_ratio = log_prob - old_log_prob  # (B, T), unclamped as in verl
-    sign = torch.sign(advantages)
-    log_ratio_clamped = torch.clamp(log_ratio, -eps_low, eps_high)
-    log_ratio_min = sign * torch.min(sign * log_ratio, sign * log_ratio_clamped)
-    lengths = mask.sum(dim=-1)  # (B,)
-    seq_ratio = torch.exp((log_ratio_min * mask).sum(dim=-1) / (lengths + 1e-8))  # (B,)
-    seq_adv = (advantages * mask).sum(dim=-1) / (lengths + 1e-8)  # (B,)
-    seq_loss = -seq_adv * seq_ratio  # (B,)
-    loss = seq_loss.unsqueeze(-1).expand_as(log_ratio)  # (B, T)
     with torch.no_grad():
-        outside = _flag(torch.ne, log_ratio, log_ratio_clamped)
+        log_ratio = log_prob - old_log_prob  # (B, T), unclamped as in verl
+        sign = torch.sign(advantages)
+        clamped = torch.clamp(log_ratio, -eps_low, eps_high)
+        log_ratio_min = sign * torch.min(sign * log_ratio, sign * clamped)
+        denom = mask.sum(dim=-1) + 1e-8  # (B,)
+        seq_ratio = torch.exp((log_ratio_min * mask).sum(dim=-1) / denom)  # (B,)
+        seq_loss = -((advantages * mask).sum(dim=-1) / denom) * seq_ratio  # (B,) −Ā·s
         pos, neg = _flag(torch.gt, advantages, 0.0), _flag(torch.lt, advantages, 0.0)
         clipped_high = _flag(torch.gt, log_ratio, eps_high).mul_(pos)
         clipped_low = _flag(torch.lt, log_ratio, -eps_low).mul_(neg)
-        by_part = ((outside * neg, outside * pos),)
-        ratio = seq_ratio.detach().unsqueeze(-1).expand_as(log_ratio)
-    metric_log_ratio, _ = _metric_ratio(log_prob, old_log_prob)
-    return PolicyTerms(loss, metric_log_ratio, ratio, clipped_high + clipped_low, clipped_low, None, by_part)
+        clipped = clipped_high.add_(clipped_low)
+        keep = (pos + neg).sub_(clipped)  # A ≠ 0 and not clipped
+        grad = keep.mul_(mask).mul_((seq_loss / denom).unsqueeze(-1))  # (B, T)
+        value = torch.zeros_like(log_ratio)
+        value[:, :1] = seq_loss.unsqueeze(-1)
+        outside = _flag(torch.ne, log_ratio, clamped)
+        by_part = ((outside * neg, outside.mul_(pos)),)
+        ratio = seq_ratio.unsqueeze(-1).expand_as(log_ratio)
+        metric_log_ratio = log_ratio.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    loss = _WithGradient.apply(log_prob, value, grad)
+    return PolicyTerms(loss, metric_log_ratio, ratio, clipped, clipped_low, None, by_part)
 
 
 @register_aggregation("geo_mean")
@@ -218,11 +229,10 @@ def _geo_mean_aggregate(terms, mask, rollout_is_weights):
     """verl's geo_mean loss: the mean over all B rows of the sequence losses (an empty row is −0·1 = 0 and
     counts), whatever loss_agg_mode says; rollout IS weights enter as verl's per-sequence geometric mean,
     exp(Σ m·log(w + 1e-10) / (Σ m + 1e-8))."""
-    seq_loss = terms.loss[:, 0] if terms.loss.shape[-1] else terms.loss.sum(dim=-1)  # (B,)
+    seq_loss = terms.loss.sum(dim=-1)  # (B,) exactly L: the other entries are 0
     if rollout_is_weights is not None:
-        lengths = mask.sum(dim=-1)
         seq_loss = seq_loss * torch.exp((torch.log(rollout_is_weights + 1e-10) * mask).sum(dim=-1)
-                                        / (lengths + 1e-8))
+                                        / (mask.sum(dim=-1) + 1e-8))
     return torch.mean(seq_loss)
 
 
