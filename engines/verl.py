@@ -533,8 +533,49 @@ def _write_sapo(spec, env: dict, notes: list) -> dict:
     return {"policy_loss.loss_mode": "sapo", "tau_pos": _num(spec.tau_pos), "tau_neg": _num(spec.tau_neg)}
 
 
-WRITERS = {"clip": _write_clip, "gated": _write_gated, "cispo": _write_cispo, "sapo": _write_sapo}
-"""{ClipSpec.mode: fn(spec, env, notes) -> {key below actor_rollout_ref.actor.: value}}: the keys that run it."""
+def _write_gpg(spec, env: dict, notes: list) -> dict:
+    return {"policy_loss.loss_mode": "gpg"}
+
+
+def _write_dro(spec, env: dict, notes: list) -> dict:
+    return {"policy_loss.loss_mode": "dro", "policy_loss.dro_beta": _num(spec.param("dro_beta"))}
+
+
+def _write_clip_cov(spec, env: dict, notes: list) -> dict:
+    if spec.measure_name != "ratio":
+        raise ValueError(f"verl's clip_cov clips the ratio by widths ε, got measure {spec.measure_name!r}")
+    return {"policy_loss.loss_mode": "clip_cov", "clip_ratio_low": _num(spec.eps_low),
+            "clip_ratio_high": _num(spec.eps_high),
+            **{f"policy_loss.{k}": _num(spec.param(k)) for k in ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub")}}
+
+
+def _write_kl_cov(spec, env: dict, notes: list) -> dict:
+    return {"policy_loss.loss_mode": "kl_cov", "policy_loss.kl_cov_ratio": _num(spec.param("kl_cov_ratio")),
+            "policy_loss.ppo_kl_coef": _num(spec.param("kl_cov_coef"))}
+
+
+def _write_geo_mean(spec, env: dict, notes: list) -> dict:
+    notes.append("geo_mean: clip_ratio_low/high are log-space widths (log r in [−low, high]); verl averages its "
+                 "sequence losses whatever loss_agg_mode says")
+    return {"policy_loss.loss_mode": "geo_mean", "clip_ratio_low": _num(spec.param("gmpo_eps_low")),
+            "clip_ratio_high": _num(spec.param("gmpo_eps_high"))}
+
+
+def _write_reinforce_is(spec, env: dict, notes: list) -> dict:
+    cap, floor = _num(spec.param("rollout_is_threshold")), _num(spec.param("rollout_is_threshold_lower"))
+    notes.append("bypass_mode uses the rollout's log-probs as old_log_prob: the rollout must return them "
+                 "(actor_rollout_ref.rollout.calculate_log_probs=true)")
+    return {RC + "bypass_mode": True, RC + "loss_type": "reinforce",
+            RC + "rollout_is": "token" if spec.mode == "reinforce_is" else "sequence",
+            RC + "rollout_is_threshold": f"{floor!r}_{cap!r}" if floor > 0 else cap,
+            RC + "rollout_is_batch_normalize": bool(spec.param("rollout_is_batch_normalize"))}
+
+
+WRITERS = {"clip": _write_clip, "gated": _write_gated, "cispo": _write_cispo, "sapo": _write_sapo,
+           "gpg": _write_gpg, "dro": _write_dro, "clip_cov": _write_clip_cov, "kl_cov": _write_kl_cov,
+           "geo_mean": _write_geo_mean, "reinforce_is": _write_reinforce_is, "reinforce_seq_is": _write_reinforce_is}
+"""{ClipSpec.mode: fn(spec, env, notes) -> {key below actor_rollout_ref.actor. (or a whole `algorithm.` key):
+value}}: the keys that run it."""
 
 
 def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label: str | None = None) -> EngineWrite:
@@ -565,7 +606,8 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
     keys["loss_agg_mode"] = agg
     if spec.mode == "sapo" and agg != "seq-mean-token-mean" and loss_agg_mode is not None:
         diffs.append(Difference(f"aggregation {agg}", "verl's sapo always aggregates seq-mean-token-mean"))
-    return EngineWrite(NAME, label, env, {A + k: v for k, v in keys.items()}, tuple(notes), differences=tuple(diffs))
+    settings = {(k if k.startswith("algorithm.") else A + k): v for k, v in keys.items()}
+    return EngineWrite(NAME, label, env, settings, tuple(notes), differences=tuple(diffs))
 
 
 def _aggregation(spec, recipe: bool, loss_agg_mode, notes: list) -> str | None:

@@ -331,3 +331,28 @@ def test_dppo_tv_gate_decides_tokens_at_delta_as_verl(ca, dtype):
     v_loss, v_grad, _ = run(lambda leaf: ca.get_policy_loss_fn(mode)(old, leaf, adv, mask, "token-sum", config), lp)
     assert torch.equal(grad == 0, v_grad == 0)  # the same verdict on every token
     assert torch.equal(loss, v_loss) and torch.equal(grad, v_grad)
+
+
+# ----------------------------------------------------------------------- divclip -> verl keys -> verl
+WRITTEN = ["ratio/gpg", "ratio/dro/dro_beta=0.1", "ratio:0.2:0.28/clip_cov/clip_cov_ratio=0.02/clip_cov_lb=0",
+           "ratio/kl_cov/kl_cov_ratio=0.05/kl_cov_coef=0.3", "ratio/geo_mean/gmpo_eps_low=0.2/gmpo_eps_high=0.3",
+           "ratio/reinforce_is/rollout_is_threshold=1.5/rollout_is_threshold_lower=0.7",
+           "ratio/reinforce_seq_is/rollout_is_threshold=1.5/rollout_is_batch_normalize=1"]
+
+
+@pytest.mark.parametrize("method", WRITTEN)
+def test_written_verl_keys_run_the_same_loss_in_verl(ca, method):
+    """`to_engine(spec, "verl")` writes keys that verl runs as the same loss, and that read back as the spec."""
+    from divclip.engines import to_engine
+    from divclip.theory.spec import parse_method
+
+    spec = parse_method(method)
+    settings = {k: v for k, v in to_engine(spec, "verl").items() if k != A + "loss_agg_mode"}
+    assert from_engine("verl", settings) == spec
+    old, lp, adv, mask = batch(torch.float64, noise=0.3)
+    mode, config = verl_setup(settings, "seq-mean-token-mean")
+    torch.manual_seed(0)
+    ours, _ = policy_loss(lp, old, adv, mask, spec, "seq-mean-token-mean")
+    torch.manual_seed(0)
+    theirs, _ = ca.get_policy_loss_fn(mode)(old, lp, adv, mask, "seq-mean-token-mean", config)
+    assert torch.equal(ours, theirs)
