@@ -130,22 +130,23 @@ def _clip_cov_mode(log_prob, old_log_prob, advantages, mask, spec) -> PolicyTerm
     1 the covariance pick (verl's `pg_clipfrac` is part 1's fraction, low + high)."""
     lo, hi = _p_free_bounds(spec)
     with torch.no_grad():
-        ratio = (log_prob - old_log_prob).exp()  # (B, T)
+        log_ratio = log_prob - old_log_prob  # (B, T)
+        ratio = log_ratio.exp()  # unclamped, as verl's clip_cov
         loss_unclipped = -advantages * ratio
         loss_clipped = -advantages * torch.clamp(ratio, lo, hi)
         by_ratio = loss_clipped > loss_unclipped  # (B, T) bool
-        picked = _clip_cov_pick(log_prob, advantages, mask, by_ratio & (mask > 0), spec)
-        corr = 1.0 - picked.to(ratio.dtype)
-        value = torch.maximum(loss_unclipped, loss_clipped) * corr
-        ratio_flag = by_ratio.to(ratio.dtype)
-        grad = loss_unclipped * (1.0 - ratio_flag) * corr  # d(−A·r)/d log π where kept
-        neg = _flag(torch.lt, advantages, 0.0)
+        picked = _clip_cov_pick(log_prob, advantages, mask, by_ratio & (mask > 0), spec)  # never by_ratio
         pick_flag = picked.to(ratio.dtype)
-        clipped = ratio_flag + pick_flag * (1.0 - ratio_flag)  # disjoint on unmasked tokens
-        by_part = ((ratio_flag * neg, ratio_flag * (1.0 - neg)), (pick_flag * neg, pick_flag * (1.0 - neg)))
+        value = torch.maximum(loss_unclipped, loss_clipped).mul_(1.0 - pick_flag)  # verl's max(·)·corr
+        ratio_flag = by_ratio.to(ratio.dtype)
+        clipped = ratio_flag + pick_flag  # disjoint: the two ways a token loses its gradient
+        grad = loss_unclipped.mul_(1.0 - clipped)  # d(−A·r)/d log π where kept
+        neg = _flag(torch.lt, advantages, 0.0)
+        ratio_low, pick_low = ratio_flag * neg, pick_flag * neg
+        by_part = ((ratio_low, ratio_flag.sub_(ratio_low)), (pick_low, pick_flag.sub_(pick_low)))
+        metric_log_ratio = log_ratio.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     loss = _WithGradient.apply(log_prob, value, grad)
-    log_ratio, _ = _metric_ratio(log_prob, old_log_prob)
-    return PolicyTerms(loss, log_ratio, ratio, clipped, clipped * neg, None, by_part)
+    return PolicyTerms(loss, metric_log_ratio, ratio, clipped, clipped * neg, None, by_part)
 
 
 # ------------------------------------------------------------------------------------------- KL-Cov
@@ -182,8 +183,8 @@ def _kl_cov_mode(log_prob, old_log_prob, advantages, mask, spec) -> PolicyTerms:
     loss_penalised = -advantages * ratio + spec.param("kl_cov_coef") * log_ratio.abs()
     selected = _kl_cov_select(log_prob.detach(), advantages, mask, spec.param("kl_cov_ratio"))
     loss = torch.where(selected, loss_penalised, loss_plain)
-    metric_log_ratio, metric_ratio = _metric_ratio(log_prob, old_log_prob)
-    return PolicyTerms(loss, metric_log_ratio, metric_ratio, None, None)
+    metric_log_ratio = log_ratio.detach().clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    return PolicyTerms(loss, metric_log_ratio, ratio.detach(), None, None)
 
 
 # --------------------------------------------------------------------------------------------- GMPO

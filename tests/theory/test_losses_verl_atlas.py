@@ -356,3 +356,17 @@ def test_written_verl_keys_run_the_same_loss_in_verl(ca, method):
     torch.manual_seed(0)
     theirs, _ = ca.get_policy_loss_fn(mode)(old, lp, adv, mask, "seq-mean-token-mean", config)
     assert torch.equal(ours, theirs)
+
+
+@pytest.mark.parametrize("method", WRITTEN)
+def test_verl_forms_are_finite_on_empty_masks_and_extreme_ratios(method):
+    """An all-empty mask gives 0 with a zero gradient; log-ratios of ±30 give a finite loss and gradient."""
+    from divclip.theory.spec import parse_method
+
+    spec = parse_method(method)
+    old, lp, adv, mask = batch(torch.float32, noise=0.3)
+    loss, grad, _ = run(lambda leaf: policy_loss(leaf, old, adv, torch.zeros_like(mask), spec), lp)
+    assert float(loss) == 0.0 and not bool(grad.any())
+    far = lp + torch.where(torch.rand(lp.shape, generator=torch.Generator().manual_seed(2)) < 0.5, -30.0, 30.0)
+    loss, grad, m = run(lambda leaf: policy_loss(leaf, old, adv, mask, spec), far)
+    assert math.isfinite(float(loss)) and bool(torch.isfinite(grad).all()) and math.isfinite(m["ppo_kl"])
