@@ -145,7 +145,6 @@ def read(settings: Mapping, **_options) -> EngineRead:
     settings = resolve_interpolations(settings)
     g, keys = typed_values(settings, KEYS)
     loss = g[A + "policy_loss_type"]
-    low, high = g[A + "eps_clip_low"], g[A + "eps_clip_high"]
     train, mini, epochs = (g["trainer." + k] for k in ("train_batch_size", "policy_mini_batch_size",
                                                         "update_epochs_per_batch"))
     if mini > train:

@@ -2,6 +2,7 @@
 (loss and gradient, in process on CPU), the divclip plug-in through SkyRL's own dispatch, reads and writes."""
 
 import dataclasses
+import math
 import typing
 from pathlib import Path
 
@@ -62,6 +63,7 @@ def _batch(seed, scale=0.5, dtype=torch.float32):
     adv[0, :3] = 0.0
     mask = (torch.rand(6, 9, generator=g) > 0.2).to(dtype)
     mask[-1] = 0.0  # an empty sequence
+    old[1, 0], lp[1, 0], adv[1, 0], mask[1, 0] = math.log(0.1), math.log(0.5), -1.0, 1.0  # r = 5 > c for A < 0
     return lp, old, adv, mask
 
 
