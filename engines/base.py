@@ -89,10 +89,17 @@ class EngineRead:
     spec: object = None  # the method as a divclip ClipSpec; None where divclip does not model the loss
     unknown_keys: list = field(default_factory=list)  # [(key, nearest known key or None)]
     differences: list = field(default_factory=list)  # [Difference]: what the ClipSpec does not carry
+    roles: dict = field(default_factory=dict)  # {role: the engine's key}: eps, eps_low, eps_high, dual_clip,
+    # tis_cap, cap, epochs, mini_batch, train_batch (what the checks name in their warnings)
+    on_policy_fix: str = ""  # the settings that make the update off-policy, in the engine's words
 
     @property
     def framework(self) -> str:  # the name `divclip check` has always used
         return self.engine
+
+    def role(self, name: str) -> str | None:
+        """The engine's key for a role ('eps_low', 'dual_clip', ...), or None where it has none."""
+        return self.roles.get(name)
 
     def explicit(self, key: str) -> bool:
         return self.keys.get(key, {}).get("origin") == "set"
@@ -100,7 +107,7 @@ class EngineRead:
     def to_dict(self) -> dict:
         from divclip.theory.spec import method_string
 
-        skip = {"advice", "spec", "differences", "unknown_keys"}
+        skip = {"advice", "spec", "differences", "unknown_keys", "roles"}
         out = {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.name not in skip}
         out["framework"] = self.engine
         out["method"] = None if self.spec is None else method_string(self.spec)

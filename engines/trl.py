@@ -73,6 +73,12 @@ PLUGIN_KEYS: dict[str, Key] = {
 }
 MARKERS = set(KEYS) | set(PLUGIN_KEYS) | {"max_completion_length", "use_vllm", "scale_rewards", "num_generations_eval"}
 
+ROLES = {"eps_low": "epsilon", "eps_high": "epsilon_high", "dual_clip": "delta", "cap": "epsilon_high",
+         "epochs": "num_iterations"}
+"""{role: key}: the keys the sanity checks name (see EngineRead.roles)."""
+KNOWN_KEYS_FROM = (f"trl {VERSION} GRPOConfig and transformers {TRANSFORMERS_VERSION} TrainingArguments fields, "
+                   "with divclip's DivClipGRPOConfig (GRPOConfig(**kwargs) and HfArgumentParser refuse any other)")
+
 # loss_type -> aggregation in verl's names (grpo_trainer.py's per-loss_type normalisation)
 AGGREGATION = {"grpo": "seq-mean-token-mean", "sapo": "seq-mean-token-mean", "bnpo": "token-mean",
                "dapo": "token-mean", "cispo": "token-mean", "vespo": "token-mean",
@@ -154,6 +160,8 @@ def read(settings: Mapping, *, num_processes: int = 1, **_options) -> EngineRead
         kl={"beta": g["beta"]},
         keys=keys,
         unknown_keys=unknown_keys(values, lambda k: k in known_keys(), known_keys()),
+        roles=ROLES,
+        on_policy_fix="num_iterations > 1 or steps_per_generation > gradient_accumulation_steps",
     )
     if form == "clip":
         _divclip(s, values, g, keys, steps)

@@ -78,6 +78,13 @@ KEYS: dict[str, Key] = {
     "algorithm.adv_estimator": Key("str", "gae", doc="advantage estimator (grpo, gae, ...)"),
 }
 
+ROLES = {"eps": A + "clip_ratio", "eps_low": A + "clip_ratio_low", "eps_high": A + "clip_ratio_high",
+         "dual_clip": A + "clip_ratio_c", "tis_cap": A + "clip_ratio_c", "epochs": A + "ppo_epochs",
+         "mini_batch": A + "ppo_mini_batch_size", "train_batch": "data.train_batch_size"}
+"""{role: key}: the keys the sanity checks name (see EngineRead.roles)."""
+KNOWN_KEYS_FROM = (f"verl {VERSION} trainer/config/_generated_ppo_trainer.yaml: every leaf key (verl's Hydra "
+                   "refuses any other unless it is added with +key=)")
+
 _DPPO = {"dppo_kl": "binary_kl", "dppo_tv": "binary_tv"}
 # loss_mode -> (loss form, measure, level) as the sanity checks read it; "other" forms are reported only.
 FORMS = {
@@ -178,6 +185,8 @@ def read(settings: Mapping, **_options) -> EngineRead:
         },
         keys=keys,
         unknown_keys=unknown_keys(settings, is_known, known_keys()),
+        roles=ROLES,
+        on_policy_fix="ppo_epochs > 1 or ppo_mini_batch_size < train_batch_size",
     )
     if mode == "sapo" and s.loss_agg_mode != "seq-mean-token-mean":
         s.notes.append(f"verl {VERSION}'s sapo aggregates seq-mean-token-mean whatever loss_agg_mode says "
