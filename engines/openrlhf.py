@@ -51,7 +51,7 @@ DEFAULTS_FROM = f"openrlhf {VERSION}: {ENTRY} (argparse, read with ast) and open
 FORMATS = ("launch",)
 COMMAND = "python3 -m openrlhf.cli.train_ppo_ray"
 PLUGIN = None
-"""OpenRLHF has no loss registry: PolicyLoss is built in `PolicyModelActor.init_model_from_pretrained`
+"""OpenRLHF has no loss registry: PolicyLoss is built in `ActorPPOTrainer.__init__`
 (docs/engines.md says how to run divclip's loss there)."""
 
 LOSS_TYPES = ("ppo", "gspo")
