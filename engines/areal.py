@@ -96,6 +96,8 @@ def known_keys() -> frozenset:
 def is_known(key: str) -> bool:
     """A key of GRPOConfig, or one below a leaf that takes a mapping or list (scheduling_spec, env_vars, ...)."""
     known = known_keys()
+    if key.startswith("-"):  # a launcher's own flag (`uv run --isolated`): hydra settings are key=value
+        return True
     if key in known:
         return True
     parts = key.split(".")
@@ -106,7 +108,7 @@ def detect(settings: Mapping) -> float:
     """AReaL's keys in the settings, those only AReaL has (actor.eps_clip, gconfig., ...) twice."""
     score = 0.0
     for k in settings:
-        if isinstance(k, str) and is_known(k):
+        if isinstance(k, str) and not k.startswith("-") and is_known(k):
             score += 2.0 if k.startswith(_UNIQUE) else 1.0
     return score
 

@@ -123,6 +123,8 @@ def known_keys() -> frozenset:
 def is_known(key: str) -> bool:
     """A key SkyRL's config accepts: a leaf of SkyRLTrainConfig, one below a dict-valued leaf, or the entrypoint."""
     known = known_keys()
+    if key.startswith("-"):  # a launcher's own flag (`uv run --isolated`): hydra settings are key=value
+        return True
     if key in known or key == ENTRYPOINT_KEY:
         return True
     parts = key.split(".")
@@ -134,7 +136,7 @@ def detect(settings: Mapping) -> float:
     verl shares the `trainer.` and `data.` prefixes but has no `trainer.algorithm.`."""
     score = 0.0
     for k in settings:
-        if isinstance(k, str) and is_known(k):
+        if isinstance(k, str) and not k.startswith("-") and is_known(k):
             score += 2.0 if k.startswith(_UNIQUE_PREFIXES) else 1.0
     return score
 
