@@ -83,6 +83,7 @@ ROLE_KEYS = {"low": A + "eps_clip", "high": A + "eps_clip_higher", "dual_clip": 
              "epochs": A + "ppo_n_minibatches", "minibatch": A + "ppo_n_minibatches"}
 ON_POLICY_FIX = "set actor.ppo_n_minibatches > 1"
 KNOWN_KEYS_FILE = Path(__file__).with_name(f"areal_{VERSION}_keys.txt")
+KNOWN_KEYS_FROM = f"areal {VERSION} areal/api/cli_args.py GRPOConfig: every leaf key (snapshot: {KNOWN_KEYS_FILE.name})"
 _UNIQUE = ("actor.eps_clip", "actor.ppo_n_minibatches", "gconfig.", "train_dataset.", "rollout.max_head_offpolicyness",
            "actor.use_decoupled_loss", "actor.rejection_sampling")
 

@@ -89,6 +89,8 @@ RENAMED = {  # flags of OpenRLHF <= 0.11.0 that 0.11.2's parser refuses
 }
 
 KNOWN_FLAGS_FILE = Path(__file__).with_name(f"openrlhf_{VERSION}_flags.txt")
+KNOWN_KEYS_FROM = (f"openrlhf {VERSION} {ENTRY}: every option string of its argparse parser "
+                   f"(snapshot: {KNOWN_FLAGS_FILE.name})")
 
 
 @functools.lru_cache(maxsize=1)

@@ -111,6 +111,8 @@ ROLE_KEYS = {"low": A + "eps_clip_low", "high": A + "eps_clip_high", "dual_clip"
              "epochs": "trainer.update_epochs_per_batch", "minibatch": "trainer.policy_mini_batch_size"}
 ON_POLICY_FIX = "set trainer.update_epochs_per_batch > 1 or policy_mini_batch_size < train_batch_size"
 KNOWN_KEYS_FILE = Path(__file__).with_name(f"skyrl_{VERSION}_keys.txt")
+KNOWN_KEYS_FROM = (f"skyrl {VERSION} skyrl/train/config/config.py SkyRLTrainConfig: every leaf key (its strict "
+                   f"parse refuses others; snapshot: {KNOWN_KEYS_FILE.name})")
 _UNIQUE_PREFIXES = ("trainer.algorithm.", "generator.", "environment.", "trainer.placement.", "trainer.policy.")
 
 

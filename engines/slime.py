@@ -83,6 +83,8 @@ ROLE_KEYS = {"low": "--eps-clip", "high": "--eps-clip-high", "dual_clip": "--eps
 ON_POLICY_FIX = "set --global-batch-size below rollout-batch-size × n-samples-per-prompt"
 TYPO_CUTOFF = 0.85  # difflib ratio: "--eps-clip-hgh" is 0.96 from "--eps-clip-high"
 KNOWN_FLAGS_FILE = Path(__file__).with_name(f"slime_{COMMIT[:8]}_flags.txt")
+KNOWN_KEYS_FROM = (f"slime {SOURCE}: the flags divclip reads, and a flag one slip from one of them "
+                   "(Megatron-LM's own flags are passed through and not checked)")
 
 
 @functools.lru_cache(maxsize=1)
