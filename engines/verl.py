@@ -138,8 +138,13 @@ def is_known(key: str) -> bool:
 
 
 def detect(settings: Mapping) -> float:
-    """How many of the settings are verl's (0 when none)."""
-    return float(sum(1 for k in settings if isinstance(k, str) and k.startswith(PREFIXES)))
+    """A score of how much the settings look like verl's: 1 per key of verl's config, 0.5 per other key under
+    one of its sections (a misspelling; another hydra engine's `trainer.*` keys score higher there)."""
+    score = 0.0
+    for k in settings:
+        if isinstance(k, str) and k.startswith(PREFIXES):
+            score += 1.0 if is_known(k) else 0.5
+    return score
 
 
 # ------------------------------------------------------------------------------------------------ read
@@ -441,12 +446,14 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
                          f"{', '.join(WRITERS)} forms)")
     if keys.get("clip_ratio_c") == math.inf:
         notes.append("clip_ratio_c=inf: no dual clip / IS truncation (this method has none; verl's default is 3.0)")
-    agg = _aggregation(spec, recipe, loss_agg_mode, notes)
-    if agg is not None:
-        if agg not in LOSS_AGG_MODES:
-            raise ValueError(f"loss_agg_mode must be one of {list(LOSS_AGG_MODES)}, got {agg!r}")
-        keys["loss_agg_mode"] = agg
-    if spec.mode == "sapo" and agg not in (None, "seq-mean-token-mean"):
+    # always written (verl's default when the method names none), so a block pasted after another leaves
+    # nothing of the other's aggregation in force
+    agg = _aggregation(spec, recipe, loss_agg_mode, notes) or (
+        "seq-mean-token-mean" if spec.mode == "sapo" else KEYS[A + "loss_agg_mode"].default)
+    if agg not in LOSS_AGG_MODES:
+        raise ValueError(f"loss_agg_mode must be one of {list(LOSS_AGG_MODES)}, got {agg!r}")
+    keys["loss_agg_mode"] = agg
+    if spec.mode == "sapo" and agg != "seq-mean-token-mean" and loss_agg_mode is not None:
         diffs.append(Difference(f"aggregation {agg}", "verl's sapo always aggregates seq-mean-token-mean"))
     return EngineWrite(NAME, label, env, {A + k: v for k, v in keys.items()}, tuple(notes), differences=tuple(diffs))
 

@@ -120,7 +120,8 @@ def _flag(tok: str, nxt, out: Tokens) -> int:
 def _is_value(tok: str) -> bool:
     if tok.startswith("-"):
         return bool(_FLOAT.match(tok))  # -0.5 is a value, -m and --x are not
-    return not ("=" in tok and OVERRIDE_KEY.match(tok.split("=", 1)[0].lstrip("+")))
+    key = tok.split("=", 1)[0].lstrip("+")  # a dotted hydra override after a switch is not its value
+    return not ("=" in tok and "." in key and OVERRIDE_KEY.match(key))
 
 
 def _assign(tok: str, out: Tokens, variables: dict, what: str) -> None:
