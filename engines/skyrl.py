@@ -250,7 +250,7 @@ def _method(s, g, settings, keys):
         s.spec = parse_method(text)
     except ValueError as exc:
         raise ConfigError(f"{METHOD_ENV}: {exc}") from None
-    s.form = "divclip"
+    # form stays "other", as verl's divclip_method: the report shows the method string, not one ratio interval
     s.notes.append(f"{METHOD_MODE} runs {METHOD_ENV}={text!r} through divclip's SkyRL plug-in ({PLUGIN}); "
                    "SkyRL's eps_clip_* and clip_ratio_c are ignored")
     if settings.get(ENTRYPOINT_KEY) != PLUGIN:
