@@ -223,6 +223,10 @@ def _convergence_claim(result, i: int, ib: int, seed_steps: np.ndarray, s, b) ->
     if (x == never).all() and (y == never).all():
         return Claim(s.method, f"{n} converges faster than {bn}", None,
                      f"no seed of either method reaches the 90 % threshold in {result.steps_done} steps")
+    if s.steps_to_90 is None and b.steps_to_90 is None:  # some seeds got there, neither method did
+        return Claim(s.method, f"{n} converges faster than {bn}", None,
+                     f"neither method's across-seed mean reaches the 90 % threshold in {result.steps_done} steps "
+                     f"(per-seed steps {x.mean():.1f} vs {y.mean():.1f}, never counting as {never})")
     return Claim(s.method, f"{n} converges faster than {bn}", _greater(y.mean(), x.mean()),
                  f"per-seed steps to the 90 % threshold {x.mean():.1f} vs {y.mean():.1f} (never counts as "
                  f"{never}){_paired(x, y)}; {curve}")
