@@ -6,6 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TORCH_SPEC ?= torch==2.13.0
+TORCH_PIP_ARGS ?=  # e.g. --index-url https://download.pytorch.org/whl/cpu for the CPU build on a plain machine
 PORT ?= 8501
 
 .PHONY: run test test-fast setup setup-test browser clean
@@ -13,7 +14,7 @@ PORT ?= 8501
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet "$(TORCH_SPEC)"
+	$(PIP) install --quiet "$(TORCH_SPEC)" $(TORCH_PIP_ARGS)
 	$(PIP) install --quiet -e .
 	touch $@
 

@@ -6,6 +6,12 @@ An engine module (`divclip.engines.verl`, `.trl`, ...) holds everything divclip 
 `FORMATS` (the texts `EngineWrite.text` prints, the first the default), `render(write, fmt) -> [lines]` and
 `PLUGIN` (the module that plugs divclip's loss into the engine, or None).
 
+`read(settings, **options)` takes any options (`divclip check` passes num_processes) and fills
+`EngineRead.roles` ({"eps_low": key, "epochs": key, ...}) so the sanity checks name the engine's own keys, and
+`unknown_keys` (with the nearest known key); an engine's own pitfalls go in `EngineRead.advice` as
+`divclip.sanity.advice.Advice(code, message, key)` with the code's source in `advice.SOURCES`. A module also has
+`KNOWN_KEYS_FROM` (the source of the unknown-key warning) and may have `FORMAT_ALIASES` ({"overrides": "flags"}).
+
 Settings are flat mappings of the engine's own names: dotted keys as a YAML file or hydra override writes them
 (`actor_rollout_ref.actor.clip_ratio_low`), flags with their dashes as a launch command writes them
 (`--actor.eps_clip`), and environment variables in capitals (`DIVCLIP_DELTA`).

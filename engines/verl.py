@@ -154,8 +154,13 @@ def is_known(key: str) -> bool:
 
 
 def detect(settings: Mapping) -> float:
-    """How many of the settings are verl's (0 when none)."""
-    return float(sum(1 for k in settings if isinstance(k, str) and k.startswith(PREFIXES)))
+    """A score of how much the settings look like verl's: 1 per key of verl's config, 0.5 per other key under
+    one of its sections (a misspelling; another hydra engine's `trainer.*` keys score higher there)."""
+    score = 0.0
+    for k in settings:
+        if isinstance(k, str) and k.startswith(PREFIXES):
+            score += 1.0 if is_known(k) else 0.5
+    return score
 
 
 # ------------------------------------------------------------------------------------------------ read

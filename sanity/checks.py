@@ -304,7 +304,8 @@ def input_findings(raw, s: ClipSettings) -> list[Finding]:
     warning, never silent (the engine itself would refuse the first, and ignore or choke on the second)."""
     from divclip.engines import get_engine
 
-    source = get_engine(s.engine).KNOWN_KEYS_FROM
+    module = get_engine(s.engine)
+    source = getattr(module, "KNOWN_KEYS_FROM", module.DEFAULTS_FROM)
     out = []
     for key, near in s.unknown_keys[:MAX_UNKNOWN_SHOWN]:
         hint = f"; did you mean {near!r}?" if near else ""

@@ -5,8 +5,8 @@ logical line at a time, and each token is classified:
 
 * `key=value` (with `+`/`++` in front: a key hydra adds) — a hydra override or an environment variable
   (`VERL_USE_EXTERNAL_MODULES=...`) that the command sets; `~key` deletes.
-* `--name value`, `--name=value`, or a bare `--name` (a switch: true) — a flag, kept with its dashes
-  (`--actor.eps_clip`), as engines' argparse parsers name them.
+* `--name value`, `--name=value`, `--name v1 v2` (nargs: a list), or a bare `--name` (a switch: true) — a
+  flag, kept with its dashes (`--actor.eps_clip`), as engines' argparse parsers name them.
 * anything else is a command word (`python3 -m verl.trainer.main_ppo`, `set -x`): ignored and listed. A word
   that looks like a config key (`actor_rollout_ref.actor.clip_ratio_high 0.28`: no '=') is listed as a stray,
   which `divclip check` reports as a warning.
@@ -33,6 +33,7 @@ _EXPANSION = re.compile(r"\$\{([A-Za-z_]\w*)\}|\$([A-Za-z_]\w*)")
 _DOTTED = re.compile(r"^[A-Za-z_][\w\-]*(\.[\w\-]+)+$")  # a config key written without '=' (not a file name)
 _FILE_SUFFIXES = (".py", ".sh", ".yaml", ".yml", ".json", ".txt", ".parquet", ".jsonl")
 _MODULE_FLAGS = ("-m", "--module")
+MAX_FLAG_VALUES = 8  # values one flag takes (argparse nargs); the rest of a line is command words
 
 
 @dataclass
@@ -91,7 +92,7 @@ def read_tokens(tokens: list, out: Tokens, variables: dict | None = None, what: 
             raise ConfigError(f"{what} must be a string 'key=value', got {type(tok).__name__}")
         nxt = tokens[i + 1] if i + 1 < len(tokens) else None
         if tok.startswith("--") and FLAG.match(tok.split("=", 1)[0]):
-            i += _flag(tok, nxt, out)
+            i += _flag(tok, tokens[i + 1:], out)
         elif tok.startswith("~"):
             _delete(tok[1:].split("=", 1)[0], tok, out, what)
             i += 1
@@ -104,17 +105,20 @@ def read_tokens(tokens: list, out: Tokens, variables: dict | None = None, what: 
     return out
 
 
-def _flag(tok: str, nxt, out: Tokens) -> int:
+def _flag(tok: str, rest: list, out: Tokens) -> int:
     out.flags = True
     name, eq, value = tok.partition("=")
     if eq:
         out.values[name] = parse_value(value)
         return 1
-    if nxt is not None and _is_value(nxt):
-        out.values[name] = parse_value(nxt)
-        return 2
-    out.values[name] = True  # a switch (store_true)
-    return 1
+    taken = []
+    while len(taken) < MAX_FLAG_VALUES and len(rest) > len(taken) and _is_value(rest[len(taken)]):
+        if taken and not _FLOAT.match(rest[len(taken)]):  # a second value must be a number (nargs=2 widths);
+            break  # a word after `--nproc 8` is the script, not a value
+        taken.append(parse_value(rest[len(taken)]))
+    # a switch (store_true) is true; nargs=2 flags (OpenRLHF's --actor.eps_clip_low_high 0.2 0.28) are a list
+    out.values[name] = True if not taken else taken[0] if len(taken) == 1 else taken
+    return 1 + len(taken)
 
 
 def _is_value(tok: str) -> bool:
