@@ -370,3 +370,32 @@ def test_verl_forms_are_finite_on_empty_masks_and_extreme_ratios(method):
     far = lp + torch.where(torch.rand(lp.shape, generator=torch.Generator().manual_seed(2)) < 0.5, -30.0, 30.0)
     loss, grad, m = run(lambda leaf: policy_loss(leaf, old, adv, mask, spec), far)
     assert math.isfinite(float(loss)) and bool(torch.isfinite(grad).all()) and math.isfinite(m["ppo_kl"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", WRITTEN)
+def test_verl_forms_trace_without_graph_breaks(method):
+    """torch.compile(fullgraph=True) traces every verl form (no host read); Clip-Cov then takes its sync-free
+    draw, of the same size as verl's; the others give the eager numbers."""
+    from divclip.theory.modes_verl import _batch_covariance
+    from divclip.theory.spec import parse_method
+
+    spec = parse_method(method)
+    old, lp, adv, mask = batch(torch.float32, noise=0.3)
+    form = MODES[spec.mode]
+
+    def loss_of(leaf):
+        return form(leaf, old, adv, mask, spec).loss.sum()
+
+    torch._dynamo.reset()
+    compiled = torch.compile(loss_of, fullgraph=True, backend="eager")
+    (c_loss, c_grad, _), (e_loss, e_grad, _) = (run(lambda leaf, f=f: (f(leaf), {}), lp) for f in (compiled, loss_of))
+    if spec.mode != "clip_cov":
+        assert torch.equal(c_loss, e_loss) and torch.equal(c_grad, e_grad)
+        return
+    cov = _batch_covariance(lp, adv, mask)
+    ratio = (lp - old).exp()
+    kept_by_ratio = (-adv * torch.clamp(ratio, 0.8, 1.28)) <= (-adv * ratio)
+    candidates = (cov > 0.0) & (cov < 5.0) & (mask > 0) & kept_by_ratio & (adv != 0)
+    expected = min(max(int(0.02 * float(mask.sum())), 1), int(candidates.sum()))
+    assert int(((c_grad == 0) & candidates).sum()) == int(((e_grad == 0) & candidates).sum()) == expected
