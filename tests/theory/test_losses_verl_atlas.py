@@ -399,3 +399,23 @@ def test_verl_forms_trace_without_graph_breaks(method):
     candidates = (cov > 0.0) & (cov < 5.0) & (mask > 0) & kept_by_ratio & (adv != 0)
     expected = min(max(int(0.02 * float(mask.sum())), 1), int(candidates.sum()))
     assert int(((c_grad == 0) & candidates).sum()) == int(((e_grad == 0) & candidates).sum()) == expected
+
+
+@pytest.mark.parametrize("method", ["ratio/gpg", "ratio/dro/dro_beta=0.1",
+                                    "ratio/reinforce_is/rollout_is_threshold=1.5",
+                                    "ratio/reinforce_is/rollout_is_threshold=1.5/rollout_is_threshold_lower=0.7"])
+def test_token_level_verl_forms_weight_is_autograd(method):
+    """The Form's numpy w(q, r, A) is the per-token gradient: ∂ℓ/∂log π = −A·w (docs/theory.md §1)."""
+    import numpy as np
+
+    from divclip.theory.losses import policy_terms
+    from divclip.theory.spec import parse_method
+
+    spec = parse_method(method)
+    q, r, a = np.meshgrid([0.001, 0.1, 0.5, 0.9], [0.5, 0.69, 0.95, 1.0, 1.3, 2.0], [-1.5, 0.7], indexing="ij")
+    old = torch.tensor(np.log(q).reshape(1, -1))
+    leaf = torch.tensor(np.log(q * r).reshape(1, -1), requires_grad=True)
+    adv = torch.tensor(a.reshape(1, -1))
+    policy_terms(leaf, old, adv, torch.ones_like(adv), spec).loss.sum().backward()
+    w = get_form(spec.mode).weight(spec, q, r, a).reshape(1, -1)
+    assert np.allclose(leaf.grad.numpy(), -a.reshape(1, -1) * w, rtol=1e-12, atol=1e-15)
