@@ -75,7 +75,8 @@ def _array(name: str, x, lo: float, hi: float, lo_open: bool) -> np.ndarray:
     bad = ~np.isfinite(a) | (a > hi) | ((a <= lo) if lo_open else (a < lo))
     if bad.any():
         allowed = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
-        raise ValueError(f"{name} must lie in {allowed} (finite), got {a[bad].ravel()[0]!r} among {a.size} values")
+        first = float(a[bad].ravel()[0])
+        raise ValueError(f"{name} must lie in {allowed} (finite), got {first!r} among {a.size} values")
     return a
 
 
@@ -86,7 +87,8 @@ def _inputs(q, r, adv) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple]:
     try:
         shape = np.broadcast(q, r, adv).shape
     except ValueError:
-        raise ValueError(f"q, r and adv must broadcast together, got shapes {q.shape}, {r.shape}, {adv.shape}") from None
+        raise ValueError(f"q, r and adv must broadcast together, got shapes {q.shape}, {r.shape} and "
+                         f"{adv.shape}") from None
     return q, r, adv, shape
 
 
