@@ -197,8 +197,8 @@ def find_method(name: str) -> Method:
     try:
         spec = parse_method(name)
     except ValueError as exc:
-        raise ValueError(f"method {name!r} is neither a named method ({sorted(_METHODS)}), a loss form "
-                         f"({sorted(FORMS)}) nor a method string: {exc}") from None
+        raise ValueError(f"method {name!r} is neither a named method nor a loss form (`divclip atlas` lists "
+                         f"them), nor a method string: {exc}") from None
     return Method(name, name, _form_of(spec).sources or ("divclip",))
 
 
@@ -252,6 +252,10 @@ def _intervals(spec) -> dict | None:
     return {"q": list(Q_GRID), "A>0": pair(*pos), "A<0": pair(*neg)}
 
 
+_SEQUENCE_NOTE = ("sequence level: r is the sequence's length-normalised ratio s = exp(mean log r_t), and every "
+                  "token of the sequence gets w(q, s, A)")
+
+
 def atlas_row(method: Method, with_nearest: bool = True) -> dict:
     """The atlas entry of one method: name, method string, label, form, family, summary, sources, loss
     aggregation, parameters (value and default), intervals on `Q_GRID` by the sign of A (None where the form
@@ -273,7 +277,7 @@ def atlas_row(method: Method, with_nearest: bool = True) -> dict:
         "note": method.note,
         "parameters": _parameters(spec, form),
         "token_level": form.weight is not None,
-        "weight_note": form.weight_note,
+        "weight_note": _SEQUENCE_NOTE if spec.level == "sequence" else form.weight_note,
         "intervals": _intervals(spec),
     }
     if with_nearest:

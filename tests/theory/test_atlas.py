@@ -236,3 +236,50 @@ def test_the_frame_does_not_import_torch():
             "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith('torch'))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+# ------------------------------------------------------------------------------------- nearest budget
+def _brute_distance(lo_m, hi_m, lo, hi):
+    clamp = lambda x: np.log(np.clip(x, 1e-3, 1e3))  # noqa: E731
+    return np.maximum(np.abs(clamp(hi_m) - clamp(hi)), np.abs(clamp(lo_m) - clamp(lo))).max(axis=-1)
+
+
+@pytest.mark.parametrize("measure", ["ratio", "kl3", "binary_tv"])
+def test_nearest_budget_fit_is_the_brute_force_minimax(measure):
+    """DAPO's [0.8, 1.28] against a measure: the fitted δ's distance equals the minimum over a dense δ grid."""
+    from divclip.theory.measures import MEASURES
+    from divclip.theory.nearest_budget import fit_measure
+
+    q = np.asarray(Q_GRID)
+    lo, hi = np.full(6, 0.8), np.full(6, 1.28)
+    fit = fit_measure(MEASURES[measure], q, lo, hi)
+    deltas = np.logspace(-4, 0.5, 20001)
+    m = MEASURES[measure]
+    blo, bhi = m.bounds(deltas[:, None], q[None, :]) if m.p_dependent else m.bounds(deltas[:, None])
+    blo, bhi = np.broadcast_to(blo, (len(deltas), 6)), np.broadcast_to(bhi, (len(deltas), 6))
+    brute = _brute_distance(lo, hi, blo, bhi)
+    assert fit["distance"] == pytest.approx(brute.min(), abs=2e-4)
+    assert fit["distance"] <= brute.min() + 1e-9
+    assert not fit["equal"]
+    if measure == "ratio":  # closed form: |ln(1 − δ) − ln 0.8| = |ln(1 + δ) − ln 1.28| at the optimum
+        assert fit["distance_A>0"] == pytest.approx(fit["distance_A<0"], abs=1e-8)
+
+
+@pytest.mark.parametrize("method, measure, delta", [
+    ("grpo", "ratio", 0.2), ("dppo_kl", "binary_kl", 0.05), ("dppo_tv", "binary_tv", 0.2),
+    ("atr", "kl3", 0.023143551314209754), ("kl3_reverse:0.03/cispo", "kl3_reverse", 0.03),
+])
+def test_a_method_that_is_a_budget_is_found_equal(method, measure, delta):
+    from divclip.theory.atlas import catalogue
+
+    (row,) = catalogue([method])
+    near = row["nearest"]
+    assert near["equal"] and near["distance"] <= 1e-9
+    assert near["measure"] == measure and near["delta"] == pytest.approx(delta, rel=1e-6)
+
+
+def test_a_method_without_interval_has_no_nearest_budget():
+    from divclip.theory.atlas import catalogue
+
+    (row,) = catalogue(["sapo"])
+    assert row["intervals"] is None and row["nearest"] is None and "gate" in row["weight_note"]
