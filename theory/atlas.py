@@ -61,8 +61,11 @@ def _form_of(spec) -> Form:
 
 
 def _as_spec(spec):
+    """A ClipSpec from a ClipSpec, a method string or an atlas name ('dcpo', 'verl:vanilla'); δ0 if adaptive."""
     from divclip.theory.spec import AdaptiveSpec, as_spec
 
+    if isinstance(spec, str) and (spec.strip() in _METHODS or spec.strip() in FORMS):
+        spec = find_method(spec).method  # an atlas name that is not itself a method string
     spec = as_spec(spec)
     return spec.fixed() if isinstance(spec, AdaptiveSpec) else spec  # one step's budget: δ0
 
@@ -93,7 +96,8 @@ def _inputs(q, r, adv) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple]:
 
 
 def gradient_weight(spec, q, r, adv) -> np.ndarray:
-    """w with ∂ℓ/∂log π = −A·w for the per-token loss ℓ of `spec` (a ClipSpec or a method string).
+    """w with ∂ℓ/∂log π = −A·w for the per-token loss ℓ of `spec` (a ClipSpec, a method string or an atlas
+    name such as 'dcpo' or 'verl:vanilla').
 
     q (old probability, in (0, 1]), r (ratio, >= 0) and adv (advantage) are numbers or numpy arrays that
     broadcast; the result is a float64 array of their broadcast shape. See the module doc for what w is, and
