@@ -1,4 +1,4 @@
-"""`divclip atlas`: every clip objective in one frame (docs/theory.md §7).
+"""`divclip atlas`: every clip objective in one frame (docs/theory.md §8).
 
     divclip atlas                                  # every named method and loss form
     divclip atlas --methods dcpo,grpo              # two of them side by side (names or method strings)
@@ -8,7 +8,7 @@ Per method: family, sources (arXiv id and/or engine:mode), loss aggregation, par
 the keep interval at q in {0.001, 0.01, 0.1, 0.5, 0.9, 0.99} for A > 0 and A < 0, and the divergence budget it
 equals or comes nearest to (`divclip.theory.nearest_budget`). `--at Q,R` adds the gradient weight w of a token
 with old probability Q and ratio R (∂ℓ/∂log π = −A·w; 0 means clipped). `--json` prints the same as strict JSON
-(an unbounded interval end, ∞, is null).
+(an unbounded interval end, ∞, is null); `--markdown` prints the method table of README.md and docs/theory.md §8.
 """
 
 from __future__ import annotations
@@ -43,7 +43,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--at", type=_token, action="append", default=[], metavar="Q,R",
                    help="also print the gradient weight w of a token with old probability Q and ratio R "
                         "(repeatable)")
-    p.add_argument("--json", action="store_true", help="print strict JSON")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print strict JSON")
+    out.add_argument("--markdown", action="store_true",
+                     help="print the method table of README.md and docs/theory.md §8 (name, family, sources, "
+                          "method string, aggregation)")
     return p
 
 
@@ -117,7 +121,7 @@ def print_text(rows: list[dict], tokens) -> None:
             cells = [_interval_text(*iv[sign][i]) for i in range(len(Q_GRID))] if iv else ["none"] * len(Q_GRID)
             lines.append((r["name"], sign, *cells))
     _print_table(("method", "A", *(f"q={q:g}" for q in Q_GRID)), lines)
-    notes = [f"  {r['name']}: {r['weight_note'] or 'see docs/theory.md §7'}" for r in rows if not r["intervals"]]
+    notes = [f"  {r['name']}: {r['weight_note'] or 'see docs/theory.md §8'}" for r in rows if not r["intervals"]]
     if notes:
         print("\nNo interval:\n" + "\n".join(notes))
     if tokens:
@@ -130,7 +134,16 @@ def print_text(rows: list[dict], tokens) -> None:
         _print_table(("method", "q", "r", "w (A>0)", "w (A<0)"), wl)
     print(f"\nnearest budget: the registered measure and δ minimising d = max over the q grid of |ln b − ln b'| on "
           f"the binding bounds (hi for A > 0, lo for A < 0), bounds clamped to [{CLAMP[0]:g}, {CLAMP[1]:g}]; "
-          "d = 0 is equal (docs/theory.md §7).")
+          "d = 0 is equal (docs/theory.md §8).")
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """The method table README.md and docs/theory.md §8 carry between their `atlas:methods` markers."""
+    lines = ["| method | family | source | method string | aggregation |", "|---|---|---|---|---|"]
+    for r in rows:
+        cells = (f"`{r['name']}`", r["family"], ", ".join(r["sources"]), f"`{r['method']}`", r["agg"] or "any")
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -139,6 +152,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.methods is not None and not args.methods.strip(" ,"):
         raise ValueError(f"--methods must name at least one method (e.g. dcpo,grpo), got {args.methods!r}")
+    if args.markdown:
+        print(markdown_table(catalogue(args.methods, with_nearest=False)), end="")
+        return 0
     rows = catalogue(args.methods)
     for row in rows:
         row["weights"] = _weights(row, args.at)

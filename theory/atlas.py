@@ -6,7 +6,7 @@ per-token loss ℓ has
     ∂ℓ/∂log π = −A·w(q, r, A)
 
 so w is what the method does to the token's policy gradient: 0 where the gradient is clipped away, r for an
-unclipped PPO token (the importance weight), r times the gate's slope for SAPO, 1 for GPG (docs/theory.md §7).
+unclipped PPO token (the importance weight), r times the gate's slope for SAPO, 1 for GPG (docs/theory.md §8).
 `gradient_weight` dispatches to the loss form's `Form.weight` (`divclip.theory.forms`), so a form declared
 anywhere (the core forms, `forms_verl`, `forms_trl`, `forms_published`) is in the frame once declared.
 tests/theory/test_atlas.py checks w against autograd through `policy_loss` for every token-level form.
@@ -19,7 +19,7 @@ says why (`Form.weight_note`).
 `METHODS` names methods: an engine's mode or a paper's method as a method string plus the loss aggregation it
 uses (verl `vanilla` is 'grpo/dual=3' with token-mean; TRL `dapo` is 'grpo' with token-mean).
 `catalogue()` is the atlas: every named method and every declared form, with family, sources, parameters and
-intervals (`divclip atlas`, the app's Atlas page, the method table in README.md and docs/theory.md §7).
+intervals (`divclip atlas`, the app's Atlas page, the method table in README.md and docs/theory.md §8).
 
 Torch-free: this module imports `divclip.theory.spec` inside functions only, so a `forms_*` module may call
 `declare_method` while spec is still importing it.
@@ -101,7 +101,7 @@ def gradient_weight(spec, q, r, adv) -> np.ndarray:
 
     q (old probability, in (0, 1]), r (ratio, >= 0) and adv (advantage) are numbers or numpy arrays that
     broadcast; the result is a float64 array of their broadcast shape. See the module doc for what w is, and
-    docs/theory.md §7 for every form's formula. A ValueError names a bad argument, or says why the spec's form
+    docs/theory.md §8 for every form's formula. A ValueError names a bad argument, or says why the spec's form
     has no per-token weight (sequence-level and batch-selective forms)."""
     spec = _as_spec(spec)
     form = _form_of(spec)
@@ -115,7 +115,7 @@ def gradient_weight(spec, q, r, adv) -> np.ndarray:
 
 def interval(spec, q, sign: int):
     """(lo, hi) float64 arrays shaped like q: the ratio range where `spec`'s form keeps the gradient for A of
-    `sign` (+1 or -1), or None where the form has no interval (`Form.interval`, docs/theory.md §7)."""
+    `sign` (+1 or -1), or None where the form has no interval (`Form.interval`, docs/theory.md §8)."""
     spec = _as_spec(spec)
     form = _form_of(spec)
     if sign not in (1, -1) or isinstance(sign, bool):

@@ -1,4 +1,4 @@
-"""Which divergence budget a method's clip equals, or comes nearest to (docs/theory.md §7).
+"""Which divergence budget a method's clip equals, or comes nearest to (docs/theory.md §8).
 
 A method's binding bounds on the atlas's q grid are the top of its A > 0 interval, hi(q), and the bottom of its
 A < 0 interval, lo(q) (docs/theory.md §1.1: for A > 0 only hi binds, for A < 0 only lo). A measure D at budget δ
