@@ -201,8 +201,9 @@ def find_method(name: str) -> Method:
     try:
         spec = parse_method(name)
     except ValueError as exc:
+        why = str(exc).split("; allowed:")[0]  # the grammar's long list of choices: `divclip atlas` has them
         raise ValueError(f"method {name!r} is neither a named method nor a loss form (`divclip atlas` lists "
-                         f"them), nor a method string: {exc}") from None
+                         f"them), nor a method string: {why}") from None
     return Method(name, name, _form_of(spec).sources or ("divclip",))
 
 
@@ -245,6 +246,34 @@ def _parameters(spec, form: Form) -> list[dict]:
                 {"name": "tau_neg", "value": spec.tau_neg, "default": 1.05, "doc": "gate temperature, A <= 0"}]
     out += [{"name": p.name, "value": spec.param(p.name), "default": p.default, "doc": p.doc} for p in form.params]
     return out
+
+
+_FIELDS = ("eps_low", "eps_high", "delta", "dual_clip_c", "tis_cap", "tau_pos", "tau_neg")
+
+
+def method_parameters(method) -> list[dict]:
+    """The parameters of a method (a name, a method string or a ClipSpec) that `set_parameter` can change:
+    its budget fields and its form's own parameters, each with name, value, default and doc."""
+    spec = _as_spec(method)
+    return _parameters(spec, _form_of(spec))
+
+
+def set_parameter(method, name: str, value: float) -> str:
+    """The method string of `method` with one parameter (a budget field such as eps_high or delta, dual_clip_c,
+    tis_cap, tau_pos/tau_neg, or a form's own parameter) set to `value`; a ValueError says what is allowed."""
+    import dataclasses
+
+    from divclip.theory.spec import method_string
+
+    spec = _as_spec(method)
+    allowed = [p["name"] for p in _parameters(spec, _form_of(spec))]
+    if name not in allowed:
+        raise ValueError(f"method {method_string(spec)!r} has no parameter {name!r}; its parameters: {allowed}")
+    if name in _FIELDS:
+        new = dataclasses.replace(spec, **{name: value})
+    else:
+        new = dataclasses.replace(spec, params=tuple({**dict(spec.params), name: value}.items()))
+    return method_string(new)
 
 
 def _intervals(spec) -> dict | None:
