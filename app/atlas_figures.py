@@ -129,7 +129,8 @@ def _range(bounds, i: int = 0) -> str:
 def _nearest_text(near: dict | None) -> str:
     if near is None:
         return "none"
-    return f"{near['measure']} δ={near['delta']:.4g}" + (" (equal)" if near["equal"] else f" (d={near['distance']:.3g})")
+    how = " (equal)" if near["equal"] else f" (d={near['distance']:.3g})"
+    return f"{near['measure']} δ={near['delta']:.4g}{how}"
 
 
 def interval_rows(methods, q: float) -> list[dict]:
