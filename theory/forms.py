@@ -82,6 +82,9 @@ class Form:
     """a method string of this form at its usual (paper or engine default) settings, e.g. 'grpo' or
     'ratio:0.2:0.2/cispo': the atlas's default row and the spec tests/theory/test_atlas.py checks it with
     (a declared form without one fails that test)"""
+    check: Callable | None = None
+    """(spec) -> None: the form's own checks of a ClipSpec (cross-parameter rules, the measures it accepts), run
+    by ClipSpec's validation; raises ValueError naming the offending field"""
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self):
@@ -130,8 +133,8 @@ def param_names() -> set[str]:
 # The four forms the loss has had since v1, with their numpy weights and intervals (`form_weights`).
 for _form in (
     Form("clip", "hard clip", "max(−A·r, −A·clip(r, lo, hi)), for A < 0 at most −A·c with a dual clip",
-         ("arXiv:1707.06347", "verl:vanilla", "trl:grpo"), weight=fw.clip_weight, interval=fw.clip_interval,
-         example="grpo"),
+         ("arXiv:1707.06347", "arXiv:1912.09729 eq. 5", "verl:vanilla", "trl:grpo"), weight=fw.clip_weight,
+         interval=fw.clip_interval, example="grpo"),
     Form("gated", "hard clip", "−A·sg(min(r, c))·log π · 1[D(r, q) ≤ δ or not moved by A]",
          ("arXiv:2602.04879", "verl:dppo_kl", "verl:dppo_tv"), weight=fw.gated_weight,
          interval=fw.gated_interval, example="dppo_kl"),
