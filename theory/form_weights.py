@@ -15,11 +15,10 @@ per-token loss ℓ has ∂ℓ/∂log π = −A·w. The weights below are written
   sapo    w = r·g(r), g(r) = 4σ(τ(r − 1))(1 − σ(τ(r − 1))) the gate's slope (1 at r = 1), τ by the sign of A;
           0 where |log r| > 20. w/r is the gate; for PPO's kept tokens it is 1.
 
-The keep interval `(lo, hi)` of a form and sign of A is the ratio range inside which the form's clip leaves the
-token alone: a hard clip keeps the gradient there (w != 0; outside it w = 0), a truncated-IS form keeps the weight
-at r there (outside it the weight is capped at the bound, and the gradient is kept). verl's ±20 log-ratio clamp and
-the gated form's TIS cap (a safety truncation of the weight at c, far outside the budget) are not part of it. A
-form without such a range (SAPO's gate) has interval None.
+The keep interval `(lo, hi)` of a form and sign of A is the ratio range where the form keeps the token's
+gradient (w != 0); outside it w = 0. verl's ±20 log-ratio clamp is left out of it. A form that never zeroes a
+gradient (CISPO caps its weight, SAPO's gate only shrinks it) keeps every ratio: CISPO's interval is (0, ∞);
+SAPO, with no hard clip at all, has interval None.
 
 Everything here is numpy on float64 arrays that broadcast; `divclip.theory.atlas.gradient_weight` validates
 and dispatches. `clip_bounds(spec, q)` is the per-token [lo(q), hi(q)] of any clip budget (p-independent, the
@@ -135,5 +134,5 @@ def gated_interval(spec, q, sign: int):
 
 
 def cispo_interval(spec, q, sign: int):
-    """(lo(q), hi(q)) for both signs: outside it the IS weight is capped at the bound (the gradient is kept)."""
-    return _shaped(q, *clip_bounds(spec, q))
+    """(0, ∞) for both signs: CISPO caps the IS weight at the bounds but never zeroes a gradient."""
+    return _shaped(q, 0.0, np.inf)

@@ -73,9 +73,8 @@ class Form:
     weight: Callable | None = None
     """numpy w(spec, q, r, adv) -> array: ∂ℓ/∂log π = −A·w (docs/theory.md §1); None where not token level"""
     interval: Callable | None = None
-    """numpy (spec, q, sign) -> (lo, hi) arrays, for A of that sign: the ratio range inside which the form's
-    clip leaves the token alone (a hard clip keeps the gradient, w != 0; a truncated-IS form keeps w = r;
-    `divclip.theory.form_weights`); None where the form has no such range"""
+    """numpy (spec, q, sign) -> (lo, hi) arrays: the ratio interval where the gradient is kept (w != 0), for A of
+    that sign; None where the form has no interval (`divclip.theory.form_weights`)"""
     weight_note: str = ""
     """for a form without `weight`: what w means for it, or why it has none"""
     example: str = ""

@@ -89,13 +89,16 @@ def fit_measure(measure, q, lo, hi) -> dict:
 
 def nearest_budget(intervals: dict | None) -> dict | None:
     """The registered measure and budget δ nearest to a method's intervals (`atlas.atlas_row`'s "intervals":
-    q grid, [lo, hi] per q for A > 0 and A < 0), with the distance; None for a method without intervals.
+    q grid, [lo, hi] per q for A > 0 and A < 0), with the distance; None for a method without intervals or
+    whose intervals never bind (it keeps every gradient).
     "others" lists the next measures by distance."""
     if intervals is None:
         return None
     q = np.asarray(intervals["q"], dtype=np.float64)
     hi = np.asarray([b for _, b in intervals["A>0"]], dtype=np.float64)
     lo = np.asarray([a for a, _ in intervals["A<0"]], dtype=np.float64)
+    if np.all(hi >= CLAMP[1]) and np.all(lo <= CLAMP[0]):
+        return None  # it keeps every gradient (CISPO, GPPO): no budget binds
     fits = sorted((fit_measure(m, q, lo, hi) for m in list(MEASURES.values())), key=lambda f: f["distance"])
     best = dict(fits[0])
     best["others"] = [{k: f[k] for k in ("measure", "delta", "distance")} for f in fits[1:4]]
