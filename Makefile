@@ -18,8 +18,15 @@ $(VENV)/.base: pyproject.toml
 	$(PIP) install --quiet -e .
 	touch $@
 
+# The engines whose clip settings divclip reads from their own code (tests/engines): OpenRLHF, AReaL and SkyRL pull
+# GPU-only dependencies (vllm, deepspeed, flash-attn), so they come without them (--no-deps); divclip reads their
+# argparse parsers and config dataclasses, and runs SkyRL's policy-loss functions, which need loguru and jaxtyping.
+# skyrl-gym: SkyRL's config module imports it.
+ENGINE_PKGS ?= openrlhf==0.11.2 areal==1.0.4 skyrl==0.3.0 skyrl-gym==0.3.0
+
 $(VENV)/.test: $(VENV)/.base pyproject.toml
-	$(PIP) install --quiet -e ".[test,train,verl,trl]"
+	$(PIP) install --quiet -e ".[test,train,verl,trl,engines]"
+	$(PIP) install --quiet --no-deps $(ENGINE_PKGS)
 	touch $@
 
 setup: $(VENV)/.base
