@@ -25,7 +25,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from divclip.theory.atlas import Method, declare_method
 from divclip.theory.forms import Form, Param, declare_form
+
+IS_SAFETY_BOUND = 20.0  # verl clamps log IS weights to ±20 before exp (rollout_corr_helper.SAFETY_BOUND)
 
 # ------------------------------------------------------------------------------------------ helpers
 
@@ -60,7 +63,7 @@ declare_form(Form(
     "gpg", "truncated IS",
     "−A·log π: the plain policy gradient, weight 1 on every token, no ratio and no clip",
     ("arXiv:2504.02546", "verl:gpg", "verl:bypass_mode (loss_type=reinforce, rollout_is=None)"),
-    uses_budget=False, weight=_gpg_weight, interval=_everywhere,
+    uses_budget=False, weight=_gpg_weight, interval=_everywhere, example="ratio/gpg",
 ))
 
 
@@ -84,6 +87,7 @@ declare_form(Form(
     weight_note="w = 1 − β·log r / A: the penalty pulls r back to 1 whatever the sign of A; w is undefined "
                 "(NaN) at A = 0, where the gradient is β·log r alone; no interval (where w changes sign depends "
                 "on |A|, not on its sign)",
+    example="ratio/dro",
 ))
 
 
@@ -103,6 +107,7 @@ declare_form(Form(
     weight_note="PPO's w on the tokens not picked, 0 on the picked ones; which tokens are picked depends on "
                 "the whole batch (the covariance uses batch means) and on a random draw, so w is not a "
                 "function of (q, r, A); the interval is the PPO clip's",
+    example="ratio:0.2:0.2/clip_cov",
 ))
 
 
@@ -119,6 +124,7 @@ declare_form(Form(
     uses_budget=False, token_level=False,
     weight_note="w = r off the selected tokens and r − κ·sign(log r)/A on them; the selection is the batch's "
                 "top-k covariance, so w is not a function of (q, r, A) alone",
+    example="ratio/kl_cov",
 ))
 
 
@@ -147,7 +153,7 @@ declare_form(Form(
     weight_note="the gradient of token t is −Ā·s/|y|·∇log π on kept tokens, s the sequence's geometric-mean "
                 "ratio: it depends on the whole sequence, not on (q, r, A) alone; the per-token clip interval "
                 "is [e^−ε_low, e^ε_high] in A's direction",
-    extra={"aggregation": "mean over sequences (verl's geo_mean ignores loss_agg_mode)"},
+    extra={"aggregation": "mean over sequences (verl's geo_mean ignores loss_agg_mode)"}, example="ratio/geo_mean",
 ))
 
 
@@ -163,8 +169,10 @@ _IS_PARAMS = (
 
 
 def _is_weight(spec, q, r, adv):
-    """w = min(r, C), or r·1[c <= r <= C] with IcePop; refuses batch normalisation (a batch mean)."""
+    """w = min(r, C), or r·1[c <= r <= C] with IcePop, r's log clamped to ±20 as verl; refuses batch
+    normalisation (a batch mean)."""
     q, r, adv = _broadcast(q, r, adv)
+    r = np.exp(np.clip(np.log(r), -IS_SAFETY_BOUND, IS_SAFETY_BOUND))
     if spec.param("rollout_is_batch_normalize"):
         raise ValueError("reinforce_is with rollout_is_batch_normalize=1 divides by the batch's mean weight: "
                          "its w is not a function of (q, r, A)")
@@ -186,7 +194,7 @@ declare_form(Form(
     "reinforce_is", "truncated IS",
     "−A·sg(w)·log π, w = min(r, C) per token (TIS), or r on [c, C] and 0 outside (IcePop)",
     ("verl:bypass_mode (loss_type=reinforce, rollout_is=token)",),
-    params=_IS_PARAMS, uses_budget=False, weight=_is_weight, interval=_is_interval,
+    params=_IS_PARAMS, uses_budget=False, weight=_is_weight, interval=_is_interval, example="ratio/reinforce_is",
 ))
 
 declare_form(Form(
@@ -196,4 +204,24 @@ declare_form(Form(
     params=_IS_PARAMS, uses_budget=False, token_level=False,
     weight_note="every token of a sequence gets the sequence's weight min(Π_t r_t, C): w depends on the "
                 "whole sequence, not on (q, r, A) alone",
+    example="ratio/reinforce_seq_is",
 ))
+
+
+# ------------------------------------------------------------------------------ the atlas's verl rows
+for _m in (  # verl's own defaults (actor.yaml): clip_ratio 0.2, loss_agg_mode token-mean
+    Method("verl:gpg", "ratio/gpg", ("arXiv:2504.02546", "verl:gpg"), "token-mean"),
+    Method("verl:dro", "ratio/dro", ("arXiv:2405.19107", "verl:dro"), "token-mean",
+           "verl requires policy_loss.dro_beta; β = 0.05 here"),
+    Method("verl:clip_cov", "ratio:0.2:0.2/clip_cov", ("arXiv:2505.22617", "verl:clip_cov"), "token-mean"),
+    Method("verl:kl_cov", "ratio/kl_cov", ("arXiv:2505.22617", "verl:kl_cov"), "token-mean"),
+    Method("verl:geo_mean", "ratio/geo_mean/gmpo_eps_low=0.2/gmpo_eps_high=0.2", ("arXiv:2507.20673", "verl:geo_mean"),
+           None, "verl's clip_ratio 0.2 as log-space widths; the mean over sequences whatever loss_agg_mode says"),
+    Method("verl:bypass_ppo_clip", "grpo/dual=3", ("verl:bypass_mode",), "token-mean",
+           "loss_type ppo_clip: vanilla on the rollout log-probs"),
+    Method("verl:bypass_reinforce_token", "ratio/reinforce_is", ("verl:bypass_mode",), "token-mean",
+           "loss_type reinforce, rollout_is token, threshold 2"),
+    Method("verl:bypass_reinforce_sequence", "ratio/reinforce_seq_is", ("verl:bypass_mode",), "token-mean",
+           "loss_type reinforce, rollout_is sequence, threshold 2"),
+):
+    declare_method(_m)
