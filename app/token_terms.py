@@ -123,9 +123,9 @@ def explain_token(methods: dict[str, ClipSpec], q: float, r: float, adv: float) 
     for text, spec in methods.items():
         bounds = token_bounds(spec, q)
         terms = theory_terms(spec, q, r, adv)
-        loss = float(terms.loss[0, 0])
+        loss = float(terms.loss[0, 0]) + 0.0  # + 0.0: no '-0' on the page
         weight = float(np.asarray(gradient_weight(spec, q, r, adv)))
-        gradient = -adv * weight
+        gradient = -adv * weight + 0.0  # + 0.0: no "-0"
         out.append(TokenTerm(text, spec_label(spec), loss, _loss_text(spec, r, adv, bounds, loss), weight, gradient,
                              gradient == 0, _rule(spec, terms, r, adv, bounds, weight), bounds))
     return out
