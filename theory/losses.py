@@ -19,6 +19,8 @@ import math
 
 import torch
 
+# The loss forms declared in divclip.theory.forms_* register their torch implementations on import.
+from divclip.theory import modes_published, modes_trl, modes_verl  # noqa: E402, F401, I001
 from divclip.theory.loss_metrics import LOSS_AGG_MODES, agg_loss, aggregate, check_agg, clip_metrics, masked_sum_finite
 from divclip.theory.loss_modes import (
     LOG_RATIO_CLAMP,

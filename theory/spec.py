@@ -13,7 +13,10 @@ Method strings (whitespace around the whole string is ignored; nothing else is):
                                              1 - 0.2 (GRPO's ε_low), as ATR-GRPO does; 'ratio' is ε = 0.2
              | MEASURE ":" NUMBER            budget δ (for 'ratio': a symmetric clip width ε)
              | "ratio:" NUMBER ":" NUMBER    ratio clip ε_low:ε_high (DAPO's clip-higher is ratio:0.2:0.28)
-    option  := "clip" | "gated" | "cispo" | "sapo"   the loss form (default clip; a preset keeps its own)
+    option  := MODE                                the loss form (default clip; a preset keeps its own): clip,
+                                                 gated, cispo, sapo, or any form in `divclip.theory.forms`
+             | NAME "=" NUMBER                     a parameter of the loss form (`Form.params`), e.g.
+                                                 '/clip_cov_ratio=0.0002'; unset ones take the form's default
              | "seq"                               GSPO's sequence-level ratio
              | "dual=" NUMBER                      dual-clip cap c > 1 (mode clip)
              | "tis=" NUMBER                       truncated IS weight cap (mode gated)
@@ -51,6 +54,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from divclip.theory import forms_published, forms_trl, forms_verl  # noqa: F401  (declare their loss forms)
+from divclip.theory.forms import FORMS, MODE_NAMES, param_names
 from divclip.theory.measures import MEASURES, Measure, get_measure
 
 __all__ = [
@@ -70,11 +75,14 @@ __all__ = [
 ]
 
 LEVELS = ("token", "sequence")
+TAU_MIN, TAU_MAX = 1e-6, 1e6
+"""Allowed SAPO gate temperatures (the paper's defaults are 1 and 1.05)."""
+MAX_METHOD_ECHO = 80
+"""A method string longer than this is shown cut, with its length, in error messages."""
 DEFAULT_EPS_LOW = 0.2
 """A bare measure name means the budget whose lower bound is 1 - DEFAULT_EPS_LOW (GRPO's ε_low), as ATR-GRPO."""
 
-# Loss-form names; `divclip.theory.loss_modes.register_mode` adds to this set as it registers a form.
-MODE_NAMES: set[str] = {"clip", "gated", "cispo", "sapo"}
+# Loss-form names (`divclip.theory.forms.MODE_NAMES`): the declared forms; `register_mode` adds to this set too.
 # p-dependent measures the torch loss can solve per-token bounds for (`divclip.theory.loss_modes._TORCH_BOUNDS`).
 LOSS_P_DEPENDENT = frozenset({"binary_kl", "binary_tv"})
 
@@ -114,6 +122,9 @@ class ClipSpec:
     """mode 'sapo': gate temperature for A > 0."""
     tau_neg: float = 1.05
     """mode 'sapo': gate temperature for A <= 0."""
+    params: tuple = ()
+    """The mode's own parameters beyond the budget, as sorted (name, value) pairs (`divclip.theory.forms`: e.g.
+    mode 'clip_cov' takes clip_cov_ratio); a name left out takes the form's default (`spec.param(name)`)."""
 
     def __post_init__(self):
         if not isinstance(self.measure, Measure) and self.measure not in MEASURES:
@@ -122,6 +133,7 @@ class ClipSpec:
             raise ValueError(f"ClipSpec.mode must be one of {sorted(MODE_NAMES)}, got {self.mode!r}")
         if self.level not in LEVELS:
             raise ValueError(f"ClipSpec.level must be one of {list(LEVELS)}, got {self.level!r}")
+        self._check_params()
         self._check_budget()
         if self.dual_clip_c is not None:
             if self.mode != "clip":
@@ -131,8 +143,11 @@ class ClipSpec:
             if self.mode != "gated":
                 raise ValueError(f"ClipSpec.tis_cap applies to mode='gated' only, got mode={self.mode!r}")
             _positive("tis_cap", self.tis_cap)
-        _positive("tau_pos", self.tau_pos)
-        _positive("tau_neg", self.tau_neg)
+        for name in ("tau_pos", "tau_neg"):  # 4/τ and τ·(r - 1) must stay finite in float32 (docs/theory.md §1.1)
+            value = _positive(name, self.tau_pos if name == "tau_pos" else self.tau_neg, above=0.0, at_most=TAU_MAX)
+            if value < TAU_MIN:
+                raise ValueError(f"ClipSpec.{name} must be a finite number in [{TAU_MIN:g}, {TAU_MAX:g}] (the SAPO "
+                                 f"gate's 4/τ and τ·(r - 1) stay finite in float32), got {value!r}")
         if self.mode != "sapo" and (self.tau_pos, self.tau_neg) != (1.0, 1.05):
             raise ValueError(f"ClipSpec.tau_pos/tau_neg apply to mode='sapo' only, got mode={self.mode!r}")
         if self.level == "sequence":
@@ -149,11 +164,40 @@ class ClipSpec:
                 f"p-dependent measures supported in the loss: {sorted(LOSS_P_DEPENDENT)}"
             )
 
+    def _check_params(self):
+        params = self.params
+        if isinstance(params, dict):
+            params = tuple(params.items())
+        if not isinstance(params, tuple) or not all(isinstance(kv, tuple) and len(kv) == 2 for kv in params):
+            raise ValueError(f"ClipSpec.params must be (name, value) pairs, got {self.params!r}")
+        form = FORMS.get(self.mode)
+        checked = {}
+        for name, value in params:
+            if form is None:
+                raise ValueError(f"ClipSpec.params: mode {self.mode!r} takes no parameters, got {name!r}")
+            if name in checked:
+                raise ValueError(f"ClipSpec.params names {name!r} twice")
+            checked[name] = form.param(name).check(value)
+        object.__setattr__(self, "params", tuple(sorted(checked.items())))
+        if form is not None and form.check is not None:
+            form.check(self)  # the form's own rules (divclip.theory.forms.Form.check)
+
+    def param(self, name: str) -> float:
+        """The value of the mode's parameter `name`: the one set in `params`, else the form's default."""
+        for key, value in self.params:
+            if key == name:
+                return value
+        form = FORMS.get(self.mode)
+        if form is None:
+            raise ValueError(f"mode {self.mode!r} has no parameter {name!r}")
+        return form.param(name).default
+
     def _check_budget(self):
-        if self.mode == "sapo":
+        form = FORMS.get(self.mode)
+        if form is not None and not form.uses_budget:
             if (self.delta, self.eps_low, self.eps_high) != (None, None, None):
                 raise ValueError(
-                    "mode='sapo' uses the soft gate (tau_pos, tau_neg), not a clip budget: "
+                    f"mode={self.mode!r} takes no clip budget ({form.summary}): "
                     f"got delta={self.delta!r}, eps_low={self.eps_low!r}, eps_high={self.eps_high!r}"
                 )
             return
@@ -169,6 +213,11 @@ class ClipSpec:
                 )
             _positive("eps_low", self.eps_low, at_most=1.0)
             _positive("eps_high", self.eps_high)
+            for name, value, bound in (("eps_low", self.eps_low, 1.0 - self.eps_low),
+                                       ("eps_high", self.eps_high, 1.0 + self.eps_high)):
+                if bound == 1.0:
+                    raise ValueError(f"ClipSpec.{name}={value!r} underflows: 1 {'-' if name == 'eps_low' else '+'} "
+                                     f"{value!r} rounds to 1 in float64 (use a width of at least ~1.2e-16)")
         else:
             if self.eps_low is not None or self.eps_high is not None:
                 raise ValueError(
@@ -179,7 +228,14 @@ class ClipSpec:
                 raise ValueError(f"measure {self.measure_name!r} needs a budget delta > 0, got delta=None")
             _positive("delta", self.delta)
             if not self.p_dependent:
-                self.ratio_bounds()  # a custom measure may refuse this δ: fail here, not mid-training
+                lo, hi = self.ratio_bounds()  # a custom measure may refuse this δ: fail here, not mid-training
+                if lo == 1.0 or hi == 1.0:
+                    side = "lower" if lo == 1.0 else "upper"
+                    raise ValueError(
+                        f"ClipSpec.delta={self.delta!r} is too small for {self.measure_name!r}: its {side} bound "
+                        f"rounds to 1 in float64 (the clip interval underflows to [{lo!r}, {hi!r}], every moved token "
+                        "would be clipped); use a budget whose bounds differ from 1 by at least ~1e-15"
+                    )
 
     @property
     def measure_name(self) -> str:
@@ -381,8 +437,9 @@ _ADAPT_KEYS = {"gain": "gain", "min": "delta_min", "max": "delta_max", "dir": "d
 def _allowed() -> str:
     return (
         f"a preset {sorted(PRESETS)} or a measure {sorted(MEASURES)}, optionally ':delta' ('ratio:eps' or "
-        f"'ratio:eps_low:eps_high'), then options '/clip', '/gated', '/cispo', '/sapo', '/seq', '/dual=C', "
-        f"'/tis=C', '/tau=POS:NEG' (e.g. 'kl3:0.023144', 'ratio:0.2:0.28', 'binary_kl:0.05/gated'); "
+        f"'ratio:eps_low:eps_high'), then options '/MODE' (a loss form: {sorted(MODE_NAMES)}), '/seq', "
+        f"'/dual=C', '/tis=C', '/tau=POS:NEG', '/NAME=VALUE' (a loss form's parameter: {sorted(param_names())}) "
+        f"(e.g. 'kl3:0.023144', 'ratio:0.2:0.28', 'binary_kl:0.05/gated'); "
         f"'A&B' intersects methods, 'M@SIGNAL=TARGET[:gain=G][:min=D][:max=D][:dir=±1]' adapts δ with SIGNAL "
         f"in {list(SIGNALS)} (e.g. 'kl3:0.023144&binary_tv:0.2', 'kl3@clipfrac=0.1')"
     )
@@ -394,7 +451,8 @@ def _number(text: str, what: str, method: str) -> float:
     except ValueError:
         x = math.nan
     if not math.isfinite(x):
-        raise ValueError(f"method {method!r}: {what} must be a finite number, got {text!r}; allowed: {_allowed()}")
+        raise ValueError(f"method {_echo(method)}: {what} must be a finite number, got {_echo(text)}; "
+                         f"allowed: {_allowed()}")
     return x
 
 
@@ -412,8 +470,19 @@ def _apply_option(fields: dict, option: str, method: str) -> None:
         pos, neg = value.split(":")
         fields["tau_pos"] = _number(pos, "tau_pos", method)
         fields["tau_neg"] = _number(neg, "tau_neg", method)
+    elif eq and key in param_names():
+        params = dict(fields.get("params", ()))
+        if key in params:
+            raise ValueError(f"method {_echo(method)}: option {'/' + key!r} is given twice")
+        params[key] = _number(value, f"the value of {key!r}", method)
+        fields["params"] = tuple(params.items())
     else:
-        raise ValueError(f"method {method!r}: unknown option {'/' + option!r}; allowed: {_allowed()}")
+        raise ValueError(f"method {_echo(method)}: unknown option {_echo('/' + option)}; allowed: {_allowed()}")
+
+
+def _budget_free(mode: str | None) -> bool:
+    form = FORMS.get(mode) if mode else None
+    return form is not None and not form.uses_budget
 
 
 def _base_fields(base: str, method: str, mode: str | None) -> dict | ClipSpec:
@@ -423,79 +492,97 @@ def _base_fields(base: str, method: str, mode: str | None) -> dict | ClipSpec:
     head, *nums = base.split(":")
     if head not in MEASURES:
         raise ValueError(
-            f"unknown method {method!r}: {head!r} is neither a preset nor a measure; allowed: {_allowed()}"
+            f"unknown method {_echo(method)}: {_echo(head)} is neither a preset nor a measure; allowed: {_allowed()}"
         )
     values = [_number(x, f"the budget after '{head}:'", method) for x in nums]
     if head == "ratio":
         if len(values) > 2:
-            raise ValueError(f"method {method!r}: a ratio clip is 'ratio', 'ratio:eps' or 'ratio:eps_low:eps_high'")
-        if mode == "sapo" and not values:
+            raise ValueError(f"method {_echo(method)}: a ratio clip is 'ratio', 'ratio:eps' or "
+                             "'ratio:eps_low:eps_high'")
+        if _budget_free(mode) and not values:
             return {"measure": "ratio"}
         lo, hi = (values[0], values[-1]) if values else (DEFAULT_EPS_LOW, DEFAULT_EPS_LOW)
         return {"measure": "ratio", "eps_low": lo, "eps_high": hi}
     if len(values) > 1:
-        raise ValueError(f"method {method!r}: a divergence measure takes one budget, '{head}:delta'")
+        raise ValueError(f"method {_echo(method)}: a divergence measure takes one budget, '{head}:delta'")
     if values:
         return {"measure": head, "delta": values[0]}
-    if mode == "sapo":
+    if _budget_free(mode):
         return {"measure": head}
     if MEASURES[head].p_dependent:
-        raise ValueError(f"method {method!r}: the p-dependent measure {head!r} needs a budget, e.g. '{head}:0.05'")
+        raise ValueError(f"method {_echo(method)}: the p-dependent measure {_echo(head)} needs a budget, "
+                         f"e.g. '{head}:0.05'")
     from divclip.theory.conversions import delta_for_eps
 
     return {"measure": head, "delta": delta_for_eps(head, eps_low=DEFAULT_EPS_LOW)}
+
+
+MAX_METHOD_CHARS = 2000
+"""Longest method string accepted (an intersection of a dozen parts fits in a few hundred)."""
+
+
+def _echo(value) -> str:
+    """repr(value), cut to MAX_METHOD_ECHO characters with the length said, so that an error never echoes a
+    million-character string."""
+    text = repr(value)
+    if len(text) <= MAX_METHOD_ECHO:
+        return text
+    size = f"{len(value)} characters" if isinstance(value, str) else f"{len(text)} characters as text"
+    return f"{text[:MAX_METHOD_ECHO - 10]}... ({size})"
 
 
 def parse_method(text: str) -> ClipSpec:
     """The `ClipSpec` of one method string (grammar in the module doc string); a ValueError names the string.
     'a&b' gives an `AllOf`, 'm@signal=target' an `AdaptiveSpec`."""
     if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"method must be a non-empty string: {_allowed()}; got {text!r}")
+        raise ValueError(f"method must be a non-empty string: {_allowed()}; got {_echo(text)}")
     method = text.strip()
+    if len(method) > MAX_METHOD_CHARS:
+        raise ValueError(f"method must be at most {MAX_METHOD_CHARS} characters, got {_echo(method)}")
     for ch, meaning in _RESERVED.items():
         if ch in method:
-            raise ValueError(f"method {method!r}: {ch!r} ({meaning}) is not supported here; allowed: {_allowed()}")
+            raise ValueError(f"method {_echo(method)}: {ch!r} ({meaning}) is not supported here; allowed: {_allowed()}")
     if "@" in method:
         return _parse_adaptive(method)
     if "&" in method:
         parts = [_parse_part(p.strip(), method) if p.strip() else None for p in method.split("&")]
         if None in parts:
-            raise ValueError(f"method {method!r}: an empty part around '&'; allowed: {_allowed()}")
+            raise ValueError(f"method {_echo(method)}: an empty part around '&'; allowed: {_allowed()}")
         try:
             return all_of(*parts)
         except ValueError as exc:
-            raise ValueError(f"method {method!r}: {exc}") from None
+            raise ValueError(f"method {_echo(method)}: {exc}") from None
     return _parse_part(method, method)
 
 
 def _parse_adaptive(method: str) -> AdaptiveSpec:
     head, _, tail = method.partition("@")
     if "@" in tail or "&" in method:
-        raise ValueError(f"method {method!r}: an adaptive δ takes one '@' on a single measure (no '&'); "
+        raise ValueError(f"method {_echo(method)}: an adaptive δ takes one '@' on a single measure (no '&'); "
                          f"allowed: {_allowed()}")
     base = _parse_part(head.strip(), method)
     target_text, *opts = tail.split(":")
     signal, eq, value = target_text.partition("=")
     if not eq or signal.strip() not in SIGNALS:
-        raise ValueError(f"method {method!r}: after '@' comes SIGNAL=TARGET with SIGNAL in {list(SIGNALS)}, got "
-                         f"{tail!r}")
+        raise ValueError(f"method {_echo(method)}: after '@' comes SIGNAL=TARGET with SIGNAL in {list(SIGNALS)}, got "
+                         f"{_echo(tail)}")
     fields = {"signal": signal.strip(), "target": _number(value, "the target after '='", method)}
     for opt in opts:
         key, eq, value = opt.partition("=")
         if not eq or key not in _ADAPT_KEYS or _ADAPT_KEYS[key] in fields:
-            raise ValueError(f"method {method!r}: unknown or repeated adaptive option {opt!r}; allowed: "
+            raise ValueError(f"method {_echo(method)}: unknown or repeated adaptive option {_echo(opt)}; allowed: "
                              f"{sorted(_ADAPT_KEYS)} as ':key=value'")
         x = _number(value, f"the value of {key!r}", method)
         if key == "dir":
             if x not in (1.0, -1.0):
-                raise ValueError(f"method {method!r}: dir must be +1 or -1, got {value!r}")
+                raise ValueError(f"method {_echo(method)}: dir must be +1 or -1, got {value!r}")
             x = int(x)
         fields[_ADAPT_KEYS[key]] = x
     base_fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(ClipSpec)}
     try:
         return AdaptiveSpec(**base_fields, **fields)
     except ValueError as exc:
-        raise ValueError(f"method {method!r}: {exc}") from None
+        raise ValueError(f"method {_echo(method)}: {exc}") from None
 
 
 def _parse_part(part: str, method: str) -> ClipSpec:
@@ -509,7 +596,7 @@ def _parse_part(part: str, method: str) -> ClipSpec:
             return dataclasses.replace(found, **fields) if fields else found
         return ClipSpec(**found, **fields)
     except ValueError as exc:
-        raise ValueError(f"method {method!r}: {exc}") from None
+        raise ValueError(f"method {_echo(method)}: {exc}") from None
 
 
 def parse_methods(methods) -> dict[str, ClipSpec]:
@@ -520,7 +607,7 @@ def parse_methods(methods) -> dict[str, ClipSpec]:
         methods = [m.strip() for m in methods.split(",") if m.strip()]
     items = list(methods.items()) if isinstance(methods, Mapping) else list(methods or [])
     if not items:
-        raise ValueError(f"methods must name at least one method (e.g. 'grpo,dapo,atr'), got {methods!r}")
+        raise ValueError(f"methods must name at least one method (e.g. 'grpo,dapo,atr'), got {_echo(methods)}")
     out: dict[str, ClipSpec] = {}
     for item in items:
         if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
@@ -532,9 +619,9 @@ def parse_methods(methods) -> dict[str, ClipSpec]:
         elif isinstance(item, str):
             label, spec = item.strip(), parse_method(item)
         else:
-            raise ValueError(f"methods entries must be names, ClipSpecs or (label, ClipSpec) pairs, got {item!r}")
+            raise ValueError(f"methods entries must be names, ClipSpecs or (label, ClipSpec) pairs, got {_echo(item)}")
         if not label or "," in label or label in out:
-            raise ValueError(f"method labels must be non-empty, unique and comma-free, got {label!r}")
+            raise ValueError(f"method labels must be non-empty, unique and comma-free, got {_echo(label)}")
         out[label] = spec
     return out
 
@@ -545,7 +632,7 @@ def as_spec(spec) -> ClipSpec:
         return spec
     if isinstance(spec, str):
         return parse_method(spec)
-    raise ValueError(f"spec must be a ClipSpec or a method string ({_allowed()}), got {spec!r}")
+    raise ValueError(f"spec must be a ClipSpec or a method string ({_allowed()}), got {_echo(spec)}")
 
 
 def _options(spec: ClipSpec, fmt) -> list[str]:
@@ -558,6 +645,7 @@ def _options(spec: ClipSpec, fmt) -> list[str]:
         out.append(f"tis={fmt(spec.tis_cap)}")
     if spec.mode == "sapo" and (spec.tau_pos, spec.tau_neg) != (1.0, 1.05):
         out.append(f"tau={fmt(spec.tau_pos)}:{fmt(spec.tau_neg)}")
+    out.extend(f"{name}={fmt(value)}" for name, value in spec.params)
     return out
 
 
@@ -576,7 +664,7 @@ def method_string(spec) -> str:
     for name, known in PRESETS.items():
         if known == spec:
             return name
-    if spec.mode == "sapo":
+    if _budget_free(spec.mode):
         base = spec.measure_name
     elif spec.measure_name == "ratio":
         base = f"ratio:{spec.eps_low!r}:{spec.eps_high!r}"
@@ -600,6 +688,8 @@ def spec_label(spec) -> str:
         return spec_label(s.fixed()).replace("δ=", "δ0=", 1) + f" @{s.signal}={s.target:g}"
     if s.mode == "sapo":
         return f"sapo τ={s.tau_pos:g}/{s.tau_neg:g}"
+    if _budget_free(s.mode):
+        return " ".join([s.mode, *(f"{k}={v:g}" for k, v in s.params)])
     budget = f"{s.eps_low:g}/{s.eps_high:g}" if s.measure_name == "ratio" else f"δ={s.delta:.4g}"
     extra = [o for o in _options(s, lambda x: f"{x:g}") if not o.startswith("tau=")]
     return " ".join([s.measure_name, budget, *extra])
