@@ -69,11 +69,12 @@ COPIED = (("loss_type", "loss_type"), ("importance_sampling_level", "importance_
           ("max_completion_length", "max_completion_length"), ("beta", "beta"), ("epsilon_low", "epsilon"))
 
 
-def trainer_for(args):
-    """A GRPOTrainer (not constructed: no model, no data) holding what `_compute_loss` reads from `args`."""
+def trainer_for(args, cls=None):
+    """A GRPOTrainer (or subclass `cls`; not constructed: no model, no data) holding what `_compute_loss` reads
+    from `args`."""
     from trl import GRPOTrainer
 
-    trainer = object.__new__(GRPOTrainer)
+    trainer = object.__new__(cls or GRPOTrainer)
     for attr, name in COPIED:
         setattr(trainer, attr, getattr(args, name))
     trainer.epsilon_high = args.epsilon_high if args.epsilon_high is not None else args.epsilon
