@@ -1,8 +1,8 @@
 """Every TRL 1.16 loss_type × importance_sampling_level is a divclip method: `policy_loss` returns TRL's loss bit for
 bit and its gradient to the last ulp, against `GRPOTrainer._compute_loss` run in process (tests/theory/trl_helpers.py).
 
-The method each TRL setting runs (`trl_method`) is read from the GRPOConfig's own fields; divclip.engines' TRL
-reader must give the same (tests of `from_engine`). TRL never clamps log r, so every method here is '/noclamp'.
+The method each TRL setting runs (`trl_helpers.trl_method`) is read from the GRPOConfig's own fields; divclip.engines'
+TRL reader must give the same (tests of `from_engine`). TRL never clamps log r, so every method here is '/noclamp'.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 
 pytest.importorskip("trl")
 
-from trl_helpers import COPIED, grpo_config, trainer_for, trl_loss  # noqa: E402
+from trl_helpers import CLIPPED, COPIED, VESPO_FIELDS, grpo_config, trainer_for, trl_loss, trl_method  # noqa: E402
 
 from divclip.theory.forms import get_form  # noqa: E402
 from divclip.theory.loss_metrics import agg_loss  # noqa: E402
@@ -21,39 +21,11 @@ from divclip.theory.losses import ClipSpec, policy_loss, policy_terms  # noqa: E
 
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
 LEVELS = ("token", "sequence")
-CLIPPED = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
-VESPO_FIELDS = ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")
 # Two GRPOConfigs per loss type: TRL's defaults (epsilon_high None, no delta; cispo's cap is then epsilon = 0.2),
 # and every clip knob set (delta above 1 + epsilon_high, where TRL's two-sided clip is divclip's dual clip).
 CUSTOM = {"epsilon": 0.15, "epsilon_high": 0.28, "delta": 1.6, "sapo_temperature_pos": 0.7,
           "sapo_temperature_neg": 1.3, "vespo_k_pos": 1.5, "vespo_lambda_pos": 2.5, "vespo_k_neg": 2.2,
           "vespo_lambda_neg": 0.3, "max_completion_length": 64}
-
-
-def _f32(x: float) -> float:
-    """TRL builds sapo's temperatures and VESPO's k, λ with torch.where on Python floats: float32 values."""
-    return float(np.float32(x))
-
-
-def trl_method(args, batch: int, num_items: float):
-    """(ClipSpec, loss_agg_mode, loss_scale_factor) of a GRPOConfig on one process, one accumulation step."""
-    level, loss_type = args.importance_sampling_level, args.loss_type
-    eps_high = args.epsilon_high if args.epsilon_high is not None else args.epsilon
-    if loss_type in CLIPPED:
-        spec = ClipSpec("ratio", eps_low=args.epsilon, eps_high=eps_high, dual_clip_c=args.delta, level=level,
-                        mode="luspo" if loss_type == "luspo" else "clip", clamp_log_ratio=False)
-    elif loss_type == "cispo":
-        spec = ClipSpec(mode="cispo_cap", params={"cispo_cap": eps_high}, level=level, clamp_log_ratio=False)
-    elif loss_type == "sapo":
-        spec = ClipSpec(mode="sapo", tau_pos=_f32(args.sapo_temperature_pos), level=level,
-                        tau_neg=_f32(args.sapo_temperature_neg), clamp_log_ratio=False)
-    else:  # vespo: its own sequence weight whatever the level
-        spec = ClipSpec(mode="vespo", params={k: _f32(getattr(args, k)) for k in VESPO_FIELDS})
-    global_tokens = float(max(num_items, 1))  # num_items_in_batch.clamp(min=1) / processes · accum / steps_per_gen
-    agg = {"grpo": ("seq-mean-token-mean-all", None), "sapo": ("seq-mean-token-mean-all", None),
-           "bnpo": ("token-mean", None), "dr_grpo": ("token-sum-norm", float(batch * args.max_completion_length)),
-           "luspo": ("seq-mean-token-sum-all", None)}.get(loss_type, ("token-sum-norm", global_tokens))
-    return spec, *agg
 
 
 def batch(dtype, seed=0, b=12, t=9, extreme=()):

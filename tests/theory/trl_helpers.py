@@ -17,8 +17,13 @@ import tempfile
 import types
 from collections import defaultdict
 
+import numpy as np
 import torch
 
+from divclip.theory.losses import ClipSpec
+
+CLIPPED = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")  # the loss types that run PPO's clip
+VESPO_FIELDS = ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")
 PROMPT = 2  # prompt tokens in front of every completion (TRL slices them off)
 
 
@@ -43,15 +48,20 @@ class OneProcess:
 class GivenLogProbs(torch.nn.Module):
     """A causal LM stand-in whose fused-head output is the completion log-probs `lp` (B, T) we chose."""
 
-    def __init__(self, lp):
+    def __init__(self, lp, prefixed: bool = False):
         super().__init__()
-        self.lp = lp
+        self.lp, self.prefixed = lp, prefixed  # prefixed: lp is already (B, P + T) (the benchmark's leaf)
+        self.entropy = None
 
     def forward(self, input_ids, attention_mask, labels=None, fused_lm_head=False, **_):
         assert fused_lm_head, "TRL 1.16 asks the model for its fused-head log-probs"
-        pad = torch.zeros(self.lp.shape[0], PROMPT, dtype=self.lp.dtype)
-        log_probs = torch.cat([pad, self.lp], dim=1)  # (B, P + T), as the fused head returns them
-        return types.SimpleNamespace(log_probs=log_probs, entropy=torch.zeros_like(log_probs))
+        log_probs = self.lp
+        if not self.prefixed:
+            pad = torch.zeros(self.lp.shape[0], PROMPT, dtype=self.lp.dtype)
+            log_probs = torch.cat([pad, self.lp], dim=1)  # (B, P + T), as the fused head returns them
+        if self.entropy is None or self.entropy.shape != log_probs.shape:
+            self.entropy = torch.zeros_like(log_probs, requires_grad=False)
+        return types.SimpleNamespace(log_probs=log_probs, entropy=self.entropy)
 
 
 @functools.cache
@@ -106,3 +116,29 @@ def trl_loss(trainer, log_prob, old_log_prob, advantages, mask, num_items_in_bat
         return loss.detach(), None
     loss.backward()
     return loss.detach(), lp.grad
+
+
+def _f32(x: float) -> float:
+    """TRL builds sapo's temperatures and VESPO's k, λ with torch.where on Python floats: float32 values."""
+    return float(np.float32(x))
+
+
+def trl_method(args, batch: int, num_items: float):
+    """(ClipSpec, loss_agg_mode, loss_scale_factor) of a GRPOConfig on one process, one accumulation step."""
+    level, loss_type = args.importance_sampling_level, args.loss_type
+    eps_high = args.epsilon_high if args.epsilon_high is not None else args.epsilon
+    if loss_type in CLIPPED:
+        spec = ClipSpec("ratio", eps_low=args.epsilon, eps_high=eps_high, dual_clip_c=args.delta, level=level,
+                        mode="luspo" if loss_type == "luspo" else "clip", clamp_log_ratio=False)
+    elif loss_type == "cispo":
+        spec = ClipSpec(mode="cispo_cap", params={"cispo_cap": eps_high}, level=level, clamp_log_ratio=False)
+    elif loss_type == "sapo":
+        spec = ClipSpec(mode="sapo", tau_pos=_f32(args.sapo_temperature_pos), level=level,
+                        tau_neg=_f32(args.sapo_temperature_neg), clamp_log_ratio=False)
+    else:  # vespo: its own sequence weight whatever the level
+        spec = ClipSpec(mode="vespo", params={k: _f32(getattr(args, k)) for k in VESPO_FIELDS})
+    global_tokens = float(max(num_items, 1))  # num_items_in_batch.clamp(min=1) / processes · accum / steps_per_gen
+    agg = {"grpo": ("seq-mean-token-mean-all", None), "sapo": ("seq-mean-token-mean-all", None),
+           "bnpo": ("token-mean", None), "dr_grpo": ("token-sum-norm", float(batch * args.max_completion_length)),
+           "luspo": ("seq-mean-token-sum-all", None)}.get(loss_type, ("token-sum-norm", global_tokens))
+    return spec, *agg
