@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 
 ENV_NAMES = ("bandit", "sparse", "sequence")  # checked against divclip.toy_envs.registry.ENVS in the tests
+REPORT_FILES = ("metrics.csv", "report.html", "claims.md")
+"""What a run writes into --out; an earlier run's copies move to --out/superseded/<time>-toy/ first."""
 
 
 def add_parser(subparsers):
@@ -45,7 +47,8 @@ def add_parser(subparsers):
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="environment constructor argument, repeatable (e.g. --env-arg arms=8; arms, prompts and "
                         "answers at most 65536); VALUE is JSON")
-    p.add_argument("--out", required=True, help="output directory (created; checked before the run)")
+    p.add_argument("--out", required=True, help="output directory (created; checked before the run); an earlier "
+                                             "run's files there move to superseded/, never overwritten")
     p.add_argument("--every", type=int, default=50, help="print progress every N steps (default 50)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return p
@@ -133,6 +136,10 @@ def run(args) -> int:
             print(f"[toy {args.env}] step {result.steps_done}/{result.total_steps}  E[R]: {means}  "
                   f"({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
     command = command_line(args, result.config)
+    from divclip.trainer.checkpoint import set_aside
+
+    set_aside(args.out, list(REPORT_FILES), "toy",  # an earlier run's report is kept, never overwritten
+              announce=lambda line: print(f"divclip toy: {line}", file=sys.stderr, flush=True))
     paths = write_report(result, args.out, command, baseline=baseline)
     print(claims_markdown(result, command, baseline))
     print("wrote " + ", ".join(str(p) for p in paths.values()))

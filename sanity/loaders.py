@@ -27,7 +27,7 @@ import numpy as np
 
 from divclip.sanity.errors import RolloutFileError
 from divclip.sanity.files import json_loads_unique, json_object_line, read_capped
-from divclip.sanity.validation import FIELDS, Limits, Rollouts, too_many_tokens, validate
+from divclip.sanity.validation import FIELDS, Limits, Rollouts, field_names, too_many_tokens, validate
 
 FORMATS = {".npz": "npz", ".safetensors": "safetensors", ".parquet": "parquet", ".jsonl": "jsonl"}
 MAX_NPZ_MEMBERS = 64  # numpy writes one member per array; a rollout file has at most four
@@ -45,14 +45,16 @@ def load_rollouts(source, name: str | None = None, limits: Limits = Limits()) ->
     fmt = rollout_format(name)
     reader = {"npz": _read_npz, "safetensors": _read_safetensors, "parquet": _read_parquet, "jsonl": _read_jsonl}
     try:
-        arrays, ragged = reader[fmt](data, name, limits)
-    except RolloutFileError:
+        arrays, ragged, file_keys = reader[fmt](data, name, limits)
+    except RolloutFileError as exc:
+        if str(exc).startswith("rollout file has"):  # field_names: say which file
+            raise RolloutFileError(str(exc).replace("rollout file", f"rollout file {name!r}", 1)) from None
         raise
     except (MemoryError, RecursionError, OverflowError) as exc:
         raise RolloutFileError(
             f"rollout file {name!r} is too large or too deeply nested to read ({type(exc).__name__})"
         ) from None
-    return validate(arrays, name, fmt, ragged, limits)
+    return validate(arrays, name, fmt, ragged, limits, file_keys)
 
 
 def rollout_format(name: str) -> str:
@@ -102,38 +104,56 @@ def _read_npz(data: bytes, name: str, limits: Limits):
                 raise RolloutFileError(
                     f"rollout file {name!r} unpacks to {total} bytes, over the {limits.max_bytes}-byte limit"
                 )
+            keys = [info.filename.removesuffix(".npy") for info in zf.infolist()]
+            wanted = field_names(keys)
             for info in zf.infolist():
-                if info.filename.removesuffix(".npy") in FIELDS:
+                if info.filename.removesuffix(".npy") in wanted.values():
                     _check_npy_header(zf, info, name, limits)
         out = {}
         with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-            for key in FIELDS:
-                if key in npz.files:
-                    value = npz[key]
-                    if not isinstance(value, np.ndarray):  # an entry that is not .npy data comes back as bytes
-                        raise RolloutFileError(f"{key} in {name!r} is not a numpy array")
-                    out[key] = value
+            for key, file_key in wanted.items():
+                value = npz[file_key]
+                if not isinstance(value, np.ndarray):  # an entry that is not .npy data comes back as bytes
+                    raise RolloutFileError(f"{file_key} in {name!r} is not a numpy array")
+                out[key] = value
     except RolloutFileError:
         raise
     except ValueError as exc:  # object arrays, bad .npy headers, truncated data
         raise RolloutFileError(f"rollout file {name!r} has an unreadable array: {exc}") from None
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, KeyError, NotImplementedError) as exc:
         raise RolloutFileError(f"rollout file {name!r} is not a readable .npz archive: {exc}") from None
-    return out, False
+    return out, False, keys
 
 
 def _check_zip_member_count(data: bytes, name: str) -> None:
-    """Refuse archives with more members than a rollout file has, from the end-of-central-directory record,
-    before zipfile builds an object per member (millions of tiny members would take gigabytes)."""
+    """Refuse archives with more members than a rollout file has, counted in the archive's real central
+    directory before zipfile builds an object per member (millions of tiny members would take gigabytes). The
+    count in the end record is not trusted: zipfile reads entries until the directory's size is used up, so a
+    record claiming 1 member may front 3 million. At most MAX_NPZ_MEMBERS + 1 entries are stepped over."""
     at = data.rfind(b"PK\x05\x06", max(0, len(data) - 65_557))
     if at < 0 or at + 22 > len(data):
         raise RolloutFileError(f"rollout file {name!r} is not a readable .npz archive (no end of central directory)")
-    (members,) = struct.unpack("<H", data[at + 10:at + 12])
-    if members > MAX_NPZ_MEMBERS:
-        raise RolloutFileError(
-            f"rollout file {name!r} holds {'65535 or more' if members == 0xFFFF else members} archive members; an "
-            f".npz of rollouts holds at most {len(FIELDS)} arrays (limit {MAX_NPZ_MEMBERS})"
-        )
+    members, cd_size, cd_offset = struct.unpack("<HLL", data[at + 10:at + 20])
+    if 0xFFFF in (members,) or 0xFFFFFFFF in (cd_size, cd_offset):
+        raise RolloutFileError(f"rollout file {name!r} is a ZIP64 archive (over 65535 members or 4 GiB): an .npz "
+                               f"of rollouts holds at most {len(FIELDS)} arrays and at most 1 GiB")
+    start = at - cd_size  # where zipfile looks too (it allows data before the archive)
+    if start < 0:
+        raise RolloutFileError(f"rollout file {name!r} is not a readable .npz archive (central directory size "
+                               f"{cd_size} exceeds the file)")
+    count, pos = 0, start
+    while pos < at:
+        if data[pos:pos + 4] != b"PK\x01\x02" or pos + 46 > at:
+            raise RolloutFileError(f"rollout file {name!r} is not a readable .npz archive (bad central directory "
+                                   f"entry at byte {pos})")
+        name_len, extra_len, comment_len = struct.unpack("<HHH", data[pos + 28:pos + 34])
+        pos += 46 + name_len + extra_len + comment_len
+        count += 1
+        if count > MAX_NPZ_MEMBERS:
+            raise RolloutFileError(
+                f"rollout file {name!r} holds more than {MAX_NPZ_MEMBERS} archive members in its central directory "
+                f"(its end record claims {members}); an .npz of rollouts holds at most {len(FIELDS)} arrays"
+            )
 
 
 def _check_npy_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo, name: str, limits: Limits) -> None:
@@ -179,16 +199,15 @@ def _read_safetensors(data: bytes, name: str, limits: Limits):
     except Exception as exc:  # SafetensorError and friends: the library's own validation
         raise RolloutFileError(f"rollout file {name!r} is not a valid .safetensors file: {exc}") from None
     out = {}
-    for key in FIELDS:
-        if key in tensors:
-            t = tensors[key]
-            if t.dtype in (torch.bfloat16, torch.float16):
-                t = t.float()  # exact; the loss computes half precision in float32 anyway
-            try:
-                out[key] = t.numpy()
-            except TypeError as exc:
-                raise RolloutFileError(f"{key} in {name!r} has unsupported dtype {t.dtype}: {exc}") from None
-    return out, False
+    for key, file_key in field_names(list(tensors)).items():
+        t = tensors[file_key]
+        if t.dtype in (torch.bfloat16, torch.float16):
+            t = t.float()  # exact; the loss computes half precision in float32 anyway
+        try:
+            out[key] = t.numpy()
+        except TypeError as exc:
+            raise RolloutFileError(f"{key} in {name!r} has unsupported dtype {t.dtype}: {exc}") from None
+    return out, False, list(tensors)
 
 
 def _check_safetensors_shapes(header: bytes, name: str, limits: Limits) -> None:
@@ -201,7 +220,7 @@ def _check_safetensors_shapes(header: bytes, name: str, limits: Limits) -> None:
         raise RolloutFileError(f"rollout file {name!r} is not a valid .safetensors file: header {exc}") from None
     if not isinstance(meta, dict):
         raise RolloutFileError(f"rollout file {name!r} is not a valid .safetensors file: header is not an object")
-    for key in FIELDS:
+    for key in field_names([k for k in meta if k != "__metadata__"]).values():
         shape = meta.get(key, {}).get("shape") if isinstance(meta.get(key), dict) else None
         if isinstance(shape, list) and all(isinstance(n, int) and n >= 0 for n in shape):
             count = int(np.prod(shape, dtype=object))
@@ -221,18 +240,32 @@ def _read_parquet(data: bytes, name: str, limits: Limits):
         raise RolloutFileError("reading .parquet needs pyarrow: pip install pyarrow") from None
     try:
         pf = pq.ParquetFile(io.BytesIO(data))
-        present = [c for c in FIELDS if c in pf.schema_arrow.names]
+        keys = list(pf.schema_arrow.names)
+        wanted = field_names(keys)
+        present = list(wanted.values())
+        _check_parquet_types(pf.schema_arrow, present, name, pa)
         _check_parquet_sizes(pf.metadata, present, name, limits)
         table = pf.read(columns=present)
         out = {}
-        for key in present:
-            col = table.column(key).combine_chunks()
+        for key, file_key in wanted.items():
+            col = table.column(file_key).combine_chunks()
             out[key] = _arrow_rows(col, key, name, pa, pc)
     except RolloutFileError:
         raise
     except Exception as exc:  # ArrowInvalid, ArrowTypeError, OSError on corrupt pages
         raise RolloutFileError(f"rollout file {name!r} is not a readable .parquet file: {exc}") from None
-    return out, True
+    return out, True, keys
+
+
+def _check_parquet_types(schema, present: list[str], name: str, pa) -> None:
+    """Refuse a field column that is not numbers (or lists of numbers) from the schema alone, before a page is
+    decoded: a compressed string column of a few kilobytes can decode to gigabytes."""
+    for key in present:
+        t = schema.field(key).type
+        inner = t.value_type if (pa.types.is_list(t) or pa.types.is_large_list(t)
+                                 or pa.types.is_fixed_size_list(t)) else t
+        if not (_arrow_numeric(inner, pa) or pa.types.is_boolean(inner)):
+            raise RolloutFileError(f"{key} in {name!r} must hold numbers, got {t} (refused before decoding)")
 
 
 def _check_parquet_sizes(meta, present: list[str], name: str, limits: Limits) -> None:
@@ -249,7 +282,9 @@ def _check_parquet_sizes(meta, present: list[str], name: str, limits: Limits) ->
         values = sum(meta.row_group(i).column(j).num_values for i in range(meta.num_row_groups))
         if values > limits.max_tokens:
             raise RolloutFileError(too_many_tokens(name, f"stores {values} values of {key}", limits))
-        total += 8 * (values + meta.num_rows)  # float64 values and list offsets, as decoded
+        stored = sum(meta.row_group(i).column(j).total_uncompressed_size for i in range(meta.num_row_groups))
+        total += max(8 * (values + meta.num_rows), stored)  # float64 values and list offsets, or the pages'
+        # own uncompressed size when larger (a claim the decoder holds the file to)
     if total > limits.max_bytes:
         raise RolloutFileError(f"rollout file {name!r} decodes to about {total} bytes, over the "
                                f"{limits.max_bytes}-byte limit (raise it with --max-bytes)")
@@ -300,14 +335,15 @@ def _read_jsonl(data: bytes, name: str, limits: Limits):
         if not line.strip():
             continue
         obj = _json_line(line, lineno, name)
-        present = tuple(k for k in FIELDS if k in obj)
+        present = tuple(field_names(obj).items())
         if keys is None:
-            keys = present
-            rows = {k: [] for k in keys}
+            keys, file_keys = present, list(obj)
+            rows = {k: [] for k, _ in keys}
         elif present != keys:
-            raise RolloutFileError(f"line {lineno} of {name!r} has fields {list(present)}, line 1 had {list(keys)}")
-        for k in keys:
-            row = _json_row(obj[k], k, lineno, name)
+            raise RolloutFileError(f"line {lineno} of {name!r} has fields {[f for _, f in present]}, line 1 had "
+                                   f"{[f for _, f in keys]}")
+        for k, file_key in keys:
+            row = _json_row(obj[file_key], k, lineno, name)
             values += row.size
             rows[k].append(row)
         if values > len(FIELDS) * limits.max_tokens:
@@ -315,7 +351,7 @@ def _read_jsonl(data: bytes, name: str, limits: Limits):
         n += 1
     if n == 0:
         raise RolloutFileError(f"rollout file {name!r} has no JSON lines")
-    return rows, True
+    return rows, True, file_keys
 
 
 def _decode_line(raw: bytes, lineno: int, name: str) -> str:

@@ -15,6 +15,35 @@ import numpy as np
 from divclip.sanity.errors import RolloutFileError
 
 FIELDS = ("old_log_prob", "log_prob", "advantages", "response_mask")
+ALIASES = {
+    # verl's DataProto batch keys (old_log_probs, response_mask, advantages) and TRL's GRPOTrainer tensors
+    # (old_per_token_logps, per_token_logps, completion_mask, advantages), read as divclip's fields.
+    "old_log_prob": ("old_log_probs", "old_per_token_logps"),
+    "log_prob": ("log_probs", "per_token_logps"),
+    "advantages": ("advantage",),
+    "response_mask": ("completion_mask",),
+}
+"""Other names a rollout file may give each field: the engines' own tensor names."""
+
+
+def field_names(keys) -> dict[str, str]:
+    """{divclip field: the file's key for it} for the keys a file has, reading the engines' names (ALIASES);
+    a field given under two names is refused (which one is meant is not ours to guess)."""
+    out = {}
+    for fld in FIELDS:
+        found = [k for k in (fld, *ALIASES.get(fld, ())) if k in keys]
+        if len(found) > 1:
+            raise RolloutFileError(f"rollout file has {fld} twice, as {found}: keep one of them")
+        if found:
+            out[fld] = found[0]
+    return out
+
+
+def _has(keys) -> str:
+    """The keys a file really has, shortened for a message."""
+    keys = sorted(str(k) for k in keys)
+    shown = ", ".join(keys[:20]) + (f", ... ({len(keys)} keys)" if len(keys) > 20 else "")
+    return f"[{shown}]" if keys else "no keys"
 REQUIRED = ("old_log_prob", "advantages")  # response_mask is required too, except in ragged files
 LOG_PROB_TOLERANCE = 1e-3  # bf16 rounding can leave a log-prob of a near-certain token slightly above 0
 
@@ -65,15 +94,19 @@ class Rollouts:
         return int(self.response_mask.sum())
 
 
-def validate(arrays: dict, name: str, fmt: str, ragged: bool, limits: Limits = Limits()) -> Rollouts:
-    """Check fields, shapes, dtypes and values; pad ragged rows; return float (B, T) arrays."""
+def validate(arrays: dict, name: str, fmt: str, ragged: bool, limits: Limits = Limits(),
+             file_keys=None) -> Rollouts:
+    """Check fields, shapes, dtypes and values; pad ragged rows; return float (B, T) arrays. `file_keys`: every
+    key the file has (for the message when fields are missing)."""
     missing = [k for k in REQUIRED if k not in arrays]
     if not ragged and "response_mask" not in arrays:
         missing.append("response_mask")
     if missing:
+        names = "; ".join(f"{k} (or {' / '.join(ALIASES[k])})" for k in missing)
         raise RolloutFileError(
-            f"rollout file {name!r} lacks field(s) {missing}; it has {sorted(arrays)} "
-            f"(needed: old_log_prob, advantages, response_mask; optional: log_prob)"
+            f"rollout file {name!r} lacks {names}; it has {_has(arrays if file_keys is None else file_keys)} "
+            f"(needed: old_log_prob, advantages, response_mask; optional: log_prob; verl's and TRL's tensor names "
+            "are read too)"
         )
     notes = []
     if ragged:

@@ -75,6 +75,9 @@ class Form:
     that sign; None where the form has no interval"""
     weight_note: str = ""
     """for a form without `weight`: what w means for it, or why it has none"""
+    check: Callable | None = None
+    """(spec) -> None: the form's own checks of a ClipSpec (cross-parameter rules, the measures it accepts), run
+    by ClipSpec's validation; raises ValueError naming the offending field"""
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self):
@@ -124,7 +127,7 @@ def param_names() -> set[str]:
 # (`divclip.theory.atlas`), which declares them again with those functions attached.
 for _form in (
     Form("clip", "hard clip", "max(−A·r, −A·clip(r, lo, hi)), for A < 0 at most −A·c with a dual clip",
-         ("arXiv:1707.06347", "verl:vanilla", "trl:grpo")),
+         ("arXiv:1707.06347", "arXiv:1912.09729 eq. 5", "verl:vanilla", "trl:grpo")),
     Form("gated", "hard clip", "−A·sg(min(r, c))·log π · 1[D(r, q) ≤ δ or not moved by A]",
          ("arXiv:2602.04879", "verl:dppo_kl", "verl:dppo_tv")),
     Form("cispo", "truncated IS", "−sg(clip(r, lo, hi))·A·log π", ("arXiv:2506.13585", "verl:cispo", "trl:cispo")),

@@ -14,8 +14,12 @@ otherwise compute it exactly when printing. The LaTeX step runs under a deadline
 proven by mpmath interval arithmetic (outward-rounded) on boxes bisected adaptively over r and p, and next to
 r = 1 (where D′(1) = 0) by Taylor's theorem: when D′, ..., D^(k)(1) vanish exactly, the sign of D^(k+1) on the
 box decides. A box whose midpoint has the wrong sign is a witness: the formula is refused naming that r (and p).
-A proof that runs out of its budget (PROOF_BUDGET_S) or of precision refuses too: nothing unproven is accepted.
-A 400-point grid check runs first to refuse the obvious cases quickly.
+A proof that runs out of its budget or of precision refuses too: nothing unproven is accepted. The budget
+counts work, not seconds (PROOF_BUDGET_BOXES interval boxes over both sides), so a formula gets the same
+verdict on an idle and on a loaded machine. D(1) is decided symbolically where SymPy evaluates it to a number
+(exactly 0 for p*(r-1)**2 + (1-p)*log(r)**2), so |D(1)| <= 1e-12 holds at the boundary itself.
+A 400-point grid check runs first to refuse the obvious cases quickly; a derivative with the wrong sign on a
+whole side (log(r), -(r-1)**2) is refused with that reason.
 """
 
 from __future__ import annotations
@@ -23,7 +27,6 @@ from __future__ import annotations
 import ast
 import math
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -77,6 +80,12 @@ def _constant_value(node: ast.AST, f: Callable, formula: str) -> float | None:
     return v
 
 
+def _short_literal(node: ast.Constant) -> str:
+    digits = len(str(node.value)) if isinstance(node.value, int) and node.value.bit_length() < 10_000 else None
+    text = ast.unparse(node)
+    return f"{text[:20]}... ({digits} digits)" if len(text) > 24 else text
+
+
 def _compile(node: ast.AST, formula: str):
     """(numpy closure f(r, p), sympy expr, uses_p) for one whitelisted node."""
     out = _compile_node(node, formula)
@@ -86,7 +95,10 @@ def _compile(node: ast.AST, formula: str):
 
 def _compile_node(node: ast.AST, formula: str):
     if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        v = float(node.value)
+        try:
+            v = float(node.value)
+        except OverflowError:  # an int literal beyond float64 (0x followed by 290 f)
+            _refuse(formula, f"the number {_short_literal(node)} is too large for a float64 (at most ~1.8e308)")
         if not math.isfinite(v):
             _refuse(formula, f"the number {ast.unparse(node)!r} is not finite")
         # Exact rationals: 0.5 is 1/2 (its shortest decimal), so a code formula and its SymPy form agree exactly.
@@ -209,6 +221,14 @@ def _check_shape(name: str, fn: Callable, uses_p: bool):
         if not (np.all(np.isfinite(dl[:-1])) and np.all(np.isfinite(dr[1:]))):
             raise ValueError(f"formula {name!r} is not finite on r in [{R_MIN:g}, {R_MAX:g}]{at}")
         bad_l, bad_r = np.flatnonzero(~(np.diff(dl) < 0)), np.flatnonzero(~(np.diff(dr) > 0))
+        whole = [side for side, bad, n in ((f"({R_MIN:g}, 1), where D′ must be < 0", bad_l, dl.size - 1),
+                                           (f"(1, {R_MAX:g}), where D′ must be > 0", bad_r, dr.size - 1))
+                 if bad.size == n]
+        if whole:
+            raise ValueError(
+                f"formula {name!r} has the wrong slope on the whole of {' and on the whole of '.join(whole)}{at}: "
+                "a clip measure must fall to D(1) = 0 and rise again, so that D <= δ is an interval around r = 1"
+            )
         if bad_l.size or bad_r.size:
             r_bad = left[bad_l[0] + 1] if bad_l.size else right[bad_r[0]]
             raise ValueError(
@@ -222,9 +242,19 @@ def _check_shape(name: str, fn: Callable, uses_p: bool):
 
 P_MIN = 1e-300
 """Smallest p the shape proof covers for a p-dependent formula (p in [P_MIN, 1]); smaller p are refused."""
-PROOF_BUDGET_S = 3.0
-"""Time the interval proof may take before the formula is refused as not provably interval-shaped."""
+PROOF_BUDGET_BOXES = 20_000
+"""Interval boxes the shape proof may evaluate (both sides together) before the formula is refused as not
+provably interval-shaped. Work, not time: every formula divclip's tests accept needs at most a few hundred
+(p*(r-1)**2/(r+1): 546); 20 000 take about 3 s on one idle core."""
+PROOF_SAFETY_S = 60.0
+"""Wall-clock guard around the whole proof, far above what the box budget allows on an idle machine: it only
+stops a single pathological interval evaluation; the verdict is the box budget's."""
+MAX_FACTOR_DEGREE = 24
+"""D′ is put over one factored fraction only when its numerator and denominator have total degree at most this
+(a deterministic guard instead of a time limit: factor() is fast at such degrees)."""
 _MAX_TAYLOR = 3
+_TAYLOR_S = 1.0 / 16
+"""A box [0, b] next to r = 1 is split in s alone until b <= _TAYLOR_S, then in s and p alternately."""
 _SIGN_FUNCS = (sp.sign, sp.DiracDelta, sp.Heaviside, sp.Derivative)
 """Atoms whose value at a point is not their one-sided limit (so a zero there proves nothing)."""
 _S = sp.Symbol("s", positive=True)
@@ -361,7 +391,14 @@ def _split(a: float, b: float) -> float:
     return a + (b - a) / 2
 
 
-def _prove_side(name: str, forms: list, sigma: int, s_max: float, uses_p: bool, deadline: float, ivc: _IV):
+class _Budget:
+    """The boxes left to the shape proof (shared by both sides)."""
+
+    def __init__(self, boxes: int):
+        self.left = boxes
+
+
+def _prove_side(name: str, forms: list, sigma: int, s_max: float, uses_p: bool, budget: _Budget, ivc: _IV):
     """Prove sigma·f(s, p) > 0 for all s in (0, s_max] (and p in [P_MIN, 1]), where f(s) = D′(1 ∓ s).
 
     Boxes are bisected (alternately in s and p); a box [0, b] touching r = 1 is proven with Taylor's theorem:
@@ -397,9 +434,10 @@ def _prove_side(name: str, forms: list, sigma: int, s_max: float, uses_p: bool, 
         a, b, pa, pb, depth = stack.pop()
         boxes += 1
         pmid = _split(pa, pb) if uses_p else None
-        if time.monotonic() > deadline:
+        budget.left -= 1
+        if budget.left < 0:
             raise _NotProven(
-                f"formula {name!r}: could not prove within {PROOF_BUDGET_S:g} s that D must decrease on "
+                f"formula {name!r}: could not prove within {PROOF_BUDGET_BOXES} interval boxes that D must decrease on "
                 f"({R_MIN:g}, 1) and increase on (1, {R_MAX:g}) (stuck near {where(b, pmid)}); refused, since "
                 "D <= δ might not be one interval around r = 1"
             )
@@ -421,7 +459,9 @@ def _prove_side(name: str, forms: list, sigma: int, s_max: float, uses_p: bool, 
                 f"is one interval around r = 1, but D′ changes sign near {where(sm, pm if uses_p else None)}: "
                 f"D′ = {val:.6g} there, where D′ {want}"
             )
-        split_p = uses_p and depth % 2 == 1 and pb - pa > 1e-12 * pb
+        # Near r = 1 (a box [0, b]) the Taylor bound needs a short s-interval first: splitting p there too would
+        # double the [0, b] boxes at every other level (2^18 of them before s gets small from s_max = 1e4).
+        split_p = uses_p and depth % 2 == 1 and pb - pa > 1e-12 * pb and (a > 0 or b <= _TAYLOR_S)
         if not split_p and (b - a <= 1e-13 * b or depth > 400):
             raise _NotProven(
                 f"formula {name!r}: could not prove that D must decrease on ({R_MIN:g}, 1) and increase on "
@@ -444,13 +484,34 @@ def _tiny(e) -> bool:
         return False
 
 
+def _exactly_tiny(e) -> bool:
+    """|D(1)| <= 1e-12 decided exactly, where SymPy evaluates D(1) (built unevaluated) to a rational number."""
+    try:
+        v = e.subs(_SYMBOLS["r"], 1).doit()
+    except (ValueError, TypeError, ZeroDivisionError, OverflowError):
+        return False
+    return bool(v.is_Rational) and abs(v) <= sp.Rational(1, 10**12)
+
+
+def _factored(d):
+    """D′ as one factored fraction when it is rational of total degree <= MAX_FACTOR_DEGREE, else None."""
+    try:
+        num, den = sp.fraction(sp.together(d))
+        if max(sp.Poly(num, *_SYMBOLS.values()).total_degree(),
+               sp.Poly(den, *_SYMBOLS.values()).total_degree()) > MAX_FACTOR_DEGREE:
+            return None
+        return sp.factor(sp.together(d))
+    except (sp.PolynomialError, sp.GeneratorsNeeded, ValueError, TypeError):
+        return None
+
+
 def _prove_shape(name: str, expr, uses_p: bool) -> int:
     """Proof that D(1) = 0, D′ < 0 on [R_MIN, 1) and D′ > 0 on (1, R_MAX] (for every p in [P_MIN, 1]), so that for
     every δ the set {r in [R_MIN, R_MAX] : D(r) <= δ} is one interval containing 1. Returns the boxes used."""
     r = _SYMBOLS["r"]
-    deadline = time.monotonic() + PROOF_BUDGET_S
+    budget = _Budget(PROOF_BUDGET_BOXES)
     d1 = expr.subs(r, 1)
-    if not (_is_zero(d1) or _tiny(d1)):
+    if not (_is_zero(d1) or _exactly_tiny(d1) or _tiny(d1)):
         raise ValueError(f"formula {name!r} must satisfy D(1) = 0" + (" for every p" if uses_p else "")
                          + f"; interval arithmetic could not show |D(1)| <= 1e-12 (D(1) = {d1})")
     d = sp.diff(expr, r)
@@ -458,25 +519,22 @@ def _prove_shape(name: str, expr, uses_p: bool) -> int:
     if not d.has(sp.exp, sp.log, sp.Abs):
         # A rational D′ as one factored fraction: (r-1)**2/(1+(r-1)**2) gives 2(r-1)/(1+(r-1)**2)**2, free of
         # the cancellation that defeats interval arithmetic at large r. Never on exp/log terms: factor() treats
-        # exp(-1000000*r**2) as a polynomial of degree 10**6. Under its own short deadline all the same.
-        try:
-            g = with_deadline(lambda e: sp.factor(sp.together(e)), d, what="factoring D′", seconds=0.5)
-            if g != d:
-                forms.append(g)
-        except Exception:  # noqa: BLE001 - the plain derivative is still tried
-            pass
+        # exp(-1000000*r**2) as a polynomial of degree 10**6; and only at low degree (MAX_FACTOR_DEGREE).
+        g = _factored(d)
+        if g is not None and g != d:
+            forms.append(g)
     ivc = _IV()
     sides = ((-1, 1 - _S, math.nextafter(1 - R_MIN, 2.0)), (1, 1 + _S, math.nextafter(R_MAX - 1, math.inf)))
     n, stuck = 0, None
     for sigma, at, s_max in sides:
         try:
-            n += _prove_side(name, [f.subs(r, at) for f in forms], sigma, s_max, uses_p, deadline, ivc)
+            n += _prove_side(name, [f.subs(r, at) for f in forms], sigma, s_max, uses_p, budget, ivc)
         except _Unprovable as exc:
             raise ValueError(f"formula {name!r}: its derivative uses {exc}, which the interval proof of the shape "
                              "does not support; refused") from None
         except _NotProven as exc:  # look for a witness on the other side before refusing
             stuck = stuck or exc
-            deadline = max(deadline, time.monotonic() + PROOF_BUDGET_S / 3)
+            budget.left = max(budget.left, PROOF_BUDGET_BOXES // 3)
     if stuck is not None:
         raise stuck
     return n
@@ -492,7 +550,7 @@ def measure_from_formula(formula: str, name: str | None = None) -> CustomMeasure
     fn, expr, uses_p = parse_formula(formula)
     _check_shape(formula, fn, uses_p)
     with_deadline(lambda e: _prove_shape(formula, e, uses_p), expr, what=f"proving the shape of {formula.strip()!r}",
-                  seconds=PROOF_BUDGET_S + 2.0)
+                  seconds=PROOF_SAFETY_S)
     return CustomMeasure(
         name=name or f"custom: {formula.strip()}",
         latex=with_deadline(sp.latex, expr, what=f"rendering formula {formula.strip()!r} as LaTeX"),

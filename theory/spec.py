@@ -76,6 +76,10 @@ __all__ = [
 ]
 
 LEVELS = ("token", "sequence")
+TAU_MIN, TAU_MAX = 1e-6, 1e6
+"""Allowed SAPO gate temperatures (the paper's defaults are 1 and 1.05)."""
+MAX_METHOD_ECHO = 80
+"""A method string longer than this is shown cut, with its length, in error messages."""
 DEFAULT_EPS_LOW = 0.2
 """A bare measure name means the budget whose lower bound is 1 - DEFAULT_EPS_LOW (GRPO's ε_low), as ATR-GRPO."""
 
@@ -150,8 +154,11 @@ class ClipSpec:
             if self.mode != "gated":
                 raise ValueError(f"ClipSpec.tis_cap applies to mode='gated' only, got mode={self.mode!r}")
             _positive("tis_cap", self.tis_cap)
-        _positive("tau_pos", self.tau_pos)
-        _positive("tau_neg", self.tau_neg)
+        for name in ("tau_pos", "tau_neg"):  # 4/τ and τ·(r - 1) must stay finite in float32 (docs/theory.md §1.1)
+            value = _positive(name, self.tau_pos if name == "tau_pos" else self.tau_neg, above=0.0, at_most=TAU_MAX)
+            if value < TAU_MIN:
+                raise ValueError(f"ClipSpec.{name} must be a finite number in [{TAU_MIN:g}, {TAU_MAX:g}] (the SAPO "
+                                 f"gate's 4/τ and τ·(r - 1) stay finite in float32), got {value!r}")
         if self.mode != "sapo" and (self.tau_pos, self.tau_neg) != (1.0, 1.05):
             raise ValueError(f"ClipSpec.tau_pos/tau_neg apply to mode='sapo' only, got mode={self.mode!r}")
         if self.level == "sequence":
@@ -184,6 +191,8 @@ class ClipSpec:
                 raise ValueError(f"ClipSpec.params names {name!r} twice")
             checked[name] = form.param(name).check(value)
         object.__setattr__(self, "params", tuple(sorted(checked.items())))
+        if form is not None and form.check is not None:
+            form.check(self)  # the form's own rules (divclip.theory.forms.Form.check)
 
     def param(self, name: str) -> float:
         """The value of the mode's parameter `name`: the one set in `params`, else the form's default."""
@@ -216,6 +225,11 @@ class ClipSpec:
                 )
             _positive("eps_low", self.eps_low, at_most=1.0)
             _positive("eps_high", self.eps_high)
+            for name, value, bound in (("eps_low", self.eps_low, 1.0 - self.eps_low),
+                                       ("eps_high", self.eps_high, 1.0 + self.eps_high)):
+                if bound == 1.0:
+                    raise ValueError(f"ClipSpec.{name}={value!r} underflows: 1 {'-' if name == 'eps_low' else '+'} "
+                                     f"{value!r} rounds to 1 in float64 (use a width of at least ~1.2e-16)")
         else:
             if self.eps_low is not None or self.eps_high is not None:
                 raise ValueError(
@@ -226,7 +240,14 @@ class ClipSpec:
                 raise ValueError(f"measure {self.measure_name!r} needs a budget delta > 0, got delta=None")
             _positive("delta", self.delta)
             if not self.p_dependent:
-                self.ratio_bounds()  # a custom measure may refuse this δ: fail here, not mid-training
+                lo, hi = self.ratio_bounds()  # a custom measure may refuse this δ: fail here, not mid-training
+                if lo == 1.0 or hi == 1.0:
+                    side = "lower" if lo == 1.0 else "upper"
+                    raise ValueError(
+                        f"ClipSpec.delta={self.delta!r} is too small for {self.measure_name!r}: its {side} bound "
+                        f"rounds to 1 in float64 (the clip interval underflows to [{lo!r}, {hi!r}], every moved token "
+                        "would be clipped); use a budget whose bounds differ from 1 by at least ~1e-15"
+                    )
 
     @property
     def measure_name(self) -> str:
@@ -442,7 +463,8 @@ def _number(text: str, what: str, method: str) -> float:
     except ValueError:
         x = math.nan
     if not math.isfinite(x):
-        raise ValueError(f"method {method!r}: {what} must be a finite number, got {text!r}; allowed: {_allowed()}")
+        raise ValueError(f"method {_echo(method)}: {what} must be a finite number, got {_echo(text)}; "
+                         f"allowed: {_allowed()}")
     return x
 
 
@@ -465,11 +487,11 @@ def _apply_option(fields: dict, option: str, method: str) -> None:
     elif eq and key in param_names():
         params = dict(fields.get("params", ()))
         if key in params:
-            raise ValueError(f"method {method!r}: option {'/' + key!r} is given twice")
+            raise ValueError(f"method {_echo(method)}: option {'/' + key!r} is given twice")
         params[key] = _number(value, f"the value of {key!r}", method)
         fields["params"] = tuple(params.items())
     else:
-        raise ValueError(f"method {method!r}: unknown option {'/' + option!r}; allowed: {_allowed()}")
+        raise ValueError(f"method {_echo(method)}: unknown option {_echo('/' + option)}; allowed: {_allowed()}")
 
 
 def _budget_free(mode: str | None) -> bool:
@@ -484,79 +506,97 @@ def _base_fields(base: str, method: str, mode: str | None) -> dict | ClipSpec:
     head, *nums = base.split(":")
     if head not in MEASURES:
         raise ValueError(
-            f"unknown method {method!r}: {head!r} is neither a preset nor a measure; allowed: {_allowed()}"
+            f"unknown method {_echo(method)}: {_echo(head)} is neither a preset nor a measure; allowed: {_allowed()}"
         )
     values = [_number(x, f"the budget after '{head}:'", method) for x in nums]
     if head == "ratio":
         if len(values) > 2:
-            raise ValueError(f"method {method!r}: a ratio clip is 'ratio', 'ratio:eps' or 'ratio:eps_low:eps_high'")
+            raise ValueError(f"method {_echo(method)}: a ratio clip is 'ratio', 'ratio:eps' or "
+                             "'ratio:eps_low:eps_high'")
         if _budget_free(mode) and not values:
             return {"measure": "ratio"}
         lo, hi = (values[0], values[-1]) if values else (DEFAULT_EPS_LOW, DEFAULT_EPS_LOW)
         return {"measure": "ratio", "eps_low": lo, "eps_high": hi}
     if len(values) > 1:
-        raise ValueError(f"method {method!r}: a divergence measure takes one budget, '{head}:delta'")
+        raise ValueError(f"method {_echo(method)}: a divergence measure takes one budget, '{head}:delta'")
     if values:
         return {"measure": head, "delta": values[0]}
     if _budget_free(mode):
         return {"measure": head}
     if MEASURES[head].p_dependent:
-        raise ValueError(f"method {method!r}: the p-dependent measure {head!r} needs a budget, e.g. '{head}:0.05'")
+        raise ValueError(f"method {_echo(method)}: the p-dependent measure {_echo(head)} needs a budget, "
+                         f"e.g. '{head}:0.05'")
     from divclip.theory.conversions import delta_for_eps
 
     return {"measure": head, "delta": delta_for_eps(head, eps_low=DEFAULT_EPS_LOW)}
+
+
+MAX_METHOD_CHARS = 2000
+"""Longest method string accepted (an intersection of a dozen parts fits in a few hundred)."""
+
+
+def _echo(value) -> str:
+    """repr(value), cut to MAX_METHOD_ECHO characters with the length said, so that an error never echoes a
+    million-character string."""
+    text = repr(value)
+    if len(text) <= MAX_METHOD_ECHO:
+        return text
+    size = f"{len(value)} characters" if isinstance(value, str) else f"{len(text)} characters as text"
+    return f"{text[:MAX_METHOD_ECHO - 10]}... ({size})"
 
 
 def parse_method(text: str) -> ClipSpec:
     """The `ClipSpec` of one method string (grammar in the module doc string); a ValueError names the string.
     'a&b' gives an `AllOf`, 'm@signal=target' an `AdaptiveSpec`."""
     if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"method must be a non-empty string: {_allowed()}; got {text!r}")
+        raise ValueError(f"method must be a non-empty string: {_allowed()}; got {_echo(text)}")
     method = text.strip()
+    if len(method) > MAX_METHOD_CHARS:
+        raise ValueError(f"method must be at most {MAX_METHOD_CHARS} characters, got {_echo(method)}")
     for ch, meaning in _RESERVED.items():
         if ch in method:
-            raise ValueError(f"method {method!r}: {ch!r} ({meaning}) is not supported here; allowed: {_allowed()}")
+            raise ValueError(f"method {_echo(method)}: {ch!r} ({meaning}) is not supported here; allowed: {_allowed()}")
     if "@" in method:
         return _parse_adaptive(method)
     if "&" in method:
         parts = [_parse_part(p.strip(), method) if p.strip() else None for p in method.split("&")]
         if None in parts:
-            raise ValueError(f"method {method!r}: an empty part around '&'; allowed: {_allowed()}")
+            raise ValueError(f"method {_echo(method)}: an empty part around '&'; allowed: {_allowed()}")
         try:
             return all_of(*parts)
         except ValueError as exc:
-            raise ValueError(f"method {method!r}: {exc}") from None
+            raise ValueError(f"method {_echo(method)}: {exc}") from None
     return _parse_part(method, method)
 
 
 def _parse_adaptive(method: str) -> AdaptiveSpec:
     head, _, tail = method.partition("@")
     if "@" in tail or "&" in method:
-        raise ValueError(f"method {method!r}: an adaptive δ takes one '@' on a single measure (no '&'); "
+        raise ValueError(f"method {_echo(method)}: an adaptive δ takes one '@' on a single measure (no '&'); "
                          f"allowed: {_allowed()}")
     base = _parse_part(head.strip(), method)
     target_text, *opts = tail.split(":")
     signal, eq, value = target_text.partition("=")
     if not eq or signal.strip() not in SIGNALS:
-        raise ValueError(f"method {method!r}: after '@' comes SIGNAL=TARGET with SIGNAL in {list(SIGNALS)}, got "
-                         f"{tail!r}")
+        raise ValueError(f"method {_echo(method)}: after '@' comes SIGNAL=TARGET with SIGNAL in {list(SIGNALS)}, got "
+                         f"{_echo(tail)}")
     fields = {"signal": signal.strip(), "target": _number(value, "the target after '='", method)}
     for opt in opts:
         key, eq, value = opt.partition("=")
         if not eq or key not in _ADAPT_KEYS or _ADAPT_KEYS[key] in fields:
-            raise ValueError(f"method {method!r}: unknown or repeated adaptive option {opt!r}; allowed: "
+            raise ValueError(f"method {_echo(method)}: unknown or repeated adaptive option {_echo(opt)}; allowed: "
                              f"{sorted(_ADAPT_KEYS)} as ':key=value'")
         x = _number(value, f"the value of {key!r}", method)
         if key == "dir":
             if x not in (1.0, -1.0):
-                raise ValueError(f"method {method!r}: dir must be +1 or -1, got {value!r}")
+                raise ValueError(f"method {_echo(method)}: dir must be +1 or -1, got {value!r}")
             x = int(x)
         fields[_ADAPT_KEYS[key]] = x
     base_fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(ClipSpec)}
     try:
         return AdaptiveSpec(**base_fields, **fields)
     except ValueError as exc:
-        raise ValueError(f"method {method!r}: {exc}") from None
+        raise ValueError(f"method {_echo(method)}: {exc}") from None
 
 
 def _parse_part(part: str, method: str) -> ClipSpec:
@@ -570,7 +610,7 @@ def _parse_part(part: str, method: str) -> ClipSpec:
             return dataclasses.replace(found, **fields) if fields else found
         return ClipSpec(**found, **fields)
     except ValueError as exc:
-        raise ValueError(f"method {method!r}: {exc}") from None
+        raise ValueError(f"method {_echo(method)}: {exc}") from None
 
 
 def parse_methods(methods) -> dict[str, ClipSpec]:
@@ -581,7 +621,7 @@ def parse_methods(methods) -> dict[str, ClipSpec]:
         methods = [m.strip() for m in methods.split(",") if m.strip()]
     items = list(methods.items()) if isinstance(methods, Mapping) else list(methods or [])
     if not items:
-        raise ValueError(f"methods must name at least one method (e.g. 'grpo,dapo,atr'), got {methods!r}")
+        raise ValueError(f"methods must name at least one method (e.g. 'grpo,dapo,atr'), got {_echo(methods)}")
     out: dict[str, ClipSpec] = {}
     for item in items:
         if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
@@ -593,9 +633,9 @@ def parse_methods(methods) -> dict[str, ClipSpec]:
         elif isinstance(item, str):
             label, spec = item.strip(), parse_method(item)
         else:
-            raise ValueError(f"methods entries must be names, ClipSpecs or (label, ClipSpec) pairs, got {item!r}")
+            raise ValueError(f"methods entries must be names, ClipSpecs or (label, ClipSpec) pairs, got {_echo(item)}")
         if not label or "," in label or label in out:
-            raise ValueError(f"method labels must be non-empty, unique and comma-free, got {label!r}")
+            raise ValueError(f"method labels must be non-empty, unique and comma-free, got {_echo(label)}")
         out[label] = spec
     return out
 
@@ -606,7 +646,7 @@ def as_spec(spec) -> ClipSpec:
         return spec
     if isinstance(spec, str):
         return parse_method(spec)
-    raise ValueError(f"spec must be a ClipSpec or a method string ({_allowed()}), got {spec!r}")
+    raise ValueError(f"spec must be a ClipSpec or a method string ({_allowed()}), got {_echo(spec)}")
 
 
 def _options(spec: ClipSpec, fmt) -> list[str]:

@@ -78,6 +78,9 @@ MAX_RUN_STEPS = 2**22
 """Largest (methods × seeds) × steps: the metrics history holds 15 float64 numbers per cell."""
 MAX_BATCH_TOKENS = 2**22
 """Largest (methods × seeds) × prompts_per_step × group_size × horizon: the tokens of one step, all runs."""
+MAX_BATCH_LOGITS = 2**25
+"""Largest (methods × seeds) × prompts_per_step × group_size × horizon × actions: the per-sample probabilities
+of one step, all runs (`--env-arg arms=65536 --group-size 4096` asked for 100 GB here before this bound)."""
 MAX_POLICY_PARAMS = 2**24
 """Largest (methods × seeds) × policy table size (logits, with Adam's two moments beside them)."""
 
@@ -447,12 +450,15 @@ def _accumulate(sums: dict, info: dict, m: int, t: int, M: int, steps: int) -> N
 
 def _check_budgets(env: ToyEnv, runs: int, steps: int, batch: int) -> None:
     """ValueError before any allocation when the run's arrays would pass the budgets above."""
-    table = int(np.prod(env.init_logits().shape))
+    logits = env.init_logits()
+    table, actions = int(np.prod(logits.shape)), int(logits.shape[-1])
     for what, size, cap in (
         (f"(methods × seeds) × steps = {runs} × {steps}", runs * steps, MAX_RUN_STEPS),
         (f"(methods × seeds) × prompts_per_step × group_size × horizon = {runs} × {batch} × {env.horizon}",
          runs * batch * env.horizon, MAX_BATCH_TOKENS),
         (f"(methods × seeds) × policy logits = {runs} × {table}", runs * table, MAX_POLICY_PARAMS),
+        (f"(methods × seeds) × prompts_per_step × group_size × horizon × actions = {runs} × {batch} × "
+         f"{env.horizon} × {actions}", runs * batch * env.horizon * actions, MAX_BATCH_LOGITS),
     ):
         if size > cap:
             raise ValueError(f"this arena is too large: {what} = {size}, over the limit of {cap}; use fewer seeds, "

@@ -257,8 +257,9 @@ def stale_temporaries(output_dir) -> list[Path]:
     return sorted(p for p in root.iterdir() if _TMP_DIR.fullmatch(p.name) and p.is_dir() and not p.is_symlink())
 
 
-def set_aside(output_dir, names: list[str], why: str) -> Path | None:
-    """Move the entries `names` of output_dir that exist into output_dir/superseded/<time>-<why>/; never delete."""
+def set_aside(output_dir, names: list[str], why: str, announce=None) -> Path | None:
+    """Move the entries `names` of output_dir that exist into output_dir/superseded/<time>-<why>/; never delete.
+    `announce(line)` tells the person (default: the trainer's `say`)."""
     out = Path(output_dir)
     present = [n for n in names if (out / n).exists() or (out / n).is_symlink()]
     if not present:
@@ -269,7 +270,7 @@ def set_aside(output_dir, names: list[str], why: str) -> Path | None:
         os.replace(out / n, dest / n)
     _fsync_dir(dest)
     _fsync_dir(out)
-    say(f"moved {', '.join(present)} to {dest.relative_to(out)} (nothing is deleted)")
+    (announce or say)(f"moved {', '.join(present)} to {dest.relative_to(out)} (nothing is deleted)")
     return dest
 
 

@@ -62,3 +62,31 @@ def test_bad_input_exits_2_with_a_message(tmp_path, capsys, argv, needle):
     code = main(["toy", "--env", "bandit", "--steps", "3", "--seeds", "1", "--out", str(tmp_path), "--quiet", *argv])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("divclip: error:") and needle in err
+
+
+def test_a_second_run_into_the_same_out_keeps_the_first(tmp_path, capsys):
+    out = tmp_path / "run"
+    base = ["toy", "--env", "bandit", "--seeds", "2", "--steps", "3", "--group-size", "4", "--env-arg", "arms=4",
+            "--out", str(out), "--quiet"]
+    assert main([*base, "--methods", "grpo"]) == 0
+    first = (out / "metrics.csv").read_text()
+    capsys.readouterr()
+    assert main([*base, "--methods", "dapo"]) == 0
+    assert "divclip toy: moved metrics.csv, report.html, claims.md to superseded/" in capsys.readouterr().err
+    (kept,) = (out / "superseded").iterdir()
+    assert kept.name.endswith("-toy")
+    assert (kept / "metrics.csv").read_text() == first
+    assert sorted(p.name for p in kept.iterdir()) == ["claims.md", "metrics.csv", "report.html"]
+    assert "dapo" in (out / "metrics.csv").read_text() and "dapo" not in first
+
+
+def test_the_arena_bounds_actions_times_batch_before_allocating(capsys):
+    """arms=65536 with group size 4096 asked torch for 100 GB; the bound refuses it before any tensor exists."""
+    from divclip.toy_envs.arena import MAX_BATCH_LOGITS
+
+    code = main(["toy", "--env", "bandit", "--env-arg", "arms=65536", "--group-size", "4096", "--steps", "2",
+                 "--out", "never-created", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"× actions = 48 × 4096 × 1 × 65536 = 12884901888, over the limit of {MAX_BATCH_LOGITS}" in err
+    assert err.count("\n") == 1

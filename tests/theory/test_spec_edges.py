@@ -1,0 +1,49 @@
+"""Errors, not tracebacks, from the method-string API: refused at parse time with the user's own value."""
+
+import subprocess
+import sys
+
+import pytest
+
+from divclip.theory import parse_method
+from divclip.theory.spec import MAX_METHOD_ECHO, TAU_MAX, TAU_MIN, parse_methods
+
+
+@pytest.mark.parametrize("text, match", [
+    ("sapo/tau=1e-300:1e300", r"tau_pos must be a finite number in \[1e-06, 1e\+06\].*got 1e-300"),
+    ("sapo/tau=1:1e300", r"tau_neg must be a finite number > 0 and <= 1e\+06, got 1e\+300"),
+    ("kl3:1e-320", r"delta=1e-320 is too small for 'kl3': its lower bound rounds to 1 in float64"),
+    ("log_ratio:1e-300", r"delta=1e-300 is too small for 'log_ratio'"),
+    ("ratio:1e-17:0.2", r"eps_low=1e-17 underflows: 1 - 1e-17 rounds to 1"),
+    ("ratio:0.2:1e-17", r"eps_high=1e-17 underflows: 1 \+ 1e-17 rounds to 1"),
+])
+def test_degenerate_budgets_are_refused_at_parse_time(text, match):
+    with pytest.raises(ValueError, match=match):
+        parse_method(text)
+
+
+def test_the_tau_range_is_usable_at_its_ends():
+    assert parse_method(f"sapo/tau={TAU_MIN!r}:{TAU_MAX!r}").tau_neg == TAU_MAX
+
+
+@pytest.mark.parametrize("text", ["x" * 1_000_000, "kl3/" + "z" * 5000, "nope" * 300, "kl3:" + "9" * 400 + "x"])
+def test_a_huge_method_string_is_not_echoed_whole(text):
+    with pytest.raises(ValueError) as info:
+        parse_method(text)
+    message = str(info.value)
+    assert len(message) < 2000 + 3 * MAX_METHOD_ECHO  # the grammar help plus short echoes, never the input
+    assert f"({len(text)} characters)" in message or "characters)" in message
+
+
+def test_parse_methods_does_not_echo_a_huge_entry():
+    with pytest.raises(ValueError) as info:
+        parse_methods(["grpo", "y" * 100_000])
+    assert len(str(info.value)) < 3000
+
+
+def test_export_names_the_users_delta_not_a_key_they_never_gave():
+    out = subprocess.run([sys.executable, "-m", "divclip.cli", "export", "--method", "kl3:1e-320", "--engine", "verl"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert "kl3:1e-320" in out.stderr and "delta=1e-320" in out.stderr
+    assert "clip_ratio_low" not in out.stderr
