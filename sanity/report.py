@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 from divclip.sanity.budget import divergence_intervals, equivalent_budgets
-from divclip.sanity.checks import check_settings, finding, scale_findings
+from divclip.sanity.checks import check_settings, finding, input_findings, scale_findings
 from divclip.sanity.config import read_config, split_overrides
 from divclip.sanity.errors import SanityInputError
 from divclip.sanity.loaders import Limits, load_rollouts
@@ -87,11 +87,12 @@ def _build(config, rollouts, config_name, rollouts_name, overrides, framework, i
         raw = read_config(config, config_name, overrides)
         settings = clip_settings(raw, framework, num_processes)
         report["config"] = {"name": raw.name, "kind": raw.kind, "ignored_tokens": raw.ignored_tokens,
+                            "stray_tokens": [{"line": n, "text": t} for n, t in raw.stray_tokens],
                             **settings.to_dict()}
-        report["warnings"] = [w.to_dict() for w in check_settings(settings, intended)]
+        report["warnings"] = [w.to_dict() for w in input_findings(raw, settings) + check_settings(settings, intended)]
         report["notes"] += settings.notes
         if raw.ignored_tokens:
-            report["notes"].append(f"ignored tokens that are not key=value overrides: {raw.ignored_tokens[:8]}")
+            report["notes"].append(f"ignored command words (not settings): {raw.ignored_tokens[:8]}")
     elif intended is not None:
         from divclip.theory import get_measure
 

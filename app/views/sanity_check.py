@@ -11,11 +11,12 @@ from pathlib import Path
 import streamlit as st
 
 from divclip.app.page_parts import figure, rounded_rows
+from divclip.engines import ENGINES
 from divclip.sanity import figures
 from divclip.sanity.report import jsonable, report_from_uploads
 from divclip.theory import MEASURES
 
-CONFIG_TYPES = ["yaml", "yml", "json", "txt", "sh"]
+CONFIG_TYPES = ["yaml", "yml", "json", "txt", "sh", "py"]
 ROLLOUT_TYPES = ["npz", "parquet", "jsonl", "safetensors"]
 EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
 # Example inputs shipped with the app: (config file or None, rollout file or None) per button.
@@ -66,8 +67,9 @@ def apply_link() -> str | None:
 
 st.title("Sanity check a clip setting")
 st.write(
-    "Before a long run: upload the verl config (YAML or a launch script of hydra overrides) or TRL "
-    "`GRPOConfig` (JSON/YAML) you will train with, and optionally a batch of rollouts with per-token "
+    "Before a long run: upload the config you will train with (a verl YAML or launch script of hydra overrides, a "
+    "TRL `GRPOConfig` as JSON/YAML/flags/Python, an OpenRLHF or slime launch command, an AReaL or SkyRL YAML), "
+    "and optionally a batch of rollouts with per-token "
     "`old_log_prob`, `advantages`, `response_mask` (and `log_prob`). The report says what the clip means as a "
     "divergence budget, whether it can bind at all, which tokens it would clip, and what KL3 would do instead."
 )
@@ -103,7 +105,7 @@ with st.expander("Options", expanded=bool(linked)):
     sigma = c1.number_input("σ of log r (noise model)", min_value=0.0, max_value=5.0, value=None, format="%.4g",
                             key="sanity_sigma", help="Empty: the file's log_prob, else 0.05.")
     seed = int(c2.number_input("Noise seed", min_value=0, value=0, step=1, key="sanity_seed"))
-    framework = c3.selectbox("Framework", ["auto", "verl", "trl"], key="sanity_framework")
+    framework = c3.selectbox("Framework", ["auto", *ENGINES], key="sanity_framework")
 
 config = None if config_file is None else (config_file.name, config_file.getvalue())
 rollouts = None if rollout_file is None else (rollout_file.name, rollout_file.getvalue())
@@ -147,6 +149,7 @@ except Exception as exc:  # noqa: BLE001 - no traceback reaches a visitor: one m
     st.stop()
 
 # ---------------------------------------------------------------------------------------------- warnings
+# Every warning is here, an unknown key (with the nearest known one) or a key written without '=' included.
 if report["warnings"]:
     st.subheader(f"Warnings ({len(report['warnings'])})")
     for w in report["warnings"]:

@@ -77,7 +77,8 @@ def test_verl_and_trl_settings_for_one_interval():
     assert "policy_loss.loss_mode=dppo_kl" in bkl and f"clip_ratio_high={ATR_DELTA!r}" in bkl
     assert "policy_loss.loss_mode=dppo_tv" in btv
     trl_kl3 = method_export(interval_spec(ivs[0]), "trl").settings
-    assert trl_kl3 == {"clip_measure": "kl3", "clip_delta": ATR_DELTA, "epsilon_high": None, "delta": None}
+    assert trl_kl3 == {"loss_type": "dapo", "clip_measure": "kl3", "clip_delta": ATR_DELTA, "epsilon_high": None,
+                       "delta": None}  # loss_type explicit (TRL's default dapo): a pasted block leaves no other
     assert method_export(interval_spec(ivs[1]), "trl").settings["epsilon_high"] == 0.28
     with pytest.raises(ValueError, match="TRL has no 'gated' loss form"):
         method_export(interval_spec(ivs[2]), "trl")

@@ -102,7 +102,8 @@ CONFIG_CASES = [
     Case("too_big", "config", "c.yaml", b"# padding\n" * (MAX_CONFIG_BYTES // 10 + 1), "limit for a config"),
     Case("unterminated_quote", "config", "c.txt", b"data.train_batch_size=512 trainer.name='abc\n", "cannot be split"),
     Case("bad_override_key", "config", "c.txt", b"1abc.x=2\n", "is not a hydra override"),
-    Case("no_overrides", "config", "c.txt", b"python3 -m verl.trainer.main_ppo\n", "has no hydra overrides"),
+    Case("no_overrides", "config", "c.txt", b"python3 -m verl.trainer.main_ppo\n",
+         "has no settings: no key=value overrides"),
     Case("override_bad_value", "config", "c.sh", b"actor_rollout_ref.actor.clip_ratio_low=$CLIP\n",
          "clip_ratio_low must be a finite number"),
 ]
