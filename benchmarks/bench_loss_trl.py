@@ -5,8 +5,9 @@
 TRL's side is `GRPOTrainer._compute_loss(model, inputs)` itself (its ratio, clip, aggregation and the clip metrics it
 always logs), on a trainer holding a GRPOConfig's attributes and a model stub whose forward returns the (B, P + T)
 log-probs leaf (tests/theory/trl_helpers.py: the same harness the parity tests use); `loss.backward()` reaches the
-leaf. divclip's side is `policy_loss(..., spec, loss_agg_mode, loss_scale_factor)` with the method that TRL setting
-runs (`trl_helpers.trl_method`, the one tests/theory/test_losses_trl.py holds exact), once with its diagnostics
+leaf. divclip's side is `policy_loss(..., spec, loss_agg_mode, loss_scale_factor)` with the method
+`divclip.engines.from_engine('trl', settings)` reads and the TRL engine's EXACT_AGGREGATION / loss_scale_factor
+(tests/theory/test_losses_trl.py holds them exact against TRL), once with its diagnostics
 (metrics=True, as TRL's loss always computes its own) and once without. Inputs are built once, outside the timing:
 float32, old log-probs of tokens sampled from a softmax over 32 logits, log_prob = old + N(0, 0.05²), response
 lengths uniform in [T/8, T], advantages of Bernoulli rewards normalised in groups of 8 (TRL's (B,) vector; divclip
@@ -25,8 +26,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "theory"))
-from trl_helpers import PROMPT, GivenLogProbs, grpo_config, trainer_for, trl_inputs, trl_method  # noqa: E402
+from trl_helpers import PROMPT, GivenLogProbs, grpo_config, trainer_for, trl_inputs  # noqa: E402
 
+from divclip import engines  # noqa: E402
+from divclip.engines import trl as trl_engine  # noqa: E402
 from divclip.theory.losses import policy_loss  # noqa: E402
 
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
@@ -48,11 +51,9 @@ def make_inputs(batch: int, length: int, seed: int = 0):
     return {"old": old, "log_prob": log_prob, "adv": adv, "mask": mask, "adv_bt": adv[:, None] * mask}
 
 
-def trl_case(loss_type: str, level: str, x: dict):
+def trl_case(settings: dict, x: dict):
     """fn() -> seconds for TRL's `_compute_loss` + backward on a fresh leaf."""
-    args = grpo_config(loss_type=loss_type, importance_sampling_level=level, epsilon_high=0.28,
-                       max_completion_length=x["old"].shape[1])
-    trainer = trainer_for(args)
+    trainer = trainer_for(grpo_config(**settings))
     inputs = trl_inputs(x["old"], x["adv"], x["mask"], float(x["mask"].sum()))
     pad = torch.zeros(x["old"].shape[0], PROMPT)
     full = torch.cat([pad, x["log_prob"]], dim=1)  # (B, P + T): what the fused LM head returns
@@ -65,11 +66,15 @@ def trl_case(loss_type: str, level: str, x: dict):
         trainer._compute_loss(model, inputs).backward()
         return time.perf_counter() - t0
 
-    return run, args
+    return run
 
 
-def divclip_case(args, x: dict, metrics: bool):
-    spec, agg, scale = trl_method(args, x["old"].shape[0], float(x["mask"].sum()))
+def divclip_case(settings: dict, x: dict, metrics: bool):
+    """The method `divclip.engines.from_engine('trl', settings)` reads, with the TRL engine's exact aggregation."""
+    spec = engines.from_engine("trl", settings)
+    agg = trl_engine.EXACT_AGGREGATION[settings["loss_type"]]
+    scale = trl_engine.loss_scale_factor(settings, batch_size=x["old"].shape[0],
+                                         num_items_in_batch=float(x["mask"].sum()))
 
     def run():
         leaf = x["log_prob"].detach().requires_grad_()
@@ -93,9 +98,11 @@ def main():
     rows = []
     for level in a.levels.split(","):
         for loss_type in a.loss_types.split(","):
-            trl_run, args = trl_case(loss_type, level, x)
-            ours_m, spec, agg = divclip_case(args, x, True)
-            ours_f, _, _ = divclip_case(args, x, False)
+            settings = {"loss_type": loss_type, "importance_sampling_level": level, "epsilon_high": 0.28,
+                        "max_completion_length": a.length}
+            trl_run = trl_case(settings, x)
+            ours_m, spec, agg = divclip_case(settings, x, True)
+            ours_f, _, _ = divclip_case(settings, x, False)
             rows.append((loss_type, level, spec, agg, (trl_run, ours_m, ours_f)))
     times = {id(fn): [] for *_, fns in rows for fn in fns}
     for rep in range(a.repeats + 1):  # the first pass warms up

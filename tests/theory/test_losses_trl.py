@@ -13,7 +13,16 @@ import torch
 
 pytest.importorskip("trl")
 
-from trl_helpers import CLIPPED, COPIED, VESPO_FIELDS, grpo_config, trainer_for, trl_loss, trl_method  # noqa: E402
+from trl_helpers import (  # noqa: E402
+    CLIPPED,
+    COPIED,
+    VESPO_FIELDS,
+    _f32,
+    grpo_config,
+    trainer_for,
+    trl_loss,
+    trl_method,
+)
 
 from divclip.theory.forms import get_form  # noqa: E402
 from divclip.theory.loss_metrics import agg_loss  # noqa: E402
@@ -228,3 +237,41 @@ def test_bad_trl_specs_are_refused_by_name(fields, match):
     fields = {"eps_low": 0.2, "eps_high": 0.2, **fields} if fields.get("mode", "clip") == "clip" else fields
     with pytest.raises(ValueError, match=match):
         ClipSpec(**fields)
+
+
+# ---------------------------------------------------------------------- from TRL's own settings
+@pytest.mark.parametrize("custom", [False, True], ids=["defaults", "custom"])
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_from_engine_reaches_the_trl_loss(loss_type, level, custom):
+    """`from_engine('trl', GRPOConfig fields)` is the method TRL runs, and with the TRL engine's EXACT_AGGREGATION
+    and loss_scale_factor, policy_loss is TRL's loss (float32: bit for bit but sapo's last ulp)."""
+    from divclip import engines
+    from divclip.engines import trl as trl_engine
+
+    settings = {"loss_type": loss_type, "importance_sampling_level": level, **(CUSTOM if custom else {})}
+    spec = engines.from_engine("trl", settings)
+    log_prob, old, adv, mask = batch(torch.float32, seed=11 + LOSS_TYPES.index(loss_type))
+    num_items = float(mask.sum()) + 5
+    want, _, _ = trl_method(_config(loss_type, level, custom), log_prob.shape[0], num_items)
+    # TRL's sapo temperatures and VESPO's k, λ are float32 values (trl_method): the method itself holds the user's
+    f32 = {"tau_pos": _f32(spec.tau_pos), "tau_neg": _f32(spec.tau_neg)} if loss_type == "sapo" else {}
+    fields = {f: getattr(spec, f) for f in spec.__dataclass_fields__}
+    params = {k: _f32(v) if loss_type == "vespo" else v for k, v in spec.params}
+    rounded = ClipSpec(**{**fields, **f32, "params": params})
+    if loss_type == "vespo":
+        assert [rounded.param(k) for k in VESPO_FIELDS] == [want.param(k) for k in VESPO_FIELDS]
+    else:
+        assert rounded == want
+    agg = trl_engine.EXACT_AGGREGATION[loss_type]
+    scale = trl_engine.loss_scale_factor(settings, batch_size=log_prob.shape[0], num_items_in_batch=num_items)
+    trl = trl_loss(trainer_for(_config(loss_type, level, custom)), log_prob, old, adv, mask, num_items)
+    assert_same(trl, ours(spec, agg, scale, log_prob, old, adv, mask), torch.float32, bitwise=loss_type != "sapo")
+
+
+def test_from_engine_refuses_a_delta_inside_the_clip():
+    from divclip import engines
+
+    with pytest.raises(ValueError, match=r"delta = 1.1 is below 1 \+ epsilon_high = 1.28"):
+        engines.from_engine("trl", {"loss_type": "grpo", "epsilon_high": 0.28, "delta": 1.1})
+    assert engines.from_engine("trl", {"loss_type": "luspo", "delta": 1.5}).dual_clip_c == 1.5
