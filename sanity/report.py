@@ -140,12 +140,17 @@ def _rollout_options(s: ClipSettings | None, eps_low, eps_high, deltas, sigma, s
         low = eps_low if eps_low is not None else low
         high = eps_high if eps_high is not None else high
         notes.append(f"clip widths from the command line: ε_low = {low:g}, ε_high = {high:g}")
+    elif s is None:
+        notes.append(f"no config given: assumed verl's and TRL's default ratio clip ε_low = ε_high = {DEFAULT_EPS:g}, "
+                     "token level, no dual clip, several updates per batch (pass the run's config, or --eps-low and "
+                     "--eps-high, to check its own clip)")
     return RolloutOptions(eps_low=low, eps_high=high, deltas=deltas, dual_clip_c=dual, level=level,
                           sigma=sigma, seed=seed)
 
 
 def _budget(s: ClipSettings | None, opts: RolloutOptions, eps_given: bool) -> dict:
-    out = {"level": opts.level, "eps_low": opts.eps_low, "eps_high": opts.eps_high, "kind": "ratio"}
+    out = {"level": opts.level, "eps_low": opts.eps_low, "eps_high": opts.eps_high, "kind": "ratio",
+           "source": "command line" if eps_given else ("config" if s is not None else "assumed: no config")}
     if s is not None and s.form in ("gated", "divclip") and not eps_given:
         out.update(kind="divergence", measure=s.measure, delta_low=s.budget_low, delta_high=s.budget_high,
                    intervals=divergence_intervals(s.measure, s.budget_low, s.budget_high),

@@ -59,4 +59,6 @@ def clip_settings(raw: RawConfig, framework: str | None = None, num_processes: i
                           f"(keys: {sorted(map(str, raw.values))[:5]}); is --framework right?")
     found = module.read(raw.values, num_processes=num_processes)
     found.unknown_keys = [(k, near) for k, near in found.unknown_keys if k not in raw.added]
+    if found.form == "divclip" and found.measure is None:  # per-token bounds: the checks read measure and δ there
+        found.measure, found.budget_low, found.budget_high = found.clip_measure, found.delta_low, found.delta_high
     return found

@@ -75,7 +75,7 @@ def _budget_lines(b: dict) -> list[str]:
     kl3 = b.get("kl3") or {}
     if kl3.get("delta_from_eps_low") is not None:
         lines.append(f"KL3: ε_low = {_g(b['eps_low'])} is δ = {kl3['delta_from_eps_low']:.6g}, whose upper width is "
-                     f"ε_high = {kl3['implied_eps_high']:.4g} (config: {_g(b['eps_high'])})")
+                     f"ε_high = {kl3['implied_eps_high']:.4g} ({b.get('source', 'config')}: {_g(b['eps_high'])})")
     lines.append(f"Equivalent budgets of ε_low = {_g(b['eps_low'])}, ε_high = {_g(b['eps_high'])} "
                  f"({b['level']} level):")
     lines += _table(

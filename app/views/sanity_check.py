@@ -177,7 +177,8 @@ if budget and budget["kind"] != "none":
     kl3 = budget.get("kl3") or {}
     if kl3.get("delta_from_eps_low") is not None:
         st.write(f"ε_low = {budget['eps_low']:g} is a KL3 budget δ = {kl3['delta_from_eps_low']:.6g}, whose "
-                 f"upper width is ε_high = {kl3['implied_eps_high']:.4g} (config: {budget['eps_high']}).")
+                 f"upper width is ε_high = {kl3['implied_eps_high']:.4g} "
+                 f"({budget.get('source', 'config')}: {budget['eps_high']}).")
     if budget["kind"] == "divergence":
         st.dataframe(rounded_rows(budget["intervals"]), hide_index=True)
     st.dataframe(rounded_rows({k: v for k, v in r.items() if k != "problems"} for r in budget["equivalents"]),
