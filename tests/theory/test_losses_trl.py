@@ -275,3 +275,45 @@ def test_from_engine_refuses_a_delta_inside_the_clip():
     with pytest.raises(ValueError, match=r"delta = 1.1 is below 1 \+ epsilon_high = 1.28"):
         engines.from_engine("trl", {"loss_type": "grpo", "epsilon_high": 0.28, "delta": 1.1})
     assert engines.from_engine("trl", {"loss_type": "luspo", "delta": 1.5}).dual_clip_c == 1.5
+
+
+# ------------------------------------------------------------------------------------ numerics, syncs
+TRL_METHODS = ["ratio:0.2:0.28/noclamp/dual=3", "ratio:0.2:0.28/seq/noclamp", "ratio/cispo_cap/noclamp/cispo_cap=5",
+               "ratio/cispo_cap/seq/noclamp/cispo_cap=0.2", "sapo/noclamp", "sapo/seq/noclamp",
+               "ratio:0.2:0.28/luspo/seq/noclamp", "ratio/vespo"]
+
+
+@pytest.mark.parametrize("method", TRL_METHODS)
+def test_trl_forms_never_sync_to_the_host(method, monkeypatch):
+    """The forms read no tensor value into Python (item, bool, float, int, tolist): no device->host sync."""
+    from divclip.theory.losses import MODES
+    from divclip.theory.spec import parse_method
+
+    log_prob, old, adv, mask = batch(torch.float32, seed=2, extreme=((30.0, -1.0), (-30.0, 1.0)))
+    spec = parse_method(method)
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("host sync inside a loss form")
+
+    for attr in ("item", "tolist", "__bool__", "__float__", "__int__", "__index__"):
+        monkeypatch.setattr(torch.Tensor, attr, refuse)
+    terms = MODES[spec.mode](log_prob.clone().requires_grad_(), old, adv[:, None].expand_as(old).contiguous(), mask,
+                             spec)
+    monkeypatch.undo()
+    assert torch.isfinite(terms.loss).all()
+
+
+@pytest.mark.parametrize("method", TRL_METHODS)
+def test_trl_forms_are_finite_on_hostile_inputs(method):
+    """log ratios of ±50, q near 0 and 1, an empty mask, bf16 inputs: loss, gradient and metrics finite."""
+    old = torch.tensor([[-30.0, -1e-9, -2.0, -0.7], [-5.0, -0.1, -3.0, -1.0]], dtype=torch.float64)
+    lp = old + torch.tensor([[50.0, -50.0, 0.0, 3.0], [-50.0, 40.0, -8.0, 1e-3]], dtype=torch.float64)
+    adv = torch.tensor([[1.0], [-1.0]], dtype=torch.float64).expand(2, 4)
+    for dtype, mask in ((torch.float64, torch.ones(2, 4)), (torch.bfloat16, torch.ones(2, 4)),
+                        (torch.float32, torch.zeros(2, 4))):
+        for agg in ("token-mean", "seq-mean-token-mean-all", "seq-mean-token-sum-all", "token-sum-norm"):
+            x = lp.to(dtype).detach().requires_grad_()
+            loss, metrics = policy_loss(x, old.to(dtype), adv.to(dtype), mask, method, agg)
+            loss.backward()
+            assert torch.isfinite(loss) and torch.isfinite(x.grad).all()
+            assert all(np.isfinite(v) for v in metrics.values()), metrics
