@@ -127,10 +127,11 @@ def param_names() -> set[str]:
 # (`divclip.theory.atlas`), which declares them again with those functions attached.
 for _form in (
     Form("clip", "hard clip", "max(−A·r, −A·clip(r, lo, hi)), for A < 0 at most −A·c with a dual clip",
-         ("arXiv:1707.06347", "arXiv:1912.09729 eq. 5", "verl:vanilla", "trl:grpo")),
+         ("arXiv:1707.06347", "arXiv:1912.09729 eq. 5", "verl:vanilla", "trl:grpo",
+          "trl:bnpo", "trl:dr_grpo", "trl:dapo")),
     Form("gated", "hard clip", "−A·sg(min(r, c))·log π · 1[D(r, q) ≤ δ or not moved by A]",
          ("arXiv:2602.04879", "verl:dppo_kl", "verl:dppo_tv")),
-    Form("cispo", "truncated IS", "−sg(clip(r, lo, hi))·A·log π", ("arXiv:2506.13585", "verl:cispo", "trl:cispo")),
+    Form("cispo", "truncated IS", "−sg(clip(r, lo, hi))·A·log π", ("arXiv:2506.13585", "verl:cispo")),
     Form("sapo", "soft gate", "−A·σ(τ(r − 1))·4/τ, τ by the sign of A", ("verl:sapo", "trl:sapo"),
          uses_budget=False),
 ):
