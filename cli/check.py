@@ -5,6 +5,7 @@
     divclip check actor_rollout_ref.actor.clip_ratio_low=0.2 data.train_batch_size=512   # hydra overrides
     divclip check overrides.txt --rollouts batch.npz --json  # plus predicted clip fractions on a batch
     divclip check --rollouts batch.parquet --sigma 0.05      # no config: ε 0.2/0.2, noise-model ratios
+    divclip check --rollouts batch.npz --methods dcpo,grpo   # atlas methods compared on the file's tokens
 
 Every bad input raises a ValueError (`divclip.sanity.SanityInputError`) naming the problem.
 """
@@ -38,6 +39,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="a config file (.yaml/.yml/.json; a launch script .sh/.txt of overrides or --flags; a "
                         ".py snippet, read never run) and/or key=value overrides")
     p.add_argument("--rollouts", metavar="FILE", help="per-token rollout data: .npz, .parquet, .jsonl, .safetensors")
+    p.add_argument("--methods", metavar="LIST",
+                   help="with --rollouts: compare atlas methods (names or method strings, e.g. dcpo,grpo) on the "
+                        "file's tokens: clip fraction, share of |gradient| removed, entropy side")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--framework", choices=ENGINES,
                    help="the config's engine (default: detected from its keys)")
@@ -99,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         num_processes=args.num_processes,
         limits=Limits(max_bytes=args.max_bytes),
+        methods=args.methods,
     )
     if args.json:
         print(json.dumps(jsonable(report), indent=2, ensure_ascii=False))

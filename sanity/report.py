@@ -42,11 +42,13 @@ def build_report(
     seed: int = 0,
     num_processes: int = 1,
     limits: Limits = Limits(),
+    methods=None,
 ) -> dict:
-    """The full report; `config`/`rollouts` are paths or bytes (bytes need `*_name` for the suffix)."""
+    """The full report; `config`/`rollouts` are paths or bytes (bytes need `*_name` for the suffix). `methods`
+    ('dcpo,grpo' or a list of atlas names / method strings) adds the "compare" section (`sanity.compare`)."""
     try:
         return _build(config, rollouts, config_name, rollouts_name, overrides, framework, intended_measure,
-                      eps_low, eps_high, deltas or {}, sigma, seed, num_processes, limits)
+                      eps_low, eps_high, deltas or {}, sigma, seed, num_processes, limits, methods)
     except SanityInputError:
         raise
     except ValueError as exc:  # a theory-level check (a measure name, a budget): same contract
@@ -78,9 +80,11 @@ def report_from_uploads(config=None, rollouts=None, overrides_text: str = "", **
 
 
 def _build(config, rollouts, config_name, rollouts_name, overrides, framework, intended, eps_low, eps_high,
-           deltas, sigma, seed, num_processes, limits) -> dict:
+           deltas, sigma, seed, num_processes, limits, methods=None) -> dict:
     if config is None and not overrides and rollouts is None:
         raise SanityInputError("nothing to check: give a config file, hydra overrides, or --rollouts FILE")
+    if methods is not None and rollouts is None:
+        raise SanityInputError("--methods compares methods on rollout tokens: give --rollouts FILE too")
     report = {"schema": SCHEMA, "config": None, "budget": None, "warnings": [], "rollouts": None, "notes": []}
     settings = None
     if config is not None or overrides:
@@ -106,6 +110,10 @@ def _build(config, rollouts, config_name, rollouts_name, overrides, framework, i
         data = load_rollouts(rollouts, rollouts_name, limits)
         section = analyse_rollouts(data, opts)
         report["rollouts"] = section
+        if methods is not None:
+            from divclip.sanity.compare import compare_methods
+
+            report["compare"] = compare_methods(data, methods, opts)
         if section["on_policy"]:
             report["warnings"].append(finding(
                 "rollouts_on_policy",

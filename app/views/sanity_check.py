@@ -13,6 +13,7 @@ import streamlit as st
 from divclip.app.page_parts import figure, rounded_rows
 from divclip.engines import ENGINES
 from divclip.sanity import figures
+from divclip.sanity.compare import compare_bucket_rows, compare_rows
 from divclip.sanity.report import jsonable, report_from_uploads
 from divclip.theory import MEASURES
 
@@ -106,6 +107,10 @@ with st.expander("Options", expanded=bool(linked)):
                             key="sanity_sigma", help="Empty: the file's log_prob, else 0.05.")
     seed = int(c2.number_input("Noise seed", min_value=0, value=0, step=1, key="sanity_seed"))
     framework = c3.selectbox("Framework", ["auto", *ENGINES], key="sanity_framework")
+    methods_text = st.text_input("Compare methods on the rollouts (atlas names or method strings)",
+                                 key="sanity_methods", placeholder="dcpo,grpo,dapo",
+                                 help="Clip fraction, share of |gradient| removed and the entropy side per method, "
+                                      "from divclip.theory.gradient_weight (`divclip check --methods`).")
 
 config = None if config_file is None else (config_file.name, config_file.getvalue())
 rollouts = None if rollout_file is None else (rollout_file.name, rollout_file.getvalue())
@@ -128,6 +133,8 @@ if config is None and rollouts is None and not overrides_text.strip():
 options = dict(framework=None if framework == "auto" else framework,
                intended_measure=None if intended == "(none)" else intended,
                eps_low=eps_low, eps_high=eps_high, sigma=sigma, seed=seed)
+if rollouts is not None and methods_text.strip():
+    options["methods"] = methods_text
 try:
     report = report_from_uploads(config=config, rollouts=rollouts, overrides_text=overrides_text, **options)
 except ValueError as exc:
@@ -202,6 +209,15 @@ if ro:
     pick = st.selectbox("Breakdown for", usable, index=usable.index("kl3") if "kl3" in usable else 0,
                         key="sanity_bucket_measure")
     figure(figures.bucket_figure(ro, pick), "divclip_breakdown", key="sanity.breakdown")
+
+if report.get("compare"):
+    cmp = report["compare"]
+    st.subheader("Methods on these tokens")
+    st.dataframe(rounded_rows(compare_rows(cmp)), hide_index=True)
+    st.caption(f"w from divclip.theory.gradient_weight; 'removed' is the share of Σ|A·r| the method takes away "
+               f"(negative: it adds). Entropy side: {cmp['entropy_rule']}; a clipped token with "
+               "(log q − mean)(A − mean) < 0 would have raised entropy.")
+    st.dataframe(rounded_rows(compare_bucket_rows(cmp)), hide_index=True)
 
 for note in report["notes"]:
     st.caption(note)
