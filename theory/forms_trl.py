@@ -37,6 +37,7 @@ declare_form(Form(
     uses_budget=False,
     weight=_cispo_cap_weight,
     weight_note="w = min(r, c) for both signs of A; at level 'sequence' r is the sequence ratio",
+    example="ratio/cispo_cap/noclamp/cispo_cap=5",
 ))
 
 declare_form(Form(
@@ -48,6 +49,7 @@ declare_form(Form(
     weight_note="per token the clip form's w (r inside the interval by A's sign, 0 outside), with r the sequence "
                 "ratio s at level 'sequence'; LUSPO's length weighting is its aggregation (Σ_t per sequence, then "
                 "the mean over sequences), not part of w",
+    example="ratio:0.2:0.28/luspo/seq/noclamp",
 ))
 
 declare_form(Form(
@@ -65,4 +67,5 @@ declare_form(Form(
     token_level=False,
     weight_note="w = φ(W) for every token of a sequence, W the product of its token ratios: a function of the "
                 "whole sequence, not of one token's (q, r)",
+    example="ratio/vespo",
 ))
