@@ -424,13 +424,10 @@ def _write_sapo(spec, env: dict, notes: list) -> dict:
 
 
 def _write_cispo_cap(spec, env: dict, notes: list) -> dict:
-    """TRL's cispo (`cispo_cap`: the IS weight capped at c, no lower bound) is verl's cispo at clip_ratio_low = 1
-    (lower bound 0) and clip_ratio_high = c - 1, which needs c > 1 and the token ratio."""
-    cap = spec.param("cispo_cap")
-    if cap <= 1.0 or spec.level != "token":
-        raise ValueError(f"verl's cispo clips the token ratio to [1 - clip_ratio_low, 1 + clip_ratio_high]: an IS "
-                         f"weight cap of {cap:g} at level {spec.level!r} has no verl form (it needs a cap above 1)")
-    return {"policy_loss.loss_mode": "cispo", "clip_ratio_low": 1.0, "clip_ratio_high": _num(cap) - 1.0}
+    """TRL's cispo (`cispo_cap`: the IS weight capped at c, no lower bound) is verl's cispo at clip_ratio_low = 1."""
+    from divclip.theory.forms_trl import cispo_cap_as_cispo
+
+    return _write_cispo(cispo_cap_as_cispo(spec), env, notes)
 
 
 WRITERS = {"clip": _write_clip, "gated": _write_gated, "cispo": _write_cispo, "sapo": _write_sapo,

@@ -22,6 +22,19 @@ VESPO_LAMBDA_MIN = float(np.float32(1e-4))
 """VESPO's decay λ is used as max(λ, 1e-4), 1e-4 in float32 as TRL 1.16 `get_gamma_weights` clamps it."""
 
 
+def cispo_cap_as_cispo(spec):
+    """The two-sided `cispo` spec (MiniMax's CISPO, verl's and slime's `cispo`) equal to a `cispo_cap` spec:
+    lower width 1 (bound 0, which r never crosses) and upper width c − 1; exact in float64 (1 + (c − 1) == c for
+    c >= 1). A ValueError for a cap at or below 1 or the sequence ratio, which the two-sided form cannot say."""
+    from divclip.theory.spec import ClipSpec
+
+    cap = spec.param("cispo_cap")
+    if cap <= 1.0 or spec.level != "token":
+        raise ValueError(f"cispo clips the token ratio to [1 − ε_low, 1 + ε_high]: an IS weight cap of {cap:g} at "
+                         f"level {spec.level!r} has no two-sided cispo form (it needs a cap above 1, token level)")
+    return ClipSpec("ratio", eps_low=1.0, eps_high=cap - 1.0, mode="cispo", clamp_log_ratio=spec.clamp_log_ratio)
+
+
 def _cispo_cap_weight(spec, q, r, adv):
     """w = min(r, c): ℓ = −sg(min(r, c))·A·log π has ∂ℓ/∂log π = −A·min(r, c); no token loses its gradient."""
     q, r, adv = np.broadcast_arrays(np.asarray(q, float), np.asarray(r, float), np.asarray(adv, float))

@@ -29,7 +29,7 @@ CANNOT = {
                 "kl3:0.023144&binary_tv:0.2": "clips each token by its own p",
                 "kl3@clipfrac=0.1": "adapts δ during training",
                 **({} if engine == "areal" else {"sapo": "has no 'sapo' loss form"}),
-                **({} if engine == "slime" else {"ratio:0.2:0.28/cispo": "has no 'cispo' loss form"})}
+                **({} if engine == "slime" else {"ratio:0.2:0.28/cispo": "has no 'cispo(_cap)?' loss form"})}
        for engine in ("openrlhf", "areal", "slime")},
 }
 CASES = [(e, m) for e in engines.available_engines() for m in METHODS]

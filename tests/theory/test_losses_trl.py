@@ -317,3 +317,20 @@ def test_trl_forms_are_finite_on_hostile_inputs(method):
             loss.backward()
             assert torch.isfinite(loss) and torch.isfinite(x.grad).all()
             assert all(np.isfinite(v) for v in metrics.values()), metrics
+
+
+def test_cispo_cap_above_1_is_two_sided_cispo_at_lower_width_1():
+    """How verl and slime write TRL's cispo: cispo at ε_low = 1 (bound 0) and ε_high = c − 1 is the same loss, bit
+    for bit; a cap at or below 1, or the sequence ratio, has no such form."""
+    from divclip.theory.forms_trl import cispo_cap_as_cispo
+
+    log_prob, old, adv, mask = batch(torch.float64, seed=9, extreme=((3.0, 1.0), (-2.0, -1.0)))
+    for cap in (1.3, 5.0, 7.77):
+        spec = ClipSpec(mode="cispo_cap", params={"cispo_cap": cap}, clamp_log_ratio=False)
+        two_sided = cispo_cap_as_cispo(spec)
+        assert two_sided.ratio_bounds() == (0.0, cap) and two_sided.mode == "cispo"
+        assert_same(ours(spec, "token-mean", None, log_prob, old, adv, mask),
+                    ours(two_sided, "token-mean", None, log_prob, old, adv, mask), torch.float64)
+    for bad in (dict(params={"cispo_cap": 0.2}), dict(params={"cispo_cap": 5.0}, level="sequence")):
+        with pytest.raises(ValueError, match="has no two-sided cispo form"):
+            cispo_cap_as_cispo(ClipSpec(mode="cispo_cap", **bad))
