@@ -87,6 +87,27 @@ class IntParam:
 
 
 @dataclass(frozen=True)
+class BoolParam:
+    """An on/off flag (a toggle): 1/true/on and 0/false/off in the URL, written as 1 or 0."""
+
+    key: str
+    label: str
+    default: bool = False
+
+    def parse(self, raw: str) -> tuple[bool, str | None]:
+        word = raw.strip().lower()
+        if word in ("1", "true", "on", "yes"):
+            return True, None
+        if word in ("0", "false", "off", "no"):
+            return False, None
+        return self.default, (f"{self.key}={raw!r} is not 1 or 0 (on or off) for {self.label}; "
+                              f"using {int(self.default)}.")
+
+    def encode(self, value: bool) -> str:
+        return "1" if value else "0"
+
+
+@dataclass(frozen=True)
 class ChoiceParam:
     """One name out of a fixed tuple of choices."""
 
@@ -186,7 +207,7 @@ class MethodListParam:
         return ",".join(value)
 
 
-Param = FloatParam | IntParam | ChoiceParam | ChoiceListParam | TextParam | MethodListParam
+Param = FloatParam | IntParam | BoolParam | ChoiceParam | ChoiceListParam | TextParam | MethodListParam
 
 
 def defaults(spec: Sequence[Param]) -> dict[str, Any]:

@@ -357,4 +357,4 @@ def describe(spec) -> str:
     where = (f"r in [{bounds[0]:.7g}, {bounds[1]:.7g}]" if not isinstance(bounds[0], dict) else
              "r in " + ", ".join(f"[{b['lo']:.4g}, {b['hi']:.4g}] at p = {b['p']:g}" for b in bounds))
     form = {"gated": "DPPO mask", "clip": "PPO clip"}.get(spec.mode, spec.mode)
-    return f"{method_for(name)}: {form} by {name}, δ = {spec.delta:.6g}, {where}"
+    return f"{method_for(name, delta=spec.delta)}: {form} by {name}, δ = {spec.delta:.6g}, {where}"

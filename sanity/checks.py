@@ -33,7 +33,7 @@ SOURCES = {
     "grpo_trainer.py uses the current log-probs, detached, as the old ones when generation is aligned with "
     "gradient accumulation",
     "sequence_ratio_token_eps": "GSPO (Zheng et al. 2025, arXiv 2507.18071): ε_low = 3e-4, ε_high = 4e-4 on the "
-    "length-normalised sequence ratio, about 1000× below token-level widths; docs/theory.md §5",
+    "length-normalised sequence ratio, about 700× below token-level widths (0.2 / 0.28); docs/theory.md §5",
     "token_ratio_sequence_eps": "PPO (arXiv 1707.06347) ε 0.1–0.3 and DAPO (arXiv 2503.14476) 0.2/0.28 on token "
     "ratios; GSPO's 3e-4/4e-4 (arXiv 2507.18071) is for sequence ratios; docs/theory.md §5",
     "verl_dual_clip_always_on": f"verl {VERL_VERSION} core_algos.compute_policy_loss_vanilla (dual-clip PPO, Ye et "
@@ -117,6 +117,9 @@ def _on_policy(s, _):
     )]
 
 
+SPREAD_HINT = "`divclip check --rollouts` with log_prob measures it on your batch"
+
+
 @check
 def _scale(s, _):
     if s.measure != "ratio" or s.form == "cispo" and s.framework == "trl":
@@ -137,8 +140,9 @@ def scale_findings(eps_low, eps_high, level: str, keys: dict) -> list[Finding]:
             out.append(finding(
                 "sequence_ratio_token_eps",
                 f"ε_{side} = {eps:g} on a sequence-level ratio (GSPO: (π_θ(o)/π_old(o))^(1/|o|)) is a token-level "
-                f"width; the sequence ratio moves about 1000× less than token ratios, so this clip almost never "
-                f"binds. GSPO uses 3e-4 / 4e-4.", key))
+                f"width. The sequence ratio is the geometric mean of |o| token ratios, so it moves less than they "
+                f"do: by √|o| if token log-ratios were independent (45× at |o| = 2048), less where they are "
+                f"correlated ({SPREAD_HINT}); a token-level width on it rarely binds. GSPO uses 3e-4 / 4e-4.", key))
         elif level == "token" and eps <= SEQUENCE_SCALE_BELOW:
             out.append(finding(
                 "token_ratio_sequence_eps",

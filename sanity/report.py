@@ -110,6 +110,7 @@ def _build(config, rollouts, config_name, rollouts_name, overrides, framework, i
         data = load_rollouts(rollouts, rollouts_name, limits)
         section = analyse_rollouts(data, opts)
         report["rollouts"] = section
+        _measured_spread(report["warnings"], section)
         if methods is not None:
             from divclip.sanity.compare import compare_methods
 
@@ -120,6 +121,21 @@ def _build(config, rollouts, config_name, rollouts_name, overrides, framework, i
                 f"log_prob equals old_log_prob at every masked token of {section['file']!r}: the ratio is 1, so no "
                 "clip binds on this batch (on-policy: one epoch, one mini-batch).", "log_prob").to_dict())
     return report
+
+
+def _measured_spread(warnings: list, section: dict) -> None:
+    """Put this batch's own figure into the sequence-level scale warning, where the file has log_prob."""
+    from divclip.sanity.checks import SPREAD_HINT
+
+    spread = section["ratios"].get("sequence_spread")
+    if not spread:
+        return
+    measured = (f"on {section['file']!r} the sequence log-ratio's std is {spread['ratio']:.3g}× smaller than the "
+                f"token log-ratios' ({spread['sequence_std']:.3g} vs {spread['token_std']:.3g}, mean length "
+                f"{spread['mean_length']:.0f})")
+    for w in warnings:
+        if w.get("code") == "sequence_ratio_token_eps":
+            w["message"] = w["message"].replace(SPREAD_HINT, measured)
 
 
 def _rollout_options(s: ClipSettings | None, eps_low, eps_high, deltas, sigma, seed, notes) -> RolloutOptions:

@@ -11,6 +11,8 @@ from pathlib import Path
 import streamlit as st
 
 from divclip.app.page_parts import figure, rounded_rows
+from divclip.app.state import format_number
+from divclip.app.token_terms import example_token
 from divclip.engines import ENGINES
 from divclip.sanity import figures
 from divclip.sanity.compare import compare_bucket_rows, compare_rows
@@ -209,6 +211,11 @@ if ro:
     pick = st.selectbox("Breakdown for", usable, index=usable.index("kl3") if "kl3" in usable else 0,
                         key="sanity_bucket_measure")
     figure(figures.bucket_figure(ro, pick), "divclip_breakdown", key="sanity.breakdown")
+    if rollouts is not None and (token := example_token(*rollouts)) is not None:  # the ratio that moved most
+        st.page_link("views/token_explainer.py", icon=":material/token:",
+                     label=f"Explain token ({token['i']}, {token['t']}) in the token explainer: q = {token['q']:.4g}, "
+                           f"r = {token['r']:.4g}, A = {token['adv']:.4g}",
+                     query_params={k: format_number(token[k]) for k in ("q", "r", "adv")})
 
 if report.get("compare"):
     cmp = report["compare"]
