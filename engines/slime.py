@@ -211,6 +211,10 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
     spec, label = check_spec(spec, label)
     notes: list = []
     diffs: list = []
+    if spec.mode == "cispo_cap":  # TRL's cispo: slime's cispo at --eps-clip 1 (no lower bound)
+        from divclip.theory.forms_trl import cispo_cap_as_cispo
+
+        spec = cispo_cap_as_cispo(spec)
     if spec.mode == "cispo":
         settings = _write_cispo(spec, notes)
     elif spec.mode == "clip":

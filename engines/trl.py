@@ -60,6 +60,11 @@ KEYS: dict[str, Key] = {
     "importance_sampling_level": Key("str", "token", choices=("token", "sequence"), doc="token, or GSPO's sequence"),
     "sapo_temperature_pos": Key("float", 1.0, above=0.0, doc="sapo: gate temperature for A > 0"),
     "sapo_temperature_neg": Key("float", 1.05, above=0.0, doc="sapo: gate temperature for A <= 0"),
+    "vespo_k_pos": Key("float", 2.0, above=-math.inf, doc="vespo: power k of the gamma kernel for A >= 0"),
+    "vespo_lambda_pos": Key("float", 3.0, above=0.0, doc="vespo: decay λ of the gamma kernel for A >= 0"),
+    "vespo_k_neg": Key("float", 3.0, above=-math.inf, doc="vespo: power k for A < 0"),
+    "vespo_lambda_neg": Key("float", 2.0, above=0.0, doc="vespo: decay λ for A < 0"),
+    "max_completion_length": Key("int", 512, nullable=True, above=0, doc="dr_grpo's normaliser B · this"),
     "beta": Key("float", 0.0, above=-math.inf, doc="KL coefficient"),
     "num_generations": Key("int", 8, nullable=True, above=0, doc="completions per prompt (group size)"),
     "per_device_train_batch_size": Key("int", 8, above=0, doc="sequences per device per micro-step"),
@@ -83,6 +88,13 @@ KNOWN_KEYS_FROM = (f"trl {VERSION} GRPOConfig and transformers {TRANSFORMERS_VER
 AGGREGATION = {"grpo": "seq-mean-token-mean", "sapo": "seq-mean-token-mean", "bnpo": "token-mean",
                "dapo": "token-mean", "cispo": "token-mean", "vespo": "token-mean",
                "dr_grpo": "seq-mean-token-sum-norm", "luspo": "seq-mean-token-sum"}
+# loss_type -> the divclip loss_agg_mode that is TRL's normalisation exactly (divclip.theory.loss_metrics): a TRL
+# sequence mean counts every sequence of the micro-batch (an empty one as 0), and dr_grpo / dapo / cispo / vespo
+# divide the token sum by a constant (`loss_scale_factor`: B · max_completion_length, or the generation batch's
+# token count per accumulation window, TRL's num_items_in_batch). tests/theory/test_losses_trl.py holds it exact.
+EXACT_AGGREGATION = {"grpo": "seq-mean-token-mean-all", "sapo": "seq-mean-token-mean-all", "bnpo": "token-mean",
+                     "luspo": "seq-mean-token-sum-all", "dr_grpo": "token-sum-norm", "dapo": "token-sum-norm",
+                     "cispo": "token-sum-norm", "vespo": "token-sum-norm"}
 # aggregation -> the clip loss_type that runs PPO's clip with it
 CLIP_LOSS_TYPE = {"token-mean": "dapo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
 _CLIPPED = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
@@ -199,31 +211,70 @@ def _read_spec(s: EngineRead, g: dict) -> None:
         s.notes.append(f"loss_type {s.loss_mode!r}: no divclip method says this exactly: {exc}")
 
 
+# Every TRL method is '/noclamp' (ClipSpec.clamp_log_ratio=False): TRL exponentiates the raw log-ratio, where verl
+# (and divclip's default) clamp it to ±20. In float32 the specs below are TRL's loss bit for bit; in float64 TRL's
+# sapo temperatures and VESPO's k, λ are float32 values (torch.where on Python floats), a 1e-8 relative difference.
 def _clip_spec(s: EngineRead, g: dict):
     from divclip.theory.spec import ClipSpec
 
+    mode = "luspo" if s.loss_mode == "luspo" else "clip"
+    c = s.dual_clip_c
+    if c is not None and s.clip_measure in (None, "ratio") and c < 1.0 + s.budget_high:
+        raise ValueError(f"delta = {c:g} is below 1 + epsilon_high = {1.0 + s.budget_high:g}: TRL's two-sided clip "
+                         "then also caps tokens with A > 0 inside the clip, which divclip's dual clip does not")
     if s.clip_measure not in (None, "ratio"):
-        return ClipSpec(s.clip_measure, delta=s.delta_low, dual_clip_c=s.dual_clip_c)
-    return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, dual_clip_c=s.dual_clip_c, level=s.level)
+        return ClipSpec(s.clip_measure, delta=s.delta_low, dual_clip_c=c, clamp_log_ratio=False)
+    return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, dual_clip_c=c, level=s.level, mode=mode,
+                    clamp_log_ratio=False)
 
 
 def _cispo_spec(s: EngineRead, g: dict):
     from divclip.theory.spec import ClipSpec
 
-    if s.cap <= 1.0:
-        raise ValueError(f"the cap epsilon_high = {s.cap:g} is at or below 1: divclip's cispo needs r's upper bound "
-                         "above 1")
-    return ClipSpec("ratio", eps_low=1.0, eps_high=s.cap - 1.0, mode="cispo")  # no lower bound: r >= 0 always
+    # an absolute cap on the IS weight, no lower bound (ScaleRL's ε_max): the cispo_cap form, at any cap
+    return ClipSpec(mode="cispo_cap", params={"cispo_cap": s.cap}, level=s.level, clamp_log_ratio=False)
 
 
 def _sapo_spec(s: EngineRead, g: dict):
     from divclip.theory.spec import ClipSpec
 
-    return ClipSpec(mode="sapo", tau_pos=g["sapo_temperature_pos"], tau_neg=g["sapo_temperature_neg"])
+    return ClipSpec(mode="sapo", tau_pos=g["sapo_temperature_pos"], tau_neg=g["sapo_temperature_neg"], level=s.level,
+                    clamp_log_ratio=False)
 
 
-SPEC_FROM_LOSS_TYPE = {**{t: _clip_spec for t in _CLIPPED}, "cispo": _cispo_spec, "sapo": _sapo_spec}
+def _vespo_spec(s: EngineRead, g: dict):
+    """VESPO forms its own sequence weight (Σ log r, clamped): importance_sampling_level does not change its loss."""
+    from divclip.theory.forms import get_form
+    from divclip.theory.spec import ClipSpec
+
+    names = ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")
+    form = get_form("vespo")  # its defaults are GRPOConfig's: only the ones set differently go in the method
+    return ClipSpec(mode="vespo", params={k: g[k] for k in names if g[k] != form.param(k).default})
+
+
+SPEC_FROM_LOSS_TYPE = {**{t: _clip_spec for t in _CLIPPED}, "cispo": _cispo_spec, "sapo": _sapo_spec,
+                       "vespo": _vespo_spec}
 """{TRL loss_type: fn(read, typed values) -> ClipSpec}: the method each loss_type runs."""
+
+
+def loss_scale_factor(settings: Mapping, *, batch_size: int, num_items_in_batch: float | None = None,
+                      num_processes: int = 1) -> float | None:
+    """`policy_loss`'s loss_scale_factor for TRL's EXACT_AGGREGATION of these settings, on one micro-batch of
+    `batch_size` sequences: dr_grpo's B · max_completion_length; dapo/cispo/vespo's max(num_items_in_batch, 1) /
+    num_processes · gradient_accumulation_steps / steps_per_generation (TRL's train-mode normaliser); None for the
+    others. TRL further divides the grpo/sapo/bnpo/dr_grpo/luspo loss by the gradient-accumulation steps."""
+    found = read(settings, num_processes=num_processes)
+    mode = EXACT_AGGREGATION[found.loss_mode]
+    if found.loss_mode == "dr_grpo":
+        return float(batch_size * found.keys["max_completion_length"]["value"])
+    if mode != "token-sum-norm":
+        return None
+    if num_items_in_batch is None:
+        raise ValueError(f"loss_type {found.loss_mode!r} divides by the generation batch's token count: give "
+                         "num_items_in_batch")
+    gas = found.keys["gradient_accumulation_steps"]["value"]
+    steps = found.minibatches * gas
+    return max(float(num_items_in_batch), 1.0) / num_processes * gas / steps
 
 
 def _steps_per_generation(g: dict, per_step: int) -> int:
@@ -374,10 +425,34 @@ def _write_sapo(spec, agg, notes: list, diffs: list):
     if agg not in (None, "seq-mean-token-mean"):
         diffs.append(Difference(f"aggregation {agg}", "TRL's sapo aggregates seq-mean-token-mean"))
     return {"loss_type": "sapo", "sapo_temperature_pos": _num(spec.tau_pos),
-            "sapo_temperature_neg": _num(spec.tau_neg)}, "GRPOConfig"
+            "sapo_temperature_neg": _num(spec.tau_neg), **_level(spec)}, "GRPOConfig"
 
 
-WRITERS = {"clip": _write_clip, "cispo": _write_cispo, "sapo": _write_sapo}
+def _level(spec) -> dict:
+    return {"importance_sampling_level": "sequence"} if spec.level == "sequence" else {}
+
+
+def _write_cispo_cap(spec, agg, notes: list, diffs: list):
+    if agg not in (None, "token-mean"):
+        diffs.append(Difference(f"aggregation {agg}", "TRL's cispo aggregates token-mean"))
+    return {"loss_type": "cispo", "epsilon_high": _num(spec.param("cispo_cap")), **_level(spec)}, "GRPOConfig"
+
+
+def _write_luspo(spec, agg, notes: list, diffs: list):
+    if spec.measure_name != "ratio":
+        raise ValueError(f"TRL's luspo clips the ratio with epsilon / epsilon_high, got measure {spec.measure_name!r}")
+    delta = None if spec.dual_clip_c is None else _num(spec.dual_clip_c)
+    return {"loss_type": "luspo", "epsilon": _num(spec.eps_low), "epsilon_high": _num(spec.eps_high), "delta": delta,
+            **_level(spec)}, "GRPOConfig"
+
+
+def _write_vespo(spec, agg, notes: list, diffs: list):
+    names = ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")
+    return {"loss_type": "vespo", **{k: _num(spec.param(k)) for k in names}}, "GRPOConfig"
+
+
+WRITERS = {"clip": _write_clip, "cispo": _write_cispo, "sapo": _write_sapo, "cispo_cap": _write_cispo_cap,
+           "luspo": _write_luspo, "vespo": _write_vespo}
 """{ClipSpec.mode: fn(spec, aggregation, notes, differences) -> (fields, config class)}."""
 
 

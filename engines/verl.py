@@ -538,6 +538,13 @@ def _write_sapo(spec, env: dict, notes: list) -> dict:
     return {"policy_loss.loss_mode": "sapo", "tau_pos": _num(spec.tau_pos), "tau_neg": _num(spec.tau_neg)}
 
 
+def _write_cispo_cap(spec, env: dict, notes: list) -> dict:
+    """TRL's cispo (`cispo_cap`: the IS weight capped at c, no lower bound) is verl's cispo at clip_ratio_low = 1."""
+    from divclip.theory.forms_trl import cispo_cap_as_cispo
+
+    return _write_cispo(cispo_cap_as_cispo(spec), env, notes)
+
+
 def _write_gpg(spec, env: dict, notes: list) -> dict:
     return {"policy_loss.loss_mode": "gpg"}
 
@@ -578,7 +585,8 @@ def _write_reinforce_is(spec, env: dict, notes: list) -> dict:
 
 WRITERS = {"clip": _write_clip, "gated": _write_gated, "cispo": _write_cispo, "sapo": _write_sapo,
            "gpg": _write_gpg, "dro": _write_dro, "clip_cov": _write_clip_cov, "kl_cov": _write_kl_cov,
-           "geo_mean": _write_geo_mean, "reinforce_is": _write_reinforce_is, "reinforce_seq_is": _write_reinforce_is}
+           "geo_mean": _write_geo_mean, "reinforce_is": _write_reinforce_is, "reinforce_seq_is": _write_reinforce_is,
+           "cispo_cap": _write_cispo_cap}
 """{ClipSpec.mode: fn(spec, env, notes) -> {key below actor_rollout_ref.actor. (or a whole `algorithm.` key):
 value}}: the keys that run it."""
 

@@ -132,12 +132,13 @@ def param_names() -> set[str]:
 # The four forms the loss has had since v1, with their numpy weights and intervals (`form_weights`).
 for _form in (
     Form("clip", "hard clip", "max(−A·r, −A·clip(r, lo, hi)), for A < 0 at most −A·c with a dual clip",
-         ("arXiv:1707.06347", "arXiv:1912.09729 eq. 5", "verl:vanilla", "trl:grpo"), weight=fw.clip_weight,
+         ("arXiv:1707.06347", "arXiv:1912.09729 eq. 5", "verl:vanilla", "trl:grpo",
+          "trl:bnpo", "trl:dr_grpo", "trl:dapo"), weight=fw.clip_weight,
          interval=fw.clip_interval, example="grpo"),
     Form("gated", "hard clip", "−A·sg(min(r, c))·log π · 1[D(r, q) ≤ δ or not moved by A]",
          ("arXiv:2602.04879", "verl:dppo_kl", "verl:dppo_tv"), weight=fw.gated_weight,
          interval=fw.gated_interval, example="dppo_kl"),
-    Form("cispo", "truncated IS", "−sg(clip(r, lo, hi))·A·log π", ("arXiv:2506.13585", "verl:cispo", "trl:cispo"),
+    Form("cispo", "truncated IS", "−sg(clip(r, lo, hi))·A·log π", ("arXiv:2506.13585", "verl:cispo"),
          weight=fw.cispo_weight, interval=fw.cispo_interval, example="ratio:0.2:0.2/cispo"),
     Form("sapo", "soft gate", "−A·σ(τ(r − 1))·4/τ, τ by the sign of A",
          ("arXiv:2511.20347", "verl:sapo", "trl:sapo"), uses_budget=False, weight=fw.sapo_weight,

@@ -12,6 +12,8 @@ import math
 import torch
 
 LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+TRL_AGG_MODES = ("seq-mean-token-mean-all", "seq-mean-token-sum-all", "token-sum-norm")
+"""TRL 1.16's normalisations that verl's five (LOSS_AGG_MODES) do not give exactly; `agg_loss` takes both."""
 KL_ESTIMATORS = {"k1": "k1", "kl": "k1", "k2": "k2", "mse": "k2", "k3": "k3", "low_var_kl": "k3", "abs": "abs"}
 """verl's `kl_penalty` names; each also takes a '+' suffix (`kl_penalty`: k2's gradient, straight through)."""
 KL3_CLAMP = 10.0  # verl clamps the k3 penalty to ±10 (and its log-ratio to ±20)
@@ -60,8 +62,24 @@ def _nonzero(count):
     return torch.where(count > 0, count, torch.ones_like(count))
 
 
+def _aggregate_trl(loss_mat, loss_mask, loss_agg_mode, loss_scale_factor):
+    """TRL 1.16's normalisations (GRPOTrainer._compute_loss), in its arithmetic: a sequence mean counts every
+    sequence of the batch, an empty one as 0 (verl's seq-mean-* skip empty sequences)."""
+    masked = loss_mat * loss_mask  # (B, T)
+    if loss_agg_mode != "token-sum-norm" and masked.shape[0] == 0:
+        return masked.sum()  # no sequence: 0, where the mean of none is NaN
+    if loss_agg_mode == "seq-mean-token-mean-all":  # TRL grpo, sapo
+        return (masked.sum(-1) / loss_mask.sum(-1).clamp(min=1.0)).mean()
+    if loss_agg_mode == "seq-mean-token-sum-all":  # TRL luspo
+        return masked.sum(-1).mean()
+    # token-sum-norm: TRL dr_grpo (B · max_completion_length), dapo/cispo/vespo (the global token count)
+    return masked.sum() / (max(loss_mask.numel(), 1) if loss_scale_factor is None else loss_scale_factor)
+
+
 def aggregate(loss_mat, loss_mask, loss_agg_mode, loss_scale_factor, masked_sum):
     """`agg_loss` without validation; `masked_sum` does the token-level masked sums."""
+    if loss_agg_mode in TRL_AGG_MODES:
+        return _aggregate_trl(loss_mat, loss_mask, loss_agg_mode, loss_scale_factor)
     if loss_agg_mode == "token-mean":
         return masked_sum(loss_mat, loss_mask) / _nonzero(loss_mask.sum())
     if loss_agg_mode == "token-sum":
@@ -81,8 +99,8 @@ def aggregate(loss_mat, loss_mask, loss_agg_mode, loss_scale_factor, masked_sum)
 
 
 def check_agg(loss_agg_mode, loss_scale_factor):
-    if loss_agg_mode not in LOSS_AGG_MODES:
-        raise ValueError(f"loss_agg_mode must be one of {list(LOSS_AGG_MODES)}, got {loss_agg_mode!r}")
+    if loss_agg_mode not in LOSS_AGG_MODES + TRL_AGG_MODES:
+        raise ValueError(f"loss_agg_mode must be one of {list(LOSS_AGG_MODES + TRL_AGG_MODES)}, got {loss_agg_mode!r}")
     if loss_scale_factor is not None and not (
         isinstance(loss_scale_factor, (int, float)) and math.isfinite(loss_scale_factor) and loss_scale_factor > 0
     ):
@@ -95,6 +113,10 @@ def agg_loss(loss_mat, loss_mask, loss_agg_mode: str, loss_scale_factor=None):
     token-mean: Σ m·ℓ / Σ m (DAPO); token-sum: Σ m·ℓ; seq-mean-token-mean: mean over non-empty sequences of
     each sequence's token mean (original GRPO); seq-mean-token-sum: mean of per-sequence sums;
     seq-mean-token-sum-norm: that divided by `loss_scale_factor` (default the horizon T; Dr. GRPO).
+    TRL 1.16's normalisations, where every sequence of the batch counts (an empty one as 0):
+    seq-mean-token-mean-all: mean over all B sequences of Σ m·ℓ / max(Σ m, 1) (TRL grpo, sapo);
+    seq-mean-token-sum-all: mean over all B of Σ m·ℓ (TRL luspo); token-sum-norm: Σ m·ℓ / `loss_scale_factor`
+    (default B·T; TRL dr_grpo: B·max_completion_length; dapo/cispo/vespo: the generation batch's token count).
     With dp_size = 1 and no global batch info, verl's global token/sequence counts are these local ones.
     One deliberate difference: an all-zero mask gives 0 here, where verl divides 0 by 0 (NaN).
     """

@@ -110,9 +110,12 @@ def _in_range(x, lo: float, hi: float):
 
 
 @torch.no_grad()
-def _token_ratio(log_prob, old_log_prob):
-    """(log r clamped to ±20 as verl, r, flags of |log r| <= 20 or None): the clamp stops the gradient."""
+def _token_ratio(log_prob, old_log_prob, clamp: bool = True):
+    """(log r clamped to ±20 as verl, r, flags of |log r| <= 20 or None): the clamp stops the gradient.
+    clamp=False (TRL): r = exp(log r) unclamped, flags None; the log r returned (for the metrics) is clamped."""
     log_ratio = log_prob - old_log_prob  # (B, T)
+    if not clamp:
+        return log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP), log_ratio.exp_(), None
     in_range = _in_range(log_ratio, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     if in_range is not None:  # else every entry is within the clamp already
         log_ratio.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
@@ -120,16 +123,27 @@ def _token_ratio(log_prob, old_log_prob):
 
 
 @torch.no_grad()
-def _sequence_ratio(log_prob, old_log_prob, mask):
+def _sequence_ratio(log_prob, old_log_prob, mask, clamp: bool = True):
     """GSPO (verl `gspo`): s = exp(mean_t log r) per sequence, used for every token. verl writes it as
-    sg[s]·π_θ/sg[π_θ], whose gradient is s·∇log π per token; clamped at log s <= 10 as verl."""
+    sg[s]·π_θ/sg[π_θ], whose gradient is s·∇log π per token; clamped at log s <= 10 as verl (clamp=False: not
+    clamped, as TRL's importance_sampling_level='sequence')."""
     log_ratio = log_prob - old_log_prob  # (B, T)
     seq_lengths = torch.sum(mask, dim=-1).clamp(min=1)  # (B,)
     seq_log_ratio = (torch.sum(log_ratio * mask, dim=-1) / seq_lengths).unsqueeze(-1)  # (B, 1) log s
+    if not clamp:
+        ratio = seq_log_ratio.exp_().expand_as(log_ratio).contiguous()
+        return log_ratio.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP), ratio, None
     in_range = _in_range(seq_log_ratio, -math.inf, SEQ_LOG_RATIO_MAX)
     ratio = torch.exp(torch.clamp(seq_log_ratio, max=SEQ_LOG_RATIO_MAX)).expand_as(log_ratio).contiguous()
     log_ratio.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # token log r, for the metrics only
     return log_ratio, ratio, in_range
+
+
+def _ratio(spec: ClipSpec, log_prob, old_log_prob, mask):
+    """`_token_ratio` or, at level='sequence', `_sequence_ratio`, clamped as `spec.clamp_log_ratio` says."""
+    if spec.level == "sequence":
+        return _sequence_ratio(log_prob, old_log_prob, mask, spec.clamp_log_ratio)
+    return _token_ratio(log_prob, old_log_prob, spec.clamp_log_ratio)
 
 
 def _binary_kl_bound(delta: float, p, side: int):
@@ -274,10 +288,7 @@ def _clip_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Ter
     The value is `clipped_surrogate`'s; the gradient is the rule it implies, -A·r·∇log π on kept tokens.
     """
     with torch.no_grad():
-        if spec.level == "sequence":
-            log_ratio, ratio, in_range = _sequence_ratio(log_prob, old_log_prob, mask)
-        else:
-            log_ratio, ratio, in_range = _token_ratio(log_prob, old_log_prob)
+        log_ratio, ratio, in_range = _ratio(spec, log_prob, old_log_prob, mask)
         each = None
         if isinstance(spec, AllOf):
             clipped_ratio, each, lo, hi = _intersection_clip(spec, ratio, old_log_prob)
@@ -310,7 +321,7 @@ def _gated_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Te
     """DPPO (verl `dppo_kl`/`dppo_tv`): -A·sg(min(r, c))·log π, zeroed where the bound is crossed in A's
     direction. Its gradient, -A·min(r, c)·∇log π = -A·∇r for r < c, is the clip mode's, token by token."""
     with torch.no_grad():
-        log_ratio, ratio, in_range = _token_ratio(log_prob, old_log_prob)
+        log_ratio, ratio, in_range = _ratio(spec, log_prob, old_log_prob, mask)
         # The decision sees the true ratio (as verl's dppo, which never clamps its D); the IS weight below keeps
         # verl's clamped one. Where every |log r| <= 20 the two are the same tensor.
         true_ratio = ratio if in_range is None else _true_ratio(log_prob, old_log_prob)
@@ -342,7 +353,7 @@ def _cispo_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Te
     """CISPO (verl `cispo`): -sg(clip(r, lo, hi))·A·log π. Clipping bounds the IS weight only, on both sides
     whatever the sign of A, so every token keeps a gradient."""
     with torch.no_grad():
-        log_ratio, ratio, _ = _token_ratio(log_prob, old_log_prob)
+        log_ratio, ratio, _ = _ratio(spec, log_prob, old_log_prob, mask)
         if spec.p_dependent:
             clipped_ratio = _per_token_clip(spec, ratio, old_log_prob, None)
         else:
@@ -358,7 +369,7 @@ def _sapo_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Ter
     gate's slope f'(r) = 4σ(1 - σ) is 1 at r = 1 and decays smoothly: no hard clip, so no clip fractions.
     verl's `sapo` always aggregates with seq-mean-token-mean, whatever loss_agg_mode says; here it is honoured."""
     with torch.no_grad():
-        log_ratio, ratio_value, in_range = _token_ratio(log_prob, old_log_prob)
+        log_ratio, ratio_value, in_range = _ratio(spec, log_prob, old_log_prob, mask)
         tau_neg = torch.full_like(advantages, spec.tau_neg)
         tau_pos = torch.full((), spec.tau_pos, dtype=advantages.dtype, device=advantages.device)
         taus = tau_neg.lerp_(tau_pos, _flag(torch.gt, advantages, 0.0))  # (B, T) exact tau_pos or tau_neg

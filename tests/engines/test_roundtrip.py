@@ -9,6 +9,8 @@ it exists; an engine's refusals are listed in CANNOT (engine -> {method: words t
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from divclip import engines
@@ -27,7 +29,7 @@ CANNOT = {
                 "kl3:0.023144&binary_tv:0.2": "clips each token by its own p",
                 "kl3@clipfrac=0.1": "adapts δ during training",
                 **({} if engine == "areal" else {"sapo": "has no 'sapo' loss form"}),
-                **({} if engine == "slime" else {"ratio:0.2:0.28/cispo": "has no 'cispo' loss form"})}
+                **({} if engine == "slime" else {"ratio:0.2:0.28/cispo": "has no 'cispo(_cap)?' loss form"})}
        for engine in ("openrlhf", "areal", "slime")},
 }
 CASES = [(e, m) for e in engines.available_engines() for m in METHODS]
@@ -39,9 +41,9 @@ def bounds(spec):
 
     key = (spec.mode, spec.level, type(spec).__name__)
     if isinstance(spec, AllOf) or is_adaptive(spec) or spec.mode == "sapo":
-        return key, spec
+        return key, dataclasses.replace(spec, clamp_log_ratio=True)  # TRL never clamps log r: not a clip bound
     if spec.eps_low is None and spec.delta is None:
-        return key, spec.params
+        return key, dict(spec.params)
     if spec.p_dependent:
         m = spec.measure_name
         from divclip.theory.measures import get_measure
@@ -145,5 +147,5 @@ def test_export_dapo_for_trl_pipes_into_check(capsys):
     assert main(["export", "--method", "dapo", "--engine", "trl"]) == 0
     text = capsys.readouterr().out
     report = build_report(text.encode(), config_name="/dev/stdin")
-    assert report["config"]["kind"] == "python" and report["config"]["method"] == "dapo"
+    assert report["config"]["kind"] == "python" and report["config"]["method"] == "ratio:0.2:0.28/noclamp"
     assert report["config"]["loss_agg_mode"] == "token-mean"
