@@ -10,8 +10,7 @@ import json
 
 import numpy as np
 import pytest
-from sanity_helpers import PAGE, npz_bytes, random_batch
-from streamlit.testing.v1 import AppTest
+from sanity_helpers import npz_bytes, random_batch, sanity_page
 
 from divclip.cli import main
 from divclip.sanity.compare import compare_bucket_rows, compare_methods, compare_rows
@@ -140,7 +139,7 @@ def test_report_and_page():
     rollouts = ("batch.npz", npz_bytes(**BATCH))
     report = report_from_uploads(rollouts=rollouts, methods="grpo,dppo_tv")
     assert [m["method"] for m in report["compare"]["methods"]] == ["grpo", "dppo_tv"]
-    at = AppTest.from_file(str(PAGE), default_timeout=120).run()
+    at = sanity_page(120).run()
     at.file_uploader(key="sanity_rollouts").set_value((*rollouts, "application/octet-stream"))
     at.text_input(key="sanity_methods").input("grpo,dppo_tv")
     at.run()

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from sanity_helpers import PAGE, jsonl_bytes, npz_bytes, parquet_bytes, random_batch, safetensors_bytes
+from sanity_helpers import jsonl_bytes, npz_bytes, parquet_bytes, random_batch, safetensors_bytes, sanity_page
 
 from divclip.cli import main
 from divclip.sanity.config import MAX_CONFIG_BYTES
@@ -387,9 +387,8 @@ def test_the_cli_turns_every_case_into_exit_2_in_process(tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def page():
-    from streamlit.testing.v1 import AppTest
 
-    at = AppTest.from_file(str(PAGE), default_timeout=60)
+    at = sanity_page(60)
     at.run()
     assert not at.exception
     return at
@@ -408,7 +407,6 @@ def test_the_page_shows_one_error_box_and_no_exception(page, case_id):
 
 def test_the_page_turns_an_unexpected_exception_into_an_error_box(monkeypatch):
     """Not only ValueError: whatever the core raises becomes one error box (here a MemoryError)."""
-    from streamlit.testing.v1 import AppTest
 
     import divclip.sanity.report as report
 
@@ -416,7 +414,7 @@ def test_the_page_turns_an_unexpected_exception_into_an_error_box(monkeypatch):
         raise MemoryError("simulated")
 
     monkeypatch.setattr(report, "report_from_uploads", boom)
-    at = AppTest.from_file(str(PAGE), default_timeout=60).run()
+    at = sanity_page(60).run()
     at.file_uploader(key="sanity_config").set_value(("c.json", b'{"epsilon": 0.2}', "application/json"))
     at.run()
     assert not at.exception and len(at.error) == 1 and "MemoryError: simulated" in at.error[0].value

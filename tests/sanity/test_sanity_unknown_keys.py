@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from sanity_helpers import PAGE
-from streamlit.testing.v1 import AppTest
+from sanity_helpers import sanity_page
 
 from divclip.cli import main
 from divclip.sanity import ConfigError, build_report
@@ -71,7 +70,7 @@ def test_an_override_line_without_equals_is_a_warning_with_its_line(tmp_path):
 
 @pytest.mark.slow
 def test_the_page_shows_both_warnings():
-    at = AppTest.from_file(str(PAGE), default_timeout=120).run()
+    at = sanity_page(120).run()
     at.text_area(key="sanity_overrides").input(f"{A}clip_ratio_hgh=0.5 {A}ppo_epochs=2 {A}clip_ratio_low 0.1")
     at.run()
     assert not at.exception and not at.error
