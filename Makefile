@@ -6,6 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TORCH_SPEC ?= torch==2.13.0
+TORCH_PIP_ARGS ?=  # e.g. --index-url https://download.pytorch.org/whl/cpu for the CPU build on a plain machine
 PORT ?= 8501
 
 .PHONY: run test test-fast setup setup-test browser clean
@@ -13,12 +14,19 @@ PORT ?= 8501
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet "$(TORCH_SPEC)"
+	$(PIP) install --quiet "$(TORCH_SPEC)" $(TORCH_PIP_ARGS)
 	$(PIP) install --quiet -e .
 	touch $@
 
+# The engines whose clip settings divclip reads from their own code (tests/engines): OpenRLHF, AReaL and SkyRL pull
+# GPU-only dependencies (vllm, deepspeed, flash-attn), so they come without them (--no-deps); divclip reads their
+# argparse parsers and config dataclasses, and runs SkyRL's policy-loss functions, which need loguru and jaxtyping.
+# skyrl-gym: SkyRL's config module imports it.
+ENGINE_PKGS ?= openrlhf==0.11.2 areal==1.0.4 skyrl==0.3.0 skyrl-gym==0.3.0
+
 $(VENV)/.test: $(VENV)/.base pyproject.toml
-	$(PIP) install --quiet -e ".[test,train,verl,trl]"
+	$(PIP) install --quiet -e ".[test,train,verl,trl,engines]"
+	$(PIP) install --quiet --no-deps $(ENGINE_PKGS)
 	touch $@
 
 setup: $(VENV)/.base

@@ -34,6 +34,11 @@ class SymbolicRoots:
     def series_variable_text(self) -> str:
         return "s = √(2δ)" if self.variable == S else "δ"
 
+    @property
+    def series_label(self) -> str:
+        """How the numbers step names the series row: its own variable, never a generic t."""
+        return "series to O(s⁵), s = √(2δ)" if self.variable == S else "series to O(δ⁵) in δ"
+
 
 def symbolic_roots(name: str) -> SymbolicRoots:
     """SymPy's roots and series for a derivable measure (a second or two: callers cache it)."""
@@ -69,7 +74,7 @@ def illustration_rows(roots: SymbolicRoots, delta: float) -> list[dict[str, str]
         {"quantity": "theory's float64 bound", "l_δ": num(lo), "u_δ": num(hi)},
         {"quantity": "|float64 − closed form|", "l_δ": f"{float(abs(mpmath.mpf(lo) - l_exact)):.2e}",
          "u_δ": f"{float(abs(mpmath.mpf(hi) - u_exact)):.2e}"},
-        {"quantity": f"series to O(t⁵), t = {roots.series_variable_text}", "l_δ": num(l_series, 10),
+        {"quantity": roots.series_label, "l_δ": num(l_series, 10),
          "u_δ": num(u_series, 10)},
         {"quantity": "D(bound) − δ", "l_δ": f"{res_lo:.2e}", "u_δ": f"{res_hi:.2e}"},
         {"quantity": "ε = distance from 1", "l_δ": f"{1 - lo:.6f}", "u_δ": f"{hi - 1:.6f}"},

@@ -55,7 +55,7 @@ def clip_interval(measure: Measure | str, delta: float, eps_low: float, eps_high
     pp = p if m.p_dependent else None
     lo, hi = m.bounds(delta, pp)
     e_low, e_high = theory.equivalent_ratio_clip(m, delta, pp)
-    return ClipInterval(m, label_for(m.name), method_for(m.name), colour_for(m.name), delta, pp, lo, hi,
+    return ClipInterval(m, label_for(m.name), method_for(m.name, delta=delta), colour_for(m.name), delta, pp, lo, hi,
                         e_low, e_high)
 
 
@@ -81,6 +81,11 @@ def format_bound(x: float) -> str:
     return f"{x:.6f}"
 
 
+def format_gap(x: float) -> str:
+    """ε_high − ε_low to six significant digits: at a GSPO-size budget it is ~1e-8, which six decimals show as 0."""
+    return f"{x:.6g}"
+
+
 def table_rows(intervals: Sequence[ClipInterval], formatted: bool = True) -> list[dict]:
     """One row per interval; `formatted=False` keeps full floats (for CSV)."""
     fmt = format_bound if formatted else (lambda x: x)
@@ -91,15 +96,20 @@ def table_rows(intervals: Sequence[ClipInterval], formatted: bool = True) -> lis
             # a custom measure's name holds its formula, already in the next column (and not markdown-safe)
             "measure": iv.name if iv.name in theory.MEASURES or not formatted else "custom",
             "D(r[, p])": _formula_text(iv, formatted),
-            "budget": iv.budget_text if formatted else ("" if iv.delta is None else iv.delta),
+            "budget": iv.budget_text if formatted else (_eps_budget(iv) if iv.delta is None else iv.delta),
             "p": ("" if iv.p is None else (f"{iv.p:g}" if formatted else iv.p)),
             "l": fmt(iv.lo),
             "u": fmt(iv.hi),
             "ε_low": fmt(iv.eps_low),
             "ε_high": fmt(iv.eps_high),
-            "ε_high − ε_low": fmt(iv.eps_high - iv.eps_low),
+            "ε_high − ε_low": format_gap(iv.eps_high - iv.eps_low) if formatted else iv.eps_high - iv.eps_low,
         })
     return rows
+
+
+def _eps_budget(iv: ClipInterval) -> str:
+    """The ratio clip's budget in a download: its two widths, as the screen says them, at full precision."""
+    return f"ε = {full_precision(iv.eps_low)} / {full_precision(iv.eps_high)}"
 
 
 def _formula_text(iv: ClipInterval, formatted: bool) -> str:

@@ -18,6 +18,8 @@ PAGES = [
     st.Page("views/toy_arena.py", title="Toy arena", icon=":material/sports_esports:"),
     st.Page("views/custom_measure.py", title="Custom measure", icon=":material/edit_note:"),
     st.Page("views/sanity_check.py", title="Sanity check", icon=":material/fact_check:"),
+    st.Page("views/token_explainer.py", title="Token explainer", icon=":material/token:"),
+    st.Page("views/atlas.py", title="Atlas", icon=":material/grid_on:"),
 ]
 
 page = st.navigation(PAGES)

@@ -83,6 +83,7 @@ def number_with_slider(state, param, *, log: bool, step: float, fmt: str = "%.8g
     ss = st.session_state
     key = state.key(param.key)
     slider_key = f"{key}.slider"
+    notice_key = f"{key}.notice"
     stops = sorted(set(log_stops(param.lo, param.hi)) | {float(ss[key])}) if log else None
 
     def snapped(value: float) -> float:
@@ -91,6 +92,14 @@ def number_with_slider(state, param, *, log: bool, step: float, fmt: str = "%.8g
         return min(max(round(round(value / slider_step) * slider_step, 12), param.lo), param.hi)
 
     def from_number() -> None:
+        # The box has no min/max of its own: the browser would mark an out-of-range value red and never send it,
+        # so the figures would keep the old value without a word. Here it is clamped, and the page says so.
+        value = ss[key]
+        clamped = min(max(value, param.lo), param.hi)
+        if clamped != value:
+            ss[key] = clamped
+            ss[notice_key] = (f"{_short_label(param.label)} = {value:g} is outside [{param.lo:g}, {param.hi:g}]; "
+                              f"using {clamped:g}.")
         ss[slider_key] = snapped(ss[key])
 
     def from_slider() -> None:
@@ -99,8 +108,7 @@ def number_with_slider(state, param, *, log: bool, step: float, fmt: str = "%.8g
     if ss.get(slider_key) != snapped(ss[key]):  # a preset, a link or a typed value moved the number
         ss[slider_key] = snapped(ss[key])
     number_col, slider_col = st.columns([2, 3], vertical_alignment="bottom")
-    number_col.number_input(param.label, min_value=param.lo, max_value=param.hi, step=step, format=fmt, key=key,
-                            on_change=from_number, help=help)
+    number_col.number_input(param.label, step=step, format=fmt, key=key, on_change=from_number, help=help)
     label = f"{param.label}: drag" + (" (log scale)" if log else "")
     if log:
         slider_col.select_slider(label, options=stops, format_func=lambda x: f"{x:g}", key=slider_key,
@@ -108,6 +116,13 @@ def number_with_slider(state, param, *, log: bool, step: float, fmt: str = "%.8g
     else:
         slider_col.slider(label, param.lo, param.hi, step=slider_step, format="%.3f", key=slider_key,
                           on_change=from_slider, label_visibility="collapsed")
+    if notice_key in ss:
+        show_messages([ss.pop(notice_key)], kind="warning")
+
+
+def _short_label(label: str) -> str:
+    """'ε_low (ratio clip, lower side)' -> 'ε_low'; 'p = π_old(a) (…)' -> 'p': the name a message uses."""
+    return label.split(" (")[0].split(" = ")[0]
 
 
 # ------------------------------------------------------------------------------- figures

@@ -7,14 +7,17 @@ step it has no prose for keeps theory's own explanation, shown literally (nothin
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import sympy as sp
 
+from divclip import theory
 from divclip.app.page_parts import markdown_text
-from divclip.theory.symbolic import CheckResult, Step, measure_expression
+from divclip.app.sign_of_a import DUAL_CLIP_C, EQUIVALENCE_METHOD, equivalence_check
+from divclip.theory.symbolic import CheckResult, Step, measure_expression, statement_latex
 
 SYMBOLIC, NUMERIC, BOTH = "symbolic", "numeric", "symbolic + numeric"
 
@@ -70,6 +73,10 @@ def _part(method: str, detail: str, combined: bool = False) -> CheckPart:
     if method.startswith("substitute into D"):
         return CheckPart(SYMBOLIC, "SymPy put each series into D and expanded: every coefficient below the "
                                    "truncation order matches δ's, so the series are right to the order stated.")
+    if method == EQUIVALENCE_METHOD:
+        return CheckPart(NUMERIC, f"theory's own loss (policy_terms), run for the measure at δ and for the ratio clip "
+                                  f"at [l_δ, u_δ] on the same random tokens: {detail}. Evidence at this δ, not a "
+                                  "proof (the proof is the gradient-rule step).")
     if method.startswith("verifier raised"):
         return CheckPart(SYMBOLIC, f"The check could not run: {detail}")
     kind = NUMERIC if "numeric" in method else SYMBOLIC
@@ -136,6 +143,20 @@ _TITLES = {
 }
 
 
+# Why the sides differ, for the two measures the lecture folds (the mirror figure draws D(1 + x) against D(1 − x)).
+_WHY_ASYMMETRIC = {
+    "kl3": (r" Why: fold the two sides onto one axis $x = |r - 1|$. $D(1 + x) = x - \log(1 + x)$ and "
+            r"$D(1 - x) = -x - \log(1 - x)$ share the $x^2/2$ term, but $-\log r$ grows without bound as "
+            r"$r \to 0$: $D(1 - x) - D(1 + x) = \log\frac{1+x}{1-x} - 2x > 0$, so the lower side reaches "
+            r"$\delta$ first and is the tighter one."),
+    "kl3_reverse": (r" Why: fold the two sides onto $x = |r - 1|$. Here $+\log r$ works the other way, pulling "
+                    r"$D$ down as $r \to 0$, but $1/r$ rises faster still: $D(1 - x) - D(1 + x) = "
+                    r"\frac{2x}{1 - x^2} - \log\frac{1+x}{1-x} > 0$, so the lower side is again the tighter one, by "
+                    r"about twice KL3's margin. In $\log r$ the two are mirror images: KL3's interval is the wider "
+                    r"below 1, reverse KL3's above."),
+}
+
+
 def step_title(step: Step) -> str:
     """The step's title as markdown with its maths rendered."""
     return _TITLES.get(step.title) or markdown_text(step.title)
@@ -194,7 +215,9 @@ def step_prose(step: Step, name: str) -> str:
     if title == "Asymmetry ε_high − ε_low":
         return (r"$\varepsilon_{\mathrm{high}} - \varepsilon_{\mathrm{low}} = (u_\delta - 1) - (1 - l_\delta)$: "
                 r"how much looser the upper side is than the lower one. Positive means the measure itself "
-                r"derives a clip-higher, where DAPO tunes one by hand.")
+                r"derives a clip-higher, where DAPO tunes one by hand." + _WHY_ASYMMETRIC.get(name, ""))
+    if title == SIGN_TITLE:
+        return step.explanation  # written as markdown by `sign_step`
     if title == "Gradient rule = ratio clipping on [l, u]":
         return (r"With advantage $A$, a token's gradient is zero exactly when $D(r) > \delta$ and $(r - 1)A > 0$. "
                 r"Because $D$ falls on $(0, 1)$ and rises on $(1, \infty)$, that is the same as $r > u_\delta$ "
@@ -221,3 +244,106 @@ def lecture_markdown(name: str, label: str, steps: Sequence[Step], results: Sequ
         out += ["| " + " | ".join(str(row[c]) for c in columns) + " |" for row in rows]
         out += ["", "$$", closed_forms, "$$", ""]
     return "\n".join(out)
+
+
+def closed_form_latex(expr: sp.Expr) -> str:
+    """A closed form as the steps print it: SymPy's bare W is written W_0, the branch the roots step names."""
+    return statement_latex(expr)
+
+
+# ------------------------------------------------------------------------------------ the sign of A
+SIGN_TITLE = "The sign of A: which bound binds"
+_TITLES[SIGN_TITLE] = "The sign of $A$: which bound binds"
+
+
+def sign_prose(name: str, lo: float, hi: float) -> str:
+    label = "KL3" if name == "kl3" else f"`{name}`"
+    return (r"Write the loss as $\max(-A\,r,\ -A\,\mathrm{clip}(r, l_\delta, u_\delta))$ and split it by the sign of "
+            r"the advantage (docs/theory.md §1.1). For $A > 0$ only the upper bound can bind: above "
+            rf"$u_\delta = {hi:.4f}$ the surrogate is flat and the gradient is zero; a token below $l_\delta$ "
+            r"keeps its gradient and is pushed back up. For $A < 0$ only the lower bound binds, below "
+            rf"$l_\delta = {lo:.4f}$, and verl's dual clip $c$ also stops a token whose ratio exploded past $c$. "
+            rf"**The equivalence theorem:** {label} at $\delta$ and ratio clipping at $[l_\delta, u_\delta]$ give the "
+            r"same loss and the same gradient, token by token; the figure draws both, and they are one curve.")
+
+
+_THEOREM = (r"\max\bigl(-A\,r,\; -A\,\mathrm{clip}_{D(r) \le \delta}(r)\bigr) = "
+            r"\max\bigl(-A\,r,\; -A\,\mathrm{clip}(r, l_\delta, u_\delta)\bigr) \quad \text{and the same }"
+            r"\nabla_{\log\pi} \text{ for every } (r, A)")
+
+
+def sign_step(name: str, delta: float) -> Step:
+    """The lecture's step after the gradient rule: the case split by the sign of A and the equivalence theorem,
+    checked at this δ by theory's own loss (`divclip.app.sign_of_a.equivalence_check`)."""
+    lo, hi = theory.get_measure(name).bounds(delta)
+    statement = sp.Eq(sp.Symbol("loss_D"), sp.Symbol("loss_ratio"))
+    return Step(SIGN_TITLE, sign_prose(name, lo, hi), statement, _THEOREM,
+                lambda _statement: equivalence_check(name, delta))
+
+
+def sign_table(lo: float, hi: float, c: float = DUAL_CLIP_C) -> str:
+    """docs/theory.md §1.1's table with this δ's bounds filled in (markdown)."""
+    u, ell = f"u_\\delta = {hi:.4f}", f"l_\\delta = {lo:.4f}"
+    return "\n".join([
+        "| advantage | loss | gradient is zero (clipped) when | the clip that acts | otherwise |",
+        "|---|---|---|---|---|",
+        rf"| $A > 0$ | $-A\min(r, u_\delta)$ for $r \ge l_\delta$, $-A\,r$ below | ${{r > {u}}}$ | upper bound only "
+        r"| $-A\,r\,\nabla\log\pi$ |",
+        rf"| $A < 0$ | $-A\max(r, l_\delta)$ for $r \le u_\delta$, $-A\,r$ above | ${{r < {ell}}}$; with the dual "
+        rf"clip also $r > c = {c:g}$ | lower bound (and $c$) | $-A\,r\,\nabla\log\pi$ |",
+        r"| $A = 0$ | $0$ | always (nothing to learn) | none | — |",
+    ])
+
+
+# ------------------------------------------------------------------------------------ prediction questions
+def _moves(name: str, delta: float) -> tuple[float, float]:
+    """How far l_δ and u_δ move when δ grows by 10 % (theory's bounds)."""
+    m = theory.get_measure(name)
+    (l0, u0), (l1, u1) = m.bounds(delta), m.bounds(1.1 * delta)
+    return l0 - l1, u1 - u0
+
+
+def step_question(title: str, name: str, delta: float) -> tuple[str, str]:
+    """(the question to ask before moving δ, its answer with theory's numbers at this δ) for one step."""
+    m = theory.get_measure(name)
+    lo, hi = m.bounds(delta)
+    d_lo, d_hi = _moves(name, delta)
+    more = "u_δ" if d_hi > d_lo else "l_δ"
+    moves = (f"**{more}**: raising δ by 10 % moves l_δ down by {d_lo:.3g} and u_δ up by {d_hi:.3g}, "
+             f"so {more} moves {max(d_lo, d_hi) / max(min(d_lo, d_hi), 1e-300):.3g} times as far.")
+    if title == "Definition and non-negativity":
+        l2, u2 = m.bounds(2 * delta)
+        return ("Before you move δ: if you double it, do the roots move away from 1 or towards it?",
+                f"**Away**: D ≥ 0 rises on both sides of its minimum, so a larger budget reaches further. At "
+                f"δ = {delta:.4g} the interval is [{lo:.4f}, {hi:.4f}], at 2δ it is [{l2:.4f}, {u2:.4f}].")
+    if title.startswith("Minimum at r = 1"):
+        if "kink" in title:
+            return ("Near δ = 0, does the clip's width grow like δ or like √δ?",
+                    f"**Like δ**: D has a corner at 1 and rises linearly, so the roots are 1 ± (slope)·δ + …. "
+                    f"Width at this δ: {hi - lo:.4g}.")
+        return ("Near δ = 0, does the clip's width grow like δ or like √δ?",
+                f"**Like √δ**: D is quadratic at its minimum, D ≈ D″(1)(r − 1)²/2, so |r − 1| ≈ √(2δ/D″(1)). "
+                f"Width at this δ: {hi - lo:.4g}; √(2δ)·2 = {2 * math.sqrt(2 * delta):.4g}.")
+    if title == "Lambert-W form of D = δ":
+        return ("The line e^(−(1+δ)) falls as δ grows. Which crossing moves faster, the left or the right?", moves)
+    if title in ("Roots of D(r) = δ", "Asymmetry ε_high − ε_low"):
+        return ("Before you move δ: which bound moves more, l_δ or u_δ?", moves)
+    if title == "Bracketing l < 1 < u":
+        d0 = float(m.value(1e-300))
+        answer = ("**No**: D(r) → ∞ as r → 0, so D = δ always has a root below 1." if not math.isfinite(d0) else
+                  f"**Yes**, once δ ≥ D(0+) = {d0:.4g}: then no ratio below 1 breaks the budget and l_δ = 0.")
+        return ("Can the lower bound l_δ ever reach 0?", answer)
+    if title.startswith("Series of the roots"):
+        return ("Does the series get better or worse as δ grows?",
+                "**Worse**: the first power it leaves out grows with δ; the right panel shows the distance "
+                "rising along δ, by the slope of that power on log axes.")
+    if title == "Gradient rule = ratio clipping on [l, u]":
+        return ("A token with A > 0 sits at r < l_δ, outside the budget. Is its gradient zero?",
+                "**No**: it moved against its advantage, (r − 1)·A < 0, so it keeps its gradient −A·r·∇log π, "
+                "which pulls it back towards 1. Only a token that broke the budget in A's direction is clipped.")
+    if title == SIGN_TITLE:
+        return ("For A < 0, which bound binds: l_δ or u_δ?",
+                f"**Only l_δ = {lo:.4f}** (and the dual clip c): for A < 0 the surrogate is flat below l_δ, while "
+                f"a token above u_δ = {hi:.4f} keeps its gradient, which pulls its probability back down.")
+    return ("How many digits of the 30-digit closed form does theory's float64 bound get right?",
+            "**About 15 to 16**, float64's precision: see |float64 − closed form| in the table.")

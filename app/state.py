@@ -87,6 +87,27 @@ class IntParam:
 
 
 @dataclass(frozen=True)
+class BoolParam:
+    """An on/off flag (a toggle): 1/true/on and 0/false/off in the URL, written as 1 or 0."""
+
+    key: str
+    label: str
+    default: bool = False
+
+    def parse(self, raw: str) -> tuple[bool, str | None]:
+        word = raw.strip().lower()
+        if word in ("1", "true", "on", "yes"):
+            return True, None
+        if word in ("0", "false", "off", "no"):
+            return False, None
+        return self.default, (f"{self.key}={raw!r} is not 1 or 0 (on or off) for {self.label}; "
+                              f"using {int(self.default)}.")
+
+    def encode(self, value: bool) -> str:
+        return "1" if value else "0"
+
+
+@dataclass(frozen=True)
 class ChoiceParam:
     """One name out of a fixed tuple of choices."""
 
@@ -154,7 +175,39 @@ class TextParam:
         return value
 
 
-Param = FloatParam | IntParam | ChoiceParam | ChoiceListParam | TextParam
+@dataclass(frozen=True)
+class MethodListParam:
+    """Up to `max_items` methods, comma-separated: atlas names ('dcpo', 'verl:vanilla') or method strings
+    ('kl3:0.05/cispo'); one that `divclip.theory.atlas.find_method` cannot read is dropped with a warning."""
+
+    key: str
+    label: str
+    default: tuple[str, ...]
+    max_items: int = 4
+
+    def parse(self, raw: str) -> tuple[tuple[str, ...], str | None]:
+        from divclip.theory.atlas import find_method
+
+        names, problems = [], []
+        for name in dict.fromkeys(n.strip() for n in raw.split(",") if n.strip()):
+            try:
+                find_method(name)
+            except ValueError as exc:
+                problems.append(f"{self.key}: {exc}")
+                continue
+            names.append(name)
+        if len(names) > self.max_items:
+            problems.append(f"{self.key}: at most {self.max_items} {self.label}; using the first {self.max_items}.")
+            names = names[: self.max_items]
+        if not names:
+            problems.append(f"{self.key}={raw!r} names no known {self.label}; using {', '.join(self.default)}.")
+        return tuple(names) or self.default, (" ".join(problems) or None)
+
+    def encode(self, value: Sequence[str]) -> str:
+        return ",".join(value)
+
+
+Param = FloatParam | IntParam | BoolParam | ChoiceParam | ChoiceListParam | TextParam | MethodListParam
 
 
 def defaults(spec: Sequence[Param]) -> dict[str, Any]:

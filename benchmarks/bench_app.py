@@ -1,6 +1,11 @@
-"""Clip explorer: server-side rerun time after a δ slider move (goal: median < 150 ms).
+"""Clip explorer: server-side rerun time after a δ slider move (goal: median < 150 ms); the proof page's and the
+token explainer's first load in headless chromium (goal: < 5 s on a quiet machine).
 
-    python benchmarks/bench_app.py [--reruns 30] [--no-arena]
+    python benchmarks/bench_app.py [--reruns 30] [--no-arena] [--first-load-only]
+
+First load: a fresh `streamlit run app/main.py` per page (nothing cached: SymPy derives, the figures draw), then
+chromium opens the page's URL and the clock stops when the script has finished and every plotly chart has drawn;
+the same URL is then opened again in a new tab (the server's caches warm). The load average is printed with it.
 
 It then runs benchmarks/bench_arena_redraw.py (a real server and headless chromium): how often the Toy arena
 page redraws while a run trains (goal: at least every 0.5 s). `--no-arena` skips that part.
@@ -30,6 +35,19 @@ from divclip.app.intervals import clip_intervals
 
 MAIN = Path(__file__).resolve().parents[1] / "app" / "main.py"
 GOAL_MS = 150.0
+FIRST_LOAD_GOAL_S = 5.0
+FIRST_LOADS = {
+    "the proof (KL3, step 1)": "proof?measure=kl3",
+    "the proof, presenter mode, step 1": "proof?measure=kl3&presenter=1",
+    "token explainer": "token_explainer",
+}
+SETTLED = """() => {
+    const app = document.querySelector('[data-testid="stApp"]');
+    const charts = [...document.querySelectorAll('[data-testid="stPlotlyChart"]')];
+    return app && app.getAttribute('data-test-script-state') === 'notRunning' && !!document.querySelector('h1')
+        && !document.querySelector('[data-stale="true"], [data-testid^="stSkeleton"]')
+        && charts.every(c => c.querySelector('.main-svg'));
+}"""
 ALL = "ratio,log_ratio,k2,kl3,kl3_reverse,binary_kl,binary_tv,chi2,hellinger"
 SCENARIOS = {
     "ATR-GRPO default (kl3, ratio)": {},
@@ -79,11 +97,56 @@ def row(name: str, times: list[float], goal: bool) -> str:
             f"| {verdict} |")
 
 
+def load_seconds(browser, url: str) -> float:
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    t0 = time.perf_counter()
+    page.goto(url)
+    page.wait_for_function(SETTLED, timeout=120_000, polling=50)
+    elapsed = time.perf_counter() - t0
+    page.close()
+    return elapsed
+
+
+def first_loads() -> None:
+    """Each page's first load on a fresh server, and a second load once the server's caches are warm."""
+    import os
+    import tempfile
+
+    from bench_arena_redraw import CHROMIUM, CHROMIUM_ARGS, free_port, start_server
+    from playwright.sync_api import sync_playwright
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="divclip-bench-") as tmp, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        for name, path in FIRST_LOADS.items():
+            port = free_port()
+            with open(Path(tmp) / "server.log", "w") as log:
+                proc = start_server(MAIN, port, log)
+                try:
+                    first = load_seconds(browser, f"http://127.0.0.1:{port}/{path}")
+                    again = load_seconds(browser, f"http://127.0.0.1:{port}/{path}")
+                finally:
+                    proc.terminate()
+                    proc.wait(timeout=10)
+            rows.append(f"| {name} | {first:.2f} | {again:.2f} | {'yes' if first < FIRST_LOAD_GOAL_S else 'NO'} |")
+        browser.close()
+    load = os.getloadavg()
+    print(f"First load in headless chromium, fresh server per page (goal < {FIRST_LOAD_GOAL_S:g} s on a quiet "
+          f"machine); {os.cpu_count()} CPUs, load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}")
+    print("| page | first load s | second load s | under goal |")
+    print("|---|---|---|---|")
+    print("\n".join(rows))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reruns", type=int, default=30)
     ap.add_argument("--no-arena", action="store_true", help="skip the arena redraw part (needs chromium)")
+    ap.add_argument("--first-load-only", action="store_true", help="only the pages' first-load times")
     args = ap.parse_args()
+    if args.first_load_only:
+        first_loads()
+        return
     rows = []
     for name, query in SCENARIOS.items():
         at = AppTest.from_file(str(MAIN), default_timeout=60)
@@ -100,6 +163,8 @@ def main():
     print("| what | median ms | p90 ms | min ms | reruns | under goal |")
     print("|---|---|---|---|---|---|")
     print("\n".join(rows))
+    print()
+    first_loads()
     if not args.no_arena:
         print()
         subprocess.run([sys.executable, str(Path(__file__).with_name("bench_arena_redraw.py"))], check=True)

@@ -1,9 +1,11 @@
 """`divclip check`: the sanity check of a clip setting, on the command line.
 
     divclip check run.yaml                                   # a verl config (or TRL GRPOConfig .json/.yaml)
+    divclip check train_ppo.sh                               # a launch script (OpenRLHF/slime flags, verl overrides)
     divclip check actor_rollout_ref.actor.clip_ratio_low=0.2 data.train_batch_size=512   # hydra overrides
     divclip check overrides.txt --rollouts batch.npz --json  # plus predicted clip fractions on a batch
     divclip check --rollouts batch.parquet --sigma 0.05      # no config: ε 0.2/0.2, noise-model ratios
+    divclip check --rollouts batch.npz --methods dcpo,grpo   # atlas methods compared on the file's tokens
 
 Every bad input raises a ValueError (`divclip.sanity.SanityInputError`) naming the problem.
 """
@@ -15,6 +17,7 @@ import json
 from pathlib import Path
 
 from divclip.cli.options import bounded_int, finite_float
+from divclip.engines import ENGINES
 from divclip.sanity.validation import MAX_BYTES_CAP, Limits
 
 
@@ -28,15 +31,20 @@ def _delta_pair(text: str) -> tuple[str, float]:
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "check",
-        help="sanity-check a verl/TRL clip setting (and a rollout batch) before a long run",
+        help="sanity-check a training engine's clip setting (and a rollout batch) before a long run",
         description="What a clip setting means as a divergence budget, whether it can bind, which tokens it "
         "clips, and what KL3 (or any measure) would do instead.",
     )
     p.add_argument("inputs", nargs="*", metavar="CONFIG",
-                   help="a config file (.yaml/.yml/.json, or .txt/.sh of hydra overrides) and/or key=value overrides")
+                   help="a config file (.yaml/.yml/.json; a launch script .sh/.txt of overrides or --flags; a "
+                        ".py snippet, read never run) and/or key=value overrides")
     p.add_argument("--rollouts", metavar="FILE", help="per-token rollout data: .npz, .parquet, .jsonl, .safetensors")
+    p.add_argument("--methods", metavar="LIST",
+                   help="with --rollouts: compare atlas methods (names or method strings, e.g. dcpo,grpo) on the "
+                        "file's tokens: clip fraction, share of |gradient| removed, entropy side")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("--framework", choices=("verl", "trl"), help="skip detection from the keys")
+    p.add_argument("--framework", choices=ENGINES,
+                   help="the config's engine (default: detected from its keys)")
     p.add_argument("--measure", help="the divergence the clip is meant to express (asymmetry check), e.g. kl3")
     p.add_argument("--eps-low", type=finite_float("--eps-low"), help="override the ratio clip's lower width")
     p.add_argument("--eps-high", type=finite_float("--eps-high"), help="override the ratio clip's upper width")
@@ -95,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         num_processes=args.num_processes,
         limits=Limits(max_bytes=args.max_bytes),
+        methods=args.methods,
     )
     if args.json:
         print(json.dumps(jsonable(report), indent=2, ensure_ascii=False))

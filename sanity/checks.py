@@ -33,7 +33,7 @@ SOURCES = {
     "grpo_trainer.py uses the current log-probs, detached, as the old ones when generation is aligned with "
     "gradient accumulation",
     "sequence_ratio_token_eps": "GSPO (Zheng et al. 2025, arXiv 2507.18071): ε_low = 3e-4, ε_high = 4e-4 on the "
-    "length-normalised sequence ratio, about 1000× below token-level widths; docs/theory.md §5",
+    "length-normalised sequence ratio, about 700× below token-level widths (0.2 / 0.28); docs/theory.md §5",
     "token_ratio_sequence_eps": "PPO (arXiv 1707.06347) ε 0.1–0.3 and DAPO (arXiv 2503.14476) 0.2/0.28 on token "
     "ratios; GSPO's 3e-4/4e-4 (arXiv 2507.18071) is for sequence ratios; docs/theory.md §5",
     "verl_dual_clip_always_on": f"verl {VERL_VERSION} core_algos.compute_policy_loss_vanilla (dual-clip PPO, Ye et "
@@ -57,6 +57,10 @@ SOURCES = {
     "ppo_mini_batch_size",
     "rollouts_on_policy": "docs/theory.md §5; verl issues #791 and #1477",
 }
+
+SOURCES["override_without_equals"] = ("hydra's override grammar is key=value (hydra.cc, 'Override grammar'); a "
+                                      "word without '=' is no setting, so divclip (and the engine) never read it")
+MAX_UNKNOWN_SHOWN = 50  # unknown keys reported one by one; more are counted in one warning
 
 # "Far outside" published values: a factor of about 2 beyond PPO's 0.1–0.3 for token widths, 3 around GSPO.
 TOKEN_EPS_RANGE = (0.05, 0.6)
@@ -92,8 +96,9 @@ def check_settings(s: ClipSettings, intended_measure: str | None = None) -> list
     return out
 
 
-def _k(s: ClipSettings, verl_key: str, trl_key: str) -> str:
-    return f"actor_rollout_ref.actor.{verl_key}" if s.framework == "verl" else trl_key
+def _k(s: ClipSettings, role: str) -> str | None:
+    """The engine's key for a role (divclip.engines: EngineRead.roles), e.g. verl's clip_ratio_low for eps_low."""
+    return s.role(role)
 
 
 # ---------------------------------------------------------------------------------------------- checks
@@ -102,22 +107,24 @@ def _on_policy(s, _):
     if not s.on_policy or s.form == "other":
         return []
     what = "no clip bound" if s.form != "sapo" else "the soft gate"
-    fix = ("ppo_epochs > 1 or ppo_mini_batch_size < train_batch_size" if s.framework == "verl"
-           else "num_iterations > 1 or steps_per_generation > gradient_accumulation_steps")
+    fix = s.on_policy_fix or "more than one update per rollout batch"
     return [finding(
         "on_policy_clip_inert",
         f"the update is on-policy ({s.on_policy_reason}): the ratio π_θ/π_old is identically 1 when the loss is "
         f"evaluated, so {what} has any effect and clip fractions will read 0. Use several mini-batches or "
         f"epochs ({fix}) if the clip is meant to matter.",
-        _k(s, "ppo_epochs", "num_iterations"),
+        _k(s, "epochs"),
     )]
+
+
+SPREAD_HINT = "`divclip check --rollouts` with log_prob measures it on your batch"
 
 
 @check
 def _scale(s, _):
     if s.measure != "ratio" or s.form == "cispo" and s.framework == "trl":
         return []
-    keys = {"low": _k(s, "clip_ratio_low", "epsilon"), "high": _k(s, "clip_ratio_high", "epsilon_high")}
+    keys = {"low": _k(s, "eps_low"), "high": _k(s, "eps_high")}
     return scale_findings(s.budget_low, s.budget_high, s.level, keys)
 
 
@@ -133,8 +140,9 @@ def scale_findings(eps_low, eps_high, level: str, keys: dict) -> list[Finding]:
             out.append(finding(
                 "sequence_ratio_token_eps",
                 f"ε_{side} = {eps:g} on a sequence-level ratio (GSPO: (π_θ(o)/π_old(o))^(1/|o|)) is a token-level "
-                f"width; the sequence ratio moves about 1000× less than token ratios, so this clip almost never "
-                f"binds. GSPO uses 3e-4 / 4e-4.", key))
+                f"width. The sequence ratio is the geometric mean of |o| token ratios, so it moves less than they "
+                f"do: by √|o| if token log-ratios were independent (45× at |o| = 2048), less where they are "
+                f"correlated ({SPREAD_HINT}); a token-level width on it rarely binds. GSPO uses 3e-4 / 4e-4.", key))
         elif level == "token" and eps <= SEQUENCE_SCALE_BELOW:
             out.append(finding(
                 "token_ratio_sequence_eps",
@@ -168,22 +176,21 @@ def _dppo_budget(s, _):
                 "outside_published_range",
                 f"{s.loss_mode} δ_{side} = {d:g} (verl reads clip_ratio_{side} as the {s.measure} budget) is far "
                 f"outside the validated {DPPO_VALIDATED[s.measure]:g} (divclip warns outside [{lo:g}, {hi:g}]).",
-                _k(s, f"clip_ratio_{side}", "")))
-    budget_keys = ("clip_ratio", "clip_ratio_low", "clip_ratio_high")
-    explicit = any(s.explicit(f"actor_rollout_ref.actor.{k}") for k in budget_keys)
+                _k(s, f"eps_{side}")))
+    explicit = any(s.explicit(_k(s, role)) for role in ("eps", "eps_low", "eps_high") if _k(s, role))
     if not explicit and s.budget_low != DPPO_VALIDATED[s.measure]:
         out.append(finding(
             "dppo_budget_from_ppo_default",
             f"{s.loss_mode} takes its {s.measure} budget δ from clip_ratio_low/high, which you did not set: it is "
             f"PPO's width default {s.budget_low:g}, not a divergence chosen for {s.measure} (validated: "
-            f"{DPPO_VALIDATED[s.measure]:g}).", "actor_rollout_ref.actor.clip_ratio_low"))
+            f"{DPPO_VALIDATED[s.measure]:g}).", _k(s, "eps_low")))
     if s.tis_cap is not None and s.tis_cap < TIS_CAP_MIN:
         out.append(finding(
             "dppo_tis_cap_small",
             f"{s.loss_mode} truncates the importance weight at clip_ratio_c = {s.tis_cap:g} "
-            f"({'your setting' if s.explicit('actor_rollout_ref.actor.clip_ratio_c') else 'the actor.yaml default'}); "
+            f"({'your setting' if s.explicit(_k(s, 'tis_cap')) else 'the actor.yaml default'}); "
             "the DPPO authors recommend a large threshold (verl's in-code fallback is 20).",
-            "actor_rollout_ref.actor.clip_ratio_c"))
+            _k(s, "tis_cap")))
     return out
 
 
@@ -191,7 +198,7 @@ def _dppo_budget(s, _):
 def _dual_clip(s, _):
     out = []
     if s.framework == "verl" and s.loss_mode == "vanilla":
-        key = "actor_rollout_ref.actor.clip_ratio_c"
+        key = _k(s, "dual_clip")
         if not s.explicit(key):
             out.append(finding(
                 "verl_dual_clip_always_on",
@@ -210,7 +217,7 @@ def _dual_clip(s, _):
             out.append(finding(
                 "trl_delta_below_upper_clip",
                 f"delta = {s.dual_clip_c:g} caps the ratio at or below the upper clip bound 1 + ε_high = "
-                f"{1 + s.budget_high:g}; TRL recommends delta > 1 + ε (INTELLECT-2 used 4).", "delta"))
+                f"{1 + s.budget_high:g}; TRL recommends delta > 1 + ε (INTELLECT-2 used 4).", _k(s, "dual_clip")))
     return out
 
 
@@ -218,13 +225,14 @@ def _dual_clip(s, _):
 def _shadowed(s, _):
     if s.framework != "verl":
         return []
-    key = "actor_rollout_ref.actor.clip_ratio"
+    key = _k(s, "eps")
     ratio = s.keys[key]["value"]
+    side_key = {side: _k(s, f"eps_{side}") for side in ("low", "high")}
     sides = [side for side in ("low", "high")
-             if not s.explicit(f"{key}_{side}") and s.keys[f"{key}_{side}"]["value"] not in (None, ratio)]
+             if not s.explicit(side_key[side]) and s.keys[side_key[side]]["value"] not in (None, ratio)]
     if not s.explicit(key) or not sides:
         return []
-    used = ", ".join(f"clip_ratio_{side} = {s.keys[f'{key}_{side}']['value']:g}" for side in sides)
+    used = ", ".join(f"clip_ratio_{side} = {s.keys[side_key[side]]['value']:g}" for side in sides)
     return [finding(
         "clip_ratio_shadowed",
         f"clip_ratio = {ratio:g} is set but has no effect on the {'/'.join(sides)} side: verl's actor.yaml "
@@ -236,19 +244,20 @@ def _shadowed(s, _):
 def _cispo_cap(s, _):
     if s.framework != "trl" or s.form != "cispo" or s.cap >= CISPO_CAP_MIN:
         return []
-    set_it = "epsilon_high" if s.explicit("epsilon_high") else "epsilon_high (unset, so epsilon)"
+    cap = _k(s, "cap")
+    set_it = cap if s.explicit(cap) else f"{cap} (unset, so {_k(s, 'eps_low')})"
     return [finding(
         "trl_cispo_cap_is_absolute",
         f"TRL's cispo clamps the importance weight at {set_it} = {s.cap:g} itself, not at 1 + ε: every weight "
         f"is capped at {s.cap:g}{' < 1, so even unchanged tokens are down-weighted' if s.cap < 1 else ''}. "
-        "ScaleRL recommends epsilon_high = 5.0.", "epsilon_high")]
+        f"ScaleRL recommends {cap} = 5.0.", cap)]
 
 
 @check
 def _asymmetry(s, intended):
     out = []
     if s.measure == "ratio" and s.budget_low is not None and s.budget_high is not None:
-        lo_key = _k(s, "clip_ratio_low", "epsilon")
+        lo_key = _k(s, "eps_low")
         if s.budget_high < s.budget_low:
             out.append(finding(
                 "asymmetric_contradicts_measure",
@@ -263,13 +272,13 @@ def _asymmetry(s, intended):
                     f"for {intended}, ε_low = {s.budget_low:g} fixes the budget, and that budget's upper width is "
                     f"ε_high = {want:.4g}; the config's ε_high = {s.budget_high:g} is "
                     f"{'looser' if s.budget_high > want else 'tighter'}, so the clip is not a {intended} budget. "
-                    f"Set ε_high to {want:.4g} to clip by {intended}.", _k(s, "clip_ratio_high", "epsilon_high")))
+                    f"Set ε_high to {want:.4g} to clip by {intended}.", _k(s, "eps_high")))
     if s.form == "gated" and s.budget_low != s.budget_high:
         out.append(finding(
             "asymmetric_contradicts_measure",
             f"{s.loss_mode} uses δ_low = {s.budget_low:g} and δ_high = {s.budget_high:g}: a {s.measure} budget is "
             "one δ whose interval is already asymmetric per token; two δs are two different measures.",
-            "actor_rollout_ref.actor.clip_ratio_high"))
+            _k(s, "eps_high")))
     return out
 
 
@@ -277,17 +286,42 @@ def _asymmetry(s, intended):
 def _minibatch(s, _):
     if s.framework != "verl":
         return []
-    train = s.keys["data.train_batch_size"]["value"]
-    mini = s.keys["actor_rollout_ref.actor.ppo_mini_batch_size"]["value"]
+    train = s.keys[_k(s, "train_batch")]["value"]
+    mini = s.keys[_k(s, "mini_batch")]["value"]
     if mini <= train:
         return []
     return [finding(
         "minibatch_larger_than_batch",
         f"ppo_mini_batch_size = {mini} > data.train_batch_size = {train}: verl refuses to start (without "
-        "use_dynamic_bsz); divclip counts one mini-batch.", "actor_rollout_ref.actor.ppo_mini_batch_size")]
+        "use_dynamic_bsz); divclip counts one mini-batch.", _k(s, "mini_batch"))]
 
 
 @check
 def _divclip_plugins(s, _):
     """What divclip's verl modes / TRL plug-in log at run time (divclip.sanity.advice), as findings."""
     return [Finding(a.code, a.message, a.source, a.key) for a in s.advice]
+
+
+# ------------------------------------------------------------------------------------------ input checks
+def input_findings(raw, s: ClipSettings) -> list[Finding]:
+    """Keys the engine does not know (with the nearest known key) and config keys written without '=': each a
+    warning, never silent (the engine itself would refuse the first, and ignore or choke on the second)."""
+    from divclip.engines import get_engine
+
+    module = get_engine(s.engine)
+    source = getattr(module, "KNOWN_KEYS_FROM", module.DEFAULTS_FROM)
+    out = []
+    for key, near in s.unknown_keys[:MAX_UNKNOWN_SHOWN]:
+        hint = f"; did you mean {near!r}?" if near else ""
+        out.append(Finding("unknown_key", f"{key!r} is not a {s.engine} setting: divclip did not read it, and "
+                           f"{s.engine} would refuse it{hint}", source, key))
+    if len(s.unknown_keys) > MAX_UNKNOWN_SHOWN:
+        out.append(Finding("unknown_key", f"{len(s.unknown_keys) - MAX_UNKNOWN_SHOWN} more keys are not {s.engine} "
+                           "settings (not listed)", source, None))
+    for line, text in raw.stray_tokens[:MAX_UNKNOWN_SHOWN]:
+        where = f"line {line}: " if line is not None else ""
+        word, _, value = text.partition(" ")
+        fix = f"{word}={value}" if value else f"{word}=VALUE"
+        out.append(finding("override_without_equals", f"{where}{text!r} has no '=': it is not an override, so "
+                           f"nothing was set (did you mean {fix}?)", word))
+    return out

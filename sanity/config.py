@@ -7,9 +7,14 @@ Three inputs are accepted, all as text (UTF-8):
   "billion laughs" document expands exponentially once walked). A mapping that sets one key twice is refused.
 * JSON (`.json`): `json.loads`, refusing duplicate keys; a TRL `GRPOConfig.to_json_string()` dump or a
   hand-written file.
-* hydra overrides (`.txt`, `.sh`, anything else that is not YAML/JSON, or CLI arguments): `key=value` tokens,
-  whitespace- or newline-separated, with `#` comments and `\\` line continuations; `+key=`/`++key=` add,
-  `~key` deletes. Tokens without `=` (a leading `python3 -m verl.trainer.main_ppo`) are ignored and listed.
+* a launch command (`.txt`, `.sh`, anything else that is neither YAML, JSON nor Python, or CLI arguments):
+  hydra overrides `key=value`, flags `--name value`, environment variables `NAME=value`
+  (`divclip.sanity.shell`: kind "overrides", or "flags" when any `--flag` is set). Command words are ignored and
+  listed; a config key without its `=` is listed as a stray (a warning in the report).
+* Python (`.py`, or text with `import`/`from` lines or `name = ...` assignments): read with `ast`, never run
+  (`divclip.sanity.pyconfig`): the literal keyword arguments and `os.environ[...]` assignments.
+In a YAML file, comment lines `# environment: NAME=value` (what `divclip export --format yaml` writes for a
+plug-in's variables) read as that environment variable.
 
 Nested mappings are flattened to dotted keys, so `actor_rollout_ref: {actor: {clip_ratio_low: 0.2}}` and the
 override `actor_rollout_ref.actor.clip_ratio_low=0.2` read the same. Values are kept as parsed; typing happens
@@ -20,7 +25,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,19 +32,23 @@ import yaml
 
 from divclip.sanity.errors import ConfigError
 from divclip.sanity.files import DuplicateKeyError, json_loads_unique, read_capped
+from divclip.sanity.pyconfig import read_python
+from divclip.sanity.shell import Tokens, looks_like_float, read_script, read_tokens, split_line
+from divclip.sanity.shell import parse_value as parse_override_value
+
+__all__ = ["RawConfig", "looks_like_float", "parse_override_value", "read_config", "split_overrides"]
 
 MAX_CONFIG_BYTES = 4 * 2**20  # a training config is kilobytes; anything near this is not one
 MAX_YAML_ALIASES = 32
 MAX_DEPTH = 32
 MAX_NODES = 200_000  # YAML events while parsing; mapping entries while flattening (aliases count every time)
 
-CONFIG_SUFFIXES = {".yaml": "yaml", ".yml": "yaml", ".json": "json", ".txt": "overrides", ".sh": "overrides"}
-_OVERRIDE_KEY = re.compile(r"^[A-Za-z_][\w\-@/.]*$")
+CONFIG_SUFFIXES = {".yaml": "yaml", ".yml": "yaml", ".json": "json", ".txt": "overrides", ".sh": "overrides",
+                   ".py": "python"}
 _YAML_KEY_LINE = re.compile(r"^\s*[\w.\-\"']+\s*:(\s|$)", re.MULTILINE)
-_OVERRIDE_TOKEN = re.compile(r"(^|\s)[+~]*[A-Za-z_][\w\-@/.]*=")
-_INT = re.compile(r"^[-+]?\d+$")
-# Floats as hydra/OmegaConf read them, including "3e-4", which plain YAML 1.1 leaves as a string.
-_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^[-+]?(inf|nan)$", re.IGNORECASE)
+_OVERRIDE_TOKEN = re.compile(r"(^|\s)[+~]*[A-Za-z_][\w\-@/.]*=|(^|\s)--[A-Za-z]")
+_PYTHON_LINE = re.compile(r"^(import [\w.]+|from [\w.]+ import |[A-Za-z_]\w* = [\[{(\w'\"])", re.MULTILINE)
+_ENV_COMMENT = re.compile(r"^#\s*environment:\s*([A-Z][A-Z0-9_]*)=(.*)$", re.MULTILINE)
 
 
 @dataclass
@@ -48,9 +56,11 @@ class RawConfig:
     """A config as read: where it came from, its flat values, and what was ignored on the way."""
 
     name: str
-    kind: str  # "yaml" | "json" | "overrides"
-    values: dict = field(default_factory=dict)  # {dotted.key: parsed value}
-    ignored_tokens: list = field(default_factory=list)  # override tokens without '=' (command words)
+    kind: str  # "yaml" | "json" | "overrides" | "flags" | "python"
+    values: dict = field(default_factory=dict)  # {dotted.key, --flag or ENV_NAME: parsed value}
+    ignored_tokens: list = field(default_factory=list)  # command words of a launch command
+    stray_tokens: list = field(default_factory=list)  # [(line, text)]: a config key written without '='
+    added: set = field(default_factory=set)  # keys given as +key=value (hydra adds them)
 
 
 # ------------------------------------------------------------------------------------------- entry points
@@ -65,11 +75,10 @@ def read_config(source, name: str | None = None, overrides=(), max_bytes: int = 
         data, name = _read_bytes(source, name, max_bytes)
         raw = parse_config_text(decode_text(data, name), name)
     if overrides:
-        values, deletions, ignored = parse_override_tokens(list(overrides), what="command-line override")
-        for key in deletions:
+        found = read_tokens(list(overrides), Tokens(), what="command-line override")
+        for key in found.deletions:
             _delete_prefix(raw.values, key)
-        raw.values.update(values)
-        raw.ignored_tokens.extend(ignored)
+        _merge(raw, found)
     if not raw.values:
         raise ConfigError(f"config {raw.name!r} holds no settings (an empty mapping or no key=value overrides)")
     return raw
@@ -112,27 +121,45 @@ def decode_text(data: bytes, name: str) -> str:
 
 def parse_config_text(text: str, name: str) -> RawConfig:
     kind = config_kind(name, text)
-    if kind == "overrides":
-        values, deletions, ignored = parse_override_tokens(_split_tokens(text, name), what=f"line of {name!r}")
-        if not values:
+    if kind in ("overrides", "python"):
+        found = read_script(text, name) if kind == "overrides" else read_python(text, name)
+        if not found.values:
             raise ConfigError(
-                f"config {name!r} has no hydra overrides (key=value tokens); for YAML or JSON use a .yaml/.json name"
+                f"config {name!r} has no settings: no key=value overrides, --flag value arguments or, in Python, "
+                "literal keyword arguments. divclip reads verl, TRL, OpenRLHF, AReaL, SkyRL and slime configs as "
+                "YAML/JSON files, launch commands (overrides or flags) and Python snippets"
             )
-        return RawConfig(name, kind, values, ignored)
+        raw = RawConfig(name, "flags" if kind == "overrides" and found.flags else kind)
+        _merge(raw, found)
+        return raw
     tree = _load_json(text, name) if kind == "json" else _load_yaml(text, name)
     if not isinstance(tree, dict):
         raise ConfigError(
             f"config {name!r} must be a mapping of settings at the top level, got {_kind_of(tree)}"
         )
-    return RawConfig(name, kind, flatten(tree, name))
+    raw = RawConfig(name, kind, flatten(tree, name))
+    if kind == "yaml":
+        for var, value in _ENV_COMMENT.findall(text):
+            raw.values.setdefault(var, value.strip())
+    return raw
+
+
+def _merge(raw: RawConfig, found: Tokens) -> None:
+    raw.values.update(found.values)
+    raw.ignored_tokens.extend(found.ignored)
+    raw.stray_tokens.extend(found.stray)
+    raw.added |= found.added
 
 
 def config_kind(name: str, text: str) -> str:
+    """"yaml", "json", "python" or "overrides" (a launch command): by the suffix, else by the text."""
     suffix = Path(name).suffix.lower()
     if suffix in CONFIG_SUFFIXES:
         return CONFIG_SUFFIXES[suffix]
     if text.lstrip().startswith("{"):
         return "json"
+    if _PYTHON_LINE.search(text):
+        return "python"
     if _YAML_KEY_LINE.search(text) or not _OVERRIDE_TOKEN.search(text):
         return "yaml"
     return "overrides"
@@ -270,65 +297,7 @@ def split_overrides(text: str, name: str = "overrides") -> list[str]:
         raise ConfigError(f"{name} must be text, got {type(text).__name__}")
     if len(text.encode("utf-8", "surrogatepass")) > MAX_CONFIG_BYTES:
         raise ConfigError(f"{name} is over the {MAX_CONFIG_BYTES}-byte limit for a config")
-    return _split_tokens(text, name)
-
-
-def _split_tokens(text: str, name: str) -> list[str]:
-    # A shell line continuation (backslash-newline) joins lines; shlex would keep the newline in the next token.
-    text = text.replace("\\\r\n", " ").replace("\\\n", " ")
-    try:
-        tokens = shlex.split(text, comments=True, posix=True)
-    except ValueError as exc:  # "No closing quotation", "No escaped character"
-        raise ConfigError(f"config {name!r} cannot be split into override tokens: {exc}") from None
-    return [t for t in tokens if t.strip()]
-
-
-def parse_override_tokens(tokens: list[str], what: str = "override"):
-    """(values, deletions, ignored) from hydra override tokens `key=value`, `+key=value`, `~key`."""
-    values, deletions, ignored = {}, [], []
-    for tok in tokens:
-        if not isinstance(tok, str):
-            raise ConfigError(f"{what} must be a string 'key=value', got {type(tok).__name__}")
-        if tok.startswith("~"):
-            key = tok[1:].split("=", 1)[0]
-            _check_key(key, tok, what)
-            deletions.append(key)
-            values = {k: v for k, v in values.items() if k != key and not k.startswith(key + ".")}
-            continue
-        if "=" not in tok:
-            ignored.append(tok)
-            continue
-        key, text = tok.split("=", 1)
-        key = key.lstrip("+")
-        _check_key(key, tok, what)
-        values[key] = parse_override_value(text)
-    return values, deletions, ignored
-
-
-def _check_key(key: str, tok: str, what: str) -> None:
-    if not _OVERRIDE_KEY.match(key):
-        raise ConfigError(f"{what} {tok!r} is not a hydra override: the key {key!r} must look like a.b.c")
-
-
-def parse_override_value(text: str):
-    """A hydra override value: null, true/false, int, float (3e-4 included), quoted or bare string."""
-    s = text.strip()
-    if len(s) >= 2 and s[0] == s[-1] and s[0] in "'\"":
-        return s[1:-1]
-    low = s.lower()
-    if low in ("null", "~", "none"):
-        return None
-    if low in ("true", "false"):
-        return low == "true"
-    if _INT.match(s) and len(s) <= 30:  # longer digit strings stay text (and fail typing with their name)
-        return int(s)
-    if _FLOAT.match(s):
-        return float(s)
-    return s
-
-
-def looks_like_float(text: str) -> bool:
-    return bool(_FLOAT.match(text.strip()))
+    return split_line(text.replace("\\\r\n", " ").replace("\\\n", " "), name)
 
 
 def _delete_prefix(values: dict, key: str) -> None:

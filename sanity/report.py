@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 from divclip.sanity.budget import divergence_intervals, equivalent_budgets
-from divclip.sanity.checks import check_settings, finding, scale_findings
+from divclip.sanity.checks import check_settings, finding, input_findings, scale_findings
 from divclip.sanity.config import read_config, split_overrides
 from divclip.sanity.errors import SanityInputError
 from divclip.sanity.loaders import Limits, load_rollouts
@@ -42,11 +42,13 @@ def build_report(
     seed: int = 0,
     num_processes: int = 1,
     limits: Limits = Limits(),
+    methods=None,
 ) -> dict:
-    """The full report; `config`/`rollouts` are paths or bytes (bytes need `*_name` for the suffix)."""
+    """The full report; `config`/`rollouts` are paths or bytes (bytes need `*_name` for the suffix). `methods`
+    ('dcpo,grpo' or a list of atlas names / method strings) adds the "compare" section (`sanity.compare`)."""
     try:
         return _build(config, rollouts, config_name, rollouts_name, overrides, framework, intended_measure,
-                      eps_low, eps_high, deltas or {}, sigma, seed, num_processes, limits)
+                      eps_low, eps_high, deltas or {}, sigma, seed, num_processes, limits, methods)
     except SanityInputError:
         raise
     except ValueError as exc:  # a theory-level check (a measure name, a budget): same contract
@@ -78,20 +80,23 @@ def report_from_uploads(config=None, rollouts=None, overrides_text: str = "", **
 
 
 def _build(config, rollouts, config_name, rollouts_name, overrides, framework, intended, eps_low, eps_high,
-           deltas, sigma, seed, num_processes, limits) -> dict:
+           deltas, sigma, seed, num_processes, limits, methods=None) -> dict:
     if config is None and not overrides and rollouts is None:
         raise SanityInputError("nothing to check: give a config file, hydra overrides, or --rollouts FILE")
+    if methods is not None and rollouts is None:
+        raise SanityInputError("--methods compares methods on rollout tokens: give --rollouts FILE too")
     report = {"schema": SCHEMA, "config": None, "budget": None, "warnings": [], "rollouts": None, "notes": []}
     settings = None
     if config is not None or overrides:
         raw = read_config(config, config_name, overrides)
         settings = clip_settings(raw, framework, num_processes)
         report["config"] = {"name": raw.name, "kind": raw.kind, "ignored_tokens": raw.ignored_tokens,
+                            "stray_tokens": [{"line": n, "text": t} for n, t in raw.stray_tokens],
                             **settings.to_dict()}
-        report["warnings"] = [w.to_dict() for w in check_settings(settings, intended)]
+        report["warnings"] = [w.to_dict() for w in input_findings(raw, settings) + check_settings(settings, intended)]
         report["notes"] += settings.notes
         if raw.ignored_tokens:
-            report["notes"].append(f"ignored tokens that are not key=value overrides: {raw.ignored_tokens[:8]}")
+            report["notes"].append(f"ignored command words (not settings): {raw.ignored_tokens[:8]}")
     elif intended is not None:
         from divclip.theory import get_measure
 
@@ -105,12 +110,32 @@ def _build(config, rollouts, config_name, rollouts_name, overrides, framework, i
         data = load_rollouts(rollouts, rollouts_name, limits)
         section = analyse_rollouts(data, opts)
         report["rollouts"] = section
+        _measured_spread(report["warnings"], section)
+        if methods is not None:
+            from divclip.sanity.compare import compare_methods
+
+            report["compare"] = compare_methods(data, methods, opts)
         if section["on_policy"]:
             report["warnings"].append(finding(
                 "rollouts_on_policy",
                 f"log_prob equals old_log_prob at every masked token of {section['file']!r}: the ratio is 1, so no "
                 "clip binds on this batch (on-policy: one epoch, one mini-batch).", "log_prob").to_dict())
     return report
+
+
+def _measured_spread(warnings: list, section: dict) -> None:
+    """Put this batch's own figure into the sequence-level scale warning, where the file has log_prob."""
+    from divclip.sanity.checks import SPREAD_HINT
+
+    spread = section["ratios"].get("sequence_spread")
+    if not spread:
+        return
+    measured = (f"on {section['file']!r} the sequence log-ratio's std is {spread['ratio']:.3g}× smaller than the "
+                f"token log-ratios' ({spread['sequence_std']:.3g} vs {spread['token_std']:.3g}, mean length "
+                f"{spread['mean_length']:.0f})")
+    for w in warnings:
+        if w.get("code") == "sequence_ratio_token_eps":
+            w["message"] = w["message"].replace(SPREAD_HINT, measured)
 
 
 def _rollout_options(s: ClipSettings | None, eps_low, eps_high, deltas, sigma, seed, notes) -> RolloutOptions:
@@ -139,12 +164,17 @@ def _rollout_options(s: ClipSettings | None, eps_low, eps_high, deltas, sigma, s
         low = eps_low if eps_low is not None else low
         high = eps_high if eps_high is not None else high
         notes.append(f"clip widths from the command line: ε_low = {low:g}, ε_high = {high:g}")
+    elif s is None:
+        notes.append(f"no config given: assumed verl's and TRL's default ratio clip ε_low = ε_high = {DEFAULT_EPS:g}, "
+                     "token level, no dual clip, several updates per batch (pass the run's config, or --eps-low and "
+                     "--eps-high, to check its own clip)")
     return RolloutOptions(eps_low=low, eps_high=high, deltas=deltas, dual_clip_c=dual, level=level,
                           sigma=sigma, seed=seed)
 
 
 def _budget(s: ClipSettings | None, opts: RolloutOptions, eps_given: bool) -> dict:
-    out = {"level": opts.level, "eps_low": opts.eps_low, "eps_high": opts.eps_high, "kind": "ratio"}
+    out = {"level": opts.level, "eps_low": opts.eps_low, "eps_high": opts.eps_high, "kind": "ratio",
+           "source": "command line" if eps_given else ("config" if s is not None else "assumed: no config")}
     if s is not None and s.form in ("gated", "divclip") and not eps_given:
         out.update(kind="divergence", measure=s.measure, delta_low=s.budget_low, delta_high=s.budget_high,
                    intervals=divergence_intervals(s.measure, s.budget_low, s.budget_high),

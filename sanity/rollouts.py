@@ -153,6 +153,22 @@ def analyse_rollouts(r: Rollouts, opts: RolloutOptions = RolloutOptions()) -> di
     }
 
 
+def sequence_spread(log_ratio: np.ndarray, inside: np.ndarray) -> dict | None:
+    """How much less GSPO's sequence ratio moves than token ratios on this batch: the std of token log r over the
+    masked tokens against the std of the per-sequence mean log r (the log of the length-normalised sequence
+    ratio). None with fewer than two sequences that have tokens, or when the sequences do not move at all."""
+    lengths = inside.sum(axis=1)
+    rows = lengths > 0
+    if rows.sum() < 2:
+        return None
+    seq = np.where(inside, log_ratio, 0.0).sum(axis=1)[rows] / lengths[rows]  # (B',) log s per sequence
+    token_std, seq_std = float(np.std(log_ratio[inside])), float(np.std(seq))
+    if seq_std == 0.0 or token_std == 0.0:
+        return None
+    return {"token_std": token_std, "sequence_std": seq_std, "ratio": token_std / seq_std,
+            "mean_length": float(lengths[rows].mean())}
+
+
 def _log_prob(r: Rollouts, opts: RolloutOptions) -> tuple[np.ndarray, dict]:
     """(log π_θ array, description of where the ratios come from)."""
     inside = r.response_mask > 0
@@ -162,6 +178,7 @@ def _log_prob(r: Rollouts, opts: RolloutOptions) -> tuple[np.ndarray, dict]:
         sigma_file = float(np.std(lr[inside]))
         if opts.sigma is None:
             return r.log_prob, {"source": "file", "sigma_file": sigma_file,
+                                "sequence_spread": sequence_spread(lr, inside),
                                 "text": f"ratios from the file's log_prob (std of log r = {sigma_file:.4g})"}
     sigma = opts.sigma if opts.sigma is not None else DEFAULT_SIGMA
     z = np.random.default_rng(opts.seed).standard_normal(r.shape)

@@ -25,6 +25,8 @@ def format_report(report: dict) -> str:
     out += _warning_lines(report["warnings"])
     if report["rollouts"]:
         out += _rollout_lines(report["rollouts"])
+    if report.get("compare"):
+        out += _compare_lines(report["compare"])
     if report["notes"]:
         out += ["", "Notes:"] + [f"  - {n}" for n in report["notes"]]
     return "\n".join(out).lstrip("\n") + "\n"
@@ -75,7 +77,7 @@ def _budget_lines(b: dict) -> list[str]:
     kl3 = b.get("kl3") or {}
     if kl3.get("delta_from_eps_low") is not None:
         lines.append(f"KL3: ε_low = {_g(b['eps_low'])} is δ = {kl3['delta_from_eps_low']:.6g}, whose upper width is "
-                     f"ε_high = {kl3['implied_eps_high']:.4g} (config: {_g(b['eps_high'])})")
+                     f"ε_high = {kl3['implied_eps_high']:.4g} ({b.get('source', 'config')}: {_g(b['eps_high'])})")
     lines.append(f"Equivalent budgets of ε_low = {_g(b['eps_low'])}, ε_high = {_g(b['eps_high'])} "
                  f"({b['level']} level):")
     lines += _table(
@@ -126,6 +128,35 @@ def _rollout_lines(r: dict) -> list[str]:
     lines.append(f"log r histogram on [{h['edges'][0]:g}, {h['edges'][-1]:g}] "
                  f"({len(h['counts'])} bins; under {h['underflow']}, over {h['overflow']}): see --json")
     lines += _sweep_lines(r["sweep"])
+    return lines
+
+
+def _pct(x) -> str:
+    return "—" if x is None else f"{x:.3%}"
+
+
+def _compare_lines(c: dict) -> list[str]:
+    """The atlas methods on the file's tokens (`divclip.sanity.compare`)."""
+    lines = ["", f"Methods on these tokens ({c['ratios']}): w = divclip.theory.gradient_weight, 'removed' = share "
+             "of Σ|A·r| the method takes away (negative: it adds)"]
+    rows, cells, problems = [], [], []
+    for m in c["methods"]:
+        if m["problem"]:
+            rows.append((m["method"], m["family"], "—", "—", "—", "—"))
+            problems.append(f"  {m['method']}: {m['problem']}")
+            continue
+        e = m["entropy"]
+        rows.append((m["method"], m["family"], _pct(m["clipfrac"]), _pct(m["removed"]),
+                     f"{e['would_raise']['tokens']} ({_pct(e['would_raise']['removed'])})",
+                     f"{e['would_lower']['tokens']} ({_pct(e['would_lower']['removed'])})"))
+        cells += [(m["method"], b["p_bucket"], b["sign"], b["tokens"], _pct(b["clipfrac"]), _pct(b["removed"]))
+                  for b in m["buckets"] if b["tokens"]]
+    lines += _table(("method", "family", "clipfrac", "removed", "clipped, raise entropy", "clipped, lower entropy"),
+                    rows) + problems
+    lines.append(f"  entropy side: {c['entropy_rule']}; a clipped token with (log q − mean)(A − mean) < 0 would "
+                 "have raised entropy")
+    lines.append("By old-token probability and advantage sign (cells with tokens):")
+    lines += _table(("method", "p bucket", "sign", "tokens", "clipfrac", "removed"), cells)
     return lines
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 
+from divclip.theory.atlas import gradient_weight, interval
 from divclip.theory.bounds import kl3_bounds
 from divclip.theory.conversions import delta_for_eps, equivalent_ratio_clip
 from divclip.theory.formula import measure_from_formula
@@ -56,6 +57,8 @@ __all__ = [
     "delta_for_eps",
     "equivalent_ratio_clip",
     "get_measure",
+    "gradient_weight",
+    "interval",
     "kl3_bounds",
     "measure_from_formula",
     "method_string",

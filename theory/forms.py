@@ -25,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from divclip.theory import form_weights as fw
+
 __all__ = ["FAMILIES", "FORMS", "Form", "Param", "declare_form", "get_form"]
 
 FAMILIES = ("hard clip", "soft gate", "truncated IS", "penalty", "sequence-level", "batch-selective")
@@ -71,10 +73,14 @@ class Form:
     weight: Callable | None = None
     """numpy w(spec, q, r, adv) -> array: ∂ℓ/∂log π = −A·w (docs/theory.md §1); None where not token level"""
     interval: Callable | None = None
-    """numpy (spec, q, sign) -> (lo, hi) arrays: the ratio interval where the gradient is kept, for A of
-    that sign; None where the form has no interval"""
+    """numpy (spec, q, sign) -> (lo, hi) arrays: the ratio interval where the gradient is kept (w != 0), for A of
+    that sign; None where the form has no interval (`divclip.theory.form_weights`)"""
     weight_note: str = ""
     """for a form without `weight`: what w means for it, or why it has none"""
+    example: str = ""
+    """a method string of this form at its usual (paper or engine default) settings, e.g. 'grpo' or
+    'ratio:0.2:0.2/cispo': the atlas's default row and the spec tests/theory/test_atlas.py checks it with
+    (a declared form without one fails that test)"""
     check: Callable | None = None
     """(spec) -> None: the form's own checks of a ClipSpec (cross-parameter rules, the measures it accepts), run
     by ClipSpec's validation; raises ValueError naming the offending field"""
@@ -123,16 +129,21 @@ def param_names() -> set[str]:
     return {p.name for f in _FORMS.values() for p in f.params}
 
 
-# The four forms the loss has had since v1; their numpy weights/intervals are filled in by the atlas
-# (`divclip.theory.atlas`), which declares them again with those functions attached.
+# The four forms the loss has had since v1, with their numpy weights and intervals (`form_weights`).
 for _form in (
     Form("clip", "hard clip", "max(−A·r, −A·clip(r, lo, hi)), for A < 0 at most −A·c with a dual clip",
-         ("arXiv:1707.06347", "arXiv:1912.09729 eq. 5", "verl:vanilla", "trl:grpo")),
+         ("arXiv:1707.06347", "arXiv:1912.09729 eq. 5", "verl:vanilla", "trl:grpo",
+          "trl:bnpo", "trl:dr_grpo", "trl:dapo"), weight=fw.clip_weight,
+         interval=fw.clip_interval, example="grpo"),
     Form("gated", "hard clip", "−A·sg(min(r, c))·log π · 1[D(r, q) ≤ δ or not moved by A]",
-         ("arXiv:2602.04879", "verl:dppo_kl", "verl:dppo_tv")),
-    Form("cispo", "truncated IS", "−sg(clip(r, lo, hi))·A·log π", ("arXiv:2506.13585", "verl:cispo", "trl:cispo")),
-    Form("sapo", "soft gate", "−A·σ(τ(r − 1))·4/τ, τ by the sign of A", ("verl:sapo", "trl:sapo"),
-         uses_budget=False),
+         ("arXiv:2602.04879", "verl:dppo_kl", "verl:dppo_tv"), weight=fw.gated_weight,
+         interval=fw.gated_interval, example="dppo_kl"),
+    Form("cispo", "truncated IS", "−sg(clip(r, lo, hi))·A·log π", ("arXiv:2506.13585", "verl:cispo"),
+         weight=fw.cispo_weight, interval=fw.cispo_interval, example="ratio:0.2:0.2/cispo"),
+    Form("sapo", "soft gate", "−A·σ(τ(r − 1))·4/τ, τ by the sign of A",
+         ("arXiv:2511.20347", "verl:sapo", "trl:sapo"), uses_budget=False, weight=fw.sapo_weight,
+         weight_note="w = r·4σ(1 − σ), σ = σ(τ(r − 1)): r times the gate's slope; no interval (no hard clip)",
+         example="sapo"),
 ):
     declare_form(_form)
 # The forms of divclip.theory.forms_verl, forms_trl and forms_published are declared when divclip.theory.spec

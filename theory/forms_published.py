@@ -19,15 +19,17 @@ imports `divclip.theory.spec` (spec imports it).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 
 import numpy as np
 
-from divclip.theory.forms import Form, Param, declare_form
+from divclip.theory.forms import FORMS, Form, Param, declare_form
 
 __all__ = ["PUBLISHED_METHODS", "bapo_path", "dcpo_bounds"]
 
+_LOG_RATIO_CLAMP = 20.0  # verl's clamp of log r (divclip.theory.form_weights.LOG_RATIO_CLAMP)
 BAPO_MAX_PATH = 10_000
 """The most bound pairs BAPO's Algorithm 1 may visit (a larger movable range / step ratio is refused)."""
 
@@ -94,7 +96,8 @@ def _dcpo_weight(spec, q, r, adv):
     lo, hi = dcpo_bounds(q, spec.eps_low, spec.eps_high, spec.param("dcpo_r_max"))
     kept_pos = r <= hi  # A > 0: the upper bound zeroes the gradient above hi (eq. 8's min)
     kept_neg = (r >= lo) & (r <= spec.param("dcpo_r_max"))  # A < 0: below lo, and above r_max (dual clip)
-    return r * np.where(adv > 0, kept_pos, np.where(adv < 0, kept_neg, True))
+    kept = np.where(adv > 0, kept_pos, np.where(adv < 0, kept_neg, True))
+    return r * kept * (np.abs(np.log(r)) <= _LOG_RATIO_CLAMP)  # verl's ±20 clamp stops the gradient too
 
 
 def _dcpo_interval(spec, q, sign):
@@ -120,7 +123,8 @@ def _gppo_weight(spec, q, r, adv, beta_low: float, beta_high: float):
     q, r, adv = _arrays(q, r, adv)
     lo, hi = spec.ratio_bounds()
     w = np.where((adv < 0) & (r < lo), beta_low * lo, r)
-    return np.where((adv > 0) & (r > hi), beta_high * hi, w)
+    w = np.where((adv > 0) & (r > hi), beta_high * hi, w)
+    return w * (np.abs(np.log(r)) <= _LOG_RATIO_CLAMP)  # verl's ±20 clamp stops the gradient too
 
 
 def _gppo_interval(spec, q, sign, beta_low: float, beta_high: float):
@@ -287,3 +291,7 @@ PUBLISHED_METHODS = {
     "bapo": "ratio/bapo",  # §5.1
 }
 """Each published form at its paper's settings, as a method string (docs/theory.md §7)."""
+
+# Form.example, the spec the atlas lists and tests each form with (tests/theory/test_atlas.py): its paper's setting.
+for _name, _method in PUBLISHED_METHODS.items():
+    declare_form(dataclasses.replace(FORMS[_name], example=_method))

@@ -172,12 +172,12 @@ class CustomMeasure(Measure):
     def _bounds(self, d, p):
         if p is not None and np.any(p < P_MIN):
             raise ValueError(f"p must be at least {P_MIN:g} for the custom measure {self.name!r} (its shape is "
-                             f"proven for p in [{P_MIN:g}, 1]); got {np.min(p)!r}")
+                             f"proven for p in [{P_MIN:g}, 1]); got {float(np.min(p))!r}")
         d_max = float(np.min(np.minimum(self._value(np.float64(R_MIN), p, np), self._value(np.float64(R_MAX), p, np))))
         if np.any(d >= d_max):
             raise ValueError(
                 f"delta must be below {d_max:.6g}, the smallest of D(r_min={R_MIN:g}) and D(r_max={R_MAX:g}) "
-                f"for formula {self.code!r}; got {np.max(d)!r}"
+                f"for formula {self.code!r}; got {float(np.max(d))!r}"
             )
         return bisect_bounds(lambda r, pp: self._value(r, pp, np), d, p, R_MIN, R_MAX)
 

@@ -12,14 +12,43 @@ import math
 import torch
 
 LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
-KL_ESTIMATORS = {"k1": "k1", "kl": "k1", "k2": "k2", "mse": "k2", "k3": "k3", "low_var_kl": "k3"}
+TRL_AGG_MODES = ("seq-mean-token-mean-all", "seq-mean-token-sum-all", "token-sum-norm")
+"""TRL 1.16's normalisations that verl's five (LOSS_AGG_MODES) do not give exactly; `agg_loss` takes both."""
+KL_ESTIMATORS = {"k1": "k1", "kl": "k1", "k2": "k2", "mse": "k2", "k3": "k3", "low_var_kl": "k3", "abs": "abs"}
+"""verl's `kl_penalty` names; each also takes a '+' suffix (`kl_penalty`: k2's gradient, straight through)."""
 KL3_CLAMP = 10.0  # verl clamps the k3 penalty to ±10 (and its log-ratio to ±20)
 _FAR = 1e30  # moves masked-out ratios out of reach of min/max (a ratio is at most e^20)
 
 
 # ---------------------------------------------------------------------------------------- aggregation
-def _masked_sum_verl(values, mask):
-    return (torch.where(mask.bool(), values, 0.0) * mask).sum()  # NaN outside the mask cannot leak in
+def masked_sum_verl(values, mask, dim=None):
+    """verl's `masked_sum`: Σ m·x over `dim` (all entries when None); NaN outside the mask cannot leak in."""
+    valid = torch.where(mask.bool(), values, 0.0) * mask
+    return valid.sum() if dim is None else valid.sum(dim=dim)
+
+
+def masked_mean_verl(values, mask):
+    """verl's `masked_mean` over all entries: Σ m·x / (Σ m + 1e-8), so an empty mask gives 0."""
+    return masked_sum_verl(values, mask) / (mask.sum() + 1e-8)
+
+
+_masked_sum_verl = masked_sum_verl  # the name `agg_loss` below uses
+
+
+FORM_AGGREGATIONS: dict = {}
+"""{mode: fn(terms, mask, rollout_is_weights) -> scalar}: loss forms that aggregate themselves, whatever
+loss_agg_mode says, because their engine does (verl's geo_mean: the mean over sequences). `policy_loss` calls
+fn instead of `aggregate`; `register_aggregation` adds one."""
+
+
+def register_aggregation(mode: str):
+    """Register `fn(terms, mask, rollout_is_weights) -> scalar loss` as the aggregation of loss form `mode`."""
+
+    def deco(fn):
+        FORM_AGGREGATIONS[mode] = fn
+        return fn
+
+    return deco
 
 
 def masked_sum_finite(values, mask):
@@ -33,8 +62,24 @@ def _nonzero(count):
     return torch.where(count > 0, count, torch.ones_like(count))
 
 
+def _aggregate_trl(loss_mat, loss_mask, loss_agg_mode, loss_scale_factor):
+    """TRL 1.16's normalisations (GRPOTrainer._compute_loss), in its arithmetic: a sequence mean counts every
+    sequence of the batch, an empty one as 0 (verl's seq-mean-* skip empty sequences)."""
+    masked = loss_mat * loss_mask  # (B, T)
+    if loss_agg_mode != "token-sum-norm" and masked.shape[0] == 0:
+        return masked.sum()  # no sequence: 0, where the mean of none is NaN
+    if loss_agg_mode == "seq-mean-token-mean-all":  # TRL grpo, sapo
+        return (masked.sum(-1) / loss_mask.sum(-1).clamp(min=1.0)).mean()
+    if loss_agg_mode == "seq-mean-token-sum-all":  # TRL luspo
+        return masked.sum(-1).mean()
+    # token-sum-norm: TRL dr_grpo (B · max_completion_length), dapo/cispo/vespo (the global token count)
+    return masked.sum() / (max(loss_mask.numel(), 1) if loss_scale_factor is None else loss_scale_factor)
+
+
 def aggregate(loss_mat, loss_mask, loss_agg_mode, loss_scale_factor, masked_sum):
     """`agg_loss` without validation; `masked_sum` does the token-level masked sums."""
+    if loss_agg_mode in TRL_AGG_MODES:
+        return _aggregate_trl(loss_mat, loss_mask, loss_agg_mode, loss_scale_factor)
     if loss_agg_mode == "token-mean":
         return masked_sum(loss_mat, loss_mask) / _nonzero(loss_mask.sum())
     if loss_agg_mode == "token-sum":
@@ -54,8 +99,8 @@ def aggregate(loss_mat, loss_mask, loss_agg_mode, loss_scale_factor, masked_sum)
 
 
 def check_agg(loss_agg_mode, loss_scale_factor):
-    if loss_agg_mode not in LOSS_AGG_MODES:
-        raise ValueError(f"loss_agg_mode must be one of {list(LOSS_AGG_MODES)}, got {loss_agg_mode!r}")
+    if loss_agg_mode not in LOSS_AGG_MODES + TRL_AGG_MODES:
+        raise ValueError(f"loss_agg_mode must be one of {list(LOSS_AGG_MODES + TRL_AGG_MODES)}, got {loss_agg_mode!r}")
     if loss_scale_factor is not None and not (
         isinstance(loss_scale_factor, (int, float)) and math.isfinite(loss_scale_factor) and loss_scale_factor > 0
     ):
@@ -68,6 +113,10 @@ def agg_loss(loss_mat, loss_mask, loss_agg_mode: str, loss_scale_factor=None):
     token-mean: Σ m·ℓ / Σ m (DAPO); token-sum: Σ m·ℓ; seq-mean-token-mean: mean over non-empty sequences of
     each sequence's token mean (original GRPO); seq-mean-token-sum: mean of per-sequence sums;
     seq-mean-token-sum-norm: that divided by `loss_scale_factor` (default the horizon T; Dr. GRPO).
+    TRL 1.16's normalisations, where every sequence of the batch counts (an empty one as 0):
+    seq-mean-token-mean-all: mean over all B sequences of Σ m·ℓ / max(Σ m, 1) (TRL grpo, sapo);
+    seq-mean-token-sum-all: mean over all B of Σ m·ℓ (TRL luspo); token-sum-norm: Σ m·ℓ / `loss_scale_factor`
+    (default B·T; TRL dr_grpo: B·max_completion_length; dapo/cispo/vespo: the generation batch's token count).
     With dp_size = 1 and no global batch info, verl's global token/sequence counts are these local ones.
     One deliberate difference: an all-zero mask gives 0 here, where verl divides 0 by 0 (NaN).
     """
@@ -128,14 +177,19 @@ def clip_metrics(terms, mask) -> dict[str, float]:
 
 # ------------------------------------------------------------------------------------- KL estimators
 def kl_penalty(log_prob, ref_log_prob, estimator: str = "k3"):
-    """Per-token estimate of KL(π_θ‖π_ref) from sampled-token log-probs (Schulman, "Approximating KL").
+    """Per-token estimate of KL(π_θ‖π_ref) from sampled-token log-probs (Schulman, "Approximating KL"), with
+    verl 0.9.1 `kl_penalty`'s names, values and gradients.
 
-    k1 ('kl'): log π - log π_ref (unbiased, can be negative); k2 ('mse'): ½(log π - log π_ref)²;
-    k3 ('low_var_kl'): e^{ref - logp} - (ref - logp) - 1 >= 0, with the log-ratio clamped to ±20 and the result
-    to ±10 exactly as verl's `kl_penalty`. Used as a loss, k3's gradient is biased ("A Comedy of Estimators").
+    k1 ('kl'): log π - log π_ref (unbiased, can be negative); 'abs': |log π - log π_ref|; k2 ('mse'):
+    ½(log π - log π_ref)²; k3 ('low_var_kl'): e^{ref - logp} - (ref - logp) - 1 >= 0, with the log-ratio
+    clamped to ±20 and the result to ±10 exactly as verl. Used as a loss, k3's gradient is biased ("A Comedy of
+    Estimators"). A '+' suffix ('k1+', 'k3+', 'low_var_kl+', ...) keeps the estimator's value and takes k2's
+    gradient, log π - log π_ref, straight through: k2 - sg(k2) + sg(estimate), verl's expression.
     """
-    if estimator not in KL_ESTIMATORS:
-        raise ValueError(f"estimator must be one of {sorted(KL_ESTIMATORS)}, got {estimator!r}")
+    base = estimator[:-1] if isinstance(estimator, str) and estimator.endswith("+") else estimator
+    if base not in KL_ESTIMATORS:
+        allowed = sorted(KL_ESTIMATORS) + sorted(f"{name}+" for name in KL_ESTIMATORS)
+        raise ValueError(f"estimator must be one of {allowed}, got {estimator!r}")
     if not isinstance(log_prob, torch.Tensor) or not isinstance(ref_log_prob, torch.Tensor):
         raise ValueError(
             f"log_prob and ref_log_prob must be torch tensors, got {type(log_prob).__name__} and "
@@ -145,9 +199,18 @@ def kl_penalty(log_prob, ref_log_prob, estimator: str = "k3"):
         raise ValueError(
             f"ref_log_prob has shape {tuple(ref_log_prob.shape)} but log_prob has shape {tuple(log_prob.shape)}"
         )
-    kind = KL_ESTIMATORS[estimator]
+    estimate = _kl_forward(log_prob, ref_log_prob, KL_ESTIMATORS[base])
+    if base == estimator:
+        return estimate
+    k2 = 0.5 * (log_prob - ref_log_prob).square()  # its gradient is the unbiased KL gradient
+    return k2 - k2.detach() + estimate.detach()
+
+
+def _kl_forward(log_prob, ref_log_prob, kind: str):
     if kind == "k1":
         return log_prob - ref_log_prob
+    if kind == "abs":
+        return (log_prob - ref_log_prob).abs()
     if kind == "k2":
         return 0.5 * (log_prob - ref_log_prob).square()
     log_ratio = torch.clamp(ref_log_prob - log_prob, min=-20, max=20)  # log(π_ref/π)

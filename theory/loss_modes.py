@@ -123,28 +123,42 @@ def _in_range(x, lo: float, hi: float):
 
 
 @torch.no_grad()
-def _token_ratio(log_prob, old_log_prob):
+def _token_ratio(log_prob, old_log_prob, clamp: bool = True):
     """(log r clamped to ±20 as verl, r, 0/1 flags of |log r| <= 20): the clamp stops the gradient.
+    clamp=False (TRL): r = exp(log r) unclamped, flags None; the log r returned (for the metrics) is clamped.
 
-    The flags are always a tensor (this function returned None for them when no entry was clamped, before the
-    loss became sync-free; `if in_range is not None` in a caller still works)."""
+    With clamp=True the flags are always a tensor (they were None when no entry was clamped, before the loss
+    became sync-free: deciding that read the host; `if in_range is not None` in a caller still works)."""
     raw = log_prob - old_log_prob  # (B, T)
     log_ratio = raw.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    if not clamp:
+        return log_ratio, raw.exp_(), None
     in_range = _flag(torch.eq, log_ratio, raw)  # |log r| <= 20; 0 for NaN, as _in_range, in one pass
     return log_ratio, log_ratio.exp(), in_range
 
 
 @torch.no_grad()
-def _sequence_ratio(log_prob, old_log_prob, mask):
+def _sequence_ratio(log_prob, old_log_prob, mask, clamp: bool = True):
     """GSPO (verl `gspo`): s = exp(mean_t log r) per sequence, used for every token. verl writes it as
-    sg[s]·π_θ/sg[π_θ], whose gradient is s·∇log π per token; clamped at log s <= 10 as verl."""
+    sg[s]·π_θ/sg[π_θ], whose gradient is s·∇log π per token; clamped at log s <= 10 as verl (clamp=False: not
+    clamped, as TRL's importance_sampling_level='sequence')."""
     log_ratio = log_prob - old_log_prob  # (B, T)
     seq_lengths = torch.sum(mask, dim=-1).clamp(min=1)  # (B,)
     seq_log_ratio = (torch.sum(log_ratio * mask, dim=-1) / seq_lengths).unsqueeze(-1)  # (B, 1) log s
+    if not clamp:
+        ratio = seq_log_ratio.exp_().expand_as(log_ratio).contiguous()
+        return log_ratio.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP), ratio, None
     in_range = _in_range(seq_log_ratio, -math.inf, SEQ_LOG_RATIO_MAX)
     ratio = torch.exp(torch.clamp(seq_log_ratio, max=SEQ_LOG_RATIO_MAX)).expand_as(log_ratio).contiguous()
     log_ratio.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # token log r, for the metrics only
     return log_ratio, ratio, in_range
+
+
+def _ratio(spec: ClipSpec, log_prob, old_log_prob, mask):
+    """`_token_ratio` or, at level='sequence', `_sequence_ratio`, clamped as `spec.clamp_log_ratio` says."""
+    if spec.level == "sequence":
+        return _sequence_ratio(log_prob, old_log_prob, mask, spec.clamp_log_ratio)
+    return _token_ratio(log_prob, old_log_prob, spec.clamp_log_ratio)
 
 
 def _binary_kl_bound(delta: float, p, side: int):
@@ -212,6 +226,8 @@ def _decision_ratio(spec: ClipSpec, ratio, log_prob, old_log_prob):
     Out of the clamp (|log r| > 20) the clamped ratio is e^±20: beyond any p-independent bound inside
     [e^-19, e^19], and on the same side of 1. Binary KL evaluates D from the log-probs and only asks r > 1.
     """
+    if spec.level == "sequence" or not spec.clamp_log_ratio:
+        return ratio  # the sequence ratio (verl's gspo decides on its clamped value), or already unclamped
     if spec.p_dependent:
         clamped_ok = spec.measure_name == "binary_kl"
     else:
@@ -332,10 +348,7 @@ def _clip_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Ter
     The value is `clipped_surrogate`'s; the gradient is the rule it implies, -A·r·∇log π on kept tokens.
     """
     with torch.no_grad():
-        if spec.level == "sequence":
-            log_ratio, ratio, in_range = _sequence_ratio(log_prob, old_log_prob, mask)
-        else:
-            log_ratio, ratio, in_range = _token_ratio(log_prob, old_log_prob)
+        log_ratio, ratio, in_range = _ratio(spec, log_prob, old_log_prob, mask)
         each = None
         if isinstance(spec, AllOf):
             clipped_ratio, each, lo, hi = _intersection_clip(spec, ratio, old_log_prob)
@@ -349,7 +362,8 @@ def _clip_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Ter
         keep = 1.0 - sur.clipped  # (B, T) 1.0 where the token keeps its gradient
         if sur.dual is not None:
             keep.sub_(sur.dual)
-        keep.mul_(in_range)  # verl's log-ratio clamp also stops the gradient
+        if in_range is not None:  # None only where the spec does not clamp (TRL): a static choice
+            keep.mul_(in_range)  # verl's log-ratio clamp also stops the gradient
         grad = sur.loss_unclipped.mul_(keep)  # d(-A·r)/d log π = -A·r where kept, else 0
         clipped_low = _flag(torch.lt, advantages, 0.0).mul_(sur.clipped)
         by_part = None
@@ -367,12 +381,18 @@ def _gated_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Te
     """DPPO (verl `dppo_kl`/`dppo_tv`): -A·sg(min(r, c))·log π, zeroed where the bound is crossed in A's
     direction. Its gradient, -A·min(r, c)·∇log π = -A·∇r for r < c, is the clip mode's, token by token."""
     with torch.no_grad():
-        log_ratio, ratio, _ = _token_ratio(log_prob, old_log_prob)
+        log_ratio, ratio, _ = _ratio(spec, log_prob, old_log_prob, mask)
         # The decision sees the true ratio (as verl's dppo, which never clamps its D); the IS weight below keeps
         # verl's clamped one. `_decision_ratio` returns the clamped one where no decision can tell them apart.
         true_ratio = _decision_ratio(spec, ratio, log_prob, old_log_prob)
         adv_pos, adv_neg = _flag(torch.gt, advantages, 0.0), _flag(torch.lt, advantages, 0.0)
-        if spec.p_dependent:
+        if spec.measure_name == "binary_tv":
+            # Binary TV is |q − p|: decided on q − p as verl's dppo_tv computes it, so a token within an ulp of δ
+            # gets verl's verdict (p·|r − 1| rounds differently); NaN counts as outside, as there.
+            moved = log_prob.exp().sub_(old_log_prob.exp())  # (B, T) q − p
+            clipped_high = (1.0 - _flag(torch.le, moved, spec.delta)).mul_(adv_pos)
+            clipped_low = (1.0 - _flag(torch.ge, moved, -spec.delta)).mul_(adv_neg)
+        elif spec.p_dependent:
             divergence, _ = _divergence(spec, true_ratio, old_log_prob, log_prob)
             exceeded = 1.0 - _flag(torch.le, divergence, spec.delta)  # NaN (a "probability" above 1) counts
             clipped_high = _flag(torch.gt, true_ratio, 1.0).mul_(exceeded).mul_(adv_pos)
@@ -393,7 +413,7 @@ def _cispo_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Te
     """CISPO (verl `cispo`): -sg(clip(r, lo, hi))·A·log π. Clipping bounds the IS weight only, on both sides
     whatever the sign of A, so every token keeps a gradient."""
     with torch.no_grad():
-        log_ratio, ratio, _ = _token_ratio(log_prob, old_log_prob)
+        log_ratio, ratio, _ = _ratio(spec, log_prob, old_log_prob, mask)
         if spec.p_dependent:
             clipped_ratio = _per_token_clip(spec, ratio, old_log_prob, None)
         else:
@@ -409,11 +429,11 @@ def _sapo_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Ter
     gate's slope f'(r) = 4σ(1 - σ) is 1 at r = 1 and decays smoothly: no hard clip, so no clip fractions.
     verl's `sapo` always aggregates with seq-mean-token-mean, whatever loss_agg_mode says; here it is honoured."""
     with torch.no_grad():
-        log_ratio, ratio_value, in_range = _token_ratio(log_prob, old_log_prob)
+        log_ratio, ratio_value, in_range = _ratio(spec, log_prob, old_log_prob, mask)
         tau_neg = torch.full_like(advantages, spec.tau_neg)
         tau_pos = torch.full((), spec.tau_pos, dtype=advantages.dtype, device=advantages.device)
         taus = tau_neg.lerp_(tau_pos, _flag(torch.gt, advantages, 0.0))  # (B, T) exact tau_pos or tau_neg
-        dratio = ratio_value * in_range  # dr/d log π, 0 where clamped
+        dratio = ratio_value if in_range is None else ratio_value * in_range  # dr/d log π, 0 where clamped
     ratio = _WithGradient.apply(log_prob, ratio_value, dratio)
     gates = torch.sigmoid(taus * (ratio - 1.0)) * (4.0 / taus)
     return _Terms(-gates * advantages, log_ratio, ratio_value, None, None)

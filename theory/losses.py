@@ -22,6 +22,7 @@ import torch
 # The loss forms declared in divclip.theory.forms_* register their torch implementations on import.
 from divclip.theory import modes_published, modes_trl, modes_verl  # noqa: E402, F401, I001
 from divclip.theory.loss_metrics import (
+    FORM_AGGREGATIONS,
     LOSS_AGG_MODES,
     METRIC_NAMES,
     agg_loss,
@@ -184,11 +185,15 @@ def policy_loss(
         "response_mask": response_mask,
         "rollout_is_weights": rollout_is_weights,
     }
+    spec = spec if isinstance(spec, ClipSpec) else as_spec(spec)
     terms, mask, dtype = _terms(named, spec)
-    loss_mat = terms.loss  # (B, T)
-    if rollout_is_weights is not None:
-        loss_mat = loss_mat * rollout_is_weights.detach().to(dtype)
-    loss = aggregate(loss_mat, mask, loss_agg_mode, loss_scale_factor, masked_sum_finite)
+    weights = None if rollout_is_weights is None else rollout_is_weights.detach().to(dtype)
+    own_aggregation = FORM_AGGREGATIONS.get(spec.mode)  # a form whose engine ignores loss_agg_mode (geo_mean)
+    if own_aggregation is not None:
+        loss = own_aggregation(terms, mask, weights)
+    else:
+        loss_mat = terms.loss if weights is None else terms.loss * weights  # (B, T)
+        loss = aggregate(loss_mat, mask, loss_agg_mode, loss_scale_factor, masked_sum_finite)
     if not metrics:
         return loss, {}  # no host read: a non-finite input shows as a non-finite loss (see the docstring)
     by_part = () if terms.by_part is None else terms.by_part  # an intersection: which part's bound clipped

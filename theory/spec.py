@@ -18,6 +18,7 @@ Method strings (whitespace around the whole string is ignored; nothing else is):
              | NAME "=" NUMBER                     a parameter of the loss form (`Form.params`), e.g.
                                                  '/clip_cov_ratio=0.0002'; unset ones take the form's default
              | "seq"                               GSPO's sequence-level ratio
+             | "noclamp"                           exp of the raw log-ratio, as TRL (verl clamps log r to ±20)
              | "dual=" NUMBER                      dual-clip cap c > 1 (mode clip)
              | "tis=" NUMBER                       truncated IS weight cap (mode gated)
              | "tau=" NUMBER ":" NUMBER            SAPO gate temperatures for A > 0 and A <= 0
@@ -85,6 +86,10 @@ DEFAULT_EPS_LOW = 0.2
 # Loss-form names (`divclip.theory.forms.MODE_NAMES`): the declared forms; `register_mode` adds to this set too.
 # p-dependent measures the torch loss can solve per-token bounds for (`divclip.theory.loss_modes._TORCH_BOUNDS`).
 LOSS_P_DEPENDENT = frozenset({"binary_kl", "binary_tv"})
+# Loss forms that take GSPO's sequence ratio at level='sequence' (TRL's importance_sampling_level='sequence' works
+# with every loss type; divclip.theory.modes_trl), and those with a dual clip (TRL's `delta` for luspo too).
+SEQUENCE_MODES = frozenset({"clip", "luspo", "sapo", "cispo_cap"})
+DUAL_CLIP_MODES = frozenset({"clip", "luspo"})
 
 
 # ------------------------------------------------------------------------------------------------ spec
@@ -125,6 +130,9 @@ class ClipSpec:
     params: tuple = ()
     """The mode's own parameters beyond the budget, as sorted (name, value) pairs (`divclip.theory.forms`: e.g.
     mode 'clip_cov' takes clip_cov_ratio); a name left out takes the form's default (`spec.param(name)`)."""
+    clamp_log_ratio: bool = True
+    """True: log r is clamped to ±20 before exp (GSPO's log s to <= 10), as verl does. False: r = exp(log r)
+    unclamped, as TRL does (method-string option '/noclamp'); the metrics still see log r clamped to ±20."""
 
     def __post_init__(self):
         if not isinstance(self.measure, Measure) and self.measure not in MEASURES:
@@ -135,9 +143,12 @@ class ClipSpec:
             raise ValueError(f"ClipSpec.level must be one of {list(LEVELS)}, got {self.level!r}")
         self._check_params()
         self._check_budget()
+        if not isinstance(self.clamp_log_ratio, bool):
+            raise ValueError(f"ClipSpec.clamp_log_ratio must be True or False, got {self.clamp_log_ratio!r}")
         if self.dual_clip_c is not None:
-            if self.mode != "clip":
-                raise ValueError(f"ClipSpec.dual_clip_c applies to mode='clip' only, got mode={self.mode!r}")
+            if self.mode not in DUAL_CLIP_MODES:
+                raise ValueError(f"ClipSpec.dual_clip_c applies to mode='clip' only (and 'luspo', the clip form "
+                                 f"LUSPO aggregates), got mode={self.mode!r}")
             _positive("dual_clip_c", self.dual_clip_c, above=1.0)
         if self.tis_cap is not None:
             if self.mode != "gated":
@@ -151,8 +162,9 @@ class ClipSpec:
         if self.mode != "sapo" and (self.tau_pos, self.tau_neg) != (1.0, 1.05):
             raise ValueError(f"ClipSpec.tau_pos/tau_neg apply to mode='sapo' only, got mode={self.mode!r}")
         if self.level == "sequence":
-            if self.mode != "clip":
-                raise ValueError(f"ClipSpec.level='sequence' (GSPO) needs mode='clip', got mode={self.mode!r}")
+            if self.mode not in SEQUENCE_MODES:
+                raise ValueError(f"ClipSpec.level='sequence' (GSPO) needs a mode in {sorted(SEQUENCE_MODES)}, "
+                                 f"got mode={self.mode!r}")
             if self.p_dependent:
                 raise ValueError(
                     f"ClipSpec.level='sequence' needs a p-independent measure (a sequence has no single p), "
@@ -437,7 +449,7 @@ _ADAPT_KEYS = {"gain": "gain", "min": "delta_min", "max": "delta_max", "dir": "d
 def _allowed() -> str:
     return (
         f"a preset {sorted(PRESETS)} or a measure {sorted(MEASURES)}, optionally ':delta' ('ratio:eps' or "
-        f"'ratio:eps_low:eps_high'), then options '/MODE' (a loss form: {sorted(MODE_NAMES)}), '/seq', "
+        f"'ratio:eps_low:eps_high'), then options '/MODE' (a loss form: {sorted(MODE_NAMES)}), '/seq', '/noclamp', "
         f"'/dual=C', '/tis=C', '/tau=POS:NEG', '/NAME=VALUE' (a loss form's parameter: {sorted(param_names())}) "
         f"(e.g. 'kl3:0.023144', 'ratio:0.2:0.28', 'binary_kl:0.05/gated'); "
         f"'A&B' intersects methods, 'M@SIGNAL=TARGET[:gain=G][:min=D][:max=D][:dir=±1]' adapts δ with SIGNAL "
@@ -462,6 +474,8 @@ def _apply_option(fields: dict, option: str, method: str) -> None:
         fields["mode"] = key
     elif not eq and key == "seq":
         fields["level"] = "sequence"
+    elif not eq and key == "noclamp":
+        fields["clamp_log_ratio"] = False
     elif eq and key == "dual":
         fields["dual_clip_c"] = _number(value, "the dual-clip cap after 'dual='", method)
     elif eq and key == "tis":
@@ -639,6 +653,8 @@ def _options(spec: ClipSpec, fmt) -> list[str]:
     out = [] if spec.mode == "clip" else [spec.mode]
     if spec.level == "sequence":
         out.append("seq")
+    if not spec.clamp_log_ratio:
+        out.append("noclamp")
     if spec.dual_clip_c is not None:
         out.append(f"dual={fmt(spec.dual_clip_c)}")
     if spec.tis_cap is not None:
@@ -686,10 +702,11 @@ def spec_label(spec) -> str:
         return " ∧ ".join(spec_label(part) for part in s.parts)
     if isinstance(s, AdaptiveSpec):
         return spec_label(s.fixed()).replace("δ=", "δ0=", 1) + f" @{s.signal}={s.target:g}"
+    flags = [o for o in _options(s, str) if o in ("seq", "noclamp")]
     if s.mode == "sapo":
-        return f"sapo τ={s.tau_pos:g}/{s.tau_neg:g}"
+        return " ".join([f"sapo τ={s.tau_pos:g}/{s.tau_neg:g}", *flags])
     if _budget_free(s.mode):
-        return " ".join([s.mode, *(f"{k}={v:g}" for k, v in s.params)])
+        return " ".join([s.mode, *flags, *(f"{k}={v:g}" for k, v in s.params)])
     budget = f"{s.eps_low:g}/{s.eps_high:g}" if s.measure_name == "ratio" else f"δ={s.delta:.4g}"
     extra = [o for o in _options(s, lambda x: f"{x:g}") if not o.startswith("tau=")]
     return " ".join([s.measure_name, budget, *extra])

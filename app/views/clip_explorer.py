@@ -3,7 +3,7 @@
 import streamlit as st
 
 from divclip import theory
-from divclip.app.export import FORMATS, interval_spec, method_export
+from divclip.app.export import FORMATS, engine_format, interval_spec, method_export
 from divclip.app.figures import (
     add_intersection,
     divergence_curves,
@@ -16,10 +16,12 @@ from divclip.app.methods import label_for
 from divclip.app.page_parts import figure, formula_latex, number_with_slider, share_link, show_messages
 from divclip.app.presets import EXPLORER_SPEC, PRESETS, kl3_delta_matching, matching_preset
 from divclip.app.state import PageState, format_number
+from divclip.engines import available_engines, get_engine
 from divclip.theory.spec import method_string
 from divclip.theory.symbolic import derivable_measures
 
-_SUFFIX = {"overrides": "sh", "yaml": "yaml", "python": "py"}
+_SUFFIX = {"overrides": "sh", "flags": "sh", "yaml": "yaml", "python": "py"}
+_LANGUAGE = {"overrides": "bash", "flags": "bash", "yaml": "yaml", "python": "python"}
 state = PageState("explorer", EXPLORER_SPEC)
 url_warnings = state.init()
 NOTICE = "explorer._notice"  # a message from a button callback, shown once on the next run
@@ -107,42 +109,61 @@ st.table(table_rows(intervals), hide_index=True)
 st.download_button("Table as CSV", table_csv(intervals), file_name="divclip_intervals.csv", mime="text/csv",
                    icon=":material/download:")
 
-# verl/TRL export: one chosen method at a time, complete and paste-safe (`divclip export` prints the same text).
-st.subheader("Export one method to verl or TRL")
-specs = {}
-for iv in intervals:
-    spec = interval_spec(iv)
-    specs[f"{iv.method} — {iv.label} ({method_string(spec)})"] = spec
-pick_col, fmt_col = st.columns([2, 1])
-choice = pick_col.selectbox("Method", list(specs), key="explorer.export_method")
-fmt = fmt_col.radio("Format", FORMATS, horizontal=True, key="explorer.export_format",
-                    help="overrides: a verl command line (TRL: its --key value flags); yaml; python")
-spec = specs[choice]
-st.caption(f"Same text as `divclip export --method {method_string(spec)} --engine verl|trl --format {fmt}`. "
-           "Each block sets every key it needs once, so pasting it after another method's leaves nothing of "
-           "that method in force.")
-language = {"overrides": "bash", "yaml": "yaml", "python": "python"}[fmt]
-for col, engine, title in zip(st.columns(2), ("verl", "trl"), ("verl 0.9.1", "TRL 1.16")):
-    with col:
-        st.markdown(f"**{title}**")
-        try:
-            text = method_export(spec, engine).text(fmt)
-        except ValueError as exc:
-            st.info(str(exc))
-            continue
-        st.code(text, language=language, wrap_lines=True)  # st.code has a copy button
-        st.download_button(f"{engine} settings", text, file_name=f"divclip_{engine}.{_SUFFIX[fmt]}",
-                           mime="text/plain", icon=":material/download:", key=f"explorer.export_{engine}")
+# Engine export: one chosen method at a time, complete and paste-safe (`divclip export` prints the same text).
+def export_section(intervals) -> None:
+    specs = {f"{iv.method} — {iv.label} ({method_string(spec)})": spec
+             for iv, spec in ((iv, interval_spec(iv)) for iv in intervals)}
+    if not specs:  # every measure cleared: nothing to export (the selectbox would hand back None)
+        st.info("Choose a measure above to export it.")
+        return
+    pick_col, fmt_col = st.columns([2, 1])
+    choice = pick_col.selectbox("Method", list(specs), key="explorer.export_method")
+    fmt = fmt_col.radio("Format", FORMATS, horizontal=True, key="explorer.export_format",
+                        help="overrides: the engine's command line (verl: hydra overrides; TRL, OpenRLHF, slime: "
+                             "--flag value); yaml; python")
+    engines = st.multiselect("Engines", available_engines(), default=["verl", "trl"],
+                             key="explorer.export_engines")
+    spec = specs[choice]
+    st.caption(f"Same text as `divclip export --method {method_string(spec)} --engine ENGINE --format {fmt}`. "
+               "Each block sets every key it needs once, so pasting it after another method's leaves nothing of "
+               "that method in force; `divclip check` reads every block back.")
+    for col, engine in zip(st.columns(max(len(engines), 1)), engines):
+        with col:
+            module = get_engine(engine)
+            st.markdown(f"**{engine} {module.VERSION}**")
+            own = engine_format(module.FORMATS, fmt)
+            if own is None:
+                st.info(f"{engine} has no {fmt} text here; its formats: {', '.join(module.FORMATS)}")
+                continue
+            try:
+                text = method_export(spec, engine).text(own)
+            except ValueError as exc:
+                st.info(str(exc))
+                continue
+            st.code(text, language=_LANGUAGE.get(own), wrap_lines=True)  # st.code has a copy button
+            st.download_button(f"{engine} settings", text, file_name=f"divclip_{engine}.{_SUFFIX.get(own, 'txt')}",
+                               mime="text/plain", icon=":material/download:", key=f"explorer.export_{engine}")
 
+
+def continue_links(intervals, values) -> None:
+    """Each derivable measure's proof and the sanity check, two columns of full-width links: a page link's label
+    does not wrap, so nine links side by side were cut off."""
+    derivable = [iv for iv in intervals if iv.name in derivable_measures() and iv.delta is not None]
+    proofs, sanity = st.columns(2)
+    for iv in derivable:
+        proofs.page_link("views/proof.py", label=f"The proof for {iv.label} at δ = {iv.delta:.6g}",
+                         icon=":material/functions:",
+                         query_params={"measure": iv.name, "delta": format_number(iv.delta)})
+    sanity.page_link(
+        "views/sanity_check.py",
+        label=f"Sanity-check a config against ε = {values['eps_low']:g} / {values['eps_high']:g}",
+        icon=":material/fact_check:",
+        query_params={"eps_low": format_number(values["eps_low"]), "eps_high": format_number(values["eps_high"])})
+
+
+st.subheader("Export one method to a training engine")
+export_section(intervals)
 st.subheader("Continue with these values")
-derivable = [iv for iv in intervals if iv.name in derivable_measures() and iv.delta is not None]
-link_cols = st.columns(max(len(derivable), 1) + 1)
-for col, iv in zip(link_cols, derivable):
-    col.page_link("views/proof.py", label=f"The proof for {iv.label} at δ = {iv.delta:.6g}",
-                  icon=":material/functions:", query_params={"measure": iv.name, "delta": format_number(iv.delta)})
-link_cols[-1].page_link(
-    "views/sanity_check.py", label=f"Sanity-check a config against ε = {values['eps_low']:g} / {values['eps_high']:g}",
-    icon=":material/fact_check:",
-    query_params={"eps_low": format_number(values["eps_low"]), "eps_high": format_number(values["eps_high"])})
+continue_links(intervals, values)
 st.markdown("**Link to this view**")
 st.code(share_link(query), language=None, wrap_lines=True)

@@ -11,11 +11,15 @@ from pathlib import Path
 import streamlit as st
 
 from divclip.app.page_parts import figure, rounded_rows
+from divclip.app.state import format_number
+from divclip.app.token_terms import example_token
+from divclip.engines import ENGINES
 from divclip.sanity import figures
+from divclip.sanity.compare import compare_bucket_rows, compare_rows
 from divclip.sanity.report import jsonable, report_from_uploads
 from divclip.theory import MEASURES
 
-CONFIG_TYPES = ["yaml", "yml", "json", "txt", "sh"]
+CONFIG_TYPES = ["yaml", "yml", "json", "txt", "sh", "py"]
 ROLLOUT_TYPES = ["npz", "parquet", "jsonl", "safetensors"]
 EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
 # Example inputs shipped with the app: (config file or None, rollout file or None) per button.
@@ -66,8 +70,9 @@ def apply_link() -> str | None:
 
 st.title("Sanity check a clip setting")
 st.write(
-    "Before a long run: upload the verl config (YAML or a launch script of hydra overrides) or TRL "
-    "`GRPOConfig` (JSON/YAML) you will train with, and optionally a batch of rollouts with per-token "
+    "Before a long run: upload the config you will train with (a verl YAML or launch script of hydra overrides, a "
+    "TRL `GRPOConfig` as JSON/YAML/flags/Python, an OpenRLHF or slime launch command, an AReaL or SkyRL YAML), "
+    "and optionally a batch of rollouts with per-token "
     "`old_log_prob`, `advantages`, `response_mask` (and `log_prob`). The report says what the clip means as a "
     "divergence budget, whether it can bind at all, which tokens it would clip, and what KL3 would do instead."
 )
@@ -103,7 +108,11 @@ with st.expander("Options", expanded=bool(linked)):
     sigma = c1.number_input("σ of log r (noise model)", min_value=0.0, max_value=5.0, value=None, format="%.4g",
                             key="sanity_sigma", help="Empty: the file's log_prob, else 0.05.")
     seed = int(c2.number_input("Noise seed", min_value=0, value=0, step=1, key="sanity_seed"))
-    framework = c3.selectbox("Framework", ["auto", "verl", "trl"], key="sanity_framework")
+    framework = c3.selectbox("Framework", ["auto", *ENGINES], key="sanity_framework")
+    methods_text = st.text_input("Compare methods on the rollouts (atlas names or method strings)",
+                                 key="sanity_methods", placeholder="dcpo,grpo,dapo",
+                                 help="Clip fraction, share of |gradient| removed and the entropy side per method, "
+                                      "from divclip.theory.gradient_weight (`divclip check --methods`).")
 
 config = None if config_file is None else (config_file.name, config_file.getvalue())
 rollouts = None if rollout_file is None else (rollout_file.name, rollout_file.getvalue())
@@ -126,6 +135,8 @@ if config is None and rollouts is None and not overrides_text.strip():
 options = dict(framework=None if framework == "auto" else framework,
                intended_measure=None if intended == "(none)" else intended,
                eps_low=eps_low, eps_high=eps_high, sigma=sigma, seed=seed)
+if rollouts is not None and methods_text.strip():
+    options["methods"] = methods_text
 try:
     report = report_from_uploads(config=config, rollouts=rollouts, overrides_text=overrides_text, **options)
 except ValueError as exc:
@@ -147,6 +158,7 @@ except Exception as exc:  # noqa: BLE001 - no traceback reaches a visitor: one m
     st.stop()
 
 # ---------------------------------------------------------------------------------------------- warnings
+# Every warning is here, an unknown key (with the nearest known one) or a key written without '=' included.
 if report["warnings"]:
     st.subheader(f"Warnings ({len(report['warnings'])})")
     for w in report["warnings"]:
@@ -174,7 +186,8 @@ if budget and budget["kind"] != "none":
     kl3 = budget.get("kl3") or {}
     if kl3.get("delta_from_eps_low") is not None:
         st.write(f"ε_low = {budget['eps_low']:g} is a KL3 budget δ = {kl3['delta_from_eps_low']:.6g}, whose "
-                 f"upper width is ε_high = {kl3['implied_eps_high']:.4g} (config: {budget['eps_high']}).")
+                 f"upper width is ε_high = {kl3['implied_eps_high']:.4g} "
+                 f"({budget.get('source', 'config')}: {budget['eps_high']}).")
     if budget["kind"] == "divergence":
         st.dataframe(rounded_rows(budget["intervals"]), hide_index=True)
     st.dataframe(rounded_rows({k: v for k, v in r.items() if k != "problems"} for r in budget["equivalents"]),
@@ -198,6 +211,20 @@ if ro:
     pick = st.selectbox("Breakdown for", usable, index=usable.index("kl3") if "kl3" in usable else 0,
                         key="sanity_bucket_measure")
     figure(figures.bucket_figure(ro, pick), "divclip_breakdown", key="sanity.breakdown")
+    if rollouts is not None and (token := example_token(*rollouts)) is not None:  # the ratio that moved most
+        st.page_link("views/token_explainer.py", icon=":material/token:",
+                     label=f"Explain token ({token['i']}, {token['t']}) in the token explainer: q = {token['q']:.4g}, "
+                           f"r = {token['r']:.4g}, A = {token['adv']:.4g}",
+                     query_params={k: format_number(token[k]) for k in ("q", "r", "adv")})
+
+if report.get("compare"):
+    cmp = report["compare"]
+    st.subheader("Methods on these tokens")
+    st.dataframe(rounded_rows(compare_rows(cmp)), hide_index=True)
+    st.caption(f"w from divclip.theory.gradient_weight; 'removed' is the share of Σ|A·r| the method takes away "
+               f"(negative: it adds). Entropy side: {cmp['entropy_rule']}; a clipped token with "
+               "(log q − mean)(A − mean) < 0 would have raised entropy.")
+    st.dataframe(rounded_rows(compare_bucket_rows(cmp)), hide_index=True)
 
 for note in report["notes"]:
     st.caption(note)

@@ -60,6 +60,19 @@ def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
     raise RuntimeError(f"streamlit did not serve {url} within {timeout:.0f} s")
 
 
+def _die_with_parent(parent_pid: int):
+    """preexec_fn for a test server: Linux delivers SIGTERM to it when the process that started it dies, so an
+    interrupted pytest (Ctrl-C, a killed xdist worker) leaves no streamlit server behind (two stayed orphaned)."""
+    def setup():
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+        if os.getppid() != parent_pid:  # the parent died before prctl took effect
+            os._exit(1)
+    return setup
+
+
 @contextlib.contextmanager
 def serve_app(log_name: str = "streamlit-server.log", env: dict | None = None):
     """`streamlit run app/main.py` on a free port; yields its base URL and stops the server on exit.
@@ -74,7 +87,8 @@ def serve_app(log_name: str = "streamlit-server.log", env: dict | None = None):
            "--server.fileWatcherType", "none"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                preexec_fn=_die_with_parent(os.getpid()))
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(url, proc, SERVER_START_TIMEOUT)

@@ -49,7 +49,7 @@ def test_proof_next_and_previous_step_through_the_lecture(page, app_url, artifac
     page.get_by_role("button", name="Previous").click()
     wait_query(page, "step", "2")
     # The step is in the address: a reload (or a shared link) opens the same step.
-    open_page(page, app_url, "proof", {"measure": "kl3", "step": "9"})
+    open_page(page, app_url, "proof", {"measure": "kl3", "step": "10"})  # 8 derivation steps, the sign of A
     assert "The numbers at" in step.inner_text() and page.get_by_role("button", name="Next").is_disabled()
     rows = table_rows(page)
     assert "30 digits" in rows[0]["quantity"] and len(rows[0]["l_δ"].replace(".", "").lstrip("0")) == 30
@@ -59,15 +59,15 @@ def test_proof_all_steps_view_and_markdown_download(page, app_url, artifacts):
     open_page(page, app_url, "proof", {"measure": "hellinger", "view": "all"})
     assert_no_exception(page)
     titles = page.locator("h4").all_inner_texts()
-    assert len(titles) == 7
+    assert len(titles) == 8  # hellinger's 7 derivation steps and the sign of A
     body = page.locator('[data-testid="stMain"]').inner_text()
-    assert "SymPy assumptions said False" not in body and body.count("Check passed") == 7
+    assert "SymPy assumptions said False" not in body and body.count("Check passed") == 8
     assert body.index("7. Gradient rule") < body.index("The numbers at")  # the numbers after the derivation
     with page.expect_download() as info:
         page.get_by_role("button", name="All steps as Markdown").click()
     text = open(info.value.path(), encoding="utf-8").read()
     assert info.value.suggested_filename == "divclip_proof_hellinger.md"
-    assert text.count("\n## ") == 8 and text.count("**Check passed (") == 7
+    assert text.count("\n## ") == 9 and text.count("**Check passed (") == 8
     screenshot(page, artifacts / "proof-all-hellinger.png")
 
 
@@ -119,7 +119,7 @@ def test_explorer_link_opens_this_measures_proof(page, app_url):
     wait_idle(page)
     assert query_of(page)["measure"] == "chi2" and query_of(page)["delta"] == "0.04"
     assert page.locator("h1").first.inner_text().startswith("The proof")
-    open_page(page, app_url, "proof", {"measure": "chi2", "delta": "0.04", "step": "8"})
+    open_page(page, app_url, "proof", {"measure": "chi2", "delta": "0.04", "step": "9"})  # the numbers
     page.get_by_role("link", name=re.compile(r"Sanity-check a config")).click()
     page.wait_for_url(re.compile(r"/sanity_check\?"))
     wait_idle(page)

@@ -50,7 +50,22 @@ def test_table_and_csv_hold_the_same_numbers():
     assert float(parsed[0]["l"]) == pytest.approx(lo, rel=1e-11)
     assert float(parsed[0]["u"]) == pytest.approx(hi, rel=1e-11)
     assert parsed[0]["l"] == f"{lo:.12g}" and len(parsed[0]["l"].replace("0.", "", 1)) == 12
-    assert float(parsed[2]["p"]) == 0.01 and parsed[1]["budget"] == ""
+    # the ratio row's budget is its two widths, as the screen shows them (it was empty)
+    assert float(parsed[2]["p"]) == 0.01 and parsed[1]["budget"] == "ε = 0.2 / 0.28" == rows[1]["budget"]
+
+
+@pytest.mark.parametrize(("delta", "method"), [(ATR_DELTA, "ATR-GRPO"), (0.05, "KL3 clip"), (4.5e-8, "KL3 clip")])
+def test_kl3_is_atr_grpo_only_at_its_budget(delta, method):
+    (iv,), _ = clip_intervals(["kl3"], delta, 0.2, 0.2, 0.1)
+    assert iv.method == method and iv.colour == METHOD_COLOURS["ATR-GRPO"]
+
+
+def test_asymmetry_column_keeps_significant_digits_at_gspo_size_budgets():
+    """ε_high − ε_low of KL3 at δ = 4.5e-8 is 4δ/3 ≈ 6e-8: six decimals showed 0.000000."""
+    ivs, _ = clip_intervals(["kl3"], 4.5e-8, 0.2, 0.2, 0.1)
+    lo, hi = theory.equivalent_ratio_clip("kl3", 4.5e-8)
+    shown = table_rows(ivs)[0]["ε_high − ε_low"]
+    assert shown == f"{hi - lo:.6g}" and float(shown) == pytest.approx(4 * 4.5e-8 / 3, rel=1e-3)
 
 
 @pytest.mark.parametrize(("eps_low", "eps_high"), [(0.2, 0.28), (0.1, 0.1), (0.3, 0.7), (3e-4, 4e-4)])
@@ -77,7 +92,8 @@ def test_verl_and_trl_settings_for_one_interval():
     assert "policy_loss.loss_mode=dppo_kl" in bkl and f"clip_ratio_high={ATR_DELTA!r}" in bkl
     assert "policy_loss.loss_mode=dppo_tv" in btv
     trl_kl3 = method_export(interval_spec(ivs[0]), "trl").settings
-    assert trl_kl3 == {"clip_measure": "kl3", "clip_delta": ATR_DELTA, "epsilon_high": None, "delta": None}
+    assert trl_kl3 == {"loss_type": "dapo", "clip_measure": "kl3", "clip_delta": ATR_DELTA, "epsilon_high": None,
+                       "delta": None}  # loss_type explicit (TRL's default dapo): a pasted block leaves no other
     assert method_export(interval_spec(ivs[1]), "trl").settings["epsilon_high"] == 0.28
     with pytest.raises(ValueError, match="TRL has no 'gated' loss form"):
         method_export(interval_spec(ivs[2]), "trl")

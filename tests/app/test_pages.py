@@ -274,7 +274,7 @@ def test_proof_every_step_checked_and_numbers_follow_delta():
     at.number_input(key="proof.delta").set_value(0.09).run()
     rows = table(rendered(at))
     assert rows[1]["u_δ"] == f"{theory.get_measure('chi2').bounds(0.09)[1]:.15g}"
-    assert at.query_params == {"measure": "chi2", "delta": "0.09", "step": "1", "view": "all"}
+    assert at.query_params == {"measure": "chi2", "delta": "0.09", "step": "1", "view": "all", "presenter": "0"}
 
 
 @pytest.mark.slow
@@ -284,17 +284,18 @@ def test_proof_lecture_steps_with_next_and_previous():
     assert step_titles(at) == ["#### 1\\. Definition and non-negativity"] and not at.table  # numbers come last
     assert at.button(key="proof.prev").disabled
     seen = []
-    for step in range(2, 10):
+    for step in range(2, 11):
         at.button(key="proof.next").click().run()
         rendered(at)
         assert at.query_params["step"] == str(step)
         seen += step_titles(at)
-    assert len(seen) == 7 and seen[-1].startswith("#### 8\\. Gradient rule")  # steps 2..8, then the numbers
-    assert at.button(key="proof.next").disabled and at.table  # step 9: the numbers, after the derivation
+    # steps 2..8 of the derivation, 9 the sign of A, then the numbers
+    assert len(seen) == 8 and seen[-2].startswith("#### 8\\. Gradient rule") and "sign of $A$" in seen[-1]
+    assert at.button(key="proof.next").disabled and at.table  # step 10: the numbers, after the lecture
     lo, hi = theory.kl3_bounds(ATR_DELTA)
     assert table(at)[1]["l_δ"] == f"{lo:.15g}" and table(at)[1]["u_δ"] == f"{hi:.15g}"
     at.button(key="proof.prev").click().run()
-    assert at.query_params["step"] == "8" and step_titles(rendered(at))[0].startswith("#### 8\\.")
+    assert at.query_params["step"] == "9" and step_titles(rendered(at))[0].startswith("#### 9\\.")
 
 
 @pytest.mark.slow
@@ -310,8 +311,9 @@ def test_proof_step_from_the_url_and_out_of_range():
     assert check.startswith("**Check passed** (numeric)") and "evidence, not a proof" in check
     assert ":blue-badge" not in check
     at = rendered(start("views/proof.py", {"measure": "k2", "step": "99"}))
-    assert "step=99 is outside the allowed range" in warnings(at)
-    assert at.query_params["step"] == "8" and at.table  # k2 has 7 steps: step 8 is the numbers
+    # k2 has 7 derivation steps, the sign of A is 8: step 9 is the numbers, and the warning says so
+    assert "step=99 is outside the allowed range [1, 9] for lecture step; using 9." in warnings(at)
+    assert at.query_params["step"] == "9" and at.table
     at = rendered(start("views/proof.py", {"step": "two"}))
     assert "step='two' is not a whole number" in warnings(at) and at.query_params["step"] == "1"
 
@@ -345,7 +347,7 @@ def test_proof_of_every_derivable_measure_renders_checked_prose(name):
 @pytest.mark.slow
 def test_proof_thirty_digit_row_is_the_closed_form_to_thirty_digits():
     mpmath = pytest.importorskip("mpmath")
-    at = rendered(start("views/proof.py", {"measure": "kl3", "delta": "0.05", "step": "9"}))
+    at = rendered(start("views/proof.py", {"measure": "kl3", "delta": "0.05", "step": "10"}))
     row = table(at)[0]
     assert "30 digits" in row["quantity"]
     with mpmath.workdps(60):
@@ -362,10 +364,10 @@ def test_proof_markdown_download_has_every_step():
     (button,) = [b for b in at.get("download_button") if b.proto.label == "All steps as Markdown"]
     text = at.session_state  # the file's text is not exposed by AppTest; rebuild it as the page does
     from divclip.app.illustration import illustration_rows, symbolic_roots
-    from divclip.app.proof_text import lecture_markdown
+    from divclip.app.proof_text import lecture_markdown, sign_step
     from divclip.theory.symbolic import derivation
 
-    steps = derivation("hellinger")
+    steps = [*derivation("hellinger"), sign_step("hellinger", 0.04)]  # the derivation, then the sign of A
     results = [s.run_check() for s in steps]
     text = lecture_markdown("hellinger", "Hellinger", steps, results, 0.04,
                             illustration_rows(symbolic_roots("hellinger"), 0.04), "l")
@@ -377,7 +379,7 @@ def test_proof_markdown_download_has_every_step():
 
 @pytest.mark.slow
 def test_proof_links_carry_measure_and_delta():
-    at = rendered(start("views/proof.py", {"measure": "k2", "delta": "0.05", "step": "8"}))
+    at = rendered(start("views/proof.py", {"measure": "k2", "delta": "0.05", "step": "9"}))
     links = page_links(at)
     e_low, e_high = theory.equivalent_ratio_clip("k2", 0.05)
     explorer = [v for k, v in links.items() if "clip explorer" in k][0]
@@ -412,7 +414,7 @@ def test_proof_kl3_and_a_second_measure():
     assert at.query_params["measure"] == "k2"
     lo, hi = theory.get_measure("k2").bounds(ATR_DELTA)
     assert table(at)[1]["l_δ"] == f"{lo:.15g}"
-    assert n_kl3 == 8 and len(passed_checks(at)) == 7
+    assert n_kl3 == 9 and len(passed_checks(at)) == 8  # the derivation's steps and the sign of A
 
 
 @pytest.mark.slow
@@ -451,7 +453,7 @@ def test_custom_measure_uses_p():
         ("r**", "not a valid expression"),
         ("__import__('os')", "not allowed"),
         ("r + 1", "must satisfy D(1) = 0"),
-        ("log(r)", "must decrease"),
+        ("log(r)", "wrong slope"),  # theory/formula.py: "has the wrong slope on the whole of (0.0001, 1)"
         ("r - 1", "must"),
         ("", "must not be empty"),
         ("exp(exp(exp(r)))", "formula"),

@@ -9,6 +9,17 @@ import numpy as np
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PAGE = Path(__file__).resolve().parents[2] / "app" / "views" / "sanity_check.py"
+MAIN = Path(__file__).resolve().parents[2] / "app" / "main.py"
+
+
+def sanity_page(timeout: float = 120):
+    """An AppTest of the sanity page through app/main.py's router, not yet run: its links to other pages (the
+    token explainer, the proof) need st.navigation, which a page file run alone does not have."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(MAIN), default_timeout=timeout)
+    at.switch_page("views/sanity_check.py")
+    return at
 
 
 def npz_bytes(**arrays) -> bytes:

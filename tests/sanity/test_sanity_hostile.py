@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from sanity_helpers import PAGE, jsonl_bytes, npz_bytes, parquet_bytes, random_batch, safetensors_bytes
+from sanity_helpers import jsonl_bytes, npz_bytes, parquet_bytes, random_batch, safetensors_bytes, sanity_page
 
 from divclip.cli import main
 from divclip.sanity.config import MAX_CONFIG_BYTES
@@ -102,7 +102,8 @@ CONFIG_CASES = [
     Case("too_big", "config", "c.yaml", b"# padding\n" * (MAX_CONFIG_BYTES // 10 + 1), "limit for a config"),
     Case("unterminated_quote", "config", "c.txt", b"data.train_batch_size=512 trainer.name='abc\n", "cannot be split"),
     Case("bad_override_key", "config", "c.txt", b"1abc.x=2\n", "is not a hydra override"),
-    Case("no_overrides", "config", "c.txt", b"python3 -m verl.trainer.main_ppo\n", "has no hydra overrides"),
+    Case("no_overrides", "config", "c.txt", b"python3 -m verl.trainer.main_ppo\n",
+         "has no settings: no key=value overrides"),
     Case("override_bad_value", "config", "c.sh", b"actor_rollout_ref.actor.clip_ratio_low=$CLIP\n",
          "clip_ratio_low must be a finite number"),
 ]
@@ -386,9 +387,8 @@ def test_the_cli_turns_every_case_into_exit_2_in_process(tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def page():
-    from streamlit.testing.v1 import AppTest
 
-    at = AppTest.from_file(str(PAGE), default_timeout=60)
+    at = sanity_page(60)
     at.run()
     assert not at.exception
     return at
@@ -407,7 +407,6 @@ def test_the_page_shows_one_error_box_and_no_exception(page, case_id):
 
 def test_the_page_turns_an_unexpected_exception_into_an_error_box(monkeypatch):
     """Not only ValueError: whatever the core raises becomes one error box (here a MemoryError)."""
-    from streamlit.testing.v1 import AppTest
 
     import divclip.sanity.report as report
 
@@ -415,7 +414,7 @@ def test_the_page_turns_an_unexpected_exception_into_an_error_box(monkeypatch):
         raise MemoryError("simulated")
 
     monkeypatch.setattr(report, "report_from_uploads", boom)
-    at = AppTest.from_file(str(PAGE), default_timeout=60).run()
+    at = sanity_page(60).run()
     at.file_uploader(key="sanity_config").set_value(("c.json", b'{"epsilon": 0.2}', "application/json"))
     at.run()
     assert not at.exception and len(at.error) == 1 and "MemoryError: simulated" in at.error[0].value

@@ -3,8 +3,7 @@ numbers; the figure functions are pure and inspectable without a browser."""
 
 import plotly.graph_objects as go
 import pytest
-from sanity_helpers import FIXTURES, PAGE, npz_bytes, random_batch
-from streamlit.testing.v1 import AppTest
+from sanity_helpers import FIXTURES, npz_bytes, random_batch, sanity_page
 
 from divclip.sanity import figures
 from divclip.sanity.report import report_from_uploads
@@ -21,14 +20,14 @@ def report():
 
 @pytest.mark.slow  # the fast loop renders this page in tests/app/test_sanity_ui.py
 def test_page_without_uploads_asks_for_them():
-    at = AppTest.from_file(str(PAGE), default_timeout=60).run()
+    at = sanity_page(60).run()
     assert not at.exception and not at.error
     assert "Upload" in at.info[0].value
 
 
 @pytest.mark.slow
 def test_page_renders_the_report_of_uploaded_files(report):
-    at = AppTest.from_file(str(PAGE), default_timeout=120).run()
+    at = sanity_page(120).run()
     at.file_uploader(key="sanity_config").set_value((*CONFIG, "text/x-sh"))
     at.file_uploader(key="sanity_rollouts").set_value((*ROLLOUTS, "application/octet-stream"))
     at.run()
@@ -42,7 +41,7 @@ def test_page_renders_the_report_of_uploaded_files(report):
 
 @pytest.mark.slow
 def test_page_overrides_box_and_options_reach_the_report():
-    at = AppTest.from_file(str(PAGE), default_timeout=120).run()
+    at = sanity_page(120).run()
     at.text_area(key="sanity_overrides").input(
         "actor_rollout_ref.actor.clip_ratio_low=0.2 actor_rollout_ref.actor.clip_ratio_high=0.28\n"
         "data.train_batch_size=512 actor_rollout_ref.actor.ppo_mini_batch_size=64 "

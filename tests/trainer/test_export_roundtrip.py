@@ -9,6 +9,7 @@ the TRL plug-in runs token-level PPO clips only (GSPO and SAPO export to TRL's s
 from __future__ import annotations
 
 import copy
+import dataclasses
 import random
 
 import pytest
@@ -218,7 +219,9 @@ def test_trl_export_check_and_plugin_loss_agree_with_policy_loss(method, trl_arg
     assert not {"ignored_key", "divergence_budget_verl_default"} & {w["code"] for w in report["warnings"]}
     trainer, tok = trl_trainer
     args = trl_args[method]
-    assert args.clip_spec() == spec
+    # clip_measure specs run TRL's unclamped ratio (clamp_log_ratio=False); a clip_method string is taken as written
+    runs = spec if args.clip_method is not None else dataclasses.replace(spec, clamp_log_ratio=False)
+    assert args.clip_spec() == runs
     trainer.clip_spec = args.clip_spec()
     g = torch.Generator().manual_seed(5)
     b, t = 8, 5

@@ -234,3 +234,35 @@ def test_trainer_logs_ignored_keys_budgets_and_inert_clip_once(tiny, tmp_path, c
     caplog.clear()
     make(DivClipGRPOTrainer, DivClipGRPOConfig, tiny, tmp_path / "b", clip_measure="kl3", num_iterations=2)
     assert _trl_codes(caplog) == []  # δ derived from epsilon, clip live: nothing to say
+
+
+@pytest.mark.parametrize("delta", [None, 2.0])
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
+def test_ratio_measure_is_stock_grpo_beyond_log_ratio_20(loss_type, delta):
+    """clip_measure='ratio' is TRL's loss bit for bit at log r = ±25 and ±40 too (verl's ±20 clamp gave 4.9e8 where
+    TRL gives 7.2e10 at log r = 25, A = -1). Both trainers' `_compute_loss` on the same log-probs, in process."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "theory"))
+    from trl_helpers import grpo_config, trainer_for, trl_loss
+
+    kw = dict(loss_type=loss_type, epsilon=0.2, epsilon_high=0.28, delta=delta, max_completion_length=16)
+    stock = trainer_for(grpo_config(**kw))
+    args = DivClipGRPOConfig(output_dir="unused", report_to="none", use_cpu=True, clip_measure="ratio", **kw)
+    ours = trainer_for(args, DivClipGRPOTrainer)
+    ours.clip_spec, ours.delta_controller = args.clip_spec(), None  # what DivClipGRPOTrainer.__init__ adds
+    g = torch.Generator().manual_seed(7)
+    old = torch.empty(6, 5).uniform_(-6.0, -0.01, generator=g)
+    log_prob = old + 0.3 * torch.randn(6, 5, generator=g)
+    log_prob[:, 0] = old[:, 0] + torch.tensor([25.0, -25.0, 40.0, -40.0, 25.0, 0.0])
+    adv = torch.tensor([-1.0, 1.0, -0.5, 0.7, 1.0, -2.0])
+    mask = torch.ones(6, 5)
+    mask[5] = 0.0  # an empty sequence
+    mask[2, 3:] = 0.0
+    loss, grad = trl_loss(ours, log_prob, old, adv, mask, float(mask.sum()))
+    ref_loss, ref_grad = trl_loss(stock, log_prob, old, adv, mask, float(mask.sum()))
+    assert torch.equal(loss, ref_loss)
+    torch.testing.assert_close(grad, ref_grad, rtol=4e-7, atol=4e-7 * float(ref_grad.abs().max()))
+    if delta is None:
+        assert float(ref_loss) > 1e9  # −A·e^25 (and e^40) reach the loss unclamped

@@ -1,0 +1,154 @@
+"""The token explainer's words: one token (q, r, A) under each chosen method, its loss term with the numbers filled
+in, its gradient weight and whether the gradient is zero, and which rule made it so, one sentence each.
+
+Every number comes from theory: the loss and the clip flags from `divclip.theory.policy_terms` (the per-token loss
+the trainers use), the gradient weight w (∂ℓ/∂log π = −A·w) from `divclip.theory.gradient_weight` (the atlas), the
+bounds from the spec or the measure. This module only says them (docs/theory.md §1.1 for the rules).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from divclip import theory
+from divclip.theory.spec import AllOf, ClipSpec, spec_label
+
+
+def gradient_weight_function():
+    """`divclip.theory.gradient_weight(spec, q, r, adv)`; an ImportError names what is missing when theory does not
+    have it yet (it comes with the atlas)."""
+    try:
+        from divclip.theory import gradient_weight
+    except ImportError as exc:
+        raise ImportError("divclip.theory.gradient_weight is missing: the token explainer needs the atlas's "
+                          "gradient weight w(q, r, A)") from exc
+    return gradient_weight
+
+
+@dataclass(frozen=True)
+class TokenTerm:
+    """One method's view of one token."""
+
+    method: str  # the method string as given
+    label: str  # spec_label
+    loss: float  # theory's per-token loss ℓ
+    loss_text: str  # the formula with the numbers filled in
+    weight: float  # w, with ∂ℓ/∂log π = −A·w
+    gradient: float  # ∂ℓ/∂log π
+    zero: bool  # the gradient is zero
+    rule: str  # which rule made it so (or why the gradient is kept), one sentence
+    bounds: tuple[float, float] | None  # (l, u) at this token's q where the method has an interval
+
+
+def _n(x: float) -> str:
+    return f"{x:.6g}"
+
+
+def token_bounds(spec: ClipSpec, q: float) -> tuple[float, float] | None:
+    """(l, u) of the spec's interval at old probability q: its ratio clip, or the measure's per-token roots."""
+    if isinstance(spec, AllOf) or spec.mode == "sapo":
+        return None
+    if spec.p_dependent:
+        lo, hi = theory.get_measure(spec.measure).bounds(spec.delta, q)
+        return float(lo), float(hi)
+    return spec.ratio_bounds()
+
+
+def theory_terms(spec: ClipSpec, q: float, r: float, adv: float):
+    """theory's PolicyTerms for the one token (log π_old = log q, log π = log q + log r), float64."""
+    import torch
+
+    old = torch.tensor([[math.log(q)]], dtype=torch.float64)
+    lp = old + math.log(r)
+    return theory.policy_terms(lp, old, torch.tensor([[adv]], dtype=torch.float64), torch.ones_like(old), spec)
+
+
+def _flag(t) -> bool:
+    return t is not None and float(t[0, 0]) > 0.5
+
+
+def _loss_text(spec: ClipSpec, r: float, adv: float, bounds, loss: float) -> str:
+    """The loss form with this token's numbers (mode clip), else the form's formula and theory's value."""
+    a = f"({_n(adv)})"
+    if spec.mode == "clip" and bounds is not None and spec.level == "token":
+        lo, hi = bounds
+        clipped = min(max(r, lo), hi)
+        text = (f"ℓ = max(−A·r, −A·clip(r, l, u)) = max(−{a}·{_n(r)}, −{a}·clip({_n(r)}, {_n(lo)}, {_n(hi)})) "
+                f"= max({_n(-adv * r)}, {_n(-adv * clipped)})")
+        if spec.dual_clip_c is not None and adv < 0:
+            text += f", capped at −A·c = {_n(-adv * spec.dual_clip_c)} (dual clip c = {spec.dual_clip_c:g})"
+        return f"{text} = {_n(loss)}"
+    forms = {"gated": "ℓ = −A·sg(min(r, c))·log π, zeroed where the bound is crossed in A's direction",
+             "cispo": "ℓ = −sg(clip(r, l, u))·A·log π",
+             "sapo": "ℓ = −A·σ(τ(r − 1))·4/τ, SAPO's soft gate (τ by the sign of A)",
+             "clip": "ℓ = max(−A·r, −A·clip(r))"}
+    return f"{forms.get(spec.mode, f'loss form {spec.mode!r}')}: ℓ = {_n(loss)} for this token"
+
+
+def _rule(spec: ClipSpec, terms, r: float, adv: float, bounds, weight: float) -> str:
+    """Which rule zeroed the gradient (theory's clip flags say which bound acted), or why it is kept."""
+    if adv == 0:
+        return "Zero gradient: A = 0, so there is nothing to learn from this token (docs/theory.md §1.1)."
+    where = f" [{_n(bounds[0])}, {_n(bounds[1])}]" if bounds else ""
+    if _flag(terms.dual):
+        return (f"Zero gradient: A < 0 and r = {_n(r)} > c = {spec.dual_clip_c:g}, so the dual clip caps the loss at "
+                "−A·c, where it is flat (docs/theory.md §1.1).")
+    if _flag(terms.clipped) and weight == 0:
+        if _flag(terms.clipped_low):
+            return (f"Zero gradient: A < 0 and r = {_n(r)} is below the lower bound {_n(bounds[0]) if bounds else ''}: "
+                    "the token already became rarer than the clip allows (docs/theory.md §1.1).")
+        return (f"Zero gradient: A > 0 and r = {_n(r)} is above the upper bound {_n(bounds[1]) if bounds else ''}: "
+                "the token already became likelier than the clip allows (docs/theory.md §1.1).")
+    if _flag(terms.clipped):
+        return (f"Gradient kept, weight clipped: r = {_n(r)} is outside{where}, and this loss form caps the "
+                f"importance weight at w = {_n(weight)} instead of zeroing the gradient.")
+    if weight == 0:
+        return f"Zero gradient: theory's weight for this form is 0 at r = {_n(r)}."
+    if bounds and not bounds[0] <= r <= bounds[1]:
+        side = "below" if r < bounds[0] else "above"
+        return (f"Gradient kept: r = {_n(r)} is {side}{where}, but it moved against its advantage "
+                "((r − 1)·A < 0), so the gradient pulls it back (docs/theory.md §1).")
+    if bounds:
+        return f"Gradient kept: r = {_n(r)} lies inside{where}, where no bound acts."
+    return f"Gradient kept: this form has no hard clip; its weight at r = {_n(r)} is {_n(weight)}."
+
+
+def explain_token(methods: dict[str, ClipSpec], q: float, r: float, adv: float) -> list[TokenTerm]:
+    """One TokenTerm per method for the token (q, r, A); a method theory refuses raises its ValueError."""
+    gradient_weight = gradient_weight_function()
+    out = []
+    for text, spec in methods.items():
+        bounds = token_bounds(spec, q)
+        terms = theory_terms(spec, q, r, adv)
+        loss = float(terms.loss[0, 0]) + 0.0  # + 0.0: no '-0' on the page
+        weight = float(np.asarray(gradient_weight(spec, q, r, adv)))
+        gradient = -adv * weight + 0.0  # + 0.0: no "-0"
+        out.append(TokenTerm(text, spec_label(spec), loss, _loss_text(spec, r, adv, bounds, loss), weight, gradient,
+                             gradient == 0, _rule(spec, terms, r, adv, bounds, weight), bounds))
+    return out
+
+
+def example_token(name: str, data: bytes) -> dict | None:
+    """A token of an uploaded rollout file to explain: the counted token whose ratio moved most (largest |log r|,
+    ratios from the file's log_prob; without one, the largest |A| at r = 1). Returns {q, r, adv, i, t} or None."""
+    from divclip.sanity.loaders import load_rollouts
+
+    ro = load_rollouts(data, name)
+    return token_at(ro, *most_moved(ro)) if ro.n_tokens else None
+
+
+def most_moved(ro) -> tuple[int, int]:
+    inside = ro.response_mask > 0
+    score = np.abs(ro.log_prob - ro.old_log_prob) if ro.log_prob is not None else np.abs(ro.advantages)
+    score = np.where(inside, score.astype(np.float64), -1.0)
+    i, t = np.unravel_index(int(np.argmax(score)), score.shape)
+    return int(i), int(t)
+
+
+def token_at(ro, i: int, t: int) -> dict:
+    old = float(ro.old_log_prob[i, t])
+    r = math.exp(float(ro.log_prob[i, t]) - old) if ro.log_prob is not None else 1.0
+    return {"q": math.exp(old), "r": r, "adv": float(ro.advantages[i, t]), "i": i, "t": t}

@@ -1,0 +1,125 @@
+"""divclip's verl forms (gpg, dro, clip_cov, kl_cov, geo_mean, bypass_mode REINFORCE) against verl 0.9.1's own
+registered functions, forward + backward, in the same run.
+
+    python benchmarks/bench_loss_forms.py [--batch 256] [--length 8192] [--repeats 7]
+
+Inputs are `bench_loss.make_inputs` (float32, GRPO advantages, response lengths uniform in [T/8, T]). Each
+row is one verl loss_mode with its settings: divclip's spec is read from those settings with
+`divclip.engines.from_engine("verl", ...)`, verl's function is `core_algos.get_policy_loss_fn(mode)`.
+Time: one call plus `loss.backward()` on a fresh leaf, the sides interleaved, `repeats` rounds after a
+warm-up; divclip runs with metrics=True (verl computes its metrics) and once more with metrics=False. On a
+shared machine wall-clock time measures the neighbours, so by default torch runs one thread and the table
+shows the CPU time of that thread (`time.thread_time`), fastest of the rounds; `--wall --threads N` times
+wall-clock instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_loss import make_inputs, verl_config  # noqa: E402
+
+from divclip.engines import from_engine  # noqa: E402
+from divclip.theory.losses import policy_loss  # noqa: E402
+
+A = "actor_rollout_ref.actor."
+PL = A + "policy_loss."
+RC = "algorithm.rollout_correction."
+DAPO = {A + "clip_ratio_low": 0.2, A + "clip_ratio_high": 0.28}
+
+ROWS = [  # (name, verl settings)
+    ("gpg", {PL + "loss_mode": "gpg"}),
+    ("dro (β = 0.05)", {PL + "loss_mode": "dro", PL + "dro_beta": 0.05}),
+    ("clip_cov (defaults, 0.2/0.28)", {PL + "loss_mode": "clip_cov", **DAPO}),
+    ("kl_cov (defaults)", {PL + "loss_mode": "kl_cov"}),
+    ("geo_mean (0.4/0.4)", {PL + "loss_mode": "geo_mean", A + "clip_ratio_low": 0.4, A + "clip_ratio_high": 0.4}),
+    ("bypass ppo_clip (0.2/0.28, c = 3)", {RC + "bypass_mode": True, RC + "rollout_is": "token", **DAPO}),
+    ("bypass reinforce, token TIS 2", {RC + "bypass_mode": True, RC + "loss_type": "reinforce",
+                                       RC + "rollout_is": "token"}),
+    ("bypass reinforce, sequence TIS 2", {RC + "bypass_mode": True, RC + "loss_type": "reinforce",
+                                          RC + "rollout_is": "sequence"}),
+]
+
+
+def verl_fn(settings: dict, agg: str):
+    """verl's registered function for `settings` and the ActorConfig it reads (bypass as verl's trainer sets it)."""
+    from verl.trainer.config.algorithm import RolloutCorrectionConfig
+    from verl.trainer.ppo import core_algos as ca
+    from verl.workers.config.actor import PolicyLossConfig
+
+    actor, loss, correction = {}, {}, {}
+    for key, value in settings.items():
+        for prefix, into in ((PL, loss), (A, actor), (RC, correction)):
+            if key.startswith(prefix):
+                into[key[len(prefix):]] = value
+                break
+    if correction.pop("bypass_mode", False):
+        loss["loss_mode"] = "bypass_mode"
+        loss["rollout_correction"] = RolloutCorrectionConfig(bypass_mode=True, **correction)
+    config = verl_config(policy_loss=PolicyLossConfig(**loss), loss_agg_mode=agg, **actor)
+    fn = ca.get_policy_loss_fn(config.policy_loss.loss_mode)
+    return lambda lp, x: fn(x["old"], lp, x["adv"], x["mask"], agg, config)[0]
+
+
+def divclip_fn(settings: dict, agg: str, metrics: bool = True):
+    spec = from_engine("verl", settings)
+    return lambda lp, x: policy_loss(lp, x["old"], x["adv"], x["mask"], spec, agg, metrics=metrics)[0]
+
+
+def step(fn, inputs, clock) -> float:
+    lp = inputs["log_prob"].detach().requires_grad_()
+    t0 = clock()
+    fn(lp, inputs).backward()
+    return clock() - t0
+
+
+def time_rows(inputs, repeats: int, clock, agg: str = "token-mean"):
+    """{name: [verl, divclip, divclip metrics=False] as lists of seconds}, the three interleaved."""
+    made = [(name, (verl_fn(s, agg), divclip_fn(s, agg), divclip_fn(s, agg, metrics=False))) for name, s in ROWS]
+    times = {name: ([], [], []) for name, _ in made}
+    for _name, fns in made:  # warm-up
+        for fn in fns:
+            step(fn, inputs, clock)
+    for _ in range(repeats):
+        for name, fns in made:
+            for fn, out in zip(fns, times[name]):
+                torch.manual_seed(0)  # Clip-Cov's draw: the same tokens on both sides
+                out.append(step(fn, inputs, clock))
+    return times
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--length", type=int, default=8192)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1: CPU time is per thread)")
+    ap.add_argument("--wall", action="store_true", help="wall-clock time instead of the thread's CPU time")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    clock = time.perf_counter if args.wall else time.thread_time
+    inputs = make_inputs(args.batch, args.length)
+    n_tok = int(inputs["mask"].sum())
+    times = time_rows(inputs, args.repeats, clock)
+    load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"forward+backward, ({args.batch}, {args.length}) float32 = {args.batch * args.length:,} tokens "
+          f"({n_tok:,} unmasked), token-mean, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"{os.cpu_count()} CPUs, load average {load}, {'wall-clock' if args.wall else 'thread CPU'} time, "
+          f"fastest of {args.repeats}")
+    print("| verl loss_mode | verl ms | divclip ms | divclip / verl | divclip metrics=False ms | / verl |")
+    print("|---|---|---|---|---|---|")
+    for name, (theirs, ours, bare) in times.items():
+        v, d, b = min(theirs), min(ours), min(bare)
+        print(f"| {name} | {v * 1e3:.1f} (median {statistics.median(theirs) * 1e3:.0f}) | {d * 1e3:.1f} (median "
+              f"{statistics.median(ours) * 1e3:.0f}) | {d / v:.2f}x | {b * 1e3:.1f} | {b / v:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()

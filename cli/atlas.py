@@ -1,0 +1,167 @@
+"""`divclip atlas`: every clip objective in one frame (docs/theory.md §8).
+
+    divclip atlas                                  # every named method and loss form
+    divclip atlas --methods dcpo,grpo              # two of them side by side (names or method strings)
+    divclip atlas --methods dapo,kl3:0.05 --at 0.01,1.5 --json
+
+Per method: family, sources (arXiv id and/or engine:mode), loss aggregation, parameters with their defaults,
+the keep interval at q in {0.001, 0.01, 0.1, 0.5, 0.9, 0.99} for A > 0 and A < 0, and the divergence budget it
+equals or comes nearest to (`divclip.theory.nearest_budget`). `--at Q,R` adds the gradient weight w of a token
+with old probability Q and ratio R (∂ℓ/∂log π = −A·w; 0 means clipped). `--json` prints the same as strict JSON
+(an unbounded interval end, ∞, is null); `--markdown` prints the method table of README.md and docs/theory.md §8.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+
+def _token(text: str) -> tuple[float, float]:
+    q_text, sep, r_text = text.partition(",")
+    try:
+        q, r = float(q_text), float(r_text)
+    except ValueError:
+        q = r = math.nan
+    if not sep or not (0 < q <= 1) or not (math.isfinite(r) and r >= 0):
+        raise argparse.ArgumentTypeError(f"--at must be Q,R with Q the old probability in (0, 1] and R the ratio "
+                                         f">= 0 (e.g. 0.01,1.5), got {text!r}")
+    return q, r
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "atlas",
+        help="every clip objective (verl, TRL, papers) in one frame: family, source, intervals, nearest budget",
+        description="Every method divclip knows: its family, source, parameters, the ratio interval where it "
+        "keeps a token's gradient by old probability q and sign of A, and the divergence budget it equals or "
+        "comes nearest to.",
+    )
+    p.add_argument("--methods", metavar="LIST",
+                   help="comma-separated names (see the full listing) or method strings, e.g. dcpo,grpo")
+    p.add_argument("--at", type=_token, action="append", default=[], metavar="Q,R",
+                   help="also print the gradient weight w of a token with old probability Q and ratio R "
+                        "(repeatable)")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print strict JSON")
+    out.add_argument("--markdown", action="store_true",
+                     help="print the method table of README.md and docs/theory.md §8 (name, family, sources, "
+                          "method string, aggregation)")
+    return p
+
+
+def _num(x) -> str:
+    return "∞" if x is None or x == math.inf else f"{x:.5g}"
+
+
+def _interval_text(lo, hi) -> str:
+    return f"[{_num(lo)}, {_num(hi)}{')' if hi in (None, math.inf) else ']'}"
+
+
+def _weights(row: dict, tokens) -> list[dict]:
+    from divclip.theory.atlas import gradient_weight
+
+    out = []
+    for q, r in tokens:
+        entry = {"q": q, "r": r}
+        try:
+            entry["A>0"] = float(gradient_weight(row["method"], q, r, 1.0))
+            entry["A<0"] = float(gradient_weight(row["method"], q, r, -1.0))
+        except ValueError as exc:  # a sequence-level or batch-selective form: say why there is no w
+            entry["error"] = str(exc)
+        out.append(entry)
+    return out
+
+
+def _jsonable(x):
+    """inf -> None (strict JSON), recursively."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_jsonable(v) for v in x]
+    return x
+
+
+def _print_table(header, rows) -> None:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    for row in (header, tuple("-" * w for w in widths), *rows):
+        print("  ".join(str(x).ljust(w) for x, w in zip(row, widths)).rstrip())
+
+
+def _nearest_text(n: dict | None) -> str:
+    if n is None:
+        return "none (no interval)"
+    delta = f"ε={n['delta']:.4g}" if n["measure"] == "ratio" else f"δ={n['delta']:.4g}"
+    return f"{n['measure']} {delta} " + ("(equal)" if n["equal"] else f"(d={n['distance']:.3g})")
+
+
+def _params_text(row: dict) -> str:
+    parts = []
+    for p in row["parameters"]:
+        default = "" if p["default"] is None or p["default"] == p["value"] else f" (default {p['default']:g})"
+        parts.append(f"{p['name']}={p['value']:g}{default}")
+    return " ".join(parts) or "-"
+
+
+def print_text(rows: list[dict], tokens) -> None:
+    from divclip.theory.atlas import Q_GRID
+    from divclip.theory.nearest_budget import CLAMP
+
+    _print_table(("method", "family", "method string", "agg", "parameters", "sources", "nearest budget"),
+                 [(r["name"], r["family"], r["method"], r["agg"] or "-", _params_text(r), ", ".join(r["sources"]),
+                   _nearest_text(r["nearest"])) for r in rows])
+    print("\nKeep interval of r by old probability q (A > 0: r may rise to hi; A < 0: r may fall to lo):")
+    lines = []
+    for r in rows:
+        iv = r["intervals"]
+        for sign in ("A>0", "A<0"):
+            cells = [_interval_text(*iv[sign][i]) for i in range(len(Q_GRID))] if iv else ["none"] * len(Q_GRID)
+            lines.append((r["name"], sign, *cells))
+    _print_table(("method", "A", *(f"q={q:g}" for q in Q_GRID)), lines)
+    notes = [f"  {r['name']}: {r['weight_note'] or 'see docs/theory.md §8'}" for r in rows if not r["intervals"]]
+    if notes:
+        print("\nNo interval:\n" + "\n".join(notes))
+    if tokens:
+        print("\nGradient weight w at a token (∂ℓ/∂log π = −A·w; 0: clipped, r: an unclipped PPO token):")
+        wl = []
+        for r in rows:
+            for w in r["weights"]:
+                cells = ([w["error"]] * 2 if "error" in w else [f"{w['A>0']:.4g}", f"{w['A<0']:.4g}"])
+                wl.append((r["name"], f"{w['q']:g}", f"{w['r']:g}", *cells))
+        _print_table(("method", "q", "r", "w (A>0)", "w (A<0)"), wl)
+    print(f"\nnearest budget: the registered measure and δ minimising d = max over the q grid of |ln b − ln b'| on "
+          f"the binding bounds (hi for A > 0, lo for A < 0), bounds clamped to [{CLAMP[0]:g}, {CLAMP[1]:g}]; "
+          "d = 0 is equal (docs/theory.md §8).")
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """The method table README.md and docs/theory.md §8 carry between their `atlas:methods` markers."""
+    lines = ["| method | family | source | method string | aggregation |", "|---|---|---|---|---|"]
+    for r in rows:
+        cells = (f"`{r['name']}`", r["family"], ", ".join(r["sources"]), f"`{r['method']}`", r["agg"] or "any")
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    from divclip.theory.atlas import Q_GRID, catalogue
+    from divclip.theory.nearest_budget import CLAMP
+
+    if args.methods is not None and not args.methods.strip(" ,"):
+        raise ValueError(f"--methods must name at least one method (e.g. dcpo,grpo), got {args.methods!r}")
+    if args.markdown:
+        print(markdown_table(catalogue(args.methods, with_nearest=False)), end="")
+        return 0
+    rows = catalogue(args.methods)
+    for row in rows:
+        row["weights"] = _weights(row, args.at)
+    if args.json:
+        doc = {"q_grid": list(Q_GRID), "distance": {"definition": "max over q_grid of |ln b - ln b'| on the binding "
+               "bounds (hi for A > 0, lo for A < 0)", "clamp": list(CLAMP)}, "methods": rows}
+        print(json.dumps(_jsonable(doc), indent=2, ensure_ascii=False, allow_nan=False))
+    else:
+        print_text(rows, args.at)
+    return 0

@@ -1,0 +1,126 @@
+"""One home per training engine: what divclip knows of verl, TRL, OpenRLHF, AReaL, SkyRL and slime.
+
+Each engine is one module here (`divclip.engines.verl`, ...; the shared types in `divclip.engines.base`), with
+its key names, types and defaults (read from the engine's own code, checked in tests/engines), `read(settings)
+-> EngineRead` (the method as a ClipSpec plus the batch structure that decides whether a clip can bind),
+`write(spec) -> EngineWrite` (the engine's settings for a method, and what it cannot say) and its plug-in.
+
+    from divclip.engines import from_engine, to_engine, translate
+    spec = from_engine("verl", {"actor_rollout_ref.actor.clip_ratio_high": 0.28})   # DAPO's clip, verl's c = 3
+    to_engine(spec, "trl")                       # {'loss_type': 'dapo', 'epsilon': 0.2, 'epsilon_high': 0.28, ...}
+    translate(settings, "verl", "trl")           # (TRL settings, [Difference, ...])
+
+Settings are flat mappings in the engine's own names: dotted keys (`actor_rollout_ref.actor.clip_ratio_low`),
+flags as written (`--actor.eps_clip`), environment variables in capitals (`DIVCLIP_DELTA`). `divclip check`,
+`divclip export`, `divclip translate` and the app read and write engines only through this package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from importlib import import_module
+
+from divclip.engines.base import Difference, EngineRead, EngineWrite, Key, as_ratio_clip, describe
+
+__all__ = [
+    "ENGINES",
+    "Difference",
+    "EngineRead",
+    "EngineWrite",
+    "Key",
+    "as_ratio_clip",
+    "describe",
+    "detect_engine",
+    "from_engine",
+    "get_engine",
+    "read",
+    "to_engine",
+    "translate",
+    "write",
+]
+
+ENGINES = ("verl", "trl", "openrlhf", "areal", "skyrl", "slime")
+"""Every engine divclip reads and writes, in the order the CLI and the app list them."""
+
+
+def get_engine(name: str):
+    """The module of engine `name` (NAME, VERSION, DEFAULTS_FROM, KEYS, read, write, detect, FORMATS, render,
+    PLUGIN); a ValueError lists the engines."""
+    if name not in ENGINES:
+        raise ValueError(f"engine must be one of {list(ENGINES)}, got {name!r}")
+    try:
+        return import_module(f"divclip.engines.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"divclip.engines.{name}":
+            raise
+        raise ValueError(f"engine {name!r} is not available in this divclip build") from None
+
+
+def available_engines() -> tuple[str, ...]:
+    """The engines of ENGINES whose module is present."""
+    out = []
+    for name in ENGINES:
+        try:
+            get_engine(name)
+        except ValueError:
+            continue
+        out.append(name)
+    return tuple(out)
+
+
+def read(engine: str, settings: Mapping, **options) -> EngineRead:
+    """What divclip reads in `settings` of `engine` (options: TRL's num_processes)."""
+    return get_engine(engine).read(_mapping(settings), **options)
+
+
+def write(spec, engine: str, **options) -> EngineWrite:
+    """`spec` (a ClipSpec or a method string) as `engine`'s settings (options: recipe, loss_agg_mode, label)."""
+    from divclip.theory.spec import as_spec
+
+    return get_engine(engine).write(as_spec(spec), **options)
+
+
+def from_engine(engine: str, settings: Mapping, **options):
+    """The method `settings` of `engine` run, as a ClipSpec; a ValueError when divclip does not model it."""
+    found = read(engine, settings, **options)
+    if found.spec is None:
+        why = "; ".join(found.notes) or f"loss {found.loss_mode!r} is not modelled"
+        raise ValueError(f"{engine} settings run loss {found.loss_mode!r}, which divclip does not model: {why}")
+    return found.spec
+
+
+def to_engine(spec, engine: str, **options) -> dict:
+    """`spec` as one flat mapping of `engine`'s settings (environment variables included), as `read` takes them."""
+    return write(spec, engine, **options).flat()
+
+
+def translate(settings: Mapping, src: str, dst: str, **options) -> tuple[dict, list]:
+    """(dst settings, [Difference]): the method `settings` of `src` run, written for `dst` with the same
+    aggregation; the differences name what `dst` says differently or not at all. A ValueError where `dst`
+    has nothing close."""
+    found = read(src, settings, **options)
+    spec = from_engine(src, settings, **options) if found.spec is None else found.spec
+    out = get_engine(dst).write(spec, recipe=False, loss_agg_mode=found.loss_agg_mode)
+    return out.flat(), [*found.differences, *out.differences]
+
+
+def detect_engine(settings: Mapping) -> str | None:
+    """The engine whose keys the settings use most (None when no engine's): a ValueError when two engines tie."""
+    scores = {}
+    for name in available_engines():
+        score = get_engine(name).detect(settings)
+        if score > 0:
+            scores[name] = score
+    if not scores:
+        return None
+    best = max(scores.values())
+    top = [name for name, score in scores.items() if score == best]
+    if len(top) > 1:
+        raise ValueError(f"the settings fit {' and '.join(top)} equally well ({best:g} keys each): name the engine")
+    return top[0]
+
+
+def _mapping(settings) -> Mapping:
+    if not isinstance(settings, Mapping):
+        raise ValueError(f"settings must be a mapping of the engine's keys to values, got {type(settings).__name__}")
+    return settings

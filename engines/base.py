@@ -1,0 +1,360 @@
+"""What every engine module shares: a key's type and default, what a read found, what a write produced.
+
+An engine module (`divclip.engines.verl`, `.trl`, ...) holds everything divclip knows of one training engine:
+`NAME`, `VERSION`, `DEFAULTS_FROM` (where its keys and defaults were read), `KEYS` ({key: Key}),
+`read(settings) -> EngineRead`, `write(spec, *, recipe=True) -> EngineWrite`, `detect(settings) -> float`,
+`FORMATS` (the texts `EngineWrite.text` prints, the first the default), `render(write, fmt) -> [lines]` and
+`PLUGIN` (the module that plugs divclip's loss into the engine, or None).
+
+`read(settings, **options)` takes any options (`divclip check` passes num_processes) and fills
+`EngineRead.roles` ({"eps_low": key, "epochs": key, ...}) so the sanity checks name the engine's own keys, and
+`unknown_keys` (with the nearest known key); an engine's own pitfalls go in `EngineRead.advice` as
+`divclip.sanity.advice.Advice(code, message, key)` with the code's source in `advice.SOURCES`. A module also has
+`KNOWN_KEYS_FROM` (the source of the unknown-key warning) and may have `FORMAT_ALIASES` ({"overrides": "flags"}).
+
+Settings are flat mappings of the engine's own names: dotted keys as a YAML file or hydra override writes them
+(`actor_rollout_ref.actor.clip_ratio_low`), flags with their dashes as a launch command writes them
+(`--actor.eps_clip`), and environment variables in capitals (`DIVCLIP_DELTA`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+import reprlib
+from dataclasses import dataclass, field, fields
+
+from divclip.sanity.config import looks_like_float
+from divclip.sanity.errors import ConfigError
+
+MAX_INT = 2**31 - 1  # batch sizes, epochs, steps: anything larger is a typo (and overflows float division)
+ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")  # an environment variable a launch command sets in front
+
+
+@dataclass(frozen=True)
+class Key:
+    """One setting divclip reads: its type, default, and the values allowed."""
+
+    kind: str  # "float" | "int" | "str" | "bool"
+    default: object
+    nullable: bool = False
+    above: float | None = None  # value must be > above
+    choices: tuple = ()
+    allow_inf: bool = False  # +inf is a meaningful value (clip_ratio_c = inf: no dual clip)
+    doc: str = ""  # what the engine means by it, one line (docs/engines.md's table)
+
+
+@dataclass(frozen=True)
+class Difference:
+    """Something of a method the target engine says differently, or cannot say: `what` is named, `nearest` is
+    what the engine gets instead, `exact` says whether that is the same clip (KL3 as its exact ratio bounds)."""
+
+    what: str
+    nearest: str
+    exact: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.what}: {self.nearest}" + (" (exact)" if self.exact else "")
+
+
+@dataclass
+class EngineRead:
+    """The clip-relevant part of one engine's settings: the method, the batch structure that decides whether a
+    clip can bind, and every value's origin ("set" or the engine's "default")."""
+
+    engine: str  # "verl" | "trl" | ...
+    defaults_from: str
+    loss_mode: str  # the engine's own name of the loss (verl loss_mode, TRL loss_type, ...)
+    form: str  # "clip" (PPO) | "divclip" (PPO clip, per-token bounds) | "gated" (DPPO) | "cispo" | "sapo" | "other"
+    measure: str | None  # "ratio", "binary_kl", "binary_tv"; None without a hard clip
+    level: str  # "token" | "sequence"
+    budget_low: float | None  # ratio: ε_low; binary_*: δ_low
+    budget_high: float | None  # ratio: ε_high; binary_*: δ_high
+    cap: float | None = None  # TRL cispo: absolute cap on the IS weight (epsilon_high)
+    dual_clip_c: float | None = None  # verl vanilla clip_ratio_c, TRL delta
+    tis_cap: float | None = None  # verl dppo_*: truncation of the IS weight (clip_ratio_c)
+    loss_agg_mode: str | None = None  # in verl's names (token-mean, seq-mean-token-mean, ...)
+    epochs: int = 1  # passes over one rollout batch (verl ppo_epochs / TRL num_iterations)
+    minibatches: float = 1  # optimizer updates per pass over one rollout batch
+    updates_per_batch: float = 1
+    on_policy: bool = True  # the ratio is identically 1 when the loss is evaluated
+    on_policy_reason: str = ""
+    group_size: int | None = None  # rollout.n / num_generations
+    kl: dict = field(default_factory=dict)
+    keys: dict = field(default_factory=dict)  # {key: {"value": v, "origin": "set" | "default"}}
+    notes: list = field(default_factory=list)
+    # divclip's plug-ins: the divergence measure and budgets behind the clip (a p-independent one is reported as
+    # its equivalent ratio widths in budget_low/high), and the clip itself as ratio bounds: [lo, hi], or for a
+    # p-dependent measure a table [{p, lo, hi}]; None where the loss has no hard ratio clip.
+    clip_measure: str | None = None
+    delta_low: float | None = None
+    delta_high: float | None = None
+    ratio_bounds: list | None = None
+    advice: list = field(default_factory=list)  # [advice.Advice]: warnings the plug-ins log at run time too
+    spec: object = None  # the method as a divclip ClipSpec; None where divclip does not model the loss
+    unknown_keys: list = field(default_factory=list)  # [(key, nearest known key or None)]
+    differences: list = field(default_factory=list)  # [Difference]: what the ClipSpec does not carry
+    roles: dict = field(default_factory=dict)  # {role: the engine's key}: eps, eps_low, eps_high, dual_clip,
+    # tis_cap, cap, epochs, mini_batch, train_batch (what the checks name in their warnings)
+    on_policy_fix: str = ""  # the settings that make the update off-policy, in the engine's words
+
+    @property
+    def framework(self) -> str:  # the name `divclip check` has always used
+        return self.engine
+
+    def role(self, name: str) -> str | None:
+        """The engine's key for a role ('eps_low', 'dual_clip', ...), or None where it has none."""
+        return self.roles.get(name)
+
+    def explicit(self, key: str) -> bool:
+        return self.keys.get(key, {}).get("origin") == "set"
+
+    def to_dict(self) -> dict:
+        from divclip.theory.spec import method_string
+
+        skip = {"advice", "spec", "differences", "unknown_keys", "roles"}
+        out = {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.name not in skip}
+        out["framework"] = self.engine
+        out["method"] = None if self.spec is None else method_string(self.spec)
+        out["unknown_keys"] = [{"key": k, "nearest": n} for k, n in self.unknown_keys]
+        out["differences"] = [str(d) for d in self.differences]
+        return out
+
+
+def _plain(v):
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v
+
+
+@dataclass(frozen=True)
+class EngineWrite:
+    """One method as one engine's settings: environment variables, keys in order, comment lines, and what the
+    engine says differently or not at all."""
+
+    engine: str
+    label: str
+    env: dict  # {VAR: value} the launch command needs in front (a plug-in hook, DIVCLIP_DELTA)
+    settings: dict  # {the engine's own key or flag: value}, in order
+    comments: tuple  # what the reader must know, one line each
+    config_class: str = ""  # TRL: "DivClipGRPOConfig" or "GRPOConfig"
+    differences: tuple = ()  # (Difference, ...)
+
+    def flat(self) -> dict:
+        """Environment and settings in one flat mapping, as `read` takes them."""
+        return {**self.env, **self.settings}
+
+    def text(self, fmt: str | None = None) -> str:
+        """The block in one of the engine's FORMATS (default: its first), with the label and comments on top."""
+        from divclip.engines import get_engine
+
+        module = get_engine(self.engine)
+        fmt = module.FORMATS[0] if fmt is None else getattr(module, "FORMAT_ALIASES", {}).get(fmt, fmt)
+        if fmt not in module.FORMATS:
+            raise ValueError(f"format for {self.engine} must be one of {list(module.FORMATS)}, got {fmt!r}")
+        notes = [*self.comments, *(f"differs: {d}" for d in self.differences)]
+        head = [f"# {self.label}", *(f"# {c}" for c in notes)]
+        return "\n".join(head + module.render(self, fmt)) + "\n"
+
+
+# ------------------------------------------------------------------------------------------ recipes
+@dataclass(frozen=True)
+class Recipe:
+    """What a named method sets beyond its clip, in verl's names (an engine writes it in its own)."""
+
+    loss_agg_mode: str
+    source: str
+
+
+# The aggregation each published method trains with: written with its clip, so an export is the whole recipe.
+RECIPES = {
+    "grpo": Recipe("seq-mean-token-mean", "GRPO (arXiv 2402.03300, eq. 3): 1/G Σ_i 1/|o_i| Σ_t, the mean over "
+                   "sequences of each sequence's token mean"),
+    "dapo": Recipe("token-mean", "DAPO (arXiv 2503.14476, §3.3): token-level policy-gradient loss, one mean over "
+                   "every token of the batch"),
+    "gspo": Recipe("seq-mean-token-mean", "GSPO (arXiv 2507.18071): one length-normalised ratio per sequence, "
+                   "averaged over sequences"),
+}
+
+
+def recipe_for(spec) -> Recipe | None:
+    """The published recipe of `spec` when it is a named method (a preset), else None."""
+    from divclip.theory.spec import PRESETS
+
+    for name, known in PRESETS.items():
+        if known == spec and name in RECIPES:
+            return RECIPES[name]
+    return None
+
+
+# ----------------------------------------------------------------------------------- ratio equivalent
+def as_ratio_clip(spec):
+    """(ratio ClipSpec, Difference): a p-independent divergence clip at δ as the ratio clip on its exact
+    interval [l_δ, u_δ] (docs/theory.md §2). A ValueError says why a spec has no ratio equivalent."""
+    from divclip.theory.spec import AllOf, ClipSpec, is_adaptive, method_string
+
+    if is_adaptive(spec):
+        raise ValueError(f"{method_string(spec)!r} adapts δ during training: a fixed ratio clip cannot follow it")
+    if spec.mode != "clip":
+        raise ValueError(f"{method_string(spec)!r} is the {spec.mode!r} loss form, not a clip interval")
+    if spec.measure_name == "ratio" and not isinstance(spec, AllOf):
+        return spec, None
+    if spec.p_dependent:
+        raise ValueError(f"{method_string(spec)!r} clips each token by its own p = π_old(a) (a per-token "
+                         f"{spec.measure_name} interval): no single ratio clip equals it")
+    lo, hi = spec.ratio_bounds()
+    eps_low, eps_high = float(format(1.0 - lo, ".15g")), hi - 1.0
+    ratio = ClipSpec("ratio", eps_low=eps_low, eps_high=eps_high, dual_clip_c=spec.dual_clip_c, level=spec.level)
+    return ratio, Difference(f"{method_string(spec)} ({spec.measure_name} clip)",
+                             f"the ratio clip on its interval [{lo:.10g}, {hi:.10g}], ε_low = {eps_low:.10g}, "
+                             f"ε_high = {eps_high:.10g}", exact=True)
+
+
+# ---------------------------------------------------------------------------------------------- typing
+def typed_values(values, keys: dict) -> tuple[dict, dict]:
+    """({key: typed value or default}, {key: {"value", "origin"}}) of `keys` in the flat `values`."""
+    seen: dict = {}
+    return {k: typed(values, k, spec, seen) for k, spec in keys.items()}, seen
+
+
+def typed(values, key: str, spec: Key, seen: dict):
+    """The value of `key` as `spec` types it (its default when absent); records its origin in `seen`."""
+    if key not in values:
+        seen[key] = {"value": spec.default, "origin": "default"}
+        return spec.default
+    v = values[key]
+    if v is None:
+        if not spec.nullable:
+            raise ConfigError(f"{key} must be {_expect(spec)}, got null")
+        out = None
+    elif spec.kind == "float":
+        out = _as_float(key, v, spec)
+    elif spec.kind == "int":
+        out = _as_int(key, v, spec)
+    elif spec.kind == "bool":
+        out = _as_bool(key, v)
+    else:
+        if not isinstance(v, str):
+            raise ConfigError(f"{key} must be a string{_choices(spec)}, got {show(v)}")
+        if spec.choices and v not in spec.choices:
+            raise ConfigError(f"{key} must be one of {list(spec.choices)}, got {show(v)}")
+        out = v
+    seen[key] = {"value": out, "origin": "set"}
+    return out
+
+
+def _as_float(key, v, spec: Key) -> float:
+    if isinstance(v, str) and looks_like_float(v):
+        v = float(v)  # YAML 1.1 reads 3e-4 as a string; verl (OmegaConf) and argparse read a float
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ConfigError(f"{key} must be {_expect(spec)}, got {show(v)}")
+    v = float(v)
+    if spec.allow_inf and v == math.inf:
+        return v
+    if not math.isfinite(v) or (spec.above is not None and not v > spec.above):
+        raise ConfigError(f"{key} must be {_expect(spec)}, got {v!r}")
+    return v
+
+
+def _as_int(key, v, spec: Key) -> int:
+    if isinstance(v, str) and v.strip().lstrip("+").isdigit() and len(v) < 20:
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ConfigError(f"{key} must be {_expect(spec)}, got {show(v)}")
+    if (spec.above is not None and not v > spec.above) or v > MAX_INT:
+        raise ConfigError(f"{key} must be {_expect(spec)}, got {show(v)}")
+    return v
+
+
+def _as_bool(key, v) -> bool:
+    if isinstance(v, str) and v.lower() in ("true", "false"):  # a command-line flag's text
+        return v.lower() == "true"
+    if not isinstance(v, bool):
+        raise ConfigError(f"{key} must be true or false, got {show(v)}")
+    return v
+
+
+def _expect(spec: Key) -> str:
+    what = {"float": "a finite number", "int": "an integer", "str": "a string", "bool": "true or false"}[spec.kind]
+    if spec.above is not None and math.isfinite(spec.above):
+        what += f" > {spec.above:g}"
+    if spec.kind == "int":
+        what += f" and <= {MAX_INT}"
+    return what + (" or inf" if spec.allow_inf else "") + (" or null" if spec.nullable else "")
+
+
+def _choices(spec: Key) -> str:
+    return f" (one of {list(spec.choices)})" if spec.choices else ""
+
+
+# A repr that stops early: a config value can be a list aliased into 2^31 leaves (YAML anchors), whose full repr
+# would take minutes and gigabytes; this one looks at a few items per level, a few levels deep.
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxtuple, _SHORT.maxdict = 3, 4, 4, 4
+_SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 60, 60, 40
+
+
+def show(v) -> str:
+    """A one-line, size-bounded picture of a config value and its type, for error messages."""
+    text = _SHORT.repr(v)
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return f"{text} ({type(v).__name__})"
+
+
+# ----------------------------------------------------------------------------------------- unknown keys
+def nearest_key(key: str, known) -> str | None:
+    """The known key closest to a misspelled one (difflib's ratio >= 0.75), or None."""
+    found = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
+    return found[0] if found else None
+
+
+def unknown_keys(values, is_known, candidates) -> list[tuple[str, str | None]]:
+    """[(key, nearest)] for every key of `values` that `is_known(key)` refuses (environment variables are not
+    keys); `candidates` are the names a misspelling is matched against."""
+    out = []
+    for key in values:
+        if ENV_NAME.match(key) or is_known(key):
+            continue
+        out.append((key, nearest_key(key, candidates)))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- labels
+def check_spec(spec, label: str | None = None):
+    """(spec, label) for a write: `spec` must be a ClipSpec; the label defaults to 'method — description'."""
+    from divclip.theory.spec import ClipSpec, method_string
+
+    if not isinstance(spec, ClipSpec):
+        raise ValueError(f"spec must be a ClipSpec, got {type(spec).__name__}")
+    return spec, label if label is not None else f"{method_string(spec)} — {describe(spec)}"
+
+
+def describe(spec) -> str:
+    """'ATR-GRPO: PPO clip by kl3, δ = 0.0231436, r in [0.8, 1.230842]' — the method, its budget and its clip."""
+    from divclip.app.methods import method_for  # the measure -> method names (torch- and streamlit-free)
+    from divclip.sanity import advice
+    from divclip.theory.spec import AllOf, is_adaptive
+
+    if isinstance(spec, AllOf):
+        return "intersection, per token [max lo, min hi] of: " + "; ".join(describe(p) for p in spec.parts)
+    if is_adaptive(spec):
+        return (f"adaptive δ holding {spec.signal} at {spec.target:g} (gain {spec.gain:g}, δ in "
+                f"[{spec.delta_min:.4g}, {spec.delta_max:.4g}]), from {describe(spec.fixed())}")
+    name = spec.measure_name
+    if spec.mode == "sapo":
+        return f"SAPO: soft gate, τ+ = {spec.tau_pos:g}, τ- = {spec.tau_neg:g}"
+    if spec.delta is None and spec.eps_low is None:  # a form without a clip budget
+        return f"{spec.mode} loss form" + "".join(f", {k} = {v:g}" for k, v in spec.params)
+    if name == "ratio":
+        what = "GSPO" if spec.level == "sequence" else method_for("ratio", spec.eps_low, spec.eps_high)
+        form = "ratio clip" if spec.mode == "clip" else f"{spec.mode} with ratio widths"
+        return f"{what}: {form} [{1 - spec.eps_low:.7g}, {1 + spec.eps_high:.7g}] ({spec.level} level)"
+    bounds = advice.ratio_bounds(name, spec.delta, spec.delta)
+    where = (f"r in [{bounds[0]:.7g}, {bounds[1]:.7g}]" if not isinstance(bounds[0], dict) else
+             "r in " + ", ".join(f"[{b['lo']:.4g}, {b['hi']:.4g}] at p = {b['p']:g}" for b in bounds))
+    form = {"gated": "DPPO mask", "clip": "PPO clip"}.get(spec.mode, spec.mode)
+    return f"{method_for(name, delta=spec.delta)}: {form} by {name}, δ = {spec.delta:.6g}, {where}"

@@ -1,0 +1,275 @@
+"""slime (THUDM/slime, a snapshot at commit 624b824a): its clip flags, how divclip reads a launch command, and how
+it writes a method.
+
+slime is not on the package index, so its flags and defaults come from its public source at a pinned commit:
+`slime/utils/arguments.py` at 624b824a898ab0ec1fcb4d373004c7f3852bf515 (SOURCE below). The KEYS table is
+checked by tests/engines/test_slime.py against an excerpt of that file's `add_argument` calls kept in
+tests/fixtures/engines/slime/ (read with `ast`); `slime_624b824a_flags.txt` lists every flag slime itself declares
+at that commit. A snapshot: a later slime may differ, and this module says which commit it read.
+
+The loss is `slime/utils/ppo_utils.py` and `slime/backends/megatron_utils/loss.py` `policy_loss_function`:
+* `--advantage-estimator` picks the loss too: gspo -> the sequence ratio (`compute_gspo_kl`: the per-sequence
+  mean of log r, exp'd, on every token), cispo -> `compute_cispo_loss` (-sg(clip(r, 1 - ε, 1 + ε_high))·A·log π),
+  anything else -> `compute_policy_loss`, PPO's clip with `--eps-clip` / `--eps-clip-high` (None: eps-clip) and
+  the dual clip `--eps-clip-c` (off by default). r = exp(log π - log π_old) unclamped (verl clamps log r at ±20).
+* The loss is summed per sample over its tokens and divided by the sample's (rollout's) token count
+  (`get_sum_of_sample_mean`): verl's seq-mean-token-mean; `--calculate-per-token-loss` makes it token-mean.
+* `--use-tis` multiplies the loss by clamp(π_old/π_rollout, tis-clip-low, tis-clip) (`vanilla_tis_function`); a
+  custom function (`--custom-tis-function-path`, e.g. ICEPOP's mask) may replace it. A weight beside the clip.
+* `--use-rollout-logprobs` takes the inference engine's log-probs as π_old: then even one step per rollout sees
+  a ratio other than 1 (the train/inference mismatch), and the clip acts on that mismatch.
+
+Updates per rollout: `rollout_batch_size × n_samples_per_prompt` samples in steps of `global_batch_size`
+(or `--num-steps-per-rollout` steps), one pass (slime has no PPO epochs).
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import math
+from collections.abc import Mapping
+from pathlib import Path
+
+from divclip.engines.base import (
+    Difference,
+    EngineRead,
+    EngineWrite,
+    Key,
+    as_ratio_clip,
+    check_spec,
+    recipe_for,
+    typed_values,
+)
+from divclip.engines.launch import render_launch
+from divclip.engines.pitfalls import Pitfall, on_policy_note
+
+NAME = "slime"
+COMMIT = "624b824a898ab0ec1fcb4d373004c7f3852bf515"
+VERSION = f"git {COMMIT[:8]} (snapshot)"
+SOURCE = f"github.com/THUDM/slime at {COMMIT}: slime/utils/arguments.py"
+DEFAULTS_FROM = (f"slime {SOURCE} (a snapshot of the public source; slime is not on the package index) and "
+                 "slime/utils/ppo_utils.py, slime/backends/megatron_utils/loss.py")
+FORMATS = ("launch",)
+COMMAND = "python3 train.py"
+PLUGIN = None
+"""slime loads a custom loss by path (`--loss-type custom_loss --custom-loss-function-path module:fn`); divclip
+ships no slime loss: docs/engines.md shows the wrapper to write."""
+
+ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "ppo")
+KEYS: dict[str, Key] = {
+    "--eps-clip": Key("float", 0.2, above=0.0, doc="ratio clip width ε_low (and ε_high when that is unset)"),
+    "--eps-clip-high": Key("float", None, nullable=True, above=0.0, doc="ε_high (None: eps-clip)"),
+    "--eps-clip-c": Key("float", None, nullable=True, above=1.0, doc="dual-clip cap c for A < 0 (None: off)"),
+    "--advantage-estimator": Key("str", "grpo", choices=ESTIMATORS, doc="advantages, and the loss: gspo, cispo"),
+    "--loss-type": Key("str", "policy_loss", choices=("policy_loss", "sft_loss", "custom_loss"), doc="the loss"),
+    "--custom-loss-function-path": Key("str", None, nullable=True, doc="module:function of a custom loss"),
+    "--calculate-per-token-loss": Key("bool", None, nullable=True, doc="token-mean (else per-sample mean)"),
+    "--use-tis": Key("bool", False, doc="weight the loss by clamp(π_old/π_rollout)"),
+    "--tis-clip": Key("float", 2.0, above=0.0, doc="its upper clamp"),
+    "--tis-clip-low": Key("float", 0.0, above=-math.inf, doc="its lower clamp"),
+    "--custom-tis-function-path": Key("str", None, nullable=True, doc="a custom IS/rejection function"),
+    "--use-rollout-logprobs": Key("bool", False, doc="π_old = the inference engine's log-probs"),
+    "--rollout-batch-size": Key("int", None, nullable=True, above=0, doc="prompts per rollout (required)"),
+    "--n-samples-per-prompt": Key("int", 1, above=0, doc="responses per prompt (group size)"),
+    "--global-batch-size": Key("int", None, nullable=True, above=0, doc="samples per optimizer step"),
+    "--num-steps-per-rollout": Key("int", None, nullable=True, above=0, doc="optimizer steps per rollout"),
+    "--use-kl-loss": Key("bool", False, doc="KL to the reference as a loss term"),
+    "--kl-loss-coef": Key("float", 0.0, above=-math.inf, doc="its coefficient"),
+    "--kl-loss-type": Key("str", "k1", choices=("k1", "k2", "k3", "low_var_kl"), doc="its estimator"),
+}
+ROLE_KEYS = {"low": "--eps-clip", "high": "--eps-clip-high", "dual_clip": "--eps-clip-c",
+             "epochs": "--num-steps-per-rollout", "minibatch": "--global-batch-size"}
+ON_POLICY_FIX = "set --global-batch-size below rollout-batch-size × n-samples-per-prompt"
+TYPO_CUTOFF = 0.85  # difflib ratio: "--eps-clip-hgh" is 0.96 from "--eps-clip-high"
+KNOWN_FLAGS_FILE = Path(__file__).with_name(f"slime_{COMMIT[:8]}_flags.txt")
+KNOWN_KEYS_FROM = (f"slime {SOURCE}: the flags divclip reads, and a flag one slip from one of them "
+                   "(Megatron-LM's own flags are passed through and not checked)")
+
+
+@functools.lru_cache(maxsize=1)
+def known_flags() -> frozenset:
+    """The flags slime declares at COMMIT (Megatron-LM's are not among them)."""
+    lines = KNOWN_FLAGS_FILE.read_text().splitlines()
+    return frozenset(ln for ln in lines if ln and not ln.startswith("#"))
+
+
+def detect(settings: Mapping) -> float:
+    """How many settings are slime's own dashed flags (`--eps-clip`, `--rollout-batch-size`, ...)."""
+    known = known_flags()
+    return float(sum(1 for k in settings if isinstance(k, str) and k in known))
+
+
+# ------------------------------------------------------------------------------------------------ read
+def read(settings: Mapping, **_options) -> EngineRead:
+    """The clip settings of a slime launch command ({flag: value}, `divclip.engines.launch`)."""
+    g, keys = typed_values(settings, KEYS)
+    low = g["--eps-clip"]
+    high = g["--eps-clip-high"] if g["--eps-clip-high"] is not None else low
+    est, loss_type = g["--advantage-estimator"], g["--loss-type"]
+    form = "clip" if loss_type == "policy_loss" else "other"
+    if form == "clip" and est == "cispo":
+        form = "cispo"
+    per_token = bool(g["--calculate-per-token-loss"])
+    s = EngineRead(
+        engine=NAME, defaults_from=DEFAULTS_FROM, loss_mode=est if loss_type == "policy_loss" else loss_type,
+        form=form, measure="ratio" if form != "other" else None,
+        level="sequence" if est == "gspo" and form == "clip" else "token",
+        budget_low=low if form != "other" else None, budget_high=high if form != "other" else None,
+        dual_clip_c=g["--eps-clip-c"] if form == "clip" else None,
+        loss_agg_mode="token-mean" if per_token else "seq-mean-token-mean",
+        group_size=g["--n-samples-per-prompt"], keys=keys,
+        kl={"use_kl_loss": g["--use-kl-loss"], "kl_loss_coef": g["--kl-loss-coef"],
+            "kl_loss_type": g["--kl-loss-type"], "adv_estimator": est},
+        unknown_keys=_typos(settings),
+    )
+    _structure(s, g)
+    if form != "other":
+        s.ratio_bounds = [max(1.0 - low, 0.0), 1.0 + high]
+        s.spec = _spec(s)
+    else:
+        s.notes.append(f"--loss-type {loss_type} is reported, not modelled"
+                       + (f" (custom loss {g['--custom-loss-function-path']})" if loss_type == "custom_loss" else ""))
+    _pitfalls(s, g)
+    return s
+
+
+def _typos(settings: Mapping) -> list:
+    """Flags that slime does not declare but that are one slip away from a flag divclip reads (KEYS): a flag
+    far from those may be one of Megatron-LM's, which slime passes through, so it is not reported."""
+    known = known_flags()
+    out = []
+    for key in settings:
+        if isinstance(key, str) and key.startswith("--") and key not in known:
+            near = difflib.get_close_matches(key, list(KEYS), n=1, cutoff=TYPO_CUTOFF)
+            if near:
+                out.append((key, near[0]))
+    return out
+
+
+def _structure(s: EngineRead, g: dict) -> None:
+    prompts, n = g["--rollout-batch-size"], g["--n-samples-per-prompt"]
+    gbs, steps = g["--global-batch-size"], g["--num-steps-per-rollout"]
+    rollout_lp = g["--use-rollout-logprobs"]
+    if prompts is None or (gbs is None and steps is None):
+        s.minibatches = s.updates_per_batch = math.nan
+        s.on_policy = False
+        s.on_policy_reason = ("--rollout-batch-size and --global-batch-size (or --num-steps-per-rollout) decide the "
+                              "steps per rollout; the config does not set them, so divclip cannot count them")
+        return
+    samples = prompts * n
+    count = steps if steps is not None else max(1, samples // gbs)
+    how = (f"--num-steps-per-rollout={steps}" if steps is not None else
+           f"rollout-batch-size × n-samples-per-prompt = {samples} samples / global-batch-size={gbs}")
+    s.minibatches = s.updates_per_batch = count
+    s.on_policy = count == 1 and not rollout_lp
+    s.on_policy_reason = f"{how} = {count} step(s) per rollout, one pass" + (
+        "; π_old is the inference engine's log-probs (--use-rollout-logprobs), so the ratio carries the "
+        "train/inference mismatch even on the first step" if rollout_lp else "")
+
+
+def _spec(s: EngineRead):
+    from divclip.theory.spec import ClipSpec
+
+    try:
+        if s.form == "cispo":
+            return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, mode="cispo")
+        return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, dual_clip_c=s.dual_clip_c,
+                        level=s.level)
+    except ValueError as exc:  # ε_low > 1: a lower bound below 0
+        s.notes.append(f"no divclip method says this exactly: {exc}")
+        return None
+
+
+def _pitfalls(s: EngineRead, g: dict) -> None:
+    loss = "slime/backends/megatron_utils/loss.py policy_loss_function"
+    if s.on_policy and s.form != "other":
+        s.advice.append(Pitfall("on_policy_clip_inert", on_policy_note(NAME, s.on_policy_reason, ON_POLICY_FIX),
+                                "--global-batch-size", f"slime {SOURCE} (global_batch_size: 'if you hope to train 1 "
+                                "step for each rollout, the global_bach_size should be set as rollout_batch_size * "
+                                "n_samples_per_prompt'); docs/theory.md §5"))
+    if g["--use-tis"] or g["--custom-tis-function-path"]:
+        what = (f"clamp(π_old/π_rollout, {g['--tis-clip-low']:g}, {g['--tis-clip']:g})"
+                if not g["--custom-tis-function-path"] else f"{g['--custom-tis-function-path']}'s weight")
+        s.notes.append(f"--use-tis: the loss is weighted by {what}, beside the clip")
+        s.advice.append(Pitfall(
+            "is_correction_threshold",
+            f"TIS on: every token's loss is weighted by {what} (train/inference mismatch), beside the PPO clip; "
+            "divclip's method strings do not carry it, so a translation drops it", "--use-tis",
+            f"slime {COMMIT[:8]} {loss} (vanilla_tis_function, icepop_function)"))
+    if s.form == "cispo" and s.budget_low < 1.0:
+        s.advice.append(Pitfall(
+            "cispo_lower_bound_active",
+            f"cispo with --eps-clip {s.budget_low:g} keeps the lower clip 1 - ε = {1 - s.budget_low:g} on the IS "
+            "weight; canonical CISPO (arXiv 2506.13585) clips only above: --eps-clip 1.0", "--eps-clip",
+            f"slime {SOURCE} (parse_args warns: 'CISPO is canonically single-sided')"))
+
+
+# ----------------------------------------------------------------------------------------------- write
+def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label: str | None = None) -> EngineWrite:
+    """`spec` as slime flags; a ValueError names what slime cannot express without a custom loss."""
+    spec, label = check_spec(spec, label)
+    notes: list = []
+    diffs: list = []
+    if spec.mode == "cispo_cap":  # TRL's cispo: slime's cispo at --eps-clip 1 (no lower bound)
+        from divclip.theory.forms_trl import cispo_cap_as_cispo
+
+        spec = cispo_cap_as_cispo(spec)
+    if spec.mode == "cispo":
+        settings = _write_cispo(spec, notes)
+    elif spec.mode == "clip":
+        settings = _write_clip(spec, notes, diffs)
+    else:
+        raise ValueError(f"slime ({VERSION}) has no {spec.mode!r} loss form (its losses: the PPO clip, gspo, "
+                         "cispo); a custom loss (--custom-loss-function-path) could run divclip's, see docs/engines.md")
+    agg = _aggregation(spec, recipe, loss_agg_mode, notes)
+    if agg == "token-mean":
+        settings["--calculate-per-token-loss"] = True
+    elif agg not in (None, "seq-mean-token-mean"):
+        diffs.append(Difference(f"aggregation {agg}", "slime has a per-sample mean (default) and token-mean "
+                                "(--calculate-per-token-loss) only; the per-sample mean stands"))
+    return EngineWrite(NAME, label, {}, settings, tuple(notes), differences=tuple(diffs))
+
+
+def _write_clip(spec, notes: list, diffs: list) -> dict:
+    try:
+        ratio, diff = as_ratio_clip(spec)
+    except ValueError as exc:
+        raise ValueError(f"slime ({VERSION}) clips the ratio only: {exc}") from None
+    if diff is not None:
+        diffs.append(diff)
+    est = "gspo" if ratio.level == "sequence" else "grpo"
+    notes.append(f"--advantage-estimator {est} also selects the loss ("
+                 + ("the sequence ratio" if est == "gspo" else "PPO's clip; gspo and cispo select theirs") + ")")
+    settings = {"--advantage-estimator": est, "--eps-clip": float(ratio.eps_low),
+                "--eps-clip-high": float(ratio.eps_high)}
+    if ratio.dual_clip_c is not None:
+        settings["--eps-clip-c"] = float(ratio.dual_clip_c)
+    else:
+        notes.append("no --eps-clip-c: slime's default is no dual clip")
+    return settings
+
+
+def _write_cispo(spec, notes: list) -> dict:
+    if spec.measure_name != "ratio":
+        raise ValueError(f"slime's cispo clips the ratio by widths ε, got measure {spec.measure_name!r}")
+    return {"--advantage-estimator": "cispo", "--eps-clip": float(spec.eps_low),
+            "--eps-clip-high": float(spec.eps_high)}
+
+
+def _aggregation(spec, recipe: bool, loss_agg_mode, notes: list) -> str | None:
+    if loss_agg_mode is not None:
+        return loss_agg_mode
+    found = recipe_for(spec) if recipe else None
+    if found is None:
+        return None
+    notes.append(f"aggregation {found.loss_agg_mode}: {found.source}"
+                 + (" (slime's default per-sample mean)" if found.loss_agg_mode == "seq-mean-token-mean" else ""))
+    return found.loss_agg_mode
+
+
+def render(w: EngineWrite, fmt: str) -> list[str]:
+    """The body of `w` as a launch command ('launch'); `divclip check` reads it back."""
+    if fmt != "launch":
+        raise ValueError(f"format for {NAME} must be one of {list(FORMATS)}, got {fmt!r}")
+    return render_launch(COMMAND, w.env, w.settings)

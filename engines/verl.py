@@ -1,0 +1,704 @@
+"""verl 0.9.1: its clip keys and defaults, how divclip reads a verl config, and how it writes a method for verl.
+
+Keys and defaults are those of the installed verl's merged config (`_generated_ppo_trainer.yaml`), checked by
+tests/engines/test_verl.py; `known_keys.txt` is that file's every leaf key (a snapshot of the same file, for the
+unknown-key warning: verl's own Hydra refuses a key it does not know).
+
+What "updates per batch" means, because it decides whether any clip can bind (docs/theory.md §5): the train
+batch is split into `ceil(train_batch_size / ppo_mini_batch_size)` mini-batches (both counted in prompts; verl
+multiplies both by rollout.n) and swept `ppo_epochs` times. One update in total means the ratio is identically
+1 when the loss is evaluated (verl #791, #1477).
+
+Loss modes: `SPEC_FROM_MODE` maps a `policy_loss.loss_mode` to the ClipSpec it runs (a function of the typed
+settings); `WRITERS` maps a ClipSpec mode to the keys that run it. A mode without a row is reported, not
+modelled. divclip's own modes (`atr_kl3`, `divclip_<measure>`, `divclip_method`) need the plug-in `PLUGIN`,
+loaded by verl from `VERL_USE_EXTERNAL_MODULES`.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+
+from divclip.engines.base import (
+    Difference,
+    EngineRead,
+    EngineWrite,
+    Key,
+    recipe_for,
+    typed_values,
+    unknown_keys,
+)
+from divclip.sanity import advice
+from divclip.sanity.errors import ConfigError
+from divclip.theory.measures import get_measure
+
+NAME = "verl"
+VERSION = "0.9.1"
+DEFAULTS_FROM = (
+    f"verl {VERSION}: verl/trainer/config/_generated_ppo_trainer.yaml "
+    "(actor/actor.yaml, rollout/rollout.yaml, data/legacy_data.yaml, ppo_trainer.yaml)"
+)
+FORMATS = ("overrides", "yaml", "python")
+PLUGIN = advice.PLUGIN_MODULE
+METHOD_ENV = "DIVCLIP_METHOD"  # as divclip.trainer.integrations.verl_names (importable without torch)
+METHOD_MODE = "divclip_method"
+
+A = "actor_rollout_ref.actor."
+PL = A + "policy_loss."
+RC = "algorithm.rollout_correction."  # verl's trainer copies it into policy_loss when bypass_mode is true
+PREFIXES = ("actor_rollout_ref.", "algorithm.", "data.", "trainer.", "critic.", "reward_model.")
+
+LOSS_MODES = (
+    "vanilla", "gspo", "dppo_kl", "dppo_tv", "cispo", "sapo",
+    "gpg", "clip_cov", "kl_cov", "geo_mean", "dro", "bypass_mode",
+    *advice.VERL_MODES,  # divclip's plug-in (VERL_USE_EXTERNAL_MODULES=divclip.trainer.integrations.verl)
+    METHOD_MODE,  # the plug-in's method-string mode ($DIVCLIP_METHOD)
+)
+LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+
+KEYS: dict[str, Key] = {
+    A + "clip_ratio": Key("float", 0.2, above=0.0, doc="ratio clip width ε, where clip_ratio_low/high are null"),
+    A + "clip_ratio_low": Key("float", 0.2, nullable=True, above=0.0, doc="ε_low: r >= 1 - ε_low (dppo_*: δ)"),
+    A + "clip_ratio_high": Key("float", 0.2, nullable=True, above=0.0, doc="ε_high: r <= 1 + ε_high (dppo_*: δ)"),
+    A + "clip_ratio_c": Key("float", 3.0, above=1.0, allow_inf=True,  # verl asserts c > 1; inf: no cap
+                            doc="vanilla: dual-clip cap c for A < 0; dppo_*: IS-weight truncation"),
+    A + "policy_loss.loss_mode": Key("str", "vanilla", choices=LOSS_MODES, doc="the policy loss"),
+    A + "loss_agg_mode": Key("str", "token-mean", choices=LOSS_AGG_MODES, doc="how token losses are averaged"),
+    PL + "clip_cov_ratio": Key("float", 0.0002, above=0.0, doc="clip_cov: share of tokens whose gradient is removed"),
+    PL + "clip_cov_lb": Key("float", 1.0, doc="clip_cov: the covariance window's lower bound"),
+    PL + "clip_cov_ub": Key("float", 5.0, doc="clip_cov: the covariance window's upper bound"),
+    PL + "kl_cov_ratio": Key("float", 0.0002, above=0.0, doc="kl_cov: share of tokens that get the |log r| penalty"),
+    PL + "ppo_kl_coef": Key("float", 0.1, doc="kl_cov: the penalty's coefficient κ"),
+    PL + "dro_beta": Key("float", None, nullable=True, above=0.0, doc="dro: β of ½β·(log r)²; verl requires it"),
+    RC + "bypass_mode": Key("bool", False, doc="old_log_prob = rollout_log_prob; verl then runs loss_mode bypass_mode"),
+    RC + "loss_type": Key("str", "ppo_clip", choices=("ppo_clip", "reinforce"), doc="bypass_mode: PPO clip or "
+                          "REINFORCE with IS weights"),
+    RC + "rollout_is": Key("str", None, nullable=True, choices=("token", "sequence"),
+                           doc="IS weight per token or per sequence (null: none)"),
+    RC + "rollout_is_batch_normalize": Key("bool", False, doc="divide the IS weights by their batch mean"),
+    RC + "rollout_rs": Key("str", None, nullable=True, doc="rejection sampling by the rollout ratio (not modelled)"),
+    A + "tau_pos": Key("float", 1.0, above=0.0, doc="sapo: gate temperature for A > 0"),
+    A + "tau_neg": Key("float", 1.05, above=0.0, doc="sapo: gate temperature for A <= 0"),
+    A + "ppo_epochs": Key("int", 1, above=0, doc="passes over one rollout batch"),
+    A + "ppo_mini_batch_size": Key("int", 256, above=0, doc="prompts per optimizer update"),
+    A + "use_kl_loss": Key("bool", False, doc="KL to the reference policy as a loss term"),
+    A + "kl_loss_coef": Key("float", 0.001, above=-math.inf, doc="its coefficient"),
+    A + "kl_loss_type": Key("str", "low_var_kl", doc="its estimator"),
+    "actor_rollout_ref.rollout.n": Key("int", 1, above=0, doc="responses per prompt (group size)"),
+    "data.train_batch_size": Key("int", 1024, above=0, doc="prompts per rollout batch"),
+    "algorithm.adv_estimator": Key("str", "gae", doc="advantage estimator (grpo, gae, ...)"),
+}
+
+ROLES = {"eps": A + "clip_ratio", "eps_low": A + "clip_ratio_low", "eps_high": A + "clip_ratio_high",
+         "dual_clip": A + "clip_ratio_c", "tis_cap": A + "clip_ratio_c", "epochs": A + "ppo_epochs",
+         "mini_batch": A + "ppo_mini_batch_size", "train_batch": "data.train_batch_size"}
+"""{role: key}: the keys the sanity checks name (see EngineRead.roles)."""
+KNOWN_KEYS_FROM = (f"verl {VERSION} trainer/config/_generated_ppo_trainer.yaml: every leaf key (verl's Hydra "
+                   "refuses any other unless it is added with +key=)")
+
+_DPPO = {"dppo_kl": "binary_kl", "dppo_tv": "binary_tv"}
+# loss_mode -> (loss form, measure, level) as the sanity checks read it; "other" forms are reported only.
+FORMS = {
+    "vanilla": ("clip", "ratio", "token"),
+    "gspo": ("clip", "ratio", "sequence"),
+    "dppo_kl": ("gated", "binary_kl", "token"),
+    "dppo_tv": ("gated", "binary_tv", "token"),
+    "cispo": ("cispo", "ratio", "token"),
+    "sapo": ("sapo", None, "token"),
+    "clip_cov": ("clip", "ratio", "token"),  # PPO's clip, and a few high-covariance tokens lose their gradient
+    # divclip's modes: PPO's clip; _divclip turns the budgets into the bounds the plug-in uses
+    **{mode: ("clip", "ratio", "token") for mode in advice.VERL_MODES},
+}
+
+
+# ------------------------------------------------------------------------------------------ known keys
+KNOWN_KEYS_FILE = Path(__file__).with_name(f"verl_{VERSION}_keys.txt")
+
+
+@functools.lru_cache(maxsize=1)
+def known_keys() -> frozenset:
+    """Every leaf key of verl's merged config (an empty mapping or null leaf may take keys below it)."""
+    lines = KNOWN_KEYS_FILE.read_text().splitlines()
+    return frozenset(ln for ln in lines if ln and not ln.startswith("#"))
+
+
+def known_keys_from(generated_yaml: str) -> set:
+    """The leaf keys of a `_generated_ppo_trainer.yaml` text (what `known_keys` is a snapshot of)."""
+    import yaml
+
+    out: set = set()
+
+    def walk(node, prefix):
+        for k, v in node.items():
+            if isinstance(v, dict) and v:
+                walk(v, f"{prefix}{k}.")
+            else:
+                out.add(f"{prefix}{k}")
+
+    walk(yaml.safe_load(generated_yaml), "")
+    return out
+
+
+def is_known(key: str) -> bool:
+    """A key verl's Hydra accepts: a leaf of its config, or a key below an open (empty/null) leaf, or one of
+    hydra's own options (`--config-name`, `hydra.*`)."""
+    known = known_keys()
+    if key in known or key.startswith(("-", "hydra.")):
+        return True
+    parts = key.split(".")
+    return any(".".join(parts[:i]) in known for i in range(1, len(parts)))
+
+
+def detect(settings: Mapping) -> float:
+    """A score of how much the settings look like verl's: 1 per key of verl's config, 0.5 per other key under
+    one of its sections (a misspelling; another hydra engine's `trainer.*` keys score higher there)."""
+    score = 0.0
+    for k in settings:
+        if isinstance(k, str) and k.startswith(PREFIXES):
+            score += 1.0 if is_known(k) else 0.5
+    return score
+
+
+# ------------------------------------------------------------------------------------------------ read
+def read(settings: Mapping, **_options) -> EngineRead:
+    """The clip settings of a flat verl config ({dotted key or ENV_VAR: value})."""
+    g, keys = typed_values(settings, KEYS)
+    mode = "bypass_mode" if g[RC + "bypass_mode"] else g[A + "policy_loss.loss_mode"]  # apply_bypass_mode sets it
+    runs = "vanilla" if mode == "bypass_mode" and g[RC + "loss_type"] == "ppo_clip" else mode  # what the loss is
+    form, measure, level = FORMS.get(runs, ("other", None, "token"))
+    clip = g[A + "clip_ratio"]
+    low = g[A + "clip_ratio_low"] if g[A + "clip_ratio_low"] is not None else clip
+    high = g[A + "clip_ratio_high"] if g[A + "clip_ratio_high"] is not None else clip
+    c = g[A + "clip_ratio_c"]
+    c = None if c == math.inf else c  # min(-A·c, ·) with c = inf caps nothing: no dual clip / IS truncation
+    train, mini, epochs = g["data.train_batch_size"], g[A + "ppo_mini_batch_size"], g[A + "ppo_epochs"]
+    minibatches = max(1, math.ceil(train / mini))
+    updates = epochs * minibatches
+    s = EngineRead(
+        engine=NAME,
+        defaults_from=DEFAULTS_FROM,
+        loss_mode=mode,
+        form=form,
+        measure=measure,
+        level=level,
+        budget_low=low if measure else None,
+        budget_high=high if measure else None,
+        dual_clip_c=c if runs == "vanilla" else None,
+        tis_cap=c if form == "gated" else None,
+        loss_agg_mode=g[A + "loss_agg_mode"],
+        epochs=epochs,
+        minibatches=minibatches,
+        updates_per_batch=updates,
+        on_policy=updates == 1,
+        on_policy_reason=(
+            f"ppo_epochs={epochs} × {minibatches} mini-batch(es) (data.train_batch_size={train} / "
+            f"ppo_mini_batch_size={mini}) = {updates} update(s) per rollout batch"
+        ),
+        group_size=g["actor_rollout_ref.rollout.n"],
+        kl={
+            "use_kl_loss": g[A + "use_kl_loss"],
+            "kl_loss_coef": g[A + "kl_loss_coef"],
+            "kl_loss_type": g[A + "kl_loss_type"],
+            "adv_estimator": g["algorithm.adv_estimator"],
+        },
+        keys=keys,
+        unknown_keys=unknown_keys(settings, is_known, known_keys()),
+        roles=ROLES,
+        on_policy_fix="ppo_epochs > 1 or ppo_mini_batch_size < train_batch_size",
+    )
+    if mode == "sapo" and s.loss_agg_mode != "seq-mean-token-mean":
+        s.notes.append(f"verl {VERSION}'s sapo aggregates seq-mean-token-mean whatever loss_agg_mode says "
+                       f"({s.loss_agg_mode})")
+        s.loss_agg_mode = "seq-mean-token-mean"
+    if mode == "geo_mean":
+        s.notes.append(f"verl {VERSION}'s geo_mean averages one loss per sequence over all rows whatever "
+                       f"loss_agg_mode says ({s.loss_agg_mode}); divclip's geo_mean does the same")
+    if mode in advice.VERL_MODES:
+        _divclip(s, settings, g, keys)
+    elif form == "clip":
+        s.ratio_bounds = [1.0 - low, 1.0 + high]
+    elif form == "gated":
+        s.ratio_bounds = advice.ratio_bounds(measure, low, high)
+    _read_spec(s, settings, g, keys)
+    return s
+
+
+def _read_spec(s: EngineRead, settings, g: dict, keys: dict) -> None:
+    mode = s.loss_mode
+    if mode not in SPEC_FROM_MODE:
+        s.notes.append(f"loss_mode {mode!r} is reported but not modelled yet: divclip reads "
+                       f"{', '.join(SPEC_FROM_MODE)} (`divclip realloc --measure` shows a divclip method's bounds)")
+        return
+    try:
+        s.spec = SPEC_FROM_MODE[mode](s, settings, g, keys)
+    except ValueError as exc:  # a setting the ClipSpec cannot hold (δ_low != δ_high for one measure, ...)
+        if isinstance(exc, ConfigError):
+            raise
+        s.notes.append(f"loss_mode {mode!r}: no divclip method says this exactly: {exc}")
+
+
+# --------------------------------------------------------------------------- loss_mode -> ClipSpec
+def _vanilla(s, settings, g, keys):
+    from divclip.theory.spec import ClipSpec
+
+    return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, dual_clip_c=s.dual_clip_c)
+
+
+def _gspo(s, settings, g, keys):
+    from divclip.theory.spec import ClipSpec
+
+    return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, level="sequence")
+
+
+def _dppo(s, settings, g, keys):
+    from divclip.theory.spec import ClipSpec
+
+    if s.budget_low != s.budget_high:
+        raise ValueError(f"δ_low = {s.budget_low:g} and δ_high = {s.budget_high:g}: a divclip gated spec has one δ")
+    return ClipSpec(s.measure, delta=s.budget_low, mode="gated", tis_cap=s.tis_cap)
+
+
+def _cispo(s, settings, g, keys):
+    from divclip.theory.spec import ClipSpec
+
+    return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, mode="cispo")
+
+
+def _sapo(s, settings, g, keys):
+    from divclip.theory.spec import ClipSpec
+
+    return ClipSpec(mode="sapo", tau_pos=g[A + "tau_pos"], tau_neg=g[A + "tau_neg"])
+
+
+def _divclip_spec(s, settings, g, keys):
+    from divclip.theory.spec import ClipSpec
+
+    if s.delta_low == s.delta_high:
+        if s.clip_measure == "ratio":
+            return ClipSpec("ratio", eps_low=s.delta_low, eps_high=s.delta_high, dual_clip_c=s.dual_clip_c)
+        return ClipSpec(s.clip_measure, delta=s.delta_low, dual_clip_c=s.dual_clip_c)
+    raise ValueError(f"δ_low = {s.delta_low:g} and δ_high = {s.delta_high:g}: a divclip spec has one δ per measure")
+
+
+def _method(s, settings, g, keys):
+    from divclip.theory.spec import parse_method
+
+    text = settings.get(METHOD_ENV)
+    keys[METHOD_ENV] = {"value": text, "origin": "set" if text is not None else "default"}
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigError(f"loss_mode {METHOD_MODE} runs the method string in {METHOD_ENV}, which the config does "
+                          f"not set (got {text!r}): set {METHOD_ENV}='kl3:0.02' (a divclip method string)")
+    try:
+        spec = parse_method(text)
+    except ValueError as exc:
+        raise ConfigError(f"{METHOD_ENV}: {exc}") from None
+    s.notes.append(f"{METHOD_MODE} runs {METHOD_ENV}={text!r}; verl's clip_ratio* keys are ignored")
+    return spec
+
+
+def _params(mode: str, values: dict) -> dict:
+    """The form's parameters that differ from its defaults (so the method string names only those)."""
+    from divclip.theory.forms import get_form
+
+    form = get_form(mode)
+    return {name: v for name, v in values.items() if v != form.param(name).default}
+
+
+def _gpg(s, settings, g, keys):
+    from divclip.theory.spec import ClipSpec
+
+    return ClipSpec(mode="gpg")
+
+
+def _dro(s, settings, g, keys):
+    from divclip.theory.spec import ClipSpec
+
+    beta = g[PL + "dro_beta"]
+    if beta is None:
+        raise ConfigError(f"loss_mode dro needs {PL}dro_beta > 0 (verl {VERSION} has no default and raises "
+                          "without one)")
+    return ClipSpec(mode="dro", params=_params("dro", {"dro_beta": beta}))
+
+
+def _clip_cov(s, settings, g, keys):
+    from divclip.theory.spec import ClipSpec
+
+    params = {name: g[PL + name] for name in ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub")}
+    return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, mode="clip_cov",
+                    params=_params("clip_cov", params))
+
+
+def _kl_cov(s, settings, g, keys):
+    from divclip.theory.spec import ClipSpec
+
+    return ClipSpec(mode="kl_cov", params=_params("kl_cov", {"kl_cov_ratio": g[PL + "kl_cov_ratio"],
+                                                             "kl_cov_coef": g[PL + "ppo_kl_coef"]}))
+
+
+def _geo_mean(s, settings, g, keys):
+    """GMPO clips log r to [−clip_ratio_low, clip_ratio_high]: verl's widths are log-space widths here."""
+    from divclip.theory.spec import ClipSpec
+
+    clip = g[A + "clip_ratio"]
+    low = g[A + "clip_ratio_low"] if g[A + "clip_ratio_low"] is not None else clip
+    high = g[A + "clip_ratio_high"] if g[A + "clip_ratio_high"] is not None else clip
+    return ClipSpec(mode="geo_mean", params=_params("geo_mean", {"gmpo_eps_low": low, "gmpo_eps_high": high}))
+
+
+def _bypass(s, settings, g, keys):
+    """bypass_mode: loss_type ppo_clip is vanilla on the rollout log-probs (its IS weights feed metrics only);
+    reinforce is −A·log π, weighted by the truncated rollout IS weight when rollout_is is set."""
+    from divclip.theory.spec import ClipSpec
+
+    if g[RC + "rollout_rs"] is not None:
+        raise ValueError(f"{RC}rollout_rs={g[RC + 'rollout_rs']!r} rejects tokens by the rollout ratio: "
+                         "rejection sampling is not modelled")
+    if g[RC + "loss_type"] == "ppo_clip":
+        return _vanilla(s, settings, g, keys)
+    threshold = _is_threshold(settings, keys)
+    if g[RC + "rollout_is"] is None or threshold is None:  # verl computes no weights: plain REINFORCE
+        return ClipSpec(mode="gpg")
+    cap, floor = threshold
+    mode = "reinforce_is" if g[RC + "rollout_is"] == "token" else "reinforce_seq_is"
+    return ClipSpec(mode=mode, params=_params(mode, {
+        "rollout_is_threshold": cap, "rollout_is_threshold_lower": floor,
+        "rollout_is_batch_normalize": float(g[RC + "rollout_is_batch_normalize"])}))
+
+
+def _is_threshold(settings, keys):
+    """(C, c) of rollout_is_threshold: a number C (TIS, c = 0) or the string 'c_C' (IcePop); None for null."""
+    key = RC + "rollout_is_threshold"
+    raw = settings.get(key, 2.0)
+    keys[key] = {"value": raw, "origin": "set" if key in settings else "default"}
+    if raw is None:
+        return None
+    pair = raw.strip().split("_", 1) if isinstance(raw, str) else [raw]
+    try:
+        if isinstance(raw, bool):
+            raise TypeError
+        floor, cap = (float(pair[0]), float(pair[1])) if len(pair) == 2 else (0.0, float(pair[0]))
+        ok = math.isfinite(cap) and cap > 0 and math.isfinite(floor) and (len(pair) == 1 or 0 < floor <= cap)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ConfigError(f"{key} must be a number C > 0 or a string 'c_C' with 0 < c <= C, got {raw!r}")
+    return cap, floor
+
+
+SPEC_FROM_MODE = {
+    "vanilla": _vanilla,
+    "gspo": _gspo,
+    "dppo_kl": _dppo,
+    "dppo_tv": _dppo,
+    "cispo": _cispo,
+    "sapo": _sapo,
+    "gpg": _gpg,
+    "dro": _dro,
+    "clip_cov": _clip_cov,
+    "kl_cov": _kl_cov,
+    "geo_mean": _geo_mean,
+    "bypass_mode": _bypass,
+    **{mode: _divclip_spec for mode in advice.VERL_MODES},
+    METHOD_MODE: _method,
+}
+"""{verl loss_mode: fn(read, settings, typed values, keys) -> ClipSpec}: the method each mode runs."""
+
+
+# ------------------------------------------------------------------------------- divclip's own modes
+def _divclip(s: EngineRead, values, g: dict, keys: dict) -> None:
+    """atr_kl3 / divclip_<m>: the bounds the verl plug-in computes, and the warnings it logs."""
+    mode = s.loss_mode
+    c = g[A + "clip_ratio_c"]
+    s.dual_clip_c = None if c == math.inf else c  # divclip's modes apply vanilla's dual clip
+    if advice.PLUGIN_MODULE not in str(values.get(advice.PLUGIN_ENV, "")):
+        s.notes.append(f"{mode} is registered by divclip's verl plug-in: the run needs "
+                       f"{advice.PLUGIN_ENV}={advice.PLUGIN_MODULE} in its environment")
+    if mode == advice.ATR_MODE:
+        _atr(s, g)
+    else:
+        _divergence(s, values, keys)
+
+
+def _atr(s: EngineRead, g: dict) -> None:
+    low, high = s.budget_low, s.budget_high
+    high_key = A + "clip_ratio_high" if s.explicit(A + "clip_ratio_high") else A + "clip_ratio"
+    try:
+        lo, hi, delta = advice.atr_kl3_bounds(low)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    s.clip_measure, s.delta_low, s.delta_high = "kl3", delta, delta
+    s.budget_low, s.budget_high, s.ratio_bounds = 1.0 - lo, hi - 1.0, [lo, hi]
+    if (s.explicit(A + "clip_ratio_high") or s.explicit(A + "clip_ratio")) and not math.isclose(
+            high, hi - 1.0, rel_tol=1e-6):
+        s.advice.append(advice.ignored_key_advice(
+            s.loss_mode, high_key, high, f"the upper bound is u_δ = {hi:.7g} from clip_ratio_low = {low:g} "
+            f"(set clip_ratio_high = {hi - 1.0!r} to silence this)"))
+    s.notes.append(f"atr_kl3: δ = KL3(1 - ε_low) = {delta:.6g}, r clipped to [{lo:.7g}, {hi:.7g}]")
+
+
+def _divergence(s: EngineRead, values, keys: dict) -> None:
+    mode, low, high = s.loss_mode, s.budget_low, s.budget_high
+    name = mode[len("divclip_"):]
+    env = values.get(advice.DELTA_ENV)  # "0.02" or "0.02,0.03": the override parser may have made it a number
+    if env is not None:
+        if isinstance(env, bool) or not isinstance(env, (str, int, float)):
+            raise ConfigError(f"{advice.DELTA_ENV} must be a budget δ > 0 or 'δ_low,δ_high', got {env!r}")
+        env = str(env)
+    keys[advice.DELTA_ENV] = {"value": env, "origin": "set" if env is not None else "default"}
+    budget_keys = (A + "clip_ratio_low", A + "clip_ratio_high")
+    from_env = env is not None and bool(env.strip())
+    if from_env:
+        try:
+            d_low, d_high = advice.parse_delta(env)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        for key, v, d in ((budget_keys[0], low, d_low), (budget_keys[1], high, d_high)):
+            if (s.explicit(key) or s.explicit(A + "clip_ratio")) and v != d:
+                s.advice.append(advice.ignored_key_advice(mode, key, v, f"δ comes from {advice.DELTA_ENV}={env}"))
+        budget_keys = (advice.DELTA_ENV, advice.DELTA_ENV)
+    else:
+        d_low, d_high = low, high
+    s.clip_measure, s.delta_low, s.delta_high = name, d_low, d_high
+    if name != "ratio":
+        budgets = [(budget_keys[0], d_low)] + ([(budget_keys[1], d_high)] if d_high != d_low else [])
+        found = advice.budget_advice(name, budgets, mode)
+        if not from_env:
+            found = [a if a.code != "divergence_budget_verl_default" else advice.Advice(
+                a.code, a.message + f" The verl plug-in refuses it at run time unless {advice.DELTA_ENV} is set.",
+                a.key) for a in found]
+        s.advice += found
+        s.advice += advice.cannot_bind_advice(name, d_low, d_high, mode, budget_keys)
+    s.ratio_bounds = advice.ratio_bounds(name, d_low, d_high)
+    if get_measure(name).p_dependent:
+        s.form, s.measure, s.budget_low, s.budget_high = "divclip", name, d_low, d_high
+    else:
+        lo, hi = s.ratio_bounds
+        s.budget_low, s.budget_high = 1.0 - lo, hi - 1.0
+    s.notes.append(f"{mode}: {name} budget δ_low = {d_low:.6g}, δ_high = {d_high:.6g} (from "
+                   f"{advice.DELTA_ENV if from_env else 'clip_ratio_low/high'})")
+
+
+# ----------------------------------------------------------------------------------------------- write
+def _num(x) -> float:
+    return float(x)
+
+
+def _write_clip(spec, env: dict, notes: list) -> dict:
+    name = spec.measure_name
+    c = _num(spec.dual_clip_c) if spec.dual_clip_c is not None else math.inf
+    if spec.level == "sequence":
+        if name != "ratio":
+            raise ValueError(f"verl has no sequence-level {name} clip (gspo clips the sequence ratio), got {name!r}")
+        return {"policy_loss.loss_mode": "gspo", "clip_ratio_low": _num(spec.eps_low),
+                "clip_ratio_high": _num(spec.eps_high)}
+    if name == "ratio":
+        return {"policy_loss.loss_mode": "vanilla", "clip_ratio_low": _num(spec.eps_low),
+                "clip_ratio_high": _num(spec.eps_high), "clip_ratio_c": c}
+    if name == "kl3":
+        lo, _ = advice.measure_bounds("kl3", _num(spec.delta), _num(spec.delta))
+        # the root finder's l_δ carries ~1e-16 of noise (0.8 comes back as 0.8000000000000000444): 15 digits give
+        # ATR's ε_low = 0.2 exactly, and atr_kl3 recomputes δ = KL3(1 - ε_low) and u_δ from it
+        eps_low = float(format(1.0 - lo, ".15g"))
+        hi = advice.atr_kl3_bounds(eps_low)[1]
+        env[advice.PLUGIN_ENV] = advice.PLUGIN_MODULE
+        notes.append("atr_kl3 takes ε_low = clip_ratio_low and sets δ = KL3(1 - ε_low); clip_ratio_high = u_δ - 1")
+        return {"policy_loss.loss_mode": advice.ATR_MODE, "clip_ratio_low": eps_low, "clip_ratio_high": hi - 1.0,
+                "clip_ratio_c": c}
+    d = _num(spec.delta)
+    env[advice.PLUGIN_ENV] = advice.PLUGIN_MODULE
+    env[advice.DELTA_ENV] = repr(d)
+    notes.append(f"divclip_{name} reads δ from {advice.DELTA_ENV}; clip_ratio_low/high carry the same δ")
+    return {"policy_loss.loss_mode": f"divclip_{name}", "clip_ratio_low": d, "clip_ratio_high": d, "clip_ratio_c": c}
+
+
+def _write_gated(spec, env: dict, notes: list) -> dict:
+    name = spec.measure_name
+    modes = {m: mode for mode, m in _DPPO.items()}
+    if name not in modes:
+        raise ValueError(f"verl has DPPO masks for binary_kl and binary_tv only, got measure {name!r}")
+    d = _num(spec.delta)
+    notes.append("dppo_*: clip_ratio_low/high are the δ of the mask, clip_ratio_c truncates the IS weight")
+    return {"policy_loss.loss_mode": modes[name], "clip_ratio_low": d, "clip_ratio_high": d,
+            "clip_ratio_c": _num(spec.tis_cap) if spec.tis_cap is not None else math.inf}
+
+
+def _write_cispo(spec, env: dict, notes: list) -> dict:
+    if spec.measure_name != "ratio":
+        raise ValueError(f"verl's cispo clips the ratio by widths ε, got measure {spec.measure_name!r}")
+    return {"policy_loss.loss_mode": "cispo", "clip_ratio_low": _num(spec.eps_low),
+            "clip_ratio_high": _num(spec.eps_high)}
+
+
+def _write_sapo(spec, env: dict, notes: list) -> dict:
+    notes.append("verl 0.9.1's sapo aggregates seq-mean-token-mean whatever loss_agg_mode says")
+    return {"policy_loss.loss_mode": "sapo", "tau_pos": _num(spec.tau_pos), "tau_neg": _num(spec.tau_neg)}
+
+
+def _write_cispo_cap(spec, env: dict, notes: list) -> dict:
+    """TRL's cispo (`cispo_cap`: the IS weight capped at c, no lower bound) is verl's cispo at clip_ratio_low = 1."""
+    from divclip.theory.forms_trl import cispo_cap_as_cispo
+
+    return _write_cispo(cispo_cap_as_cispo(spec), env, notes)
+
+
+def _write_gpg(spec, env: dict, notes: list) -> dict:
+    return {"policy_loss.loss_mode": "gpg"}
+
+
+def _write_dro(spec, env: dict, notes: list) -> dict:
+    return {"policy_loss.loss_mode": "dro", "policy_loss.dro_beta": _num(spec.param("dro_beta"))}
+
+
+def _write_clip_cov(spec, env: dict, notes: list) -> dict:
+    if spec.measure_name != "ratio":
+        raise ValueError(f"verl's clip_cov clips the ratio by widths ε, got measure {spec.measure_name!r}")
+    return {"policy_loss.loss_mode": "clip_cov", "clip_ratio_low": _num(spec.eps_low),
+            "clip_ratio_high": _num(spec.eps_high),
+            **{f"policy_loss.{k}": _num(spec.param(k)) for k in ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub")}}
+
+
+def _write_kl_cov(spec, env: dict, notes: list) -> dict:
+    return {"policy_loss.loss_mode": "kl_cov", "policy_loss.kl_cov_ratio": _num(spec.param("kl_cov_ratio")),
+            "policy_loss.ppo_kl_coef": _num(spec.param("kl_cov_coef"))}
+
+
+def _write_geo_mean(spec, env: dict, notes: list) -> dict:
+    notes.append("geo_mean: clip_ratio_low/high are log-space widths (log r in [−low, high]); verl averages its "
+                 "sequence losses whatever loss_agg_mode says")
+    return {"policy_loss.loss_mode": "geo_mean", "clip_ratio_low": _num(spec.param("gmpo_eps_low")),
+            "clip_ratio_high": _num(spec.param("gmpo_eps_high"))}
+
+
+def _write_reinforce_is(spec, env: dict, notes: list) -> dict:
+    cap, floor = _num(spec.param("rollout_is_threshold")), _num(spec.param("rollout_is_threshold_lower"))
+    notes.append("bypass_mode uses the rollout's log-probs as old_log_prob: the rollout must return them "
+                 "(actor_rollout_ref.rollout.calculate_log_probs=true)")
+    return {RC + "bypass_mode": True, RC + "loss_type": "reinforce",
+            RC + "rollout_is": "token" if spec.mode == "reinforce_is" else "sequence",
+            RC + "rollout_is_threshold": f"{floor!r}_{cap!r}" if floor > 0 else cap,
+            RC + "rollout_is_batch_normalize": bool(spec.param("rollout_is_batch_normalize"))}
+
+
+WRITERS = {"clip": _write_clip, "gated": _write_gated, "cispo": _write_cispo, "sapo": _write_sapo,
+           "gpg": _write_gpg, "dro": _write_dro, "clip_cov": _write_clip_cov, "kl_cov": _write_kl_cov,
+           "geo_mean": _write_geo_mean, "reinforce_is": _write_reinforce_is, "reinforce_seq_is": _write_reinforce_is,
+           "cispo_cap": _write_cispo_cap}
+"""{ClipSpec.mode: fn(spec, env, notes) -> {key below actor_rollout_ref.actor. (or a whole `algorithm.` key):
+value}}: the keys that run it."""
+
+
+def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label: str | None = None) -> EngineWrite:
+    """`spec` as complete verl settings: every key the clip reads once, loss_mode explicit, the plug-in hook where
+    needed; `recipe` adds the method's published aggregation (`loss_agg_mode` given here wins). A ValueError says
+    what verl cannot express."""
+    from divclip.engines.base import check_spec
+
+    spec, label = check_spec(spec, label)
+    env: dict = {}
+    notes: list = []
+    diffs: list = []
+    if _combined(spec):  # intersections and adaptive δ: the divclip_method mode reads the whole method string
+        keys = _write_method(spec, env, notes)
+    elif spec.mode in WRITERS:
+        keys = WRITERS[spec.mode](spec, env, notes)
+    else:
+        raise ValueError(f"verl has no loss_mode for the {spec.mode!r} loss form (verl modes divclip writes: "
+                         f"{', '.join(WRITERS)} forms)")
+    if keys.get("clip_ratio_c") == math.inf:
+        notes.append("clip_ratio_c=inf: no dual clip / IS truncation (this method has none; verl's default is 3.0)")
+    # always written (verl's default when the method names none), so a block pasted after another leaves
+    # nothing of the other's aggregation in force
+    agg = _aggregation(spec, recipe, loss_agg_mode, notes) or (
+        "seq-mean-token-mean" if spec.mode == "sapo" else KEYS[A + "loss_agg_mode"].default)
+    if agg not in LOSS_AGG_MODES:
+        raise ValueError(f"loss_agg_mode must be one of {list(LOSS_AGG_MODES)}, got {agg!r}")
+    keys["loss_agg_mode"] = agg
+    if spec.mode == "sapo" and agg != "seq-mean-token-mean" and loss_agg_mode is not None:
+        diffs.append(Difference(f"aggregation {agg}", "verl's sapo always aggregates seq-mean-token-mean"))
+    settings = {(k if k.startswith("algorithm.") else A + k): v for k, v in keys.items()}
+    return EngineWrite(NAME, label, env, settings, tuple(notes), differences=tuple(diffs))
+
+
+def _aggregation(spec, recipe: bool, loss_agg_mode, notes: list) -> str | None:
+    if loss_agg_mode is not None:
+        return loss_agg_mode
+    found = recipe_for(spec) if recipe else None
+    if found is None:
+        return None
+    notes.append(f"loss_agg_mode={found.loss_agg_mode}: {found.source}")
+    return found.loss_agg_mode
+
+
+def _combined(spec) -> bool:
+    from divclip.theory.spec import AllOf, is_adaptive
+
+    return isinstance(spec, AllOf) or is_adaptive(spec)
+
+
+def _write_method(spec, env: dict, notes: list) -> dict:
+    from divclip.theory.spec import method_string
+
+    if getattr(spec, "signal", None) == "entropy":
+        raise ValueError("verl does not hand the policy loss the entropy: adapt to clipfrac or kl3 for verl")
+    env.update({advice.PLUGIN_ENV: advice.PLUGIN_MODULE, METHOD_ENV: method_string(spec)})
+    notes.append(f"{METHOD_MODE} reads the whole method from {METHOD_ENV}; verl's clip_ratio* keys are ignored")
+    return {"policy_loss.loss_mode": METHOD_MODE}
+
+
+# ---------------------------------------------------------------------------------------------- render
+def _override_value(v) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, float):
+        return "inf" if v == math.inf else repr(v)
+    return str(v)
+
+
+def _yaml_value(v) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, float):
+        return ".inf" if v == math.inf else repr(v)
+    return str(v)
+
+
+def render(w: EngineWrite, fmt: str) -> list[str]:
+    """The body of `w` as a verl command line ('overrides'), actor config YAML ('yaml') or a Python list of
+    overrides ('python'); `divclip check` reads each back."""
+    if fmt == "overrides":
+        lines = [f"{k}={shlex.quote(str(v))}" for k, v in w.env.items()] + ["python3 -m verl.trainer.main_ppo"]
+        lines += [f"    {k}={_override_value(v)}" for k, v in w.settings.items()]
+        return [line + " \\" for line in lines[:-1]] + lines[-1:]
+    if fmt == "yaml":
+        return [f"# environment: {k}={v}" for k, v in w.env.items()] + _yaml_tree(w.settings)
+    out = ["import os", ""] if w.env else []
+    out += [f"os.environ[{k!r}] = {v!r}" for k, v in w.env.items()]
+    out += ["overrides = ["] + [f"    {f'{k}={_override_value(v)}'!r}," for k, v in w.settings.items()] + ["]"]
+    return out
+
+
+def _yaml_tree(settings: dict) -> list[str]:
+    tree: dict = {}
+    for key, v in settings.items():
+        node = tree
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = v
+    out: list[str] = []
+
+    def walk(node, depth):
+        for k, v in node.items():
+            if isinstance(v, dict):
+                out.append("  " * depth + f"{k}:")
+                walk(v, depth + 1)
+            else:
+                out.append("  " * depth + f"{k}: {_yaml_value(v)}")
+
+    walk(tree, 0)
+    return out
+

@@ -1,0 +1,186 @@
+"""Read a launch command (a shell script, an override list, a flag line) into flat settings, safely.
+
+Nothing is executed: the text is split with `shlex` (`#` comments, quotes, `\\` line continuations), one
+logical line at a time, and each token is classified:
+
+* `key=value` (with `+`/`++` in front: a key hydra adds) — a hydra override or an environment variable
+  (`VERL_USE_EXTERNAL_MODULES=...`) that the command sets; `~key` deletes.
+* `--name value`, `--name=value`, `--name v1 v2` (nargs: a list), or a bare `--name` (a switch: true) — a
+  flag, kept with its dashes (`--actor.eps_clip`), as engines' argparse parsers name them.
+* anything else is a command word (`python3 -m verl.trainer.main_ppo`, `set -x`): ignored and listed. A word
+  that looks like a config key (`actor_rollout_ref.actor.clip_ratio_high 0.28`: no '=') is listed as a stray,
+  which `divclip check` reports as a warning.
+
+`NAME=value` assignments define shell variables that later `$NAME` / `${NAME}` take (the only expansion done);
+slime's `ARGS=( --flag value ... )` arrays read as their flags.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+
+from divclip.sanity.errors import ConfigError
+
+OVERRIDE_KEY = re.compile(r"^[A-Za-z_][\w\-@/.]*$")
+FLAG = re.compile(r"^--[A-Za-z][\w\-.]*$")
+_INT = re.compile(r"^[-+]?\d+$")
+# Floats as hydra/OmegaConf read them, including "3e-4", which plain YAML 1.1 leaves as a string.
+_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^[-+]?(inf|nan)$", re.IGNORECASE)
+_VARIABLE = re.compile(r"^[A-Za-z_]\w*$")
+_EXPANSION = re.compile(r"\$\{([A-Za-z_]\w*)\}|\$([A-Za-z_]\w*)")
+_DOTTED = re.compile(r"^[A-Za-z_][\w\-]*(\.[\w\-]+)+$")  # a config key written without '=' (not a file name)
+_FILE_SUFFIXES = (".py", ".sh", ".yaml", ".yml", ".json", ".txt", ".parquet", ".jsonl")
+_MODULE_FLAGS = ("-m", "--module")
+MAX_FLAG_VALUES = 8  # values one flag takes (argparse nargs); the rest of a line is command words
+
+
+@dataclass
+class Tokens:
+    """What a launch command sets: settings, deletions, added keys, command words and stray key-like words."""
+
+    values: dict = field(default_factory=dict)
+    deletions: list = field(default_factory=list)
+    added: set = field(default_factory=set)  # keys given as +key=value (hydra adds them: never unknown)
+    ignored: list = field(default_factory=list)  # command words
+    stray: list = field(default_factory=list)  # [(line, text)]: a key without '=' (an override that was not read)
+    flags: bool = False  # any --flag seen
+
+
+def logical_lines(text: str) -> list[tuple[int, str]]:
+    """[(first line number, text)], backslash-newline continuations joined."""
+    out, start, parts = [], None, []
+    for number, line in enumerate(text.splitlines(), 1):
+        start = number if start is None else start
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            parts.append(line[:-1])
+            continue
+        parts.append(line)
+        out.append((start, " ".join(parts)))
+        start, parts = None, []
+    if parts:
+        out.append((start, " ".join(parts)))
+    return out
+
+
+def split_line(line: str, name: str, number: int | None = None) -> list[str]:
+    try:
+        return [t for t in shlex.split(line, comments=True, posix=True) if t.strip()]
+    except ValueError as exc:  # "No closing quotation", "No escaped character"
+        where = f" (line {number})" if number is not None else ""
+        raise ConfigError(f"config {name!r} cannot be split into override tokens{where}: {exc}") from None
+
+
+def read_script(text: str, name: str) -> Tokens:
+    """The settings of a launch script or override list (see the module doc string)."""
+    out, variables = Tokens(), {}
+    for number, line in logical_lines(text):
+        read_tokens(split_line(line, name, number), out, variables, f"line {number} of {name!r}", number)
+    return out
+
+
+def read_tokens(tokens: list, out: Tokens, variables: dict | None = None, what: str = "override",
+                number: int | None = None) -> Tokens:
+    """Classify one line's tokens into `out` (see the module doc string)."""
+    variables = {} if variables is None else variables
+    tokens = [_expand(t, variables) for t in tokens]
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if not isinstance(tok, str):
+            raise ConfigError(f"{what} must be a string 'key=value', got {type(tok).__name__}")
+        nxt = tokens[i + 1] if i + 1 < len(tokens) else None
+        if tok.startswith("--") and FLAG.match(tok.split("=", 1)[0]):
+            i += _flag(tok, tokens[i + 1:], out)
+        elif tok.startswith("~"):
+            _delete(tok[1:].split("=", 1)[0], tok, out, what)
+            i += 1
+        elif "=" in tok and not tok.startswith("-"):
+            _assign(tok, out, variables, what)
+            i += 1
+        else:
+            _word(tok, tokens[i - 1] if i else None, nxt, out, number)
+            i += 1
+    return out
+
+
+def _flag(tok: str, rest: list, out: Tokens) -> int:
+    out.flags = True
+    name, eq, value = tok.partition("=")
+    if eq:
+        out.values[name] = parse_value(value)
+        return 1
+    taken = []
+    while len(taken) < MAX_FLAG_VALUES and len(rest) > len(taken) and _is_value(rest[len(taken)]):
+        if taken and not _FLOAT.match(rest[len(taken)]):  # a second value must be a number (nargs=2 widths);
+            break  # a word after `--nproc 8` is the script, not a value
+        taken.append(parse_value(rest[len(taken)]))
+    # a switch (store_true) is true; nargs=2 flags (OpenRLHF's --actor.eps_clip_low_high 0.2 0.28) are a list
+    out.values[name] = True if not taken else taken[0] if len(taken) == 1 else taken
+    return 1 + len(taken)
+
+
+def _is_value(tok: str) -> bool:
+    if tok.startswith("-"):
+        return bool(_FLOAT.match(tok))  # -0.5 is a value, -m and --x are not
+    key = tok.split("=", 1)[0].lstrip("+")  # a dotted hydra override after a switch is not its value
+    return not ("=" in tok and "." in key and OVERRIDE_KEY.match(key))
+
+
+def _assign(tok: str, out: Tokens, variables: dict, what: str) -> None:
+    key, text = tok.split("=", 1)
+    added = key.startswith("+")
+    key = key.lstrip("+")
+    if not OVERRIDE_KEY.match(key):
+        raise ConfigError(f"{what} {tok!r} is not a hydra override: the key {key!r} must look like a.b.c")
+    if text == "(" and _VARIABLE.match(key):  # the start of a shell array: its flags follow
+        return
+    if _VARIABLE.match(key):
+        variables[key] = text
+    out.values[key] = parse_value(text)
+    if added:
+        out.added.add(key)
+
+
+def _delete(key: str, tok: str, out: Tokens, what: str) -> None:
+    if not OVERRIDE_KEY.match(key):
+        raise ConfigError(f"{what} {tok!r} is not a hydra override: the key {key!r} must look like a.b.c")
+    out.deletions.append(key)
+    for k in [k for k in out.values if k == key or k.startswith(key + ".")]:
+        del out.values[k]
+
+
+def _word(tok: str, prev, nxt, out: Tokens, number) -> None:
+    out.ignored.append(tok)
+    if prev in _MODULE_FLAGS or not _DOTTED.match(tok) or tok.lower().endswith(_FILE_SUFFIXES):
+        return
+    shown = tok if nxt is None or nxt.startswith("-") or "=" in nxt else f"{tok} {nxt}"
+    out.stray.append((number, shown))
+
+
+def _expand(tok, variables: dict):
+    if not isinstance(tok, str) or "$" not in tok:
+        return tok
+    return _EXPANSION.sub(lambda m: variables.get(m.group(1) or m.group(2), m.group(0)), tok)
+
+
+def parse_value(text: str):
+    """A hydra override value: null, true/false, int, float (3e-4 included), quoted or bare string."""
+    s = text.strip()
+    if len(s) >= 2 and s[0] == s[-1] and s[0] in "'\"":
+        return s[1:-1]
+    low = s.lower()
+    if low in ("null", "~", "none"):
+        return None
+    if low in ("true", "false"):
+        return low == "true"
+    if _INT.match(s) and len(s) <= 30:  # longer digit strings stay text (and fail typing with their name)
+        return int(s)
+    if _FLOAT.match(s):
+        return float(s)
+    return s
+
+
+def looks_like_float(text: str) -> bool:
+    return bool(_FLOAT.match(text.strip()))

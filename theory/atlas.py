@@ -1,0 +1,319 @@
+"""Every clip objective in one frame: the gradient weight w(q, r, A), the keep interval, and the named methods.
+
+For a token with old probability q = π_old(a), ratio r = π_θ(a)/q and advantage A, a token-level method's
+per-token loss ℓ has
+
+    ∂ℓ/∂log π = −A·w(q, r, A)
+
+so w is what the method does to the token's policy gradient: 0 where the gradient is clipped away, r for an
+unclipped PPO token (the importance weight), r times the gate's slope for SAPO, 1 for GPG (docs/theory.md §8).
+`gradient_weight` dispatches to the loss form's `Form.weight` (`divclip.theory.forms`), so a form declared
+anywhere (the core forms, `forms_verl`, `forms_trl`, `forms_published`) is in the frame once declared.
+tests/theory/test_atlas.py checks w against autograd through `policy_loss` for every token-level form.
+
+Sequence-level and batch-selective forms: GSPO (mode 'clip' at level='sequence') reads r as the sequence's
+length-normalised ratio s; every token of the sequence gets w(q, s, A). A form whose weight is not a function
+of (q, r, A) alone (`Form.token_level` False and no weight) makes `gradient_weight` raise a ValueError that
+says why (`Form.weight_note`).
+
+`METHODS` names methods: an engine's mode or a paper's method as a method string plus the loss aggregation it
+uses (verl `vanilla` is 'grpo/dual=3' with token-mean; TRL `dapo` is 'grpo' with token-mean).
+`catalogue()` is the atlas: every named method and every declared form, with family, sources, parameters and
+intervals (`divclip atlas`, the app's Atlas page, the method table in README.md and docs/theory.md §8).
+
+Torch-free: this module imports `divclip.theory.spec` inside functions only, so a `forms_*` module may call
+`declare_method` while spec is still importing it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import numpy as np
+
+from divclip.theory.forms import FORMS, Form
+
+__all__ = [
+    "METHODS",
+    "Q_GRID",
+    "Method",
+    "catalogue",
+    "declare_method",
+    "find_method",
+    "gradient_weight",
+    "interval",
+]
+
+Q_GRID = (0.001, 0.01, 0.1, 0.5, 0.9, 0.99)
+"""The old probabilities at which the atlas lists every method's interval."""
+AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+"""verl's loss_agg_mode names (`divclip.theory.loss_metrics.LOSS_AGG_MODES`, which imports torch)."""
+
+
+# ------------------------------------------------------------------------------------------ the frame
+def _form_of(spec) -> Form:
+    form = FORMS.get(spec.mode)
+    if form is None:
+        raise ValueError(f"mode {spec.mode!r} is registered in torch but has no declared Form: declare one with "
+                         f"divclip.theory.forms.declare_form to place it in the atlas; declared: {sorted(FORMS)}")
+    return form
+
+
+def _as_spec(spec):
+    """A ClipSpec from a ClipSpec, a method string or an atlas name ('dcpo', 'verl:vanilla'); δ0 if adaptive."""
+    from divclip.theory.spec import AdaptiveSpec, as_spec
+
+    if isinstance(spec, str) and (spec.strip() in _METHODS or spec.strip() in FORMS):
+        spec = find_method(spec).method  # an atlas name that is not itself a method string
+    spec = as_spec(spec)
+    return spec.fixed() if isinstance(spec, AdaptiveSpec) else spec  # one step's budget: δ0
+
+
+def _array(name: str, x, lo: float, hi: float, lo_open: bool) -> np.ndarray:
+    try:
+        a = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number or an array of numbers, got {x!r}") from None
+    bad = ~np.isfinite(a) | (a > hi) | ((a <= lo) if lo_open else (a < lo))
+    if bad.any():
+        allowed = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
+        first = float(a[bad].ravel()[0])
+        raise ValueError(f"{name} must lie in {allowed} (finite), got {first!r} among {a.size} values")
+    return a
+
+
+def _inputs(q, r, adv) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple]:
+    q = _array("q (the old probability)", q, 0.0, 1.0, lo_open=True)
+    r = _array("r (the ratio)", r, 0.0, np.inf, lo_open=False)
+    adv = _array("adv (the advantage)", adv, -np.inf, np.inf, lo_open=False)
+    try:
+        shape = np.broadcast(q, r, adv).shape
+    except ValueError:
+        raise ValueError(f"q, r and adv must broadcast together, got shapes {q.shape}, {r.shape} and "
+                         f"{adv.shape}") from None
+    return q, r, adv, shape
+
+
+def gradient_weight(spec, q, r, adv) -> np.ndarray:
+    """w with ∂ℓ/∂log π = −A·w for the per-token loss ℓ of `spec` (a ClipSpec, a method string or an atlas
+    name such as 'dcpo' or 'verl:vanilla').
+
+    q (old probability, in (0, 1]), r (ratio, >= 0) and adv (advantage) are numbers or numpy arrays that
+    broadcast; the result is a float64 array of their broadcast shape. See the module doc for what w is, and
+    docs/theory.md §8 for every form's formula. A ValueError names a bad argument, or says why the spec's form
+    has no per-token weight (sequence-level and batch-selective forms)."""
+    spec = _as_spec(spec)
+    form = _form_of(spec)
+    if form.weight is None:
+        why = form.weight_note or "its weight is not a function of (q, r, A) alone"
+        raise ValueError(f"mode {form.name!r} ({form.family}) has no per-token gradient weight w(q, r, A): {why}")
+    q, r, adv, shape = _inputs(q, r, adv)
+    w = np.asarray(form.weight(spec, q, r, adv), dtype=np.float64)
+    return np.broadcast_to(w, shape).copy()
+
+
+def interval(spec, q, sign: int):
+    """(lo, hi) float64 arrays shaped like q: the ratio range where `spec`'s form keeps the gradient for A of
+    `sign` (+1 or -1), or None where the form has no interval (`Form.interval`, docs/theory.md §8)."""
+    spec = _as_spec(spec)
+    form = _form_of(spec)
+    if sign not in (1, -1) or isinstance(sign, bool):
+        raise ValueError(f"sign must be +1 (A > 0) or -1 (A < 0), got {sign!r}")
+    q = _array("q (the old probability)", q, 0.0, 1.0, lo_open=True)
+    if form.interval is None:
+        return None
+    lo, hi = form.interval(spec, q, sign)
+    return (np.broadcast_to(np.asarray(lo, dtype=np.float64), q.shape).copy(),
+            np.broadcast_to(np.asarray(hi, dtype=np.float64), q.shape).copy())
+
+
+# ------------------------------------------------------------------------------------- named methods
+@dataclass(frozen=True)
+class Method:
+    """A named method: a method string with the loss aggregation and the sources it comes from."""
+
+    name: str
+    """'grpo', 'verl:vanilla', 'trl:dapo', 'dcpo'... (what `divclip atlas --methods` takes)"""
+    method: str
+    """the method string (`divclip.theory.spec.parse_method`)"""
+    sources: tuple[str, ...]
+    """'arXiv:2402.03300', 'verl:vanilla', 'trl:grpo'"""
+    agg: str | None = None
+    """the loss_agg_mode the engine or paper uses; None: not fixed by the method"""
+    note: str = ""
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name or "," in self.name or self.name != self.name.strip():
+            raise ValueError(f"Method.name must be a non-empty comma-free name, got {self.name!r}")
+        if self.agg is not None and self.agg not in AGG_MODES:
+            raise ValueError(f"Method.agg must be None or one of {list(AGG_MODES)}, got {self.agg!r}")
+        if not isinstance(self.sources, tuple) or not self.sources:
+            raise ValueError(f"Method.sources must be a non-empty tuple of strings, got {self.sources!r}")
+
+
+_METHODS: dict[str, Method] = {}
+METHODS = MappingProxyType(_METHODS)
+"""{name: Method}, read-only; `declare_method` adds to it (the forms_* modules add their engines' modes)."""
+
+
+def declare_method(method: Method) -> Method:
+    """Add a named method to the atlas (its method string is parsed when the catalogue is built)."""
+    if not isinstance(method, Method):
+        raise ValueError(f"declare_method takes a Method, got {method!r}")
+    _METHODS[method.name] = method
+    return method
+
+
+_TRL_CISPO = ("TRL clamps the IS weight above only, at epsilon_high (ε_max, 5.0 recommended in TRL's GRPOConfig "
+              "doc): ratio:1:4 is the cap r <= 5 with no lower bound")
+for _m in (
+    Method("grpo", "grpo", ("arXiv:2402.03300", "trl:grpo"), "seq-mean-token-mean"),
+    Method("dapo", "dapo", ("arXiv:2503.14476",), "token-mean", "clip-higher ε 0.2/0.28, token-mean"),
+    Method("dual_clip", "grpo/dual=3", ("arXiv:1912.09729",), None, "dual clip c = 3 on A < 0"),
+    Method("atr", "atr", ("arXiv:2602.05494",), None, "KL3 budget with GRPO's lower bound"),
+    Method("gspo", "gspo", ("arXiv:2507.18071", "verl:gspo"), "seq-mean-token-mean", "sequence ratio"),
+    Method("cispo", "ratio:0.2:0.2/cispo", ("arXiv:2506.13585", "verl:cispo"), "token-mean"),
+    Method("sapo", "sapo", ("arXiv:2511.20347", "verl:sapo", "trl:sapo"), "seq-mean-token-mean"),
+    Method("dppo_kl", "dppo_kl", ("arXiv:2602.04879", "verl:dppo_kl"), "token-mean"),
+    Method("dppo_tv", "dppo_tv", ("arXiv:2602.04879", "verl:dppo_tv"), "token-mean"),
+    Method("verl:vanilla", "grpo/dual=3", ("verl:vanilla",), "token-mean", "verl's clip_ratio_c = 3 default"),
+    Method("trl:dapo", "grpo", ("trl:dapo",), "token-mean", "TRL's epsilon_high defaults to epsilon (0.2)"),
+    Method("trl:bnpo", "grpo", ("trl:bnpo",), "token-mean", "token mean over the local batch"),
+    Method("trl:dr_grpo", "grpo", ("arXiv:2503.20783", "trl:dr_grpo"), "seq-mean-token-sum-norm"),
+    Method("trl:cispo", "ratio:1:4/cispo", ("trl:cispo",), "token-mean", _TRL_CISPO),
+):
+    declare_method(_m)
+
+
+def find_method(name: str) -> Method:
+    """The named method, a declared form's example, or an ad-hoc row for a method string."""
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"a method must be a name or a method string, got {name!r}")
+    name = name.strip()
+    if name in _METHODS:
+        return _METHODS[name]
+    if name in FORMS and FORMS[name].example:
+        form = FORMS[name]
+        return Method(name, form.example, form.sources or ("divclip",))
+    from divclip.theory.spec import parse_method
+
+    try:
+        spec = parse_method(name)
+    except ValueError as exc:
+        why = str(exc).split("; allowed:")[0]  # the grammar's long list of choices: `divclip atlas` has them
+        raise ValueError(f"method {name!r} is neither a named method nor a loss form (`divclip atlas` lists "
+                         f"them), nor a method string: {why}") from None
+    return Method(name, name, _form_of(spec).sources or ("divclip",))
+
+
+def catalogue_names() -> list[str]:
+    """Every row of the atlas: the named methods, then each declared form that no named method uses (at its
+    `Form.example`; a form without one is left out, and tests/theory/test_atlas.py names it)."""
+    from divclip.theory.spec import parse_method
+
+    names = list(_METHODS)
+    used = {parse_method(m.method).mode for m in _METHODS.values()}
+    names += [name for name, form in FORMS.items() if name not in used and name not in _METHODS and form.example]
+    return names
+
+
+def catalogue(names=None, with_nearest: bool = True) -> list[dict]:
+    """One JSON-ready row per method (`atlas_row`): every catalogue method, or `names` (names or strings)."""
+    if names is None:
+        names = catalogue_names()
+    elif isinstance(names, str):
+        names = [n.strip() for n in names.split(",") if n.strip()]
+    if not names:
+        raise ValueError("methods must name at least one method, e.g. 'grpo,dapo'")
+    return [atlas_row(find_method(n), with_nearest) for n in names]
+
+
+def _parameters(spec, form: Form) -> list[dict]:
+    """The spec's budget fields and the form's own parameters, each with its value and default."""
+    out = []
+    if form.uses_budget:
+        if spec.measure_name == "ratio" and getattr(spec, "parts", None) is None:
+            out += [{"name": "eps_low", "value": spec.eps_low, "default": None, "doc": "lower clip width"},
+                    {"name": "eps_high", "value": spec.eps_high, "default": None, "doc": "upper clip width"}]
+        elif getattr(spec, "parts", None) is None:
+            out.append({"name": "delta", "value": spec.delta, "default": None,
+                        "doc": f"budget of D = {spec.measure_name}"})
+    for field_name, doc in (("dual_clip_c", "dual-clip cap c"), ("tis_cap", "truncated IS cap")):
+        if getattr(spec, field_name) is not None:
+            out.append({"name": field_name, "value": getattr(spec, field_name), "default": None, "doc": doc})
+    if spec.mode == "sapo":
+        out += [{"name": "tau_pos", "value": spec.tau_pos, "default": 1.0, "doc": "gate temperature, A > 0"},
+                {"name": "tau_neg", "value": spec.tau_neg, "default": 1.05, "doc": "gate temperature, A <= 0"}]
+    out += [{"name": p.name, "value": spec.param(p.name), "default": p.default, "doc": p.doc} for p in form.params]
+    return out
+
+
+_FIELDS = ("eps_low", "eps_high", "delta", "dual_clip_c", "tis_cap", "tau_pos", "tau_neg")
+
+
+def method_parameters(method) -> list[dict]:
+    """The parameters of a method (a name, a method string or a ClipSpec) that `set_parameter` can change:
+    its budget fields and its form's own parameters, each with name, value, default and doc."""
+    spec = _as_spec(method)
+    return _parameters(spec, _form_of(spec))
+
+
+def set_parameter(method, name: str, value: float) -> str:
+    """The method string of `method` with one parameter (a budget field such as eps_high or delta, dual_clip_c,
+    tis_cap, tau_pos/tau_neg, or a form's own parameter) set to `value`; a ValueError says what is allowed."""
+    import dataclasses
+
+    from divclip.theory.spec import method_string
+
+    spec = _as_spec(method)
+    allowed = [p["name"] for p in _parameters(spec, _form_of(spec))]
+    if name not in allowed:
+        raise ValueError(f"method {method_string(spec)!r} has no parameter {name!r}; its parameters: {allowed}")
+    if name in _FIELDS:
+        new = dataclasses.replace(spec, **{name: value})
+    else:
+        new = dataclasses.replace(spec, params=tuple({**dict(spec.params), name: value}.items()))
+    return method_string(new)
+
+
+def _intervals(spec) -> dict | None:
+    q = np.asarray(Q_GRID)
+    pos, neg = interval(spec, q, 1), interval(spec, q, -1)
+    if pos is None:
+        return None
+    pair = lambda lo, hi: [[float(a), float(b)] for a, b in zip(lo, hi)]  # noqa: E731
+    return {"q": list(Q_GRID), "A>0": pair(*pos), "A<0": pair(*neg)}
+
+
+_SEQUENCE_NOTE = ("sequence level: r is the sequence's length-normalised ratio s = exp(mean log r_t), and every "
+                  "token of the sequence gets w(q, s, A)")
+
+
+def atlas_row(method: Method, with_nearest: bool = True) -> dict:
+    """The atlas entry of one method: name, method string, label, form, family, summary, sources, loss
+    aggregation, parameters (value and default), intervals on `Q_GRID` by the sign of A (None where the form
+    has none), the weight's meaning, and the divergence budget it equals or comes nearest to."""
+    from divclip.theory.nearest_budget import nearest_budget
+    from divclip.theory.spec import method_string, parse_method, spec_label
+
+    spec = parse_method(method.method)
+    form = _form_of(spec)
+    row = {
+        "name": method.name,
+        "method": method_string(spec),
+        "label": spec_label(spec),
+        "form": form.name,
+        "family": "sequence-level" if spec.level == "sequence" else form.family,
+        "summary": form.summary,
+        "sources": list(method.sources),
+        "agg": method.agg,
+        "note": method.note,
+        "parameters": _parameters(spec, form),
+        "token_level": form.weight is not None,
+        "weight_note": _SEQUENCE_NOTE if spec.level == "sequence" else form.weight_note,
+        "intervals": _intervals(spec),
+    }
+    if with_nearest:
+        row["nearest"] = nearest_budget(row["intervals"])
+    return row
