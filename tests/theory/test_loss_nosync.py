@@ -53,11 +53,28 @@ def example_specs(mode: str) -> list[str]:
     return out[:3]  # bare 'kl3/MODE' only where budgeted strings do not parse (sapo-like forms)
 
 
+# Modes that read the host in eager on purpose, with the reason; their eager no-host-read tests are expected to
+# fail (strict: a mode that stops reading must leave this list). They still must compile whole (slow test).
+KNOWN_HOST_READS = {
+    "clip_cov": "eager draws verl's random pick (randperm over a data-dependent count) for bit parity with verl; "
+                "compiled it picks without a host read (theory/modes_verl.py)",
+}
+
+
 def all_specs() -> list[str]:
     return [s for mode in MODES for s in example_specs(mode)] + EXTRA_SPECS
 
 
 SPECS = all_specs()
+
+
+def eager_specs():
+    """SPECS, with the modes of KNOWN_HOST_READS as strict expected failures."""
+    out = []
+    for spec in SPECS:
+        reason = KNOWN_HOST_READS.get(parse_method(spec).mode)
+        out.append(pytest.param(spec, marks=pytest.mark.xfail(strict=True, reason=reason)) if reason else spec)
+    return out
 
 
 def make_inputs(device="cpu", dtype=torch.float32, shape=(6, 40), seed=0):
@@ -109,13 +126,13 @@ def test_every_registered_mode_has_an_example():
 
 
 # ------------------------------------------------------------------------------------------- no host read
-@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("spec", eager_specs())
 def test_no_host_read_on_meta(spec):
     loss, grad, metrics = run(spec, make_inputs("meta"), metrics=False)
     assert loss.device.type == "meta" and loss.shape == () and grad.shape == (6, 40) and metrics == {}
 
 
-@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("spec", eager_specs())
 def test_no_host_read_on_cpu(spec, no_host_compaction):
     inputs = make_inputs()
     with NoHostRead():
@@ -153,7 +170,7 @@ def test_sync_free_bounds_agree_with_host_compaction(spec, dtype, monkeypatch):
 
 
 # ---------------------------------------------------------------------------------- one transfer, metrics
-@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("spec", eager_specs())
 def test_metrics_read_the_host_once(spec, no_host_compaction, monkeypatch):
     inputs, calls = make_inputs(), []
     tolist = torch.Tensor.tolist
