@@ -27,7 +27,7 @@ import math
 import torch
 
 from divclip.theory.loss_metrics import masked_mean_verl, masked_sum_verl, register_aggregation
-from divclip.theory.loss_modes import LOG_RATIO_CLAMP, PolicyTerms, _flag, _WithGradient, register_mode
+from divclip.theory.loss_modes import LOG_RATIO_CLAMP, PolicyTerms, _flag, _WithGradient, ratio_bounds, register_mode
 
 IS_SAFETY_BOUND = 20.0  # verl rollout_corr_helper.SAFETY_BOUND: log IS weights are clamped to ±20 before exp
 
@@ -43,7 +43,7 @@ def _p_free_bounds(spec):
     if spec.p_dependent:
         raise ValueError(f"mode {spec.mode!r} clips with one scalar interval: it needs a p-independent measure, "
                          f"got measure={spec.measure_name!r}")
-    return spec.ratio_bounds()
+    return ratio_bounds(spec)  # a compile-time constant under torch.compile
 
 
 # ---------------------------------------------------------------------------------------------- GPG
