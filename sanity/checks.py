@@ -85,7 +85,7 @@ def check_settings(s: ClipSettings, intended_measure: str | None = None) -> list
 
 
 def _k(s: ClipSettings, role: str) -> str | None:
-    """The engine's key for a role (divclip.engines: EngineRead.roles), e.g. verl's clip_ratio_low for eps_low."""
+    """The engine's key for a role (divclip.engines: EngineRead.roles), e.g. verl's lower clip width for eps_low."""
     return s.role(role)
 
 
