@@ -193,7 +193,10 @@ def test_verl_settings_read_as_the_documented_spec(case):
 
 def test_every_verl_loss_mode_is_covered(ca):
     """Each of verl's registered policy losses has a case here, and each verl form a torch implementation."""
-    verl_modes = set(ca.POLICY_LOSS_REGISTRY)
+    # verl's own registrations: divclip's verl plug-in adds atr_kl3 / divclip_* to the same registry when another
+    # test file of this worker has imported it
+    verl_modes = {m for m, fn in ca.POLICY_LOSS_REGISTRY.items() if fn.__module__.startswith("verl.")}
+    assert len(verl_modes) == 12
     covered = {verl_setup(case.settings, "token-mean")[0] for case in CASES}
     assert verl_modes == covered
     for mode in ("gpg", "dro", "clip_cov", "kl_cov", "geo_mean", "reinforce_is", "reinforce_seq_is"):
