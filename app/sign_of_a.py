@@ -4,7 +4,7 @@ check, both computed by theory's own loss (`divclip.theory.policy_terms`, the pe
 For a p-free measure at budget δ with interval [l_δ, u_δ] (docs/theory.md §1, §1.1):
 * the curves are theory's per-token loss ℓ(r) = max(−A·r, −A·clip(r)) and its autograd gradient ∂ℓ/∂log π
   (−A·r where the token keeps its gradient, 0 where it is clipped), for the measure at δ, for the ratio clip at
-  [l_δ, u_δ] (ε from `equivalent_ratio_clip`), and for A < 0 with the dual clip c (verl's `clip_ratio_c`);
+  [l_δ, u_δ] (ε from `equivalent_ratio_clip`), and for A < 0 with the dual clip c (on in verl's vanilla, c = 3);
 * the check draws random tokens (r, A) and compares the two specs' loss and gradient token by token: the
   gradient-equivalence theorem says they are the same.
 """
@@ -19,7 +19,7 @@ from divclip import theory
 from divclip.theory.spec import ClipSpec
 from divclip.theory.symbolic import CheckResult
 
-DUAL_CLIP_C = 3.0  # verl's default clip_ratio_c (docs/theory.md §1.1)
+DUAL_CLIP_C = 3.0  # verl's default dual-clip cap c (docs/theory.md §1.1)
 N_TOKENS = 2000  # random tokens of the equivalence check
 SEED = 20260211  # the derivation's seed (theory/_symbolic_generic.py)
 

@@ -55,7 +55,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=bounded_int("--seed", 0, 2**32 - 1), default=0,
                    help="seed of the noise model (0 to 2^32-1)")
     p.add_argument("--num-processes", type=bounded_int("--num-processes", 1, 2**20), default=1,
-                   help="TRL world size (to derive steps_per_generation from generation_batch_size; at most 2^20)")
+                   help="TRL world size (TRL derives its micro-steps per generation from the generation batch "
+                        "size and it; at most 2^20)")
     p.add_argument("--max-bytes", type=bounded_int("--max-bytes", 1, MAX_BYTES_CAP), default=Limits().max_bytes,
                    help=f"largest rollout file (and decoded payload) accepted, in bytes (default {Limits().max_bytes}, "
                         f"at most {MAX_BYTES_CAP})")

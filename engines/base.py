@@ -9,7 +9,8 @@ An engine module (`divclip.engines.verl`, `.trl`, ...) holds everything divclip 
 `read(settings, **options)` takes any options (`divclip check` passes num_processes) and fills
 `EngineRead.roles` ({"eps_low": key, "epochs": key, ...}) so the sanity checks name the engine's own keys, and
 `unknown_keys` (with the nearest known key); an engine's own pitfalls go in `EngineRead.advice` as
-`divclip.sanity.advice.Advice(code, message, key)` with the code's source in `advice.SOURCES`. A module also has
+`divclip.engines.pitfalls.Pitfall(code, message, key, source)` (a module whose pitfalls each have one fixed source
+lists them in `CHECK_SOURCES`, which `divclip.sanity.checks.SOURCES` takes in). A module also has
 `KNOWN_KEYS_FROM` (the source of the unknown-key warning) and may have `FORMAT_ALIASES` ({"overrides": "flags"}).
 
 Settings are flat mappings of the engine's own names: dotted keys as a YAML file or hydra override writes them
@@ -91,7 +92,7 @@ class EngineRead:
     delta_low: float | None = None
     delta_high: float | None = None
     ratio_bounds: list | None = None
-    advice: list = field(default_factory=list)  # [advice.Advice]: warnings the plug-ins log at run time too
+    advice: list = field(default_factory=list)  # [Advice]: the engine's pitfalls, and what the plug-ins log
     spec: object = None  # the method as a divclip ClipSpec; None where divclip does not model the loss
     unknown_keys: list = field(default_factory=list)  # [(key, nearest known key or None)]
     differences: list = field(default_factory=list)  # [Difference]: what the ClipSpec does not carry

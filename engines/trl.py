@@ -32,6 +32,7 @@ from divclip.engines.base import (
     typed_values,
     unknown_keys,
 )
+from divclip.engines.pitfalls import Pitfall
 from divclip.sanity import advice
 from divclip.sanity.errors import ConfigError
 from divclip.theory.conversions import delta_for_eps
@@ -47,6 +48,7 @@ DEFAULTS_FROM = (
 FORMATS = ("python", "yaml", "flags")
 FORMAT_ALIASES = {"overrides": "flags"}  # `divclip export --format overrides`: an engine's command line
 PLUGIN = "divclip.trainer.integrations.trl"
+DEFAULT_WIDTH = (0.2, "verl's clip_ratio and GRPO's ε")  # advice.budget_advice's `default`: TRL's epsilon too
 
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
 KEYS: dict[str, Key] = {
@@ -181,6 +183,7 @@ def read(settings: Mapping, *, num_processes: int = 1, **_options) -> EngineRead
         s.notes.append("steps_per_generation derived from generation_batch_size assuming 1 process "
                        "(pass --num-processes for multi-GPU runs)")
     _read_spec(s, g)
+    s.advice[:0] = pitfalls(s)  # before the plug-in's own advice, as `divclip check` has always listed them
     return s
 
 
@@ -300,8 +303,8 @@ def _divclip(s: EngineRead, values: dict, g: dict, keys: dict, steps: int) -> No
         _method(s, d["clip_method"])
         return
     name, clip_delta = d["clip_measure"], d["clip_delta"]
-    found = advice.trl_advice(name, clip_delta, g["epsilon"], g["epsilon_high"], g["num_iterations"], steps,
-                              g["gradient_accumulation_steps"])
+    found = plugin_advice(name, clip_delta, g["epsilon_high"], g["num_iterations"], steps,
+                          g["gradient_accumulation_steps"])
     s.advice += [a for a in found if a.code != "on_policy_clip_inert"]  # the on-policy check reports that
     if name == "ratio":
         if clip_delta is not None:
@@ -338,6 +341,64 @@ def _method(s: EngineRead, text: str) -> None:
         raise ConfigError(f"clip_method: {exc}") from None
     s.notes.append(f"clip_method={text!r} is the whole method: epsilon, epsilon_high, delta and clip_measure are "
                    "ignored")
+
+
+# -------------------------------------------------------------------------------------------- pitfalls
+CHECK_SOURCES = {
+    "trl_cispo_cap_is_absolute": f"TRL {VERSION[:4]} grpo_config.py (epsilon_high help: for cispo it is ScaleRL's "
+    "ε_max, recommended 5.0) and grpo_trainer.py: torch.clamp(coef_1, max=epsilon_high)",
+    "trl_delta_below_upper_clip": f"TRL {VERSION[:4]} grpo_config.py (delta: 'Recommended to be greater than 1 + ε'; "
+    "INTELLECT-2, arXiv 2505.07291)",
+}
+"""The source of each warning only TRL's settings raise (`divclip.sanity.checks.SOURCES` lists them too)."""
+ON_POLICY_SOURCE = (f"docs/theory.md §5; TRL {VERSION[:4]} grpo_trainer.py uses the current log-probs, detached, as "
+                    "the old ones when gradient_accumulation_steps is a multiple of steps_per_generation × "
+                    "num_iterations")
+CISPO_CAP_MIN = 1.5  # a cap this close to 1 down-weights every token that moved up at all
+CISPO_CAP_RECOMMENDED = 5.0  # ScaleRL's ε_max, GRPOConfig's help for epsilon_high under cispo
+
+
+def pitfalls(s: EngineRead) -> list[Pitfall]:
+    """What TRL's own fields get wrong: `delta` at or below the upper clip bound, cispo's absolute cap."""
+    out = []
+    if s.dual_clip_c is not None and s.budget_high is not None and s.dual_clip_c <= 1.0 + s.budget_high:
+        out.append(Pitfall(
+            "trl_delta_below_upper_clip",
+            f"delta = {s.dual_clip_c:g} caps the ratio at or below the upper clip bound 1 + ε_high = "
+            f"{1 + s.budget_high:g}; TRL recommends delta > 1 + ε (INTELLECT-2 used 4).", "delta",
+            CHECK_SOURCES["trl_delta_below_upper_clip"]))
+    if s.form == "cispo" and s.cap < CISPO_CAP_MIN:
+        set_it = "epsilon_high" if s.explicit("epsilon_high") else "epsilon_high (unset, so epsilon)"
+        out.append(Pitfall(
+            "trl_cispo_cap_is_absolute",
+            f"TRL's cispo clamps the importance weight at {set_it} = {s.cap:g} itself, not at 1 + ε: every weight "
+            f"is capped at {s.cap:g}{' < 1, so even unchanged tokens are down-weighted' if s.cap < 1 else ''}. "
+            f"ScaleRL recommends epsilon_high = {CISPO_CAP_RECOMMENDED}.", "epsilon_high",
+            CHECK_SOURCES["trl_cispo_cap_is_absolute"]))
+    return out
+
+
+def plugin_advice(measure: str, clip_delta, epsilon_high, num_iterations: int, steps_per_generation: int | None,
+                  gradient_accumulation_steps: int) -> list[Pitfall]:
+    """Warnings for DivClipGRPOConfig's fields (the TRL plug-in logs them; `divclip check` reports them)."""
+    out: list = []
+    owner = f"clip_measure={measure!r}"
+    if measure != "ratio":
+        if epsilon_high is not None:
+            out.append(advice.ignored_key_advice(owner, "epsilon_high", epsilon_high,
+                                                 "the upper bound follows from the budget δ"))
+        if clip_delta is not None:
+            out += advice.budget_advice(measure, [("clip_delta", clip_delta)], owner, DEFAULT_WIDTH)
+            out += advice.cannot_bind_advice(measure, clip_delta, clip_delta, owner, ("clip_delta", "clip_delta"))
+    steps = steps_per_generation if steps_per_generation is not None else gradient_accumulation_steps
+    if gradient_accumulation_steps % (steps * num_iterations) == 0:
+        out.append(Pitfall(
+            "on_policy_clip_inert",
+            f"num_iterations={num_iterations} × steps_per_generation={steps} divides gradient_accumulation_steps="
+            f"{gradient_accumulation_steps}: TRL uses the current log-probs as the old ones, the ratio is "
+            f"identically 1 and no clip has any effect. Use num_iterations > 1 (or steps_per_generation > "
+            f"gradient_accumulation_steps) if the clip is meant to matter.", "num_iterations", ON_POLICY_SOURCE))
+    return out
 
 
 # ----------------------------------------------------------------------------------------------- write

@@ -32,9 +32,10 @@ from divclip.engines.base import (
     typed_values,
     unknown_keys,
 )
+from divclip.engines.pitfalls import Pitfall
 from divclip.sanity import advice
 from divclip.sanity.errors import ConfigError
-from divclip.theory.measures import get_measure
+from divclip.theory.measures import MEASURES, get_measure
 
 NAME = "verl"
 VERSION = "0.9.1"
@@ -43,9 +44,17 @@ DEFAULTS_FROM = (
     "(actor/actor.yaml, rollout/rollout.yaml, data/legacy_data.yaml, ppo_trainer.yaml)"
 )
 FORMATS = ("overrides", "yaml", "python")
-PLUGIN = advice.PLUGIN_MODULE
+PLUGIN = "divclip.trainer.integrations.verl"
+PLUGIN_ENV = "VERL_USE_EXTERNAL_MODULES"  # verl/__init__.py imports every module named in it
+DELTA_ENV = "DIVCLIP_DELTA"  # divclip_<measure>'s budget: "δ" or "δ_low,δ_high"
 METHOD_ENV = "DIVCLIP_METHOD"  # as divclip.trainer.integrations.verl_names (importable without torch)
 METHOD_MODE = "divclip_method"
+ATR_MODE = "atr_kl3"
+DIVCLIP_MODES = (ATR_MODE, *(f"divclip_{m}" for m in MEASURES))
+"""The loss modes the plug-in registers beside divclip_method: atr_kl3 (ε_low = clip_ratio_low, δ = KL3(1 - ε_low),
+clip_ratio_high ignored) and divclip_<measure> (δ from DELTA_ENV, else δ_low/δ_high from clip_ratio_low/high)."""
+DEFAULT_BUDGET = 0.2  # actor.yaml: clip_ratio, clip_ratio_low and clip_ratio_high
+DEFAULT_WIDTH = (DEFAULT_BUDGET, "verl's clip_ratio and GRPO's ε")  # advice.budget_advice's `default`
 
 A = "actor_rollout_ref.actor."
 PL = A + "policy_loss."
@@ -55,7 +64,7 @@ PREFIXES = ("actor_rollout_ref.", "algorithm.", "data.", "trainer.", "critic.", 
 LOSS_MODES = (
     "vanilla", "gspo", "dppo_kl", "dppo_tv", "cispo", "sapo",
     "gpg", "clip_cov", "kl_cov", "geo_mean", "dro", "bypass_mode",
-    *advice.VERL_MODES,  # divclip's plug-in (VERL_USE_EXTERNAL_MODULES=divclip.trainer.integrations.verl)
+    *DIVCLIP_MODES,  # divclip's plug-in (PLUGIN_ENV=PLUGIN)
     METHOD_MODE,  # the plug-in's method-string mode ($DIVCLIP_METHOD)
 )
 LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
@@ -111,7 +120,7 @@ FORMS = {
     "sapo": ("sapo", None, "token"),
     "clip_cov": ("clip", "ratio", "token"),  # PPO's clip, and a few high-covariance tokens lose their gradient
     # divclip's modes: PPO's clip; _divclip turns the budgets into the bounds the plug-in uses
-    **{mode: ("clip", "ratio", "token") for mode in advice.VERL_MODES},
+    **{mode: ("clip", "ratio", "token") for mode in DIVCLIP_MODES},
 }
 
 
@@ -217,13 +226,14 @@ def read(settings: Mapping, **_options) -> EngineRead:
     if mode == "geo_mean":
         s.notes.append(f"verl {VERSION}'s geo_mean averages one loss per sequence over all rows whatever "
                        f"loss_agg_mode says ({s.loss_agg_mode}); divclip's geo_mean does the same")
-    if mode in advice.VERL_MODES:
+    if mode in DIVCLIP_MODES:
         _divclip(s, settings, g, keys)
     elif form == "clip":
         s.ratio_bounds = [1.0 - low, 1.0 + high]
     elif form == "gated":
         s.ratio_bounds = advice.ratio_bounds(measure, low, high)
     _read_spec(s, settings, g, keys)
+    s.advice = [*pitfalls(s), *map(_cited, s.advice)]  # the pitfalls first, as `divclip check` has listed them
     return s
 
 
@@ -402,7 +412,7 @@ SPEC_FROM_MODE = {
     "kl_cov": _kl_cov,
     "geo_mean": _geo_mean,
     "bypass_mode": _bypass,
-    **{mode: _divclip_spec for mode in advice.VERL_MODES},
+    **{mode: _divclip_spec for mode in DIVCLIP_MODES},
     METHOD_MODE: _method,
 }
 """{verl loss_mode: fn(read, settings, typed values, keys) -> ClipSpec}: the method each mode runs."""
@@ -414,10 +424,10 @@ def _divclip(s: EngineRead, values, g: dict, keys: dict) -> None:
     mode = s.loss_mode
     c = g[A + "clip_ratio_c"]
     s.dual_clip_c = None if c == math.inf else c  # divclip's modes apply vanilla's dual clip
-    if advice.PLUGIN_MODULE not in str(values.get(advice.PLUGIN_ENV, "")):
+    if PLUGIN not in str(values.get(PLUGIN_ENV, "")):
         s.notes.append(f"{mode} is registered by divclip's verl plug-in: the run needs "
-                       f"{advice.PLUGIN_ENV}={advice.PLUGIN_MODULE} in its environment")
-    if mode == advice.ATR_MODE:
+                       f"{PLUGIN_ENV}={PLUGIN} in its environment")
+    if mode == ATR_MODE:
         _atr(s, g)
     else:
         _divergence(s, values, keys)
@@ -427,7 +437,7 @@ def _atr(s: EngineRead, g: dict) -> None:
     low, high = s.budget_low, s.budget_high
     high_key = A + "clip_ratio_high" if s.explicit(A + "clip_ratio_high") else A + "clip_ratio"
     try:
-        lo, hi, delta = advice.atr_kl3_bounds(low)
+        lo, hi, delta = advice.atr_kl3_bounds(low, A + "clip_ratio_low")
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     s.clip_measure, s.delta_low, s.delta_high = "kl3", delta, delta
@@ -443,32 +453,32 @@ def _atr(s: EngineRead, g: dict) -> None:
 def _divergence(s: EngineRead, values, keys: dict) -> None:
     mode, low, high = s.loss_mode, s.budget_low, s.budget_high
     name = mode[len("divclip_"):]
-    env = values.get(advice.DELTA_ENV)  # "0.02" or "0.02,0.03": the override parser may have made it a number
+    env = values.get(DELTA_ENV)  # "0.02" or "0.02,0.03": the override parser may have made it a number
     if env is not None:
         if isinstance(env, bool) or not isinstance(env, (str, int, float)):
-            raise ConfigError(f"{advice.DELTA_ENV} must be a budget δ > 0 or 'δ_low,δ_high', got {env!r}")
+            raise ConfigError(f"{DELTA_ENV} must be a budget δ > 0 or 'δ_low,δ_high', got {env!r}")
         env = str(env)
-    keys[advice.DELTA_ENV] = {"value": env, "origin": "set" if env is not None else "default"}
+    keys[DELTA_ENV] = {"value": env, "origin": "set" if env is not None else "default"}
     budget_keys = (A + "clip_ratio_low", A + "clip_ratio_high")
     from_env = env is not None and bool(env.strip())
     if from_env:
         try:
-            d_low, d_high = advice.parse_delta(env)
+            d_low, d_high = advice.parse_delta(env, DELTA_ENV)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         for key, v, d in ((budget_keys[0], low, d_low), (budget_keys[1], high, d_high)):
             if (s.explicit(key) or s.explicit(A + "clip_ratio")) and v != d:
-                s.advice.append(advice.ignored_key_advice(mode, key, v, f"δ comes from {advice.DELTA_ENV}={env}"))
-        budget_keys = (advice.DELTA_ENV, advice.DELTA_ENV)
+                s.advice.append(advice.ignored_key_advice(mode, key, v, f"δ comes from {DELTA_ENV}={env}"))
+        budget_keys = (DELTA_ENV, DELTA_ENV)
     else:
         d_low, d_high = low, high
     s.clip_measure, s.delta_low, s.delta_high = name, d_low, d_high
     if name != "ratio":
         budgets = [(budget_keys[0], d_low)] + ([(budget_keys[1], d_high)] if d_high != d_low else [])
-        found = advice.budget_advice(name, budgets, mode)
+        found = advice.budget_advice(name, budgets, mode, DEFAULT_WIDTH)
         if not from_env:
             found = [a if a.code != "divergence_budget_verl_default" else advice.Advice(
-                a.code, a.message + f" The verl plug-in refuses it at run time unless {advice.DELTA_ENV} is set.",
+                a.code, a.message + f" The verl plug-in refuses it at run time unless {DELTA_ENV} is set.",
                 a.key) for a in found]
         s.advice += found
         s.advice += advice.cannot_bind_advice(name, d_low, d_high, mode, budget_keys)
@@ -479,7 +489,115 @@ def _divergence(s: EngineRead, values, keys: dict) -> None:
         lo, hi = s.ratio_bounds
         s.budget_low, s.budget_high = 1.0 - lo, hi - 1.0
     s.notes.append(f"{mode}: {name} budget δ_low = {d_low:.6g}, δ_high = {d_high:.6g} (from "
-                   f"{advice.DELTA_ENV if from_env else 'clip_ratio_low/high'})")
+                   f"{DELTA_ENV if from_env else 'clip_ratio_low/high'})")
+
+
+# -------------------------------------------------------------------------------------------- pitfalls
+CHECK_SOURCES = {
+    "verl_dual_clip_always_on": f"verl {VERSION} core_algos.compute_policy_loss_vanilla (dual-clip PPO, Ye et al. "
+    "2019, arXiv 1912.09729; clip_ratio_c defaults to 3.0 in actor.yaml); docs/theory.md §3, §5",
+    "clip_ratio_shadowed": f"verl {VERSION} actor/actor.yaml sets clip_ratio_low/high to 0.2 (not null), and "
+    "core_algos falls back to clip_ratio only where they are null",
+    "dppo_tis_cap_small": f"verl {VERSION} core_algos.compute_policy_loss_dppo_kl/tv: clip_ratio_c truncates the IS "
+    "weight, 'a large threshold is recommended' (DPPO arXiv 2602.04879 §5.4; in-code fallback 20)",
+    "dppo_budget_from_ppo_default": f"verl {VERSION} core_algos.compute_policy_loss_dppo_kl: 'the clip_ratio is "
+    "different from the standard PPO, it is the KL divergence threshold'",
+    "minibatch_larger_than_batch": f"verl {VERSION} ActorConfig.validate: train_batch_size must be >= "
+    "ppo_mini_batch_size",
+}
+"""The source of each warning only verl's settings raise (`divclip.sanity.checks.SOURCES` lists them too)."""
+PLUGIN_SOURCES = {
+    "ignored_key": "docs/trainer.md (divclip's verl modes and TRL plug-in): atr_kl3 derives its upper bound from "
+    "clip_ratio_low; a divergence measure derives both bounds from δ",
+    "divergence_budget_verl_default": f"verl {VERSION} trainer/config/actor/actor.yaml: clip_ratio, clip_ratio_low "
+    "and clip_ratio_high default to 0.2, a ratio width; docs/theory.md §2",
+}
+"""The source of the plug-in's warnings that verl's own settings explain (the others keep advice.SOURCES)."""
+DUAL_CLIP_MIN = 1.5  # a cap c this close to 1 removes the gradient of most tokens with A < 0 that moved up
+TIS_CAP_MIN = 10.0  # DPPO's IS truncation: "a large threshold is recommended"
+
+
+def _pitfall(code: str, message: str, key: str) -> Pitfall:
+    return Pitfall(code, message, key, CHECK_SOURCES[code])
+
+
+def _cited(found: advice.Advice) -> advice.Advice:
+    """The plug-in's advice with verl's source where verl's settings explain it."""
+    if found.code not in PLUGIN_SOURCES:
+        return found
+    return Pitfall(found.code, found.message, found.key, PLUGIN_SOURCES[found.code])
+
+
+def pitfalls(s: EngineRead) -> list[Pitfall]:
+    """What verl's own settings get wrong: the always-on dual clip, clip_ratio shadowed by its sides' defaults,
+    DPPO's budget and IS cap read from PPO's keys, a mini-batch larger than the batch."""
+    return [*_dppo(s), *_dual_clip(s), *_shadowed(s), *_minibatch(s)]
+
+
+def _dual_clip(s: EngineRead) -> list[Pitfall]:
+    if s.loss_mode != "vanilla":
+        return []
+    key, c, out = A + "clip_ratio_c", s.dual_clip_c, []
+    if not s.explicit(key):
+        out.append(_pitfall(
+            "verl_dual_clip_always_on",
+            f"verl's vanilla loss always applies dual-clip PPO: for A < 0 the loss is capped at -A·c with "
+            f"c = clip_ratio_c = {c:g} (default), so tokens with r > {c:g} stop pushing down. It cannot be switched "
+            "off (set a large clip_ratio_c to make it inert), and verl's pg_clipfrac_lower reports this dual-clip "
+            "fraction, not the lower-bound clip fraction.", key))
+    if c is not None and c < DUAL_CLIP_MIN:
+        out.append(Pitfall(
+            "outside_published_range",
+            f"clip_ratio_c = {c:g} is far below the dual-clip PPO value 3: every token with A < 0 whose ratio "
+            f"exceeds {c:g} loses its gradient.", key, advice.PUBLISHED_RANGES))
+    return out
+
+
+def _dppo(s: EngineRead) -> list[Pitfall]:
+    if s.form != "gated":
+        return []
+    out = []
+    validated = advice.DPPO_VALIDATED[s.measure]
+    if not any(s.explicit(A + k) for k in ("clip_ratio", "clip_ratio_low", "clip_ratio_high")) and \
+            s.budget_low != validated:
+        out.append(_pitfall(
+            "dppo_budget_from_ppo_default",
+            f"{s.loss_mode} takes its {s.measure} budget δ from clip_ratio_low/high, which you did not set: it is "
+            f"PPO's width default {s.budget_low:g}, not a divergence chosen for {s.measure} (validated: "
+            f"{validated:g}).", A + "clip_ratio_low"))
+    if s.tis_cap is not None and s.tis_cap < TIS_CAP_MIN:
+        key = A + "clip_ratio_c"
+        out.append(_pitfall(
+            "dppo_tis_cap_small",
+            f"{s.loss_mode} truncates the importance weight at clip_ratio_c = {s.tis_cap:g} "
+            f"({'your setting' if s.explicit(key) else 'the actor.yaml default'}); the DPPO authors recommend a "
+            "large threshold (verl's in-code fallback is 20).", key))
+    return out
+
+
+def _shadowed(s: EngineRead) -> list[Pitfall]:
+    key = A + "clip_ratio"
+    ratio = s.keys[key]["value"]
+    sides = [side for side in ("low", "high") if not s.explicit(f"{key}_{side}")
+             and s.keys[f"{key}_{side}"]["value"] not in (None, ratio)]
+    if not s.explicit(key) or not sides:
+        return []
+    used = ", ".join(f"clip_ratio_{side} = {s.keys[f'{key}_{side}']['value']:g}" for side in sides)
+    return [_pitfall(
+        "clip_ratio_shadowed",
+        f"clip_ratio = {ratio:g} is set but has no effect on the {'/'.join(sides)} side: verl's actor.yaml "
+        f"defaults {used}, and the loss falls back to clip_ratio only where those are null. Set "
+        "clip_ratio_low/clip_ratio_high instead.", key)]
+
+
+def _minibatch(s: EngineRead) -> list[Pitfall]:
+    train, mini = s.keys["data.train_batch_size"]["value"], s.keys[A + "ppo_mini_batch_size"]["value"]
+    if mini <= train:
+        return []
+    return [_pitfall(
+        "minibatch_larger_than_batch",
+        f"ppo_mini_batch_size = {mini} > data.train_batch_size = {train}: verl refuses to start (without "
+        "use_dynamic_bsz); divclip counts one mini-batch.", A + "ppo_mini_batch_size")]
 
 
 # ----------------------------------------------------------------------------------------------- write
@@ -503,15 +621,15 @@ def _write_clip(spec, env: dict, notes: list) -> dict:
         # the root finder's l_δ carries ~1e-16 of noise (0.8 comes back as 0.8000000000000000444): 15 digits give
         # ATR's ε_low = 0.2 exactly, and atr_kl3 recomputes δ = KL3(1 - ε_low) and u_δ from it
         eps_low = float(format(1.0 - lo, ".15g"))
-        hi = advice.atr_kl3_bounds(eps_low)[1]
-        env[advice.PLUGIN_ENV] = advice.PLUGIN_MODULE
+        hi = advice.atr_kl3_bounds(eps_low, A + "clip_ratio_low")[1]
+        env[PLUGIN_ENV] = PLUGIN
         notes.append("atr_kl3 takes ε_low = clip_ratio_low and sets δ = KL3(1 - ε_low); clip_ratio_high = u_δ - 1")
-        return {"policy_loss.loss_mode": advice.ATR_MODE, "clip_ratio_low": eps_low, "clip_ratio_high": hi - 1.0,
+        return {"policy_loss.loss_mode": ATR_MODE, "clip_ratio_low": eps_low, "clip_ratio_high": hi - 1.0,
                 "clip_ratio_c": c}
     d = _num(spec.delta)
-    env[advice.PLUGIN_ENV] = advice.PLUGIN_MODULE
-    env[advice.DELTA_ENV] = repr(d)
-    notes.append(f"divclip_{name} reads δ from {advice.DELTA_ENV}; clip_ratio_low/high carry the same δ")
+    env[PLUGIN_ENV] = PLUGIN
+    env[DELTA_ENV] = repr(d)
+    notes.append(f"divclip_{name} reads δ from {DELTA_ENV}; clip_ratio_low/high carry the same δ")
     return {"policy_loss.loss_mode": f"divclip_{name}", "clip_ratio_low": d, "clip_ratio_high": d, "clip_ratio_c": c}
 
 
@@ -644,7 +762,7 @@ def _write_method(spec, env: dict, notes: list) -> dict:
 
     if getattr(spec, "signal", None) == "entropy":
         raise ValueError("verl does not hand the policy loss the entropy: adapt to clipfrac or kl3 for verl")
-    env.update({advice.PLUGIN_ENV: advice.PLUGIN_MODULE, METHOD_ENV: method_string(spec)})
+    env.update({PLUGIN_ENV: PLUGIN, METHOD_ENV: method_string(spec)})
     notes.append(f"{METHOD_MODE} reads the whole method from {METHOD_ENV}; verl's clip_ratio* keys are ignored")
     return {"policy_loss.loss_mode": METHOD_MODE}
 

@@ -1,15 +1,9 @@
-"""The clip that divclip's own verl modes and TRL plug-in run, and the warnings `divclip check` and the plug-ins share.
+"""Engine-neutral warnings about a divergence clip's budget, shared by `divclip check` and divclip's plug-ins.
 
-Torch-free and framework-free: `divclip check` reads configs with it, and `divclip.trainer.integrations.verl` /
-`.trl` compute their bounds and log their run-time warnings with the same functions, so the numbers and the
-words agree (docs/trainer.md, docs/theory.md §2-§3).
-
-verl modes (registered by divclip.trainer.integrations.verl):
-  atr_kl3         ε_low = clip_ratio_low (else clip_ratio) -> δ = KL3(1 - ε_low), r in [1 - ε_low, u_δ];
-                  clip_ratio_high is ignored (a warning when it is not u_δ - 1).
-  divclip_<m>     δ from the environment variable DIVCLIP_DELTA ("δ" or "δ_low,δ_high"); without it, δ_low and
-                  δ_high are read from clip_ratio_low / clip_ratio_high, and a budget equal to verl's default 0.2
-                  is refused (for a divergence it is a ratio width, e.g. KL3 [0.49, 1.77]).
+Torch-free and engine-free: an engine module (`divclip.engines.verl`, `.trl`) reads its own settings, names its own
+keys and calls these functions with them; its plug-in (`divclip.trainer.integrations.*`) logs the same `Advice`
+at run time, so the numbers and the words agree (docs/trainer.md, docs/theory.md §2-§3). What one engine's
+settings alone can get wrong is that engine's (`divclip.engines.<name>`, as `divclip.engines.pitfalls.Pitfall`).
 """
 
 from __future__ import annotations
@@ -19,29 +13,32 @@ from dataclasses import asdict, dataclass
 
 from divclip.theory.bounds import kl3_bounds
 from divclip.theory.conversions import delta_for_eps
-from divclip.theory.measures import MEASURES, get_measure
+from divclip.theory.measures import get_measure
 
-DELTA_ENV = "DIVCLIP_DELTA"
-PLUGIN_ENV = "VERL_USE_EXTERNAL_MODULES"
-PLUGIN_MODULE = "divclip.trainer.integrations.verl"
-VERL_DEFAULT_BUDGET = 0.2  # verl 0.9.1 actor.yaml: clip_ratio, clip_ratio_low and clip_ratio_high
+DEFAULT_RATIO_WIDTH = 0.2  # GRPO's ε (arXiv 2402.03300), and the ratio-clip default of verl and TRL
 REFERENCE_P = (0.01, 0.1, 0.5, 0.9)  # old-token probabilities at which p-dependent bounds are tabulated
 RATIO_SCALE_DELTA = 0.1  # a quadratic divergence's budget this large is the size of a ratio width ε
-ATR_MODE = "atr_kl3"
-DIVCLIP_MODES = tuple(f"divclip_{m}" for m in MEASURES)
-VERL_MODES = (ATR_MODE, *DIVCLIP_MODES)
+# DPPO's budgets (arXiv 2602.04879) as validated in SkyRL's port, and the range divclip accepts without a warning
+# ("far outside": a factor of 4 either side)
+DPPO_VALIDATED = {"binary_kl": 0.05, "binary_tv": 0.2}
+DPPO_DELTA_RANGE = {"binary_kl": (0.0125, 0.2), "binary_tv": (0.05, 0.8)}
+
+PUBLISHED_RANGES = ("PPO (arXiv 1707.06347): ε 0.1–0.3; DAPO (arXiv 2503.14476): 0.2/0.28; GSPO (arXiv 2507.18071): "
+                    "3e-4/4e-4; dual-clip PPO (arXiv 1912.09729): c = 3; DPPO (arXiv 2602.04879) as validated in "
+                    "SkyRL's port: δ = 0.05 (binary KL), 0.2 (binary TV)")
+"""The source of `outside_published_range`, whichever check (engine-neutral or an engine's) raises it."""
 
 SOURCES = {
-    "ignored_key": "docs/trainer.md (divclip's verl modes and TRL plug-in): atr_kl3 derives its upper bound from "
-    "clip_ratio_low; a divergence measure derives both bounds from δ",
-    "divergence_budget_verl_default": "verl 0.9.1 trainer/config/actor/actor.yaml: clip_ratio, clip_ratio_low and "
-    "clip_ratio_high default to 0.2, a ratio width; docs/theory.md §2",
+    "ignored_key": "docs/trainer.md (divclip's verl modes and TRL plug-in): ATR's KL3 clip derives its upper bound "
+    "from ε_low; a divergence measure derives both bounds from δ",
+    "divergence_budget_verl_default": "docs/theory.md §2: 0.2 is a ratio width (GRPO's ε, arXiv 2402.03300, and the "
+    "default of verl's and TRL's ratio clip), not a divergence budget",
     "divergence_budget_ratio_scale": "docs/theory.md §2: near r = 1 a quadratic divergence is about (r - 1)²/2, so "
     "the budget matching a ratio width ε is about ε²/2 (ε = 0.2: KL3 δ = 0.0231)",
     "clip_cannot_bind": "docs/theory.md §2: a budget at or above D(0+) puts the lower bound at 0, and one whose "
     "upper root does not exist puts the upper bound at infinity",
-    "divclip_delta_from_clip_ratio": f"docs/trainer.md: {DELTA_ENV} gives divclip_* modes their δ directly",
 }
+"""The source of each code these functions return (an engine's `Pitfall` may cite its own file instead)."""
 
 
 @dataclass(frozen=True)
@@ -64,16 +61,17 @@ class Advice:
 
 
 # ------------------------------------------------------------------------------------------------ bounds
-def atr_kl3_bounds(eps_low: float) -> tuple[float, float, float]:
-    """(lo, hi, δ) of atr_kl3 for a lower width ε_low in (0, 1): δ = KL3(1 - ε_low), lo = 1 - ε_low, hi = u_δ."""
+def atr_kl3_bounds(eps_low: float, key: str = "eps_low") -> tuple[float, float, float]:
+    """(lo, hi, δ) of ATR's KL3 clip for a lower width ε_low in (0, 1): δ = KL3(1 - ε_low), lo = 1 - ε_low,
+    hi = u_δ; a ValueError names `key` (the setting that holds ε_low)."""
     if isinstance(eps_low, bool) or not (isinstance(eps_low, (int, float)) and 0 < eps_low < 1):
-        raise ValueError(f"actor.clip_ratio_low must lie in (0, 1) for atr_kl3 (it is ε_low), got {eps_low!r}")
-    lo = 1.0 - eps_low  # computed exactly as verl's vanilla computes 1 - cliprange_low
+        raise ValueError(f"{key} must lie in (0, 1) for atr_kl3 (it is ε_low), got {eps_low!r}")
+    lo = 1.0 - eps_low  # computed exactly as a ratio clip computes 1 - ε_low
     delta = float(get_measure("kl3").value(lo))
     return lo, float(kl3_bounds(delta)[1]), delta
 
 
-def parse_delta(text, name: str = DELTA_ENV) -> tuple[float, float]:
+def parse_delta(text, name: str) -> tuple[float, float]:
     """(δ_low, δ_high) from "δ" or "δ_low,δ_high" (each a finite number > 0); ValueError naming `name`."""
     parts = str(text).split(",")
     try:
@@ -109,9 +107,10 @@ def _order_near_one(measure: str) -> float:
     return math.log10(float(m.value(1.1, p)) / float(m.value(1.01, p)))
 
 
-def budget_advice(measure: str, budgets, owner: str, default: float | None = VERL_DEFAULT_BUDGET) -> list[Advice]:
-    """Warnings for divergence budgets [(key, δ), ...] of `measure` under `owner` (a mode or option name):
-    δ equal to verl's/GRPO's default width 0.2, a quadratic measure's δ at the scale of a ratio width."""
+def budget_advice(measure: str, budgets, owner: str, default: tuple[float, str] | None = None) -> list[Advice]:
+    """Warnings for divergence budgets [(key, δ), ...] of `measure` under `owner` (a mode or option name): δ equal
+    to a default ratio width (`default` = (width, whose default it is, in the engine's words)), a quadratic
+    measure's δ at the scale of a ratio width."""
     if measure in ("ratio",):
         return []
     out = []
@@ -119,12 +118,12 @@ def budget_advice(measure: str, budgets, owner: str, default: float | None = VER
     at = " at p = 0.5" if p is not None else ""
     for key, d in budgets:
         lo, hi = measure_bounds(measure, d, d, p)
-        if default is not None and d == default:
-            want = _eps_match(measure, default)
+        if default is not None and d == default[0]:
+            want = _eps_match(measure, default[0])
             out.append(Advice(
                 "divergence_budget_verl_default",
-                f"{owner}: the {measure} budget δ = {d:g} ({key}) is the default ratio width 0.2 of verl's "
-                f"clip_ratio and GRPO's ε, not a {measure} budget: it allows r in [{lo:.4g}, {hi:.4g}]{at}"
+                f"{owner}: the {measure} budget δ = {d:g} ({key}) is the default ratio width {default[0]:g} of "
+                f"{default[1]}, not a {measure} budget: it allows r in [{lo:.4g}, {hi:.4g}]{at}"
                 f"{want}. Give δ explicitly.", key))
         elif d >= RATIO_SCALE_DELTA and _order_near_one(measure) > 1.5:
             out.append(Advice(
@@ -163,32 +162,3 @@ def cannot_bind_advice(measure: str, d_low: float, d_high: float, owner: str, ke
 
 def ignored_key_advice(owner: str, key: str, value, used: str) -> Advice:
     return Advice("ignored_key", f"{owner} ignores {key} = {value!r}: {used}.", key)
-
-
-SOURCES["on_policy_clip_inert"] = (
-    "docs/theory.md §5; TRL 1.16 grpo_trainer.py uses the current log-probs, detached, as the old ones when "
-    "gradient_accumulation_steps is a multiple of steps_per_generation × num_iterations")
-
-
-def trl_advice(measure: str, clip_delta, epsilon: float, epsilon_high, num_iterations: int,
-               steps_per_generation: int | None, gradient_accumulation_steps: int) -> list[Advice]:
-    """Warnings for DivClipGRPOConfig's fields (the TRL plug-in logs them; `divclip check` reports them)."""
-    out = []
-    owner = f"clip_measure={measure!r}"
-    if measure != "ratio":
-        if epsilon_high is not None:
-            out.append(ignored_key_advice(owner, "epsilon_high", epsilon_high,
-                                          "the upper bound follows from the budget δ"))
-        if clip_delta is not None:
-            out += budget_advice(measure, [("clip_delta", clip_delta)], owner)
-            out += cannot_bind_advice(measure, clip_delta, clip_delta, owner, ("clip_delta", "clip_delta"))
-    steps = steps_per_generation if steps_per_generation is not None else gradient_accumulation_steps
-    generate_every = steps * num_iterations
-    if gradient_accumulation_steps % generate_every == 0:
-        out.append(Advice(
-            "on_policy_clip_inert",
-            f"num_iterations={num_iterations} × steps_per_generation={steps} divides gradient_accumulation_steps="
-            f"{gradient_accumulation_steps}: TRL uses the current log-probs as the old ones, the ratio is "
-            f"identically 1 and no clip has any effect. Use num_iterations > 1 (or steps_per_generation > "
-            f"gradient_accumulation_steps) if the clip is meant to matter.", "num_iterations"))
-    return out

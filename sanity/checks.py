@@ -3,6 +3,11 @@
 Every check is one small function registered with `@check`; `check_settings` runs them all. A warning means
 "this setting will not do what its name suggests" (a clip that cannot bind, a width on the wrong scale, a
 default the user probably did not know about); a config that avoids all of them gets none.
+
+The checks here are engine-neutral: they read the method and batch structure of `EngineRead` and name a setting
+only through the read's roles (`EngineRead.roles`: role -> the engine's own key). What one engine's settings
+alone get wrong is that engine's (`divclip.engines.<name>.pitfalls`, in `EngineRead.advice`), reported by
+`_engine_advice` with its own source.
 """
 
 from __future__ import annotations
@@ -10,8 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+from divclip.engines import available_engines, get_engine
+from divclip.sanity.advice import DPPO_DELTA_RANGE, DPPO_VALIDATED, PUBLISHED_RANGES
 from divclip.sanity.budget import implied_eps_high
-from divclip.sanity.settings import VERL_VERSION, ClipSettings
+from divclip.sanity.settings import ClipSettings
 from divclip.theory import get_measure
 
 
@@ -36,27 +43,13 @@ SOURCES = {
     "length-normalised sequence ratio, about 700× below token-level widths (0.2 / 0.28); docs/theory.md §5",
     "token_ratio_sequence_eps": "PPO (arXiv 1707.06347) ε 0.1–0.3 and DAPO (arXiv 2503.14476) 0.2/0.28 on token "
     "ratios; GSPO's 3e-4/4e-4 (arXiv 2507.18071) is for sequence ratios; docs/theory.md §5",
-    "verl_dual_clip_always_on": f"verl {VERL_VERSION} core_algos.compute_policy_loss_vanilla (dual-clip PPO, Ye et "
-    "al. 2019, arXiv 1912.09729; clip_ratio_c defaults to 3.0 in actor.yaml); docs/theory.md §3, §5",
-    "outside_published_range": "PPO (arXiv 1707.06347): ε 0.1–0.3; DAPO (arXiv 2503.14476): 0.2/0.28; GSPO "
-    "(arXiv 2507.18071): 3e-4/4e-4; dual-clip PPO (arXiv 1912.09729): c = 3; DPPO (arXiv 2602.04879) as "
-    "validated in SkyRL's port: δ = 0.05 (binary KL), 0.2 (binary TV)",
+    "outside_published_range": PUBLISHED_RANGES,
     "asymmetric_contradicts_measure": "docs/theory.md §2–§3: a divergence budget fixes both sides of the interval; "
     "every p-independent measure's upper width is at least its lower width (KL3: ε_high − ε_low ≈ 4δ/3)",
-    "clip_ratio_shadowed": f"verl {VERL_VERSION} actor/actor.yaml sets clip_ratio_low/high to 0.2 (not null), and "
-    "core_algos falls back to clip_ratio only where they are null",
-    "trl_cispo_cap_is_absolute": "TRL 1.16 grpo_config.py (epsilon_high help: for cispo it is ScaleRL's ε_max, "
-    "recommended 5.0) and grpo_trainer.py: torch.clamp(coef_1, max=epsilon_high)",
-    "dppo_tis_cap_small": f"verl {VERL_VERSION} core_algos.compute_policy_loss_dppo_kl/tv: clip_ratio_c truncates "
-    "the IS weight, 'a large threshold is recommended' (DPPO arXiv 2602.04879 §5.4; in-code fallback 20)",
-    "dppo_budget_from_ppo_default": f"verl {VERL_VERSION} core_algos.compute_policy_loss_dppo_kl: 'the clip_ratio "
-    "is different from the standard PPO, it is the KL divergence threshold'",
-    "trl_delta_below_upper_clip": "TRL 1.16 grpo_config.py (delta: 'Recommended to be greater than 1 + ε'; "
-    "INTELLECT-2, arXiv 2505.07291)",
-    "minibatch_larger_than_batch": f"verl {VERL_VERSION} ActorConfig.validate: train_batch_size must be >= "
-    "ppo_mini_batch_size",
     "rollouts_on_policy": "docs/theory.md §5; verl issues #791 and #1477",
 }
+for _engine in available_engines():  # the warnings one engine's settings raise, each with one fixed source
+    SOURCES.update(getattr(get_engine(_engine), "CHECK_SOURCES", {}))
 
 SOURCES["override_without_equals"] = ("hydra's override grammar is key=value (hydra.cc, 'Override grammar'); a "
                                       "word without '=' is no setting, so divclip (and the engine) never read it")
@@ -67,11 +60,6 @@ TOKEN_EPS_RANGE = (0.05, 0.6)
 SEQUENCE_EPS_RANGE = (1e-4, 1.2e-3)
 SEQUENCE_SCALE_BELOW = 2e-3  # a token ε this small looks like GSPO's sequence ε
 TOKEN_SCALE_ABOVE = 1e-2  # a sequence ε this large looks like a token ε
-DPPO_DELTA_RANGE = {"binary_kl": (0.0125, 0.2), "binary_tv": (0.05, 0.8)}
-DPPO_VALIDATED = {"binary_kl": 0.05, "binary_tv": 0.2}
-DUAL_CLIP_MIN = 1.5
-TIS_CAP_MIN = 10.0
-CISPO_CAP_MIN = 1.5
 MEASURE_TOLERANCE = 0.05  # relative gap between the config's ε_high and the one the intended measure implies
 
 CHECKS: list[Callable[[ClipSettings, str | None], list[Finding]]] = []
@@ -97,7 +85,7 @@ def check_settings(s: ClipSettings, intended_measure: str | None = None) -> list
 
 
 def _k(s: ClipSettings, role: str) -> str | None:
-    """The engine's key for a role (divclip.engines: EngineRead.roles), e.g. verl's clip_ratio_low for eps_low."""
+    """The engine's key for a role (divclip.engines: EngineRead.roles), e.g. verl's lower clip width for eps_low."""
     return s.role(role)
 
 
@@ -122,7 +110,7 @@ SPREAD_HINT = "`divclip check --rollouts` with log_prob measures it on your batc
 
 @check
 def _scale(s, _):
-    if s.measure != "ratio" or s.form == "cispo" and s.framework == "trl":
+    if s.measure != "ratio" or s.cap is not None:  # an absolute cap on the IS weight has no widths to judge
         return []
     keys = {"low": _k(s, "eps_low"), "high": _k(s, "eps_high")}
     return scale_findings(s.budget_low, s.budget_high, s.level, keys)
@@ -171,86 +159,14 @@ def _dppo_budget(s, _):
     out = []
     lo, hi = DPPO_DELTA_RANGE[s.measure]
     for side, d in (("low", s.budget_low), ("high", s.budget_high)):
+        key = _k(s, f"eps_{side}")
         if not lo <= d <= hi:
             out.append(finding(
                 "outside_published_range",
-                f"{s.loss_mode} δ_{side} = {d:g} (verl reads clip_ratio_{side} as the {s.measure} budget) is far "
+                f"{s.loss_mode} δ_{side} = {d:g}{f' ({key} is the {s.measure} budget)' if key else ''} is far "
                 f"outside the validated {DPPO_VALIDATED[s.measure]:g} (divclip warns outside [{lo:g}, {hi:g}]).",
-                _k(s, f"eps_{side}")))
-    explicit = any(s.explicit(_k(s, role)) for role in ("eps", "eps_low", "eps_high") if _k(s, role))
-    if not explicit and s.budget_low != DPPO_VALIDATED[s.measure]:
-        out.append(finding(
-            "dppo_budget_from_ppo_default",
-            f"{s.loss_mode} takes its {s.measure} budget δ from clip_ratio_low/high, which you did not set: it is "
-            f"PPO's width default {s.budget_low:g}, not a divergence chosen for {s.measure} (validated: "
-            f"{DPPO_VALIDATED[s.measure]:g}).", _k(s, "eps_low")))
-    if s.tis_cap is not None and s.tis_cap < TIS_CAP_MIN:
-        out.append(finding(
-            "dppo_tis_cap_small",
-            f"{s.loss_mode} truncates the importance weight at clip_ratio_c = {s.tis_cap:g} "
-            f"({'your setting' if s.explicit(_k(s, 'tis_cap')) else 'the actor.yaml default'}); "
-            "the DPPO authors recommend a large threshold (verl's in-code fallback is 20).",
-            _k(s, "tis_cap")))
-    return out
-
-
-@check
-def _dual_clip(s, _):
-    out = []
-    if s.framework == "verl" and s.loss_mode == "vanilla":
-        key = _k(s, "dual_clip")
-        if not s.explicit(key):
-            out.append(finding(
-                "verl_dual_clip_always_on",
-                f"verl's vanilla loss always applies dual-clip PPO: for A < 0 the loss is capped at -A·c with "
-                f"c = clip_ratio_c = {s.dual_clip_c:g} (default), so tokens with r > {s.dual_clip_c:g} stop "
-                "pushing down. It cannot be switched off (set a large clip_ratio_c to make it inert), and "
-                "verl's pg_clipfrac_lower reports this dual-clip fraction, not the lower-bound clip fraction.",
                 key))
-        if s.dual_clip_c is not None and s.dual_clip_c < DUAL_CLIP_MIN:
-            out.append(finding(
-                "outside_published_range",
-                f"clip_ratio_c = {s.dual_clip_c:g} is far below the dual-clip PPO value 3: every token with A < 0 "
-                f"whose ratio exceeds {s.dual_clip_c:g} loses its gradient.", key))
-    if s.framework == "trl" and s.dual_clip_c is not None and s.budget_high is not None:
-        if s.dual_clip_c <= 1.0 + s.budget_high:
-            out.append(finding(
-                "trl_delta_below_upper_clip",
-                f"delta = {s.dual_clip_c:g} caps the ratio at or below the upper clip bound 1 + ε_high = "
-                f"{1 + s.budget_high:g}; TRL recommends delta > 1 + ε (INTELLECT-2 used 4).", _k(s, "dual_clip")))
     return out
-
-
-@check
-def _shadowed(s, _):
-    if s.framework != "verl":
-        return []
-    key = _k(s, "eps")
-    ratio = s.keys[key]["value"]
-    side_key = {side: _k(s, f"eps_{side}") for side in ("low", "high")}
-    sides = [side for side in ("low", "high")
-             if not s.explicit(side_key[side]) and s.keys[side_key[side]]["value"] not in (None, ratio)]
-    if not s.explicit(key) or not sides:
-        return []
-    used = ", ".join(f"clip_ratio_{side} = {s.keys[side_key[side]]['value']:g}" for side in sides)
-    return [finding(
-        "clip_ratio_shadowed",
-        f"clip_ratio = {ratio:g} is set but has no effect on the {'/'.join(sides)} side: verl's actor.yaml "
-        f"defaults {used}, and the loss falls back to clip_ratio only where those are null. Set "
-        "clip_ratio_low/clip_ratio_high instead.", key)]
-
-
-@check
-def _cispo_cap(s, _):
-    if s.framework != "trl" or s.form != "cispo" or s.cap >= CISPO_CAP_MIN:
-        return []
-    cap = _k(s, "cap")
-    set_it = cap if s.explicit(cap) else f"{cap} (unset, so {_k(s, 'eps_low')})"
-    return [finding(
-        "trl_cispo_cap_is_absolute",
-        f"TRL's cispo clamps the importance weight at {set_it} = {s.cap:g} itself, not at 1 + ε: every weight "
-        f"is capped at {s.cap:g}{' < 1, so even unchanged tokens are down-weighted' if s.cap < 1 else ''}. "
-        f"ScaleRL recommends {cap} = 5.0.", cap)]
 
 
 @check
@@ -283,22 +199,8 @@ def _asymmetry(s, intended):
 
 
 @check
-def _minibatch(s, _):
-    if s.framework != "verl":
-        return []
-    train = s.keys[_k(s, "train_batch")]["value"]
-    mini = s.keys[_k(s, "mini_batch")]["value"]
-    if mini <= train:
-        return []
-    return [finding(
-        "minibatch_larger_than_batch",
-        f"ppo_mini_batch_size = {mini} > data.train_batch_size = {train}: verl refuses to start (without "
-        "use_dynamic_bsz); divclip counts one mini-batch.", _k(s, "mini_batch"))]
-
-
-@check
-def _divclip_plugins(s, _):
-    """What divclip's verl modes / TRL plug-in log at run time (divclip.sanity.advice), as findings."""
+def _engine_advice(s, _):
+    """The engine's own pitfalls and what divclip's plug-ins log at run time (EngineRead.advice), as findings."""
     return [Finding(a.code, a.message, a.source, a.key) for a in s.advice]
 
 

@@ -1,7 +1,7 @@
 """Read settings out of a Python snippet (what `divclip export` prints for TRL and verl), without running it.
 
 The text is parsed with `ast` and never executed. Settings are taken from literal values only:
-* keyword arguments of any call: `dict(epsilon=0.2, ...)`, `GRPOConfig(loss_type="dapo", ...)`;
+* keyword arguments of any call: `dict(epsilon=0.2, ...)`, `GRPOConfig(...)`;
 * string keys of a dict literal assigned to a name: `clip = {"epsilon": 0.2}`;
 * a list of `"key=value"` strings assigned to a name: verl's `overrides = ["actor_rollout_ref...=0.2", ...]`;
 * `os.environ["NAME"] = "value"`: an environment variable the run sets.

@@ -23,7 +23,7 @@ from divclip.sanity.rollouts import RolloutOptions, analyse_rollouts
 from divclip.sanity.settings import ClipSettings, clip_settings
 
 SCHEMA = "divclip.check/1"
-DEFAULT_EPS = 0.2  # verl's clip_ratio default and GRPO's ε, used when nothing else says
+DEFAULT_EPS = 0.2  # GRPO's ε and verl's/TRL's default ratio width, used when nothing else says
 
 
 def build_report(

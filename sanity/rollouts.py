@@ -42,7 +42,7 @@ class RolloutOptions:
     deltas: dict = field(default_factory=dict)
     """Per-measure budget overrides {name: δ}."""
     dual_clip_c: float | None = None
-    """Dual-clip cap c (verl vanilla clip_ratio_c); None = off."""
+    """Dual-clip cap c (verl vanilla's, 3 by default); None = off."""
     level: str = "token"
     """'token', or 'sequence' for GSPO's length-normalised sequence ratio (p-dependent measures skipped)."""
     sigma: float | None = None

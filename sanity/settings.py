@@ -32,8 +32,8 @@ def detect_framework(raw: RawConfig) -> str:
     if not ranked:
         raise ConfigError(
             f"config {raw.name!r} has no verl keys (actor_rollout_ref.actor.*, data.*, algorithm.*), no TRL "
-            f"GRPOConfig fields (epsilon, num_iterations, loss_type, ...) and no keys of the other engines divclip "
-            f"reads ({', '.join(ENGINES[2:])}); got keys {sorted(map(str, raw.values))[:5]}"
+            f"GRPOConfig fields ({_trl.ROLES['eps_low']}, {_trl.ROLES['epochs']}, ...) and no keys of the other "
+            f"engines divclip reads ({', '.join(ENGINES[2:])}); got keys {sorted(map(str, raw.values))[:5]}"
         )
     tied = [name for name in ranked if scores[name] == scores[ranked[0]]]
     if len(tied) > 1:

@@ -116,7 +116,7 @@ def _flag(tok: str, rest: list, out: Tokens) -> int:
         if taken and not _FLOAT.match(rest[len(taken)]):  # a second value must be a number (nargs=2 widths);
             break  # a word after `--nproc 8` is the script, not a value
         taken.append(parse_value(rest[len(taken)]))
-    # a switch (store_true) is true; nargs=2 flags (OpenRLHF's --actor.eps_clip_low_high 0.2 0.28) are a list
+    # a switch (store_true) is true; nargs=2 flags (OpenRLHF's pair of widths ε_low ε_high) are a list
     out.values[name] = True if not taken else taken[0] if len(taken) == 1 else taken
     return 1 + len(taken)
 

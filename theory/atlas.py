@@ -165,8 +165,8 @@ def declare_method(method: Method) -> Method:
     return method
 
 
-_TRL_CISPO = ("TRL clamps the IS weight above only, at epsilon_high (ε_max, 5.0 recommended in TRL's GRPOConfig "
-              "doc): ratio:1:4 is the cap r <= 5 with no lower bound")
+_TRL_CISPO = ("TRL clamps the IS weight above only, at its ε_high (ScaleRL's ε_max, 5.0 recommended in TRL's "
+              "GRPOConfig doc): ratio:1:4 is the cap r <= 5 with no lower bound")
 for _m in (
     Method("grpo", "grpo", ("arXiv:2402.03300", "trl:grpo"), "seq-mean-token-mean"),
     Method("dapo", "dapo", ("arXiv:2503.14476",), "token-mean", "clip-higher ε 0.2/0.28, token-mean"),
@@ -177,8 +177,8 @@ for _m in (
     Method("sapo", "sapo", ("arXiv:2511.20347", "verl:sapo", "trl:sapo"), "seq-mean-token-mean"),
     Method("dppo_kl", "dppo_kl", ("arXiv:2602.04879", "verl:dppo_kl"), "token-mean"),
     Method("dppo_tv", "dppo_tv", ("arXiv:2602.04879", "verl:dppo_tv"), "token-mean"),
-    Method("verl:vanilla", "grpo/dual=3", ("verl:vanilla",), "token-mean", "verl's clip_ratio_c = 3 default"),
-    Method("trl:dapo", "grpo", ("trl:dapo",), "token-mean", "TRL's epsilon_high defaults to epsilon (0.2)"),
+    Method("verl:vanilla", "grpo/dual=3", ("verl:vanilla",), "token-mean", "verl's default dual-clip cap c = 3"),
+    Method("trl:dapo", "grpo", ("trl:dapo",), "token-mean", "TRL's ε_high defaults to its ε (0.2)"),
     Method("trl:bnpo", "grpo", ("trl:bnpo",), "token-mean", "token mean over the local batch"),
     Method("trl:dr_grpo", "grpo", ("arXiv:2503.20783", "trl:dr_grpo"), "seq-mean-token-sum-norm"),
     Method("trl:cispo", "ratio:1:4/cispo", ("trl:cispo",), "token-mean", _TRL_CISPO),

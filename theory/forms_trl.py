@@ -3,7 +3,7 @@
 Each form is one `divclip.theory.forms.declare_form(Form(...))`; its torch implementation is registered in
 `divclip.theory.modes_trl`. See `divclip.theory.forms` for what a Form holds.
 
-TRL 1.16's eight `loss_type`s are divclip methods (docs/theory.md §1; the mapping from a GRPOConfig is
+TRL 1.16's eight loss types are divclip methods (docs/theory.md §1; the mapping from a GRPOConfig is
 `divclip.engines.from_engine("trl", ...)`): grpo, bnpo, dr_grpo and dapo are the `clip` form and sapo the `sapo`
 form, each with TRL's aggregation (`divclip.theory.loss_metrics.LOSS_AGG_MODES`); the forms below are the ones
 TRL adds: cispo's absolute cap, LUSPO and VESPO. TRL never clamps log r before exp, so its methods set
@@ -45,8 +45,8 @@ declare_form(Form(
     "cispo_cap", "truncated IS",
     "−sg(min(r, c))·A·log π: the IS weight capped at an absolute c, no lower bound (TRL cispo, ScaleRL's ε_max)",
     ("arXiv:2510.13786", "trl:cispo"),
-    params=(Param("cispo_cap", 5.0, "absolute cap c on the IS weight r (TRL epsilon_high under loss_type='cispo', "
-                  "ScaleRL's ε_max; TRL's default is epsilon = 0.2, its docs recommend 5)", above=0.0),),
+    params=(Param("cispo_cap", 5.0, "absolute cap c on the IS weight r (TRL's ε_high under its cispo loss, "
+                  "ScaleRL's ε_max; TRL's default is its ε = 0.2, its docs recommend 5)", above=0.0),),
     uses_budget=False,
     weight=_cispo_cap_weight,
     weight_note="w = min(r, c) for both signs of A; at level 'sequence' r is the sequence ratio",

@@ -4,7 +4,7 @@ Each form is one `divclip.theory.forms.declare_form(Form(...))`; its torch imple
 `divclip.theory.modes_verl`. See `divclip.theory.forms` for what a Form holds.
 
 verl 0.9.1 registers twelve policy losses (`verl.trainer.ppo.core_algos`). Six were divclip forms already:
-`vanilla` is mode 'clip' (with `dual=` for its `clip_ratio_c`), `dppo_kl`/`dppo_tv` mode 'gated', `gspo` mode
+`vanilla` is mode 'clip' (with `dual=` for its dual-clip cap c), `dppo_kl`/`dppo_tv` mode 'gated', `gspo` mode
 'clip' at level 'sequence', `cispo` and `sapo` their own modes. This module declares the other six and the
 REINFORCE branch of `bypass_mode` (its `ppo_clip` branch is `vanilla` on the rollout log-probs):
 
@@ -15,7 +15,7 @@ REINFORCE branch of `bypass_mode` (its `ppo_clip` branch is `vanilla` on the rol
   geo_mean          −Ā·exp(mean_t clip(log r)) per sequence (GMPO)                            verl `geo_mean`
   reinforce_is      −A·sg(w)·log π, w = min(r, C) per token (TIS; IcePop zeroes w outside [c, C])
   reinforce_seq_is  the same with one weight per sequence, w = min(Π_t r_t, C)
-                                         (verl `bypass_mode` with loss_type 'reinforce', rollout_is token/sequence)
+                                         (verl `bypass_mode` REINFORCE, IS weights per token/sequence)
 
 How each is reached from verl's own settings: `divclip.engines.from_engine("verl", settings)`; where verl's
 metric names land in divclip's: docs/theory.md §4.1.
@@ -62,7 +62,7 @@ def _gpg_weight(spec, q, r, adv):
 declare_form(Form(
     "gpg", "truncated IS",
     "−A·log π: the plain policy gradient, weight 1 on every token, no ratio and no clip",
-    ("arXiv:2504.02546", "verl:gpg", "verl:bypass_mode (loss_type=reinforce, rollout_is=None)"),
+    ("arXiv:2504.02546", "verl:gpg", "verl:bypass_mode (REINFORCE, no IS weight)"),
     uses_budget=False, weight=_gpg_weight, interval=_everywhere, example="ratio/gpg",
 ))
 
@@ -119,7 +119,7 @@ declare_form(Form(
     params=(
         Param("kl_cov_ratio", 2e-4, "ρ: the share of the batch's tokens that get the penalty (at least one)",
               above=0.0, at_most=1.0),
-        Param("kl_cov_coef", 0.1, "κ, the penalty's coefficient (verl policy_loss.ppo_kl_coef)", above=0.0),
+        Param("kl_cov_coef", 0.1, "κ, the penalty's coefficient (verl's kl_cov κ)", above=0.0),
     ),
     uses_budget=False, token_level=False,
     weight_note="w = r off the selected tokens and r − κ·sign(log r)/A on them; the selection is the batch's "
@@ -145,8 +145,8 @@ declare_form(Form(
     ("arXiv:2507.20673", "verl:geo_mean"),
     params=(
         Param("gmpo_eps_low", 0.4, "log-space lower clip width: log r >= −ε_low (GMPO's paper recommends "
-              "0.4, §4; verl takes clip_ratio_low)", above=0.0),
-        Param("gmpo_eps_high", 0.4, "log-space upper clip width: log r <= ε_high (verl: clip_ratio_high)",
+              "0.4, §4; verl takes its lower clip width)", above=0.0),
+        Param("gmpo_eps_high", 0.4, "log-space upper clip width: log r <= ε_high (verl: its upper clip width)",
               above=0.0),
     ),
     uses_budget=False, token_level=False, interval=_geo_interval,
@@ -193,14 +193,14 @@ def _is_interval(spec, q, sign):
 declare_form(Form(
     "reinforce_is", "truncated IS",
     "−A·sg(w)·log π, w = min(r, C) per token (TIS), or r on [c, C] and 0 outside (IcePop)",
-    ("verl:bypass_mode (loss_type=reinforce, rollout_is=token)",),
+    ("verl:bypass_mode (REINFORCE, IS weight per token)",),
     params=_IS_PARAMS, uses_budget=False, weight=_is_weight, interval=_is_interval, example="ratio/reinforce_is",
 ))
 
 declare_form(Form(
     "reinforce_seq_is", "sequence-level",
     "−A·sg(w)·log π, w = min(Π_t r_t, C) per sequence (TIS), or zeroed outside [c, C] (IcePop)",
-    ("verl:bypass_mode (loss_type=reinforce, rollout_is=sequence)",),
+    ("verl:bypass_mode (REINFORCE, IS weight per sequence)",),
     params=_IS_PARAMS, uses_budget=False, token_level=False,
     weight_note="every token of a sequence gets the sequence's weight min(Π_t r_t, C): w depends on the "
                 "whole sequence, not on (q, r, A) alone",
@@ -209,19 +209,19 @@ declare_form(Form(
 
 
 # ------------------------------------------------------------------------------ the atlas's verl rows
-for _m in (  # verl's own defaults (actor.yaml): clip_ratio 0.2, loss_agg_mode token-mean
+for _m in (  # verl's own defaults (actor.yaml): ratio width 0.2, loss_agg_mode token-mean
     Method("verl:gpg", "ratio/gpg", ("arXiv:2504.02546", "verl:gpg"), "token-mean"),
     Method("verl:dro", "ratio/dro", ("arXiv:2405.19107", "verl:dro"), "token-mean",
            "verl requires policy_loss.dro_beta; β = 0.05 here"),
     Method("verl:clip_cov", "ratio:0.2:0.2/clip_cov", ("arXiv:2505.22617", "verl:clip_cov"), "token-mean"),
     Method("verl:kl_cov", "ratio/kl_cov", ("arXiv:2505.22617", "verl:kl_cov"), "token-mean"),
     Method("verl:geo_mean", "ratio/geo_mean/gmpo_eps_low=0.2/gmpo_eps_high=0.2", ("arXiv:2507.20673", "verl:geo_mean"),
-           None, "verl's clip_ratio 0.2 as log-space widths; the mean over sequences whatever loss_agg_mode says"),
+           None, "verl's default width 0.2 as log-space widths; the mean over sequences whatever loss_agg_mode says"),
     Method("verl:bypass_ppo_clip", "grpo/dual=3", ("verl:bypass_mode",), "token-mean",
-           "loss_type ppo_clip: vanilla on the rollout log-probs"),
+           "its PPO-clip branch: vanilla on the rollout log-probs"),
     Method("verl:bypass_reinforce_token", "ratio/reinforce_is", ("verl:bypass_mode",), "token-mean",
-           "loss_type reinforce, rollout_is token, threshold 2"),
+           "REINFORCE, IS weight per token, threshold 2"),
     Method("verl:bypass_reinforce_sequence", "ratio/reinforce_seq_is", ("verl:bypass_mode",), "token-mean",
-           "loss_type reinforce, rollout_is sequence, threshold 2"),
+           "REINFORCE, IS weight per sequence, threshold 2"),
 ):
     declare_method(_m)

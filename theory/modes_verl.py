@@ -290,12 +290,12 @@ def _reinforce_is(log_prob, old_log_prob, advantages, mask, spec, level) -> Poli
 
 @register_mode("reinforce_is")
 def _reinforce_is_mode(log_prob, old_log_prob, advantages, mask, spec) -> PolicyTerms:
-    """verl `bypass_mode`, loss_type 'reinforce', rollout_is 'token': −A·log π·sg(w), w = min(r, C) per token."""
+    """verl `bypass_mode` REINFORCE, IS weight per token: −A·log π·sg(w), w = min(r, C) per token."""
     return _reinforce_is(log_prob, old_log_prob, advantages, mask, spec, "token")
 
 
 @register_mode("reinforce_seq_is")
 def _reinforce_seq_is_mode(log_prob, old_log_prob, advantages, mask, spec) -> PolicyTerms:
-    """verl `bypass_mode`, loss_type 'reinforce', rollout_is 'sequence': w = min(Π_t r_t, C) on every token.
+    """verl `bypass_mode` REINFORCE, IS weight per sequence: w = min(Π_t r_t, C) on every token.
     `ratio` is that (untruncated, clamped) sequence weight."""
     return _reinforce_is(log_prob, old_log_prob, advantages, mask, spec, "sequence")

@@ -86,7 +86,7 @@ DEFAULT_EPS_LOW = 0.2
 # Loss-form names (`divclip.theory.forms.MODE_NAMES`): the declared forms; `register_mode` adds to this set too.
 # p-dependent measures the torch loss can solve per-token bounds for (`divclip.theory.loss_modes._TORCH_BOUNDS`).
 LOSS_P_DEPENDENT = frozenset({"binary_kl", "binary_tv"})
-# Loss forms that take GSPO's sequence ratio at level='sequence' (TRL's importance_sampling_level='sequence' works
+# Loss forms that take GSPO's sequence ratio at level='sequence' (TRL's sequence-level importance sampling works
 # with every loss type; divclip.theory.modes_trl), and those with a dual clip (TRL's `delta` for luspo too).
 SEQUENCE_MODES = frozenset({"clip", "luspo", "sapo", "cispo_cap"})
 DUAL_CLIP_MODES = frozenset({"clip", "luspo"})
@@ -116,13 +116,13 @@ class ClipSpec:
     eps_high: float | None = None
     """'ratio' only: upper clip width, r <= 1 + eps_high (GRPO 0.2, DAPO 0.28; GSPO 4e-4)."""
     dual_clip_c: float | None = None
-    """mode 'clip': dual-clip cap c > 1 on -A·r for A < 0 (verl `clip_ratio_c`, 3.0); None = off."""
+    """mode 'clip': dual-clip cap c > 1 on -A·r for A < 0 (verl vanilla's, 3.0 by default); None = off."""
     level: str = "token"
     """'token', or 'sequence' for GSPO's length-normalised sequence ratio (mode 'clip', p-free measures)."""
     mode: str = "clip"
     """Loss form: 'clip' (PPO), 'gated' (DPPO mask), 'cispo' or 'sapo'; see `divclip.theory.losses.MODES`."""
     tis_cap: float | None = None
-    """mode 'gated': truncate the stop-gradient IS weight at this value (verl dppo `clip_ratio_c`); None = off."""
+    """mode 'gated': truncate the stop-gradient IS weight at this value (verl dppo's IS cap); None = off."""
     tau_pos: float = 1.0
     """mode 'sapo': gate temperature for A > 0."""
     tau_neg: float = 1.05
@@ -421,9 +421,9 @@ def _presets() -> dict[str, ClipSpec]:
         # ATR-GRPO: the KL3 budget whose lower bound is 1 - GRPO's ε_low, δ = KL3(0.8) = 0.023144 (docs/theory.md
         # §2); the same δ_for_eps a bare 'kl3' gets, so the method strings 'atr' and 'kl3' are one spec.
         "atr": ClipSpec("kl3", delta=delta_for_eps("kl3", eps_low=DEFAULT_EPS_LOW)),
-        # DPPO (arXiv 2602.04879, verl dppo_*): verl reuses `clip_ratio` (default 0.2, a PPO width) as δ; 0.05 for
+        # DPPO (arXiv 2602.04879, verl dppo_*): verl reuses its PPO width (default 0.2) as δ; 0.05 for
         # binary KL and 0.2 for binary TV are the values validated in SkyRL's DPPO port. The TIS cap is verl's
-        # in-code fallback 20 ("a large threshold is recommended"); an ActorConfig's default clip_ratio_c is 3.
+        # in-code fallback 20 ("a large threshold is recommended"); an ActorConfig's default cap is 3.
         "dppo_kl": ClipSpec("binary_kl", delta=0.05, mode="gated", tis_cap=20.0),
         "dppo_tv": ClipSpec("binary_tv", delta=0.2, mode="gated", tis_cap=20.0),
         "gspo": ClipSpec("ratio", eps_low=3e-4, eps_high=4e-4, level="sequence"),

@@ -71,7 +71,7 @@ class TrainerConfig:
     delta: float | None = None
     """Budget δ of D(r[, p]) <= δ; overrides the preset's δ (non-ratio measures; KL3: 0.01-0.05 is sane)."""
     dual_clip_c: float | None = None
-    """Dual-clip cap c > 1 for A < 0 (verl's clip_ratio_c = 3); None keeps the preset's (off for all presets)."""
+    """Dual-clip cap c > 1 for A < 0 (verl's default c = 3); None keeps the preset's (off for all presets)."""
     adv_norm: str = "std"
     """Group advantage: 'std' (GRPO), 'none' (Dr. GRPO, no std division), 'rloo' (leave-one-out)."""
     loss_agg_mode: str = "token-mean"

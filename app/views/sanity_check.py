@@ -14,6 +14,7 @@ from divclip.app.page_parts import figure, rounded_rows
 from divclip.app.state import format_number
 from divclip.app.token_terms import example_token
 from divclip.engines import ENGINES
+from divclip.engines import verl as verl_engine
 from divclip.sanity import figures
 from divclip.sanity.compare import compare_bucket_rows, compare_rows
 from divclip.sanity.report import jsonable, report_from_uploads
@@ -97,7 +98,7 @@ left, right = st.columns(2)
 config_file = left.file_uploader("Config", type=CONFIG_TYPES, key="sanity_config")
 rollout_file = right.file_uploader("Rollouts", type=ROLLOUT_TYPES, key="sanity_rollouts")
 overrides_text = st.text_area("Hydra overrides (key=value, on top of the config)", key="sanity_overrides",
-                              placeholder="actor_rollout_ref.actor.clip_ratio_high=0.28")
+                              placeholder=f"{verl_engine.ROLES['eps_high']}=0.28")
 with st.expander("Options", expanded=bool(linked)):
     c1, c2, c3 = st.columns(3)
     intended = c1.selectbox("Measure the clip should express", ["(none)"] + list(MEASURES), key="sanity_measure")

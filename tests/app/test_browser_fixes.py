@@ -80,7 +80,8 @@ def explorer_findings_eps_out_of_range(page) -> list[str]:
 
 
 def explorer_findings_no_measure(page) -> list[str]:
-    page.locator('[data-testid="stMultiSelect"]').get_by_role("button", name="Clear all").click()
+    # the measures box is the page's first multiselect (the export's engine picker comes later)
+    page.locator('[data-testid="stMultiSelect"]').first.get_by_role("button", name="Clear all").click()
     page.wait_for_function("() => !new URLSearchParams(window.location.search).get('measures')")
     wait_idle(page)
     found = []

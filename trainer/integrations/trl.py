@@ -45,6 +45,7 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import nanmax, nanmin
 
+from divclip.engines import trl as engine
 from divclip.sanity import advice
 from divclip.theory.adaptive import DeltaController
 from divclip.theory.conversions import delta_for_eps
@@ -133,8 +134,8 @@ class DivClipGRPOConfig(GRPOConfig):
 
     def divclip_advice(self) -> list[advice.Advice]:
         """The warnings these arguments deserve (logged once by DivClipGRPOTrainer; `divclip check` gives the same)."""
-        return advice.trl_advice(self.clip_measure, self.clip_delta, self.epsilon, self.epsilon_high,
-                                 self.num_iterations, self.steps_per_generation, self.gradient_accumulation_steps)
+        return engine.plugin_advice(self.clip_measure, self.clip_delta, self.epsilon_high, self.num_iterations,
+                                    self.steps_per_generation, self.gradient_accumulation_steps)
 
 
 logger = logging.getLogger("divclip.trl")

@@ -58,6 +58,7 @@ import warnings
 import torch
 from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, agg_loss, register_policy_loss
 
+from divclip.engines import verl as engine
 from divclip.sanity import advice
 from divclip.theory.adaptive import DeltaController
 from divclip.theory.loss_metrics import clip_metrics
@@ -107,7 +108,9 @@ def dual_clip_c(config) -> float | None:
     return float(c)
 
 
-atr_kl3_bounds = advice.atr_kl3_bounds
+def atr_kl3_bounds(eps_low: float) -> tuple[float, float, float]:
+    """(lo, hi, δ) of atr_kl3 for ε_low = actor.clip_ratio_low (divclip.sanity.advice.atr_kl3_bounds)."""
+    return advice.atr_kl3_bounds(eps_low, "actor.clip_ratio_low")
 
 
 def atr_kl3_spec(config) -> ClipSpec:
@@ -127,26 +130,27 @@ def atr_kl3_spec(config) -> ClipSpec:
 def measure_budgets(name: str, config) -> tuple[float, float]:
     """(δ_low, δ_high) of divclip_<name>: DIVCLIP_DELTA when set, else clip_ratio_low/high (0.2 refused)."""
     mode = f"divclip_{name}"
-    env = os.environ.get(advice.DELTA_ENV)
+    env = os.environ.get(engine.DELTA_ENV)
     if env is not None and env.strip():
-        low, high = advice.parse_delta(env)
+        low, high = advice.parse_delta(env, engine.DELTA_ENV)
         cfg_low, cfg_high = side_budgets(config)
         ignored = [(k, v) for k, v, d in (("actor.clip_ratio_low", cfg_low, low), ("actor.clip_ratio_high", cfg_high,
                                                                                      high)) if v != d]
-        warn_once(advice.ignored_key_advice(mode, k, v, f"δ comes from {advice.DELTA_ENV}={env.strip()}")
+        warn_once(advice.ignored_key_advice(mode, k, v, f"δ comes from {engine.DELTA_ENV}={env.strip()}")
                   for k, v in ignored)
     else:
         low, high = side_budgets(config)
-        if name != "ratio" and advice.VERL_DEFAULT_BUDGET in (low, high):
-            key = "clip_ratio_low" if low == advice.VERL_DEFAULT_BUDGET else "clip_ratio_high"
+        if name != "ratio" and engine.DEFAULT_BUDGET in (low, high):
+            key = "clip_ratio_low" if low == engine.DEFAULT_BUDGET else "clip_ratio_high"
             raise ValueError(
-                f"{mode} would read its {name} budget δ from actor.{key} = {advice.VERL_DEFAULT_BUDGET:g}, verl's "
+                f"{mode} would read its {name} budget δ from actor.{key} = {engine.DEFAULT_BUDGET:g}, verl's "
                 f"default ratio width (KL3 at δ = 0.2 allows r in [0.49, 1.77]); give δ with the environment "
-                f"variable {advice.DELTA_ENV} (e.g. {advice.DELTA_ENV}=0.0231443, the KL3 budget of ε_low = 0.2) "
+                f"variable {engine.DELTA_ENV} (e.g. {engine.DELTA_ENV}=0.0231443, the KL3 budget of ε_low = 0.2) "
                 f"or set clip_ratio_low/clip_ratio_high to the budget")
     keys = ("actor.clip_ratio_low", "actor.clip_ratio_high") if env is None or not env.strip() else (
-        advice.DELTA_ENV, advice.DELTA_ENV)
-    warn_once(advice.budget_advice(name, [(keys[0], low)] + ([(keys[1], high)] if high != low else []), mode))
+        engine.DELTA_ENV, engine.DELTA_ENV)
+    budgets = [(keys[0], low)] + ([(keys[1], high)] if high != low else [])
+    warn_once(advice.budget_advice(name, budgets, mode, engine.DEFAULT_WIDTH))
     warn_once(advice.cannot_bind_advice(name, low, high, mode, keys))
     return low, high
 
