@@ -44,12 +44,8 @@ ALLOWED = {
     ("cli/check.py", "actor_rollout_ref.actor.clip_ratio_low"),
     ("cli/check.py", "data.train_batch_size"),
 }
-# (file, key) pairs in files another branch is editing now (accel: theory/loss_metrics.py, theory/loss_modes.py);
-# reworded at merge, then removed from here (the stale-entry test below fails once they no longer occur).
-PENDING = {
-    ("theory/loss_metrics.py", "max_completion_length"),
-    ("theory/loss_modes.py", "importance_sampling_level"),
-}
+PENDING: set = set()
+"""(file, key) pairs waiting for a rewording in a file another branch is editing (none now)."""
 
 
 def _divclip_names() -> set:

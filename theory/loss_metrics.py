@@ -72,7 +72,7 @@ def _aggregate_trl(loss_mat, loss_mask, loss_agg_mode, loss_scale_factor):
         return (masked.sum(-1) / loss_mask.sum(-1).clamp(min=1.0)).mean()
     if loss_agg_mode == "seq-mean-token-sum-all":  # TRL luspo
         return masked.sum(-1).mean()
-    # token-sum-norm: TRL dr_grpo (B · max_completion_length), dapo/cispo/vespo (the global token count)
+    # token-sum-norm: TRL dr_grpo (B · the longest completion TRL allows), dapo/cispo/vespo (the global token count)
     return masked.sum() / (max(loss_mask.numel(), 1) if loss_scale_factor is None else loss_scale_factor)
 
 
@@ -116,7 +116,8 @@ def agg_loss(loss_mat, loss_mask, loss_agg_mode: str, loss_scale_factor=None):
     TRL 1.16's normalisations, where every sequence of the batch counts (an empty one as 0):
     seq-mean-token-mean-all: mean over all B sequences of Σ m·ℓ / max(Σ m, 1) (TRL grpo, sapo);
     seq-mean-token-sum-all: mean over all B of Σ m·ℓ (TRL luspo); token-sum-norm: Σ m·ℓ / `loss_scale_factor`
-    (default B·T; TRL dr_grpo: B·max_completion_length; dapo/cispo/vespo: the generation batch's token count).
+    (default B·T; TRL dr_grpo: B · the longest completion allowed; dapo/cispo/vespo: the generation
+    batch's token count).
     With dp_size = 1 and no global batch info, verl's global token/sequence counts are these local ones.
     One deliberate difference: an all-zero mask gives 0 here, where verl divides 0 by 0 (NaN).
     """

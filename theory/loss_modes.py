@@ -141,7 +141,7 @@ def _token_ratio(log_prob, old_log_prob, clamp: bool = True):
 def _sequence_ratio(log_prob, old_log_prob, mask, clamp: bool = True):
     """GSPO (verl `gspo`): s = exp(mean_t log r) per sequence, used for every token. verl writes it as
     sg[s]·π_θ/sg[π_θ], whose gradient is s·∇log π per token; clamped at log s <= 10 as verl (clamp=False: not
-    clamped, as TRL's importance_sampling_level='sequence')."""
+    clamped, as TRL's sequence-level importance sampling)."""
     log_ratio = log_prob - old_log_prob  # (B, T)
     seq_lengths = torch.sum(mask, dim=-1).clamp(min=1)  # (B,)
     seq_log_ratio = (torch.sum(log_ratio * mask, dim=-1) / seq_lengths).unsqueeze(-1)  # (B, 1) log s
