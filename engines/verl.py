@@ -281,7 +281,8 @@ def _cispo(s, settings, g, keys):
 def _sapo(s, settings, g, keys):
     from divclip.theory.spec import ClipSpec
 
-    return ClipSpec(mode="sapo", tau_pos=g[A + "tau_pos"], tau_neg=g[A + "tau_neg"])
+    # verl's sapo aggregates seq-mean-token-mean whatever loss_agg_mode says: the spec does too (sapo_seq_mean)
+    return ClipSpec(mode="sapo", tau_pos=g[A + "tau_pos"], tau_neg=g[A + "tau_neg"], params={"sapo_seq_mean": 1.0})
 
 
 def _divclip_spec(s, settings, g, keys):

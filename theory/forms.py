@@ -129,6 +129,11 @@ def param_names() -> set[str]:
     return {p.name for f in _FORMS.values() for p in f.params}
 
 
+def _zero_or_one(spec, name: str):
+    if spec.param(name) not in (0.0, 1.0):
+        raise ValueError(f"ClipSpec.params[{name!r}] must be 0 or 1, got {spec.param(name)!r}")
+
+
 # The four forms the loss has had since v1, with their numpy weights and intervals (`form_weights`).
 for _form in (
     Form("clip", "hard clip", "max(−A·r, −A·clip(r, lo, hi)), for A < 0 at most −A·c with a dual clip",
@@ -142,6 +147,10 @@ for _form in (
          weight=fw.cispo_weight, interval=fw.cispo_interval, example="ratio:0.2:0.2/cispo"),
     Form("sapo", "soft gate", "−A·σ(τ(r − 1))·4/τ, τ by the sign of A",
          ("arXiv:2511.20347", "verl:sapo", "trl:sapo"), uses_budget=False, weight=fw.sapo_weight,
+         params=(Param("sapo_seq_mean", 0.0, "1: aggregate seq-mean-token-mean whatever loss_agg_mode says, as "
+                       "verl 0.9.1's sapo does (the spec `from_engine('verl', ...)` reads); 0: honour "
+                       "loss_agg_mode (TRL's sapo)", above=-1e-300, at_most=1.0),),
+         check=lambda spec: _zero_or_one(spec, "sapo_seq_mean"),
          weight_note="w = r·4σ(1 − σ), σ = σ(τ(r − 1)): r times the gate's slope; no interval (no hard clip)",
          example="sapo"),
 ):

@@ -36,13 +36,15 @@ _masked_sum_verl = masked_sum_verl  # the name `agg_loss` below uses
 
 
 FORM_AGGREGATIONS: dict = {}
-"""{mode: fn(terms, mask, rollout_is_weights) -> scalar}: loss forms that aggregate themselves, whatever
-loss_agg_mode says, because their engine does (verl's geo_mean: the mean over sequences). `policy_loss` calls
-fn instead of `aggregate`; `register_aggregation` adds one."""
+"""{mode: fn(terms, mask, rollout_is_weights, spec) -> scalar or None}: loss forms that aggregate themselves,
+whatever loss_agg_mode says, because their engine does (verl's geo_mean: the mean over sequences; verl's sapo,
+`sapo_seq_mean=1`: seq-mean-token-mean). `policy_loss` calls fn instead of `aggregate`; None from fn means this
+spec honours loss_agg_mode after all (a plain sapo). `register_aggregation` adds one."""
 
 
 def register_aggregation(mode: str):
-    """Register `fn(terms, mask, rollout_is_weights) -> scalar loss` as the aggregation of loss form `mode`."""
+    """Register `fn(terms, mask, rollout_is_weights, spec) -> scalar loss or None` as the aggregation of loss form
+    `mode` (None: aggregate by loss_agg_mode as usual)."""
 
     def deco(fn):
         FORM_AGGREGATIONS[mode] = fn

@@ -427,7 +427,8 @@ def _cispo_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Te
 def _sapo_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Terms:
     """SAPO (verl `sapo`): -A·f(r), f(r) = σ(τ(r - 1))·4/τ with τ = tau_pos for A > 0 else tau_neg. The soft
     gate's slope f'(r) = 4σ(1 - σ) is 1 at r = 1 and decays smoothly: no hard clip, so no clip fractions.
-    verl's `sapo` always aggregates with seq-mean-token-mean, whatever loss_agg_mode says; here it is honoured."""
+    verl's `sapo` always aggregates with seq-mean-token-mean, whatever loss_agg_mode says; here it is honoured,
+    unless `sapo_seq_mean=1` (the spec read from verl; `divclip.theory.modes_verl._sapo_aggregate`)."""
     with torch.no_grad():
         log_ratio, ratio_value, in_range = _ratio(spec, log_prob, old_log_prob, mask)
         tau_neg = torch.full_like(advantages, spec.tau_neg)

@@ -189,9 +189,8 @@ def policy_loss(
     terms, mask, dtype = _terms(named, spec)
     weights = None if rollout_is_weights is None else rollout_is_weights.detach().to(dtype)
     own_aggregation = FORM_AGGREGATIONS.get(spec.mode)  # a form whose engine ignores loss_agg_mode (geo_mean)
-    if own_aggregation is not None:
-        loss = own_aggregation(terms, mask, weights)
-    else:
+    loss = None if own_aggregation is None else own_aggregation(terms, mask, weights, spec)
+    if loss is None:
         loss_mat = terms.loss if weights is None else terms.loss * weights  # (B, T)
         loss = aggregate(loss_mat, mask, loss_agg_mode, loss_scale_factor, masked_sum_finite)
     if not metrics:

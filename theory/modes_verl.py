@@ -3,9 +3,11 @@
 Each mode reproduces the verl 0.9.1 function it is named after (`verl.trainer.ppo.core_algos`), value and
 gradient, for every `loss_agg_mode` (tests/theory/test_losses_verl_atlas.py calls verl's own functions):
 the per-token loss is built from verl's floating-point operations in verl's order, so that `policy_loss`'s
-aggregation of it is verl's `agg_loss` of verl's loss matrix. Two forms are not a per-token sum aggregated
+aggregation of it is verl's `agg_loss` of verl's loss matrix. Three forms are not a per-token sum aggregated
 by `agg_loss` in verl, and say how divclip reproduces them:
 
+* sapo: verl's aggregates seq-mean-token-mean whatever `loss_agg_mode` says; the spec read from verl sets
+  `sapo_seq_mean=1`, and the form then aggregates itself that way (`_sapo_aggregate`).
 * geo_mean: verl averages one loss per sequence over all rows, whatever `loss_agg_mode` says. Its per-token
   loss here carries the sequence's loss on the first token (0 on the others), and the form aggregates itself
   (`register_aggregation`): the mean over rows of the row sums, empty rows counting as 0 as in verl.
@@ -26,7 +28,13 @@ import math
 
 import torch
 
-from divclip.theory.loss_metrics import masked_mean_verl, masked_sum_verl, register_aggregation
+from divclip.theory.loss_metrics import (
+    aggregate,
+    masked_mean_verl,
+    masked_sum_finite,
+    masked_sum_verl,
+    register_aggregation,
+)
 from divclip.theory.loss_modes import LOG_RATIO_CLAMP, PolicyTerms, _flag, _WithGradient, ratio_bounds, register_mode
 
 IS_SAFETY_BOUND = 20.0  # verl rollout_corr_helper.SAFETY_BOUND: log IS weights are clamped to ±20 before exp
@@ -226,7 +234,7 @@ def _geo_mean_mode(log_prob, old_log_prob, advantages, mask, spec) -> PolicyTerm
 
 
 @register_aggregation("geo_mean")
-def _geo_mean_aggregate(terms, mask, rollout_is_weights):
+def _geo_mean_aggregate(terms, mask, rollout_is_weights, spec):
     """verl's geo_mean loss: the mean over all B rows of the sequence losses (an empty row is −0·1 = 0 and
     counts), whatever loss_agg_mode says; rollout IS weights enter as verl's per-sequence geometric mean,
     exp(Σ m·log(w + 1e-10) / (Σ m + 1e-8))."""
@@ -235,6 +243,18 @@ def _geo_mean_aggregate(terms, mask, rollout_is_weights):
         seq_loss = seq_loss * torch.exp((torch.log(rollout_is_weights + 1e-10) * mask).sum(dim=-1)
                                         / (mask.sum(dim=-1) + 1e-8))
     return torch.mean(seq_loss)
+
+
+# --------------------------------------------------------------------------------------------- SAPO
+@register_aggregation("sapo")
+def _sapo_aggregate(terms, mask, rollout_is_weights, spec):
+    """verl's sapo (`sapo_seq_mean=1`, what `from_engine('verl', ...)` reads): seq-mean-token-mean of the per-token
+    loss times the rollout IS weights, whatever loss_agg_mode says. A plain sapo (TRL's) returns None: it honours
+    loss_agg_mode."""
+    if spec.param("sapo_seq_mean") == 0.0:
+        return None
+    loss_mat = terms.loss if rollout_is_weights is None else terms.loss * rollout_is_weights  # (B, T)
+    return aggregate(loss_mat, mask, "seq-mean-token-mean", None, masked_sum_finite)
 
 
 # ------------------------------------------------------------------------- bypass_mode REINFORCE + IS

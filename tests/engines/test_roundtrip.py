@@ -40,6 +40,8 @@ def bounds(spec):
     from divclip.theory.spec import AllOf, is_adaptive
 
     key = (spec.mode, spec.level, type(spec).__name__)
+    if spec.mode == "sapo":  # verl's sapo fixes its aggregation (sapo_seq_mean=1): that travels as loss_agg_mode
+        spec = dataclasses.replace(spec, params={})
     if isinstance(spec, AllOf) or is_adaptive(spec) or spec.mode == "sapo":
         return key, dataclasses.replace(spec, clamp_log_ratio=True)  # TRL never clamps log r: not a clip bound
     if spec.eps_low is None and spec.delta is None:

@@ -10,10 +10,9 @@ The gradient is bit-equal where divclip differentiates verl's own expression; wh
 closed-form gradient (clip, clip_cov, dro, geo_mean) the products are taken in another order, so the
 gradients agree to |Δ| <= 1e-6 (float32) / 1e-12 (float64) of the largest magnitude.
 
-Two deliberate differences, each asserted below: verl's `sapo` aggregates with seq-mean-token-mean whatever
-loss_agg_mode says, while divclip's sapo (shared with TRL) honours loss_agg_mode, so the sapo case compares
-divclip's seq-mean-token-mean with verl under every mode; and verl's `geo_mean` ignores loss_agg_mode too,
-which divclip's geo_mean reproduces (it aggregates itself), so that case needs no exception.
+Two forms ignore loss_agg_mode in verl, and divclip reproduces both under every mode: `sapo` (always
+seq-mean-token-mean; the spec read from verl carries sapo_seq_mean=1, while a plain sapo, TRL's, honours the
+mode, asserted below) and `geo_mean` (the mean over sequences; divclip's geo_mean aggregates itself).
 """
 
 from __future__ import annotations
@@ -78,8 +77,6 @@ class Case:
     noise: float = 0.5
     seed: int = 0
     exact_grad: bool = True
-    ours_agg: str | None = None
-    """the loss_agg_mode divclip must be given to match verl under every mode (verl's sapo ignores it)"""
 
 
 def _ratio(lo, hi, **kw):
@@ -108,8 +105,8 @@ CASES = [
     Case("gspo", {PL + "loss_mode": "gspo", A + "clip_ratio_low": 3e-4, A + "clip_ratio_high": 4e-4},
          _ratio(3e-4, 4e-4, level="sequence"), CLIP, lambda m: 0 < m["clipfrac"] < 1, noise=0.002, seed=4,
          exact_grad=False),
-    Case("sapo", {PL + "loss_mode": "sapo", A + "tau_pos": 1.0, A + "tau_neg": 1.05}, ClipSpec(mode="sapo"),
-         PPO_KL, noise=0.6, seed=6, ours_agg="seq-mean-token-mean"),
+    Case("sapo", {PL + "loss_mode": "sapo", A + "tau_pos": 1.0, A + "tau_neg": 1.05},
+         ClipSpec(mode="sapo", params={"sapo_seq_mean": 1.0}), PPO_KL, noise=0.6, seed=6),
     Case("cispo", {PL + "loss_mode": "cispo", **DAPO_KEYS}, _ratio(0.2, 0.28, mode="cispo"), CLIP,
          lambda m: m["clipfrac"] > 0.02, noise=0.6, seed=5),
     Case("gpg", {PL + "loss_mode": "gpg"}, ClipSpec(mode="gpg")),
@@ -165,7 +162,7 @@ def both(ca, case, agg, dtype, seed=0):
     loss_mode, config = verl_setup(case.settings, agg)
     verl_fn = ca.get_policy_loss_fn(loss_mode)
     torch.manual_seed(seed)  # Clip-Cov draws from the default generator: the same state on both sides
-    ours = run(lambda leaf: policy_loss(leaf, old, adv, mask, spec, case.ours_agg or agg), lp)
+    ours = run(lambda leaf: policy_loss(leaf, old, adv, mask, spec, agg), lp)
     torch.manual_seed(seed)
     theirs = run(lambda leaf: verl_fn(old, leaf, adv, mask, agg, config), lp)
     return ours, theirs
@@ -203,16 +200,23 @@ def test_every_verl_loss_mode_is_covered(ca):
         assert mode in MODES and any(s.startswith("verl:") for s in get_form(mode).sources)
 
 
-def test_sapo_ignores_loss_agg_mode_in_verl_only(ca):
-    """The one aggregation divclip does not copy: verl's sapo returns its seq-mean-token-mean loss under every
-    loss_agg_mode; divclip's sapo (TRL's too) honours the mode, and differs under token-mean."""
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("agg", LOSS_AGG_MODES)
+def test_sapo_ignores_loss_agg_mode_in_verl_only(ca, agg, dtype):
+    """verl's sapo returns its seq-mean-token-mean loss under every loss_agg_mode, and so does the spec read from
+    verl's settings (sapo_seq_mean=1), value and gradient; a plain sapo (TRL's, the method string) honours the
+    mode, so it differs from verl under every mode but seq-mean-token-mean."""
     case = next(c for c in CASES if c.id == "sapo")
-    old, lp, adv, mask = batch(torch.float64, seed=case.seed, noise=case.noise)
-    mode, config = verl_setup(case.settings, "token-mean")
-    verl_loss, _ = ca.get_policy_loss_fn(mode)(old, lp, adv, mask, "token-mean", config)
-    ours, _ = policy_loss(lp, old, adv, mask, case.spec, "token-mean")
-    seq_mean, _ = policy_loss(lp, old, adv, mask, case.spec, "seq-mean-token-mean")
-    assert torch.equal(seq_mean, verl_loss) and not torch.equal(ours, verl_loss)
+    old, lp, adv, mask = batch(dtype, seed=case.seed, noise=case.noise)
+    mode, config = verl_setup(case.settings, agg)
+    verl_loss, verl_grad, _ = run(lambda leaf: ca.get_policy_loss_fn(mode)(old, leaf, adv, mask, agg, config), lp)
+    spec = from_engine("verl", case.settings)
+    assert spec.param("sapo_seq_mean") == 1.0
+    loss, grad, _ = run(lambda leaf: policy_loss(leaf, old, adv, mask, spec, agg), lp)
+    assert torch.equal(loss, verl_loss) and torch.equal(grad, verl_grad)
+    for plain in (ClipSpec(mode="sapo"), from_engine("trl", {"loss_type": "sapo"})):
+        honoured, _ = policy_loss(lp, old, adv, mask, plain, agg)
+        assert torch.equal(honoured, verl_loss) == (agg == "seq-mean-token-mean"), (agg, plain)
 
 
 # ------------------------------------------------------------------------------------ Clip-Cov's pick
