@@ -11,6 +11,8 @@ import math
 
 import torch
 
+from divclip.theory.loss_modes import sequence_column
+
 LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 TRL_AGG_MODES = ("seq-mean-token-mean-all", "seq-mean-token-sum-all", "token-sum-norm")
 """TRL 1.16's normalisations that verl's five (LOSS_AGG_MODES) do not give exactly; `agg_loss` takes both."""
@@ -141,7 +143,9 @@ def clip_stats(terms, mask, extra=()):
     floats with one `.tolist()` (`metrics_from_stats`), one device-to-host transfer for everything.
 
     `terms` carries (B, T) tensors: log_ratio, ratio, and 0/1 float flags clipped, clipped_low, dual (or None).
-    Each masked sum is a dot product with the mask; ratio_min/max use a ±1e30 offset on masked-out tokens.
+    Each masked sum is a dot product with the mask. ratio None means exp(log_ratio) (`PolicyTerms`): its sums come
+    from the expm1(log r) that kl3 needs anyway; a ratio that is one value per sequence (a stride-0 view,
+    `sequence_column`) is reduced on its (B, 1) column.
     """
     m = mask.reshape(-1)
 
@@ -151,17 +155,34 @@ def clip_stats(terms, mask, extra=()):
     x, ratio = terms.log_ratio, terms.ratio
     n = m.sum()
     zero = torch.zeros((), dtype=m.dtype, device=m.device)
-    scratch = torch.expm1(x)  # (B, T), reused below
-    sum_k3 = masked_sum(scratch.sub_(x))  # Σ m·(r - 1 - log r); expm1 keeps tokens with r ≈ 1 accurate
+    scratch = torch.expm1(x)  # (B, T) r - 1 of the token ratio, reused below
     n_clip, n_low, n_dual = (zero if f is None else masked_sum(f) for f in (terms.clipped, terms.clipped_low,
                                                                              terms.dual))
-    sums = [n_clip, n_low, n_clip - n_low, n_dual, -masked_sum(x), sum_k3, masked_sum(ratio)]
+    sum_x = masked_sum(x)
+    if ratio is None:  # the token ratio: Σ m·r = Σ m·(r - 1) + n; min/max of r - 1, plus 1
+        sum_ratio, (ratio_min, ratio_max) = masked_sum(scratch) + n, _masked_min_max(scratch, mask, 1.0, zero)
+    elif (column := sequence_column(ratio)) is not None:  # one ratio per sequence: (B, 1) work
+        lengths = mask.sum(dim=-1, keepdim=True)  # (B, 1)
+        sum_ratio, (ratio_min, ratio_max) = torch.dot(column.reshape(-1), lengths.reshape(-1)), _masked_min_max(
+            column, torch.clamp(lengths, max=1.0), 0.0, zero)
+    else:
+        sum_ratio, (ratio_min, ratio_max) = masked_sum(ratio), _masked_min_max(ratio, mask, 0.0, zero)
+    sum_k3 = masked_sum(scratch.sub_(x))  # Σ m·(r - 1 - log r); expm1 keeps tokens with r ≈ 1 accurate
+    sums = [n_clip, n_low, n_clip - n_low, n_dual, -sum_x, sum_k3, sum_ratio]
     sums += [masked_sum(f) for f in extra]
-    outside = 1.0 - mask  # (B, T) 1 on padding
-    ratio_min = torch.add(ratio, outside, alpha=_FAR, out=scratch).min() if ratio.numel() else zero
-    ratio_max = torch.add(ratio, outside, alpha=-_FAR, out=scratch).max() if ratio.numel() else zero
     means = torch.stack(sums) / (n + 1e-8)
     return torch.cat([means[:7], torch.stack([ratio_min, ratio_max, n]), means[7:]])
+
+
+def _masked_min_max(values, mask, shift: float, zero):
+    """(min, max) of values + shift over the entries where the 0/1 `mask` is 1 (0-d tensors; `zero` when there
+    are no entries). Masked-out entries move ±1e30 out of reach (a ratio is at most e^20 under verl's clamp)."""
+    if not values.numel():
+        return zero, zero
+    outside = 1.0 - mask  # 1 on padding
+    low = torch.add(values, outside, alpha=_FAR).min()
+    high = torch.add(values, outside, alpha=-_FAR, out=outside).max()
+    return low + shift, high + shift
 
 
 def metrics_from_stats(stats: list[float]) -> dict[str, float]:

@@ -141,17 +141,25 @@ def _token_ratio(log_prob, old_log_prob, clamp: bool = True):
 def _sequence_ratio(log_prob, old_log_prob, mask, clamp: bool = True):
     """GSPO (verl `gspo`): s = exp(mean_t log r) per sequence, used for every token. verl writes it as
     sg[s]·π_θ/sg[π_θ], whose gradient is s·∇log π per token; clamped at log s <= 10 as verl (clamp=False: not
-    clamped, as TRL's sequence-level importance sampling)."""
+    clamped, as TRL's sequence-level importance sampling). Returns (token log r clamped to ±20, s as a stride-0
+    (B, T) view of its (B, 1) column (`sequence_column`), (B, 1) flags of log s <= 10 or None)."""
     log_ratio = log_prob - old_log_prob  # (B, T)
     seq_lengths = torch.sum(mask, dim=-1).clamp(min=1)  # (B,)
     seq_log_ratio = (torch.sum(log_ratio * mask, dim=-1) / seq_lengths).unsqueeze(-1)  # (B, 1) log s
+    # the ratio is one (B, 1) column seen as (B, T) (stride 0): modes and metrics work on the column where they can
     if not clamp:
-        ratio = seq_log_ratio.exp_().expand_as(log_ratio).contiguous()
+        ratio = seq_log_ratio.exp_().expand_as(log_ratio)
         return log_ratio.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP), ratio, None
     in_range = _in_range(seq_log_ratio, -math.inf, SEQ_LOG_RATIO_MAX)
-    ratio = torch.exp(torch.clamp(seq_log_ratio, max=SEQ_LOG_RATIO_MAX)).expand_as(log_ratio).contiguous()
+    ratio = torch.exp(torch.clamp(seq_log_ratio, max=SEQ_LOG_RATIO_MAX)).expand_as(log_ratio)
     log_ratio.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # token log r, for the metrics only
     return log_ratio, ratio, in_range
+
+
+def sequence_column(t):
+    """The (B, 1) column of a (B, T) tensor that holds one value per row by construction (a stride-0 view, as
+    `_sequence_ratio`'s ratio), else None. A layout test, no host read of values."""
+    return t[:, :1] if t.dim() == 2 and t.shape[-1] > 0 and t.stride(-1) == 0 else None
 
 
 def _ratio(spec: ClipSpec, log_prob, old_log_prob, mask):
@@ -275,8 +283,11 @@ class PolicyTerms(NamedTuple):
     no hard clip; only mode 'clip' with dual_clip_c has a dual clip)."""
 
     loss: torch.Tensor  # (B, T) per-token loss, differentiable in log_prob
-    log_ratio: torch.Tensor  # (B, T) token log r clamped to ±20, for ppo_kl and kl3
-    ratio: torch.Tensor  # (B, T) the ratio the loss used (the sequence ratio at level='sequence')
+    log_ratio: torch.Tensor | None  # (B, T) token log r clamped to ±20, for ppo_kl and kl3
+    ratio: torch.Tensor | None  # (B, T) the ratio the loss used (the sequence ratio at level='sequence': a
+    # stride-0 view of one (B, 1) column). A mode whose loss uses no ratio (gpg) may leave both None: they are the
+    # token ratio then, filled in by `policy_terms` and, only when metrics are asked, by `policy_loss`
+    # (`with_token_ratio`); `clip_stats` takes ratio None as exp(log_ratio) without forming it.
     clipped: torch.Tensor | None  # (B, T) 1.0 where a bound changed this token's term
     clipped_low: torch.Tensor | None  # (B, T) 1.0 where that bound was the lower one
     dual: torch.Tensor | None = None  # (B, T) 1.0 where the dual clip capped the loss
@@ -289,6 +300,17 @@ class PolicyTerms(NamedTuple):
 
 
 _Terms = PolicyTerms  # the name the modes below use
+
+
+@torch.no_grad()
+def with_token_ratio(terms: PolicyTerms, log_prob, old_log_prob, ratio: bool = True) -> PolicyTerms:
+    """`terms` with log_ratio (clamped to ±20) filled in where the mode left it None, and with ratio = its exp when
+    `ratio` (clip_stats needs only the log-ratio: it takes ratio None as exp(log_ratio))."""
+    if terms.log_ratio is None:
+        terms = terms._replace(log_ratio=(log_prob - old_log_prob).clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+    if ratio and terms.ratio is None:
+        terms = terms._replace(ratio=terms.log_ratio.exp())
+    return terms
 
 
 MODES: dict[str, Callable[..., _Terms]] = {}
@@ -341,12 +363,45 @@ def _intersection_clip(spec, ratio, old_log_prob):
     return clipped_ratio, each, lo, hi
 
 
+@torch.no_grad()
+def _by_sign(pos, neg, when_pos, when_neg):
+    """(B, T): `when_pos` where pos, `when_neg` where neg, 0 elsewhere; pos, neg disjoint 0/1 (B, T) flags, the
+    values (B, 1) per sequence and finite, so that x·1 + y·0 is exactly x."""
+    return torch.mul(pos, when_pos).addcmul_(neg, when_neg)
+
+
+def _sequence_clip_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Terms:
+    """`_clip_mode` at level='sequence' for one p-free interval and no dual clip (GSPO; TRL's sequence-level
+    importance sampling), from (B, 1) quantities: with s the sequence ratio, the token's loss is −A·w with
+    w = min(s, hi) for A > 0 and max(s, lo) for A < 0 (the same floats as max(−A·s, −A·clip(s)): rounding is
+    monotone), kept (gradient −A·s) where s <= hi, resp. s >= lo. Per token only the sign of A is read, so the
+    (B, T) work is a few multiplies instead of a clamp, a max and the flags of every token. An s beyond the
+    largest float (log s > 88 in float32, TRL without the clamp) counts as that largest float."""
+    with torch.no_grad():
+        log_ratio, ratio, in_range = _sequence_ratio(log_prob, old_log_prob, mask, spec.clamp_log_ratio)
+        s = sequence_column(ratio)  # (B, 1)
+        lo, hi = ratio_bounds(spec)
+        big = torch.finfo(s.dtype).max
+        pos, neg = _flag(torch.gt, advantages, 0.0), _flag(torch.lt, advantages, 0.0)  # (B, T)
+        value = _by_sign(pos, neg, -torch.clamp(s, max=hi), -torch.clamp(s, min=lo, max=big)).mul_(advantages)
+        above, below = _flag(torch.gt, s, hi), _flag(torch.lt, s, lo)  # (B, 1) clipped for A > 0, A < 0
+        kept = s.clamp(max=big) if in_range is None else s.clamp(max=big) * in_range  # (B, 1) dr/d log π
+        grad = _by_sign(pos, neg, (above - 1.0) * kept, (below - 1.0) * kept).mul_(advantages)  # −A·s where kept
+        clipped_low = neg.mul_(below)  # (B, T)
+        clipped = torch.addcmul(clipped_low, pos, above)
+    loss = _WithGradient.apply(log_prob, value, grad)
+    return _Terms(loss, log_ratio, ratio, clipped, clipped_low)
+
+
 @register_mode("clip")
 def _clip_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Terms:
     """PPO: max(-A·r, -A·clip(r, lo, hi)); GSPO's sequence ratio at level='sequence'.
 
     The value is `clipped_surrogate`'s; the gradient is the rule it implies, -A·r·∇log π on kept tokens.
     """
+    if (spec.level == "sequence" and not isinstance(spec, AllOf) and not spec.p_dependent
+            and spec.dual_clip_c is None):
+        return _sequence_clip_mode(log_prob, old_log_prob, advantages, mask, spec)
     with torch.no_grad():
         log_ratio, ratio, in_range = _ratio(spec, log_prob, old_log_prob, mask)
         each = None

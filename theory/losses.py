@@ -42,6 +42,7 @@ from divclip.theory.loss_modes import (
     clip_loss_with_bounds,
     clipped_surrogate,
     register_mode,
+    with_token_ratio,
 )
 from divclip.theory.spec import LEVELS, PRESETS, ClipSpec, as_spec, preset  # noqa: F401  (re-exported)
 
@@ -106,14 +107,19 @@ def _raise_non_finite(named: dict):
     )
 
 
-def _terms(named: dict, spec) -> tuple[PolicyTerms, torch.Tensor, torch.dtype]:
-    """(terms, mask in the compute dtype, compute dtype) after validating `named` (policy_terms, policy_loss)."""
+def _terms(named: dict, spec, fill: str) -> tuple[PolicyTerms, torch.Tensor, torch.dtype]:
+    """(terms, mask in the compute dtype, compute dtype) after validating `named` (policy_terms, policy_loss).
+    fill: what to fill in where a mode left its metric-only log-ratio and ratio None (`with_token_ratio`):
+    'none' (the loss alone), 'log_ratio' (what `clip_stats` needs) or 'ratio' (both)."""
     spec = spec if isinstance(spec, ClipSpec) else as_spec(spec)
     _check_inputs(named)
     dtype = _compute_dtype(named["log_prob"])
     lp = _as(named["log_prob"], dtype)  # (B, T); keeps the autograd link to a bf16/fp16 leaf
     old, adv, mask = (_as(_const(named[k]), dtype) for k in ("old_log_prob", "advantages", "response_mask"))
-    return MODES[spec.mode](lp, old, adv, mask, spec), mask, dtype
+    terms = MODES[spec.mode](lp, old, adv, mask, spec)
+    if fill != "none":
+        terms = with_token_ratio(terms, _const(lp), old, ratio=fill == "ratio")
+    return terms, mask, dtype
 
 
 def policy_terms(log_prob, old_log_prob, advantages, response_mask, spec: ClipSpec | str) -> PolicyTerms:
@@ -128,7 +134,7 @@ def policy_terms(log_prob, old_log_prob, advantages, response_mask, spec: ClipSp
     """
     named = {"log_prob": log_prob, "old_log_prob": old_log_prob, "advantages": advantages,
              "response_mask": response_mask, "rollout_is_weights": None}
-    return _terms(named, spec)[0]
+    return _terms(named, spec, "ratio")[0]
 
 
 def policy_loss(
@@ -186,7 +192,7 @@ def policy_loss(
         "rollout_is_weights": rollout_is_weights,
     }
     spec = spec if isinstance(spec, ClipSpec) else as_spec(spec)
-    terms, mask, dtype = _terms(named, spec)
+    terms, mask, dtype = _terms(named, spec, "log_ratio" if metrics else "none")
     weights = None if rollout_is_weights is None else rollout_is_weights.detach().to(dtype)
     own_aggregation = FORM_AGGREGATIONS.get(spec.mode)  # a form whose engine ignores loss_agg_mode (geo_mean)
     loss = None if own_aggregation is None else own_aggregation(terms, mask, weights, spec)

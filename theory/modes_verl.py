@@ -58,12 +58,11 @@ def _p_free_bounds(spec):
 @register_mode("gpg")
 def _gpg_mode(log_prob, old_log_prob, advantages, mask, spec) -> PolicyTerms:
     """GPG (verl `gpg`, and `bypass_mode` REINFORCE without IS weights): −log π·A, gradient −A·∇log π."""
-    log_ratio, ratio = _metric_ratio(log_prob, old_log_prob)
     with torch.no_grad():
         neg_adv = -advantages  # (B, T) the gradient −A; log π·(−A) is verl's (−log π)·A bit for bit
         value = log_prob * neg_adv
     loss = _WithGradient.apply(log_prob, value, neg_adv)  # −(g·A) = g·(−A) exactly
-    return PolicyTerms(loss, log_ratio, ratio, None, None)
+    return PolicyTerms(loss, None, None, None, None)  # the token ratio, formed only for the metrics
 
 
 # ---------------------------------------------------------------------------------------------- DRO
@@ -78,7 +77,7 @@ def _dro_mode(log_prob, old_log_prob, advantages, mask, spec) -> PolicyTerms:
         grad = torch.add(-advantages, log_ratio, alpha=beta)  # −A + β·log r
         metric_log_ratio = log_ratio.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # reused: the diagnostics' log r
     loss = _WithGradient.apply(log_prob, value, grad)
-    return PolicyTerms(loss, metric_log_ratio, metric_log_ratio.exp(), None, None)
+    return PolicyTerms(loss, metric_log_ratio, None, None, None)  # ratio None: exp(log r), formed if asked
 
 
 # ----------------------------------------------------------------------------------------- Clip-Cov
@@ -302,10 +301,10 @@ def _reinforce_is(log_prob, old_log_prob, advantages, mask, spec, level) -> Poli
         cap, floor = spec.param("rollout_is_threshold"), spec.param("rollout_is_threshold_lower")
         clipped_low = _flag(torch.lt, raw, floor) if floor > 0 else torch.zeros_like(raw)
         clipped = _flag(torch.gt, raw, cap).add_(clipped_low)  # truncated (or zeroed) above C, zeroed below c
-    log_ratio, ratio = _metric_ratio(log_prob, old_log_prob)
     if level == "sequence":
-        ratio = raw.detach()
-    return PolicyTerms(loss, log_ratio, ratio, clipped, clipped_low)
+        log_ratio, ratio = _metric_ratio(log_prob, old_log_prob)
+        return PolicyTerms(loss, log_ratio, raw.detach(), clipped, clipped_low)
+    return PolicyTerms(loss, None, None, clipped, clipped_low)  # the token ratio, formed only for the metrics
 
 
 @register_mode("reinforce_is")
