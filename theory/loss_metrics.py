@@ -176,12 +176,15 @@ def clip_stats(terms, mask, extra=()):
 
 def _masked_min_max(values, mask, shift: float, zero):
     """(min, max) of values + shift over the entries where the 0/1 `mask` is 1 (0-d tensors; `zero` when there
-    are no entries). Masked-out entries move ±1e30 out of reach (a ratio is at most e^20 under verl's clamp)."""
+    are no entries). Masked-out entries become ±1e30, out of reach (a ratio is at most e^20 under verl's clamp), by
+    a lerp towards the values with the mask as weight: exact at weights 0 and 1, and one pass each (on this CPU a
+    third of `1 − mask` and an add)."""
     if not values.numel():
         return zero, zero
-    outside = 1.0 - mask  # 1 on padding
-    low = torch.add(values, outside, alpha=_FAR).min()
-    high = torch.add(values, outside, alpha=-_FAR, out=outside).max()
+    far = torch.full((), _FAR, dtype=values.dtype, device=values.device)
+    spread = torch.lerp(far, values, mask)
+    low = spread.min()
+    high = torch.lerp(-far, values, mask, out=spread).max()
     return low + shift, high + shift
 
 

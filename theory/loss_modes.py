@@ -32,6 +32,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
+import numpy as np
 import torch
 
 from divclip.theory.bounds import binary_kl_root
@@ -485,11 +486,50 @@ def _sapo_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Ter
     verl's `sapo` always aggregates with seq-mean-token-mean, whatever loss_agg_mode says; here it is honoured,
     unless `sapo_seq_mean=1` (the spec read from verl; `divclip.theory.modes_verl._sapo_aggregate`)."""
     with torch.no_grad():
-        log_ratio, ratio_value, in_range = _ratio(spec, log_prob, old_log_prob, mask)
-        tau_neg = torch.full_like(advantages, spec.tau_neg)
-        tau_pos = torch.full((), spec.tau_pos, dtype=advantages.dtype, device=advantages.device)
-        taus = tau_neg.lerp_(tau_pos, _flag(torch.gt, advantages, 0.0))  # (B, T) exact tau_pos or tau_neg
-        dratio = ratio_value if in_range is None else ratio_value * in_range  # dr/d log π, 0 where clamped
-    ratio = _WithGradient.apply(log_prob, ratio_value, dratio)
-    gates = torch.sigmoid(taus * (ratio - 1.0)) * (4.0 / taus)
-    return _Terms(-gates * advantages, log_ratio, ratio_value, None, None)
+        log_ratio, ratio, in_range = _ratio(spec, log_prob, old_log_prob, mask)
+        pos, rest = _flag(torch.gt, advantages, 0.0), _flag(torch.le, advantages, 0.0)  # (B, T) τ+ / τ− tokens
+        column = sequence_column(ratio)
+        if column is not None:
+            value, grad = _sapo_sequence(spec, column, in_range, pos, rest)
+        else:
+            value, grad = _sapo_token(spec, ratio, in_range, pos, rest)
+        value.mul_(advantages)  # (−gate)·A, verl's −gate·A bit for bit
+        grad.mul_(advantages)
+    loss = _WithGradient.apply(log_prob, value, grad)
+    return _Terms(loss, log_ratio, ratio, None, None)
+
+
+def _sapo_constants(spec, dtype, device):
+    """(τ+, τ−, 4/τ+, 4/τ−) as Python floats holding values of the compute dtype, τ and 4/τ rounded as verl's (B, T)
+    tensors of them are (float32: numpy's IEEE float32 division). Python numbers, not tensors: a tensor given as
+    a scalar argument (alpha) would be read on the host."""
+    if dtype == torch.float64:
+        return spec.tau_pos, spec.tau_neg, 4.0 / spec.tau_pos, 4.0 / spec.tau_neg
+    tau_pos, tau_neg = np.float32(spec.tau_pos), np.float32(spec.tau_neg)
+    return float(tau_pos), float(tau_neg), float(np.float32(4.0) / tau_pos), float(np.float32(4.0) / tau_neg)
+
+
+@torch.no_grad()
+def _sapo_token(spec, ratio, in_range, pos, rest):
+    """(−σ(τ(r − 1))·(4/τ), −4σ(1 − σ)·dr/d log π) per token, both (B, T), τ by the 0/1 flags pos / rest; verl's
+    floating-point operations for the value (τ·(r − 1), sigmoid, times 4/τ), the gate's slope in closed form."""
+    tau_pos, tau_neg, q_pos, q_neg = _sapo_constants(spec, ratio.dtype, ratio.device)
+    per_token = torch.mul(pos, tau_pos).add_(rest, alpha=tau_neg)  # (B, T) exactly τ+ or τ−
+    sig = torch.sub(ratio, 1.0).mul_(per_token).sigmoid_()  # σ(τ(r − 1))
+    grad = torch.addcmul(sig, sig, sig, value=-1.0).mul_(ratio).mul_(-4.0)  # −4σ(1 − σ)·r
+    if in_range is not None:
+        grad.mul_(in_range)  # verl's log-ratio clamp stops the gradient
+    torch.mul(pos, q_pos, out=per_token).add_(rest, alpha=q_neg)  # (B, T) exactly 4/τ+ or 4/τ−
+    return sig.mul_(per_token).neg_(), grad
+
+
+@torch.no_grad()
+def _sapo_sequence(spec, s, in_range, pos, rest):
+    """`_sapo_token` at level='sequence': the gate and its slope once per sequence and sign of A, (B, 1), then
+    picked per token by the sign flags (`_by_sign`). An s beyond the largest float counts as that float."""
+    tau_pos, tau_neg, q_pos, q_neg = _sapo_constants(spec, s.dtype, s.device)
+    dr = s.clamp(max=torch.finfo(s.dtype).max) if in_range is None else s * in_range  # (B, 1)
+    sig_pos, sig_neg = torch.sigmoid(tau_pos * (s - 1.0)), torch.sigmoid(tau_neg * (s - 1.0))
+    value = _by_sign(pos, rest, -(sig_pos * q_pos), -(sig_neg * q_neg))
+    grad = _by_sign(pos, rest, (sig_pos * (1.0 - sig_pos)) * dr * -4.0, (sig_neg * (1.0 - sig_neg)) * dr * -4.0)
+    return value, grad

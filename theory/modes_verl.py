@@ -24,8 +24,6 @@ geo_mean and dro do not clamp their ratio, so their losses here do not either.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from divclip.theory.loss_metrics import (
@@ -38,6 +36,7 @@ from divclip.theory.loss_metrics import (
 from divclip.theory.loss_modes import LOG_RATIO_CLAMP, PolicyTerms, _flag, _WithGradient, ratio_bounds, register_mode
 
 IS_SAFETY_BOUND = 20.0  # verl rollout_corr_helper.SAFETY_BOUND: log IS weights are clamped to ±20 before exp
+_FAR = 1e30  # below any covariance of finite log-probs and advantages
 
 
 @torch.no_grad()
@@ -159,24 +158,25 @@ def _clip_cov_mode(log_prob, old_log_prob, advantages, mask, spec) -> PolicyTerm
 # ------------------------------------------------------------------------------------------- KL-Cov
 @torch.no_grad()
 def _kl_cov_select(log_prob, advantages, mask, rho):
-    """bool (B, T): the ⌊ρ·N⌋ ∨ 1 unmasked tokens of largest covariance (A − Ā)(log π − mean log π), N the
+    """0/1 (B, T): the ⌊ρ·N⌋ ∨ 1 unmasked tokens of largest covariance (A − Ā)(log π − mean log π), N the
     unmasked count, means over the unmasked tokens (verl's top-k, without a host read: ⌊ρ·N⌋ <= ⌊ρ·B·T⌋, a
     static bound, so one top-k of that size, then the first ⌊ρ·N⌋ ∨ 1 of it).
 
     verl takes the means of the compacted unmasked entries (`x[mask].mean()`), here Σ m·x / Σ m: the two can
     differ in the last bit, which moves every covariance by about an ulp; the selection then differs from
     verl's only where two covariances within that rounding straddle the k-th place."""
-    valid = mask > 0
-    count = valid.sum(dtype=log_prob.dtype)
-    cov = (advantages - torch.where(valid, advantages, 0.0).sum() / count) * (
-        log_prob - torch.where(valid, log_prob, 0.0).sum() / count)
-    cov = cov.masked_fill_(~valid, -math.inf).reshape(-1)  # (B·T,)
+    valid = _flag(torch.gt, mask, 0.0)  # (B, T) 0/1 floats: bool masks and `where` are slow on CPU
+    count = valid.sum()
+    # x·valid holds where(valid, x, 0)'s numbers (the inputs are finite), so the sums are the same floats
+    cov = (advantages - (advantages * valid).sum() / count) * (log_prob - (log_prob * valid).sum() / count)
+    # padding out of the top-k's reach: −1e30 (finite: a lerp from −inf would give NaN at weight 1)
+    cov = torch.lerp(torch.full((), -_FAR, dtype=cov.dtype, device=cov.device), cov, valid).reshape(-1)
     k_max = min(max(int(rho * cov.numel()), 1), cov.numel())
     k = torch.floor(rho * count.to(torch.float64)).clamp_(min=1.0)  # verl's max(1, int(N·ρ))
     top = torch.topk(cov, k_max).indices  # (k_max,) largest first
-    take = torch.arange(k_max, device=cov.device) < k
-    chosen = torch.zeros_like(valid.reshape(-1)).scatter_(0, top, take)
-    return chosen.reshape(valid.shape) & valid
+    take = torch.arange(k_max, device=cov.device, dtype=valid.dtype) < k
+    chosen = torch.zeros_like(valid.reshape(-1)).scatter_(0, top, take.to(valid.dtype))
+    return chosen.reshape(valid.shape).mul_(valid)  # (B, T) 0/1
 
 
 @register_mode("kl_cov")
@@ -187,9 +187,8 @@ def _kl_cov_mode(log_prob, old_log_prob, advantages, mask, spec) -> PolicyTerms:
     log_ratio = log_prob - old_log_prob  # (B, T)
     ratio = torch.exp(log_ratio)
     loss_plain = -advantages * ratio
-    loss_penalised = -advantages * ratio + spec.param("kl_cov_coef") * log_ratio.abs()
-    selected = _kl_cov_select(log_prob.detach(), advantages, mask, spec.param("kl_cov_ratio"))
-    loss = torch.where(selected, loss_penalised, loss_plain)
+    selected = _kl_cov_select(log_prob.detach(), advantages, mask, spec.param("kl_cov_ratio"))  # (B, T) 0/1
+    loss = loss_plain + selected * (spec.param("kl_cov_coef") * log_ratio.abs())  # verl's sums where selected
     metric_log_ratio = log_ratio.detach().clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     return PolicyTerms(loss, metric_log_ratio, ratio.detach(), None, None)
 

@@ -168,12 +168,13 @@ def test_cispo_is_verl_cispo(ca, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_sapo_is_verl_sapo(ca, dtype):
     """verl's sapo always aggregates with seq-mean-token-mean (it ignores loss_agg_mode); divclip honours the
-    argument, so the comparison uses that mode."""
+    argument, so the comparison uses that mode. The value is verl's bit for bit; the gradient, attached in closed
+    form (−A·4σ(1 − σ)·r), agrees to rounding."""
     old, lp, adv, mask = batch(dtype, seed=6, noise=0.6)
     agg = "seq-mean-token-mean"
     loss, grad, _ = run_ours(old, lp, adv, mask, preset("sapo"), agg)
     v_loss, v_grad, _ = run_verl(ca.compute_policy_loss_sapo, old, lp, adv, mask, actor_config(), agg)
-    assert torch.equal(loss, v_loss) and torch.equal(grad, v_grad)
+    assert torch.equal(loss, v_loss) and close(grad, v_grad, dtype) and float(grad.abs().max()) > 0
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -7,7 +7,7 @@ masked sequence included) and the same loss_agg_mode, in float32 and float64.
 
 Exactness: the loss value is bit-equal (divclip performs verl's floating-point operations in verl's order).
 The gradient is bit-equal where divclip differentiates verl's own expression; where it attaches the
-closed-form gradient (clip, clip_cov, dro, geo_mean) the products are taken in another order, so the
+closed-form gradient (clip, clip_cov, dro, geo_mean, sapo) the products are taken in another order, so the
 gradients agree to |Δ| <= 1e-6 (float32) / 1e-12 (float64) of the largest magnitude.
 
 Two forms ignore loss_agg_mode in verl, and divclip reproduces both under every mode: `sapo` (always
@@ -106,7 +106,7 @@ CASES = [
          _ratio(3e-4, 4e-4, level="sequence"), CLIP, lambda m: 0 < m["clipfrac"] < 1, noise=0.002, seed=4,
          exact_grad=False),
     Case("sapo", {PL + "loss_mode": "sapo", A + "tau_pos": 1.0, A + "tau_neg": 1.05},
-         ClipSpec(mode="sapo", params={"sapo_seq_mean": 1.0}), PPO_KL, noise=0.6, seed=6),
+         ClipSpec(mode="sapo", params={"sapo_seq_mean": 1.0}), PPO_KL, noise=0.6, seed=6, exact_grad=False),
     Case("cispo", {PL + "loss_mode": "cispo", **DAPO_KEYS}, _ratio(0.2, 0.28, mode="cispo"), CLIP,
          lambda m: m["clipfrac"] > 0.02, noise=0.6, seed=5),
     Case("gpg", {PL + "loss_mode": "gpg"}, ClipSpec(mode="gpg")),
@@ -213,7 +213,7 @@ def test_sapo_ignores_loss_agg_mode_in_verl_only(ca, agg, dtype):
     spec = from_engine("verl", case.settings)
     assert spec.param("sapo_seq_mean") == 1.0
     loss, grad, _ = run(lambda leaf: policy_loss(leaf, old, adv, mask, spec, agg), lp)
-    assert torch.equal(loss, verl_loss) and torch.equal(grad, verl_grad)
+    assert torch.equal(loss, verl_loss) and close(grad, verl_grad, dtype)
     for plain in (ClipSpec(mode="sapo"), from_engine("trl", {"loss_type": "sapo"})):
         honoured, _ = policy_loss(lp, old, adv, mask, plain, agg)
         assert torch.equal(honoured, verl_loss) == (agg == "seq-mean-token-mean"), (agg, plain)
