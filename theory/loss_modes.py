@@ -159,8 +159,11 @@ def _sequence_ratio(log_prob, old_log_prob, mask, clamp: bool = True):
 
 def sequence_column(t):
     """The (B, 1) column of a (B, T) tensor that holds one value per row by construction (a stride-0 view, as
-    `_sequence_ratio`'s ratio), else None. A layout test, no host read of values."""
-    return t[:, :1] if t.dim() == 2 and t.shape[-1] > 0 and t.stride(-1) == 0 else None
+    `_sequence_ratio`'s ratio, or any (B, 1) tensor: with T = 1 the expand is the tensor itself), else None. A
+    layout test, no host read of values."""
+    if t.dim() != 2 or t.shape[-1] == 0:
+        return None
+    return t[:, :1] if t.shape[-1] == 1 or t.stride(-1) == 0 else None
 
 
 def _ratio(spec: ClipSpec, log_prob, old_log_prob, mask):

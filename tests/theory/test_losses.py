@@ -448,3 +448,18 @@ def test_custom_measures_from_formulas():
     assert close(loss, loss_k, 1e-10) and close(grad, grad_k, 1e-10)
     with pytest.raises(ValueError, match="p-dependent without a torch bound solver"):
         ClipSpec(measure_from_formula("p*(r - 1)**2", name="my_tv2"), delta=0.05)
+
+
+def test_sequence_level_with_one_token_per_sequence():
+    """T = 1 (a bandit's single action): the sequence ratio is the token ratio, and the (B, 1) expand is no
+    stride-0 view; the sequence-level clip must still see it as one value per row (it crashed with None)."""
+    lp = torch.log(torch.tensor([[0.5], [0.2], [0.9]], dtype=torch.float64)).requires_grad_()
+    old = torch.log(torch.tensor([[0.4], [0.3], [0.9]], dtype=torch.float64))
+    adv = torch.tensor([[1.0], [-1.0], [0.5]], dtype=torch.float64)
+    mask = torch.ones_like(old)
+    seq, _ = policy_loss(lp, old, adv, mask, "ratio:0.2:0.2/seq")
+    tok, _ = policy_loss(lp, old, adv, mask, "ratio:0.2:0.2")
+    assert torch.equal(seq, tok)
+    (g_seq,) = torch.autograd.grad(seq, lp)
+    (g_tok,) = torch.autograd.grad(policy_loss(lp, old, adv, mask, "ratio:0.2:0.2")[0], lp)
+    assert torch.allclose(g_seq, g_tok, rtol=1e-12, atol=0)
