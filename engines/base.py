@@ -359,3 +359,27 @@ def describe(spec) -> str:
              "r in " + ", ".join(f"[{b['lo']:.4g}, {b['hi']:.4g}] at p = {b['p']:g}" for b in bounds))
     form = {"gated": "DPPO mask", "clip": "PPO clip"}.get(spec.mode, spec.mode)
     return f"{method_for(name, delta=spec.delta)}: {form} by {name}, δ = {spec.delta:.6g}, {where}"
+
+
+def yaml_tree(settings: dict, value) -> list[str]:
+    """Flat dotted `settings` as nested YAML lines (two spaces a level); `value(v)` writes a leaf in the engine's
+    own spelling (verl and SkyRL differ on booleans and infinity)."""
+    tree: dict = {}
+    for key, v in settings.items():
+        node = tree
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = v
+    out: list[str] = []
+
+    def walk(node, depth):
+        for k, v in node.items():
+            if isinstance(v, dict):
+                out.append("  " * depth + f"{k}:")
+                walk(v, depth + 1)
+            else:
+                out.append("  " * depth + f"{k}: {value(v)}")
+
+    walk(tree, 0)
+    return out

@@ -44,6 +44,7 @@ from divclip.engines.base import (
     recipe_for,
     typed_values,
     unknown_keys,
+    yaml_tree,
 )
 from divclip.engines.hydra import resolve_interpolations
 from divclip.engines.pitfalls import Pitfall, on_policy_note
@@ -422,26 +423,4 @@ def render(w: EngineWrite, fmt: str) -> list[str]:
     out = [f"# environment: {k}={v}" for k, v in w.env.items()]
     if ENTRYPOINT_KEY in settings:
         out.append(f"# on the command line: {ENTRYPOINT_KEY}={settings.pop(ENTRYPOINT_KEY)}")
-    return out + _yaml_tree(settings)
-
-
-def _yaml_tree(settings: dict) -> list[str]:
-    tree: dict = {}
-    for key, v in settings.items():
-        node = tree
-        *parents, leaf = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = v
-    out: list[str] = []
-
-    def walk(node, depth):
-        for k, v in node.items():
-            if isinstance(v, dict):
-                out.append("  " * depth + f"{k}:")
-                walk(v, depth + 1)
-            else:
-                out.append("  " * depth + f"{k}: {_value(v)}")
-
-    walk(tree, 0)
-    return out
+    return out + yaml_tree(settings, _value)

@@ -31,6 +31,7 @@ from divclip.engines.base import (
     recipe_for,
     typed_values,
     unknown_keys,
+    yaml_tree,
 )
 from divclip.engines.pitfalls import Pitfall
 from divclip.sanity import advice
@@ -793,31 +794,8 @@ def render(w: EngineWrite, fmt: str) -> list[str]:
         lines += [f"    {k}={_override_value(v)}" for k, v in w.settings.items()]
         return [line + " \\" for line in lines[:-1]] + lines[-1:]
     if fmt == "yaml":
-        return [f"# environment: {k}={v}" for k, v in w.env.items()] + _yaml_tree(w.settings)
+        return [f"# environment: {k}={v}" for k, v in w.env.items()] + yaml_tree(w.settings, _yaml_value)
     out = ["import os", ""] if w.env else []
     out += [f"os.environ[{k!r}] = {v!r}" for k, v in w.env.items()]
     out += ["overrides = ["] + [f"    {f'{k}={_override_value(v)}'!r}," for k, v in w.settings.items()] + ["]"]
     return out
-
-
-def _yaml_tree(settings: dict) -> list[str]:
-    tree: dict = {}
-    for key, v in settings.items():
-        node = tree
-        *parents, leaf = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = v
-    out: list[str] = []
-
-    def walk(node, depth):
-        for k, v in node.items():
-            if isinstance(v, dict):
-                out.append("  " * depth + f"{k}:")
-                walk(v, depth + 1)
-            else:
-                out.append("  " * depth + f"{k}: {_yaml_value(v)}")
-
-    walk(tree, 0)
-    return out
-
