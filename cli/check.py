@@ -2,7 +2,7 @@
 
     divclip check run.yaml                                   # a verl config (or TRL GRPOConfig .json/.yaml)
     divclip check train_ppo.sh                               # a launch script (OpenRLHF/slime flags, verl overrides)
-    divclip check actor_rollout_ref.actor.clip_ratio_low=0.2 data.train_batch_size=512   # hydra overrides
+    divclip check KEY=VALUE KEY=VALUE ...                    # hydra overrides: an engine's own dotted keys
     divclip check overrides.txt --rollouts batch.npz --json  # plus predicted clip fractions on a batch
     divclip check --rollouts batch.parquet --sigma 0.05      # no config: ε 0.2/0.2, noise-model ratios
     divclip check --rollouts batch.npz --methods dcpo,grpo   # atlas methods compared on the file's tokens

@@ -16,8 +16,8 @@ Three inputs are accepted, all as text (UTF-8):
 In a YAML file, comment lines `# environment: NAME=value` (what `divclip export --format yaml` writes for a
 plug-in's variables) read as that environment variable.
 
-Nested mappings are flattened to dotted keys, so `actor_rollout_ref: {actor: {clip_ratio_low: 0.2}}` and the
-override `actor_rollout_ref.actor.clip_ratio_low=0.2` read the same. Values are kept as parsed; typing happens
+Nested mappings are flattened to dotted keys, so `section: {group: {key: 0.2}}` and the override
+`section.group.key=0.2` read the same. Values are kept as parsed; typing happens
 in `divclip.sanity.settings`, which knows what each key must be.
 """
 

@@ -6,9 +6,9 @@ logical line at a time, and each token is classified:
 * `key=value` (with `+`/`++` in front: a key hydra adds) — a hydra override or an environment variable
   (`VERL_USE_EXTERNAL_MODULES=...`) that the command sets; `~key` deletes.
 * `--name value`, `--name=value`, `--name v1 v2` (nargs: a list), or a bare `--name` (a switch: true) — a
-  flag, kept with its dashes (`--actor.eps_clip`), as engines' argparse parsers name them.
+  flag, kept with its dashes (`--section.name`), as engines' argparse parsers name them.
 * anything else is a command word (`python3 -m verl.trainer.main_ppo`, `set -x`): ignored and listed. A word
-  that looks like a config key (`actor_rollout_ref.actor.clip_ratio_high 0.28`: no '=') is listed as a stray,
+  that looks like a config key (`section.group.key 0.28`: no '=') is listed as a stray,
   which `divclip check` reports as a warning.
 
 `NAME=value` assignments define shell variables that later `$NAME` / `${NAME}` take (the only expansion done);
