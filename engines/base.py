@@ -383,3 +383,15 @@ def yaml_tree(settings: dict, value) -> list[str]:
 
     walk(tree, 0)
     return out
+
+
+def recipe_aggregation(spec, recipe: bool, loss_agg_mode, notes: list, note) -> str | None:
+    """The aggregation a write uses: `loss_agg_mode` when given, else the method's recipe's (`recipe_for`) when
+    `recipe`, with `note(found)` appended to `notes` (each engine words it in its own terms), else None."""
+    if loss_agg_mode is not None:
+        return loss_agg_mode
+    found = recipe_for(spec) if recipe else None
+    if found is None:
+        return None
+    notes.append(note(found))
+    return found.loss_agg_mode

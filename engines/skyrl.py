@@ -41,7 +41,7 @@ from divclip.engines.base import (
     Key,
     as_ratio_clip,
     check_spec,
-    recipe_for,
+    recipe_aggregation,
     typed_values,
     unknown_keys,
     yaml_tree,
@@ -393,13 +393,8 @@ def _write_plugin(spec, env: dict, notes: list) -> dict:
 
 
 def _aggregation(spec, recipe: bool, loss_agg_mode, notes: list) -> str | None:
-    if loss_agg_mode is not None:
-        return loss_agg_mode
-    found = recipe_for(spec) if recipe else None
-    if found is None:
-        return None
-    notes.append(f"aggregation {found.loss_agg_mode}: {found.source}")
-    return found.loss_agg_mode
+    return recipe_aggregation(spec, recipe, loss_agg_mode, notes,
+                              lambda found: f"aggregation {found.loss_agg_mode}: {found.source}")
 
 
 # ---------------------------------------------------------------------------------------------- render

@@ -38,7 +38,7 @@ from divclip.engines.base import (
     Key,
     as_ratio_clip,
     check_spec,
-    recipe_for,
+    recipe_aggregation,
     typed_values,
 )
 from divclip.engines.launch import render_launch
@@ -258,14 +258,9 @@ def _write_cispo(spec, notes: list) -> dict:
 
 
 def _aggregation(spec, recipe: bool, loss_agg_mode, notes: list) -> str | None:
-    if loss_agg_mode is not None:
-        return loss_agg_mode
-    found = recipe_for(spec) if recipe else None
-    if found is None:
-        return None
-    notes.append(f"aggregation {found.loss_agg_mode}: {found.source}"
-                 + (" (slime's default per-sample mean)" if found.loss_agg_mode == "seq-mean-token-mean" else ""))
-    return found.loss_agg_mode
+    return recipe_aggregation(spec, recipe, loss_agg_mode, notes, lambda found: (
+        f"aggregation {found.loss_agg_mode}: {found.source}"
+        + (" (slime's default per-sample mean)" if found.loss_agg_mode == "seq-mean-token-mean" else "")))
 
 
 def render(w: EngineWrite, fmt: str) -> list[str]:

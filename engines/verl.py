@@ -28,7 +28,7 @@ from divclip.engines.base import (
     EngineRead,
     EngineWrite,
     Key,
-    recipe_for,
+    recipe_aggregation,
     typed_values,
     unknown_keys,
     yaml_tree,
@@ -744,13 +744,8 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
 
 
 def _aggregation(spec, recipe: bool, loss_agg_mode, notes: list) -> str | None:
-    if loss_agg_mode is not None:
-        return loss_agg_mode
-    found = recipe_for(spec) if recipe else None
-    if found is None:
-        return None
-    notes.append(f"loss_agg_mode={found.loss_agg_mode}: {found.source}")
-    return found.loss_agg_mode
+    return recipe_aggregation(spec, recipe, loss_agg_mode, notes,
+                              lambda found: f"loss_agg_mode={found.loss_agg_mode}: {found.source}")
 
 
 def _combined(spec) -> bool:
