@@ -65,23 +65,16 @@ def _kl3_series(x, sign: float, xp):
 
 
 def kl3_x(x, xp=np):
-    """x - log1p(x) = KL3(1 + x) to about an ulp for every x > -1, including |x| ~ 1e-150 (where the direct
-    difference cancels completely): an atanh series for -1/2 <= x <= 1, the direct difference elsewhere."""
+    """x - log1p(x) = KL3(1 + x) for every x > -1 within 5 ulps (tests/theory/test_kl3_exact.py sweeps it against
+    mpmath), including |x| ~ 1e-150, where the direct difference cancels completely: an atanh series
+    for -1/2 <= x <= 1, the direct difference elsewhere. The roots' Newton step uses it; the δ of a given width
+    (`divclip.theory.conversions.delta_for_eps`) is evaluated in mpmath instead, correctly rounded."""
     x = xp.asarray(x, dtype=xp.float64) if xp is np else x
     small = (x >= -0.5) & (x <= 1.0)
     series = _kl3_series(xp.where(small, x, xp.zeros_like(x)), 1.0, xp)
     with np.errstate(divide="ignore", invalid="ignore"):
         direct = x - xp.log1p(x)
     return xp.where(small, series, direct)
-
-
-def kl3_reverse_x(x):
-    """KL3-reverse at r = 1 + x, i.e. 1/r - 1 + log r = log1p(x) - x/(1+x) = KL3(1/(1+x)), to about an ulp."""
-    x = np.asarray(x, dtype=np.float64)
-    small = (x >= -0.5) & (x <= 1.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        direct = np.log1p(x) - x / (1.0 + x)
-    return np.where(small, _kl3_series(np.where(small, x, 0.0), -1.0, np), direct)
 
 
 class KL3Roots(tuple):

@@ -12,12 +12,33 @@ import math
 
 import numpy as np
 
-from divclip.theory.bounds import kl3_reverse_x, kl3_roots, kl3_x
+from divclip.theory.bounds import kl3_roots
 from divclip.theory.measures import Measure, get_measure
 from divclip.theory.validation import check_delta, check_eps
 
-# D(1 + x) evaluated from x itself, without forming r (measures with an exact inverse in `kl3_roots`).
-_EXACT_X = {"kl3": kl3_x, "kl3_reverse": kl3_reverse_x}
+
+def _kl3_at(x, mp):
+    return x - mp.log1p(x)  # KL3(1 + x) = r - 1 - log r
+
+
+def _kl3_reverse_at(x, mp):
+    return mp.log1p(x) - x / (1 + x)  # KL3-reverse(1 + x) = 1/r - 1 + log r
+
+
+# D(1 + x) from x itself, without forming r (measures with an exact inverse in `kl3_roots`); `_exact_budget`
+# evaluates them in mpmath.
+_EXACT_X = {"kl3": _kl3_at, "kl3_reverse": _kl3_reverse_at}
+
+
+def _exact_budget(name: str, x: float) -> float:
+    """D(1 + x), correctly rounded to a float, for the measures in `_EXACT_X`: evaluated in mpmath with 30 digits
+    beyond the ones the difference cancels (D ~ x²/2 near 0 loses about 2·|log10 x| digits). In float64 the
+    difference of two rounded terms is off by up to ~6 ulps (log1p(x) - x/(1+x) near x = 1, where both terms are
+    several times D); a δ that is off moves the bound it was meant to place."""
+    import mpmath  # a dependency of sympy; one scalar evaluation per call
+
+    with mpmath.workdps(30 + 2 * max(0, -math.floor(math.log10(abs(x))))):
+        return float(_EXACT_X[name](mpmath.mpf(x), mpmath))  # float() rounds to nearest
 
 
 def delta_for_eps(measure, eps_low=None, eps_high=None, p=None) -> float:
@@ -43,7 +64,7 @@ def delta_for_eps(measure, eps_low=None, eps_high=None, p=None) -> float:
     x = -e if eps_low is not None else e  # r - 1, exactly as given (1 ± ε itself would round ε away)
     with np.errstate(divide="ignore", invalid="ignore"):
         if m.name in _EXACT_X:
-            d = float(_EXACT_X[m.name](np.float64(x)))
+            d = _exact_budget(m.name, x)
         else:
             d = float(m._value(np.float64(r), pp, np))
     if not (math.isfinite(d) and d > 0):

@@ -219,3 +219,29 @@ def test_80_digit_sweep_over_1e_minus_300_to_1e300():
     deltas = np.concatenate([np.geomspace(1e-300, 1e300, 1201), np.linspace(690.0, 750.0, 121)])
     for d in deltas:
         check_all(float(d), dps=80)
+
+
+# ------------------------------------------------------------------ δ of a width: correctly rounded
+@pytest.mark.parametrize("measure", ["kl3", "kl3_reverse"])
+def test_delta_for_eps_is_correctly_rounded(measure):
+    """δ = D(1 ± ε) to half an ulp, over 13 decades of ε on both sides and around ε_high = 1, where KL3-reverse's
+    float64 difference log1p(x) - x/(1+x) was 4.6 ulps off (ε_high = 1.000691014168259, found by Hypothesis)."""
+    rng = np.random.default_rng(7)
+    highs = np.concatenate([10.0 ** rng.uniform(-13, 3, 150), rng.uniform(0.5, 3.0, 150), [1.000691014168259]])
+    lows = np.concatenate([10.0 ** rng.uniform(-13, 0, 150), 1 - 10.0 ** rng.uniform(-13, -0.3, 50)])
+    for side, widths in (("high", highs), ("low", lows)):
+        for eps in widths:
+            eps = float(eps)
+            got = delta_for_eps(measure, **{f"eps_{side}": eps})
+            check(got, _mp_delta(measure, eps if side == "high" else -eps), f"{measure} ε_{side}={eps!r}", 0.5)
+
+
+def test_kl3_x_within_five_ulps():
+    """The float64 KL3(1 + x) behind the roots' Newton step (`kl3_x`), against mpmath: series and direct branches."""
+    from divclip.theory.bounds import kl3_x
+
+    rng = np.random.default_rng(8)
+    xs = np.concatenate([10.0 ** rng.uniform(-15, 3, 400), -(10.0 ** rng.uniform(-15, -0.05, 300)),
+                         rng.uniform(-0.6, 1.2, 300)])
+    for x in xs:
+        check(float(kl3_x(float(x))), _mp_delta("kl3", float(x)), f"kl3_x({x!r})", 5)
