@@ -66,24 +66,24 @@ def _nonzero(count):
     return torch.where(count > 0, count, torch.ones_like(count))
 
 
-def _aggregate_trl(loss_mat, loss_mask, loss_agg_mode, loss_scale_factor):
+def _aggregate_trl(loss_mat, loss_mask, loss_agg_mode, loss_scale_factor, masked_sum):
     """TRL 1.16's normalisations (GRPOTrainer._compute_loss), in its arithmetic: a sequence mean counts every
     sequence of the batch, an empty one as 0 (verl's seq-mean-* skip empty sequences)."""
+    if loss_agg_mode == "token-sum-norm":  # TRL dr_grpo (B · the longest completion TRL allows), dapo/cispo/vespo
+        denominator = max(loss_mask.numel(), 1) if loss_scale_factor is None else loss_scale_factor
+        return masked_sum(loss_mat, loss_mask) / denominator  # Σ m·ℓ, as TRL's (ℓ·m).sum()
     masked = loss_mat * loss_mask  # (B, T)
-    if loss_agg_mode != "token-sum-norm" and masked.shape[0] == 0:
+    if masked.shape[0] == 0:
         return masked.sum()  # no sequence: 0, where the mean of none is NaN
     if loss_agg_mode == "seq-mean-token-mean-all":  # TRL grpo, sapo
         return (masked.sum(-1) / loss_mask.sum(-1).clamp(min=1.0)).mean()
-    if loss_agg_mode == "seq-mean-token-sum-all":  # TRL luspo
-        return masked.sum(-1).mean()
-    # token-sum-norm: TRL dr_grpo (B · the longest completion TRL allows), dapo/cispo/vespo (the global token count)
-    return masked.sum() / (max(loss_mask.numel(), 1) if loss_scale_factor is None else loss_scale_factor)
+    return masked.sum(-1).mean()  # seq-mean-token-sum-all: TRL luspo
 
 
 def aggregate(loss_mat, loss_mask, loss_agg_mode, loss_scale_factor, masked_sum):
     """`agg_loss` without validation; `masked_sum` does the token-level masked sums."""
     if loss_agg_mode in TRL_AGG_MODES:
-        return _aggregate_trl(loss_mat, loss_mask, loss_agg_mode, loss_scale_factor)
+        return _aggregate_trl(loss_mat, loss_mask, loss_agg_mode, loss_scale_factor, masked_sum)
     if loss_agg_mode == "token-mean":
         return masked_sum(loss_mat, loss_mask) / _nonzero(loss_mask.sum())
     if loss_agg_mode == "token-sum":
@@ -128,7 +128,9 @@ def agg_loss(loss_mat, loss_mask, loss_agg_mode: str, loss_scale_factor=None):
     check_agg(loss_agg_mode, loss_scale_factor)
     if loss_mat.shape != loss_mask.shape:
         raise ValueError(f"loss_mask has shape {tuple(loss_mask.shape)} but loss_mat has {tuple(loss_mat.shape)}")
-    return aggregate(loss_mat, loss_mask, loss_agg_mode, loss_scale_factor, _masked_sum_verl)
+    # TRL sums the plain product (ℓ·m).sum(); verl's masked_sum keeps NaN outside the mask out
+    masked_sum = masked_sum_finite if loss_agg_mode in TRL_AGG_MODES else _masked_sum_verl
+    return aggregate(loss_mat, loss_mask, loss_agg_mode, loss_scale_factor, masked_sum)
 
 
 # ---------------------------------------------------------------------------------------- diagnostics

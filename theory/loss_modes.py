@@ -21,9 +21,13 @@ tests/theory/test_loss_nosync.py runs every registered mode on the meta device (
 and compiles it; a mode that needs parameters beyond a bare `ClipSpec(mode=...)` adds an example there
 (`example_specs`). The one exception is the CPU-only compaction of `_per_token_clip`.
 
-Speed: the clip mode computes the loss value without autograd and attaches its known gradient, -A·r·∇log π on
-kept tokens and 0 on clipped ones, in one multiply (`_WithGradient`); masks are 0/1 floats, never `torch.where`.
-Both matter on CPU, where each autograd max/clamp/where backward allocates several (B, T) temporaries.
+Speed: the modes compute the loss value without autograd and attach its known gradient (`_WithGradient`), e.g.
+-A·r·∇log π on kept tokens and 0 on clipped ones, and hand that gradient to `policy_loss` (`PolicyTerms.grad`),
+whose token-level sums then save mask·grad as the one (B, T) tensor of the backward (`masked_sum_closed_form`).
+On CPU each autograd max/clamp/where backward allocates several (B, T) temporaries; compiled, the forward is one
+fused pass and the backward one multiply. The hot paths (`_interval_clip_mode`, the gated decisions) keep their
+decisions bool and select the gradient with `torch.where`, converting to 0/1 float flags only for the metrics:
+compiled on a CPU the loss is bound by its arithmetic, and each float flag costs a conversion and a multiply.
 """
 
 from __future__ import annotations
@@ -115,6 +119,32 @@ class _WithGradient(torch.autograd.Function):
     def backward(ctx, grad):
         (coef,) = ctx.saved_tensors
         return grad * coef, None, None
+
+
+class _MaskedSumWithGradient(torch.autograd.Function):
+    """Σ mask·value (a masked token sum of a loss form's per-token value), whose derivative with respect to
+    log_prob is mask·grad, `grad` being the form's closed-form derivative (`PolicyTerms.grad`).
+
+    The same numbers as `(_WithGradient(log_prob, value, grad) * mask).sum()` (for a 0/1 mask the backward's
+    (g·mask)·grad and g·(grad·mask) are the same floats), with one (B, T) tensor saved instead of two: the
+    backward reads mask·grad once and writes the gradient, where autograd through the product reads the
+    mask and the derivative. That pass is most of what a compiled loss costs beyond its forward.
+    """
+
+    @staticmethod
+    def forward(ctx, log_prob, value, grad, mask):
+        ctx.save_for_backward(grad * mask)
+        return (value * mask).sum()
+
+    @staticmethod
+    def backward(ctx, g):
+        (masked_grad,) = ctx.saved_tensors
+        return g * masked_grad, None, None, None
+
+
+def masked_sum_closed_form(terms: PolicyTerms, log_prob, mask):
+    """Σ mask·terms.loss with its gradient from `terms.grad` (`_MaskedSumWithGradient`); terms.grad must be set."""
+    return _MaskedSumWithGradient.apply(log_prob, terms.loss.detach(), terms.grad, mask)
 
 
 def _in_range(x, lo: float, hi: float):
@@ -296,6 +326,9 @@ class PolicyTerms(NamedTuple):
     clipped_low: torch.Tensor | None  # (B, T) 1.0 where that bound was the lower one
     dual: torch.Tensor | None = None  # (B, T) 1.0 where the dual clip capped the loss
     by_part: tuple | None = None  # intersections: per part, (low, high) 0/1 flags of the tokens that part clipped
+    grad: torch.Tensor | None = None  # (B, T) ∂loss/∂log π in closed form (detached), where the mode knows it:
+    # its loss is then `_WithGradient(log_prob, value, grad)`, and `policy_loss` takes a token-level masked sum's
+    # gradient straight from it (`masked_sum_closed_form`)
 
     @property
     def clipped_high(self) -> torch.Tensor | None:
@@ -394,7 +427,39 @@ def _sequence_clip_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec
         clipped_low = neg.mul_(below)  # (B, T)
         clipped = torch.addcmul(clipped_low, pos, above)
     loss = _WithGradient.apply(log_prob, value, grad)
-    return _Terms(loss, log_ratio, ratio, clipped, clipped_low)
+    return _Terms(loss, log_ratio, ratio, clipped, clipped_low, grad=grad)
+
+
+def _interval_clip_mode(log_prob, old_log_prob, advantages, spec: ClipSpec) -> _Terms:
+    """`_clip_mode` at token level for one p-free interval [lo, hi] (PPO, GRPO, DAPO, KL3, every ratio-clip
+    method), dual clip or not: `clipped_surrogate`'s floats in the fewest (B, T) operations. The decisions stay
+    bool and the gradient is one select, -A·r where kept and 0 elsewhere; compiled, this is one fused pass whose
+    cost is its arithmetic on a CPU (0/1 float flags cost a conversion and a multiply each). The float flags the
+    metrics read are converted at the end (dropped as dead code when a compiled loss does not return them)."""
+    with torch.no_grad():
+        raw = log_prob - old_log_prob  # (B, T)
+        log_ratio = raw.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        ratio = log_ratio.exp() if spec.clamp_log_ratio else raw.exp()
+        lo, hi = ratio_bounds(spec)
+        neg_adv = -advantages
+        loss_unclipped = neg_adv * ratio  # -A·r
+        loss_clipped = neg_adv * ratio.clamp(lo, hi)  # -A·clip(r)
+        loss = torch.maximum(loss_unclipped, loss_clipped)
+        clipped = loss_clipped > loss_unclipped  # the clipped branch is strictly larger: gradient 0
+        negative = advantages < 0
+        drop = clipped
+        dual = None
+        if spec.dual_clip_c is not None:
+            cap = neg_adv * spec.dual_clip_c  # -A·c
+            dual = (loss > cap) & negative
+            loss = torch.where(dual, cap, loss)
+            drop = drop | dual
+        if spec.clamp_log_ratio:
+            drop = drop | (log_ratio != raw)  # verl's log-ratio clamp also stops the gradient (and NaN drops)
+        grad = torch.where(drop, 0.0, loss_unclipped)  # d(-A·r)/d log π = -A·r where kept, else 0
+        dtype = ratio.dtype
+        flags = clipped.to(dtype), (clipped & negative).to(dtype), None if dual is None else dual.to(dtype)
+    return _Terms(_WithGradient.apply(log_prob, loss, grad), log_ratio, ratio, *flags, None, grad)
 
 
 @register_mode("clip")
@@ -403,9 +468,17 @@ def _clip_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Ter
 
     The value is `clipped_surrogate`'s; the gradient is the rule it implies, -A·r·∇log π on kept tokens.
     """
-    if (spec.level == "sequence" and not isinstance(spec, AllOf) and not spec.p_dependent
-            and spec.dual_clip_c is None):
+    simple = not isinstance(spec, AllOf) and not spec.p_dependent  # one p-free interval
+    if simple and spec.level == "sequence" and spec.dual_clip_c is None:
         return _sequence_clip_mode(log_prob, old_log_prob, advantages, mask, spec)
+    if simple and spec.level == "token":
+        return _interval_clip_mode(log_prob, old_log_prob, advantages, spec)
+    return _general_clip_mode(log_prob, old_log_prob, advantages, mask, spec)
+
+
+def _general_clip_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Terms:
+    """`_clip_mode` for any spec: intersections, p-dependent bounds, a dual-clipped sequence ratio; the reference
+    the two fast paths above are tested against (tests/theory/test_loss_fast_paths.py)."""
     with torch.no_grad():
         log_ratio, ratio, in_range = _ratio(spec, log_prob, old_log_prob, mask)
         each = None
@@ -432,7 +505,7 @@ def _clip_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Ter
                              clipped_high * torch.as_tensor(hi_i <= hi, dtype=ratio.dtype, device=ratio.device))
                             for lo_i, hi_i in each)
     loss = _WithGradient.apply(log_prob, sur.loss, grad)
-    return _Terms(loss, log_ratio, ratio, sur.clipped, clipped_low, sur.dual, by_part)
+    return _Terms(loss, log_ratio, ratio, sur.clipped, clipped_low, sur.dual, by_part, grad)
 
 
 @register_mode("gated")
@@ -444,27 +517,32 @@ def _gated_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Te
         # The decision sees the true ratio (as verl's dppo, which never clamps its D); the IS weight below keeps
         # verl's clamped one. `_decision_ratio` returns the clamped one where no decision can tell them apart.
         true_ratio = _decision_ratio(spec, ratio, log_prob, old_log_prob)
-        adv_pos, adv_neg = _flag(torch.gt, advantages, 0.0), _flag(torch.lt, advantages, 0.0)
+        adv_pos, adv_neg = advantages > 0, advantages < 0  # bool decisions; 0/1 floats only for the metrics
         if spec.measure_name == "binary_tv":
             # Binary TV is |q − p|: decided on q − p as verl's dppo_tv computes it, so a token within an ulp of δ
             # gets verl's verdict (p·|r − 1| rounds differently); NaN counts as outside, as there.
             moved = log_prob.exp().sub_(old_log_prob.exp())  # (B, T) q − p
-            clipped_high = (1.0 - _flag(torch.le, moved, spec.delta)).mul_(adv_pos)
-            clipped_low = (1.0 - _flag(torch.ge, moved, -spec.delta)).mul_(adv_neg)
+            high = ~(moved <= spec.delta) & adv_pos
+            low = ~(moved >= -spec.delta) & adv_neg
         elif spec.p_dependent:
             divergence, _ = _divergence(spec, true_ratio, old_log_prob, log_prob)
-            exceeded = 1.0 - _flag(torch.le, divergence, spec.delta)  # NaN (a "probability" above 1) counts
-            clipped_high = _flag(torch.gt, true_ratio, 1.0).mul_(exceeded).mul_(adv_pos)
-            clipped_low = _flag(torch.lt, true_ratio, 1.0).mul_(exceeded).mul_(adv_neg)
+            exceeded = ~(divergence <= spec.delta)  # NaN (a "probability" above 1) counts
+            high = (true_ratio > 1.0) & exceeded & adv_pos
+            low = (true_ratio < 1.0) & exceeded & adv_neg
         else:
             lo, hi = ratio_bounds(spec)
-            clipped_high = _flag(torch.gt, true_ratio, hi).mul_(adv_pos)
-            clipped_low = _flag(torch.lt, true_ratio, lo).mul_(adv_neg)
-        clipped = clipped_high.add_(clipped_low)  # the two are disjoint
-        valid = 1.0 - clipped  # (B, T) 1.0 = keeps its gradient
+            high = (true_ratio > hi) & adv_pos
+            low = (true_ratio < lo) & adv_neg
+        dropped = high | low  # the two are disjoint
         weight = ratio if spec.tis_cap is None else ratio.clamp(max=spec.tis_cap)  # truncated IS weight
-    loss = -advantages * weight * log_prob * valid  # verl's product order, for bit-equal losses
-    return _Terms(loss, log_ratio, ratio, clipped, clipped_low)
+        # verl's −A·w·log π·valid in its product order (bit-equal losses, NaN where log π = −inf as there); the
+        # gradient −A·w where valid, 0 elsewhere, in closed form (what autograd gives through that product)
+        scale = torch.mul(advantages, weight).neg_()  # (−A)·w, as −A then ·w rounds: negation is exact
+        value = torch.mul(scale, _const(log_prob)).mul_((~dropped).to(scale.dtype))
+        grad = torch.where(dropped, 0.0, scale)
+        clipped, clipped_low = dropped.to(scale.dtype), low.to(scale.dtype)
+    loss = _WithGradient.apply(log_prob, value, grad)
+    return _Terms(loss, log_ratio, ratio, clipped, clipped_low, grad=grad)
 
 
 @register_mode("cispo")
@@ -478,8 +556,10 @@ def _cispo_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Te
         else:
             clipped_ratio = torch.clamp(ratio, *ratio_bounds(spec))
         clipped, clipped_low = _flag(torch.ne, clipped_ratio, ratio), _flag(torch.gt, clipped_ratio, ratio)
-    loss = -clipped_ratio * advantages * log_prob  # verl's product order
-    return _Terms(loss, log_ratio, ratio, clipped, clipped_low)
+        grad = torch.mul(clipped_ratio, advantages).neg_()  # (−clip(r))·A: verl's product order, its gradient
+        value = grad * _const(log_prob)
+    loss = _WithGradient.apply(log_prob, value, grad)
+    return _Terms(loss, log_ratio, ratio, clipped, clipped_low, grad=grad)
 
 
 @register_mode("sapo")
@@ -499,7 +579,7 @@ def _sapo_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Ter
         value.mul_(advantages)  # (−gate)·A, verl's −gate·A bit for bit
         grad.mul_(advantages)
     loss = _WithGradient.apply(log_prob, value, grad)
-    return _Terms(loss, log_ratio, ratio, None, None)
+    return _Terms(loss, log_ratio, ratio, None, None, grad=grad)
 
 
 def _sapo_constants(spec, dtype, device):

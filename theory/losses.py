@@ -41,6 +41,7 @@ from divclip.theory.loss_modes import (
     _const,
     clip_loss_with_bounds,
     clipped_surrogate,
+    masked_sum_closed_form,
     register_mode,
     with_token_ratio,
 )
@@ -107,8 +108,8 @@ def _raise_non_finite(named: dict):
     )
 
 
-def _terms(named: dict, spec, fill: str) -> tuple[PolicyTerms, torch.Tensor, torch.dtype]:
-    """(terms, mask in the compute dtype, compute dtype) after validating `named` (policy_terms, policy_loss).
+def _terms(named: dict, spec, fill: str) -> tuple[PolicyTerms, torch.Tensor, torch.Tensor]:
+    """(terms, mask and log_prob in the compute dtype) after validating `named` (policy_terms, policy_loss).
     fill: what to fill in where a mode left its metric-only log-ratio and ratio None (`with_token_ratio`):
     'none' (the loss alone), 'log_ratio' (what `clip_stats` needs) or 'ratio' (both)."""
     spec = spec if isinstance(spec, ClipSpec) else as_spec(spec)
@@ -119,7 +120,7 @@ def _terms(named: dict, spec, fill: str) -> tuple[PolicyTerms, torch.Tensor, tor
     terms = MODES[spec.mode](lp, old, adv, mask, spec)
     if fill != "none":
         terms = with_token_ratio(terms, _const(lp), old, ratio=fill == "ratio")
-    return terms, mask, dtype
+    return terms, mask, lp
 
 
 def policy_terms(log_prob, old_log_prob, advantages, response_mask, spec: ClipSpec | str) -> PolicyTerms:
@@ -192,13 +193,16 @@ def policy_loss(
         "rollout_is_weights": rollout_is_weights,
     }
     spec = spec if isinstance(spec, ClipSpec) else as_spec(spec)
-    terms, mask, dtype = _terms(named, spec, "log_ratio" if metrics else "none")
-    weights = None if rollout_is_weights is None else rollout_is_weights.detach().to(dtype)
+    terms, mask, lp = _terms(named, spec, "log_ratio" if metrics else "none")
+    weights = None if rollout_is_weights is None else rollout_is_weights.detach().to(lp.dtype)
     own_aggregation = FORM_AGGREGATIONS.get(spec.mode)  # a form whose engine ignores loss_agg_mode (geo_mean)
     loss = None if own_aggregation is None else own_aggregation(terms, mask, weights, spec)
     if loss is None:
         loss_mat = terms.loss if weights is None else terms.loss * weights  # (B, T)
-        loss = aggregate(loss_mat, mask, loss_agg_mode, loss_scale_factor, masked_sum_finite)
+        masked_sum = masked_sum_finite
+        if weights is None and terms.grad is not None:  # the same sum, its gradient straight from terms.grad
+            masked_sum = lambda values, m: masked_sum_closed_form(terms, lp, m)  # noqa: E731
+        loss = aggregate(loss_mat, mask, loss_agg_mode, loss_scale_factor, masked_sum)
     if not metrics:
         return loss, {}  # no host read: a non-finite input shows as a non-finite loss (see the docstring)
     by_part = () if terms.by_part is None else terms.by_part  # an intersection: which part's bound clipped

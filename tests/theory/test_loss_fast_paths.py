@@ -1,0 +1,134 @@
+"""The policy loss's fast paths give the numbers of the code they shortcut (theory/loss_modes.py, theory/losses.py).
+
+* `_interval_clip_mode` (token level, one p-free interval: PPO, GRPO, DAPO, KL3, with or without dual clip, with or
+  without verl's log-ratio clamp) and `_sequence_clip_mode` (GSPO) against `_general_clip_mode`, the path that
+  handles every spec: the loss value, the gradient, the ratio, the log-ratio and each 0/1 flag are equal.
+* `masked_sum_closed_form`: for every registered form whose terms carry a closed-form gradient, `policy_loss`
+  (which then saves mask·grad for the backward) gives the same loss and bit for bit the same gradient as autograd
+  through the plain masked sum of the per-token loss, for each token-level aggregation.
+
+"Equal" is torch.equal: the same values, where +0 and -0 count as equal (a kept-gradient select writes +0 where a
+multiply by a 0/1 flag wrote the sign of -A·r).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_loss_nosync import SPECS, make_inputs
+
+from divclip.theory import loss_modes
+from divclip.theory.loss_metrics import aggregate, masked_sum_finite
+from divclip.theory.losses import policy_loss, policy_terms
+from divclip.theory.spec import parse_method
+
+INTERVAL_SPECS = ["grpo", "ratio:0.2:0.28", "atr", "kl3:0.02", "kl3:0.02/dual=3", "ratio:0.2:0.28/dual=3",
+                  "kl3_reverse:0.05", "ratio:0.2:0.28/noclamp", "kl3:0.05/dual=3/noclamp", "ratio:0.9:900"]
+SEQUENCE_SPECS = ["gspo", "kl3:0.001/seq", "ratio:0.003:0.004/seq/noclamp"]
+FIELDS = ("log_ratio", "ratio", "clipped", "clipped_low", "dual")
+
+
+def _inputs(dtype, seed=0):
+    lp, old, adv, mask = make_inputs(dtype=dtype, shape=(8, 64), seed=seed)
+    adv[1, :10] = 0.0  # A = 0 tokens
+    adv[2] = adv[2, :1].expand(64)  # one advantage per sequence, as GRPO feeds it
+    lp[3, :5] = old[3, :5]  # r = 1 exactly
+    return lp, old, adv, mask.to(dtype)
+
+
+def _assert_terms_equal(fast, ref, where):
+    assert torch.equal(fast.loss.detach(), ref.loss.detach()), f"{where}: loss"
+    assert torch.equal(fast.grad, ref.grad), f"{where}: gradient"
+    for name in FIELDS:
+        a, b = getattr(fast, name), getattr(ref, name)
+        assert (a is None) == (b is None), f"{where}: {name} present in one path only"
+        if a is not None:
+            assert torch.equal(a, b), f"{where}: {name}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("method", INTERVAL_SPECS)
+def test_interval_fast_path_equals_the_general_clip(method, dtype):
+    spec = parse_method(method)
+    assert spec.mode == "clip" and spec.level == "token" and not spec.p_dependent
+    for seed in range(3):
+        lp, old, adv, mask = _inputs(dtype, seed)
+        fast = loss_modes._interval_clip_mode(lp, old, adv, spec)
+        ref = loss_modes._general_clip_mode(lp, old, adv, mask, spec)
+        _assert_terms_equal(fast, ref, f"{method} {dtype} seed {seed}")
+        assert float(fast.clipped.sum()) > 0, "the inputs must clip some tokens"  # the test exercises the clip
+
+
+@pytest.mark.parametrize("method", SEQUENCE_SPECS)
+def test_sequence_fast_path_equals_the_general_clip(method):
+    spec = parse_method(method)
+    lp, old, adv, mask = _inputs(torch.float64)
+    adv = adv[:, :1].expand_as(adv).contiguous()  # sequence level: one advantage per sequence
+    fast = loss_modes._sequence_clip_mode(lp, old, adv, mask, spec)
+    ref = loss_modes._general_clip_mode(lp, old, adv, mask, spec)
+    _assert_terms_equal(fast, ref, method)
+
+
+def test_the_clip_mode_takes_the_fast_paths(monkeypatch):
+    """The dispatch: a p-free token spec never reaches the general path (else the tests above test dead code)."""
+    def fail(*args):
+        raise AssertionError("general path taken")
+
+    monkeypatch.setattr(loss_modes, "_general_clip_mode", fail)
+    lp, old, adv, mask = _inputs(torch.float32)
+    for method in INTERVAL_SPECS + ["gspo"]:
+        policy_loss(lp, old, adv, mask, method, metrics=False)
+    with pytest.raises(AssertionError, match="general path"):
+        policy_loss(lp, old, adv, mask, "kl3:0.05&binary_kl:0.02", metrics=False)
+
+
+def _closed_form_specs():
+    lp, old, adv, mask = _inputs(torch.float32)
+    out = [s for s in SPECS if policy_terms(lp, old, adv, mask, s).grad is not None]
+    assert {"clip", "gated", "cispo", "sapo"} <= {parse_method(s).mode for s in out}
+    return out
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "token-sum", "token-sum-norm"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("method", _closed_form_specs())
+def test_closed_form_masked_sum_equals_autograd_through_the_terms(method, dtype, agg):
+    lp, old, adv, mask = _inputs(dtype)
+    leaf = lp.clone().requires_grad_()
+    terms = policy_terms(leaf, old, adv, mask, method)
+    ref = aggregate(terms.loss, mask, agg, None, masked_sum_finite)  # autograd through the per-token loss
+    ref.backward()
+    leaf2 = lp.clone().requires_grad_()
+    loss, _ = policy_loss(leaf2, old, adv, mask, method, agg, metrics=False)
+    loss.backward()
+    assert torch.equal(loss.detach(), ref.detach())
+    assert torch.equal(leaf2.grad, leaf.grad)
+    assert float(leaf2.grad.abs().sum()) > 0
+
+
+def _saved_by_graph(loss):
+    """Every tensor the backward graph of `loss` holds: custom Functions' saved_tensors, built-ins' _saved_*."""
+    seen, stack, out = set(), [loss.grad_fn], []
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        held = list(getattr(node, "saved_tensors", ()) or ())
+        held += [getattr(node, a) for a in dir(node) if a.startswith("_saved_")]
+        out += [t for t in held if isinstance(t, torch.Tensor)]
+        stack += [fn for fn, _ in node.next_functions]
+    return out
+
+
+def test_the_closed_form_sum_saves_one_tensor():
+    """What makes it faster: the backward holds mask·grad only, not the mask and the gradient apart (autograd
+    through the plain masked sum holds both)."""
+    lp, old, adv, mask = _inputs(torch.float32)
+    loss, _ = policy_loss(lp.clone().requires_grad_(), old, adv, mask, "atr", metrics=False)
+    big = [t for t in _saved_by_graph(loss) if t.shape == lp.shape]
+    assert len(big) == 1, [tuple(t.shape) for t in big]
+    assert torch.equal(big[0], policy_terms(lp, old, adv, mask, "atr").grad * mask)
+    terms = policy_terms(lp.clone().requires_grad_(), old, adv, mask, "atr")
+    plain = aggregate(terms.loss, mask, "token-mean", None, masked_sum_finite)
+    assert len([t for t in _saved_by_graph(plain) if t.shape == lp.shape]) == 2  # the detector sees both there
