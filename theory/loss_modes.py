@@ -439,24 +439,27 @@ def _interval_clip_mode(log_prob, old_log_prob, advantages, spec: ClipSpec) -> _
     with torch.no_grad():
         raw = log_prob - old_log_prob  # (B, T)
         log_ratio = raw.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        out_of_range = (log_ratio != raw) if spec.clamp_log_ratio else None  # verl's clamp stops the gradient
         ratio = log_ratio.exp() if spec.clamp_log_ratio else raw.exp()
+        del raw
         lo, hi = ratio_bounds(spec)
-        neg_adv = -advantages
-        loss_unclipped = neg_adv * ratio  # -A·r
-        loss_clipped = neg_adv * ratio.clamp(lo, hi)  # -A·clip(r)
+        # -(A·r) is (-A)·r to the bit (a float product's sign is the XOR of its factors'), without a -A tensor
+        loss_unclipped = torch.mul(advantages, ratio).neg_()  # -A·r
+        loss_clipped = ratio.clamp(lo, hi).mul_(advantages).neg_()  # -A·clip(r)
         loss = torch.maximum(loss_unclipped, loss_clipped)
         clipped = loss_clipped > loss_unclipped  # the clipped branch is strictly larger: gradient 0
+        del loss_clipped
         negative = advantages < 0
         drop = clipped
         dual = None
         if spec.dual_clip_c is not None:
-            cap = neg_adv * spec.dual_clip_c  # -A·c
+            cap = advantages * -spec.dual_clip_c  # -A·c
             dual = (loss > cap) & negative
             loss = torch.where(dual, cap, loss)
             drop = drop | dual
-        if spec.clamp_log_ratio:
-            drop = drop | (log_ratio != raw)  # verl's log-ratio clamp also stops the gradient (and NaN drops)
-        grad = torch.where(drop, 0.0, loss_unclipped)  # d(-A·r)/d log π = -A·r where kept, else 0
+        if out_of_range is not None:
+            drop = drop | out_of_range  # (NaN drops too)
+        grad = loss_unclipped.masked_fill_(drop, 0.0)  # d(-A·r)/d log π = -A·r where kept, else 0
         dtype = ratio.dtype
         flags = clipped.to(dtype), (clipped & negative).to(dtype), None if dual is None else dual.to(dtype)
     return _Terms(_WithGradient.apply(log_prob, loss, grad), log_ratio, ratio, *flags, None, grad)
@@ -539,8 +542,8 @@ def _gated_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Te
         # gradient −A·w where valid, 0 elsewhere, in closed form (what autograd gives through that product)
         scale = torch.mul(advantages, weight).neg_()  # (−A)·w, as −A then ·w rounds: negation is exact
         value = torch.mul(scale, _const(log_prob)).mul_((~dropped).to(scale.dtype))
-        grad = torch.where(dropped, 0.0, scale)
         clipped, clipped_low = dropped.to(scale.dtype), low.to(scale.dtype)
+        grad = scale.masked_fill_(dropped, 0.0)
     loss = _WithGradient.apply(log_prob, value, grad)
     return _Terms(loss, log_ratio, ratio, clipped, clipped_low, grad=grad)
 
