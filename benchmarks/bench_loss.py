@@ -14,10 +14,17 @@ function it reproduces. torch.set_num_threads is left at its default.
 Floor: the second table times, for the main forms, verl's function, divclip eager and divclip compiled
 (`torch.compile(fullgraph=True)` of `policy_loss(..., metrics=False)`, forward and backward) against the least any
 loss can cost: one read of the four (B, T) inputs and one write of the (B, T) gradient, timed as a plain
-`dst.copy_(src)` that moves the same number of bytes (2.5·B·T floats read, as many written). Ratios are time /
-floor time; GB/s is the floor's bytes over each case's time, so a fused loss reaches the copy's GB/s at ratio 1.
-On CUDA the table also gives the device's peak bandwidth (from the driver's memory clock and bus width, or
---peak-gbs) and each case's share of it. Without a GPU, --device cuda stops with an error.
+`dst.copy_(src)` that moves the same number of bytes (2.5·B·T floats read, as many written). Each form's cases
+and the copy run in one rotation, and every timed call follows a read of a buffer four times the floor's bytes
+and at least 256 MiB (`sweep`), so that each starts from memory, not from a cache the call before it warmed:
+the floor is a memory floor, the same for the copy and the loss. "x floor" is the median over rounds of a call's
+time over the copy's time in the same round (a slow spell of a shared machine then weighs on both sides of a ratio
+alike); GB/s is the floor's bytes over each case's time, so a fused loss reaches the copy's GB/s at ratio 1.
+A last table repeats each compiled form and the copy back to back without the sweep, each call meeting the caches
+its own twin left (on a CPU whose last-level cache holds much of the copy's bytes, the copy is then faster than
+memory; the loss, with more bytes in flight, less so). On CUDA the table also gives the device's peak bandwidth
+(from the driver's memory clock and bus width, or --peak-gbs) and each case's share of it. Without a GPU,
+--device cuda stops with an error.
 
 Memory: peak *extra resident memory* of one forward + backward (Linux only): in one fresh subprocess whose glibc
 maps every block >= 64 KiB separately (MALLOC_MMAP_THRESHOLD_=65536, so freed tensors leave the resident set at
@@ -140,19 +147,30 @@ def floor_bytes(inputs) -> int:
         inputs["log_prob"].numel() * inputs["log_prob"].element_size()
 
 
-def floor_time(inputs, repeats: int) -> float:
-    """Median seconds of `dst.copy_(src)` moving floor_bytes (half read, half written)."""
+def floor_copy(inputs):
+    """fn() -> a plain `dst.copy_(src)` moving floor_bytes (half read, half written), on the inputs' device."""
     n = floor_bytes(inputs) // 2 // 4
     src = torch.rand(n, device=inputs["log_prob"].device)
     dst = torch.empty_like(src)
-    times = []
-    for _ in range(repeats + 2):
-        _sync(src.device)
-        t0 = time.perf_counter()
-        dst.copy_(src)
-        _sync(src.device)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times[2:])
+    return lambda: dst.copy_(src)
+
+
+def make_sweep(inputs):
+    """fn() that reads a buffer of max(4 x floor bytes, 256 MiB) on the inputs' device: run before a timed call, it
+    evicts whatever the call before left in the caches (clean lines, so no write-back falls into the timed call)."""
+    n = max(4 * floor_bytes(inputs), 256 * 2**20) // 4
+    buf = torch.ones(n, device=inputs["log_prob"].device)
+    return lambda: buf.sum()
+
+
+def timed(fn, sweep, device) -> float:
+    """Seconds of one fn() started from swept caches."""
+    sweep()
+    _sync(device)
+    t0 = time.perf_counter()
+    fn()
+    _sync(device)
+    return time.perf_counter() - t0
 
 
 def floor_fns(spec, agg):
@@ -164,28 +182,59 @@ def floor_fns(spec, agg):
 
 
 def time_floor_cases(inputs, repeats: int, compile_: bool):
-    """{name: (eager s, compiled s or None, compile s or None)}, medians of interleaved runs per case."""
+    """{name: {"floor", "verl", "eager", "compiled": s or None, "compile": s or None}}: medians of one rotation per
+    form (the floor copy, verl's function, divclip eager, divclip compiled), each call after a sweep."""
+    device = inputs["log_prob"].device
+    sweep, copy = make_sweep(inputs), floor_copy(inputs)
+    verl_fns = {name.split(" (")[0]: make for name, make, base in cases() if base is None}
     out = {}
-    for name, spec, _ in FLOOR_CASES:
+    for name, spec, base in FLOOR_CASES:
         agg = "seq-mean-token-mean" if spec == "sapo" else "token-mean"
         eager, compiled = floor_fns(spec, agg)
-        fns = [eager]
-        compile_s = None
+        row = {"compiled": None, "compile": None}
+        fns = {"floor": copy, "verl": _stepper(verl_fns[base](), inputs), "eager": _stepper(eager, inputs)}
         if compile_:
             t0 = time.perf_counter()
             step(compiled, inputs)  # compiles forward and backward
-            compile_s = time.perf_counter() - t0
-            fns.append(compiled)
-        times = [[] for _ in fns]
+            row["compile"] = time.perf_counter() - t0
+            fns["compiled"] = _stepper(compiled, inputs)
+        times = {k: [] for k in fns}
         for _ in range(2):
-            for fn in fns:
-                step(fn, inputs)
+            for fn in fns.values():
+                fn()
         for _ in range(repeats):
-            for i, fn in enumerate(fns):
-                times[i].append(step(fn, inputs))
-        med = [statistics.median(t) for t in times]
-        out[name] = (med[0], med[1] if compile_ else None, compile_s)
+            for k, fn in fns.items():
+                times[k].append(timed(fn, sweep, device))
+        row.update({k: statistics.median(t) for k, t in times.items()})
+        # x floor: the median over rounds of each call's time over the copy's in the same round, so that a slow
+        # spell of the machine (a neighbour's load) weighs on both sides of a ratio alike
+        row["ratio"] = {k: statistics.median(a / f for a, f in zip(t, times["floor"])) for k, t in times.items()}
+        if compile_:  # the same pair back to back, no sweep: each call meets the caches its twin left
+            row["warm_floor"], row["warm_compiled"] = (back_to_back(fns[k], repeats, device) for k in ("floor",
+                                                                                                      "compiled"))
+        out[name] = row
     return out
+
+
+def back_to_back(fn, repeats: int, device) -> float:
+    """Median seconds of fn() repeated back to back, without a sweep."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        _sync(device)
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _stepper(fn, inputs):
+    """fn() -> one loss call and its backward on a fresh leaf (what `step` times)."""
+    def run():
+        lp = inputs["log_prob"].detach().requires_grad_()
+        fn(lp, inputs).backward()
+    return run
 
 
 def peak_bandwidth(device: torch.device, given: float | None) -> float | None:
@@ -287,8 +336,9 @@ def device_of(text: str) -> torch.device:
     return device
 
 
-def print_floor_table(inputs, repeats, compile_, device, peak, verl_time):
-    floor_s = floor_time(inputs, repeats)
+def print_floor_table(inputs, repeats, compile_, device, peak):
+    results = time_floor_cases(inputs, repeats, compile_)
+    floor_s = statistics.median(row["floor"] for row in results.values())
     nbytes = floor_bytes(inputs)
     gbs = lambda t: nbytes / t / 1e9  # noqa: E731
     share = (lambda t: f" | {100 * gbs(t) / peak:.1f}%") if peak else (lambda t: "")
@@ -296,20 +346,30 @@ def print_floor_table(inputs, repeats, compile_, device, peak, verl_time):
     peak_text = f"{peak:.0f} GB/s" if peak else "unknown (pass --peak-gbs)"
     print()
     print(f"against the memory floor: {nbytes / 2**20:.0f} MiB (4 inputs read, gradient written), plain copy "
-          f"{floor_s * 1e3:.2f} ms = {gbs(floor_s):.1f} GB/s" + (f"; device peak {peak_text}"
-                                                                 if device.type == "cuda" else ""))
+          f"{floor_s * 1e3:.2f} ms = {gbs(floor_s):.1f} GB/s (median of its rounds; x floor: the median over rounds "
+          f"of time / the copy's time in the same round); every timed call after a sweep of the caches"
+          + (f"; device peak {peak_text}" if device.type == "cuda" else ""))
     print(f"| case | ms | x floor | GB/s{head} |")
     print("|---|---|---|---|" + ("---|" if peak else ""))
     print(f"| floor: copy of the same bytes | {floor_s * 1e3:.2f} | 1.00x | {gbs(floor_s):.1f}{share(floor_s)} |")
-    results = time_floor_cases(inputs, repeats, compile_)
     for name, _, base in FLOOR_CASES:
-        eager_s, comp_s, compile_s = results[name]
-        rows = [(f"{base} (verl's own)", verl_time[base] / 1e3)] if base in verl_time else []
-        rows.append((f"divclip {name}, eager", eager_s))
-        if comp_s is not None:
-            rows.append((f"divclip {name}, compiled (compile {compile_s:.0f} s)", comp_s))
-        for label, t in rows:
-            print(f"| {label} | {t * 1e3:.2f} | {t / floor_s:.1f}x | {gbs(t):.1f}{share(t)} |")
+        row = results[name]
+        rows = [(f"{base} (verl's own)", "verl"), (f"divclip {name}, eager", "eager")]
+        if row["compiled"] is not None:
+            rows.append((f"divclip {name}, compiled (compile {row['compile']:.0f} s)", "compiled"))
+        for label, key in rows:
+            t = row[key]
+            print(f"| {label} | {t * 1e3:.2f} | {row['ratio'][key]:.1f}x | {gbs(t):.1f}{share(t)} |")
+    if compile_:
+        print()
+        print("back to back, no sweep (each call meets the caches the same call left; a CPU's last-level cache may "
+              "hold much of the copy's bytes):")
+        print("| case | copy ms | compiled ms | x copy |")
+        print("|---|---|---|---|")
+        for name, _, _ in FLOOR_CASES:
+            row = results[name]
+            print(f"| {name} | {row['warm_floor'] * 1e3:.2f} | {row['warm_compiled'] * 1e3:.2f} | "
+                  f"{row['warm_compiled'] / row['warm_floor']:.1f}x |")
 
 
 def main():
@@ -355,8 +415,7 @@ def main():
         print(f"| {name} | {t:.1f} | {ratio} | {mem} |")
     print(f"per-input NaN check (torch.isnan(x).any() on 4 inputs), not done by divclip: "
           f"{nan_check_cost(inputs, args.repeats):.1f} ms")
-    print_floor_table(inputs, args.repeats, not args.no_compile, device, peak_bandwidth(device, args.peak_gbs),
-                      verl_time)
+    print_floor_table(inputs, args.repeats, not args.no_compile, device, peak_bandwidth(device, args.peak_gbs))
 
 
 if __name__ == "__main__":
