@@ -387,6 +387,10 @@ def main():
     if args.memory_child:
         memory_child(args.memory_child)
         return
+    if args.batch < 8 or args.batch % 8:
+        _fail(f"--batch must be a positive multiple of 8 (GRPO groups of 8 responses), got {args.batch}")
+    if args.length < 8 or args.repeats < 1:
+        _fail(f"--length must be at least 8 and --repeats at least 1, got {args.length} and {args.repeats}")
     device = device_of(args.device)
     inputs = {k: v.to(device) for k, v in make_inputs(args.batch, args.length).items()}
     n_tok = int(inputs["mask"].sum())
