@@ -130,7 +130,8 @@ def policy_terms(log_prob, old_log_prob, advantages, response_mask, spec: ClipSp
     float64). Returns a `PolicyTerms` of (B, T) tensors: `loss` (differentiable in log_prob; neither masked nor
     weighted), `ratio` (the sequence ratio at level='sequence'), `log_ratio` (token log r, clamped to ±20),
     and the flags `clipped`, `clipped_low`, `clipped_high`, `dual` (1.0 where the lower bound, the upper bound
-    or the dual clip changed the token's term; not masked; None where the loss form has no such bound).
+    or the dual clip changed the token's term; not masked; None where the loss form has no such bound), and
+    `grad`, ∂loss/∂log π per token in closed form (detached; None where the form leaves it to autograd).
     The plug-ins and the sanity check read their per-token clip decisions from here.
     """
     named = {"log_prob": log_prob, "old_log_prob": old_log_prob, "advantages": advantages,

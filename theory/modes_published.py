@@ -53,7 +53,7 @@ def _ppo_terms(log_prob, log_ratio, ratio, in_range, advantages, lo, hi, dual_c=
         grad = sur.loss_unclipped * keep  # d(−A·r)/d log π = −A·r where kept
         clipped_low = _flag(torch.lt, advantages, 0.0).mul_(sur.clipped)
     loss = _WithGradient.apply(log_prob, sur.loss, grad)
-    return PolicyTerms(loss, log_ratio, ratio, sur.clipped, clipped_low, sur.dual)
+    return PolicyTerms(loss, log_ratio, ratio, sur.clipped, clipped_low, sur.dual, grad=grad)
 
 
 # -------------------------------------------------------------------------------------------------- DCPO
@@ -85,7 +85,7 @@ def _gppo_terms(log_prob, old_log_prob, advantages, spec, beta_low: float, beta_
         # d/d log π of c/sg(δ)·δ is c (times the clamp's in_range), of δ it is δ: the weight is `value` itself
         grad = loss_value * in_range
     loss = _WithGradient.apply(log_prob, loss_value, grad)
-    return PolicyTerms(loss, log_ratio, ratio, clipped_low + clipped_high, clipped_low)
+    return PolicyTerms(loss, log_ratio, ratio, clipped_low + clipped_high, clipped_low, grad=grad)
 
 
 @register_mode("gppo")
@@ -127,7 +127,7 @@ def _aspo_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> Poli
         weight = (flipped * plain_pos + ratio * plain_neg).mul_(in_range).add_(dual, alpha=c)
         grad = -advantages * weight
     loss = _WithGradient.apply(log_prob, loss_value, grad)
-    return PolicyTerms(loss, log_ratio, ratio, masked_pos + masked_neg, masked_neg, dual)
+    return PolicyTerms(loss, log_ratio, ratio, masked_pos + masked_neg, masked_neg, dual, grad=grad)
 
 
 # -------------------------------------------------------------------------------------------------- TOPR
@@ -154,7 +154,7 @@ def _topr_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> Poli
         grad = -advantages * weight
         loss_value = grad * log_prob
     loss = _WithGradient.apply(log_prob, loss_value, grad)
-    return PolicyTerms(loss, log_ratio, ratio, below + above, below)
+    return PolicyTerms(loss, log_ratio, ratio, below + above, below, grad=grad)
 
 
 def _log(x: float) -> float:

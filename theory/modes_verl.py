@@ -61,7 +61,7 @@ def _gpg_mode(log_prob, old_log_prob, advantages, mask, spec) -> PolicyTerms:
         neg_adv = -advantages  # (B, T) the gradient −A; log π·(−A) is verl's (−log π)·A bit for bit
         value = log_prob * neg_adv
     loss = _WithGradient.apply(log_prob, value, neg_adv)  # −(g·A) = g·(−A) exactly
-    return PolicyTerms(loss, None, None, None, None)  # the token ratio, formed only for the metrics
+    return PolicyTerms(loss, None, None, None, None, grad=neg_adv)  # the token ratio: for the metrics only
 
 
 # ---------------------------------------------------------------------------------------------- DRO
@@ -76,7 +76,7 @@ def _dro_mode(log_prob, old_log_prob, advantages, mask, spec) -> PolicyTerms:
         grad = torch.add(-advantages, log_ratio, alpha=beta)  # −A + β·log r
         metric_log_ratio = log_ratio.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # reused: the diagnostics' log r
     loss = _WithGradient.apply(log_prob, value, grad)
-    return PolicyTerms(loss, metric_log_ratio, None, None, None)  # ratio None: exp(log r), formed if asked
+    return PolicyTerms(loss, metric_log_ratio, None, None, None, grad=grad)  # ratio None: exp(log r), if asked
 
 
 # ----------------------------------------------------------------------------------------- Clip-Cov
@@ -152,7 +152,7 @@ def _clip_cov_mode(log_prob, old_log_prob, advantages, mask, spec) -> PolicyTerm
         by_part = ((ratio_low, ratio_flag.sub_(ratio_low)), (pick_low, pick_flag.sub_(pick_low)))
         metric_log_ratio = log_ratio.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     loss = _WithGradient.apply(log_prob, value, grad)
-    return PolicyTerms(loss, metric_log_ratio, ratio, clipped, clipped * neg, None, by_part)
+    return PolicyTerms(loss, metric_log_ratio, ratio, clipped, clipped * neg, None, by_part, grad)
 
 
 # ------------------------------------------------------------------------------------------- KL-Cov
@@ -228,7 +228,7 @@ def _geo_mean_mode(log_prob, old_log_prob, advantages, mask, spec) -> PolicyTerm
         ratio = seq_ratio.unsqueeze(-1).expand_as(log_ratio)
         metric_log_ratio = log_ratio.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     loss = _WithGradient.apply(log_prob, value, grad)
-    return PolicyTerms(loss, metric_log_ratio, ratio, clipped, clipped_low, None, by_part)
+    return PolicyTerms(loss, metric_log_ratio, ratio, clipped, clipped_low, None, by_part, grad)
 
 
 @register_aggregation("geo_mean")
