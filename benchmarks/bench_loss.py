@@ -66,7 +66,7 @@ def make_inputs(batch: int, length: int, seed: int = 0):
     mask = (torch.arange(length)[None, :] < lengths).float()  # (B, T)
     rewards = (torch.rand(batch, generator=g) < 0.5).float()
     adv = group_advantages(rewards, group_size=8).unsqueeze(-1) * mask  # (B, T)
-    return {"old": old, "log_prob": log_prob, "adv": adv, "mask": mask}
+    return {"old": old, "log_prob": log_prob, "adv": adv, "mask": mask, "rewards": rewards}
 
 
 def verl_config(**kw):

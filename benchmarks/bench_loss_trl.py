@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "theory"))
+import bench_loss  # noqa: E402  (this script's folder is on sys.path)
 from trl_helpers import PROMPT, GivenLogProbs, grpo_config, trainer_for, trl_inputs  # noqa: E402
 
 from divclip import engines  # noqa: E402
@@ -38,19 +39,13 @@ LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vesp
 
 
 def make_inputs(batch: int, length: int, seed: int = 0):
-    g = torch.Generator().manual_seed(seed)
-    logits = 2.0 * torch.randn(batch, length, 32, generator=g)
-    logp_all = torch.log_softmax(logits, dim=-1)
-    gumbel = -torch.log(-torch.log(torch.rand(batch, length, 32, generator=g).clamp_(1e-20, 1.0)))
-    token = (logits + gumbel).argmax(dim=-1, keepdim=True)  # a sample from the softmax
-    old = logp_all.gather(-1, token).squeeze(-1).contiguous()  # (B, T)
-    del logits, logp_all, gumbel
-    log_prob = old + 0.05 * torch.randn(batch, length, generator=g)
-    lengths = torch.randint(length // 8, length + 1, (batch, 1), generator=g)
-    mask = (torch.arange(length)[None, :] < lengths).float()  # (B, T)
-    rewards = (torch.rand(batch, generator=g) < 0.5).float().view(-1, 8)
+    """`bench_loss.make_inputs` (the same tensors), with TRL's (B,) advantages from the same rewards, normalised as
+    TRL does ((r - mean) / (std + 1e-4) per group of 8), and their (B, T) masked copy for divclip."""
+    x = bench_loss.make_inputs(batch, length, seed)
+    rewards = x["rewards"].view(-1, 8)
     adv = ((rewards - rewards.mean(1, keepdim=True)) / (rewards.std(1, keepdim=True) + 1e-4)).reshape(-1)  # (B,)
-    return {"old": old, "log_prob": log_prob, "adv": adv, "mask": mask, "adv_bt": adv[:, None] * mask}
+    mask = x["mask"]
+    return {"old": x["old"], "log_prob": x["log_prob"], "adv": adv, "mask": mask, "adv_bt": adv[:, None] * mask}
 
 
 CLOCK = [time.thread_time]  # main() sets it: the thread's CPU time, or wall-clock with --wall
