@@ -38,6 +38,7 @@ from divclip.engines.base import (
     Key,
     as_ratio_clip,
     check_spec,
+    dotted_key_score,
     recipe_for,
     typed_values,
     unknown_keys,
@@ -107,11 +108,7 @@ def is_known(key: str) -> bool:
 
 def detect(settings: Mapping) -> float:
     """AReaL's keys in the settings, those only AReaL has (actor.eps_clip, gconfig., ...) twice."""
-    score = 0.0
-    for k in settings:
-        if isinstance(k, str) and not k.startswith("-") and is_known(k):
-            score += 2.0 if k.startswith(_UNIQUE) else 1.0
-    return score
+    return dotted_key_score(settings, is_known, _UNIQUE)
 
 
 # ------------------------------------------------------------------------------------------------ read

@@ -324,6 +324,16 @@ def unknown_keys(values, is_known, candidates) -> list[tuple[str, str | None]]:
     return out
 
 
+def dotted_key_score(settings, is_known, unique_prefixes) -> float:
+    """An engine's `detect` score for dotted config keys: 1 per key `is_known` accepts, 2 where it starts with one
+    of `unique_prefixes` (sections no other engine has); flags (`-...`) and non-string keys score nothing."""
+    score = 0.0
+    for k in settings:
+        if isinstance(k, str) and not k.startswith("-") and is_known(k):
+            score += 2.0 if k.startswith(unique_prefixes) else 1.0
+    return score
+
+
 # ---------------------------------------------------------------------------------------------- labels
 def check_spec(spec, label: str | None = None):
     """(spec, label) for a write: `spec` must be a ClipSpec; the label defaults to 'method — description'."""

@@ -41,6 +41,7 @@ from divclip.engines.base import (
     Key,
     as_ratio_clip,
     check_spec,
+    dotted_key_score,
     recipe_aggregation,
     typed_values,
     unknown_keys,
@@ -137,11 +138,7 @@ def is_known(key: str) -> bool:
 def detect(settings: Mapping) -> float:
     """SkyRL's keys in the settings, those under its own sections (trainer.algorithm., generator., ...) twice:
     verl shares the `trainer.` and `data.` prefixes but has no `trainer.algorithm.`."""
-    score = 0.0
-    for k in settings:
-        if isinstance(k, str) and not k.startswith("-") and is_known(k):
-            score += 2.0 if k.startswith(_UNIQUE_PREFIXES) else 1.0
-    return score
+    return dotted_key_score(settings, is_known, _UNIQUE_PREFIXES)
 
 
 # ------------------------------------------------------------------------------------------------ read
