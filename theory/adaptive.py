@@ -25,7 +25,7 @@ import numpy as np
 
 from divclip.theory.spec import AdaptiveSpec, ClipSpec
 
-__all__ = ["DeltaController", "delta_update"]
+__all__ = ["DeltaController", "delta_update", "process_controller"]
 
 
 def delta_update(delta, signal, spec: AdaptiveSpec):
@@ -81,6 +81,20 @@ class DeltaController:
         self.delta = delta
         self.steps = int(state["steps"])
         self.last_signal = np.asarray(state["last_signal"], dtype=np.float64)
+
+
+def process_controller(controllers: dict, method: str, spec):
+    """(the spec to run now, its controller or None) for an engine plug-in that keeps one controller per process and
+    method string in `controllers`: a plain spec as it is; an adaptive one through the controller of `method`,
+    made on first use, at its current δ."""
+    from divclip.theory.spec import is_adaptive
+
+    if not is_adaptive(spec):
+        return spec, None
+    ctrl = controllers.get(method)
+    if ctrl is None:
+        ctrl = controllers[method] = DeltaController(spec)
+    return ctrl.spec_for(0), ctrl
 
 
 def _method(spec) -> str:

@@ -43,10 +43,10 @@ import torch
 from skyrl.backends.skyrl_train.utils.off_policy_correction_utils import apply_off_policy_correction
 from skyrl.backends.skyrl_train.utils.ppo_utils import PolicyLossRegistry, reduce_loss, register_policy_loss
 
-from divclip.theory.adaptive import DeltaController
+from divclip.theory.adaptive import process_controller
 from divclip.theory.loss_metrics import clip_metrics
 from divclip.theory.losses import policy_terms
-from divclip.theory.spec import is_adaptive, method_string, parse_method
+from divclip.theory.spec import method_string, parse_method
 
 METHOD_ENV = "DIVCLIP_METHOD"
 LOSS_NAME = "divclip_method"
@@ -63,13 +63,7 @@ def _spec(method: str):
 def divclip_policy_loss(log_probs, old_log_probs, advantages, config=None, loss_mask=None, rollout_logprobs=None,
                         *, method: str):
     """SkyRL's policy-loss signature; `method` is bound by `register`. Returns (Σ mask·ℓ, metrics)."""
-    spec = _spec(method)
-    ctrl = None
-    if is_adaptive(spec):
-        ctrl = CONTROLLERS.get(method)
-        if ctrl is None:
-            ctrl = CONTROLLERS[method] = DeltaController(spec)
-        spec = ctrl.spec_for(0)
+    spec, ctrl = process_controller(CONTROLLERS, method, _spec(method))
     # SkyRL's FSDP worker hands bf16 log-probs with fp32 old ones: one dtype for the ratio, as its own losses
     dtype = torch.promote_types(log_probs.dtype, old_log_probs.dtype)
     log_probs, old_log_probs = log_probs.to(dtype), old_log_probs.to(dtype)

@@ -60,7 +60,7 @@ from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, agg_loss, register
 
 from divclip.engines import verl as engine
 from divclip.sanity import advice
-from divclip.theory.adaptive import DeltaController
+from divclip.theory.adaptive import process_controller
 from divclip.theory.loss_metrics import clip_metrics
 from divclip.theory.losses import ClipSpec, policy_terms
 from divclip.theory.measures import MEASURES, get_measure
@@ -251,13 +251,7 @@ def compute_policy_loss_divclip_method(old_log_prob, log_prob, advantages, respo
         _WARNED_METHODS.add(method)
         warnings.warn(f"divclip_method runs {method!r}: verl's clip_ratio, clip_ratio_low/high and clip_ratio_c are "
                       "ignored (the method string is the whole spec)", stacklevel=2)
-    spec = parse_method(method)
-    ctrl = None
-    if is_adaptive(spec):
-        ctrl = CONTROLLERS.get(method)
-        if ctrl is None:
-            ctrl = CONTROLLERS[method] = DeltaController(spec)
-        spec = ctrl.spec_for(0)
+    spec, ctrl = process_controller(CONTROLLERS, method, parse_method(method))
     loss, metrics = _loss_and_metrics((spec, None), old_log_prob, log_prob, advantages, response_mask,
                                       loss_agg_mode, config, rollout_is_weights)
     if spec.delta is not None:
