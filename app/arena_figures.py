@@ -30,10 +30,12 @@ THRESHOLD_LINE = "#555555"
 def panels(k: int) -> tuple[tuple[str, str], ...]:
     """(metric, panel title) in drawing order; 'clipfrac' is the clip-fraction panel."""
     # Short enough for two panels side by side on a 390 px phone; the page's caption says the rest.
-    return (("expected_reward", "expected reward"),
-            (f"pass@{k}", f"pass@{k}"),
-            ("entropy", "entropy / token"),
-            ("clipfrac", "clip fraction"))
+    return (
+        ("expected_reward", "expected reward"),
+        (f"pass@{k}", f"pass@{k}"),
+        ("entropy", "entropy / token"),
+        ("clipfrac", "clip fraction"),
+    )
 
 
 def shown_steps(steps_done: int, max_points: int = MAX_POINTS) -> np.ndarray:
@@ -44,7 +46,7 @@ def shown_steps(steps_done: int, max_points: int = MAX_POINTS) -> np.ndarray:
 
 
 def _rgba(hex_colour: str, alpha: float) -> str:
-    r, g, b = (int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))
+    r, g, b = (int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
     return f"rgba({r},{g},{b},{alpha})"
 
 
@@ -55,17 +57,37 @@ def _band_traces(result, metric: str, idx: np.ndarray, axes: dict, colours: dict
     for i, m in enumerate(result.methods):
         c = colours[m]
         if len(result.seeds) > 1:
-            traces.append(dict(
-                type="scatter", x=np.concatenate([x, x[::-1]]), y=np.concatenate([hi[i], lo[i][::-1]]),
-                fill="toself", fillcolor=_rgba(c, 0.15), line=dict(width=0), hoverinfo="skip", showlegend=False,
-                legendgroup=m, name=f"{m} middle 95 % of seeds", meta=dict(kind="band", method=m, metric=metric),
+            traces.append(
+                dict(
+                    type="scatter",
+                    x=np.concatenate([x, x[::-1]]),
+                    y=np.concatenate([hi[i], lo[i][::-1]]),
+                    fill="toself",
+                    fillcolor=_rgba(c, 0.15),
+                    line=dict(width=0),
+                    hoverinfo="skip",
+                    showlegend=False,
+                    legendgroup=m,
+                    name=f"{m} middle 95 % of seeds",
+                    meta=dict(kind="band", method=m, metric=metric),
+                    **axes,
+                )
+            )
+        traces.append(
+            dict(
+                type="scatter",
+                x=x,
+                y=mean[i],
+                mode="lines",
+                name=m,
+                legendgroup=m,
+                showlegend=legend,
+                line=dict(color=c, width=2.5),
+                meta=dict(kind="mean", method=m, metric=metric),
+                hovertemplate=f"{m} {metric}: %{{y:.4f}} at step %{{x}}<extra></extra>",
                 **axes,
-            ))
-        traces.append(dict(
-            type="scatter", x=x, y=mean[i], mode="lines", name=m, legendgroup=m, showlegend=legend,
-            line=dict(color=c, width=2.5), meta=dict(kind="mean", method=m, metric=metric),
-            hovertemplate=f"{m} {metric}: %{{y:.4f}} at step %{{x}}<extra></extra>", **axes,
-        ))
+            )
+        )
     return traces
 
 
@@ -74,11 +96,21 @@ def _clip_traces(result, idx: np.ndarray, axes: dict, colours: dict) -> list[dic
     for metric, dash in (("clipfrac_high", "solid"), ("clipfrac_low", "dash")):
         mean = result.metrics[metric].mean(1)[:, idx]  # (methods, shown steps)
         for i, m in enumerate(result.methods):
-            traces.append(dict(
-                type="scatter", x=idx + 1, y=mean[i], mode="lines", name=m, legendgroup=m, showlegend=False,
-                line=dict(color=colours[m], width=1.5, dash=dash), meta=dict(kind="mean", method=m, metric=metric),
-                hovertemplate=f"{m} {metric}: %{{y:.4f}} at step %{{x}}<extra></extra>", **axes,
-            ))
+            traces.append(
+                dict(
+                    type="scatter",
+                    x=idx + 1,
+                    y=mean[i],
+                    mode="lines",
+                    name=m,
+                    legendgroup=m,
+                    showlegend=False,
+                    line=dict(color=colours[m], width=1.5, dash=dash),
+                    meta=dict(kind="mean", method=m, metric=metric),
+                    hovertemplate=f"{m} {metric}: %{{y:.4f}} at step %{{x}}<extra></extra>",
+                    **axes,
+                )
+            )
     return traces
 
 
@@ -95,8 +127,10 @@ def arena_figure(result, k: int = 8, max_points: int = MAX_POINTS, threshold: fl
     if f"pass@{k}" not in result.metrics:
         raise ValueError(f"k must be one of {[m[5:] for m in result.metrics if m.startswith('pass@')]}, got {k!r}")
     n = len(result.seeds)
-    title = (f"{result.env}: step {result.steps_done} of {result.total_steps}<br><sup>mean over {n} "
-             f"seed{'s' if n != 1 else ''}" + (", band: middle 95 % of seeds" if n > 1 else "") + "</sup>")
+    title = (
+        f"{result.env}: step {result.steps_done} of {result.total_steps}<br><sup>mean over {n} "
+        f"seed{'s' if n != 1 else ''}" + (", band: middle 95 % of seeds" if n > 1 else "") + "</sup>"
+    )
     colours = spec_colours(result.methods)
     idx = shown_steps(result.steps_done, max_points)
     traces, shapes, notes, axes_layout = [], [], [], {}
@@ -104,11 +138,16 @@ def arena_figure(result, k: int = 8, max_points: int = MAX_POINTS, threshold: fl
         col, row = _COLS[j % 2], _ROWS[j // 2]
         suffix = "" if j == 0 else str(j + 1)
         axes = dict(xaxis=f"x{suffix}", yaxis=f"y{suffix}")
-        axes_layout[f"xaxis{suffix}"] = dict(domain=col, anchor=f"y{suffix}", range=step_range(result),
-                                             autorange=False,
-                                             title=dict(text="step") if j >= 2 else None)
-        axes_layout[f"yaxis{suffix}"] = dict(domain=row, anchor=f"x{suffix}",
-                                             rangemode="tozero" if metric == "clipfrac" else "normal")
+        axes_layout[f"xaxis{suffix}"] = dict(
+            domain=col,
+            anchor=f"y{suffix}",
+            range=step_range(result),
+            autorange=False,
+            title=dict(text="step") if j >= 2 else None,
+        )
+        axes_layout[f"yaxis{suffix}"] = dict(
+            domain=row, anchor=f"x{suffix}", rangemode="tozero" if metric == "clipfrac" else "normal"
+        )
         notes.append(panel_title(text, col) | dict(y=row[1], yref="paper"))
         if idx.size == 0:
             continue
@@ -117,13 +156,57 @@ def arena_figure(result, k: int = 8, max_points: int = MAX_POINTS, threshold: fl
         else:
             traces += _band_traces(result, metric, idx, axes, colours, legend=j == 0)
     if np.isfinite(result.best_reward):
-        shapes.append(dict(type="line", xref="x domain", yref="y", x0=0, x1=1, y0=result.best_reward,
-                           y1=result.best_reward, line=dict(color=BEST_LINE, width=1, dash="dot"), layer="below"))
+        shapes.append(
+            dict(
+                type="line",
+                xref="x domain",
+                yref="y",
+                x0=0,
+                x1=1,
+                y0=result.best_reward,
+                y1=result.best_reward,
+                line=dict(color=BEST_LINE, width=1, dash="dot"),
+                layer="below",
+            )
+        )
     if threshold is not None and np.isfinite(threshold):
-        shapes.append(dict(type="line", xref="x domain", yref="y", x0=0, x1=1, y0=threshold, y1=threshold,
-                           line=dict(color=THRESHOLD_LINE, width=1, dash="dash"), layer="below"))
-        notes.append(dict(text=f"90 % threshold {threshold:.4f}", xref="x domain", yref="y", x=0.02, y=threshold,
-                          xanchor="left", yanchor="bottom", showarrow=False, font=dict(size=11, color=THRESHOLD_LINE)))
+        shapes.append(
+            dict(
+                type="line",
+                xref="x domain",
+                yref="y",
+                x0=0,
+                x1=1,
+                y0=threshold,
+                y1=threshold,
+                line=dict(color=THRESHOLD_LINE, width=1, dash="dash"),
+                layer="below",
+            )
+        )
+        notes.append(
+            dict(
+                text=f"90 % threshold {threshold:.4f}",
+                xref="x domain",
+                yref="y",
+                x=0.02,
+                y=threshold,
+                xanchor="left",
+                yanchor="bottom",
+                showarrow=False,
+                font=dict(size=11, color=THRESHOLD_LINE),
+            )
+        )
     revision = f"{result.env}|{','.join(result.methods)}|{len(result.seeds)}|{result.total_steps}"
-    return figure(traces, layout(title, 700, panels=True, hovermode="closest", shapes=shapes, annotations=notes,
-                                 uirevision=revision, **axes_layout))
+    return figure(
+        traces,
+        layout(
+            title,
+            700,
+            panels=True,
+            hovermode="closest",
+            shapes=shapes,
+            annotations=notes,
+            uirevision=revision,
+            **axes_layout,
+        ),
+    )

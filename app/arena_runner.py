@@ -120,8 +120,13 @@ class ArenaRun:
     cancelled or failed: see `result.stopped`, `error`, `abandoned`).
     """
 
-    def __init__(self, settings: ArenaSettings, every: int | None = None, abandon_s: float = ABANDON_S,
-                 session_id: str | None = None):
+    def __init__(
+        self,
+        settings: ArenaSettings,
+        every: int | None = None,
+        abandon_s: float = ABANDON_S,
+        session_id: str | None = None,
+    ):
         self.settings = settings
         self.every = chunk_steps(settings.steps) if every is None else every
         if not (isinstance(abandon_s, (int, float)) and abandon_s > 0):
@@ -150,8 +155,13 @@ class ArenaRun:
         self._gone_since: float | None = None  # when the pool first saw its session disconnected
 
     @classmethod
-    def start(cls, settings: ArenaSettings, every: int | None = None, abandon_s: float = ABANDON_S,
-              pool: ArenaPool | None = None) -> ArenaRun:
+    def start(
+        cls,
+        settings: ArenaSettings,
+        every: int | None = None,
+        abandon_s: float = ABANDON_S,
+        pool: ArenaPool | None = None,
+    ) -> ArenaRun:
         """Validate and queue a run in `pool` (default: the server's `get_pool()`)."""
         run = cls(settings, every, abandon_s, session_id=_session_id())
         (get_pool() if pool is None else pool).submit(run)
@@ -262,7 +272,10 @@ class _Worker:
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "divclip.app.arena_runner", str(cmd_r), str(out_w), str(nice)],
-                pass_fds=(cmd_r, out_w), stdin=subprocess.DEVNULL, env=env)
+                pass_fds=(cmd_r, out_w),
+                stdin=subprocess.DEVNULL,
+                env=env,
+            )
         finally:
             os.close(cmd_r)
             os.close(out_w)
@@ -542,8 +555,20 @@ def _worker_main(cmd_fd: int, out_fd: int, nice: int) -> None:
             results = iter_arena(**kwargs, stop=lambda job=job: job in cancelled or not alive[0])
             for result in results:
                 if not head_sent:
-                    head = {k: getattr(result, k) for k in ("env", "env_config", "methods", "specs", "seeds",
-                                                            "config", "total_steps", "loss_info", "best_reward")}
+                    head = {
+                        k: getattr(result, k)
+                        for k in (
+                            "env",
+                            "env_config",
+                            "methods",
+                            "specs",
+                            "seeds",
+                            "config",
+                            "total_steps",
+                            "loss_info",
+                            "best_reward",
+                        )
+                    }
                     out.send(("head", job, head, METRICS))
                     head_sent = True
                 done = result.steps_done

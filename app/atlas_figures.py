@@ -52,8 +52,9 @@ def weight_panels(methods, q: np.ndarray, r: np.ndarray) -> tuple[list[Panel], l
         except ValueError as exc:
             problems.append(f"{label}: {exc}")
             continue
-        panels.append(Panel(label, find_method(label).method, np.where(feasible, pos, np.nan),
-                            np.where(feasible, neg, np.nan)))
+        panels.append(
+            Panel(label, find_method(label).method, np.where(feasible, pos, np.nan), np.where(feasible, neg, np.nan))
+        )
     return panels, problems
 
 
@@ -61,38 +62,78 @@ def _shown(w: np.ndarray, r: np.ndarray, colour: str) -> np.ndarray:
     return w / r[:, None] if colour == "w / r" else w
 
 
-def heatmap_figure(panels: list[Panel], q: np.ndarray, r: np.ndarray, colour: str = "w",
-                   q_mark: float | None = None) -> go.Figure:
+def heatmap_figure(
+    panels: list[Panel], q: np.ndarray, r: np.ndarray, colour: str = "w", q_mark: float | None = None
+) -> go.Figure:
     """One row per method, A > 0 | A < 0, one colour scale; hover gives q, r, w (and w/r); a dotted line marks
     the cross-section at `q_mark`, a grey one the edge q·r = 1."""
     if colour not in COLOUR_MODES:
         raise ValueError(f"colour must be one of {list(COLOUR_MODES)}, got {colour!r}")
     rows = max(len(panels), 1)
     titles = [f"{p.label}: {side}" for p in panels for side in ("A > 0", "A < 0")]
-    fig = make_subplots(rows=rows, cols=2, subplot_titles=titles or None, shared_xaxes=True, shared_yaxes=True,
-                        horizontal_spacing=0.06, vertical_spacing=0.22 / rows)
+    fig = make_subplots(
+        rows=rows,
+        cols=2,
+        subplot_titles=titles or None,
+        shared_xaxes=True,
+        shared_yaxes=True,
+        horizontal_spacing=0.06,
+        vertical_spacing=0.22 / rows,
+    )
     values = [_shown(w, r, colour) for p in panels for w in (p.pos, p.neg)]
     top = max((float(np.nanmax(v)) for v in values if np.isfinite(v).any()), default=1.0)
     for i, p in enumerate(panels):
         for j, w in enumerate((p.pos, p.neg)):
-            fig.add_trace(go.Heatmap(
-                x=q, y=r, z=_shown(w, r, colour), customdata=w / r[:, None], coloraxis="coloraxis",
-                name=f"{p.label} {'A > 0' if j == 0 else 'A < 0'}",
-                hovertemplate=(f"<b>{p.label}</b> {'A > 0' if j == 0 else 'A < 0'}<br>q = %{{x:.4g}}<br>"
-                               "r = %{y:.4g}<br>w = %{z:.4g}<br>w/r = %{customdata:.4g}<extra></extra>")),
-                row=i + 1, col=j + 1)
+            fig.add_trace(
+                go.Heatmap(
+                    x=q,
+                    y=r,
+                    z=_shown(w, r, colour),
+                    customdata=w / r[:, None],
+                    coloraxis="coloraxis",
+                    name=f"{p.label} {'A > 0' if j == 0 else 'A < 0'}",
+                    hovertemplate=(
+                        f"<b>{p.label}</b> {'A > 0' if j == 0 else 'A < 0'}<br>q = %{{x:.4g}}<br>"
+                        "r = %{y:.4g}<br>w = %{z:.4g}<br>w/r = %{customdata:.4g}<extra></extra>"
+                    ),
+                ),
+                row=i + 1,
+                col=j + 1,
+            )
             edge = q >= 1.0 / r.max()
-            fig.add_trace(go.Scatter(x=q[edge], y=1.0 / q[edge], mode="lines", showlegend=False, hoverinfo="skip",
-                                     line=dict(color="#888", width=1)), row=i + 1, col=j + 1)
+            fig.add_trace(
+                go.Scatter(
+                    x=q[edge],
+                    y=1.0 / q[edge],
+                    mode="lines",
+                    showlegend=False,
+                    hoverinfo="skip",
+                    line=dict(color="#888", width=1),
+                ),
+                row=i + 1,
+                col=j + 1,
+            )
             if q_mark is not None:
-                fig.add_trace(go.Scatter(x=[q_mark, q_mark], y=[r.min(), r.max()], mode="lines", showlegend=False,
-                                         hoverinfo="skip", line=dict(color="white", width=1.5, dash="dot")),
-                              row=i + 1, col=j + 1)
+                fig.add_trace(
+                    go.Scatter(
+                        x=[q_mark, q_mark],
+                        y=[r.min(), r.max()],
+                        mode="lines",
+                        showlegend=False,
+                        hoverinfo="skip",
+                        line=dict(color="white", width=1.5, dash="dot"),
+                    ),
+                    row=i + 1,
+                    col=j + 1,
+                )
     fig.update_xaxes(type="log", title_text="old probability q")
     fig.update_yaxes(type="log", title_text="ratio r")
-    fig.update_layout(coloraxis=dict(colorscale="Viridis", cmin=0.0, cmax=top, colorbar=dict(title=colour)),
-                      height=170 + 300 * rows, margin=dict(t=90, l=60, r=20, b=50),
-                      title=f"Gradient weight {colour} (∂ℓ/∂log π = −A·w; 0 = clipped)")
+    fig.update_layout(
+        coloraxis=dict(colorscale="Viridis", cmin=0.0, cmax=top, colorbar=dict(title=colour)),
+        height=170 + 300 * rows,
+        margin=dict(t=90, l=60, r=20, b=50),
+        title=f"Gradient weight {colour} (∂ℓ/∂log π = −A·w; 0 = clipped)",
+    )
     return fig
 
 
@@ -100,22 +141,40 @@ def cross_section_figure(methods, q: float, r: np.ndarray) -> go.Figure:
     """w against r at one old probability q: a solid line for A > 0 and a dashed one for A < 0 per method,
     beside the unclipped PPO weight w = r; methods without a per-token weight are left out."""
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=r, y=r, mode="lines", name="unclipped PPO (w = r)",
-                             line=dict(color="#999", dash="dot"), hovertemplate="r = %{x:.4g}<extra></extra>"))
+    fig.add_trace(
+        go.Scatter(
+            x=r,
+            y=r,
+            mode="lines",
+            name="unclipped PPO (w = r)",
+            line=dict(color="#999", dash="dot"),
+            hovertemplate="r = %{x:.4g}<extra></extra>",
+        )
+    )
     for label, colour in zip(methods, COLOURS):
         for a, dash, side in ((1.0, "solid", "A > 0"), (-1.0, "dash", "A < 0")):
             try:
                 w = gradient_weight(label, q, r, a)
             except ValueError:
                 break
-            fig.add_trace(go.Scatter(x=r, y=w, mode="lines", name=f"{label}, {side}",
-                                     line=dict(color=colour, dash=dash, width=2),
-                                     hovertemplate=f"<b>{label}</b> {side}<br>r = %{{x:.4g}}<br>w = %{{y:.4g}}"
-                                                   "<extra></extra>"))
+            fig.add_trace(
+                go.Scatter(
+                    x=r,
+                    y=w,
+                    mode="lines",
+                    name=f"{label}, {side}",
+                    line=dict(color=colour, dash=dash, width=2),
+                    hovertemplate=f"<b>{label}</b> {side}<br>r = %{{x:.4g}}<br>w = %{{y:.4g}}<extra></extra>",
+                )
+            )
     fig.update_xaxes(type="log", title_text="ratio r")
     fig.update_yaxes(title_text="w", rangemode="tozero")
-    fig.update_layout(title=f"Cross-section at q = {q:.4g}", height=420, margin=dict(t=70, l=60, r=20, b=50),
-                      legend=dict(orientation="h", y=-0.2))
+    fig.update_layout(
+        title=f"Cross-section at q = {q:.4g}",
+        height=420,
+        margin=dict(t=70, l=60, r=20, b=50),
+        legend=dict(orientation="h", y=-0.2),
+    )
     return fig
 
 
@@ -140,12 +199,14 @@ def interval_rows(methods, q: float) -> list[dict]:
     for label in methods:
         row = atlas_row(find_method(label))
         near = row["nearest"]
-        out.append({
-            "method": label,
-            "family": row["family"],
-            "source": ", ".join(row["sources"]),
-            f"A > 0 keeps r in (q = {q:.4g})": _range(interval(label, q, 1)),
-            f"A < 0 keeps r in (q = {q:.4g})": _range(interval(label, q, -1)),
-            "nearest budget": _nearest_text(near),
-        })
+        out.append(
+            {
+                "method": label,
+                "family": row["family"],
+                "source": ", ".join(row["sources"]),
+                f"A > 0 keeps r in (q = {q:.4g})": _range(interval(label, q, 1)),
+                f"A < 0 keeps r in (q = {q:.4g})": _range(interval(label, q, -1)),
+                "nearest budget": _nearest_text(near),
+            }
+        )
     return out

@@ -47,9 +47,17 @@ def _layout(title: str, height: int, panels: bool = False, subtitle: str = "", *
     be cut off on a phone); the legend under the plot, where any number of measures fits without covering it."""
     top = TOOLBAR + (48 if subtitle else 30) + (30 if panels else 0)
     return dict(
-        title=dict(text=title, x=0.0, xanchor="left", yref="container", y=1.0, yanchor="top",
-                   pad=dict(t=TOOLBAR), font=dict(size=15),
-                   subtitle=dict(text=subtitle, font=dict(size=12, color="#555555"))),
+        title=dict(
+            text=title,
+            x=0.0,
+            xanchor="left",
+            yref="container",
+            y=1.0,
+            yanchor="top",
+            pad=dict(t=TOOLBAR),
+            font=dict(size=15),
+            subtitle=dict(text=subtitle, font=dict(size=12, color="#555555")),
+        ),
         height=height + top - (80 if panels else 50),
         margin=dict(l=10, r=10, t=top, b=10),
         legend=dict(orientation="h", yanchor="top", y=-0.22, xanchor="left", x=0.0, font=dict(size=12)),
@@ -59,14 +67,31 @@ def _layout(title: str, height: int, panels: bool = False, subtitle: str = "", *
 
 
 def _vline(x: float, xref: str = "x", yref: str = "y domain", **line) -> dict:
-    return dict(type="line", xref=xref, yref=yref, x0=x, x1=x, y0=0, y1=1,
-                line=dict(color=line.get("color", _AXIS_LINE), width=line.get("width", 1),
-                          dash=line.get("dash", "solid")), layer="below")
+    return dict(
+        type="line",
+        xref=xref,
+        yref=yref,
+        x0=x,
+        x1=x,
+        y0=0,
+        y1=1,
+        line=dict(color=line.get("color", _AXIS_LINE), width=line.get("width", 1), dash=line.get("dash", "solid")),
+        layer="below",
+    )
 
 
 def _panel_title(text: str, domain: tuple[float, float]) -> dict:
-    return dict(text=text, xref="paper", yref="paper", x=sum(domain) / 2, y=1.0, xanchor="center",
-                yanchor="bottom", showarrow=False, font=dict(size=13))
+    return dict(
+        text=text,
+        xref="paper",
+        yref="paper",
+        x=sum(domain) / 2,
+        y=1.0,
+        xanchor="center",
+        yanchor="bottom",
+        showarrow=False,
+        font=dict(size=13),
+    )
 
 
 def _empty(title: str) -> go.Figure:
@@ -99,8 +124,7 @@ def _finite(values) -> np.ndarray:
 
 def _bound_hover(iv: ClipInterval) -> tuple[list, str]:
     custom = [[iv.lo, iv.eps_low, "l"], [iv.hi, iv.eps_high, "u"]]
-    hover = (f"{iv.label}: %{{customdata[2]}} = %{{customdata[0]:.6f}} (ε = %{{customdata[1]:.6f}})"
-             "<extra></extra>")
+    hover = f"{iv.label}: %{{customdata[2]}} = %{{customdata[0]:.6f}} (ε = %{{customdata[1]:.6f}})<extra></extra>"
     return custom, hover
 
 
@@ -111,8 +135,11 @@ def divergence_curves(intervals: Sequence[ClipInterval], delta: float, log_space
     Markers sit at (l, δ) and (u, δ), the roots theory returned; dotted drops mark them on the axis. The
     ratio clip, whose budget is ε rather than δ, is a shaded band.
     """
-    title, subtitle = (("D against log r", "the same intervals in log-ratio space") if log_space
-                       else ("D(r) and the clip interval", "{r : D(r) ≤ δ} for each measure"))
+    title, subtitle = (
+        ("D against log r", "the same intervals in log-ratio space")
+        if log_space
+        else ("D(r) and the clip interval", "{r : D(r) ≤ δ} for each measure")
+    )
     if not intervals:
         return _empty("Nothing to draw: choose a measure")
     x_lo, x_hi = log_range(intervals) if log_space else ratio_range(intervals)
@@ -124,39 +151,119 @@ def divergence_curves(intervals: Sequence[ClipInterval], delta: float, log_space
     for iv in intervals:
         x0, x1 = to_x(iv.lo), to_x(iv.hi)
         if iv.delta is None:  # the ratio clip: its budget is ε, so it is a band, not a level set
-            shapes.append(dict(type="rect", xref="x", yref="y domain", x0=x0, x1=x1, y0=0, y1=1,
-                               fillcolor=iv.colour, opacity=0.12, line=dict(width=0), layer="below"))
+            shapes.append(
+                dict(
+                    type="rect",
+                    xref="x",
+                    yref="y domain",
+                    x0=x0,
+                    x1=x1,
+                    y0=0,
+                    y1=1,
+                    fillcolor=iv.colour,
+                    opacity=0.12,
+                    line=dict(width=0),
+                    layer="below",
+                )
+            )
             band = iv.method if iv.method == RATIO_CLIP else f"{iv.method} ratio clip"
-            notes.append(dict(text=band, xref="x", yref="y domain", x=x0, y=1.0,
-                              xanchor="left", yanchor="top", showarrow=False, font=dict(color=iv.colour, size=12)))
+            notes.append(
+                dict(
+                    text=band,
+                    xref="x",
+                    yref="y domain",
+                    x=x0,
+                    y=1.0,
+                    xanchor="left",
+                    yanchor="top",
+                    showarrow=False,
+                    font=dict(color=iv.colour, size=12),
+                )
+            )
             continue
         d = _finite(iv.measure.value(grid_r, iv.p))  # D(r[, p]) from theory
         d[d > 4 * y_max] = np.nan  # far off the chart: keeps the unified hover box short
         where = f" (p = {iv.p:g})" if iv.p is not None else ""
-        traces.append(dict(
-            type="scatter", x=grid_x, y=d, mode="lines", name=f"{iv.label}{where}",
-            legendgroup=iv.name, line=dict(color=iv.colour, width=2.5), customdata=grid_r,
-            hovertemplate=f"{iv.label}: D = %{{y:.5f}} at r = %{{customdata:.4f}}<extra></extra>",
-        ))
+        traces.append(
+            dict(
+                type="scatter",
+                x=grid_x,
+                y=d,
+                mode="lines",
+                name=f"{iv.label}{where}",
+                legendgroup=iv.name,
+                line=dict(color=iv.colour, width=2.5),
+                customdata=grid_r,
+                hovertemplate=f"{iv.label}: D = %{{y:.5f}} at r = %{{customdata:.4f}}<extra></extra>",
+            )
+        )
         custom, hover = _bound_hover(iv)
         # l = 0 means D stays below δ all the way down to r = 0: there is no root to mark on that side.
         roots = [(x, c) for x, c, r in ((x0, custom[0], iv.lo), (x1, custom[1], iv.hi)) if r > 0]
-        traces.append(dict(
-            type="scatter", x=[x for x, _ in roots], y=[iv.delta] * len(roots), mode="markers",
-            name=f"{iv.label} bounds", showlegend=False, legendgroup=iv.name, customdata=[c for _, c in roots],
-            hovertemplate=hover, marker=dict(color=iv.colour, size=10, line=dict(color="white", width=1.5)),
-            meta=dict(kind="bounds", measure=iv.name, lo=iv.lo, hi=iv.hi),
-        ))
-        shapes += [dict(type="line", xref="x", yref="y", x0=x, x1=x, y0=0, y1=iv.delta,
-                        line=dict(color=iv.colour, width=1, dash="dot")) for x, _ in roots]
-    shapes.append(dict(type="line", xref="x domain", yref="y", x0=0, x1=1, y0=delta, y1=delta,
-                       line=dict(color=_DELTA_LINE, width=1.5, dash="dash")))
-    notes.append(dict(text=f"δ = {delta:.6g}", xref="x domain", yref="y", x=1.0, y=delta, xanchor="right",
-                      yanchor="bottom", showarrow=False, font=dict(color=_DELTA_LINE)))
+        traces.append(
+            dict(
+                type="scatter",
+                x=[x for x, _ in roots],
+                y=[iv.delta] * len(roots),
+                mode="markers",
+                name=f"{iv.label} bounds",
+                showlegend=False,
+                legendgroup=iv.name,
+                customdata=[c for _, c in roots],
+                hovertemplate=hover,
+                marker=dict(color=iv.colour, size=10, line=dict(color="white", width=1.5)),
+                meta=dict(kind="bounds", measure=iv.name, lo=iv.lo, hi=iv.hi),
+            )
+        )
+        shapes += [
+            dict(
+                type="line",
+                xref="x",
+                yref="y",
+                x0=x,
+                x1=x,
+                y0=0,
+                y1=iv.delta,
+                line=dict(color=iv.colour, width=1, dash="dot"),
+            )
+            for x, _ in roots
+        ]
+    shapes.append(
+        dict(
+            type="line",
+            xref="x domain",
+            yref="y",
+            x0=0,
+            x1=1,
+            y0=delta,
+            y1=delta,
+            line=dict(color=_DELTA_LINE, width=1.5, dash="dash"),
+        )
+    )
+    notes.append(
+        dict(
+            text=f"δ = {delta:.6g}",
+            xref="x domain",
+            yref="y",
+            x=1.0,
+            y=delta,
+            xanchor="right",
+            yanchor="bottom",
+            showarrow=False,
+            font=dict(color=_DELTA_LINE),
+        )
+    )
     shapes.append(_vline(0.0 if log_space else 1.0))
-    layout = _layout(title, 430, subtitle=subtitle, hovermode="x unified", shapes=shapes, annotations=notes,
-                     xaxis=dict(range=[x_lo, x_hi], title=dict(text="log r" if log_space else "r = π_θ(a) / π_old(a)")),
-                     yaxis=dict(range=[0, y_max], title=dict(text="D")))
+    layout = _layout(
+        title,
+        430,
+        subtitle=subtitle,
+        hovermode="x unified",
+        shapes=shapes,
+        annotations=notes,
+        xaxis=dict(range=[x_lo, x_hi], title=dict(text="log r" if log_space else "r = π_θ(a) / π_old(a)")),
+        yaxis=dict(range=[0, y_max], title=dict(text="D")),
+    )
     return _figure(traces, layout)
 
 
@@ -173,18 +280,32 @@ def interval_chart(intervals: Sequence[ClipInterval]) -> go.Figure:
         custom, hover = _bound_hover(iv)
         symbols = ["triangle-left" if iv.lo <= 0 else "circle", "circle"]
         log_x = [math.log(iv.lo) if iv.lo > 0 else g_lo, math.log(iv.hi)]
-        for axis, xs, text in (("", [iv.lo, iv.hi], [format_bound(iv.lo), format_bound(iv.hi)]),
-                               ("2", log_x, None)):
-            traces.append(dict(
-                type="scatter", x=xs, y=[label, label], xaxis=f"x{axis}", yaxis=f"y{axis}",
-                mode="lines+markers+text" if text else "lines+markers", name=iv.label, showlegend=False,
-                line=dict(color=iv.colour, width=6), marker=dict(color=iv.colour, size=12, symbol=symbols),
-                text=text, textposition=["bottom center", "top center"], textfont=dict(color=iv.colour),
-                customdata=custom, hovertemplate=hover, cliponaxis=False,
-                meta=dict(kind="interval", space="log" if axis else "ratio", measure=iv.name, lo=iv.lo, hi=iv.hi),
-            ))
+        for axis, xs, text in (("", [iv.lo, iv.hi], [format_bound(iv.lo), format_bound(iv.hi)]), ("2", log_x, None)):
+            traces.append(
+                dict(
+                    type="scatter",
+                    x=xs,
+                    y=[label, label],
+                    xaxis=f"x{axis}",
+                    yaxis=f"y{axis}",
+                    mode="lines+markers+text" if text else "lines+markers",
+                    name=iv.label,
+                    showlegend=False,
+                    line=dict(color=iv.colour, width=6),
+                    marker=dict(color=iv.colour, size=12, symbol=symbols),
+                    text=text,
+                    textposition=["bottom center", "top center"],
+                    textfont=dict(color=iv.colour),
+                    customdata=custom,
+                    hovertemplate=hover,
+                    cliponaxis=False,
+                    meta=dict(kind="interval", space="log" if axis else "ratio", measure=iv.name, lo=iv.lo, hi=iv.hi),
+                )
+            )
     layout = _layout(
-        "The induced ratio clips", 130 + 60 * len(intervals), subtitle="left: r ∈ [l, u]; right: log r",
+        "The induced ratio clips",
+        130 + 60 * len(intervals),
+        subtitle="left: r ∈ [l, u]; right: log r",
         hovermode="closest",
         xaxis=dict(domain=_LEFT, range=[r_lo, r_hi], title=dict(text="r ∈ [l, u]")),
         xaxis2=dict(domain=_RIGHT, range=[g_lo, g_hi], title=dict(text="log r ∈ [log l, log u]")),
@@ -208,29 +329,62 @@ def surrogate_figure(intervals: Sequence[ClipInterval]) -> go.Figure:
     traces = []
     for axis, adv in (("", 1.0), ("2", -1.0)):
         where = dict(xaxis=f"x{axis}", yaxis=f"y{axis}")
-        traces.append(dict(type="scatter", x=r, y=r * adv, mode="lines", name="unclipped r·A", showlegend=not axis,
-                           legendgroup="unclipped", line=dict(color="#aaaaaa", width=1, dash="dot"),
-                           hoverinfo="skip", **where))
+        traces.append(
+            dict(
+                type="scatter",
+                x=r,
+                y=r * adv,
+                mode="lines",
+                name="unclipped r·A",
+                showlegend=not axis,
+                legendgroup="unclipped",
+                line=dict(color="#aaaaaa", width=1, dash="dot"),
+                hoverinfo="skip",
+                **where,
+            )
+        )
         for iv in intervals:
             surrogate = np.minimum(r * adv, np.clip(r, iv.lo, iv.hi) * adv)  # docs/theory.md §1
             edge = iv.hi if adv > 0 else iv.lo
-            traces.append(dict(
-                type="scatter", x=r, y=surrogate, mode="lines", name=iv.label, legendgroup=iv.name,
-                showlegend=not axis, line=dict(color=iv.colour, width=2.5),
-                hovertemplate=f"{iv.label}: %{{y:.4f}}<extra></extra>", **where,
-            ))
-            traces.append(dict(
-                type="scatter", x=[edge], y=[edge * adv], mode="markers", showlegend=False, legendgroup=iv.name,
-                name=f"{iv.label} clip point", marker=dict(color=iv.colour, size=9),
-                meta=dict(kind="clip_point", measure=iv.name, adv=adv, r=edge),
-                hovertemplate=f"{iv.label}: clipped beyond r = {format_bound(edge)}<extra></extra>", **where,
-            ))
+            traces.append(
+                dict(
+                    type="scatter",
+                    x=r,
+                    y=surrogate,
+                    mode="lines",
+                    name=iv.label,
+                    legendgroup=iv.name,
+                    showlegend=not axis,
+                    line=dict(color=iv.colour, width=2.5),
+                    hovertemplate=f"{iv.label}: %{{y:.4f}}<extra></extra>",
+                    **where,
+                )
+            )
+            traces.append(
+                dict(
+                    type="scatter",
+                    x=[edge],
+                    y=[edge * adv],
+                    mode="markers",
+                    showlegend=False,
+                    legendgroup=iv.name,
+                    name=f"{iv.label} clip point",
+                    marker=dict(color=iv.colour, size=9),
+                    meta=dict(kind="clip_point", measure=iv.name, adv=adv, r=edge),
+                    hovertemplate=f"{iv.label}: clipped beyond r = {format_bound(edge)}<extra></extra>",
+                    **where,
+                )
+            )
     layout = _layout(
-        "PPO surrogate min(r·A, clip(r)·A)", 440, panels=True, subtitle="flat means zero gradient",
+        "PPO surrogate min(r·A, clip(r)·A)",
+        440,
+        panels=True,
+        subtitle="flat means zero gradient",
         hovermode="x unified",
         xaxis=dict(domain=_LEFT, range=[x_lo, x_hi], title=dict(text="r")),
         xaxis2=dict(domain=_RIGHT, range=[x_lo, x_hi], title=dict(text="r")),
-        yaxis=dict(title=dict(text="surrogate")), yaxis2=dict(anchor="x2"),
+        yaxis=dict(title=dict(text="surrogate")),
+        yaxis2=dict(anchor="x2"),
         shapes=[_vline(1.0), _vline(1.0, "x2", "y2 domain")],
         annotations=[_panel_title("A > 0: flat above u", _LEFT), _panel_title("A < 0: flat below l", _RIGHT)],
     )

@@ -65,17 +65,21 @@ def illustration_rows(roots: SymbolicRoots, delta: float) -> list[dict[str, str]
     res_lo, res_hi = measure.value(lo) - delta, measure.value(hi) - delta
 
     def num(x, digits: int = 15) -> str:
-        return mpmath.nstr(x, digits, min_fixed=-math.inf, max_fixed=math.inf) if isinstance(x, mpmath.mpf) \
+        return (
+            mpmath.nstr(x, digits, min_fixed=-math.inf, max_fixed=math.inf)
+            if isinstance(x, mpmath.mpf)
             else f"{x:.15g}"
+        )
 
     return [
-        {"quantity": f"closed form (SymPy, {DIGITS} digits)", "l_δ": num(l_exact, DIGITS),
-         "u_δ": num(u_exact, DIGITS)},
+        {"quantity": f"closed form (SymPy, {DIGITS} digits)", "l_δ": num(l_exact, DIGITS), "u_δ": num(u_exact, DIGITS)},
         {"quantity": "theory's float64 bound", "l_δ": num(lo), "u_δ": num(hi)},
-        {"quantity": "|float64 − closed form|", "l_δ": f"{float(abs(mpmath.mpf(lo) - l_exact)):.2e}",
-         "u_δ": f"{float(abs(mpmath.mpf(hi) - u_exact)):.2e}"},
-        {"quantity": roots.series_label, "l_δ": num(l_series, 10),
-         "u_δ": num(u_series, 10)},
+        {
+            "quantity": "|float64 − closed form|",
+            "l_δ": f"{float(abs(mpmath.mpf(lo) - l_exact)):.2e}",
+            "u_δ": f"{float(abs(mpmath.mpf(hi) - u_exact)):.2e}",
+        },
+        {"quantity": roots.series_label, "l_δ": num(l_series, 10), "u_δ": num(u_series, 10)},
         {"quantity": "D(bound) − δ", "l_δ": f"{res_lo:.2e}", "u_δ": f"{res_hi:.2e}"},
         {"quantity": "ε = distance from 1", "l_δ": f"{1 - lo:.6f}", "u_δ": f"{hi - 1:.6f}"},
     ]

@@ -50,17 +50,29 @@ def clip_interval(measure: Measure | str, delta: float, eps_low: float, eps_high
     m = get_measure(measure)
     if m.name == "ratio":  # GRPO/DAPO: a budget per side, the widths ε_low and ε_high, [lo(ε_low), hi(ε_high)]
         lo, hi = m.bounds(check_eps(eps_low, "eps_low"))[0], m.bounds(check_eps(eps_high, "eps_high"))[1]
-        return ClipInterval(m, label_for(m.name), method_for(m.name, eps_low, eps_high),
-                            colour_for(m.name, eps_low, eps_high), None, None, lo, hi, 1.0 - lo, hi - 1.0)
+        return ClipInterval(
+            m,
+            label_for(m.name),
+            method_for(m.name, eps_low, eps_high),
+            colour_for(m.name, eps_low, eps_high),
+            None,
+            None,
+            lo,
+            hi,
+            1.0 - lo,
+            hi - 1.0,
+        )
     pp = p if m.p_dependent else None
     lo, hi = m.bounds(delta, pp)
     e_low, e_high = theory.equivalent_ratio_clip(m, delta, pp)
-    return ClipInterval(m, label_for(m.name), method_for(m.name, delta=delta), colour_for(m.name), delta, pp, lo, hi,
-                        e_low, e_high)
+    return ClipInterval(
+        m, label_for(m.name), method_for(m.name, delta=delta), colour_for(m.name), delta, pp, lo, hi, e_low, e_high
+    )
 
 
-def clip_intervals(measures: Sequence[Measure | str], delta: float, eps_low: float, eps_high: float,
-                   p: float) -> tuple[list[ClipInterval], list[str]]:
+def clip_intervals(
+    measures: Sequence[Measure | str], delta: float, eps_low: float, eps_high: float, p: float
+) -> tuple[list[ClipInterval], list[str]]:
     """Intervals for every measure theory accepts at these inputs, and one message per refusal."""
     out, errors = [], []
     for measure in measures:
@@ -91,19 +103,21 @@ def table_rows(intervals: Sequence[ClipInterval], formatted: bool = True) -> lis
     fmt = format_bound if formatted else (lambda x: x)
     rows = []
     for iv in intervals:
-        rows.append({
-            "method": iv.method,
-            # a custom measure's name holds its formula, already in the next column (and not markdown-safe)
-            "measure": iv.name if iv.name in theory.MEASURES or not formatted else "custom",
-            "D(r[, p])": _formula_text(iv, formatted),
-            "budget": iv.budget_text if formatted else (_eps_budget(iv) if iv.delta is None else iv.delta),
-            "p": ("" if iv.p is None else (f"{iv.p:g}" if formatted else iv.p)),
-            "l": fmt(iv.lo),
-            "u": fmt(iv.hi),
-            "ε_low": fmt(iv.eps_low),
-            "ε_high": fmt(iv.eps_high),
-            "ε_high − ε_low": format_gap(iv.eps_high - iv.eps_low) if formatted else iv.eps_high - iv.eps_low,
-        })
+        rows.append(
+            {
+                "method": iv.method,
+                # a custom measure's name holds its formula, already in the next column (and not markdown-safe)
+                "measure": iv.name if iv.name in theory.MEASURES or not formatted else "custom",
+                "D(r[, p])": _formula_text(iv, formatted),
+                "budget": iv.budget_text if formatted else (_eps_budget(iv) if iv.delta is None else iv.delta),
+                "p": ("" if iv.p is None else (f"{iv.p:g}" if formatted else iv.p)),
+                "l": fmt(iv.lo),
+                "u": fmt(iv.hi),
+                "ε_low": fmt(iv.eps_low),
+                "ε_high": fmt(iv.eps_high),
+                "ε_high − ε_low": format_gap(iv.eps_high - iv.eps_low) if formatted else iv.eps_high - iv.eps_low,
+            }
+        )
     return rows
 
 

@@ -24,6 +24,12 @@ PAGES = [
 
 page = st.navigation(PAGES)
 with st.sidebar:
-    st.segmented_control("Figure downloads", FIGURE_FORMATS, key=FIGURE_FORMAT_KEY, default="PNG", required=True,
-                         help="The camera button on every figure's toolbar saves the figure in this format.")
+    st.segmented_control(
+        "Figure downloads",
+        FIGURE_FORMATS,
+        key=FIGURE_FORMAT_KEY,
+        default="PNG",
+        required=True,
+        help="The camera button on every figure's toolbar saves the figure in this format.",
+    )
 page.run()

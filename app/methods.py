@@ -60,8 +60,9 @@ def _close(a: float, b: float) -> bool:
     return abs(a - b) <= 1e-9 * max(abs(a), abs(b))
 
 
-def method_for(measure_name: str, eps_low: float | None = None, eps_high: float | None = None,
-               delta: float | None = None) -> str:
+def method_for(
+    measure_name: str, eps_low: float | None = None, eps_high: float | None = None, delta: float | None = None
+) -> str:
     """The method a measure stands for; the ratio measure is named by its ε (GRPO, DAPO, GSPO or "ratio clip"),
     KL3 given its δ by that δ (ATR-GRPO at ATR-GRPO's budget, else "KL3 clip"); unknown: 'custom'."""
     m = MEASURES.get(measure_name)

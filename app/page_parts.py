@@ -71,8 +71,9 @@ def nearest_stop(x: float, stops: Sequence[float]) -> float:
     return min(stops, key=lambda s: abs(math.log(s) - math.log(x)))
 
 
-def number_with_slider(state, param, *, log: bool, step: float, fmt: str = "%.8g", help: str | None = None,
-                       slider_step: float = 0.001) -> None:
+def number_with_slider(
+    state, param, *, log: bool, step: float, fmt: str = "%.8g", help: str | None = None, slider_step: float = 0.001
+) -> None:
     """A typed number input (the value itself, any number in range, what the URL holds) with a slider beside
     it to drag (log-scale stops for δ and ε, `slider_step` in linear scale), kept in step both ways.
 
@@ -98,8 +99,9 @@ def number_with_slider(state, param, *, log: bool, step: float, fmt: str = "%.8g
         clamped = min(max(value, param.lo), param.hi)
         if clamped != value:
             ss[key] = clamped
-            ss[notice_key] = (f"{_short_label(param.label)} = {value:g} is outside [{param.lo:g}, {param.hi:g}]; "
-                              f"using {clamped:g}.")
+            ss[notice_key] = (
+                f"{_short_label(param.label)} = {value:g} is outside [{param.lo:g}, {param.hi:g}]; using {clamped:g}."
+            )
         ss[slider_key] = snapped(ss[key])
 
     def from_slider() -> None:
@@ -111,11 +113,25 @@ def number_with_slider(state, param, *, log: bool, step: float, fmt: str = "%.8g
     number_col.number_input(param.label, step=step, format=fmt, key=key, on_change=from_number, help=help)
     label = f"{param.label}: drag" + (" (log scale)" if log else "")
     if log:
-        slider_col.select_slider(label, options=stops, format_func=lambda x: f"{x:g}", key=slider_key,
-                                 on_change=from_slider, label_visibility="collapsed")
+        slider_col.select_slider(
+            label,
+            options=stops,
+            format_func=lambda x: f"{x:g}",
+            key=slider_key,
+            on_change=from_slider,
+            label_visibility="collapsed",
+        )
     else:
-        slider_col.slider(label, param.lo, param.hi, step=slider_step, format="%.3f", key=slider_key,
-                          on_change=from_slider, label_visibility="collapsed")
+        slider_col.slider(
+            label,
+            param.lo,
+            param.hi,
+            step=slider_step,
+            format="%.3f",
+            key=slider_key,
+            on_change=from_slider,
+            label_visibility="collapsed",
+        )
     if notice_key in ss:
         show_messages([ss.pop(notice_key)], kind="warning")
 
@@ -136,9 +152,12 @@ def plotly_config(name: str) -> dict:
     import streamlit as st
 
     fmt = st.session_state.get(FIGURE_FORMAT_KEY, "PNG")
-    return {"displayModeBar": True, "displaylogo": False,
-            "modeBarButtonsToRemove": ["lasso2d", "select2d", "autoScale2d"],
-            "toImageButtonOptions": {"format": fmt.lower(), "filename": name, "scale": 2 if fmt == "PNG" else 1}}
+    return {
+        "displayModeBar": True,
+        "displaylogo": False,
+        "modeBarButtonsToRemove": ["lasso2d", "select2d", "autoScale2d"],
+        "toImageButtonOptions": {"format": fmt.lower(), "filename": name, "scale": 2 if fmt == "PNG" else 1},
+    }
 
 
 TOOLBAR_ROOM = 36  # px kept free above a figure's title for plotly's toolbar
@@ -150,8 +169,10 @@ def toolbar_room(fig):
     title = fig.layout.title
     if title.text and title.yref != "container":
         top = fig.layout.margin.t
-        fig.update_layout(title=dict(yref="container", y=1.0, yanchor="top", pad=dict(t=TOOLBAR_ROOM)),
-                          margin=dict(t=(100 if top is None else top) + TOOLBAR_ROOM // 2))
+        fig.update_layout(
+            title=dict(yref="container", y=1.0, yanchor="top", pad=dict(t=TOOLBAR_ROOM)),
+            margin=dict(t=(100 if top is None else top) + TOOLBAR_ROOM // 2),
+        )
     return fig
 
 
@@ -159,8 +180,9 @@ def figure(fig, name: str, container=None, **kwargs) -> None:
     """A plotly figure with its download button configured (see `plotly_config`)."""
     import streamlit as st
 
-    (container or st).plotly_chart(toolbar_room(fig), config=plotly_config(name),
-                                   key=kwargs.pop("key", f"figure.{name}"), **kwargs)
+    (container or st).plotly_chart(
+        toolbar_room(fig), config=plotly_config(name), key=kwargs.pop("key", f"figure.{name}"), **kwargs
+    )
 
 
 # ------------------------------------------------------------------------------- tables
@@ -169,8 +191,9 @@ def rounded(value, digits: int = 6):
     lists and tuples of numbers as [a, b]; anything else as it is. Downloads keep the full numbers."""
     if isinstance(value, bool) or value is None:
         return value
-    if isinstance(value, int) or (type(value).__module__ == "numpy" and getattr(value, "dtype", None) is not None
-                                  and value.dtype.kind in "iu"):
+    if isinstance(value, int) or (
+        type(value).__module__ == "numpy" and getattr(value, "dtype", None) is not None and value.dtype.kind in "iu"
+    ):
         return int(value)
     if isinstance(value, float) or type(value).__module__ == "numpy":
         try:

@@ -24,6 +24,7 @@ ATR_EPS_HIGH = theory.equivalent_ratio_clip("kl3", ATR_DELTA)[1]  # 0.2308422097
 GSPO_EPS = (3e-4, 4e-4)  # GSPO's sequence-level clip (Zheng et al. 2025)
 GSPO_DELTA = theory.delta_for_eps("kl3", eps_low=GSPO_EPS[0])
 
+
 @dataclass(frozen=True)
 class Preset:
     name: str
@@ -38,21 +39,36 @@ def _values(delta: float, eps_low: float, eps_high: float, p: float, measures: t
 PRESETS: dict[str, Preset] = {
     preset.name: preset
     for preset in (
-        Preset("GRPO", "PPO/GRPO ratio clip, ε = 0.2 on both sides; KL3 at the δ with the same lower side.",
-               _values(ATR_DELTA, 0.2, 0.2, 0.1, ("ratio", "kl3"))),
-        Preset("DAPO", "DAPO's clip-higher: ε_low = 0.2, ε_high = 0.28, tuned by hand; KL3 at the δ with the "
-                       "same lower side for comparison.",
-               _values(ATR_DELTA, 0.2, 0.28, 0.1, ("ratio", "kl3"))),
-        Preset("ATR-GRPO", "KL3 with δ = 0.023144, chosen so that ε_low = 0.2: the derived ε_high is 0.2308 "
-                           "(DAPO tunes 0.28 by hand). The ratio row is the same clip as ε = 0.2 / 0.2308, "
-                           "what a trainer's ratio clip needs to reproduce it.",
-               _values(ATR_DELTA, 0.2, round(ATR_EPS_HIGH, 6), 0.1, ("kl3", "ratio"))),
-        Preset("GSPO", "GSPO's sequence-level ratio clip ε = 3e-4 / 4e-4, next to KL3 at the δ with the same "
-                       "lower side: at so small a budget KL3 is almost symmetric.",
-               _values(GSPO_DELTA, *GSPO_EPS, 0.1, ("ratio", "kl3"))),
-        Preset("DPPO-KL", "Binary-KL trust region per token (DPPO-Binary-KL, verl dppo_kl; TRGPPO) at "
-                                "δ = 0.02: wide for rare tokens, tight for confident ones. Move p to see it.",
-               _values(0.02, 0.2, 0.2, 0.01, ("binary_kl", "binary_tv", "kl3"))),
+        Preset(
+            "GRPO",
+            "PPO/GRPO ratio clip, ε = 0.2 on both sides; KL3 at the δ with the same lower side.",
+            _values(ATR_DELTA, 0.2, 0.2, 0.1, ("ratio", "kl3")),
+        ),
+        Preset(
+            "DAPO",
+            "DAPO's clip-higher: ε_low = 0.2, ε_high = 0.28, tuned by hand; KL3 at the δ with the "
+            "same lower side for comparison.",
+            _values(ATR_DELTA, 0.2, 0.28, 0.1, ("ratio", "kl3")),
+        ),
+        Preset(
+            "ATR-GRPO",
+            "KL3 with δ = 0.023144, chosen so that ε_low = 0.2: the derived ε_high is 0.2308 "
+            "(DAPO tunes 0.28 by hand). The ratio row is the same clip as ε = 0.2 / 0.2308, "
+            "what a trainer's ratio clip needs to reproduce it.",
+            _values(ATR_DELTA, 0.2, round(ATR_EPS_HIGH, 6), 0.1, ("kl3", "ratio")),
+        ),
+        Preset(
+            "GSPO",
+            "GSPO's sequence-level ratio clip ε = 3e-4 / 4e-4, next to KL3 at the δ with the same "
+            "lower side: at so small a budget KL3 is almost symmetric.",
+            _values(GSPO_DELTA, *GSPO_EPS, 0.1, ("ratio", "kl3")),
+        ),
+        Preset(
+            "DPPO-KL",
+            "Binary-KL trust region per token (DPPO-Binary-KL, verl dppo_kl; TRGPPO) at "
+            "δ = 0.02: wide for rare tokens, tight for confident ones. Move p to see it.",
+            _values(0.02, 0.2, 0.2, 0.01, ("binary_kl", "binary_tv", "kl3")),
+        ),
     )
 }
 
@@ -80,8 +96,10 @@ def kl3_delta_matching(eps_low: float | None = None, eps_high: float | None = No
         return delta, None
     clamped = min(max(delta, DELTA_MIN), DELTA_MAX)
     side, eps = ("ε_low", eps_low) if eps_high is None else ("ε_high", eps_high)
-    return clamped, (f"{side} = {eps:g} needs δ = {delta:.6g} under KL3, outside δ's range "
-                     f"[{DELTA_MIN:g}, {DELTA_MAX:g}]; δ is set to {clamped:g}.")
+    return clamped, (
+        f"{side} = {eps:g} needs δ = {delta:.6g} under KL3, outside δ's range "
+        f"[{DELTA_MIN:g}, {DELTA_MAX:g}]; δ is set to {clamped:g}."
+    )
 
 
 def matching_preset(values: Mapping[str, Any]) -> str | None:

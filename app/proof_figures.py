@@ -33,13 +33,23 @@ def _layout(title: str, height: int, subtitle: str = "", **kwargs) -> dict:
 
 
 def _hline(y: float, xref: str = "x domain", yref: str = "y", colour: str = _DELTA_LINE) -> dict:
-    return dict(type="line", xref=xref, yref=yref, x0=0, x1=1, y0=y, y1=y,
-                line=dict(color=colour, width=1.5, dash="dash"))
+    return dict(
+        type="line", xref=xref, yref=yref, x0=0, x1=1, y0=y, y1=y, line=dict(color=colour, width=1.5, dash="dash")
+    )
 
 
 def _vline(x: float, xref: str = "x", yref: str = "y domain", colour: str = _GREY, dash: str = "solid") -> dict:
-    return dict(type="line", xref=xref, yref=yref, x0=x, x1=x, y0=0, y1=1,
-                line=dict(color=colour, width=1, dash=dash), layer="below")
+    return dict(
+        type="line",
+        xref=xref,
+        yref=yref,
+        x0=x,
+        x1=x,
+        y0=0,
+        y1=1,
+        line=dict(color=colour, width=1, dash=dash),
+        layer="below",
+    )
 
 
 def _text(text: str, x: float, y: float, xref: str = "x", yref: str = "y", **kw) -> dict:
@@ -71,34 +81,88 @@ def roots_figure(name: str, delta: float, height: int = 420, regions: bool = Fal
     y_max = 2.6 * delta
     d[d > 4 * y_max] = np.nan
     colour = colour_for(name)
-    traces = [dict(type="scatter", x=r, y=d, mode="lines", name=f"D(r) = {m.text or m.code}",
-                   line=dict(color=colour, width=3), hovertemplate="D(%{x:.4f}) = %{y:.5g}<extra></extra>")]
+    traces = [
+        dict(
+            type="scatter",
+            x=r,
+            y=d,
+            mode="lines",
+            name=f"D(r) = {m.text or m.code}",
+            line=dict(color=colour, width=3),
+            hovertemplate="D(%{x:.4f}) = %{y:.5g}<extra></extra>",
+        )
+    ]
     roots = [(lo, "l_δ", LOWER), (hi, "u_δ", UPPER)] if lo > 0 else [(hi, "u_δ", UPPER)]
-    traces.append(dict(type="scatter", x=[x for x, _, _ in roots], y=[delta] * len(roots), mode="markers+text",
-                       text=[f"{label} = {x:.6f}" for x, label, _ in roots], textposition="top center",
-                       marker=dict(size=12, color=[c for _, _, c in roots], line=dict(color="white", width=1.5)),
-                       textfont=dict(size=14, color=[c for _, _, c in roots]), showlegend=False, cliponaxis=False,
-                       meta=dict(kind="roots", measure=name, lo=lo, hi=hi, delta=delta),
-                       hovertemplate="%{text}<extra></extra>"))
+    traces.append(
+        dict(
+            type="scatter",
+            x=[x for x, _, _ in roots],
+            y=[delta] * len(roots),
+            mode="markers+text",
+            text=[f"{label} = {x:.6f}" for x, label, _ in roots],
+            textposition="top center",
+            marker=dict(size=12, color=[c for _, _, c in roots], line=dict(color="white", width=1.5)),
+            textfont=dict(size=14, color=[c for _, _, c in roots]),
+            showlegend=False,
+            cliponaxis=False,
+            meta=dict(kind="roots", measure=name, lo=lo, hi=hi, delta=delta),
+            hovertemplate="%{text}<extra></extra>",
+        )
+    )
     shapes = [_hline(delta), _vline(1.0)]
-    shapes += [dict(type="line", x0=x, x1=x, y0=0, y1=delta, line=dict(color=c, width=1.5, dash="dot"))
-               for x, _, c in roots]
-    notes = [_text(f"δ = {delta:.6g}", 1.0, delta, xref="x domain", xanchor="right", yanchor="bottom",
-                   font=dict(color=_DELTA_LINE))]
+    shapes += [
+        dict(type="line", x0=x, x1=x, y0=0, y1=delta, line=dict(color=c, width=1.5, dash="dot")) for x, _, c in roots
+    ]
+    notes = [
+        _text(
+            f"δ = {delta:.6g}",
+            1.0,
+            delta,
+            xref="x domain",
+            xanchor="right",
+            yanchor="bottom",
+            font=dict(color=_DELTA_LINE),
+        )
+    ]
     if regions:
-        for x0, x1, c, words in ((x_lo, lo, LOWER, "D > δ, r < l_δ:<br>clipped when A < 0"),
-                                 (hi, x_hi, UPPER, "D > δ, r > u_δ:<br>clipped when A > 0")):
+        for x0, x1, c, words in (
+            (x_lo, lo, LOWER, "D > δ, r < l_δ:<br>clipped when A < 0"),
+            (hi, x_hi, UPPER, "D > δ, r > u_δ:<br>clipped when A > 0"),
+        ):
             if x1 > x0:
-                shapes.append(dict(type="rect", xref="x", yref="y domain", x0=x0, x1=x1, y0=0, y1=1,
-                                   fillcolor=c, opacity=0.10, line=dict(width=0), layer="below"))
-                notes.append(_text(words, (x0 + x1) / 2, 0.97, yref="y domain", yanchor="top",
-                                   font=dict(color=c, size=13)))
+                shapes.append(
+                    dict(
+                        type="rect",
+                        xref="x",
+                        yref="y domain",
+                        x0=x0,
+                        x1=x1,
+                        y0=0,
+                        y1=1,
+                        fillcolor=c,
+                        opacity=0.10,
+                        line=dict(width=0),
+                        layer="below",
+                    )
+                )
+                notes.append(
+                    _text(words, (x0 + x1) / 2, 0.97, yref="y domain", yanchor="top", font=dict(color=c, size=13))
+                )
     subtitle = "{r : D(r) ≤ δ} = [l_δ, u_δ]" + ("; outside it a token may lose its gradient" if regions else "")
-    return figures._figure(traces, _layout(
-        "D(r), the budget δ and its two roots", height, subtitle, shapes=shapes, annotations=notes,
-        hovermode="closest", showlegend=False,
-        xaxis=dict(range=[x_lo, x_hi], title=dict(text="r = π_θ(a) / π_old(a)")),
-        yaxis=dict(range=[0, y_max], title=dict(text="D(r)"))))
+    return figures._figure(
+        traces,
+        _layout(
+            "D(r), the budget δ and its two roots",
+            height,
+            subtitle,
+            shapes=shapes,
+            annotations=notes,
+            hovermode="closest",
+            showlegend=False,
+            xaxis=dict(range=[x_lo, x_hi], title=dict(text="r = π_θ(a) / π_old(a)")),
+            yaxis=dict(range=[0, y_max], title=dict(text="D(r)")),
+        ),
+    )
 
 
 def lambert_figure(delta: float, height: int = 420) -> go.Figure:
@@ -109,20 +173,50 @@ def lambert_figure(delta: float, height: int = 420) -> go.Figure:
     r = np.linspace(max(lo - 0.8 * (1 - lo), 1e-3), hi + 1.2 * (hi - 1), N_POINTS)
     y = np.exp(-1.0 - _finite(m.value(r)))  # = r e^{-r}
     level = math.exp(-1.0 - delta)
-    traces = [dict(type="scatter", x=r, y=y, mode="lines", name="r·e^(−r)", line=dict(color=colour_for("kl3"), width=3),
-                   hovertemplate="r·e^(−r) = %{y:.5f} at r = %{x:.4f}<extra></extra>"),
-              dict(type="scatter", x=[lo, hi], y=[level, level], mode="markers+text", showlegend=False,
-                   text=[f"l_δ = −W₀(x) = {lo:.6f}", f"u_δ = −W₋₁(x) = {hi:.6f}"], textposition="bottom center",
-                   marker=dict(size=12, color=[LOWER, UPPER]), textfont=dict(size=14, color=[LOWER, UPPER]),
-                   cliponaxis=False, meta=dict(kind="roots", measure="kl3", lo=lo, hi=hi, delta=delta))]
-    notes = [_text(f"e^(−(1+δ)) = {level:.6f}", 1.0, level, xref="x domain", xanchor="right", yanchor="bottom"),
-             _text("1/e at r = 1: the branch point", 1.0, math.exp(-1.0), yanchor="bottom", font=dict(color=_GREY))]
-    return figures._figure(traces, _layout(
-        "r·e^(−r) = e^(−(1+δ)): two crossings, two branches", height, "W₀ gives the root below 1, W₋₁ the one above",
-        shapes=[_hline(level), _vline(1.0)], annotations=notes, showlegend=False, hovermode="closest",
-        xaxis=dict(title=dict(text="r")),
-        yaxis=dict(range=[min(float(np.nanmin(y)), level) * 0.97, math.exp(-1.0) * 1.012],
-                   title=dict(text="r·e^(−r)"))))
+    traces = [
+        dict(
+            type="scatter",
+            x=r,
+            y=y,
+            mode="lines",
+            name="r·e^(−r)",
+            line=dict(color=colour_for("kl3"), width=3),
+            hovertemplate="r·e^(−r) = %{y:.5f} at r = %{x:.4f}<extra></extra>",
+        ),
+        dict(
+            type="scatter",
+            x=[lo, hi],
+            y=[level, level],
+            mode="markers+text",
+            showlegend=False,
+            text=[f"l_δ = −W₀(x) = {lo:.6f}", f"u_δ = −W₋₁(x) = {hi:.6f}"],
+            textposition="bottom center",
+            marker=dict(size=12, color=[LOWER, UPPER]),
+            textfont=dict(size=14, color=[LOWER, UPPER]),
+            cliponaxis=False,
+            meta=dict(kind="roots", measure="kl3", lo=lo, hi=hi, delta=delta),
+        ),
+    ]
+    notes = [
+        _text(f"e^(−(1+δ)) = {level:.6f}", 1.0, level, xref="x domain", xanchor="right", yanchor="bottom"),
+        _text("1/e at r = 1: the branch point", 1.0, math.exp(-1.0), yanchor="bottom", font=dict(color=_GREY)),
+    ]
+    return figures._figure(
+        traces,
+        _layout(
+            "r·e^(−r) = e^(−(1+δ)): two crossings, two branches",
+            height,
+            "W₀ gives the root below 1, W₋₁ the one above",
+            shapes=[_hline(level), _vline(1.0)],
+            annotations=notes,
+            showlegend=False,
+            hovermode="closest",
+            xaxis=dict(title=dict(text="r")),
+            yaxis=dict(
+                range=[min(float(np.nanmin(y)), level) * 0.97, math.exp(-1.0) * 1.012], title=dict(text="r·e^(−r)")
+            ),
+        ),
+    )
 
 
 # ------------------------------------------------------------------------------------------ series
@@ -145,26 +239,64 @@ def series_figure(roots: SymbolicRoots, delta: float, height: int = 420) -> go.F
     var = "s = √(2δ)" if roots.variable == S else "δ"
     traces = []
     for exact, series, label, colour in ((lo, s_lo, "l_δ", LOWER), (hi, s_hi, "u_δ", UPPER)):
-        traces += [dict(type="scatter", x=deltas, y=exact, mode="lines", name=f"{label} exact",
-                        line=dict(color=colour, width=3)),
-                   dict(type="scatter", x=deltas, y=series, mode="lines", name=f"{label} series to O({var[0]}⁵)",
-                        line=dict(color=colour, width=2, dash="dash")),
-                   dict(type="scatter", x=deltas, y=_finite(np.abs(series - exact)), mode="lines", xaxis="x2",
-                        yaxis="y2", name=f"|series − exact|, {label}", showlegend=False,
-                        line=dict(color=colour, width=2))]
+        traces += [
+            dict(
+                type="scatter", x=deltas, y=exact, mode="lines", name=f"{label} exact", line=dict(color=colour, width=3)
+            ),
+            dict(
+                type="scatter",
+                x=deltas,
+                y=series,
+                mode="lines",
+                name=f"{label} series to O({var[0]}⁵)",
+                line=dict(color=colour, width=2, dash="dash"),
+            ),
+            dict(
+                type="scatter",
+                x=deltas,
+                y=_finite(np.abs(series - exact)),
+                mode="lines",
+                xaxis="x2",
+                yaxis="y2",
+                name=f"|series − exact|, {label}",
+                showlegend=False,
+                line=dict(color=colour, width=2),
+            ),
+        ]
     at_lo, at_hi = m.bounds(delta)
-    traces.append(dict(type="scatter", x=[delta, delta], y=[at_lo, at_hi], mode="markers", showlegend=False,
-                       marker=dict(size=11, color=[LOWER, UPPER]), meta=dict(kind="exact_at_delta", lo=at_lo,
-                                                                             hi=at_hi, delta=delta)))
-    return figures._figure(traces, _layout(
-        "The series against the exact roots", height, f"dashed: the series in {var}; right: their distance",
-        panels=True, hovermode="x unified",
-        shapes=[_vline(delta, colour=_DELTA_LINE, dash="dash"), _vline(delta, "x2", "y2 domain", _DELTA_LINE, "dash")],
-        annotations=[figures._panel_title("l_δ and u_δ against δ", _LEFT),
-                     figures._panel_title("|series − exact| (log scale)", _RIGHT)],
-        xaxis=dict(domain=_LEFT, type="log", title=dict(text="δ")),
-        xaxis2=dict(domain=_RIGHT, type="log", title=dict(text="δ")),
-        yaxis=dict(title=dict(text="r")), yaxis2=dict(anchor="x2", type="log")))
+    traces.append(
+        dict(
+            type="scatter",
+            x=[delta, delta],
+            y=[at_lo, at_hi],
+            mode="markers",
+            showlegend=False,
+            marker=dict(size=11, color=[LOWER, UPPER]),
+            meta=dict(kind="exact_at_delta", lo=at_lo, hi=at_hi, delta=delta),
+        )
+    )
+    return figures._figure(
+        traces,
+        _layout(
+            "The series against the exact roots",
+            height,
+            f"dashed: the series in {var}; right: their distance",
+            panels=True,
+            hovermode="x unified",
+            shapes=[
+                _vline(delta, colour=_DELTA_LINE, dash="dash"),
+                _vline(delta, "x2", "y2 domain", _DELTA_LINE, "dash"),
+            ],
+            annotations=[
+                figures._panel_title("l_δ and u_δ against δ", _LEFT),
+                figures._panel_title("|series − exact| (log scale)", _RIGHT),
+            ],
+            xaxis=dict(domain=_LEFT, type="log", title=dict(text="δ")),
+            xaxis2=dict(domain=_RIGHT, type="log", title=dict(text="δ")),
+            yaxis=dict(title=dict(text="r")),
+            yaxis2=dict(anchor="x2", type="log"),
+        ),
+    )
 
 
 # ------------------------------------------------------------------------------------------ asymmetry
@@ -180,24 +312,42 @@ def mirror_figure(name: str, delta: float, height: int = 420) -> go.Figure:
     down = np.full_like(x, np.nan)
     down[below] = _finite(m.value(1.0 - x[below]))
     y_max = 2.6 * delta
-    traces = [dict(type="scatter", x=x, y=up, mode="lines", name="D(1 + x): above 1",
-                   line=dict(color=UPPER, width=3)),
-              dict(type="scatter", x=x, y=down, mode="lines", name="D(1 − x): below 1",
-                   line=dict(color=LOWER, width=3)),
-              dict(type="scatter", x=[eps_low, eps_high], y=[delta, delta], mode="markers+text", showlegend=False,
-                   text=[f"ε_low = {eps_low:.4g}", f"ε_high = {eps_high:.4g}"],
-                   textposition=["top left", "bottom right"], marker=dict(size=12, color=[LOWER, UPPER]),
-                   textfont=dict(size=14, color=[LOWER, UPPER]), cliponaxis=False,
-                   meta=dict(kind="widths", eps_low=eps_low, eps_high=eps_high, delta=delta))]
+    traces = [
+        dict(type="scatter", x=x, y=up, mode="lines", name="D(1 + x): above 1", line=dict(color=UPPER, width=3)),
+        dict(type="scatter", x=x, y=down, mode="lines", name="D(1 − x): below 1", line=dict(color=LOWER, width=3)),
+        dict(
+            type="scatter",
+            x=[eps_low, eps_high],
+            y=[delta, delta],
+            mode="markers+text",
+            showlegend=False,
+            text=[f"ε_low = {eps_low:.4g}", f"ε_high = {eps_high:.4g}"],
+            textposition=["top left", "bottom right"],
+            marker=dict(size=12, color=[LOWER, UPPER]),
+            textfont=dict(size=14, color=[LOWER, UPPER]),
+            cliponaxis=False,
+            meta=dict(kind="widths", eps_low=eps_low, eps_high=eps_high, delta=delta),
+        ),
+    ]
     tighter = "lower" if eps_low < eps_high else "upper" if eps_high < eps_low else "neither"
-    verdict = (f"the {tighter} side reaches δ first: its clip is the tighter one" if tighter != "neither"
-               else "both sides reach δ together: a symmetric clip")
-    return figures._figure(traces, _layout(
-        "The two sides of r = 1, folded onto one axis", height, verdict, hovermode="x unified",
-        shapes=[_hline(delta)], annotations=[_text(f"δ = {delta:.6g}", 1.0, delta, xref="x domain", xanchor="right",
-                                                   yanchor="bottom")],
-        xaxis=dict(title=dict(text="x = |r − 1|"), range=[0, x[-1]]),
-        yaxis=dict(range=[0, y_max], title=dict(text="D"))))
+    verdict = (
+        f"the {tighter} side reaches δ first: its clip is the tighter one"
+        if tighter != "neither"
+        else "both sides reach δ together: a symmetric clip"
+    )
+    return figures._figure(
+        traces,
+        _layout(
+            "The two sides of r = 1, folded onto one axis",
+            height,
+            verdict,
+            hovermode="x unified",
+            shapes=[_hline(delta)],
+            annotations=[_text(f"δ = {delta:.6g}", 1.0, delta, xref="x domain", xanchor="right", yanchor="bottom")],
+            xaxis=dict(title=dict(text="x = |r − 1|"), range=[0, x[-1]]),
+            yaxis=dict(range=[0, y_max], title=dict(text="D")),
+        ),
+    )
 
 
 def leading_term_text(leading: sp.Expr) -> str:
@@ -214,19 +364,48 @@ def asymmetry_figure(name: str, delta: float, leading: sp.Expr, height: int = 42
     at_low, at_high = theory.equivalent_ratio_clip(name, delta)
     positive = bool(np.all(gap > 0) and np.all(lead > 0))
     words = leading_term_text(leading)
-    traces = [dict(type="scatter", x=deltas, y=gap, mode="lines", name="ε_high − ε_low (exact)",
-                   line=dict(color=colour_for(name), width=3)),
-              dict(type="scatter", x=deltas, y=lead, mode="lines", name=f"leading term {words}",
-                   line=dict(color=_DELTA_LINE, width=2, dash="dash")),
-              dict(type="scatter", x=[delta], y=[at_high - at_low], mode="markers+text", showlegend=False,
-                   text=[f"{at_high - at_low:.4g} at δ = {delta:.4g}"], textposition="top left",
-                   marker=dict(size=12, color=colour_for(name)), cliponaxis=False,
-                   meta=dict(kind="gap", gap=at_high - at_low, delta=delta))]
-    return figures._figure(traces, _layout(
-        "How much looser the upper side is", height, f"ε_high − ε_low against δ, and its leading term {words}",
-        hovermode="x unified", shapes=[_vline(delta, colour=_DELTA_LINE, dash="dash")],
-        xaxis=dict(type="log", title=dict(text="δ")),
-        yaxis=dict(type="log" if positive else "linear", title=dict(text="ε_high − ε_low"))))
+    traces = [
+        dict(
+            type="scatter",
+            x=deltas,
+            y=gap,
+            mode="lines",
+            name="ε_high − ε_low (exact)",
+            line=dict(color=colour_for(name), width=3),
+        ),
+        dict(
+            type="scatter",
+            x=deltas,
+            y=lead,
+            mode="lines",
+            name=f"leading term {words}",
+            line=dict(color=_DELTA_LINE, width=2, dash="dash"),
+        ),
+        dict(
+            type="scatter",
+            x=[delta],
+            y=[at_high - at_low],
+            mode="markers+text",
+            showlegend=False,
+            text=[f"{at_high - at_low:.4g} at δ = {delta:.4g}"],
+            textposition="top left",
+            marker=dict(size=12, color=colour_for(name)),
+            cliponaxis=False,
+            meta=dict(kind="gap", gap=at_high - at_low, delta=delta),
+        ),
+    ]
+    return figures._figure(
+        traces,
+        _layout(
+            "How much looser the upper side is",
+            height,
+            f"ε_high − ε_low against δ, and its leading term {words}",
+            hovermode="x unified",
+            shapes=[_vline(delta, colour=_DELTA_LINE, dash="dash")],
+            xaxis=dict(type="log", title=dict(text="δ")),
+            yaxis=dict(type="log" if positive else "linear", title=dict(text="ε_high − ε_low")),
+        ),
+    )
 
 
 # ------------------------------------------------------------------------------------------ sign of A
@@ -237,39 +416,77 @@ def sign_figure(curves: SignCurves, height: int = 520) -> go.Figure:
     colour = colour_for(curves.name)
     r = curves.r
     traces, shapes, notes = [], [], []
-    axes = {(1.0, "sur"): ("x", "y"), (-1.0, "sur"): ("x2", "y2"), (1.0, "grad"): ("x3", "y3"),
-            (-1.0, "grad"): ("x4", "y4")}
-    styles = {"measure": dict(color=colour, width=4), "ratio": dict(color="#111111", width=2, dash="dash"),
-              "dual": dict(color="#2ca02c", width=2, dash="dot")}
-    names = {"measure": f"{curves.name} at δ = {curves.delta:.4g}",
-             "ratio": f"ratio clip at [{curves.lo:.4f}, {curves.hi:.4f}]", "dual": f"with dual clip c = {curves.c:g}"}
+    axes = {
+        (1.0, "sur"): ("x", "y"),
+        (-1.0, "sur"): ("x2", "y2"),
+        (1.0, "grad"): ("x3", "y3"),
+        (-1.0, "grad"): ("x4", "y4"),
+    }
+    styles = {
+        "measure": dict(color=colour, width=4),
+        "ratio": dict(color="#111111", width=2, dash="dash"),
+        "dual": dict(color="#2ca02c", width=2, dash="dot"),
+    }
+    names = {
+        "measure": f"{curves.name} at δ = {curves.delta:.4g}",
+        "ratio": f"ratio clip at [{curves.lo:.4f}, {curves.hi:.4f}]",
+        "dual": f"with dual clip c = {curves.c:g}",
+    }
     for (adv, what), (xa, ya) in axes.items():
         data = curves.surrogate if what == "sur" else curves.gradient
         for key in ("measure", "ratio", "dual"):
             if (key, adv) not in data:
                 continue
-            traces.append(dict(type="scatter", x=r, y=data[key, adv], mode="lines", name=names[key], xaxis=xa,
-                               yaxis=ya, legendgroup=key, showlegend=(adv, what) == (-1.0, "sur"),
-                               line=styles[key], meta=dict(kind=what, spec=key, adv=adv),
-                               hovertemplate=f"{names[key]}: %{{y:.4f}} at r = %{{x:.3f}}<extra></extra>"))
+            traces.append(
+                dict(
+                    type="scatter",
+                    x=r,
+                    y=data[key, adv],
+                    mode="lines",
+                    name=names[key],
+                    xaxis=xa,
+                    yaxis=ya,
+                    legendgroup=key,
+                    showlegend=(adv, what) == (-1.0, "sur"),
+                    line=styles[key],
+                    meta=dict(kind=what, spec=key, adv=adv),
+                    hovertemplate=f"{names[key]}: %{{y:.4f}} at r = %{{x:.3f}}<extra></extra>",
+                )
+            )
         bound, c = (curves.hi, UPPER) if adv > 0 else (curves.lo, LOWER)
         shapes += [_vline(1.0, xa, f"{ya} domain"), _vline(bound, xa, f"{ya} domain", c, "dot")]
         if adv < 0:
             shapes.append(_vline(curves.c, xa, f"{ya} domain", "#2ca02c", "dot"))
     top, bottom = (0.58, 1.0), (0.0, 0.40)
     layout = _layout(
-        "The surrogate and its gradient, by the sign of A", height,
+        "The surrogate and its gradient, by the sign of A",
+        height,
         "flat surrogate = zero gradient; only u_δ binds for A > 0, only l_δ (and c) for A < 0",
-        panels=True, hovermode="x unified", shapes=shapes,
-        annotations=notes + [
+        panels=True,
+        hovermode="x unified",
+        shapes=shapes,
+        annotations=notes
+        + [
             figures._panel_title(f"A > 0: clipped above u_δ = {curves.hi:.4f}", _LEFT),
             figures._panel_title(f"A < 0: clipped below l_δ = {curves.lo:.4f} (and above c)", _RIGHT),
-            _text("∂loss/∂log π", 0.0, bottom[1] + 0.02, "paper", "paper", xanchor="left", yanchor="bottom",
-                  font=dict(size=12))],
+            _text(
+                "∂loss/∂log π",
+                0.0,
+                bottom[1] + 0.02,
+                "paper",
+                "paper",
+                xanchor="left",
+                yanchor="bottom",
+                font=dict(size=12),
+            ),
+        ],
         xaxis=dict(domain=_LEFT, anchor="y", showticklabels=False, matches="x3"),
         xaxis2=dict(domain=_RIGHT, anchor="y2", showticklabels=False, matches="x4"),
         xaxis3=dict(domain=_LEFT, anchor="y3", title=dict(text="r")),
         xaxis4=dict(domain=_RIGHT, anchor="y4", title=dict(text="r")),
-        yaxis=dict(domain=top, anchor="x", title=dict(text="surrogate")), yaxis2=dict(domain=top, anchor="x2"),
-        yaxis3=dict(domain=bottom, anchor="x3", title=dict(text="gradient")), yaxis4=dict(domain=bottom, anchor="x4"))
+        yaxis=dict(domain=top, anchor="x", title=dict(text="surrogate")),
+        yaxis2=dict(domain=top, anchor="x2"),
+        yaxis3=dict(domain=bottom, anchor="x3", title=dict(text="gradient")),
+        yaxis4=dict(domain=bottom, anchor="x4"),
+    )
     return figures._figure(traces, layout)

@@ -91,6 +91,8 @@ def equivalence_check(name: str, delta: float, n: int = N_TOKENS) -> CheckResult
     d_loss, d_grad = float(np.max(np.abs(loss_m - loss_r))), float(np.max(np.abs(grad_m - grad_r)))
     clipped = int(np.sum(grad_m == 0) - np.sum(adv == 0))
     passed = d_loss <= 1e-12 and d_grad <= 1e-12
-    detail = (f"{n} tokens, r in [{r.min():.4g}, {r.max():.4g}], {clipped} of them clipped (A ≠ 0, gradient 0); "
-              f"max |Δ loss| = {d_loss:.3g}, max |Δ gradient| = {d_grad:.3g}")
+    detail = (
+        f"{n} tokens, r in [{r.min():.4g}, {r.max():.4g}], {clipped} of them clipped (A ≠ 0, gradient 0); "
+        f"max |Δ loss| = {d_loss:.3g}, max |Δ gradient| = {d_grad:.3g}"
+    )
     return CheckResult(passed, EQUIVALENCE_METHOD, detail)

@@ -78,8 +78,10 @@ class IntParam:
             return self.default, f"{self.key}={raw!r} is not a whole number; using the default {self.default}."
         if value < self.lo or value > self.hi:
             clamped = min(max(value, self.lo), self.hi)
-            return clamped, (f"{self.key}={raw} is outside the allowed range [{self.lo}, {self.hi}] for "
-                             f"{self.label}; using {clamped}.")
+            return clamped, (
+                f"{self.key}={raw} is outside the allowed range [{self.lo}, {self.hi}] for "
+                f"{self.label}; using {clamped}."
+            )
         return value, None
 
     def encode(self, value: int) -> str:
@@ -100,8 +102,9 @@ class BoolParam:
             return True, None
         if word in ("0", "false", "off", "no"):
             return False, None
-        return self.default, (f"{self.key}={raw!r} is not 1 or 0 (on or off) for {self.label}; "
-                              f"using {int(self.default)}.")
+        return self.default, (
+            f"{self.key}={raw!r} is not 1 or 0 (on or off) for {self.label}; using {int(self.default)}."
+        )
 
     def encode(self, value: bool) -> str:
         return "1" if value else "0"
@@ -119,9 +122,7 @@ class ChoiceParam:
     def parse(self, raw: str) -> tuple[str, str | None]:
         if raw in self.choices:
             return raw, None
-        return self.default, (
-            f"{self.key}={raw!r} is not one of {', '.join(self.choices)}; using {self.default}."
-        )
+        return self.default, (f"{self.key}={raw!r} is not one of {', '.join(self.choices)}; using {self.default}.")
 
     def encode(self, value: str) -> str:
         return value
@@ -297,9 +298,7 @@ class PageState:
         import streamlit as st
 
         # multiselect hands back lists; values compare and encode as tuples
-        return {
-            param.key: _normalise(st.session_state[self.key(param.key)]) for param in self.spec
-        }
+        return {param.key: _normalise(st.session_state[self.key(param.key)]) for param in self.spec}
 
     def set(self, values: Mapping[str, Any]) -> None:
         import streamlit as st

@@ -23,8 +23,10 @@ def gradient_weight_function():
     try:
         from divclip.theory import gradient_weight
     except ImportError as exc:
-        raise ImportError("divclip.theory.gradient_weight is missing: the token explainer needs the atlas's "
-                          "gradient weight w(q, r, A)") from exc
+        raise ImportError(
+            "divclip.theory.gradient_weight is missing: the token explainer needs the atlas's "
+            "gradient weight w(q, r, A)"
+        ) from exc
     return gradient_weight
 
 
@@ -76,15 +78,19 @@ def _loss_text(spec: ClipSpec, r: float, adv: float, bounds, loss: float) -> str
     if spec.mode == "clip" and bounds is not None and spec.level == "token":
         lo, hi = bounds
         clipped = min(max(r, lo), hi)
-        text = (f"ℓ = max(−A·r, −A·clip(r, l, u)) = max(−{a}·{_n(r)}, −{a}·clip({_n(r)}, {_n(lo)}, {_n(hi)})) "
-                f"= max({_n(-adv * r)}, {_n(-adv * clipped)})")
+        text = (
+            f"ℓ = max(−A·r, −A·clip(r, l, u)) = max(−{a}·{_n(r)}, −{a}·clip({_n(r)}, {_n(lo)}, {_n(hi)})) "
+            f"= max({_n(-adv * r)}, {_n(-adv * clipped)})"
+        )
         if spec.dual_clip_c is not None and adv < 0:
             text += f", capped at −A·c = {_n(-adv * spec.dual_clip_c)} (dual clip c = {spec.dual_clip_c:g})"
         return f"{text} = {_n(loss)}"
-    forms = {"gated": "ℓ = −A·sg(min(r, c))·log π, zeroed where the bound is crossed in A's direction",
-             "cispo": "ℓ = −sg(clip(r, l, u))·A·log π",
-             "sapo": "ℓ = −A·σ(τ(r − 1))·4/τ, SAPO's soft gate (τ by the sign of A)",
-             "clip": "ℓ = max(−A·r, −A·clip(r))"}
+    forms = {
+        "gated": "ℓ = −A·sg(min(r, c))·log π, zeroed where the bound is crossed in A's direction",
+        "cispo": "ℓ = −sg(clip(r, l, u))·A·log π",
+        "sapo": "ℓ = −A·σ(τ(r − 1))·4/τ, SAPO's soft gate (τ by the sign of A)",
+        "clip": "ℓ = max(−A·r, −A·clip(r))",
+    }
     return f"{forms.get(spec.mode, f'loss form {spec.mode!r}')}: ℓ = {_n(loss)} for this token"
 
 
@@ -94,23 +100,33 @@ def _rule(spec: ClipSpec, terms, r: float, adv: float, bounds, weight: float) ->
         return "Zero gradient: A = 0, so there is nothing to learn from this token (docs/theory.md §1.1)."
     where = f" [{_n(bounds[0])}, {_n(bounds[1])}]" if bounds else ""
     if _flag(terms.dual):
-        return (f"Zero gradient: A < 0 and r = {_n(r)} > c = {spec.dual_clip_c:g}, so the dual clip caps the loss at "
-                "−A·c, where it is flat (docs/theory.md §1.1).")
+        return (
+            f"Zero gradient: A < 0 and r = {_n(r)} > c = {spec.dual_clip_c:g}, so the dual clip caps the loss at "
+            "−A·c, where it is flat (docs/theory.md §1.1)."
+        )
     if _flag(terms.clipped) and weight == 0:
         if _flag(terms.clipped_low):
-            return (f"Zero gradient: A < 0 and r = {_n(r)} is below the lower bound {_n(bounds[0]) if bounds else ''}: "
-                    "the token already became rarer than the clip allows (docs/theory.md §1.1).")
-        return (f"Zero gradient: A > 0 and r = {_n(r)} is above the upper bound {_n(bounds[1]) if bounds else ''}: "
-                "the token already became likelier than the clip allows (docs/theory.md §1.1).")
+            return (
+                f"Zero gradient: A < 0 and r = {_n(r)} is below the lower bound {_n(bounds[0]) if bounds else ''}: "
+                "the token already became rarer than the clip allows (docs/theory.md §1.1)."
+            )
+        return (
+            f"Zero gradient: A > 0 and r = {_n(r)} is above the upper bound {_n(bounds[1]) if bounds else ''}: "
+            "the token already became likelier than the clip allows (docs/theory.md §1.1)."
+        )
     if _flag(terms.clipped):
-        return (f"Gradient kept, weight clipped: r = {_n(r)} is outside{where}, and this loss form caps the "
-                f"importance weight at w = {_n(weight)} instead of zeroing the gradient.")
+        return (
+            f"Gradient kept, weight clipped: r = {_n(r)} is outside{where}, and this loss form caps the "
+            f"importance weight at w = {_n(weight)} instead of zeroing the gradient."
+        )
     if weight == 0:
         return f"Zero gradient: theory's weight for this form is 0 at r = {_n(r)}."
     if bounds and not bounds[0] <= r <= bounds[1]:
         side = "below" if r < bounds[0] else "above"
-        return (f"Gradient kept: r = {_n(r)} is {side}{where}, but it moved against its advantage "
-                "((r − 1)·A < 0), so the gradient pulls it back (docs/theory.md §1).")
+        return (
+            f"Gradient kept: r = {_n(r)} is {side}{where}, but it moved against its advantage "
+            "((r − 1)·A < 0), so the gradient pulls it back (docs/theory.md §1)."
+        )
     if bounds:
         return f"Gradient kept: r = {_n(r)} lies inside{where}, where no bound acts."
     return f"Gradient kept: this form has no hard clip; its weight at r = {_n(r)} is {_n(weight)}."
@@ -126,8 +142,19 @@ def explain_token(methods: dict[str, ClipSpec], q: float, r: float, adv: float) 
         loss = float(terms.loss[0, 0]) + 0.0  # + 0.0: no '-0' on the page
         weight = float(np.asarray(gradient_weight(spec, q, r, adv)))
         gradient = -adv * weight + 0.0  # + 0.0: no "-0"
-        out.append(TokenTerm(text, spec_label(spec), loss, _loss_text(spec, r, adv, bounds, loss), weight, gradient,
-                             gradient == 0, _rule(spec, terms, r, adv, bounds, weight), bounds))
+        out.append(
+            TokenTerm(
+                text,
+                spec_label(spec),
+                loss,
+                _loss_text(spec, r, adv, bounds, loss),
+                weight,
+                gradient,
+                gradient == 0,
+                _rule(spec, terms, r, adv, bounds, weight),
+                bounds,
+            )
+        )
     return out
 
 

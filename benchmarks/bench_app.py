@@ -83,8 +83,12 @@ def time_figures(query: dict, n: int) -> list[float]:
     for delta in deltas(n):
         t0 = time.perf_counter()
         ivs, _ = clip_intervals(measures, delta, 0.2, 0.28, p)
-        for fig in (divergence_curves(ivs, delta), divergence_curves(ivs, delta, log_space=True),
-                    interval_chart(ivs), surrogate_figure(ivs)):
+        for fig in (
+            divergence_curves(ivs, delta),
+            divergence_curves(ivs, delta, log_space=True),
+            interval_chart(ivs),
+            surrogate_figure(ivs),
+        ):
             pio.to_json(fig.to_dict(), validate=False)
         out.append((time.perf_counter() - t0) * 1000)
     return out
@@ -93,8 +97,7 @@ def time_figures(query: dict, n: int) -> list[float]:
 def row(name: str, times: list[float], goal: bool) -> str:
     q = statistics.quantiles(times, n=10)
     verdict = ("yes" if statistics.median(times) < GOAL_MS else "NO") if goal else "—"
-    return (f"| {name} | {statistics.median(times):.1f} | {q[8]:.1f} | {min(times):.1f} | {len(times)} "
-            f"| {verdict} |")
+    return f"| {name} | {statistics.median(times):.1f} | {q[8]:.1f} | {min(times):.1f} | {len(times)} | {verdict} |"
 
 
 def load_seconds(browser, url: str) -> float:
@@ -131,8 +134,10 @@ def first_loads() -> None:
             rows.append(f"| {name} | {first:.2f} | {again:.2f} | {'yes' if first < FIRST_LOAD_GOAL_S else 'NO'} |")
         browser.close()
     load = os.getloadavg()
-    print(f"First load in headless chromium, fresh server per page (goal < {FIRST_LOAD_GOAL_S:g} s on a quiet "
-          f"machine); {os.cpu_count()} CPUs, load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}")
+    print(
+        f"First load in headless chromium, fresh server per page (goal < {FIRST_LOAD_GOAL_S:g} s on a quiet "
+        f"machine); {os.cpu_count()} CPUs, load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}"
+    )
     print("| page | first load s | second load s | under goal |")
     print("|---|---|---|---|")
     print("\n".join(rows))
@@ -157,8 +162,9 @@ def main():
         rows.append(row(f"  of which figures + JSON, {name}", time_figures(query, args.reruns), False))
     ref = AppTest.from_string(ONE_SLIDER, default_timeout=60).run()
     time_reruns(ref, "x", 3)
-    rows.append(row("reference: one-slider script rerun (Streamlit overhead)", time_reruns(ref, "x", args.reruns),
-                    False))
+    rows.append(
+        row("reference: one-slider script rerun (Streamlit overhead)", time_reruns(ref, "x", args.reruns), False)
+    )
     print(f"Clip explorer: server-side rerun after a δ slider move (AppTest), goal median < {GOAL_MS:.0f} ms")
     print("| what | median ms | p90 ms | min ms | reruns | under goal |")
     print("|---|---|---|---|---|---|")

@@ -35,12 +35,36 @@ from divclip.toy_envs.registry import ENVS
 
 CASES = [
     # name, env, methods, seeds, steps, settings, loop subsample, goal (s)
-    ("Bandit K=16", "bandit", "grpo", 64, 1000, {"group_size": 16, "prompts_per_step": 1, "ppo_epochs": 4,
-                                                 "env_kwargs": {"arms": 16}}, 4, 3.0),
-    ("TokenSequence L=8 V=8", "sequence", "grpo", 32, 300, {"ppo_epochs": 4, "env_kwargs": {"length": 8, "vocab": 8}},
-     2, 30.0),
-    ("Bandit K=16, grpo+dapo+atr", "bandit", "grpo,dapo,atr", 64, 1000,
-     {"group_size": 16, "prompts_per_step": 1, "ppo_epochs": 4, "env_kwargs": {"arms": 16}}, 2, None),
+    (
+        "Bandit K=16",
+        "bandit",
+        "grpo",
+        64,
+        1000,
+        {"group_size": 16, "prompts_per_step": 1, "ppo_epochs": 4, "env_kwargs": {"arms": 16}},
+        4,
+        3.0,
+    ),
+    (
+        "TokenSequence L=8 V=8",
+        "sequence",
+        "grpo",
+        32,
+        300,
+        {"ppo_epochs": 4, "env_kwargs": {"length": 8, "vocab": 8}},
+        2,
+        30.0,
+    ),
+    (
+        "Bandit K=16, grpo+dapo+atr",
+        "bandit",
+        "grpo,dapo,atr",
+        64,
+        1000,
+        {"group_size": 16, "prompts_per_step": 1, "ppo_epochs": 4, "env_kwargs": {"arms": 16}},
+        2,
+        None,
+    ),
 ]
 
 
@@ -86,8 +110,9 @@ def timed_reference(env, methods, seed, steps, settings, repeats=1) -> float:
     for _ in range(repeats):
         t0 = time.perf_counter()
         for spec in specs:
-            reference_run(e, spec, seed, steps, cfg["group_size"], cfg["prompts_per_step"], cfg["ppo_epochs"],
-                          cfg["lr"])
+            reference_run(
+                e, spec, seed, steps, cfg["group_size"], cfg["prompts_per_step"], cfg["ppo_epochs"], cfg["lr"]
+            )
         best = min(best, time.perf_counter() - t0)
     return best
 
@@ -112,15 +137,42 @@ def main(argv=None) -> None:
             met.append(f"< {goal:g} s: {'yes' if batched < goal else 'NO'}")
         if not args.quick:
             met.append(f"≥ 20×: {'yes' if speedup >= 20 else 'NO'}")
-        rows.append((name, f"{seeds} × {steps}", f"{batched:.2f}", f"{steps / batched:.0f}",
-                     f"{seeds * steps / batched:.0f}", f"{loop:.1f}", f"{speedup:.0f}×", f"{per_seed:.1f}",
-                     f"{per_seed / batched:.0f}×", f"{sub}", f"{floor:.2f}", ", ".join(met)))
-    head = ("case", "seeds × steps", "batched (s)", "steps/s", "seed-steps/s", "straightforward loop (s)",
-            "speed-up", "arena per seed (s)", "speed-up", "seeds timed", "policy_loss alone (s)", "goals")
+        rows.append(
+            (
+                name,
+                f"{seeds} × {steps}",
+                f"{batched:.2f}",
+                f"{steps / batched:.0f}",
+                f"{seeds * steps / batched:.0f}",
+                f"{loop:.1f}",
+                f"{speedup:.0f}×",
+                f"{per_seed:.1f}",
+                f"{per_seed / batched:.0f}×",
+                f"{sub}",
+                f"{floor:.2f}",
+                ", ".join(met),
+            )
+        )
+    head = (
+        "case",
+        "seeds × steps",
+        "batched (s)",
+        "steps/s",
+        "seed-steps/s",
+        "straightforward loop (s)",
+        "speed-up",
+        "arena per seed (s)",
+        "speed-up",
+        "seeds timed",
+        "policy_loss alone (s)",
+        "goals",
+    )
     widths = [max(len(r[i]) for r in (head, *rows)) for i in range(len(head))]
     load = os.getloadavg() if hasattr(os, "getloadavg") else ("n/a",)
-    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, arena threads 1, load average {load[0]:.2f}, "
-          f"{platform.machine()}, best of {args.repeats}; per-seed columns extrapolated from 'seeds timed'")
+    print(
+        f"torch {torch.__version__}, {os.cpu_count()} CPUs, arena threads 1, load average {load[0]:.2f}, "
+        f"{platform.machine()}, best of {args.repeats}; per-seed columns extrapolated from 'seeds timed'"
+    )
     for r in (head, tuple("-" * w for w in widths), *rows):
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
 

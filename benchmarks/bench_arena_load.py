@@ -35,9 +35,16 @@ from bench_arena_redraw import free_port, start_server  # one way to serve the a
 REPO = Path(__file__).resolve().parents[1]
 MAIN = REPO / "app" / "main.py"
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 GOAL_S = 15.0
 ARENA = {"env": "sparse", "seeds": 16, "steps": 300}
 STATE = """() => {
@@ -92,8 +99,10 @@ def case(browser, url: str, sessions: int, timeout: float) -> dict:
         page.goto(f"{url}/toy_arena?{urlencode(ARENA)}")
         button = page.get_by_role("button", name="Run")
         button.wait_for()
-        page.wait_for_function("() => document.querySelector('[data-testid=\"stApp\"]')"
-                               ".getAttribute('data-test-script-state') === 'notRunning'")
+        page.wait_for_function(
+            "() => document.querySelector('[data-testid=\"stApp\"]')"
+            ".getAttribute('data-test-script-state') === 'notRunning'"
+        )
         button.click()
         page.locator('[data-testid="stProgress"]').first.wait_for()  # queued or training
         t_first = time.monotonic() if t_first is None else t_first
@@ -115,8 +124,7 @@ def case(browser, url: str, sessions: int, timeout: float) -> dict:
         except Exception:  # noqa: BLE001 - a run that did not end in time is reported, not raised
             pass
         ctx.close()
-    return {"sessions": sessions, "idle": idle, "drawn": drawn, "finished": finished, "stopped": stopped,
-            "last": last}
+    return {"sessions": sessions, "idle": idle, "drawn": drawn, "finished": finished, "stopped": stopped, "last": last}
 
 
 def main() -> None:
@@ -130,12 +138,18 @@ def main() -> None:
     from divclip.app.arena_runner import configured_workers
 
     workers = configured_workers()
-    print(f"Clip explorer load while N visitors train a toy arena ({ARENA['env']}, 3 methods × {ARENA['seeds']} "
-          f"seeds × {ARENA['steps']} steps each);")
-    print(f"{os.cpu_count()} CPUs, {workers} arena worker process(es); goal: explorer notRunning < {GOAL_S:g} s "
-          "with 6 sessions, every run finishes\n")
-    print("| arena sessions | load avg before | explorer notRunning (s) | explorer drawn (s) | runs finished "
-          "| last run finished after (s) | notRunning < goal |")
+    print(
+        f"Clip explorer load while N visitors train a toy arena ({ARENA['env']}, 3 methods × {ARENA['seeds']} "
+        f"seeds × {ARENA['steps']} steps each);"
+    )
+    print(
+        f"{os.cpu_count()} CPUs, {workers} arena worker process(es); goal: explorer notRunning < {GOAL_S:g} s "
+        "with 6 sessions, every run finishes\n"
+    )
+    print(
+        "| arena sessions | load avg before | explorer notRunning (s) | explorer drawn (s) | runs finished "
+        "| last run finished after (s) | notRunning < goal |"
+    )
     print("|---|---|---|---|---|---|---|", flush=True)
     with tempfile.TemporaryDirectory(prefix="divclip-bench-") as tmp, sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
@@ -145,8 +159,7 @@ def main() -> None:
             with open(Path(tmp) / f"server-{n}.log", "w") as log:
                 proc = start_server(MAIN, port, log)
                 try:
-                    print(row(case(browser, f"http://127.0.0.1:{port}", n, args.timeout) | {"load": load}),
-                          flush=True)
+                    print(row(case(browser, f"http://127.0.0.1:{port}", n, args.timeout) | {"load": load}), flush=True)
                 finally:
                     stop_server(proc)
         browser.close()

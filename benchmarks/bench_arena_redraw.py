@@ -41,26 +41,56 @@ from divclip.app.arena_runner import chunk_steps
 REPO = Path(__file__).resolve().parents[1]
 PAGE = REPO / "app" / "views" / "toy_arena.py"
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 GOAL_S = 0.5
 ROUTER = """import streamlit as st
 st.set_page_config(page_title="divclip", layout="wide")
 st.navigation([st.Page({page!r}, title="Toy arena", default=True)]).run()
 """
 CASES = [  # name, URL settings
-    ("bandit, 3 methods × 8 seeds × 1500 steps", {"env": "bandit", "methods": "grpo,dapo,atr", "seeds": 8,
-                                                  "steps": 1500}),
-    ("sparse, 3 methods × 8 seeds × 300 steps", {"env": "sparse", "methods": "grpo,dapo,atr", "seeds": 8,
-                                                 "steps": 300, "group_size": 8, "prompts_per_step": 4,
-                                                 "ppo_epochs": 4, "lr": 0.1}),
-    ("sequence, 3 methods × 8 seeds × 300 steps", {"env": "sequence", "methods": "grpo,dapo,atr", "seeds": 8,
-                                                   "steps": 300, "group_size": 8, "prompts_per_step": 2,
-                                                   "ppo_epochs": 4, "lr": 0.05}),
+    (
+        "bandit, 3 methods × 8 seeds × 1500 steps",
+        {"env": "bandit", "methods": "grpo,dapo,atr", "seeds": 8, "steps": 1500},
+    ),
+    (
+        "sparse, 3 methods × 8 seeds × 300 steps",
+        {
+            "env": "sparse",
+            "methods": "grpo,dapo,atr",
+            "seeds": 8,
+            "steps": 300,
+            "group_size": 8,
+            "prompts_per_step": 4,
+            "ppo_epochs": 4,
+            "lr": 0.1,
+        },
+    ),
+    (
+        "sequence, 3 methods × 8 seeds × 300 steps",
+        {
+            "env": "sequence",
+            "methods": "grpo,dapo,atr",
+            "seeds": 8,
+            "steps": 300,
+            "group_size": 8,
+            "prompts_per_step": 2,
+            "ppo_epochs": 4,
+            "lr": 0.05,
+        },
+    ),
 ]
-QUICK = [("bandit, 3 methods × 8 seeds × 400 steps", {"env": "bandit", "methods": "grpo,dapo,atr", "seeds": 8,
-                                                      "steps": 400})]
+QUICK = [
+    ("bandit, 3 methods × 8 seeds × 400 steps", {"env": "bandit", "methods": "grpo,dapo,atr", "seeds": 8, "steps": 400})
+]
 OBSERVE = """() => {
     window.__redraws = [];
     window.__busy = [];  // the browser's long tasks (> 50 ms on the main thread): mostly plotly drawing
@@ -83,8 +113,21 @@ def free_port() -> int:
 
 
 def start_server(router: Path, port: int, log) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "streamlit", "run", str(router), "--server.port", str(port),
-           "--server.headless", "true", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(router),
+        "--server.port",
+        str(port),
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
+        "--server.fileWatcherType",
+        "none",
+    ]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -103,8 +146,10 @@ def measure(page, url: str, settings: dict, timeout: float = 300.0) -> dict:
     page.goto(f"{url}/?{urlencode(settings)}")  # the only page is the default one, at the root
     run = page.get_by_role("button", name="Run")
     run.wait_for()
-    page.wait_for_function("() => document.querySelector('[data-testid=\"stApp\"]')"
-                           ".getAttribute('data-test-script-state') === 'notRunning'")
+    page.wait_for_function(
+        "() => document.querySelector('[data-testid=\"stApp\"]')"
+        ".getAttribute('data-test-script-state') === 'notRunning'"
+    )
     page.evaluate(OBSERVE)
     run.click()
     page.get_by_text("Finished:").wait_for(timeout=timeout * 1000)
@@ -117,19 +162,26 @@ def measure(page, url: str, settings: dict, timeout: float = 300.0) -> dict:
     updates = [b - a for a, b in zip(data_times, data_times[1:])]
     span = times[-1] - times[0] if times else 0.0
     in_run = sum(d for t, d in busy if times and times[0] <= t / 1000 <= times[-1]) / 1000
-    return {"span": span, "redraws": len(times), "intervals": redraws, "updates": updates,
-            "chunk": chunk_steps(int(settings["steps"])), "busy": in_run / span if span > 0 else float("nan")}
+    return {
+        "span": span,
+        "redraws": len(times),
+        "intervals": redraws,
+        "updates": updates,
+        "chunk": chunk_steps(int(settings["steps"])),
+        "busy": in_run / span if span > 0 else float("nan"),
+    }
 
 
 def row(name: str, m: dict) -> str:
     iv, up = m["intervals"], m["updates"]
     if len(iv) < 2:
-        return (f"| {name} | {m['span']:.1f} | {m['redraws']} | — | — | — | — | {m['chunk']} | — "
-                "| too short to tell |")
+        return f"| {name} | {m['span']:.1f} | {m['redraws']} | — | — | — | — | {m['chunk']} | — | too short to tell |"
     p90 = statistics.quantiles(iv, n=10)[8]
     verdict = "yes" if statistics.median(iv) <= GOAL_S else "NO"
-    return (f"| {name} | {m['span']:.1f} | {m['redraws']} | {statistics.median(iv):.2f} | {p90:.2f} | {max(iv):.2f} "
-            f"| {statistics.median(up) if up else float('nan'):.2f} | {m['chunk']} | {m['busy']:.0%} | {verdict} |")
+    return (
+        f"| {name} | {m['span']:.1f} | {m['redraws']} | {statistics.median(iv):.2f} | {p90:.2f} | {max(iv):.2f} "
+        f"| {statistics.median(up) if up else float('nan'):.2f} | {m['chunk']} | {m['busy']:.0%} | {verdict} |"
+    )
 
 
 def main() -> None:
@@ -158,8 +210,10 @@ def main() -> None:
     load = os.getloadavg()
     print(f"Toy arena page, redraws seen in headless chromium while a run trains (goal: every {GOAL_S:g} s);")
     print(f"{os.cpu_count()} CPUs, load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}\n")
-    print("| case | s shown running | redraws | median interval (s) | p90 (s) | max (s) | median data update (s) "
-          "| steps per chunk | browser busy | median ≤ goal |")
+    print(
+        "| case | s shown running | redraws | median interval (s) | p90 (s) | max (s) | median data update (s) "
+        "| steps per chunk | browser busy | median ≤ goal |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name, m in results:
         print(row(name, m))

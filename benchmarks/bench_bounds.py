@@ -58,10 +58,14 @@ def main():
     print(f"binary-KL bounds, δ = 0.05, {args.tokens:,} tokens (p ~ exp(-Exp(1)), clipped to [1e-4, 1-1e-4])")
     print(f"| method | seconds for {args.tokens:,} tokens | tokens/s | speed-up |")
     print("|---|---|---|---|")
-    print(f"| divclip vectorised (numpy, median of {args.repeats}) | {t_vec:.3f} | {args.tokens / t_vec:,.0f} "
-          f"| {t_loop / t_vec:.1f}x |")
-    print(f"| scipy brentq loop (timed on {args.sample:,}, extrapolated) | {t_loop:.1f} | "
-          f"{args.tokens / t_loop:,.0f} | 1.0x |")
+    print(
+        f"| divclip vectorised (numpy, median of {args.repeats}) | {t_vec:.3f} | {args.tokens / t_vec:,.0f} "
+        f"| {t_loop / t_vec:.1f}x |"
+    )
+    print(
+        f"| scipy brentq loop (timed on {args.sample:,}, extrapolated) | {t_loop:.1f} | "
+        f"{args.tokens / t_loop:,.0f} | 1.0x |"
+    )
     print(f"max relative difference on the subsample: {diff:.2e}")
 
 

@@ -89,25 +89,48 @@ def cases():
     dapo = dict(clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0)
     return [
         ("verl vanilla (ratio 0.2/0.28, dual clip 3)", lambda: verl(ca.compute_policy_loss_vanilla, **dapo), None),
-        ("divclip ratio 0.2/0.28, dual clip 3", lambda: ours(ClipSpec("ratio", eps_low=0.2, eps_high=0.28,
-                                                                      dual_clip_c=3.0)), "verl vanilla"),
-        ("divclip KL3 δ=0.023144, dual clip 3", lambda: ours(ClipSpec("kl3", delta=ATR_DELTA, dual_clip_c=3.0)),
-         "verl vanilla"),
+        (
+            "divclip ratio 0.2/0.28, dual clip 3",
+            lambda: ours(ClipSpec("ratio", eps_low=0.2, eps_high=0.28, dual_clip_c=3.0)),
+            "verl vanilla",
+        ),
+        (
+            "divclip KL3 δ=0.023144, dual clip 3",
+            lambda: ours(ClipSpec("kl3", delta=ATR_DELTA, dual_clip_c=3.0)),
+            "verl vanilla",
+        ),
         ("divclip KL3 δ=0.023144 (preset atr)", lambda: ours("atr"), "verl vanilla"),
-        ("verl dppo_kl (δ=0.05, TIS 20)", lambda: verl(ca.compute_policy_loss_dppo_kl, clip_ratio=0.05,
-                                                        clip_ratio_low=0.05, clip_ratio_high=0.05,
-                                                        clip_ratio_c=20.0), None),
+        (
+            "verl dppo_kl (δ=0.05, TIS 20)",
+            lambda: verl(
+                ca.compute_policy_loss_dppo_kl,
+                clip_ratio=0.05,
+                clip_ratio_low=0.05,
+                clip_ratio_high=0.05,
+                clip_ratio_c=20.0,
+            ),
+            None,
+        ),
         ("divclip binary KL gated (preset dppo_kl)", lambda: ours("dppo_kl"), "verl dppo_kl"),
         ("divclip binary KL clip, exact bounds", lambda: ours(ClipSpec("binary_kl", delta=0.05)), "verl dppo_kl"),
-        ("verl dppo_tv (δ=0.2, TIS 20)", lambda: verl(ca.compute_policy_loss_dppo_tv, clip_ratio=0.2,
-                                                       clip_ratio_c=20.0), None),
+        (
+            "verl dppo_tv (δ=0.2, TIS 20)",
+            lambda: verl(ca.compute_policy_loss_dppo_tv, clip_ratio=0.2, clip_ratio_c=20.0),
+            None,
+        ),
         ("divclip binary TV gated (preset dppo_tv)", lambda: ours("dppo_tv"), "verl dppo_tv"),
-        ("verl gspo (3e-4/4e-4)", lambda: verl(ca.compute_policy_loss_gspo, clip_ratio_low=3e-4,
-                                               clip_ratio_high=4e-4), None),
+        (
+            "verl gspo (3e-4/4e-4)",
+            lambda: verl(ca.compute_policy_loss_gspo, clip_ratio_low=3e-4, clip_ratio_high=4e-4),
+            None,
+        ),
         ("divclip gspo", lambda: ours("gspo"), "verl gspo"),
         ("verl cispo (0.2/0.28)", lambda: verl(ca.compute_policy_loss_cispo, **dapo), None),
-        ("divclip cispo 0.2/0.28", lambda: ours(ClipSpec("ratio", eps_low=0.2, eps_high=0.28, mode="cispo")),
-         "verl cispo"),
+        (
+            "divclip cispo 0.2/0.28",
+            lambda: ours(ClipSpec("ratio", eps_low=0.2, eps_high=0.28, mode="cispo")),
+            "verl cispo",
+        ),
         ("verl sapo", lambda: verl(ca.compute_policy_loss_sapo, agg="seq-mean-token-mean"), None),
         ("divclip sapo", lambda: ours("sapo", "seq-mean-token-mean"), "verl sapo"),
     ]
@@ -143,8 +166,10 @@ FLOOR_CASES = [
 
 def floor_bytes(inputs) -> int:
     """One read of log_prob, old_log_prob, advantages, mask and one write of the gradient."""
-    return sum(inputs[k].numel() * inputs[k].element_size() for k in ("log_prob", "old", "adv", "mask")) + \
-        inputs["log_prob"].numel() * inputs["log_prob"].element_size()
+    return (
+        sum(inputs[k].numel() * inputs[k].element_size() for k in ("log_prob", "old", "adv", "mask"))
+        + inputs["log_prob"].numel() * inputs["log_prob"].element_size()
+    )
 
 
 def floor_copy(inputs):
@@ -210,8 +235,9 @@ def time_floor_cases(inputs, repeats: int, compile_: bool):
         # spell of the machine (a neighbour's load) weighs on both sides of a ratio alike
         row["ratio"] = {k: statistics.median(a / f for a, f in zip(t, times["floor"])) for k, t in times.items()}
         if compile_:  # the same pair back to back, no sweep: each call meets the caches its twin left
-            row["warm_floor"], row["warm_compiled"] = (back_to_back(fns[k], repeats, device) for k in ("floor",
-                                                                                                      "compiled"))
+            row["warm_floor"], row["warm_compiled"] = (
+                back_to_back(fns[k], repeats, device) for k in ("floor", "compiled")
+            )
         out[name] = row
     return out
 
@@ -231,9 +257,11 @@ def back_to_back(fn, repeats: int, device) -> float:
 
 def _stepper(fn, inputs):
     """fn() -> one loss call and its backward on a fresh leaf (what `step` times)."""
+
     def run():
         lp = inputs["log_prob"].detach().requires_grad_()
         fn(lp, inputs).backward()
+
     return run
 
 
@@ -312,8 +340,9 @@ def peak_memory(inputs):
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "inputs.pt")
         torch.save(inputs, path)
-        res = subprocess.run([sys.executable, __file__, "--memory-child", path], capture_output=True, text=True,
-                             check=True, env=env)
+        res = subprocess.run(
+            [sys.executable, __file__, "--memory-child", path], capture_output=True, text=True, check=True, env=env
+        )
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
@@ -331,8 +360,10 @@ def device_of(text: str) -> torch.device:
     if device is None or device.type not in ("cpu", "cuda"):
         _fail(f"--device must be 'cpu' or 'cuda[:N]', got {text!r}")
     if device.type == "cuda" and not torch.cuda.is_available():
-        _fail(f"--device {text}: no CUDA device is available to torch {torch.__version__} "
-              f"(built with CUDA {torch.version.cuda}); run on a machine with a GPU and a CUDA build of torch")
+        _fail(
+            f"--device {text}: no CUDA device is available to torch {torch.__version__} "
+            f"(built with CUDA {torch.version.cuda}); run on a machine with a GPU and a CUDA build of torch"
+        )
     return device
 
 
@@ -345,10 +376,12 @@ def print_floor_table(inputs, repeats, compile_, device, peak):
     head = " | % of peak" if peak else ""
     peak_text = f"{peak:.0f} GB/s" if peak else "unknown (pass --peak-gbs)"
     print()
-    print(f"against the memory floor: {nbytes / 2**20:.0f} MiB (4 inputs read, gradient written), plain copy "
-          f"{floor_s * 1e3:.2f} ms = {gbs(floor_s):.1f} GB/s (median of its rounds; x floor: the median over rounds "
-          f"of time / the copy's time in the same round); every timed call after a sweep of the caches"
-          + (f"; device peak {peak_text}" if device.type == "cuda" else ""))
+    print(
+        f"against the memory floor: {nbytes / 2**20:.0f} MiB (4 inputs read, gradient written), plain copy "
+        f"{floor_s * 1e3:.2f} ms = {gbs(floor_s):.1f} GB/s (median of its rounds; x floor: the median over rounds "
+        f"of time / the copy's time in the same round); every timed call after a sweep of the caches"
+        + (f"; device peak {peak_text}" if device.type == "cuda" else "")
+    )
     print(f"| case | ms | x floor | GB/s{head} |")
     print("|---|---|---|---|" + ("---|" if peak else ""))
     print(f"| floor: copy of the same bytes | {floor_s * 1e3:.2f} | 1.00x | {gbs(floor_s):.1f}{share(floor_s)} |")
@@ -362,14 +395,18 @@ def print_floor_table(inputs, repeats, compile_, device, peak):
             print(f"| {label} | {t * 1e3:.2f} | {row['ratio'][key]:.1f}x | {gbs(t):.1f}{share(t)} |")
     if compile_:
         print()
-        print("back to back, no sweep (each call meets the caches the same call left; a CPU's last-level cache may "
-              "hold much of the copy's bytes):")
+        print(
+            "back to back, no sweep (each call meets the caches the same call left; a CPU's last-level cache may "
+            "hold much of the copy's bytes):"
+        )
         print("| case | copy ms | compiled ms | x copy |")
         print("|---|---|---|---|")
         for name, _, _ in FLOOR_CASES:
             row = results[name]
-            print(f"| {name} | {row['warm_floor'] * 1e3:.2f} | {row['warm_compiled'] * 1e3:.2f} | "
-                  f"{row['warm_compiled'] / row['warm_floor']:.1f}x |")
+            print(
+                f"| {name} | {row['warm_floor'] * 1e3:.2f} | {row['warm_compiled'] * 1e3:.2f} | "
+                f"{row['warm_compiled'] / row['warm_floor']:.1f}x |"
+            )
 
 
 def main():
@@ -380,8 +417,9 @@ def main():
     ap.add_argument("--no-memory", action="store_true")
     ap.add_argument("--no-compile", action="store_true", help="skip the compiled column of the floor table")
     ap.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
-    ap.add_argument("--peak-gbs", type=float, help="the device's peak memory bandwidth, GB/s (CUDA: else from "
-                                                   "the driver)")
+    ap.add_argument(
+        "--peak-gbs", type=float, help="the device's peak memory bandwidth, GB/s (CUDA: else from the driver)"
+    )
     ap.add_argument("--memory-child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.memory_child:
@@ -400,11 +438,16 @@ def main():
     else:
         memory = cuda_peak_memory(inputs) if device.type == "cuda" else peak_memory(inputs)
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
-    where = torch.cuda.get_device_name(device) if device.type == "cuda" else \
-        f"CPU, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs"
-    print(f"forward+backward, ({args.batch}, {args.length}) float32 = {args.batch * args.length:,} tokens "
-          f"({n_tok:,} unmasked), torch {torch.__version__}, {where}, load average {load}, "
-          f"median of {args.repeats}")
+    where = (
+        torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else f"CPU, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs"
+    )
+    print(
+        f"forward+backward, ({args.batch}, {args.length}) float32 = {args.batch * args.length:,} tokens "
+        f"({n_tok:,} unmasked), torch {torch.__version__}, {where}, load average {load}, "
+        f"median of {args.repeats}"
+    )
     print(f"| case | ms | vs verl | peak extra {'GPU memory' if device.type == 'cuda' else 'RSS'} (MiB) |")
     print("|---|---|---|---|")
     verl_time = {}
@@ -417,8 +460,10 @@ def main():
             ratio = f"{t / verl_time[base]:.2f}x {base}"
         mem = f"{memory[name]:.0f}" if name in memory else "-"
         print(f"| {name} | {t:.1f} | {ratio} | {mem} |")
-    print(f"per-input NaN check (torch.isnan(x).any() on 4 inputs), not done by divclip: "
-          f"{nan_check_cost(inputs, args.repeats):.1f} ms")
+    print(
+        f"per-input NaN check (torch.isnan(x).any() on 4 inputs), not done by divclip: "
+        f"{nan_check_cost(inputs, args.repeats):.1f} ms"
+    )
     print_floor_table(inputs, args.repeats, not args.no_compile, device, peak_bandwidth(device, args.peak_gbs))
 
 

@@ -41,10 +41,14 @@ ROWS = [  # (name, verl settings)
     ("kl_cov (defaults)", {PL + "loss_mode": "kl_cov"}),
     ("geo_mean (0.4/0.4)", {PL + "loss_mode": "geo_mean", A + "clip_ratio_low": 0.4, A + "clip_ratio_high": 0.4}),
     ("bypass ppo_clip (0.2/0.28, c = 3)", {RC + "bypass_mode": True, RC + "rollout_is": "token", **DAPO}),
-    ("bypass reinforce, token TIS 2", {RC + "bypass_mode": True, RC + "loss_type": "reinforce",
-                                       RC + "rollout_is": "token"}),
-    ("bypass reinforce, sequence TIS 2", {RC + "bypass_mode": True, RC + "loss_type": "reinforce",
-                                          RC + "rollout_is": "sequence"}),
+    (
+        "bypass reinforce, token TIS 2",
+        {RC + "bypass_mode": True, RC + "loss_type": "reinforce", RC + "rollout_is": "token"},
+    ),
+    (
+        "bypass reinforce, sequence TIS 2",
+        {RC + "bypass_mode": True, RC + "loss_type": "reinforce", RC + "rollout_is": "sequence"},
+    ),
 ]
 
 
@@ -58,7 +62,7 @@ def verl_fn(settings: dict, agg: str):
     for key, value in settings.items():
         for prefix, into in ((PL, loss), (A, actor), (RC, correction)):
             if key.startswith(prefix):
-                into[key[len(prefix):]] = value
+                into[key[len(prefix) :]] = value
                 break
     if correction.pop("bypass_mode", False):
         loss["loss_mode"] = "bypass_mode"
@@ -109,16 +113,20 @@ def main():
     n_tok = int(inputs["mask"].sum())
     times = time_rows(inputs, args.repeats, clock)
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"forward+backward, ({args.batch}, {args.length}) float32 = {args.batch * args.length:,} tokens "
-          f"({n_tok:,} unmasked), token-mean, torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"{os.cpu_count()} CPUs, load average {load}, {'wall-clock' if args.wall else 'thread CPU'} time, "
-          f"fastest of {args.repeats}")
+    print(
+        f"forward+backward, ({args.batch}, {args.length}) float32 = {args.batch * args.length:,} tokens "
+        f"({n_tok:,} unmasked), token-mean, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"{os.cpu_count()} CPUs, load average {load}, {'wall-clock' if args.wall else 'thread CPU'} time, "
+        f"fastest of {args.repeats}"
+    )
     print("| verl loss_mode | verl ms | divclip ms | divclip / verl | divclip metrics=False ms | / verl |")
     print("|---|---|---|---|---|---|")
     for name, (theirs, ours, bare) in times.items():
         v, d, b = min(theirs), min(ours), min(bare)
-        print(f"| {name} | {v * 1e3:.1f} (median {statistics.median(theirs) * 1e3:.0f}) | {d * 1e3:.1f} (median "
-              f"{statistics.median(ours) * 1e3:.0f}) | {d / v:.2f}x | {b * 1e3:.1f} | {b / v:.2f}x |")
+        print(
+            f"| {name} | {v * 1e3:.1f} (median {statistics.median(theirs) * 1e3:.0f}) | {d * 1e3:.1f} (median "
+            f"{statistics.median(ours) * 1e3:.0f}) | {d / v:.2f}x | {b * 1e3:.1f} | {b / v:.2f}x |"
+        )
 
 
 if __name__ == "__main__":

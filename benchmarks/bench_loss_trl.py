@@ -73,14 +73,16 @@ def divclip_case(settings: dict, x: dict, metrics: bool):
     """The method `divclip.engines.from_engine('trl', settings)` reads, with the TRL engine's exact aggregation."""
     spec = engines.from_engine("trl", settings)
     agg = trl_engine.EXACT_AGGREGATION[settings["loss_type"]]
-    scale = trl_engine.loss_scale_factor(settings, batch_size=x["old"].shape[0],
-                                         num_items_in_batch=float(x["mask"].sum()))
+    scale = trl_engine.loss_scale_factor(
+        settings, batch_size=x["old"].shape[0], num_items_in_batch=float(x["mask"].sum())
+    )
 
     def run():
         leaf = x["log_prob"].detach().requires_grad_()
         t0 = CLOCK[0]()
-        policy_loss(leaf, x["old"], x["adv_bt"], x["mask"], spec, agg, loss_scale_factor=scale,
-                    metrics=metrics)[0].backward()
+        policy_loss(leaf, x["old"], x["adv_bt"], x["mask"], spec, agg, loss_scale_factor=scale, metrics=metrics)[
+            0
+        ].backward()
         return CLOCK[0]() - t0
 
     return run, spec, agg
@@ -102,8 +104,12 @@ def main():
     rows = []
     for level in a.levels.split(","):
         for loss_type in a.loss_types.split(","):
-            settings = {"loss_type": loss_type, "importance_sampling_level": level, "epsilon_high": 0.28,
-                        "max_completion_length": a.length}
+            settings = {
+                "loss_type": loss_type,
+                "importance_sampling_level": level,
+                "epsilon_high": 0.28,
+                "max_completion_length": a.length,
+            }
             trl_run = trl_case(settings, x)
             ours_m, spec, agg = divclip_case(settings, x, True)
             ours_f, _, _ = divclip_case(settings, x, False)
@@ -116,19 +122,25 @@ def main():
                 if rep:
                     times[id(fn)].append(t)
     load = " / ".join(f"{v:.1f}" for v in os.getloadavg())
-    print(f"forward+backward, ({a.batch}, {a.length}) float32, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads, {os.cpu_count()} CPUs, load average {load}, "
-          f"{'wall-clock' if a.wall else 'thread CPU'} time, fastest of {a.repeats} (median in brackets)")
-    print("| TRL loss_type | level | divclip method, aggregation | TRL ms | divclip ms | vs TRL | "
-          "divclip ms, metrics=False | vs TRL |")
+    print(
+        f"forward+backward, ({a.batch}, {a.length}) float32, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads, {os.cpu_count()} CPUs, load average {load}, "
+        f"{'wall-clock' if a.wall else 'thread CPU'} time, fastest of {a.repeats} (median in brackets)"
+    )
+    print(
+        "| TRL loss_type | level | divclip method, aggregation | TRL ms | divclip ms | vs TRL | "
+        "divclip ms, metrics=False | vs TRL |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     from divclip.theory.spec import method_string
 
     for loss_type, level, spec, agg, fns in rows:
         trl_ms, m_ms, f_ms = (min(times[id(fn)]) * 1e3 for fn in fns)
         trl_med, m_med, f_med = (statistics.median(times[id(fn)]) * 1e3 for fn in fns)
-        print(f"| {loss_type} | {level} | `{method_string(spec)}`, {agg} | {trl_ms:.1f} ({trl_med:.0f}) | "
-              f"{m_ms:.1f} ({m_med:.0f}) | {m_ms / trl_ms:.2f}x | {f_ms:.1f} ({f_med:.0f}) | {f_ms / trl_ms:.2f}x |")
+        print(
+            f"| {loss_type} | {level} | `{method_string(spec)}`, {agg} | {trl_ms:.1f} ({trl_med:.0f}) | "
+            f"{m_ms:.1f} ({m_med:.0f}) | {m_ms / trl_ms:.2f}x | {f_ms:.1f} ({f_med:.0f}) | {f_ms / trl_ms:.2f}x |"
+        )
 
 
 if __name__ == "__main__":

@@ -33,15 +33,36 @@ from divclip.trainer.tiny import ARITH_ALPHABET, char_tokenizer, tiny_gpt2  # no
 
 
 def tiny_model(tok):
-    return tiny_gpt2(len(tok), n_layer=2, n_embd=64, n_head=4, n_positions=32, seed=0,
-                     pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    return tiny_gpt2(
+        len(tok),
+        n_layer=2,
+        n_embd=64,
+        n_head=4,
+        n_positions=32,
+        seed=0,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
 
 
 def run_divclip(args, steps: int) -> tuple[int, float]:
     tok = char_tokenizer(ARITH_ALPHABET)
-    cfg = TrainerConfig(task="arith", arith_digits=2, eval_size=0, sft_steps=0, steps=steps,
-                        prompts_per_step=args.prompts, group_size=args.group_size, max_new_tokens=args.max_new_tokens,
-                        ppo_epochs=1, minibatches=1, lr=1e-5, threads=args.threads, device="cpu", progress=False)
+    cfg = TrainerConfig(
+        task="arith",
+        arith_digits=2,
+        eval_size=0,
+        sft_steps=0,
+        steps=steps,
+        prompts_per_step=args.prompts,
+        group_size=args.group_size,
+        max_new_tokens=args.max_new_tokens,
+        ppo_epochs=1,
+        minibatches=1,
+        lr=1e-5,
+        threads=args.threads,
+        device="cpu",
+        progress=False,
+    )
     trainer = DivclipTrainer(cfg, model=tiny_model(tok), tokenizer=tok)
     start = time.perf_counter()
     history = trainer.train().history
@@ -66,13 +87,29 @@ def run_trl(args, steps: int) -> tuple[int, float]:
 
     with tempfile.TemporaryDirectory() as out:
         config = GRPOConfig(
-            output_dir=out, per_device_train_batch_size=args.prompts * args.group_size, num_generations=args.group_size,
-            max_completion_length=args.max_new_tokens, num_iterations=1, gradient_accumulation_steps=1, max_steps=steps,
-            learning_rate=1e-5, beta=0.0, temperature=1.0, top_k=0, top_p=1.0, logging_steps=steps,
-            save_strategy="no", report_to="none", use_cpu=True, disable_tqdm=True, seed=0, loss_type="dapo",
+            output_dir=out,
+            per_device_train_batch_size=args.prompts * args.group_size,
+            num_generations=args.group_size,
+            max_completion_length=args.max_new_tokens,
+            num_iterations=1,
+            gradient_accumulation_steps=1,
+            max_steps=steps,
+            learning_rate=1e-5,
+            beta=0.0,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            logging_steps=steps,
+            save_strategy="no",
+            report_to="none",
+            use_cpu=True,
+            disable_tqdm=True,
+            seed=0,
+            loss_type="dapo",
         )
-        trainer = GRPOTrainer(model=tiny_model(tok), reward_funcs=exact, args=config, train_dataset=data,
-                              processing_class=tok)
+        trainer = GRPOTrainer(
+            model=tiny_model(tok), reward_funcs=exact, args=config, train_dataset=data, processing_class=tok
+        )
         trainer.remove_callback(PrinterCallback)  # keep the table readable
         threads = torch.get_num_threads()
         torch.set_num_threads(args.threads)
@@ -102,8 +139,10 @@ def main(argv=None):
             tokens, seconds = fn(args, args.steps)
             rates[name].append(tokens / seconds)
             totals[name].append((tokens, seconds))
-    print(f"steps={args.steps} prompts={args.prompts} G={args.group_size} max_new_tokens={args.max_new_tokens} "
-          f"threads={args.threads} repeats={args.repeats} (median)")
+    print(
+        f"steps={args.steps} prompts={args.prompts} G={args.group_size} max_new_tokens={args.max_new_tokens} "
+        f"threads={args.threads} repeats={args.repeats} (median)"
+    )
     print("| trainer | completion tokens | seconds | tokens/s |\n|---|---|---|---|")
     for name, values in rates.items():
         tokens = statistics.median(t for t, _ in totals[name])

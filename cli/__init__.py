@@ -50,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"divclip: error: {exc}", file=sys.stderr)
         return 2
     except (MemoryError, RecursionError) as exc:  # an input past a limit no check foresaw: still one line
-        print(f"divclip: error: the input is too large or too deeply nested ({type(exc).__name__}: {exc})",
-              file=sys.stderr)
+        print(
+            f"divclip: error: the input is too large or too deeply nested ({type(exc).__name__}: {exc})",
+            file=sys.stderr,
+        )
         return 2

@@ -25,8 +25,9 @@ def _token(text: str) -> tuple[float, float]:
     except ValueError:
         q = r = math.nan
     if not sep or not (0 < q <= 1) or not (math.isfinite(r) and r >= 0):
-        raise argparse.ArgumentTypeError(f"--at must be Q,R with Q the old probability in (0, 1] and R the ratio "
-                                         f">= 0 (e.g. 0.01,1.5), got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"--at must be Q,R with Q the old probability in (0, 1] and R the ratio >= 0 (e.g. 0.01,1.5), got {text!r}"
+        )
     return q, r
 
 
@@ -38,16 +39,27 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "keeps a token's gradient by old probability q and sign of A, and the divergence budget it equals or "
         "comes nearest to.",
     )
-    p.add_argument("--methods", metavar="LIST",
-                   help="comma-separated names (see the full listing) or method strings, e.g. dcpo,grpo")
-    p.add_argument("--at", type=_token, action="append", default=[], metavar="Q,R",
-                   help="also print the gradient weight w of a token with old probability Q and ratio R "
-                        "(repeatable)")
+    p.add_argument(
+        "--methods",
+        metavar="LIST",
+        help="comma-separated names (see the full listing) or method strings, e.g. dcpo,grpo",
+    )
+    p.add_argument(
+        "--at",
+        type=_token,
+        action="append",
+        default=[],
+        metavar="Q,R",
+        help="also print the gradient weight w of a token with old probability Q and ratio R (repeatable)",
+    )
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print strict JSON")
-    out.add_argument("--markdown", action="store_true",
-                     help="print the method table of README.md and docs/theory.md §8 (name, family, sources, "
-                          "method string, aggregation)")
+    out.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print the method table of README.md and docs/theory.md §8 (name, family, sources, "
+        "method string, aggregation)",
+    )
     return p
 
 
@@ -110,9 +122,21 @@ def print_text(rows: list[dict], tokens) -> None:
     from divclip.theory.atlas import Q_GRID
     from divclip.theory.nearest_budget import CLAMP
 
-    _print_table(("method", "family", "method string", "agg", "parameters", "sources", "nearest budget"),
-                 [(r["name"], r["family"], r["method"], r["agg"] or "-", _params_text(r), ", ".join(r["sources"]),
-                   _nearest_text(r["nearest"])) for r in rows])
+    _print_table(
+        ("method", "family", "method string", "agg", "parameters", "sources", "nearest budget"),
+        [
+            (
+                r["name"],
+                r["family"],
+                r["method"],
+                r["agg"] or "-",
+                _params_text(r),
+                ", ".join(r["sources"]),
+                _nearest_text(r["nearest"]),
+            )
+            for r in rows
+        ],
+    )
     print("\nKeep interval of r by old probability q (A > 0: r may rise to hi; A < 0: r may fall to lo):")
     lines = []
     for r in rows:
@@ -129,12 +153,14 @@ def print_text(rows: list[dict], tokens) -> None:
         wl = []
         for r in rows:
             for w in r["weights"]:
-                cells = ([w["error"]] * 2 if "error" in w else [f"{w['A>0']:.4g}", f"{w['A<0']:.4g}"])
+                cells = [w["error"]] * 2 if "error" in w else [f"{w['A>0']:.4g}", f"{w['A<0']:.4g}"]
                 wl.append((r["name"], f"{w['q']:g}", f"{w['r']:g}", *cells))
         _print_table(("method", "q", "r", "w (A>0)", "w (A<0)"), wl)
-    print(f"\nnearest budget: the registered measure and δ minimising d = max over the q grid of |ln b − ln b'| on "
-          f"the binding bounds (hi for A > 0, lo for A < 0), bounds clamped to [{CLAMP[0]:g}, {CLAMP[1]:g}]; "
-          "d = 0 is equal (docs/theory.md §8).")
+    print(
+        f"\nnearest budget: the registered measure and δ minimising d = max over the q grid of |ln b − ln b'| on "
+        f"the binding bounds (hi for A > 0, lo for A < 0), bounds clamped to [{CLAMP[0]:g}, {CLAMP[1]:g}]; "
+        "d = 0 is equal (docs/theory.md §8)."
+    )
 
 
 def markdown_table(rows: list[dict]) -> str:
@@ -159,8 +185,14 @@ def run(args: argparse.Namespace) -> int:
     for row in rows:
         row["weights"] = _weights(row, args.at)
     if args.json:
-        doc = {"q_grid": list(Q_GRID), "distance": {"definition": "max over q_grid of |ln b - ln b'| on the binding "
-               "bounds (hi for A > 0, lo for A < 0)", "clamp": list(CLAMP)}, "methods": rows}
+        doc = {
+            "q_grid": list(Q_GRID),
+            "distance": {
+                "definition": "max over q_grid of |ln b - ln b'| on the binding bounds (hi for A > 0, lo for A < 0)",
+                "clamp": list(CLAMP),
+            },
+            "methods": rows,
+        }
         print(json.dumps(_jsonable(doc), indent=2, ensure_ascii=False, allow_nan=False))
     else:
         print_text(rows, args.at)

@@ -40,8 +40,12 @@ def run(args) -> int:
     out = {"measure": m.name, "delta": delta, "p": p, "lo": lo, "hi": hi, "eps_low": eps_low, "eps_high": eps_high}
     if args.json:
         # JSON has no inf/NaN: a bound that overflows (KL3-reverse's hi for δ > 708.8) is printed as null.
-        print(json.dumps({k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-                          for k, v in out.items()}, allow_nan=False))
+        print(
+            json.dumps(
+                {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()},
+                allow_nan=False,
+            )
+        )
     else:
         where = f" at p={p:g}" if p is not None else ""
         print(f"{m.name}: D(r) = {m.code}{where}")

@@ -35,31 +35,55 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description="What a clip setting means as a divergence budget, whether it can bind, which tokens it "
         "clips, and what KL3 (or any measure) would do instead.",
     )
-    p.add_argument("inputs", nargs="*", metavar="CONFIG",
-                   help="a config file (.yaml/.yml/.json; a launch script .sh/.txt of overrides or --flags; a "
-                        ".py snippet, read never run) and/or key=value overrides")
+    p.add_argument(
+        "inputs",
+        nargs="*",
+        metavar="CONFIG",
+        help="a config file (.yaml/.yml/.json; a launch script .sh/.txt of overrides or --flags; a "
+        ".py snippet, read never run) and/or key=value overrides",
+    )
     p.add_argument("--rollouts", metavar="FILE", help="per-token rollout data: .npz, .parquet, .jsonl, .safetensors")
-    p.add_argument("--methods", metavar="LIST",
-                   help="with --rollouts: compare atlas methods (names or method strings, e.g. dcpo,grpo) on the "
-                        "file's tokens: clip fraction, share of |gradient| removed, entropy side")
+    p.add_argument(
+        "--methods",
+        metavar="LIST",
+        help="with --rollouts: compare atlas methods (names or method strings, e.g. dcpo,grpo) on the "
+        "file's tokens: clip fraction, share of |gradient| removed, entropy side",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("--framework", choices=ENGINES,
-                   help="the config's engine (default: detected from its keys)")
+    p.add_argument("--framework", choices=ENGINES, help="the config's engine (default: detected from its keys)")
     p.add_argument("--measure", help="the divergence the clip is meant to express (asymmetry check), e.g. kl3")
     p.add_argument("--eps-low", type=finite_float("--eps-low"), help="override the ratio clip's lower width")
     p.add_argument("--eps-high", type=finite_float("--eps-high"), help="override the ratio clip's upper width")
-    p.add_argument("--delta", type=_delta_pair, action="append", default=[], metavar="MEASURE=VALUE",
-                   help="budget for one measure in the rollout report (repeatable)")
-    p.add_argument("--sigma", type=finite_float("--sigma", 0.0),
-                   help="noise model std of log r (default: the file's log_prob, else 0.05)")
-    p.add_argument("--seed", type=bounded_int("--seed", 0, 2**32 - 1), default=0,
-                   help="seed of the noise model (0 to 2^32-1)")
-    p.add_argument("--num-processes", type=bounded_int("--num-processes", 1, 2**20), default=1,
-                   help="TRL world size (TRL derives its micro-steps per generation from the generation batch "
-                        "size and it; at most 2^20)")
-    p.add_argument("--max-bytes", type=bounded_int("--max-bytes", 1, MAX_BYTES_CAP), default=Limits().max_bytes,
-                   help=f"largest rollout file (and decoded payload) accepted, in bytes (default {Limits().max_bytes}, "
-                        f"at most {MAX_BYTES_CAP})")
+    p.add_argument(
+        "--delta",
+        type=_delta_pair,
+        action="append",
+        default=[],
+        metavar="MEASURE=VALUE",
+        help="budget for one measure in the rollout report (repeatable)",
+    )
+    p.add_argument(
+        "--sigma",
+        type=finite_float("--sigma", 0.0),
+        help="noise model std of log r (default: the file's log_prob, else 0.05)",
+    )
+    p.add_argument(
+        "--seed", type=bounded_int("--seed", 0, 2**32 - 1), default=0, help="seed of the noise model (0 to 2^32-1)"
+    )
+    p.add_argument(
+        "--num-processes",
+        type=bounded_int("--num-processes", 1, 2**20),
+        default=1,
+        help="TRL world size (TRL derives its micro-steps per generation from the generation batch "
+        "size and it; at most 2^20)",
+    )
+    p.add_argument(
+        "--max-bytes",
+        type=bounded_int("--max-bytes", 1, MAX_BYTES_CAP),
+        default=Limits().max_bytes,
+        help=f"largest rollout file (and decoded payload) accepted, in bytes (default {Limits().max_bytes}, "
+        f"at most {MAX_BYTES_CAP})",
+    )
     return p
 
 

@@ -28,15 +28,23 @@ def add_parser(subparsers):
         "YAML, Python), TRL (Python, YAML, flags) or another engine: every key once, the loss explicit, the "
         "plug-in hook where needed.",
     )
-    p.add_argument("--method", required=True, metavar="SPEC",
-                   help="a method string (divclip.theory.spec): a preset (grpo, dapo, atr, dppo_kl, dppo_tv, "
-                        "gspo, sapo), a measure (kl3), 'measure:delta' (kl3:0.02), 'ratio:eps_low:eps_high', "
-                        "with options such as /dual=3 or /gated/tis=20")
+    p.add_argument(
+        "--method",
+        required=True,
+        metavar="SPEC",
+        help="a method string (divclip.theory.spec): a preset (grpo, dapo, atr, dppo_kl, dppo_tv, "
+        "gspo, sapo), a measure (kl3), 'measure:delta' (kl3:0.02), 'ratio:eps_low:eps_high', "
+        "with options such as /dual=3 or /gated/tis=20",
+    )
     p.add_argument("--engine", required=True, choices=ENGINES)
-    p.add_argument("--format", choices=FORMATS,
-                   help="the engine's first format by default (verl: overrides; TRL: python)")
-    p.add_argument("--clip-only", action="store_true",
-                   help="write the clip alone, not the method's published recipe (its aggregation)")
+    p.add_argument(
+        "--format", choices=FORMATS, help="the engine's first format by default (verl: overrides; TRL: python)"
+    )
+    p.add_argument(
+        "--clip-only",
+        action="store_true",
+        help="write the clip alone, not the method's published recipe (its aggregation)",
+    )
     return p
 
 

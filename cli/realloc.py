@@ -31,9 +31,16 @@ class _LibraryHelp(argparse.HelpFormatter):
         from divclip.theory.spec import PRESETS
 
         return action.help.format(
-            measures=sorted(MEASURES), presets=sorted(PRESETS), epochs=DEFAULT_EPOCHS, lr=DEFAULT_LR,
-            max_actions=MAX_ACTIONS, max_adv=MAX_ABS_ADVANTAGE, max_epochs=MAX_EPOCHS, max_lr=MAX_LR,
-            buckets=",".join(f"{e:g}" for e in DEFAULT_BUCKET_EDGES), compare=list(DEFAULT_COMPARE_SPECS),
+            measures=sorted(MEASURES),
+            presets=sorted(PRESETS),
+            epochs=DEFAULT_EPOCHS,
+            lr=DEFAULT_LR,
+            max_actions=MAX_ACTIONS,
+            max_adv=MAX_ABS_ADVANTAGE,
+            max_epochs=MAX_EPOCHS,
+            max_lr=MAX_LR,
+            buckets=",".join(f"{e:g}" for e in DEFAULT_BUCKET_EDGES),
+            compare=list(DEFAULT_COMPARE_SPECS),
         )
 
 
@@ -45,11 +52,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "for a categorical π_old. Negative first values need '=': --adv=-1,1,0.5.",
         formatter_class=_LibraryHelp,
     )
-    p.add_argument("--probs", required=True,
-                   help="π_old as comma-separated probabilities summing to 1 (2 to {max_actions} actions)")
+    p.add_argument(
+        "--probs",
+        required=True,
+        help="π_old as comma-separated probabilities summing to 1 (2 to {max_actions} actions)",
+    )
     p.add_argument("--adv", required=True, help="one advantage per action, comma-separated, each in ±{max_adv:g}")
     p.add_argument(
-        "--measure", required=True,
+        "--measure",
+        required=True,
         help="a method string: a preset {presets}, a measure {measures} at the δ matching GRPO's "
         "lower bound, or e.g. kl3:0.02, ratio:0.2:0.28, binary_kl:0.05/gated; a bare measure also takes the flags",
     )
@@ -115,8 +126,10 @@ def _print_feasible(label, f) -> None:
         cells = (f.lo[i], f.hi[i], f.q_min[i], f.q_max[i], f.room_up[i], f.room_down[i])
         bucket = f.bucket_labels[f.bucket_index[i]]
         print(f"{i:>6} {_fmt(p)} {f.adv[i]:>7.3g} " + " ".join(_fmt(x) for x in cells) + f"  {bucket}")
-    print(f"A>0 actions can gain at most {f.max_gain_positive:.4f}; "
-          f"A<0 actions can give up at most {f.max_release_negative:.4f}")
+    print(
+        f"A>0 actions can gain at most {f.max_gain_positive:.4f}; "
+        f"A<0 actions can give up at most {f.max_release_negative:.4f}"
+    )
 
 
 def _print_optimum(o) -> None:
@@ -126,8 +139,10 @@ def _print_optimum(o) -> None:
         print(f"{i:>6} π_new = {o.probs_new[i]:.4f}  Δ = {o.delta[i]:+.4f}  ({where})")
     k = o.probs.size
     flows = [f"{i}→{j} {o.flow[i, j]:.4f}" for i in range(k) for j in range(k) if o.flow[i, j] > 1e-12]
-    print(f"flow: {', '.join(flows) or 'none'};  gain Σ Δ·A = {o.gain:.4f};  ΔH = {o.entropy_change:+.4f};  "
-          f"KL(old‖new) = {o.kl_old_new:.4f}")
+    print(
+        f"flow: {', '.join(flows) or 'none'};  gain Σ Δ·A = {o.gain:.4f};  ΔH = {o.entropy_change:+.4f};  "
+        f"KL(old‖new) = {o.kl_old_new:.4f}"
+    )
 
 
 def _print_drift(d) -> None:
@@ -139,8 +154,10 @@ def _print_drift(d) -> None:
         marks = [f"{i}{'↓' if lo else '↑'}" for i, (lo, hi) in enumerate(zip(d.clipped_low[e], d.clipped_high[e]))
                  if lo or hi]  # fmt: skip
         probs, ratio = str(np.round(d.probs[e + 1], 4).tolist()), str(np.round(d.ratio[e + 1], 4).tolist())
-        print(f"{e + 1:>5}  {probs:<28} {ratio:<28} {','.join(marks) or '-':<8} {d.kl_old_new[e]:>7.4f} "
-              f"{d.entropy[e + 1]:>7.4f}  {np.round(d.net_mass_by_bucket[e], 4).tolist()}")
+        print(
+            f"{e + 1:>5}  {probs:<28} {ratio:<28} {','.join(marks) or '-':<8} {d.kl_old_new[e]:>7.4f} "
+            f"{d.entropy[e + 1]:>7.4f}  {np.round(d.net_mass_by_bucket[e], 4).tolist()}"
+        )
     print(f"buckets {list(d.bucket_labels)}; 'clipped': that epoch's gradient was zeroed at lo (↓) or hi (↑)")
 
 
@@ -152,8 +169,10 @@ _COMPARE_COLUMNS = {
 
 
 def _print_comparison(c) -> None:
-    print(f"\nComparison (A>0 actions: confident {list(c.high_pos_actions)}, rare {list(c.low_pos_actions)}; "
-          f"LP = one-step optimum, PG = after {c.epochs} epoch(s))")
+    print(
+        f"\nComparison (A>0 actions: confident {list(c.high_pos_actions)}, rare {list(c.low_pos_actions)}; "
+        f"LP = one-step optimum, PG = after {c.epochs} epoch(s))"
+    )
     width = max(len(r.label) for r in c.rows)
     print(f"{'spec':<{width}} {'lo':>7} {'hi':>7} " + " ".join(f"{h:>8}" for h in _COMPARE_COLUMNS.values()))
     for r in c.rows:
@@ -187,8 +206,14 @@ def run(args) -> int:
     opt = constrained_optimum(probs, adv, spec, bucket_edges=edges)
     specs = {name: name for name in DEFAULT_COMPARE_SPECS} if args.compare else {}
     specs.setdefault(label, spec)  # a preset already in the table keeps its place
-    comp = compare_measures(probs, adv, specs, lr=DEFAULT_LR if args.lr is None else args.lr,
-                            epochs=DEFAULT_EPOCHS if args.epochs is None else args.epochs, bucket_edges=edges)
+    comp = compare_measures(
+        probs,
+        adv,
+        specs,
+        lr=DEFAULT_LR if args.lr is None else args.lr,
+        epochs=DEFAULT_EPOCHS if args.epochs is None else args.epochs,
+        bucket_edges=edges,
+    )
     drift = next(r.drift for r in comp.rows if r.label == label)
     if args.json:
         out = {"spec": label, "feasible": feas.to_dict(), "optimum": opt.to_dict(), "drift": drift.to_dict()}

@@ -25,15 +25,22 @@ REPORT_FILES = ("metrics.csv", "report.html", "claims.md")
 
 def add_parser(subparsers):
     p = subparsers.add_parser(
-        "toy", help="train clipping methods side by side on a toy problem (CSV, HTML charts, claims table)",
-        description=__doc__.split("\n\n")[0])
+        "toy",
+        help="train clipping methods side by side on a toy problem (CSV, HTML charts, claims table)",
+        description=__doc__.split("\n\n")[0],
+    )
     p.add_argument("--env", default="sparse", help=f"environment: one of {', '.join(ENV_NAMES)} (default sparse)")
-    p.add_argument("--methods", default="grpo,dapo,atr",
-                   help="comma-separated presets (grpo, dapo, atr, dppo_kl, …), measures ('kl3', 'k2:0.03') or "
-                        "ratio clips ('ratio:0.2:0.28'), intersections ('kl3:0.023144&binary_tv:0.2') or adaptive "
-                        "budgets ('kl3@clipfrac=0.1'); quote the list in a shell; default grpo,dapo,atr")
-    p.add_argument("--baseline", help="method the claims and paired tables compare against (default grpo if "
-                                      "listed, else the first)")
+    p.add_argument(
+        "--methods",
+        default="grpo,dapo,atr",
+        help="comma-separated presets (grpo, dapo, atr, dppo_kl, …), measures ('kl3', 'k2:0.03') or "
+        "ratio clips ('ratio:0.2:0.28'), intersections ('kl3:0.023144&binary_tv:0.2') or adaptive "
+        "budgets ('kl3@clipfrac=0.1'); quote the list in a shell; default grpo,dapo,atr",
+    )
+    p.add_argument(
+        "--baseline",
+        help="method the claims and paired tables compare against (default grpo if listed, else the first)",
+    )
     p.add_argument("--seeds", type=int, default=16, help="number of seeds (runs per method), at most 4096; default 16")
     p.add_argument("--seed-start", type=int, default=0, help="first seed; seeds are seed-start … +seeds-1")
     p.add_argument("--steps", type=int, help="training steps (GRPO iterations), at most 100000; default: the env's")
@@ -44,11 +51,20 @@ def add_parser(subparsers):
     p.add_argument("--loss-agg-mode", default="token-mean", help="policy_loss aggregation (default token-mean)")
     p.add_argument("--adv-norm", default="std", help="group advantage: std (GRPO), none (Dr. GRPO) or rloo")
     p.add_argument("--policy", default="tabular", help="tabular (default) or mlp")
-    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE",
-                   help="environment constructor argument, repeatable (e.g. --env-arg arms=8; arms, prompts and "
-                        "answers at most 65536); VALUE is JSON")
-    p.add_argument("--out", required=True, help="output directory (created; checked before the run); an earlier "
-                                             "run's files there move to superseded/, never overwritten")
+    p.add_argument(
+        "--env-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="environment constructor argument, repeatable (e.g. --env-arg arms=8; arms, prompts and "
+        "answers at most 65536); VALUE is JSON",
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        help="output directory (created; checked before the run); an earlier "
+        "run's files there move to superseded/, never overwritten",
+    )
     p.add_argument("--every", type=int, default=50, help="print progress every N steps (default 50)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return p
@@ -93,8 +109,11 @@ def command_line(args, config: dict | None = None) -> str:
     for flag in ("steps", "group_size", "prompts_per_step", "ppo_epochs", "lr"):
         value = (config or {}).get(flag, getattr(args, flag))
         if value is not None:
-            parts.append(f"--{flag.replace('_', '-')} {value:g}" if isinstance(value, float)
-                         else f"--{flag.replace('_', '-')} {value}")
+            parts.append(
+                f"--{flag.replace('_', '-')} {value:g}"
+                if isinstance(value, float)
+                else f"--{flag.replace('_', '-')} {value}"
+            )
     for flag, default in (("loss_agg_mode", "token-mean"), ("adv_norm", "std"), ("policy", "tabular")):
         if getattr(args, flag) != default:
             parts.append(f"--{flag.replace('_', '-')} {getattr(args, flag)}")
@@ -120,28 +139,48 @@ def run(args) -> int:
 
     baseline = getattr(args, "baseline", None)
     if baseline is not None and baseline not in parse_methods(args.methods):
-        raise ValueError(f"--baseline must be one of the --methods labels {list(parse_methods(args.methods))}, "
-                         f"got {baseline!r}")
+        raise ValueError(
+            f"--baseline must be one of the --methods labels {list(parse_methods(args.methods))}, got {baseline!r}"
+        )
     env_kwargs = _env_kwargs(args.env_arg)
-    runs = iter_arena(args.env, args.methods, list(range(start, start + n)), args.steps, args.group_size,
-                      args.prompts_per_step, args.ppo_epochs, args.lr, loss_agg_mode=args.loss_agg_mode,
-                      adv_norm=args.adv_norm, policy=args.policy, every=every, env_kwargs=env_kwargs)
+    runs = iter_arena(
+        args.env,
+        args.methods,
+        list(range(start, start + n)),
+        args.steps,
+        args.group_size,
+        args.prompts_per_step,
+        args.ppo_epochs,
+        args.lr,
+        loss_agg_mode=args.loss_agg_mode,
+        adv_norm=args.adv_norm,
+        policy=args.policy,
+        every=every,
+        env_kwargs=env_kwargs,
+    )
     check_out_dir(args.out)  # after every other check (nothing is created for a bad flag), before any step
     t0 = time.perf_counter()
     result = None
     for result in runs:
         if not args.quiet:
-            means = "  ".join(f"{m} {v:.4f}" for m, v in zip(result.methods,
-                                                            result.metrics["expected_reward"][:, :, -1].mean(1)))
-            print(f"[toy {args.env}] step {result.steps_done}/{result.total_steps}  E[R]: {means}  "
-                  f"({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
+            means = "  ".join(
+                f"{m} {v:.4f}" for m, v in zip(result.methods, result.metrics["expected_reward"][:, :, -1].mean(1))
+            )
+            print(
+                f"[toy {args.env}] step {result.steps_done}/{result.total_steps}  E[R]: {means}  "
+                f"({time.perf_counter() - t0:.1f} s)",
+                file=sys.stderr,
+            )
     command = command_line(args, result.config)
     from divclip.trainer.checkpoint import set_aside
 
-    set_aside(args.out, list(REPORT_FILES), "toy",  # an earlier run's report is kept, never overwritten
-              announce=lambda line: print(f"divclip toy: {line}", file=sys.stderr, flush=True))
+    set_aside(
+        args.out,
+        list(REPORT_FILES),
+        "toy",  # an earlier run's report is kept, never overwritten
+        announce=lambda line: print(f"divclip toy: {line}", file=sys.stderr, flush=True),
+    )
     paths = write_report(result, args.out, command, baseline=baseline)
     print(claims_markdown(result, command, baseline))
     print("wrote " + ", ".join(str(p) for p in paths.values()))
     return 0
-

@@ -16,7 +16,7 @@ import time
 # CLI flag -> TrainerConfig field, and its parser. Only flags the user gives override the preset.
 _OPTIONS: dict[str, tuple[str, type, str]] = {
     "--model": ("model", str, "'tiny' or a local Hugging Face causal-LM directory"),
-    "--task": ("task", str, "'arith' or a JSONL file of {\"prompt\", \"answer\"} lines"),
+    "--task": ("task", str, '\'arith\' or a JSONL file of {"prompt", "answer"} lines'),
     "--method": ("method", str, "a preset grpo, dapo, atr, dppo_kl, dppo_tv, gspo, sapo, or e.g. kl3:0.02"),
     "--measure": ("measure", str, "replace the preset's divergence measure (needs --delta)"),
     "--delta": ("delta", float, "divergence budget δ (KL3: 0.01-0.05)"),
@@ -39,8 +39,11 @@ _OPTIONS: dict[str, tuple[str, type, str]] = {
     "--eval-every": ("eval_every", int, "evaluate every N steps"),
     "--device": ("device", str, "auto, cpu or cuda"),
     "--threads": ("threads", int, "torch CPU threads (0 = default)"),
-    "--output-dir": ("output_dir", str, "metrics.jsonl, metrics.csv and checkpoints go here "
-                                        "(default runs/<preset>-<method>-seed<seed>)"),
+    "--output-dir": (
+        "output_dir",
+        str,
+        "metrics.jsonl, metrics.csv and checkpoints go here (default runs/<preset>-<method>-seed<seed>)",
+    ),
     "--checkpoint-every": ("checkpoint_every", int, "checkpoint every N steps (0 = final only)"),
 }
 
@@ -62,15 +65,19 @@ class _RangeHelp(argparse.HelpFormatter):
 
 def add_parser(subparsers):
     p = subparsers.add_parser(
-        "train", help="GRPO-family RL (tiny-arith demo, a local HF model, or a JSONL task)",
+        "train",
+        help="GRPO-family RL (tiny-arith demo, a local HF model, or a JSONL task)",
         description="Warm-start (optional) and train a causal LM with GRPO-family RL and any divclip clip spec.",
         formatter_class=_RangeHelp,
     )
     p.add_argument("--preset", default=None, help="a bundle of settings: tiny-arith (flags override it)")
     for flag, (dest, kind, help_) in _OPTIONS.items():
         p.add_argument(flag, dest=dest, type=kind, default=None, help=help_)
-    p.add_argument("--no-resume", action="store_true",
-                   help="start over: old checkpoints and metrics in --output-dir move to its superseded/ folder")
+    p.add_argument(
+        "--no-resume",
+        action="store_true",
+        help="start over: old checkpoints and metrics in --output-dir move to its superseded/ folder",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     return p
@@ -100,16 +107,22 @@ def run(args) -> int:
     print(f"divclip train: writing to {cfg.output_dir}", file=sys.stderr)
     result = GRPOTrainer(cfg).train()
     summary = {
-        "preset": args.preset, "method": cfg.method, "seed": cfg.seed, "steps": cfg.steps,
-        "accuracy_before": result.accuracy_before, "accuracy_after": result.accuracy_after,
-        "seconds": round(time.perf_counter() - start, 1), "output_dir": cfg.output_dir,
+        "preset": args.preset,
+        "method": cfg.method,
+        "seed": cfg.seed,
+        "steps": cfg.steps,
+        "accuracy_before": result.accuracy_before,
+        "accuracy_after": result.accuracy_after,
+        "seconds": round(time.perf_counter() - start, 1),
+        "output_dir": cfg.output_dir,
     }
     if args.json:
         print(json.dumps(summary))
     else:
         before, after = summary["accuracy_before"], summary["accuracy_after"]
         fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
-        print(f"method={cfg.method} seed={cfg.seed} steps={cfg.steps}: held-out accuracy "
-              f"{fmt(before)} (warm start) -> {fmt(after)} (after RL) in {summary['seconds']} s")
+        print(
+            f"method={cfg.method} seed={cfg.seed} steps={cfg.steps}: held-out accuracy "
+            f"{fmt(before)} (warm start) -> {fmt(after)} (after RL) in {summary['seconds']} s"
+        )
     return 0
-

@@ -27,8 +27,11 @@ def add_parser(subparsers):
         "same aggregation, for another engine; differences are named, and a method the target cannot express "
         "is an error (exit 2).",
     )
-    p.add_argument("config", metavar="CONFIG", help="a config file (YAML, JSON, launch script, Python snippet); - "
-                   "or /dev/stdin for standard input")
+    p.add_argument(
+        "config",
+        metavar="CONFIG",
+        help="a config file (YAML, JSON, launch script, Python snippet); - or /dev/stdin for standard input",
+    )
     p.add_argument("--to", required=True, choices=ENGINES, dest="target", help="the engine to write for")
     p.add_argument("--from", choices=ENGINES, dest="source", help="the config's engine (default: detected)")
     p.add_argument("--format", choices=FORMATS, help="the target's first format by default")
@@ -44,15 +47,33 @@ def run(args) -> int:
     raw = read_config(args.config)
     found = clip_settings(raw, args.source)
     if found.spec is None:
-        raise ValueError(f"config {raw.name!r} runs {found.engine} loss {found.loss_mode!r}, which divclip does not "
-                         f"model, so it has no translation: {'; '.join(found.notes)}")
-    out = get_engine(args.target).write(found.spec, recipe=False, loss_agg_mode=found.loss_agg_mode,
-                                        label=f"from {found.engine} {raw.name}: {found.loss_mode}")
+        raise ValueError(
+            f"config {raw.name!r} runs {found.engine} loss {found.loss_mode!r}, which divclip does not "
+            f"model, so it has no translation: {'; '.join(found.notes)}"
+        )
+    out = get_engine(args.target).write(
+        found.spec,
+        recipe=False,
+        loss_agg_mode=found.loss_agg_mode,
+        label=f"from {found.engine} {raw.name}: {found.loss_mode}",
+    )
     differences = [*found.differences, *out.differences]
     if args.json:
-        print(json.dumps({"from": found.engine, "to": args.target, "env": out.env, "settings": out.settings,
-                          "differences": [str(d) for d in differences], "comments": list(out.comments)},
-                         indent=2, ensure_ascii=False, default=_json_value))
+        print(
+            json.dumps(
+                {
+                    "from": found.engine,
+                    "to": args.target,
+                    "env": out.env,
+                    "settings": out.settings,
+                    "differences": [str(d) for d in differences],
+                    "comments": list(out.comments),
+                },
+                indent=2,
+                ensure_ascii=False,
+                default=_json_value,
+            )
+        )
     else:
         print(out.text(args.format), end="")
     return 0

@@ -48,8 +48,10 @@ from divclip.engines.pitfalls import Pitfall, on_policy_note
 
 NAME = "areal"
 VERSION = "1.0.4"
-DEFAULTS_FROM = (f"areal {VERSION}: areal/api/cli_args.py (GRPOConfig, PPOActorConfig, RejectionSamplingConfig; "
-                 "read with ast) and areal/utils/functional/functional.py (ppo_actor_loss_fn)")
+DEFAULTS_FROM = (
+    f"areal {VERSION}: areal/api/cli_args.py (GRPOConfig, PPOActorConfig, RejectionSamplingConfig; "
+    "read with ast) and areal/utils/functional/functional.py (ppo_actor_loss_fn)"
+)
 FORMATS = ("yaml", "overrides")
 PLUGIN = None
 """AReaL's actor calls its `grpo_loss_fn` directly (no registry); docs/engines.md shows the subclass to write."""
@@ -80,13 +82,25 @@ KEYS: dict[str, Key] = {
     "train_dataset.batch_size": Key("int", 1, above=0, doc="prompts per batch"),
     "rollout.max_head_offpolicyness": Key("int", 0, above=-1, doc="policy versions a batch may lag"),
 }
-ROLE_KEYS = {"low": A + "eps_clip", "high": A + "eps_clip_higher", "dual_clip": A + "c_clip",
-             "epochs": A + "ppo_n_minibatches", "minibatch": A + "ppo_n_minibatches"}
+ROLE_KEYS = {
+    "low": A + "eps_clip",
+    "high": A + "eps_clip_higher",
+    "dual_clip": A + "c_clip",
+    "epochs": A + "ppo_n_minibatches",
+    "minibatch": A + "ppo_n_minibatches",
+}
 ON_POLICY_FIX = "set actor.ppo_n_minibatches > 1"
 KNOWN_KEYS_FILE = Path(__file__).with_name(f"areal_{VERSION}_keys.txt")
 KNOWN_KEYS_FROM = f"areal {VERSION} areal/api/cli_args.py GRPOConfig: every leaf key (snapshot: {KNOWN_KEYS_FILE.name})"
-_UNIQUE = ("actor.eps_clip", "actor.ppo_n_minibatches", "gconfig.", "train_dataset.", "rollout.max_head_offpolicyness",
-           "actor.use_decoupled_loss", "actor.rejection_sampling")
+_UNIQUE = (
+    "actor.eps_clip",
+    "actor.ppo_n_minibatches",
+    "gconfig.",
+    "train_dataset.",
+    "rollout.max_head_offpolicyness",
+    "actor.use_decoupled_loss",
+    "actor.rejection_sampling",
+)
 
 
 @functools.lru_cache(maxsize=1)
@@ -122,11 +136,21 @@ def read(settings: Mapping, **_options) -> EngineRead:
     level = g[A + "importance_sampling_level"]
     n = g[A + "ppo_n_minibatches"]
     s = EngineRead(
-        engine=NAME, defaults_from=DEFAULTS_FROM, loss_mode="sapo" if sapo else "ppo",
-        form="sapo" if sapo else "clip", measure=None if sapo else "ratio", level=level,
-        budget_low=None if sapo else low, budget_high=None if sapo else high,
-        dual_clip_c=None if sapo else g[A + "c_clip"], loss_agg_mode="token-mean", epochs=1, minibatches=n,
-        updates_per_batch=n, group_size=g["gconfig.n_samples"], keys=keys,
+        engine=NAME,
+        defaults_from=DEFAULTS_FROM,
+        loss_mode="sapo" if sapo else "ppo",
+        form="sapo" if sapo else "clip",
+        measure=None if sapo else "ratio",
+        level=level,
+        budget_low=None if sapo else low,
+        budget_high=None if sapo else high,
+        dual_clip_c=None if sapo else g[A + "c_clip"],
+        loss_agg_mode="token-mean",
+        epochs=1,
+        minibatches=n,
+        updates_per_batch=n,
+        group_size=g["gconfig.n_samples"],
+        keys=keys,
         kl={"kl_ctl": g[A + "kl_ctl"], "kl_estimator": g[A + "kl_estimator"]},
         unknown_keys=unknown_keys(settings, is_known, known_keys()),
     )
@@ -135,8 +159,13 @@ def read(settings: Mapping, **_options) -> EngineRead:
     if s.spec is not None and s.form == "clip":
         s.ratio_bounds = [max(1.0 - low, 0.0), 1.0 + high]
     if level == "sequence":
-        s.differences.append(Difference("sequence level", "AReaL averages the advantage per sequence and takes a "
-                                        "token mean of the loss (GSPO and divclip: a mean over sequences)"))
+        s.differences.append(
+            Difference(
+                "sequence level",
+                "AReaL averages the advantage per sequence and takes a "
+                "token mean of the loss (GSPO and divclip: a mean over sequences)",
+            )
+        )
     _pitfalls(s, settings, g)
     return s
 
@@ -144,12 +173,17 @@ def read(settings: Mapping, **_options) -> EngineRead:
 def _structure(s: EngineRead, g: dict) -> None:
     n, lag = g[A + "ppo_n_minibatches"], g["rollout.max_head_offpolicyness"]
     recomputed = g[A + "recompute_logprob"] or g[A + "use_decoupled_loss"]
-    anchor = ("π_prox recomputed before the update (use_decoupled_loss)" if g[A + "use_decoupled_loss"] else
-              "π_old recomputed by the trainer (recompute_logprob)" if recomputed else
-              "π_old = the inference engine's log-probs (recompute_logprob false)")
+    anchor = (
+        "π_prox recomputed before the update (use_decoupled_loss)"
+        if g[A + "use_decoupled_loss"]
+        else "π_old recomputed by the trainer (recompute_logprob)"
+        if recomputed
+        else "π_old = the inference engine's log-probs (recompute_logprob false)"
+    )
     s.on_policy = n == 1 and recomputed
     s.on_policy_reason = f"ppo_n_minibatches={n} step(s) per batch, one pass; the ratio's anchor is {anchor}" + (
-        f"; batches may lag {lag} policy version(s) (rollout.max_head_offpolicyness)" if lag else "")
+        f"; batches may lag {lag} policy version(s) (rollout.max_head_offpolicyness)" if lag else ""
+    )
 
 
 def _spec(s: EngineRead, g: dict):
@@ -160,8 +194,7 @@ def _spec(s: EngineRead, g: dict):
             if s.level == "sequence":
                 raise ValueError("divclip's sapo gate is token level; AReaL's use_sapo_loss takes the sequence ratio")
             return ClipSpec(mode="sapo", tau_pos=g[A + "sapo_tau_pos"], tau_neg=g[A + "sapo_tau_neg"])
-        return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, dual_clip_c=s.dual_clip_c,
-                        level=s.level)
+        return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, dual_clip_c=s.dual_clip_c, level=s.level)
     except ValueError as exc:
         s.notes.append(f"no divclip method says this exactly: {exc}")
         return None
@@ -170,39 +203,68 @@ def _spec(s: EngineRead, g: dict):
 def _pitfalls(s: EngineRead, settings: Mapping, g: dict) -> None:
     actor = f"areal {VERSION} areal/trainer/ppo/actor.py"
     if s.on_policy:
-        s.advice.append(Pitfall("on_policy_clip_inert", on_policy_note(NAME, s.on_policy_reason, ON_POLICY_FIX),
-                                A + "ppo_n_minibatches", f"{actor} PPOActor.ppo_update (one pass over "
-                                "ppo_n_minibatches mini-batches); docs/theory.md §5"))
+        s.advice.append(
+            Pitfall(
+                "on_policy_clip_inert",
+                on_policy_note(NAME, s.on_policy_reason, ON_POLICY_FIX),
+                A + "ppo_n_minibatches",
+                f"{actor} PPOActor.ppo_update (one pass over ppo_n_minibatches mini-batches); docs/theory.md §5",
+            )
+        )
     elif not (g[A + "recompute_logprob"] or g[A + "use_decoupled_loss"]):
-        s.advice.append(Pitfall(
-            "clip_on_inference_logprobs",
-            "π_old is the inference engine's log-probs (recompute_logprob and use_decoupled_loss are false): the "
-            "clip acts on the train/inference mismatch and, with max_head_offpolicyness > 0, on policy staleness, "
-            "not only on this update's own step", A + "recompute_logprob", f"{actor} PPOActor.compute_advantages"))
+        s.advice.append(
+            Pitfall(
+                "clip_on_inference_logprobs",
+                "π_old is the inference engine's log-probs (recompute_logprob and use_decoupled_loss are false): the "
+                "clip acts on the train/inference mismatch and, with max_head_offpolicyness > 0, on policy staleness, "
+                "not only on this update's own step",
+                A + "recompute_logprob",
+                f"{actor} PPOActor.compute_advantages",
+            )
+        )
     rs_set = any(k.startswith(RS) or k == A + "rejection_sampling" for k in settings)
     if rs_set and settings.get(A + "rejection_sampling", 0) is not None:
         if not g[A + "use_decoupled_loss"]:
-            s.advice.append(Pitfall("ignored_key", "actor.rejection_sampling is ignored without "
-                                    "actor.use_decoupled_loss: true", A + "rejection_sampling",
-                                    f"areal {VERSION} areal/api/cli_args.py PPOActorConfig.__post_init__"))
+            s.advice.append(
+                Pitfall(
+                    "ignored_key",
+                    "actor.rejection_sampling is ignored without actor.use_decoupled_loss: true",
+                    A + "rejection_sampling",
+                    f"areal {VERSION} areal/api/cli_args.py PPOActorConfig.__post_init__",
+                )
+            )
         else:
             band = f"[{g[RS + 'lower'] if g[RS + 'lower'] is not None else 0:g}, {g[RS + 'upper']:g}]"
             what = f"{g[RS + 'level']}-level {g[RS + 'action']} of {g[RS + 'metric']} outside {band}"
             s.notes.append(f"rejection sampling: {what} on the behaviour weight π_prox/π_behave, beside the clip")
-            s.advice.append(Pitfall(
-                "is_correction_threshold",
-                f"behaviour importance weight on ({what}): every token's loss is weighted by π_prox/π_behave "
-                "beside the PPO clip; divclip's method strings do not carry it, so a translation drops it",
-                RS + "upper", f"areal {VERSION} areal/utils/functional/functional.py apply_rejection_sampling"))
+            s.advice.append(
+                Pitfall(
+                    "is_correction_threshold",
+                    f"behaviour importance weight on ({what}): every token's loss is weighted by π_prox/π_behave "
+                    "beside the PPO clip; divclip's method strings do not carry it, so a translation drops it",
+                    RS + "upper",
+                    f"areal {VERSION} areal/utils/functional/functional.py apply_rejection_sampling",
+                )
+            )
     elif g[A + "use_decoupled_loss"]:
-        s.advice.append(Pitfall(
-            "decoupled_without_weight",
-            "use_decoupled_loss without rejection_sampling: AReaL applies no behaviour importance weight at all "
-            "(the pre-1.0 default behave_imp_weight_cap = 5 is gone)", A + "rejection_sampling",
-            f"areal {VERSION} areal/api/cli_args.py PPOActorConfig.__post_init__ (its warning)"))
+        s.advice.append(
+            Pitfall(
+                "decoupled_without_weight",
+                "use_decoupled_loss without rejection_sampling: AReaL applies no behaviour importance weight at all "
+                "(the pre-1.0 default behave_imp_weight_cap = 5 is gone)",
+                A + "rejection_sampling",
+                f"areal {VERSION} areal/api/cli_args.py PPOActorConfig.__post_init__ (its warning)",
+            )
+        )
     if s.form == "sapo" and g[A + "use_decoupled_loss"]:
-        s.advice.append(Pitfall("incompatible_keys", "use_sapo_loss with use_decoupled_loss: AReaL refuses to start",
-                                A + "use_sapo_loss", f"areal {VERSION} areal/api/cli_args.py PPOActorConfig"))
+        s.advice.append(
+            Pitfall(
+                "incompatible_keys",
+                "use_sapo_loss with use_decoupled_loss: AReaL refuses to start",
+                A + "use_sapo_loss",
+                f"areal {VERSION} areal/api/cli_args.py PPOActorConfig",
+            )
+        )
 
 
 # ----------------------------------------------------------------------------------------------- write
@@ -212,16 +274,26 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
     notes: list = []
     diffs: list = []
     if spec.mode == "sapo":
-        keys = {"use_sapo_loss": True, "sapo_tau_pos": float(spec.tau_pos), "sapo_tau_neg": float(spec.tau_neg),
-                "importance_sampling_level": "token", "use_decoupled_loss": False}
+        keys = {
+            "use_sapo_loss": True,
+            "sapo_tau_pos": float(spec.tau_pos),
+            "sapo_tau_neg": float(spec.tau_neg),
+            "importance_sampling_level": "token",
+            "use_decoupled_loss": False,
+        }
         notes.append("SAPO needs use_decoupled_loss: false in AReaL")
     elif spec.mode == "clip":
         keys = _write_clip(spec, notes, diffs)
     else:
-        raise ValueError(f"AReaL {VERSION} has no {spec.mode!r} loss form: its actor runs the PPO clip (token or "
-                         "sequence ratio) or SAPO, and has no plug-in for divclip's loss")
-    agg = loss_agg_mode if loss_agg_mode is not None else (recipe_for(spec).loss_agg_mode
-                                                           if recipe and recipe_for(spec) else None)
+        raise ValueError(
+            f"AReaL {VERSION} has no {spec.mode!r} loss form: its actor runs the PPO clip (token or "
+            "sequence ratio) or SAPO, and has no plug-in for divclip's loss"
+        )
+    agg = (
+        loss_agg_mode
+        if loss_agg_mode is not None
+        else (recipe_for(spec).loss_agg_mode if recipe and recipe_for(spec) else None)
+    )
     if agg not in (None, "token-mean"):
         diffs.append(Difference(f"aggregation {agg}", "AReaL always takes one token mean over the mini-batch"))
     return EngineWrite(NAME, label, {}, {A + k: v for k, v in keys.items()}, tuple(notes), differences=tuple(diffs))
@@ -235,11 +307,20 @@ def _write_clip(spec, notes: list, diffs: list) -> dict:
     if diff is not None:
         diffs.append(diff)
     if ratio.level == "sequence":
-        diffs.append(Difference("sequence level", "AReaL averages the advantage per sequence and takes a token "
-                                "mean of the loss (GSPO and divclip: a mean over sequences)"))
-    keys = {"eps_clip": float(ratio.eps_low), "eps_clip_higher": float(ratio.eps_high),
-            "c_clip": None if ratio.dual_clip_c is None else float(ratio.dual_clip_c),
-            "importance_sampling_level": ratio.level, "use_sapo_loss": False}
+        diffs.append(
+            Difference(
+                "sequence level",
+                "AReaL averages the advantage per sequence and takes a token "
+                "mean of the loss (GSPO and divclip: a mean over sequences)",
+            )
+        )
+    keys = {
+        "eps_clip": float(ratio.eps_low),
+        "eps_clip_higher": float(ratio.eps_high),
+        "c_clip": None if ratio.dual_clip_c is None else float(ratio.dual_clip_c),
+        "importance_sampling_level": ratio.level,
+        "use_sapo_loss": False,
+    }
     notes.append("AReaL clips r = exp(log π - log π_prox) without verl's ±20 clamp on log r")
     return keys
 
@@ -260,5 +341,5 @@ def render(w: EngineWrite, fmt: str) -> list[str]:
     if fmt != "yaml":
         raise ValueError(f"format for {NAME} must be one of {list(FORMATS)}, got {fmt!r}")
     out = ["actor:"]
-    out += [f"  {k[len(A):]}: {_value(v)}" for k, v in w.settings.items()]
+    out += [f"  {k[len(A) :]}: {_value(v)}" for k, v in w.settings.items()]
     return out

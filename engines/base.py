@@ -172,12 +172,18 @@ class Recipe:
 
 # The aggregation each published method trains with: written with its clip, so an export is the whole recipe.
 RECIPES = {
-    "grpo": Recipe("seq-mean-token-mean", "GRPO (arXiv 2402.03300, eq. 3): 1/G Σ_i 1/|o_i| Σ_t, the mean over "
-                   "sequences of each sequence's token mean"),
-    "dapo": Recipe("token-mean", "DAPO (arXiv 2503.14476, §3.3): token-level policy-gradient loss, one mean over "
-                   "every token of the batch"),
-    "gspo": Recipe("seq-mean-token-mean", "GSPO (arXiv 2507.18071): one length-normalised ratio per sequence, "
-                   "averaged over sequences"),
+    "grpo": Recipe(
+        "seq-mean-token-mean",
+        "GRPO (arXiv 2402.03300, eq. 3): 1/G Σ_i 1/|o_i| Σ_t, the mean over sequences of each sequence's token mean",
+    ),
+    "dapo": Recipe(
+        "token-mean",
+        "DAPO (arXiv 2503.14476, §3.3): token-level policy-gradient loss, one mean over every token of the batch",
+    ),
+    "gspo": Recipe(
+        "seq-mean-token-mean",
+        "GSPO (arXiv 2507.18071): one length-normalised ratio per sequence, averaged over sequences",
+    ),
 }
 
 
@@ -204,14 +210,18 @@ def as_ratio_clip(spec):
     if spec.measure_name == "ratio" and not isinstance(spec, AllOf):
         return spec, None
     if spec.p_dependent:
-        raise ValueError(f"{method_string(spec)!r} clips each token by its own p = π_old(a) (a per-token "
-                         f"{spec.measure_name} interval): no single ratio clip equals it")
+        raise ValueError(
+            f"{method_string(spec)!r} clips each token by its own p = π_old(a) (a per-token "
+            f"{spec.measure_name} interval): no single ratio clip equals it"
+        )
     lo, hi = spec.ratio_bounds()
     eps_low, eps_high = float(format(1.0 - lo, ".15g")), hi - 1.0
     ratio = ClipSpec("ratio", eps_low=eps_low, eps_high=eps_high, dual_clip_c=spec.dual_clip_c, level=spec.level)
-    return ratio, Difference(f"{method_string(spec)} ({spec.measure_name} clip)",
-                             f"the ratio clip on its interval [{lo:.10g}, {hi:.10g}], ε_low = {eps_low:.10g}, "
-                             f"ε_high = {eps_high:.10g}", exact=True)
+    return ratio, Difference(
+        f"{method_string(spec)} ({spec.measure_name} clip)",
+        f"the ratio clip on its interval [{lo:.10g}, {hi:.10g}], ε_low = {eps_low:.10g}, ε_high = {eps_high:.10g}",
+        exact=True,
+    )
 
 
 # ---------------------------------------------------------------------------------------------- typing
@@ -353,8 +363,10 @@ def describe(spec) -> str:
     if isinstance(spec, AllOf):
         return "intersection, per token [max lo, min hi] of: " + "; ".join(describe(p) for p in spec.parts)
     if is_adaptive(spec):
-        return (f"adaptive δ holding {spec.signal} at {spec.target:g} (gain {spec.gain:g}, δ in "
-                f"[{spec.delta_min:.4g}, {spec.delta_max:.4g}]), from {describe(spec.fixed())}")
+        return (
+            f"adaptive δ holding {spec.signal} at {spec.target:g} (gain {spec.gain:g}, δ in "
+            f"[{spec.delta_min:.4g}, {spec.delta_max:.4g}]), from {describe(spec.fixed())}"
+        )
     name = spec.measure_name
     if spec.mode == "sapo":
         return f"SAPO: soft gate, τ+ = {spec.tau_pos:g}, τ- = {spec.tau_neg:g}"
@@ -365,8 +377,11 @@ def describe(spec) -> str:
         form = "ratio clip" if spec.mode == "clip" else f"{spec.mode} with ratio widths"
         return f"{what}: {form} [{1 - spec.eps_low:.7g}, {1 + spec.eps_high:.7g}] ({spec.level} level)"
     bounds = advice.ratio_bounds(name, spec.delta, spec.delta)
-    where = (f"r in [{bounds[0]:.7g}, {bounds[1]:.7g}]" if not isinstance(bounds[0], dict) else
-             "r in " + ", ".join(f"[{b['lo']:.4g}, {b['hi']:.4g}] at p = {b['p']:g}" for b in bounds))
+    where = (
+        f"r in [{bounds[0]:.7g}, {bounds[1]:.7g}]"
+        if not isinstance(bounds[0], dict)
+        else "r in " + ", ".join(f"[{b['lo']:.4g}, {b['hi']:.4g}] at p = {b['p']:g}" for b in bounds)
+    )
     form = {"gated": "DPPO mask", "clip": "PPO clip"}.get(spec.mode, spec.mode)
     return f"{method_for(name, delta=spec.delta)}: {form} by {name}, δ = {spec.delta:.6g}, {where}"
 

@@ -60,8 +60,9 @@ IS_FLAGS = "--algo.advantage.is_correction_"
 
 KEYS: dict[str, Key] = {
     "--actor.eps_clip": Key("float", 0.2, above=0.0, doc="ratio clip width ε (both sides)"),
-    "--actor.eps_clip_low_high": Key("float", None, nullable=True, above=0.0,
-                                     doc="two values ε_low ε_high; wins over eps_clip"),
+    "--actor.eps_clip_low_high": Key(
+        "float", None, nullable=True, above=0.0, doc="two values ε_low ε_high; wins over eps_clip"
+    ),
     "--actor.dual_clip": Key("float", None, nullable=True, above=1.0, doc="dual-clip cap c for A < 0 (None: off)"),
     "--actor.policy_loss_type": Key("str", "ppo", choices=LOSS_TYPES, doc="ppo (token ratio) or gspo (sequence)"),
     "--actor.loss_agg_mode": Key("str", "token-mean", choices=AGG_MODES, doc="how token losses are averaged"),
@@ -79,8 +80,13 @@ KEYS: dict[str, Key] = {
     "--algo.kl.estimator": Key("str", "k1", choices=("k1", "k2", "k3"), doc="KL estimator"),
 }
 _MULTI = {"--actor.eps_clip_low_high": 2, IS_FLAGS + "threshold": "+"}  # flags that take several values
-ROLE_KEYS = {"low": "--actor.eps_clip_low_high", "high": "--actor.eps_clip_low_high",
-             "dual_clip": "--actor.dual_clip", "epochs": "--train.max_epochs", "minibatch": "--train.batch_size"}
+ROLE_KEYS = {
+    "low": "--actor.eps_clip_low_high",
+    "high": "--actor.eps_clip_low_high",
+    "dual_clip": "--actor.dual_clip",
+    "epochs": "--train.max_epochs",
+    "minibatch": "--train.batch_size",
+}
 """Which flag sets each part of the clip (for warnings that name a key)."""
 ON_POLICY_FIX = "set --train.max_epochs > 1 or --train.batch_size < rollout.batch_size × n_samples_per_prompt"
 RENAMED = {  # flags of OpenRLHF <= 0.11.0 that 0.11.2's parser refuses
@@ -89,8 +95,9 @@ RENAMED = {  # flags of OpenRLHF <= 0.11.0 that 0.11.2's parser refuses
 }
 
 KNOWN_FLAGS_FILE = Path(__file__).with_name(f"openrlhf_{VERSION}_flags.txt")
-KNOWN_KEYS_FROM = (f"openrlhf {VERSION} {ENTRY}: every option string of its argparse parser "
-                   f"(snapshot: {KNOWN_FLAGS_FILE.name})")
+KNOWN_KEYS_FROM = (
+    f"openrlhf {VERSION} {ENTRY}: every option string of its argparse parser (snapshot: {KNOWN_FLAGS_FILE.name})"
+)
 
 
 @functools.lru_cache(maxsize=1)
@@ -132,17 +139,34 @@ def read(settings: Mapping, **_options) -> EngineRead:
     minibatches = max(1, math.ceil(samples / train))
     updates = epochs * minibatches
     s = EngineRead(
-        engine=NAME, defaults_from=DEFAULTS_FROM, loss_mode=loss_type, form="clip", measure="ratio",
-        level="sequence" if loss_type == "gspo" else "token", budget_low=low, budget_high=high,
-        dual_clip_c=dual, loss_agg_mode=agg, epochs=epochs, minibatches=minibatches, updates_per_batch=updates,
+        engine=NAME,
+        defaults_from=DEFAULTS_FROM,
+        loss_mode=loss_type,
+        form="clip",
+        measure="ratio",
+        level="sequence" if loss_type == "gspo" else "token",
+        budget_low=low,
+        budget_high=high,
+        dual_clip_c=dual,
+        loss_agg_mode=agg,
+        epochs=epochs,
+        minibatches=minibatches,
+        updates_per_batch=updates,
         on_policy=updates == 1,
-        on_policy_reason=(f"train.max_epochs={epochs} × {minibatches} step(s) (rollout.batch_size × "
-                          f"n_samples_per_prompt = {samples} samples / train.batch_size={train}) = {updates} "
-                          "update(s) per rollout batch"),
+        on_policy_reason=(
+            f"train.max_epochs={epochs} × {minibatches} step(s) (rollout.batch_size × "
+            f"n_samples_per_prompt = {samples} samples / train.batch_size={train}) = {updates} "
+            "update(s) per rollout batch"
+        ),
         group_size=g["--rollout.n_samples_per_prompt"],
-        kl={"use_loss": g["--algo.kl.use_loss"], "init_coef": g["--algo.kl.init_coef"],
-            "estimator": g["--algo.kl.estimator"], "adv_estimator": g["--algo.advantage.estimator"]},
-        keys=keys, ratio_bounds=[1.0 - low, 1.0 + high],
+        kl={
+            "use_loss": g["--algo.kl.use_loss"],
+            "init_coef": g["--algo.kl.init_coef"],
+            "estimator": g["--algo.kl.estimator"],
+            "adv_estimator": g["--algo.advantage.estimator"],
+        },
+        keys=keys,
+        ratio_bounds=[1.0 - low, 1.0 + high],
         unknown_keys=unknown_keys(settings, is_known, known_flags()),
     )
     s.spec = _spec(s)
@@ -178,8 +202,7 @@ def _spec(s: EngineRead):
     from divclip.theory.spec import ClipSpec
 
     try:
-        return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, dual_clip_c=s.dual_clip_c,
-                        level=s.level)
+        return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, dual_clip_c=s.dual_clip_c, level=s.level)
     except ValueError as exc:  # ε_low > 1: a lower bound below 0, which a ClipSpec refuses
         s.notes.append(f"no divclip method says this exactly: {exc}")
         return None
@@ -188,23 +211,45 @@ def _spec(s: EngineRead):
 def _pitfalls(s: EngineRead, settings: Mapping, g: dict) -> None:
     loss = "openrlhf/models/loss.py PolicyLoss"
     if s.on_policy:
-        s.advice.append(Pitfall("on_policy_clip_inert", on_policy_note(NAME, s.on_policy_reason, ON_POLICY_FIX),
-                                "--train.max_epochs", f"openrlhf {VERSION} trainer/ppo_trainer.py (max_steps) and "
-                                "trainer/ray/ppo_actor.py ppo_train; docs/theory.md §5"))
+        s.advice.append(
+            Pitfall(
+                "on_policy_clip_inert",
+                on_policy_note(NAME, s.on_policy_reason, ON_POLICY_FIX),
+                "--train.max_epochs",
+                f"openrlhf {VERSION} trainer/ppo_trainer.py (max_steps) and "
+                "trainer/ray/ppo_actor.py ppo_train; docs/theory.md §5",
+            )
+        )
     if s.loss_mode == "gspo" and s.explicit("--actor.loss_agg_mode") and g["--actor.loss_agg_mode"] != s.loss_agg_mode:
-        s.advice.append(Pitfall("ignored_key", "--actor.loss_agg_mode token-mean is ignored under gspo: OpenRLHF's "
-                                "PolicyLoss sets token_level_loss = False (seq-mean-token-mean)",
-                                "--actor.loss_agg_mode", f"openrlhf {VERSION} {loss}.__init__"))
+        s.advice.append(
+            Pitfall(
+                "ignored_key",
+                "--actor.loss_agg_mode token-mean is ignored under gspo: OpenRLHF's "
+                "PolicyLoss sets token_level_loss = False (seq-mean-token-mean)",
+                "--actor.loss_agg_mode",
+                f"openrlhf {VERSION} {loss}.__init__",
+            )
+        )
     if s.explicit("--actor.eps_clip") and s.explicit("--actor.eps_clip_low_high"):
-        s.advice.append(Pitfall("ignored_key", f"--actor.eps_clip {g['--actor.eps_clip']:g} is ignored: "
-                                "--actor.eps_clip_low_high sets both sides", "--actor.eps_clip",
-                                f"openrlhf {VERSION} {ENTRY} (eps_clip_low_high defaults to (eps_clip, eps_clip) "
-                                "only when unset)"))
+        s.advice.append(
+            Pitfall(
+                "ignored_key",
+                f"--actor.eps_clip {g['--actor.eps_clip']:g} is ignored: --actor.eps_clip_low_high sets both sides",
+                "--actor.eps_clip",
+                f"openrlhf {VERSION} {ENTRY} (eps_clip_low_high defaults to (eps_clip, eps_clip) only when unset)",
+            )
+        )
     _is_correction(s, g)
     for old, new in RENAMED.items():
         if old in settings:
-            s.advice.append(Pitfall("renamed_flag", f"{old} is a flag of OpenRLHF <= 0.11.0; {VERSION}'s parser "
-                                    f"refuses it: use {new}", old, f"openrlhf {VERSION} {ENTRY}"))
+            s.advice.append(
+                Pitfall(
+                    "renamed_flag",
+                    f"{old} is a flag of OpenRLHF <= 0.11.0; {VERSION}'s parser refuses it: use {new}",
+                    old,
+                    f"openrlhf {VERSION} {ENTRY}",
+                )
+            )
 
 
 def _is_correction(s: EngineRead, g: dict) -> None:
@@ -212,23 +257,33 @@ def _is_correction(s: EngineRead, g: dict) -> None:
     low, high = g[IS_FLAGS + "threshold"]
     cite = f"openrlhf {VERSION} openrlhf/models/loss.py PolicyLoss.__init__"
     if mode == "clip" and (level == "seq" or gating != "ratio"):
-        raise ConfigError(f"{IS_FLAGS}mode clip needs {IS_FLAGS}level token and gating ratio, got level {level!r}, "
-                          f"gating {gating!r}: OpenRLHF refuses this ({cite})")
+        raise ConfigError(
+            f"{IS_FLAGS}mode clip needs {IS_FLAGS}level token and gating ratio, got level {level!r}, "
+            f"gating {gating!r}: OpenRLHF refuses this ({cite})"
+        )
     if gating != "ratio" and level != "off" and low > 0:
-        raise ConfigError(f"{IS_FLAGS}gating {gating} takes an upper bound only (one threshold, a δ), got "
-                          f"{low:g} {high:g}: OpenRLHF refuses this ({cite})")
+        raise ConfigError(
+            f"{IS_FLAGS}gating {gating} takes an upper bound only (one threshold, a δ), got "
+            f"{low:g} {high:g}: OpenRLHF refuses this ({cite})"
+        )
     if level == "off":
         return
     what = "clamped into" if mode == "clip" else "dropped outside"
-    s.notes.append(f"IS correction ({level}, {mode}, {gating}): the loss is multiplied by π_old/π_rollout, "
-                   f"{what} [{low:g}, {high:g}]: a train/inference-mismatch weight beside the clip, not part of it")
-    s.advice.append(Pitfall(
-        "is_correction_threshold",
-        f"IS correction on ({level}-level {mode} on {gating}, band [{low:g}, {high:g}]): every token's loss is "
-        "weighted by π_old/π_rollout beside the PPO clip; divclip's method strings do not carry it, so a "
-        "translation drops it" + (" and gspo ignores it (PolicyLoss applies it to ppo only)"
-                                   if s.loss_mode == "gspo" else ""),
-        IS_FLAGS + "level", f"openrlhf {VERSION} openrlhf/models/loss.py PolicyLoss.forward"))
+    s.notes.append(
+        f"IS correction ({level}, {mode}, {gating}): the loss is multiplied by π_old/π_rollout, "
+        f"{what} [{low:g}, {high:g}]: a train/inference-mismatch weight beside the clip, not part of it"
+    )
+    s.advice.append(
+        Pitfall(
+            "is_correction_threshold",
+            f"IS correction on ({level}-level {mode} on {gating}, band [{low:g}, {high:g}]): every token's loss is "
+            "weighted by π_old/π_rollout beside the PPO clip; divclip's method strings do not carry it, so a "
+            "translation drops it"
+            + (" and gspo ignores it (PolicyLoss applies it to ppo only)" if s.loss_mode == "gspo" else ""),
+            IS_FLAGS + "level",
+            f"openrlhf {VERSION} openrlhf/models/loss.py PolicyLoss.forward",
+        )
+    )
 
 
 # ----------------------------------------------------------------------------------------------- write
@@ -238,8 +293,10 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
     notes: list = []
     diffs: list = []
     if spec.mode != "clip":
-        raise ValueError(f"OpenRLHF {VERSION} has no {spec.mode!r} loss form: its PolicyLoss runs the PPO clip "
-                         f"(policy_loss_type ppo or gspo) and has no plug-in for divclip's loss")
+        raise ValueError(
+            f"OpenRLHF {VERSION} has no {spec.mode!r} loss form: its PolicyLoss runs the PPO clip "
+            f"(policy_loss_type ppo or gspo) and has no plug-in for divclip's loss"
+        )
     try:
         ratio, diff = as_ratio_clip(spec)
     except ValueError as exc:
@@ -247,8 +304,10 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
     if diff is not None:
         diffs.append(diff)
     loss_type = "gspo" if ratio.level == "sequence" else "ppo"
-    settings = {"--actor.policy_loss_type": loss_type,
-                "--actor.eps_clip_low_high": [float(ratio.eps_low), float(ratio.eps_high)]}
+    settings = {
+        "--actor.policy_loss_type": loss_type,
+        "--actor.eps_clip_low_high": [float(ratio.eps_low), float(ratio.eps_high)],
+    }
     if ratio.dual_clip_c is not None:
         settings["--actor.dual_clip"] = float(ratio.dual_clip_c)
     else:
@@ -262,14 +321,18 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
         if agg in AGG_MODES:
             settings["--actor.loss_agg_mode"] = agg
         else:
-            diffs.append(Difference(f"aggregation {agg}", f"OpenRLHF has {' and '.join(AGG_MODES)} only; "
-                                    "its default token-mean stands"))
+            diffs.append(
+                Difference(
+                    f"aggregation {agg}", f"OpenRLHF has {' and '.join(AGG_MODES)} only; its default token-mean stands"
+                )
+            )
     return EngineWrite(NAME, label, {}, settings, tuple(notes), differences=tuple(diffs))
 
 
 def _aggregation(spec, recipe: bool, loss_agg_mode, notes: list) -> str | None:
-    return recipe_aggregation(spec, recipe, loss_agg_mode, notes,
-                              lambda found: f"loss_agg_mode={found.loss_agg_mode}: {found.source}")
+    return recipe_aggregation(
+        spec, recipe, loss_agg_mode, notes, lambda found: f"loss_agg_mode={found.loss_agg_mode}: {found.source}"
+    )
 
 
 def render(w: EngineWrite, fmt: str) -> list[str]:

@@ -26,5 +26,7 @@ class Pitfall(Advice):
 
 def on_policy_note(engine: str, reason: str, fix: str) -> str:
     """The message of an update that can never see a ratio other than 1 (docs/theory.md §5)."""
-    return (f"{engine}: {reason}: the ratio π_θ/π_old is identically 1 when the loss is evaluated, so no clip "
-            f"bound has any effect and clip fractions read 0 ({fix} if the clip is meant to matter)")
+    return (
+        f"{engine}: {reason}: the ratio π_θ/π_old is identically 1 when the loss is evaluated, so no clip "
+        f"bound has any effect and clip fractions read 0 ({fix} if the clip is meant to matter)"
+    )

@@ -53,8 +53,10 @@ from divclip.sanity.errors import ConfigError
 
 NAME = "skyrl"
 VERSION = "0.3.0"
-DEFAULTS_FROM = (f"skyrl {VERSION}: skyrl/train/config/config.py (SkyRLTrainConfig, AlgorithmConfig) and "
-                 "skyrl/backends/skyrl_train/utils/ppo_utils.py (PolicyLossRegistry)")
+DEFAULTS_FROM = (
+    f"skyrl {VERSION}: skyrl/train/config/config.py (SkyRLTrainConfig, AlgorithmConfig) and "
+    "skyrl/backends/skyrl_train/utils/ppo_utils.py (PolicyLossRegistry)"
+)
 FORMATS = ("overrides", "yaml")
 COMMAND = "python3 -m skyrl.train.entrypoints.main_base"
 PLUGIN = "divclip.trainer.integrations.skyrl"
@@ -64,11 +66,27 @@ ENTRYPOINT_KEY = "trainer.override_entrypoint"  # main_base imports this module 
 
 A = "trainer.algorithm."
 OPC = A + "off_policy_correction."
-LOSS_TYPES = ("regular", "dual_clip", "gspo", "cispo", "rollout_is", "clip_cov", "kl_cov", "sapo", "cross_entropy",
-              "importance_sampling", "dppo", METHOD_MODE)
-REDUCTIONS = {"token_mean": "token-mean", "sequence_mean": "seq-mean-token-mean",
-              "seq_mean_token_sum_norm": "seq-mean-token-sum-norm", "token_mean_legacy": "token-mean",
-              "prompt_mean": None}
+LOSS_TYPES = (
+    "regular",
+    "dual_clip",
+    "gspo",
+    "cispo",
+    "rollout_is",
+    "clip_cov",
+    "kl_cov",
+    "sapo",
+    "cross_entropy",
+    "importance_sampling",
+    "dppo",
+    METHOD_MODE,
+)
+REDUCTIONS = {
+    "token_mean": "token-mean",
+    "sequence_mean": "seq-mean-token-mean",
+    "seq_mean_token_sum_norm": "seq-mean-token-sum-norm",
+    "token_mean_legacy": "token-mean",
+    "prompt_mean": None,
+}
 """SkyRL loss_reduction -> verl's loss_agg_mode (prompt_mean, a token mean per prompt group, has none)."""
 
 KEYS: dict[str, Key] = {
@@ -89,15 +107,16 @@ KEYS: dict[str, Key] = {
     A + "clip_cov.clip_cov_ub": Key("float", 5.0, above=-math.inf, doc="clip_cov: covariance window high"),
     A + "kl_cov.kl_cov_frac": Key("float", 0.2, above=0.0, doc="kl_cov: share of tokens penalised"),
     A + "kl_cov.ppo_kl_coef": Key("float", 1.0, above=0.0, doc="kl_cov: penalty coefficient"),
-    OPC + "tis_ratio_type": Key("str", None, nullable=True, choices=("token", "sequence"),
-                                doc="train/rollout IS weight"),
+    OPC + "tis_ratio_type": Key(
+        "str", None, nullable=True, choices=("token", "sequence"), doc="train/rollout IS weight"
+    ),
     OPC + "token_tis_ratio_clip_high": Key("float", 2.0, above=0.0, doc="its cap (token)"),
     OPC + "sequence_tis_ratio_clip_high": Key("float", 5.0, above=0.0, doc="its cap (sequence)"),
-    OPC + "sequence_mask_metric": Key("str", None, nullable=True, choices=("product", "geometric"),
-                                      doc="mask sequences by their IS ratio"),
+    OPC + "sequence_mask_metric": Key(
+        "str", None, nullable=True, choices=("product", "geometric"), doc="mask sequences by their IS ratio"
+    ),
     OPC + "token_mask_is_threshold_low": Key("float", None, nullable=True, above=-math.inf, doc="token IS mask low"),
-    OPC + "token_mask_is_threshold_high": Key("float", None, nullable=True, above=-math.inf,
-                                              doc="token IS mask high"),
+    OPC + "token_mask_is_threshold_high": Key("float", None, nullable=True, above=-math.inf, doc="token IS mask high"),
     A + "use_tis": Key("bool", False, doc="deprecated: tis_ratio_type=token"),
     A + "tis_imp_ratio_cap": Key("float", -1.0, above=-math.inf, doc="deprecated: its cap"),
     A + "advantage_estimator": Key("str", "grpo", doc="advantage estimator"),
@@ -109,12 +128,19 @@ KEYS: dict[str, Key] = {
     "trainer.policy_mini_batch_size": Key("int", 256, above=0, doc="prompts per optimizer step"),
     "generator.n_samples_per_prompt": Key("int", 5, above=0, doc="responses per prompt (group size)"),
 }
-ROLE_KEYS = {"low": A + "eps_clip_low", "high": A + "eps_clip_high", "dual_clip": A + "clip_ratio_c",
-             "epochs": "trainer.update_epochs_per_batch", "minibatch": "trainer.policy_mini_batch_size"}
+ROLE_KEYS = {
+    "low": A + "eps_clip_low",
+    "high": A + "eps_clip_high",
+    "dual_clip": A + "clip_ratio_c",
+    "epochs": "trainer.update_epochs_per_batch",
+    "minibatch": "trainer.policy_mini_batch_size",
+}
 ON_POLICY_FIX = "set trainer.update_epochs_per_batch > 1 or policy_mini_batch_size < train_batch_size"
 KNOWN_KEYS_FILE = Path(__file__).with_name(f"skyrl_{VERSION}_keys.txt")
-KNOWN_KEYS_FROM = (f"skyrl {VERSION} skyrl/train/config/config.py SkyRLTrainConfig: every leaf key (its strict "
-                   f"parse refuses others; snapshot: {KNOWN_KEYS_FILE.name})")
+KNOWN_KEYS_FROM = (
+    f"skyrl {VERSION} skyrl/train/config/config.py SkyRLTrainConfig: every leaf key (its strict "
+    f"parse refuses others; snapshot: {KNOWN_KEYS_FILE.name})"
+)
 _UNIQUE_PREFIXES = ("trainer.algorithm.", "generator.", "environment.", "trainer.placement.", "trainer.policy.")
 
 
@@ -147,23 +173,43 @@ def read(settings: Mapping, **_options) -> EngineRead:
     settings = resolve_interpolations(settings)
     g, keys = typed_values(settings, KEYS)
     loss = g[A + "policy_loss_type"]
-    train, mini, epochs = (g["trainer." + k] for k in ("train_batch_size", "policy_mini_batch_size",
-                                                        "update_epochs_per_batch"))
+    train, mini, epochs = (
+        g["trainer." + k] for k in ("train_batch_size", "policy_mini_batch_size", "update_epochs_per_batch")
+    )
     if mini > train:
-        raise ConfigError(f"trainer.policy_mini_batch_size = {mini} > trainer.train_batch_size = {train}: SkyRL "
-                          "refuses this (validate_batch_sizes)")
+        raise ConfigError(
+            f"trainer.policy_mini_batch_size = {mini} > trainer.train_batch_size = {train}: SkyRL "
+            "refuses this (validate_batch_sizes)"
+        )
     minibatches = train // mini
     updates = epochs * minibatches
     s = EngineRead(
-        engine=NAME, defaults_from=DEFAULTS_FROM, loss_mode=loss, form="other", measure=None, level="token",
-        budget_low=None, budget_high=None, loss_agg_mode=REDUCTIONS[g[A + "loss_reduction"]], epochs=epochs,
-        minibatches=minibatches, updates_per_batch=updates, on_policy=updates == 1,
-        on_policy_reason=(f"update_epochs_per_batch={epochs} × {minibatches} mini-batch(es) (train_batch_size="
-                          f"{train} / policy_mini_batch_size={mini}) = {updates} update(s) per training batch"),
+        engine=NAME,
+        defaults_from=DEFAULTS_FROM,
+        loss_mode=loss,
+        form="other",
+        measure=None,
+        level="token",
+        budget_low=None,
+        budget_high=None,
+        loss_agg_mode=REDUCTIONS[g[A + "loss_reduction"]],
+        epochs=epochs,
+        minibatches=minibatches,
+        updates_per_batch=updates,
+        on_policy=updates == 1,
+        on_policy_reason=(
+            f"update_epochs_per_batch={epochs} × {minibatches} mini-batch(es) (train_batch_size="
+            f"{train} / policy_mini_batch_size={mini}) = {updates} update(s) per training batch"
+        ),
         group_size=g["generator.n_samples_per_prompt"],
-        kl={"use_kl_loss": g[A + "use_kl_loss"], "kl_loss_coef": g[A + "kl_loss_coef"],
-            "kl_estimator_type": g[A + "kl_estimator_type"], "adv_estimator": g[A + "advantage_estimator"]},
-        keys=keys, unknown_keys=unknown_keys(settings, is_known, known_keys()),
+        kl={
+            "use_kl_loss": g[A + "use_kl_loss"],
+            "kl_loss_coef": g[A + "kl_loss_coef"],
+            "kl_estimator_type": g[A + "kl_estimator_type"],
+            "adv_estimator": g[A + "advantage_estimator"],
+        },
+        keys=keys,
+        unknown_keys=unknown_keys(settings, is_known, known_keys()),
     )
     READERS.get(loss, _other)(s, g, settings, keys)
     if s.form in ("clip", "cispo") and s.measure == "ratio" and s.budget_low is not None:
@@ -179,8 +225,12 @@ def _ratio(s, g, settings, keys):
     s.budget_low, s.budget_high = g[A + "eps_clip_low"], g[A + "eps_clip_high"]
     s.level = "sequence" if s.loss_mode == "gspo" else "token"
     s.dual_clip_c = g[A + "clip_ratio_c"] if s.loss_mode == "dual_clip" else None
-    s.spec = _try(s, lambda: ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high,
-                                      dual_clip_c=s.dual_clip_c, level=s.level))
+    s.spec = _try(
+        s,
+        lambda: ClipSpec(
+            "ratio", eps_low=s.budget_low, eps_high=s.budget_high, dual_clip_c=s.dual_clip_c, level=s.level
+        ),
+    )
 
 
 def _cispo(s, g, settings, keys):
@@ -203,11 +253,18 @@ def _dppo(s, g, settings, keys):
 
     s.form, s.measure = "gated", g[A + "dppo.dppo_type"]
     s.budget_low, s.budget_high = g[A + "dppo.delta_low"], g[A + "dppo.delta_high"]
-    s.differences.append(Difference("dppo's behaviour policy", "SkyRL's dppo masks and weights by the ratio to "
-                                    "the rollout log-probs when the generator returns them (π_old otherwise)"))
+    s.differences.append(
+        Difference(
+            "dppo's behaviour policy",
+            "SkyRL's dppo masks and weights by the ratio to "
+            "the rollout log-probs when the generator returns them (π_old otherwise)",
+        )
+    )
     if s.budget_low != s.budget_high:
-        s.notes.append(f"dppo: δ_low = {s.budget_low:g} and δ_high = {s.budget_high:g}: a divclip gated spec has "
-                       "one δ, so no divclip method says this exactly")
+        s.notes.append(
+            f"dppo: δ_low = {s.budget_low:g} and δ_high = {s.budget_high:g}: a divclip gated spec has "
+            "one δ, so no divclip method says this exactly"
+        )
         return
     s.spec = _try(s, lambda: ClipSpec(s.measure, delta=s.budget_low, mode="gated"))
 
@@ -222,16 +279,22 @@ def _covariance(s, g, settings, keys):
     if form is None:
         s.notes.append(f"{mode} is reported, not modelled: this divclip has no {mode!r} loss form")
         return
-    names = {"clip_cov": {"clip_cov_ratio": "clip_cov.clip_ratio", "clip_cov_lb": "clip_cov.clip_cov_lb",
-                          "clip_cov_ub": "clip_cov.clip_cov_ub"},
-             "kl_cov": {"kl_cov_ratio": "kl_cov.kl_cov_frac", "kl_cov_coef": "kl_cov.ppo_kl_coef"}}[mode]
+    names = {
+        "clip_cov": {
+            "clip_cov_ratio": "clip_cov.clip_ratio",
+            "clip_cov_lb": "clip_cov.clip_cov_lb",
+            "clip_cov_ub": "clip_cov.clip_cov_ub",
+        },
+        "kl_cov": {"kl_cov_ratio": "kl_cov.kl_cov_frac", "kl_cov_coef": "kl_cov.ppo_kl_coef"},
+    }[mode]
     declared = {p.name for p in form.params}
     params = tuple((name, g[A + key]) for name, key in names.items() if name in declared)
     s.form = mode
     if form.uses_budget:
         s.measure, s.budget_low, s.budget_high = "ratio", g[A + "eps_clip_low"], g[A + "eps_clip_high"]
-        s.spec = _try(s, lambda: ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, mode=mode,
-                                          params=params))
+        s.spec = _try(
+            s, lambda: ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, mode=mode, params=params)
+        )
     else:
         s.spec = _try(s, lambda: ClipSpec(mode=mode, params=params))
 
@@ -242,26 +305,41 @@ def _method(s, g, settings, keys):
     text = settings.get(METHOD_ENV)
     keys[METHOD_ENV] = {"value": text, "origin": "set" if text is not None else "default"}
     if not isinstance(text, str) or not text.strip():
-        raise ConfigError(f"policy_loss_type {METHOD_MODE} runs the method string in {METHOD_ENV}, which the config "
-                          f"does not set (got {text!r}): set {METHOD_ENV}='kl3:0.02' (a divclip method string)")
+        raise ConfigError(
+            f"policy_loss_type {METHOD_MODE} runs the method string in {METHOD_ENV}, which the config "
+            f"does not set (got {text!r}): set {METHOD_ENV}='kl3:0.02' (a divclip method string)"
+        )
     try:
         s.spec = parse_method(text)
     except ValueError as exc:
         raise ConfigError(f"{METHOD_ENV}: {exc}") from None
     # form stays "other", as verl's divclip_method: the report shows the method string, not one ratio interval
-    s.notes.append(f"{METHOD_MODE} runs {METHOD_ENV}={text!r} through divclip's SkyRL plug-in ({PLUGIN}); "
-                   "SkyRL's eps_clip_* and clip_ratio_c are ignored")
+    s.notes.append(
+        f"{METHOD_MODE} runs {METHOD_ENV}={text!r} through divclip's SkyRL plug-in ({PLUGIN}); "
+        "SkyRL's eps_clip_* and clip_ratio_c are ignored"
+    )
     if settings.get(ENTRYPOINT_KEY) != PLUGIN:
         s.notes.append(f"{METHOD_MODE} is registered by the plug-in: the command needs {ENTRYPOINT_KEY}={PLUGIN}")
 
 
 def _other(s, g, settings, keys):
-    s.notes.append(f"policy_loss_type {s.loss_mode!r} is reported, not modelled (divclip reads regular, dual_clip, "
-                   "gspo, cispo, sapo, dppo, clip_cov, kl_cov and divclip_method)")
+    s.notes.append(
+        f"policy_loss_type {s.loss_mode!r} is reported, not modelled (divclip reads regular, dual_clip, "
+        "gspo, cispo, sapo, dppo, clip_cov, kl_cov and divclip_method)"
+    )
 
 
-READERS = {"regular": _ratio, "dual_clip": _ratio, "gspo": _ratio, "cispo": _cispo, "sapo": _sapo, "dppo": _dppo,
-           "clip_cov": _covariance, "kl_cov": _covariance, METHOD_MODE: _method}
+READERS = {
+    "regular": _ratio,
+    "dual_clip": _ratio,
+    "gspo": _ratio,
+    "cispo": _cispo,
+    "sapo": _sapo,
+    "dppo": _dppo,
+    "clip_cov": _covariance,
+    "kl_cov": _covariance,
+    METHOD_MODE: _method,
+}
 """{policy_loss_type: fn(read, typed values, settings, keys)}: what sets the read's form and ClipSpec."""
 
 
@@ -276,41 +354,70 @@ def _try(s: EngineRead, build):
 def _pitfalls(s: EngineRead, g: dict) -> None:
     cfg = f"skyrl {VERSION} skyrl/train/config/config.py AlgorithmConfig"
     if s.on_policy and s.form != "other":
-        s.advice.append(Pitfall("on_policy_clip_inert", on_policy_note(NAME, s.on_policy_reason, ON_POLICY_FIX),
-                                "trainer.update_epochs_per_batch",
-                                f"skyrl {VERSION} skyrl/train/trainer.py (train_batch_size // policy_mini_batch_size"
-                                " * update_epochs_per_batch); docs/theory.md §5"))
+        s.advice.append(
+            Pitfall(
+                "on_policy_clip_inert",
+                on_policy_note(NAME, s.on_policy_reason, ON_POLICY_FIX),
+                "trainer.update_epochs_per_batch",
+                f"skyrl {VERSION} skyrl/train/trainer.py (train_batch_size // policy_mini_batch_size"
+                " * update_epochs_per_batch); docs/theory.md §5",
+            )
+        )
     if s.loss_mode == "regular" and s.explicit(A + "clip_ratio_c"):
-        s.advice.append(Pitfall("ignored_key", f"clip_ratio_c = {g[A + 'clip_ratio_c']:g} is ignored: only "
-                                "policy_loss_type=dual_clip applies the dual clip", A + "clip_ratio_c",
-                                f"skyrl {VERSION} ppo_utils.ppo_policy_loss"))
+        s.advice.append(
+            Pitfall(
+                "ignored_key",
+                f"clip_ratio_c = {g[A + 'clip_ratio_c']:g} is ignored: only "
+                "policy_loss_type=dual_clip applies the dual clip",
+                A + "clip_ratio_c",
+                f"skyrl {VERSION} ppo_utils.ppo_policy_loss",
+            )
+        )
     if s.loss_mode == "cispo" and s.budget_low is not None and s.budget_low <= 0:
-        s.advice.append(Pitfall(
-            "cispo_lower_bound_active",
-            f"cispo_eps_clip_low = {s.budget_low:g} puts the lower clip of the IS weight at {1 - s.budget_low:g}: "
-            "every weight below that is raised to it (tokens the policy moved away from keep weight 1); canonical "
-            "CISPO (arXiv 2506.13585) clips only above: set cispo_eps_clip_low = 1.0", A + "cispo.cispo_eps_clip_low",
-            f"{cfg} (CISPOConfig) and ppo_utils.compute_policy_loss_cispo"))
+        s.advice.append(
+            Pitfall(
+                "cispo_lower_bound_active",
+                f"cispo_eps_clip_low = {s.budget_low:g} puts the lower clip of the IS weight at {1 - s.budget_low:g}: "
+                "every weight below that is raised to it (tokens the policy moved away from keep weight 1); canonical "
+                "CISPO (arXiv 2506.13585) clips only above: set cispo_eps_clip_low = 1.0",
+                A + "cispo.cispo_eps_clip_low",
+                f"{cfg} (CISPOConfig) and ppo_utils.compute_policy_loss_cispo",
+            )
+        )
     if s.loss_mode in ("gspo", "sapo") and g[A + "loss_reduction"] != "sequence_mean":
-        s.advice.append(Pitfall("reduction_not_sequence_mean",
-                                f"{s.loss_mode} with loss_reduction={g[A + 'loss_reduction']}: SkyRL logs a warning "
-                                "and recommends sequence_mean, the paper's", A + "loss_reduction",
-                                f"skyrl {VERSION} ppo_utils.{s.loss_mode}_policy_loss"))
+        s.advice.append(
+            Pitfall(
+                "reduction_not_sequence_mean",
+                f"{s.loss_mode} with loss_reduction={g[A + 'loss_reduction']}: SkyRL logs a warning "
+                "and recommends sequence_mean, the paper's",
+                A + "loss_reduction",
+                f"skyrl {VERSION} ppo_utils.{s.loss_mode}_policy_loss",
+            )
+        )
     tis = g[OPC + "tis_ratio_type"] or ("token" if g[A + "use_tis"] else None)
-    masks = [k for k in ("sequence_mask_metric", "token_mask_is_threshold_low", "token_mask_is_threshold_high")
-             if g[OPC + k] is not None]
+    masks = [
+        k
+        for k in ("sequence_mask_metric", "token_mask_is_threshold_low", "token_mask_is_threshold_high")
+        if g[OPC + k] is not None
+    ]
     if tis or masks:
         cap = g[OPC + f"{tis}_tis_ratio_clip_high"] if tis else None
         if g[A + "use_tis"] and g[A + "tis_imp_ratio_cap"] > 0:
             cap = g[A + "tis_imp_ratio_cap"]
         what = (f"{tis}-level TIS capped at {cap:g}" if tis else "") + (
-            (", " if tis else "") + "masks " + ", ".join(masks) if masks else "")
+            (", " if tis else "") + "masks " + ", ".join(masks) if masks else ""
+        )
         s.notes.append(f"off-policy correction: {what}: a train/inference weight beside the clip")
-        s.advice.append(Pitfall(
-            "is_correction_threshold",
-            f"off-policy correction on ({what}): every token's loss is weighted by π_old/π_rollout beside the clip; "
-            "divclip's method strings do not carry it, so a translation drops it", OPC + "tis_ratio_type",
-            f"skyrl {VERSION} skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py"))
+        s.advice.append(
+            Pitfall(
+                "is_correction_threshold",
+                f"off-policy correction on ({what}): every token's "
+                f"loss is weighted by π_old/π_rollout beside the clip; "
+                "divclip's method strings do not carry it, so a translation drops it",
+                OPC + "tis_ratio_type",
+                f"skyrl {VERSION} skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py",
+            )
+        )
 
 
 # ----------------------------------------------------------------------------------------------- write
@@ -327,8 +434,13 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
     if agg is not None:
         reduction = {v: k for k, v in REDUCTIONS.items() if v and k != "token_mean_legacy"}.get(agg)
         if reduction is None:
-            diffs.append(Difference(f"aggregation {agg}", "SkyRL has token_mean, sequence_mean, "
-                                    "seq_mean_token_sum_norm and prompt_mean; its default token_mean stands"))
+            diffs.append(
+                Difference(
+                    f"aggregation {agg}",
+                    "SkyRL has token_mean, sequence_mean, "
+                    "seq_mean_token_sum_norm and prompt_mean; its default token_mean stands",
+                )
+            )
         else:
             keys["loss_reduction"] = reduction
             if reduction == "seq_mean_token_sum_norm":
@@ -348,17 +460,32 @@ def _write_native(spec, notes: list, diffs: list) -> dict | None:
     if spec.mode == "sapo":
         return {"policy_loss_type": "sapo", "sapo.tau_pos": float(spec.tau_pos), "sapo.tau_neg": float(spec.tau_neg)}
     if spec.mode == "cispo" and spec.measure_name == "ratio":
-        return {"policy_loss_type": "cispo", "cispo.cispo_eps_clip_low": float(spec.eps_low),
-                "cispo.cispo_eps_clip_high": float(spec.eps_high)}
+        return {
+            "policy_loss_type": "cispo",
+            "cispo.cispo_eps_clip_low": float(spec.eps_low),
+            "cispo.cispo_eps_clip_high": float(spec.eps_high),
+        }
     if spec.mode == "gated" and spec.measure_name in ("binary_kl", "binary_tv"):
         if spec.tis_cap is not None:
-            diffs.append(Difference(f"IS-weight truncation at {spec.tis_cap:g} (tis_cap)",
-                                    "SkyRL's dppo does not truncate the IS weight"))
-        diffs.append(Difference("behaviour policy", "SkyRL's dppo uses the rollout log-probs where the generator "
-                                "returns them (π_old otherwise)"))
+            diffs.append(
+                Difference(
+                    f"IS-weight truncation at {spec.tis_cap:g} (tis_cap)",
+                    "SkyRL's dppo does not truncate the IS weight",
+                )
+            )
+        diffs.append(
+            Difference(
+                "behaviour policy",
+                "SkyRL's dppo uses the rollout log-probs where the generator returns them (π_old otherwise)",
+            )
+        )
         d = float(spec.delta)
-        return {"policy_loss_type": "dppo", "dppo.dppo_type": spec.measure_name, "dppo.delta_low": d,
-                "dppo.delta_high": d}
+        return {
+            "policy_loss_type": "dppo",
+            "dppo.dppo_type": spec.measure_name,
+            "dppo.delta_low": d,
+            "dppo.delta_high": d,
+        }
     if spec.mode != "clip":
         return None
     try:
@@ -369,9 +496,15 @@ def _write_native(spec, notes: list, diffs: list) -> dict | None:
         return None  # SkyRL's gspo has no dual clip
     if diff is not None:
         diffs.append(diff)
-    keys = {"policy_loss_type": "gspo" if ratio.level == "sequence" else
-            "dual_clip" if ratio.dual_clip_c is not None else "regular",
-            "eps_clip_low": float(ratio.eps_low), "eps_clip_high": float(ratio.eps_high)}
+    keys = {
+        "policy_loss_type": "gspo"
+        if ratio.level == "sequence"
+        else "dual_clip"
+        if ratio.dual_clip_c is not None
+        else "regular",
+        "eps_clip_low": float(ratio.eps_low),
+        "eps_clip_high": float(ratio.eps_high),
+    }
     if ratio.dual_clip_c is not None:
         keys["clip_ratio_c"] = float(ratio.dual_clip_c)
     return keys
@@ -383,15 +516,18 @@ def _write_plugin(spec, env: dict, notes: list) -> dict:
     if getattr(spec, "signal", None) == "entropy":
         raise ValueError("SkyRL does not hand the policy loss the entropy: adapt to clipfrac or kl3 for SkyRL")
     env[METHOD_ENV] = method_string(spec)
-    notes.append(f"{METHOD_MODE} is divclip's plug-in ({PLUGIN}): SkyRL's main_base runs it through "
-                 f"{ENTRYPOINT_KEY}={PLUGIN}, which registers the loss with PolicyLossRegistry; it reads the whole "
-                 f"method from {METHOD_ENV}")
+    notes.append(
+        f"{METHOD_MODE} is divclip's plug-in ({PLUGIN}): SkyRL's main_base runs it through "
+        f"{ENTRYPOINT_KEY}={PLUGIN}, which registers the loss with PolicyLossRegistry; it reads the whole "
+        f"method from {METHOD_ENV}"
+    )
     return {"policy_loss_type": METHOD_MODE}
 
 
 def _aggregation(spec, recipe: bool, loss_agg_mode, notes: list) -> str | None:
-    return recipe_aggregation(spec, recipe, loss_agg_mode, notes,
-                              lambda found: f"aggregation {found.loss_agg_mode}: {found.source}")
+    return recipe_aggregation(
+        spec, recipe, loss_agg_mode, notes, lambda found: f"aggregation {found.loss_agg_mode}: {found.source}"
+    )
 
 
 # ---------------------------------------------------------------------------------------------- render

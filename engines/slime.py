@@ -48,8 +48,10 @@ NAME = "slime"
 COMMIT = "624b824a898ab0ec1fcb4d373004c7f3852bf515"
 VERSION = f"git {COMMIT[:8]} (snapshot)"
 SOURCE = f"github.com/THUDM/slime at {COMMIT}: slime/utils/arguments.py"
-DEFAULTS_FROM = (f"slime {SOURCE} (a snapshot of the public source; slime is not on the package index) and "
-                 "slime/utils/ppo_utils.py, slime/backends/megatron_utils/loss.py")
+DEFAULTS_FROM = (
+    f"slime {SOURCE} (a snapshot of the public source; slime is not on the package index) and "
+    "slime/utils/ppo_utils.py, slime/backends/megatron_utils/loss.py"
+)
 FORMATS = ("launch",)
 COMMAND = "python3 train.py"
 PLUGIN = None
@@ -78,13 +80,20 @@ KEYS: dict[str, Key] = {
     "--kl-loss-coef": Key("float", 0.0, above=-math.inf, doc="its coefficient"),
     "--kl-loss-type": Key("str", "k1", choices=("k1", "k2", "k3", "low_var_kl"), doc="its estimator"),
 }
-ROLE_KEYS = {"low": "--eps-clip", "high": "--eps-clip-high", "dual_clip": "--eps-clip-c",
-             "epochs": "--num-steps-per-rollout", "minibatch": "--global-batch-size"}
+ROLE_KEYS = {
+    "low": "--eps-clip",
+    "high": "--eps-clip-high",
+    "dual_clip": "--eps-clip-c",
+    "epochs": "--num-steps-per-rollout",
+    "minibatch": "--global-batch-size",
+}
 ON_POLICY_FIX = "set --global-batch-size below rollout-batch-size × n-samples-per-prompt"
 TYPO_CUTOFF = 0.85  # difflib ratio: "--eps-clip-hgh" is 0.96 from "--eps-clip-high"
 KNOWN_FLAGS_FILE = Path(__file__).with_name(f"slime_{COMMIT[:8]}_flags.txt")
-KNOWN_KEYS_FROM = (f"slime {SOURCE}: the flags divclip reads, and a flag one slip from one of them "
-                   "(Megatron-LM's own flags are passed through and not checked)")
+KNOWN_KEYS_FROM = (
+    f"slime {SOURCE}: the flags divclip reads, and a flag one slip from one of them "
+    "(Megatron-LM's own flags are passed through and not checked)"
+)
 
 
 @functools.lru_cache(maxsize=1)
@@ -112,15 +121,24 @@ def read(settings: Mapping, **_options) -> EngineRead:
         form = "cispo"
     per_token = bool(g["--calculate-per-token-loss"])
     s = EngineRead(
-        engine=NAME, defaults_from=DEFAULTS_FROM, loss_mode=est if loss_type == "policy_loss" else loss_type,
-        form=form, measure="ratio" if form != "other" else None,
+        engine=NAME,
+        defaults_from=DEFAULTS_FROM,
+        loss_mode=est if loss_type == "policy_loss" else loss_type,
+        form=form,
+        measure="ratio" if form != "other" else None,
         level="sequence" if est == "gspo" and form == "clip" else "token",
-        budget_low=low if form != "other" else None, budget_high=high if form != "other" else None,
+        budget_low=low if form != "other" else None,
+        budget_high=high if form != "other" else None,
         dual_clip_c=g["--eps-clip-c"] if form == "clip" else None,
         loss_agg_mode="token-mean" if per_token else "seq-mean-token-mean",
-        group_size=g["--n-samples-per-prompt"], keys=keys,
-        kl={"use_kl_loss": g["--use-kl-loss"], "kl_loss_coef": g["--kl-loss-coef"],
-            "kl_loss_type": g["--kl-loss-type"], "adv_estimator": est},
+        group_size=g["--n-samples-per-prompt"],
+        keys=keys,
+        kl={
+            "use_kl_loss": g["--use-kl-loss"],
+            "kl_loss_coef": g["--kl-loss-coef"],
+            "kl_loss_type": g["--kl-loss-type"],
+            "adv_estimator": est,
+        },
         unknown_keys=_typos(settings),
     )
     _structure(s, g)
@@ -128,8 +146,10 @@ def read(settings: Mapping, **_options) -> EngineRead:
         s.ratio_bounds = [max(1.0 - low, 0.0), 1.0 + high]
         s.spec = _spec(s)
     else:
-        s.notes.append(f"--loss-type {loss_type} is reported, not modelled"
-                       + (f" (custom loss {g['--custom-loss-function-path']})" if loss_type == "custom_loss" else ""))
+        s.notes.append(
+            f"--loss-type {loss_type} is reported, not modelled"
+            + (f" (custom loss {g['--custom-loss-function-path']})" if loss_type == "custom_loss" else "")
+        )
     _pitfalls(s, g)
     return s
 
@@ -154,18 +174,26 @@ def _structure(s: EngineRead, g: dict) -> None:
     if prompts is None or (gbs is None and steps is None):
         s.minibatches = s.updates_per_batch = math.nan
         s.on_policy = False
-        s.on_policy_reason = ("--rollout-batch-size and --global-batch-size (or --num-steps-per-rollout) decide the "
-                              "steps per rollout; the config does not set them, so divclip cannot count them")
+        s.on_policy_reason = (
+            "--rollout-batch-size and --global-batch-size (or --num-steps-per-rollout) decide the "
+            "steps per rollout; the config does not set them, so divclip cannot count them"
+        )
         return
     samples = prompts * n
     count = steps if steps is not None else max(1, samples // gbs)
-    how = (f"--num-steps-per-rollout={steps}" if steps is not None else
-           f"rollout-batch-size × n-samples-per-prompt = {samples} samples / global-batch-size={gbs}")
+    how = (
+        f"--num-steps-per-rollout={steps}"
+        if steps is not None
+        else f"rollout-batch-size × n-samples-per-prompt = {samples} samples / global-batch-size={gbs}"
+    )
     s.minibatches = s.updates_per_batch = count
     s.on_policy = count == 1 and not rollout_lp
     s.on_policy_reason = f"{how} = {count} step(s) per rollout, one pass" + (
         "; π_old is the inference engine's log-probs (--use-rollout-logprobs), so the ratio carries the "
-        "train/inference mismatch even on the first step" if rollout_lp else "")
+        "train/inference mismatch even on the first step"
+        if rollout_lp
+        else ""
+    )
 
 
 def _spec(s: EngineRead):
@@ -174,8 +202,7 @@ def _spec(s: EngineRead):
     try:
         if s.form == "cispo":
             return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, mode="cispo")
-        return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, dual_clip_c=s.dual_clip_c,
-                        level=s.level)
+        return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, dual_clip_c=s.dual_clip_c, level=s.level)
     except ValueError as exc:  # ε_low > 1: a lower bound below 0
         s.notes.append(f"no divclip method says this exactly: {exc}")
         return None
@@ -184,25 +211,42 @@ def _spec(s: EngineRead):
 def _pitfalls(s: EngineRead, g: dict) -> None:
     loss = "slime/backends/megatron_utils/loss.py policy_loss_function"
     if s.on_policy and s.form != "other":
-        s.advice.append(Pitfall("on_policy_clip_inert", on_policy_note(NAME, s.on_policy_reason, ON_POLICY_FIX),
-                                "--global-batch-size", f"slime {SOURCE} (global_batch_size: 'if you hope to train 1 "
-                                "step for each rollout, the global_bach_size should be set as rollout_batch_size * "
-                                "n_samples_per_prompt'); docs/theory.md §5"))
+        s.advice.append(
+            Pitfall(
+                "on_policy_clip_inert",
+                on_policy_note(NAME, s.on_policy_reason, ON_POLICY_FIX),
+                "--global-batch-size",
+                f"slime {SOURCE} (global_batch_size: 'if you hope to train 1 "
+                "step for each rollout, the global_bach_size should be set as rollout_batch_size * "
+                "n_samples_per_prompt'); docs/theory.md §5",
+            )
+        )
     if g["--use-tis"] or g["--custom-tis-function-path"]:
-        what = (f"clamp(π_old/π_rollout, {g['--tis-clip-low']:g}, {g['--tis-clip']:g})"
-                if not g["--custom-tis-function-path"] else f"{g['--custom-tis-function-path']}'s weight")
+        what = (
+            f"clamp(π_old/π_rollout, {g['--tis-clip-low']:g}, {g['--tis-clip']:g})"
+            if not g["--custom-tis-function-path"]
+            else f"{g['--custom-tis-function-path']}'s weight"
+        )
         s.notes.append(f"--use-tis: the loss is weighted by {what}, beside the clip")
-        s.advice.append(Pitfall(
-            "is_correction_threshold",
-            f"TIS on: every token's loss is weighted by {what} (train/inference mismatch), beside the PPO clip; "
-            "divclip's method strings do not carry it, so a translation drops it", "--use-tis",
-            f"slime {COMMIT[:8]} {loss} (vanilla_tis_function, icepop_function)"))
+        s.advice.append(
+            Pitfall(
+                "is_correction_threshold",
+                f"TIS on: every token's loss is weighted by {what} (train/inference mismatch), beside the PPO clip; "
+                "divclip's method strings do not carry it, so a translation drops it",
+                "--use-tis",
+                f"slime {COMMIT[:8]} {loss} (vanilla_tis_function, icepop_function)",
+            )
+        )
     if s.form == "cispo" and s.budget_low < 1.0:
-        s.advice.append(Pitfall(
-            "cispo_lower_bound_active",
-            f"cispo with --eps-clip {s.budget_low:g} keeps the lower clip 1 - ε = {1 - s.budget_low:g} on the IS "
-            "weight; canonical CISPO (arXiv 2506.13585) clips only above: --eps-clip 1.0", "--eps-clip",
-            f"slime {SOURCE} (parse_args warns: 'CISPO is canonically single-sided')"))
+        s.advice.append(
+            Pitfall(
+                "cispo_lower_bound_active",
+                f"cispo with --eps-clip {s.budget_low:g} keeps the lower clip 1 - ε = {1 - s.budget_low:g} on the IS "
+                "weight; canonical CISPO (arXiv 2506.13585) clips only above: --eps-clip 1.0",
+                "--eps-clip",
+                f"slime {SOURCE} (parse_args warns: 'CISPO is canonically single-sided')",
+            )
+        )
 
 
 # ----------------------------------------------------------------------------------------------- write
@@ -220,14 +264,21 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
     elif spec.mode == "clip":
         settings = _write_clip(spec, notes, diffs)
     else:
-        raise ValueError(f"slime ({VERSION}) has no {spec.mode!r} loss form (its losses: the PPO clip, gspo, "
-                         "cispo); a custom loss (--custom-loss-function-path) could run divclip's, see docs/engines.md")
+        raise ValueError(
+            f"slime ({VERSION}) has no {spec.mode!r} loss form (its losses: the PPO clip, gspo, "
+            "cispo); a custom loss (--custom-loss-function-path) could run divclip's, see docs/engines.md"
+        )
     agg = _aggregation(spec, recipe, loss_agg_mode, notes)
     if agg == "token-mean":
         settings["--calculate-per-token-loss"] = True
     elif agg not in (None, "seq-mean-token-mean"):
-        diffs.append(Difference(f"aggregation {agg}", "slime has a per-sample mean (default) and token-mean "
-                                "(--calculate-per-token-loss) only; the per-sample mean stands"))
+        diffs.append(
+            Difference(
+                f"aggregation {agg}",
+                "slime has a per-sample mean (default) and token-mean "
+                "(--calculate-per-token-loss) only; the per-sample mean stands",
+            )
+        )
     return EngineWrite(NAME, label, {}, settings, tuple(notes), differences=tuple(diffs))
 
 
@@ -239,10 +290,16 @@ def _write_clip(spec, notes: list, diffs: list) -> dict:
     if diff is not None:
         diffs.append(diff)
     est = "gspo" if ratio.level == "sequence" else "grpo"
-    notes.append(f"--advantage-estimator {est} also selects the loss ("
-                 + ("the sequence ratio" if est == "gspo" else "PPO's clip; gspo and cispo select theirs") + ")")
-    settings = {"--advantage-estimator": est, "--eps-clip": float(ratio.eps_low),
-                "--eps-clip-high": float(ratio.eps_high)}
+    notes.append(
+        f"--advantage-estimator {est} also selects the loss ("
+        + ("the sequence ratio" if est == "gspo" else "PPO's clip; gspo and cispo select theirs")
+        + ")"
+    )
+    settings = {
+        "--advantage-estimator": est,
+        "--eps-clip": float(ratio.eps_low),
+        "--eps-clip-high": float(ratio.eps_high),
+    }
     if ratio.dual_clip_c is not None:
         settings["--eps-clip-c"] = float(ratio.dual_clip_c)
     else:
@@ -253,14 +310,24 @@ def _write_clip(spec, notes: list, diffs: list) -> dict:
 def _write_cispo(spec, notes: list) -> dict:
     if spec.measure_name != "ratio":
         raise ValueError(f"slime's cispo clips the ratio by widths ε, got measure {spec.measure_name!r}")
-    return {"--advantage-estimator": "cispo", "--eps-clip": float(spec.eps_low),
-            "--eps-clip-high": float(spec.eps_high)}
+    return {
+        "--advantage-estimator": "cispo",
+        "--eps-clip": float(spec.eps_low),
+        "--eps-clip-high": float(spec.eps_high),
+    }
 
 
 def _aggregation(spec, recipe: bool, loss_agg_mode, notes: list) -> str | None:
-    return recipe_aggregation(spec, recipe, loss_agg_mode, notes, lambda found: (
-        f"aggregation {found.loss_agg_mode}: {found.source}"
-        + (" (slime's default per-sample mean)" if found.loss_agg_mode == "seq-mean-token-mean" else "")))
+    return recipe_aggregation(
+        spec,
+        recipe,
+        loss_agg_mode,
+        notes,
+        lambda found: (
+            f"aggregation {found.loss_agg_mode}: {found.source}"
+            + (" (slime's default per-sample mean)" if found.loss_agg_mode == "seq-mean-token-mean" else "")
+        ),
+    )
 
 
 def render(w: EngineWrite, fmt: str) -> list[str]:

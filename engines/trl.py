@@ -80,23 +80,44 @@ PLUGIN_KEYS: dict[str, Key] = {
 }
 MARKERS = set(KEYS) | set(PLUGIN_KEYS) | {"max_completion_length", "use_vllm", "scale_rewards", "num_generations_eval"}
 
-ROLES = {"eps_low": "epsilon", "eps_high": "epsilon_high", "dual_clip": "delta", "cap": "epsilon_high",
-         "epochs": "num_iterations"}
+ROLES = {
+    "eps_low": "epsilon",
+    "eps_high": "epsilon_high",
+    "dual_clip": "delta",
+    "cap": "epsilon_high",
+    "epochs": "num_iterations",
+}
 """{role: key}: the keys the sanity checks name (see EngineRead.roles)."""
-KNOWN_KEYS_FROM = (f"trl {VERSION} GRPOConfig and transformers {TRANSFORMERS_VERSION} TrainingArguments fields, "
-                   "with divclip's DivClipGRPOConfig (GRPOConfig(**kwargs) and HfArgumentParser refuse any other)")
+KNOWN_KEYS_FROM = (
+    f"trl {VERSION} GRPOConfig and transformers {TRANSFORMERS_VERSION} TrainingArguments fields, "
+    "with divclip's DivClipGRPOConfig (GRPOConfig(**kwargs) and HfArgumentParser refuse any other)"
+)
 
 # loss_type -> aggregation in verl's names (grpo_trainer.py's per-loss_type normalisation)
-AGGREGATION = {"grpo": "seq-mean-token-mean", "sapo": "seq-mean-token-mean", "bnpo": "token-mean",
-               "dapo": "token-mean", "cispo": "token-mean", "vespo": "token-mean",
-               "dr_grpo": "seq-mean-token-sum-norm", "luspo": "seq-mean-token-sum"}
+AGGREGATION = {
+    "grpo": "seq-mean-token-mean",
+    "sapo": "seq-mean-token-mean",
+    "bnpo": "token-mean",
+    "dapo": "token-mean",
+    "cispo": "token-mean",
+    "vespo": "token-mean",
+    "dr_grpo": "seq-mean-token-sum-norm",
+    "luspo": "seq-mean-token-sum",
+}
 # loss_type -> the divclip loss_agg_mode that is TRL's normalisation exactly (divclip.theory.loss_metrics): a TRL
 # sequence mean counts every sequence of the micro-batch (an empty one as 0), and dr_grpo / dapo / cispo / vespo
 # divide the token sum by a constant (`loss_scale_factor`: B · max_completion_length, or the generation batch's
 # token count per accumulation window, TRL's num_items_in_batch). tests/theory/test_losses_trl.py holds it exact.
-EXACT_AGGREGATION = {"grpo": "seq-mean-token-mean-all", "sapo": "seq-mean-token-mean-all", "bnpo": "token-mean",
-                     "luspo": "seq-mean-token-sum-all", "dr_grpo": "token-sum-norm", "dapo": "token-sum-norm",
-                     "cispo": "token-sum-norm", "vespo": "token-sum-norm"}
+EXACT_AGGREGATION = {
+    "grpo": "seq-mean-token-mean-all",
+    "sapo": "seq-mean-token-mean-all",
+    "bnpo": "token-mean",
+    "luspo": "seq-mean-token-sum-all",
+    "dr_grpo": "token-sum-norm",
+    "dapo": "token-sum-norm",
+    "cispo": "token-sum-norm",
+    "vespo": "token-sum-norm",
+}
 # aggregation -> the clip loss_type that runs PPO's clip with it
 CLIP_LOSS_TYPE = {"token-mean": "dapo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
 _CLIPPED = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
@@ -180,8 +201,10 @@ def read(settings: Mapping, *, num_processes: int = 1, **_options) -> EngineRead
     if form == "clip":
         _divclip(s, values, g, keys, steps)
     if num_processes == 1 and g["generation_batch_size"] is not None and g["steps_per_generation"] is None:
-        s.notes.append("steps_per_generation derived from generation_batch_size assuming 1 process "
-                       "(pass --num-processes for multi-GPU runs)")
+        s.notes.append(
+            "steps_per_generation derived from generation_batch_size assuming 1 process "
+            "(pass --num-processes for multi-GPU runs)"
+        )
     _read_spec(s, g)
     s.advice[:0] = pitfalls(s)  # before the plug-in's own advice, as `divclip check` has always listed them
     return s
@@ -203,8 +226,10 @@ def _read_spec(s: EngineRead, g: dict) -> None:
     if s.spec is not None:
         return  # clip_method: the method string is the spec
     if s.loss_mode not in SPEC_FROM_LOSS_TYPE:
-        s.notes.append(f"loss_type {s.loss_mode!r} is reported but not modelled yet: divclip reads "
-                       f"{', '.join(SPEC_FROM_LOSS_TYPE)}")
+        s.notes.append(
+            f"loss_type {s.loss_mode!r} is reported but not modelled yet: divclip reads "
+            f"{', '.join(SPEC_FROM_LOSS_TYPE)}"
+        )
         return
     try:
         s.spec = SPEC_FROM_LOSS_TYPE[s.loss_mode](s, g)
@@ -223,12 +248,21 @@ def _clip_spec(s: EngineRead, g: dict):
     mode = "luspo" if s.loss_mode == "luspo" else "clip"
     c = s.dual_clip_c
     if c is not None and s.clip_measure in (None, "ratio") and c < 1.0 + s.budget_high:
-        raise ValueError(f"delta = {c:g} is below 1 + epsilon_high = {1.0 + s.budget_high:g}: TRL's two-sided clip "
-                         "then also caps tokens with A > 0 inside the clip, which divclip's dual clip does not")
+        raise ValueError(
+            f"delta = {c:g} is below 1 + epsilon_high = {1.0 + s.budget_high:g}: TRL's two-sided clip "
+            "then also caps tokens with A > 0 inside the clip, which divclip's dual clip does not"
+        )
     if s.clip_measure not in (None, "ratio"):
         return ClipSpec(s.clip_measure, delta=s.delta_low, dual_clip_c=c, clamp_log_ratio=False)
-    return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, dual_clip_c=c, level=s.level, mode=mode,
-                    clamp_log_ratio=False)
+    return ClipSpec(
+        "ratio",
+        eps_low=s.budget_low,
+        eps_high=s.budget_high,
+        dual_clip_c=c,
+        level=s.level,
+        mode=mode,
+        clamp_log_ratio=False,
+    )
 
 
 def _cispo_spec(s: EngineRead, g: dict):
@@ -241,8 +275,13 @@ def _cispo_spec(s: EngineRead, g: dict):
 def _sapo_spec(s: EngineRead, g: dict):
     from divclip.theory.spec import ClipSpec
 
-    return ClipSpec(mode="sapo", tau_pos=g["sapo_temperature_pos"], tau_neg=g["sapo_temperature_neg"], level=s.level,
-                    clamp_log_ratio=False)
+    return ClipSpec(
+        mode="sapo",
+        tau_pos=g["sapo_temperature_pos"],
+        tau_neg=g["sapo_temperature_neg"],
+        level=s.level,
+        clamp_log_ratio=False,
+    )
 
 
 def _vespo_spec(s: EngineRead, g: dict):
@@ -255,13 +294,18 @@ def _vespo_spec(s: EngineRead, g: dict):
     return ClipSpec(mode="vespo", params={k: g[k] for k in names if g[k] != form.param(k).default})
 
 
-SPEC_FROM_LOSS_TYPE = {**{t: _clip_spec for t in _CLIPPED}, "cispo": _cispo_spec, "sapo": _sapo_spec,
-                       "vespo": _vespo_spec}
+SPEC_FROM_LOSS_TYPE = {
+    **{t: _clip_spec for t in _CLIPPED},
+    "cispo": _cispo_spec,
+    "sapo": _sapo_spec,
+    "vespo": _vespo_spec,
+}
 """{TRL loss_type: fn(read, typed values) -> ClipSpec}: the method each loss_type runs."""
 
 
-def loss_scale_factor(settings: Mapping, *, batch_size: int, num_items_in_batch: float | None = None,
-                      num_processes: int = 1) -> float | None:
+def loss_scale_factor(
+    settings: Mapping, *, batch_size: int, num_items_in_batch: float | None = None, num_processes: int = 1
+) -> float | None:
     """`policy_loss`'s loss_scale_factor for TRL's EXACT_AGGREGATION of these settings, on one micro-batch of
     `batch_size` sequences: dr_grpo's B · max_completion_length; dapo/cispo/vespo's max(num_items_in_batch, 1) /
     num_processes · gradient_accumulation_steps / steps_per_generation (TRL's train-mode normaliser); None for the
@@ -273,8 +317,9 @@ def loss_scale_factor(settings: Mapping, *, batch_size: int, num_items_in_batch:
     if mode != "token-sum-norm":
         return None
     if num_items_in_batch is None:
-        raise ValueError(f"loss_type {found.loss_mode!r} divides by the generation batch's token count: give "
-                         "num_items_in_batch")
+        raise ValueError(
+            f"loss_type {found.loss_mode!r} divides by the generation batch's token count: give num_items_in_batch"
+        )
     gas = found.keys["gradient_accumulation_steps"]["value"]
     steps = found.minibatches * gas
     return max(float(num_items_in_batch), 1.0) / num_processes * gas / steps
@@ -303,20 +348,23 @@ def _divclip(s: EngineRead, values: dict, g: dict, keys: dict, steps: int) -> No
         _method(s, d["clip_method"])
         return
     name, clip_delta = d["clip_measure"], d["clip_delta"]
-    found = plugin_advice(name, clip_delta, g["epsilon_high"], g["num_iterations"], steps,
-                          g["gradient_accumulation_steps"])
+    found = plugin_advice(
+        name, clip_delta, g["epsilon_high"], g["num_iterations"], steps, g["gradient_accumulation_steps"]
+    )
     s.advice += [a for a in found if a.code != "on_policy_clip_inert"]  # the on-policy check reports that
     if name == "ratio":
         if clip_delta is not None:
-            raise ConfigError(f"clip_measure='ratio' uses epsilon/epsilon_high, so clip_delta must be None, "
-                              f"got {clip_delta!r}")
+            raise ConfigError(
+                f"clip_measure='ratio' uses epsilon/epsilon_high, so clip_delta must be None, got {clip_delta!r}"
+            )
         s.ratio_bounds = [1.0 - s.budget_low, 1.0 + s.budget_high]
         return
     m = get_measure(name)
     if clip_delta is None:
         if m.p_dependent:
-            raise ConfigError(f"clip_measure={name!r} depends on p = π_old(a): give clip_delta explicitly, got "
-                              "clip_delta=None")
+            raise ConfigError(
+                f"clip_measure={name!r} depends on p = π_old(a): give clip_delta explicitly, got clip_delta=None"
+            )
         try:
             clip_delta = delta_for_eps(name, eps_low=g["epsilon"])
         except ValueError as exc:
@@ -328,8 +376,10 @@ def _divclip(s: EngineRead, values: dict, g: dict, keys: dict, steps: int) -> No
     else:
         lo, hi = s.ratio_bounds
         s.budget_low, s.budget_high = 1.0 - lo, hi - 1.0
-    s.notes.append(f"clip_measure={name!r}: budget δ = {clip_delta:.6g}"
-                   + (" (derived from epsilon as δ = D(1 - epsilon))" if d["clip_delta"] is None else ""))
+    s.notes.append(
+        f"clip_measure={name!r}: budget δ = {clip_delta:.6g}"
+        + (" (derived from epsilon as δ = D(1 - epsilon))" if d["clip_delta"] is None else "")
+    )
 
 
 def _method(s: EngineRead, text: str) -> None:
@@ -339,8 +389,9 @@ def _method(s: EngineRead, text: str) -> None:
         s.spec = parse_method(text)
     except ValueError as exc:
         raise ConfigError(f"clip_method: {exc}") from None
-    s.notes.append(f"clip_method={text!r} is the whole method: epsilon, epsilon_high, delta and clip_measure are "
-                   "ignored")
+    s.notes.append(
+        f"clip_method={text!r} is the whole method: epsilon, epsilon_high, delta and clip_measure are ignored"
+    )
 
 
 # -------------------------------------------------------------------------------------------- pitfalls
@@ -351,9 +402,11 @@ CHECK_SOURCES = {
     "INTELLECT-2, arXiv 2505.07291)",
 }
 """The source of each warning only TRL's settings raise (`divclip.sanity.checks.SOURCES` lists them too)."""
-ON_POLICY_SOURCE = (f"docs/theory.md §5; TRL {VERSION[:4]} grpo_trainer.py uses the current log-probs, detached, as "
-                    "the old ones when gradient_accumulation_steps is a multiple of steps_per_generation × "
-                    "num_iterations")
+ON_POLICY_SOURCE = (
+    f"docs/theory.md §5; TRL {VERSION[:4]} grpo_trainer.py uses the current log-probs, detached, as "
+    "the old ones when gradient_accumulation_steps is a multiple of steps_per_generation × "
+    "num_iterations"
+)
 CISPO_CAP_MIN = 1.5  # a cap this close to 1 down-weights every token that moved up at all
 CISPO_CAP_RECOMMENDED = 5.0  # ScaleRL's ε_max, GRPOConfig's help for epsilon_high under cispo
 
@@ -362,42 +415,64 @@ def pitfalls(s: EngineRead) -> list[Pitfall]:
     """What TRL's own fields get wrong: `delta` at or below the upper clip bound, cispo's absolute cap."""
     out = []
     if s.dual_clip_c is not None and s.budget_high is not None and s.dual_clip_c <= 1.0 + s.budget_high:
-        out.append(Pitfall(
-            "trl_delta_below_upper_clip",
-            f"delta = {s.dual_clip_c:g} caps the ratio at or below the upper clip bound 1 + ε_high = "
-            f"{1 + s.budget_high:g}; TRL recommends delta > 1 + ε (INTELLECT-2 used 4).", "delta",
-            CHECK_SOURCES["trl_delta_below_upper_clip"]))
+        out.append(
+            Pitfall(
+                "trl_delta_below_upper_clip",
+                f"delta = {s.dual_clip_c:g} caps the ratio at or below the upper clip bound 1 + ε_high = "
+                f"{1 + s.budget_high:g}; TRL recommends delta > 1 + ε (INTELLECT-2 used 4).",
+                "delta",
+                CHECK_SOURCES["trl_delta_below_upper_clip"],
+            )
+        )
     if s.form == "cispo" and s.cap < CISPO_CAP_MIN:
         set_it = "epsilon_high" if s.explicit("epsilon_high") else "epsilon_high (unset, so epsilon)"
-        out.append(Pitfall(
-            "trl_cispo_cap_is_absolute",
-            f"TRL's cispo clamps the importance weight at {set_it} = {s.cap:g} itself, not at 1 + ε: every weight "
-            f"is capped at {s.cap:g}{' < 1, so even unchanged tokens are down-weighted' if s.cap < 1 else ''}. "
-            f"ScaleRL recommends epsilon_high = {CISPO_CAP_RECOMMENDED}.", "epsilon_high",
-            CHECK_SOURCES["trl_cispo_cap_is_absolute"]))
+        out.append(
+            Pitfall(
+                "trl_cispo_cap_is_absolute",
+                f"TRL's cispo clamps the importance weight at {set_it} = {s.cap:g} itself, not at 1 + ε: every weight "
+                f"is capped at {s.cap:g}{' < 1, so even unchanged tokens are down-weighted' if s.cap < 1 else ''}. "
+                f"ScaleRL recommends epsilon_high = {CISPO_CAP_RECOMMENDED}.",
+                "epsilon_high",
+                CHECK_SOURCES["trl_cispo_cap_is_absolute"],
+            )
+        )
     return out
 
 
-def plugin_advice(measure: str, clip_delta, epsilon_high, num_iterations: int, steps_per_generation: int | None,
-                  gradient_accumulation_steps: int) -> list[Pitfall]:
+def plugin_advice(
+    measure: str,
+    clip_delta,
+    epsilon_high,
+    num_iterations: int,
+    steps_per_generation: int | None,
+    gradient_accumulation_steps: int,
+) -> list[Pitfall]:
     """Warnings for DivClipGRPOConfig's fields (the TRL plug-in logs them; `divclip check` reports them)."""
     out: list = []
     owner = f"clip_measure={measure!r}"
     if measure != "ratio":
         if epsilon_high is not None:
-            out.append(advice.ignored_key_advice(owner, "epsilon_high", epsilon_high,
-                                                 "the upper bound follows from the budget δ"))
+            out.append(
+                advice.ignored_key_advice(
+                    owner, "epsilon_high", epsilon_high, "the upper bound follows from the budget δ"
+                )
+            )
         if clip_delta is not None:
             out += advice.budget_advice(measure, [("clip_delta", clip_delta)], owner, DEFAULT_WIDTH)
             out += advice.cannot_bind_advice(measure, clip_delta, clip_delta, owner, ("clip_delta", "clip_delta"))
     steps = steps_per_generation if steps_per_generation is not None else gradient_accumulation_steps
     if gradient_accumulation_steps % (steps * num_iterations) == 0:
-        out.append(Pitfall(
-            "on_policy_clip_inert",
-            f"num_iterations={num_iterations} × steps_per_generation={steps} divides gradient_accumulation_steps="
-            f"{gradient_accumulation_steps}: TRL uses the current log-probs as the old ones, the ratio is "
-            f"identically 1 and no clip has any effect. Use num_iterations > 1 (or steps_per_generation > "
-            f"gradient_accumulation_steps) if the clip is meant to matter.", "num_iterations", ON_POLICY_SOURCE))
+        out.append(
+            Pitfall(
+                "on_policy_clip_inert",
+                f"num_iterations={num_iterations} × steps_per_generation={steps} divides gradient_accumulation_steps="
+                f"{gradient_accumulation_steps}: TRL uses the current log-probs as the old ones, the ratio is "
+                f"identically 1 and no clip has any effect. Use num_iterations > 1 (or steps_per_generation > "
+                f"gradient_accumulation_steps) if the clip is meant to matter.",
+                "num_iterations",
+                ON_POLICY_SOURCE,
+            )
+        )
     return out
 
 
@@ -406,8 +481,9 @@ def _num(x) -> float:
     return float(x)
 
 
-_ON_POLICY = ("TRL's default num_iterations=1 makes every update on-policy, where no clip has any effect: "
-              "set num_iterations > 1")
+_ON_POLICY = (
+    "TRL's default num_iterations=1 makes every update on-policy, where no clip has any effect: set num_iterations > 1"
+)
 
 
 def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label: str | None = None) -> EngineWrite:
@@ -425,9 +501,12 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
         return EngineWrite(NAME, label, {}, fields, tuple(notes), "DivClipGRPOConfig", tuple(diffs))
     if spec.mode not in WRITERS:
         name = spec.measure_name
-        raise ValueError(f"TRL has no {spec.mode!r} loss form (DPPO's mask is verl's dppo_kl/dppo_tv); for a PPO "
-                         f"clip by {name} use the method '{name}:{spec.delta:g}'" if spec.mode == "gated" else
-                         f"TRL has no {spec.mode!r} loss form (TRL's loss_type: {', '.join(LOSS_TYPES)})")
+        raise ValueError(
+            f"TRL has no {spec.mode!r} loss form (DPPO's mask is verl's dppo_kl/dppo_tv); for a PPO "
+            f"clip by {name} use the method '{name}:{spec.delta:g}'"
+            if spec.mode == "gated"
+            else f"TRL has no {spec.mode!r} loss form (TRL's loss_type: {', '.join(LOSS_TYPES)})"
+        )
     fields, config_class = WRITERS[spec.mode](spec, agg, notes, diffs)
     return EngineWrite(NAME, label, {}, fields, tuple(notes), config_class, tuple(diffs))
 
@@ -446,8 +525,13 @@ def _clip_loss_type(agg: str | None, diffs: list) -> str:
         return "dapo"
     if agg in CLIP_LOSS_TYPE:
         return CLIP_LOSS_TYPE[agg]
-    diffs.append(Difference(f"aggregation {agg}", "TRL's loss_types aggregate token-mean (dapo), "
-                            "seq-mean-token-mean (grpo) or seq-mean-token-sum-norm (dr_grpo): written as dapo"))
+    diffs.append(
+        Difference(
+            f"aggregation {agg}",
+            "TRL's loss_types aggregate token-mean (dapo), "
+            "seq-mean-token-mean (grpo) or seq-mean-token-sum-norm (dr_grpo): written as dapo",
+        )
+    )
     return "dapo"
 
 
@@ -457,16 +541,34 @@ def _write_clip(spec, agg, notes: list, diffs: list):
     loss_type = _clip_loss_type(agg, diffs)
     if spec.level == "sequence":
         if name != "ratio":
-            raise ValueError(f"TRL has no sequence-level {name} clip (importance_sampling_level='sequence' clips the "
-                             f"sequence ratio), got {name!r}")
-        return {"loss_type": loss_type, "importance_sampling_level": "sequence", "epsilon": _num(spec.eps_low),
-                "epsilon_high": _num(spec.eps_high), "delta": delta}, "GRPOConfig"
+            raise ValueError(
+                f"TRL has no sequence-level {name} clip (importance_sampling_level='sequence' clips the "
+                f"sequence ratio), got {name!r}"
+            )
+        return {
+            "loss_type": loss_type,
+            "importance_sampling_level": "sequence",
+            "epsilon": _num(spec.eps_low),
+            "epsilon_high": _num(spec.eps_high),
+            "delta": delta,
+        }, "GRPOConfig"
     if name == "ratio":
-        fields = {"loss_type": loss_type, "clip_measure": "ratio", "clip_delta": None, "epsilon": _num(spec.eps_low),
-                  "epsilon_high": _num(spec.eps_high), "delta": delta}
+        fields = {
+            "loss_type": loss_type,
+            "clip_measure": "ratio",
+            "clip_delta": None,
+            "epsilon": _num(spec.eps_low),
+            "epsilon_high": _num(spec.eps_high),
+            "delta": delta,
+        }
     else:
-        fields = {"loss_type": loss_type, "clip_measure": name, "clip_delta": _num(spec.delta), "epsilon_high": None,
-                  "delta": delta}
+        fields = {
+            "loss_type": loss_type,
+            "clip_measure": name,
+            "clip_delta": _num(spec.delta),
+            "epsilon_high": None,
+            "delta": delta,
+        }
         notes.append("a divergence measure sets both bounds from clip_delta: epsilon_high must stay None")
     return fields, "DivClipGRPOConfig"
 
@@ -475,8 +577,12 @@ def _write_cispo(spec, agg, notes: list, diffs: list):
     if spec.measure_name != "ratio" or spec.level != "token":
         raise ValueError(f"TRL's cispo caps the token ratio, got measure {spec.measure_name!r}, level {spec.level!r}")
     if spec.eps_low < 1.0:
-        diffs.append(Difference(f"cispo's lower bound 1 - ε_low = {1 - spec.eps_low:g}",
-                                "TRL's cispo caps the IS weight above only (no lower bound)"))
+        diffs.append(
+            Difference(
+                f"cispo's lower bound 1 - ε_low = {1 - spec.eps_low:g}",
+                "TRL's cispo caps the IS weight above only (no lower bound)",
+            )
+        )
     if agg not in (None, "token-mean"):
         diffs.append(Difference(f"aggregation {agg}", "TRL's cispo aggregates token-mean"))
     return {"loss_type": "cispo", "epsilon_high": 1.0 + _num(spec.eps_high)}, "GRPOConfig"
@@ -485,8 +591,12 @@ def _write_cispo(spec, agg, notes: list, diffs: list):
 def _write_sapo(spec, agg, notes: list, diffs: list):
     if agg not in (None, "seq-mean-token-mean"):
         diffs.append(Difference(f"aggregation {agg}", "TRL's sapo aggregates seq-mean-token-mean"))
-    return {"loss_type": "sapo", "sapo_temperature_pos": _num(spec.tau_pos),
-            "sapo_temperature_neg": _num(spec.tau_neg), **_level(spec)}, "GRPOConfig"
+    return {
+        "loss_type": "sapo",
+        "sapo_temperature_pos": _num(spec.tau_pos),
+        "sapo_temperature_neg": _num(spec.tau_neg),
+        **_level(spec),
+    }, "GRPOConfig"
 
 
 def _level(spec) -> dict:
@@ -503,8 +613,13 @@ def _write_luspo(spec, agg, notes: list, diffs: list):
     if spec.measure_name != "ratio":
         raise ValueError(f"TRL's luspo clips the ratio with epsilon / epsilon_high, got measure {spec.measure_name!r}")
     delta = None if spec.dual_clip_c is None else _num(spec.dual_clip_c)
-    return {"loss_type": "luspo", "epsilon": _num(spec.eps_low), "epsilon_high": _num(spec.eps_high), "delta": delta,
-            **_level(spec)}, "GRPOConfig"
+    return {
+        "loss_type": "luspo",
+        "epsilon": _num(spec.eps_low),
+        "epsilon_high": _num(spec.eps_high),
+        "delta": delta,
+        **_level(spec),
+    }, "GRPOConfig"
 
 
 def _write_vespo(spec, agg, notes: list, diffs: list):
@@ -512,8 +627,14 @@ def _write_vespo(spec, agg, notes: list, diffs: list):
     return {"loss_type": "vespo", **{k: _num(spec.param(k)) for k in names}}, "GRPOConfig"
 
 
-WRITERS = {"clip": _write_clip, "cispo": _write_cispo, "sapo": _write_sapo, "cispo_cap": _write_cispo_cap,
-           "luspo": _write_luspo, "vespo": _write_vespo}
+WRITERS = {
+    "clip": _write_clip,
+    "cispo": _write_cispo,
+    "sapo": _write_sapo,
+    "cispo_cap": _write_cispo_cap,
+    "luspo": _write_luspo,
+    "vespo": _write_vespo,
+}
 """{ClipSpec.mode: fn(spec, aggregation, notes, differences) -> (fields, config class)}."""
 
 

@@ -63,8 +63,18 @@ RC = "algorithm.rollout_correction."  # verl's trainer copies it into policy_los
 PREFIXES = ("actor_rollout_ref.", "algorithm.", "data.", "trainer.", "critic.", "reward_model.")
 
 LOSS_MODES = (
-    "vanilla", "gspo", "dppo_kl", "dppo_tv", "cispo", "sapo",
-    "gpg", "clip_cov", "kl_cov", "geo_mean", "dro", "bypass_mode",
+    "vanilla",
+    "gspo",
+    "dppo_kl",
+    "dppo_tv",
+    "cispo",
+    "sapo",
+    "gpg",
+    "clip_cov",
+    "kl_cov",
+    "geo_mean",
+    "dro",
+    "bypass_mode",
     *DIVCLIP_MODES,  # divclip's plug-in (PLUGIN_ENV=PLUGIN)
     METHOD_MODE,  # the plug-in's method-string mode ($DIVCLIP_METHOD)
 )
@@ -74,8 +84,13 @@ KEYS: dict[str, Key] = {
     A + "clip_ratio": Key("float", 0.2, above=0.0, doc="ratio clip width ε, where clip_ratio_low/high are null"),
     A + "clip_ratio_low": Key("float", 0.2, nullable=True, above=0.0, doc="ε_low: r >= 1 - ε_low (dppo_*: δ)"),
     A + "clip_ratio_high": Key("float", 0.2, nullable=True, above=0.0, doc="ε_high: r <= 1 + ε_high (dppo_*: δ)"),
-    A + "clip_ratio_c": Key("float", 3.0, above=1.0, allow_inf=True,  # verl asserts c > 1; inf: no cap
-                            doc="vanilla: dual-clip cap c for A < 0; dppo_*: IS-weight truncation"),
+    A + "clip_ratio_c": Key(
+        "float",
+        3.0,
+        above=1.0,
+        allow_inf=True,  # verl asserts c > 1; inf: no cap
+        doc="vanilla: dual-clip cap c for A < 0; dppo_*: IS-weight truncation",
+    ),
     A + "policy_loss.loss_mode": Key("str", "vanilla", choices=LOSS_MODES, doc="the policy loss"),
     A + "loss_agg_mode": Key("str", "token-mean", choices=LOSS_AGG_MODES, doc="how token losses are averaged"),
     PL + "clip_cov_ratio": Key("float", 0.0002, above=0.0, doc="clip_cov: share of tokens whose gradient is removed"),
@@ -85,10 +100,16 @@ KEYS: dict[str, Key] = {
     PL + "ppo_kl_coef": Key("float", 0.1, doc="kl_cov: the penalty's coefficient κ"),
     PL + "dro_beta": Key("float", None, nullable=True, above=0.0, doc="dro: β of ½β·(log r)²; verl requires it"),
     RC + "bypass_mode": Key("bool", False, doc="old_log_prob = rollout_log_prob; verl then runs loss_mode bypass_mode"),
-    RC + "loss_type": Key("str", "ppo_clip", choices=("ppo_clip", "reinforce"), doc="bypass_mode: PPO clip or "
-                          "REINFORCE with IS weights"),
-    RC + "rollout_is": Key("str", None, nullable=True, choices=("token", "sequence"),
-                           doc="IS weight per token or per sequence (null: none)"),
+    RC + "loss_type": Key(
+        "str", "ppo_clip", choices=("ppo_clip", "reinforce"), doc="bypass_mode: PPO clip or REINFORCE with IS weights"
+    ),
+    RC + "rollout_is": Key(
+        "str",
+        None,
+        nullable=True,
+        choices=("token", "sequence"),
+        doc="IS weight per token or per sequence (null: none)",
+    ),
     RC + "rollout_is_batch_normalize": Key("bool", False, doc="divide the IS weights by their batch mean"),
     RC + "rollout_rs": Key("str", None, nullable=True, doc="rejection sampling by the rollout ratio (not modelled)"),
     A + "tau_pos": Key("float", 1.0, above=0.0, doc="sapo: gate temperature for A > 0"),
@@ -103,12 +124,21 @@ KEYS: dict[str, Key] = {
     "algorithm.adv_estimator": Key("str", "gae", doc="advantage estimator (grpo, gae, ...)"),
 }
 
-ROLES = {"eps": A + "clip_ratio", "eps_low": A + "clip_ratio_low", "eps_high": A + "clip_ratio_high",
-         "dual_clip": A + "clip_ratio_c", "tis_cap": A + "clip_ratio_c", "epochs": A + "ppo_epochs",
-         "mini_batch": A + "ppo_mini_batch_size", "train_batch": "data.train_batch_size"}
+ROLES = {
+    "eps": A + "clip_ratio",
+    "eps_low": A + "clip_ratio_low",
+    "eps_high": A + "clip_ratio_high",
+    "dual_clip": A + "clip_ratio_c",
+    "tis_cap": A + "clip_ratio_c",
+    "epochs": A + "ppo_epochs",
+    "mini_batch": A + "ppo_mini_batch_size",
+    "train_batch": "data.train_batch_size",
+}
 """{role: key}: the keys the sanity checks name (see EngineRead.roles)."""
-KNOWN_KEYS_FROM = (f"verl {VERSION} trainer/config/_generated_ppo_trainer.yaml: every leaf key (verl's Hydra "
-                   "refuses any other unless it is added with +key=)")
+KNOWN_KEYS_FROM = (
+    f"verl {VERSION} trainer/config/_generated_ppo_trainer.yaml: every leaf key (verl's Hydra "
+    "refuses any other unless it is added with +key=)"
+)
 
 _DPPO = {"dppo_kl": "binary_kl", "dppo_tv": "binary_tv"}
 # loss_mode -> (loss form, measure, level) as the sanity checks read it; "other" forms are reported only.
@@ -221,12 +251,15 @@ def read(settings: Mapping, **_options) -> EngineRead:
         on_policy_fix="ppo_epochs > 1 or ppo_mini_batch_size < train_batch_size",
     )
     if mode == "sapo" and s.loss_agg_mode != "seq-mean-token-mean":
-        s.notes.append(f"verl {VERSION}'s sapo aggregates seq-mean-token-mean whatever loss_agg_mode says "
-                       f"({s.loss_agg_mode})")
+        s.notes.append(
+            f"verl {VERSION}'s sapo aggregates seq-mean-token-mean whatever loss_agg_mode says ({s.loss_agg_mode})"
+        )
         s.loss_agg_mode = "seq-mean-token-mean"
     if mode == "geo_mean":
-        s.notes.append(f"verl {VERSION}'s geo_mean averages one loss per sequence over all rows whatever "
-                       f"loss_agg_mode says ({s.loss_agg_mode}); divclip's geo_mean does the same")
+        s.notes.append(
+            f"verl {VERSION}'s geo_mean averages one loss per sequence over all rows whatever "
+            f"loss_agg_mode says ({s.loss_agg_mode}); divclip's geo_mean does the same"
+        )
     if mode in DIVCLIP_MODES:
         _divclip(s, settings, g, keys)
     elif form == "clip":
@@ -241,8 +274,10 @@ def read(settings: Mapping, **_options) -> EngineRead:
 def _read_spec(s: EngineRead, settings, g: dict, keys: dict) -> None:
     mode = s.loss_mode
     if mode not in SPEC_FROM_MODE:
-        s.notes.append(f"loss_mode {mode!r} is reported but not modelled yet: divclip reads "
-                       f"{', '.join(SPEC_FROM_MODE)} (`divclip realloc --measure` shows a divclip method's bounds)")
+        s.notes.append(
+            f"loss_mode {mode!r} is reported but not modelled yet: divclip reads "
+            f"{', '.join(SPEC_FROM_MODE)} (`divclip realloc --measure` shows a divclip method's bounds)"
+        )
         return
     try:
         s.spec = SPEC_FROM_MODE[mode](s, settings, g, keys)
@@ -302,8 +337,10 @@ def _method(s, settings, g, keys):
     text = settings.get(METHOD_ENV)
     keys[METHOD_ENV] = {"value": text, "origin": "set" if text is not None else "default"}
     if not isinstance(text, str) or not text.strip():
-        raise ConfigError(f"loss_mode {METHOD_MODE} runs the method string in {METHOD_ENV}, which the config does "
-                          f"not set (got {text!r}): set {METHOD_ENV}='kl3:0.02' (a divclip method string)")
+        raise ConfigError(
+            f"loss_mode {METHOD_MODE} runs the method string in {METHOD_ENV}, which the config does "
+            f"not set (got {text!r}): set {METHOD_ENV}='kl3:0.02' (a divclip method string)"
+        )
     try:
         spec = parse_method(text)
     except ValueError as exc:
@@ -331,8 +368,9 @@ def _dro(s, settings, g, keys):
 
     beta = g[PL + "dro_beta"]
     if beta is None:
-        raise ConfigError(f"loss_mode dro needs {PL}dro_beta > 0 (verl {VERSION} has no default and raises "
-                          "without one)")
+        raise ConfigError(
+            f"loss_mode dro needs {PL}dro_beta > 0 (verl {VERSION} has no default and raises without one)"
+        )
     return ClipSpec(mode="dro", params=_params("dro", {"dro_beta": beta}))
 
 
@@ -340,15 +378,18 @@ def _clip_cov(s, settings, g, keys):
     from divclip.theory.spec import ClipSpec
 
     params = {name: g[PL + name] for name in ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub")}
-    return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, mode="clip_cov",
-                    params=_params("clip_cov", params))
+    return ClipSpec(
+        "ratio", eps_low=s.budget_low, eps_high=s.budget_high, mode="clip_cov", params=_params("clip_cov", params)
+    )
 
 
 def _kl_cov(s, settings, g, keys):
     from divclip.theory.spec import ClipSpec
 
-    return ClipSpec(mode="kl_cov", params=_params("kl_cov", {"kl_cov_ratio": g[PL + "kl_cov_ratio"],
-                                                             "kl_cov_coef": g[PL + "ppo_kl_coef"]}))
+    return ClipSpec(
+        mode="kl_cov",
+        params=_params("kl_cov", {"kl_cov_ratio": g[PL + "kl_cov_ratio"], "kl_cov_coef": g[PL + "ppo_kl_coef"]}),
+    )
 
 
 def _geo_mean(s, settings, g, keys):
@@ -367,8 +408,10 @@ def _bypass(s, settings, g, keys):
     from divclip.theory.spec import ClipSpec
 
     if g[RC + "rollout_rs"] is not None:
-        raise ValueError(f"{RC}rollout_rs={g[RC + 'rollout_rs']!r} rejects tokens by the rollout ratio: "
-                         "rejection sampling is not modelled")
+        raise ValueError(
+            f"{RC}rollout_rs={g[RC + 'rollout_rs']!r} rejects tokens by the rollout ratio: "
+            "rejection sampling is not modelled"
+        )
     if g[RC + "loss_type"] == "ppo_clip":
         return _vanilla(s, settings, g, keys)
     threshold = _is_threshold(settings, keys)
@@ -376,9 +419,17 @@ def _bypass(s, settings, g, keys):
         return ClipSpec(mode="gpg")
     cap, floor = threshold
     mode = "reinforce_is" if g[RC + "rollout_is"] == "token" else "reinforce_seq_is"
-    return ClipSpec(mode=mode, params=_params(mode, {
-        "rollout_is_threshold": cap, "rollout_is_threshold_lower": floor,
-        "rollout_is_batch_normalize": float(g[RC + "rollout_is_batch_normalize"])}))
+    return ClipSpec(
+        mode=mode,
+        params=_params(
+            mode,
+            {
+                "rollout_is_threshold": cap,
+                "rollout_is_threshold_lower": floor,
+                "rollout_is_batch_normalize": float(g[RC + "rollout_is_batch_normalize"]),
+            },
+        ),
+    )
 
 
 def _is_threshold(settings, keys):
@@ -427,8 +478,9 @@ def _divclip(s: EngineRead, values, g: dict, keys: dict) -> None:
     c = g[A + "clip_ratio_c"]
     s.dual_clip_c = None if c == math.inf else c  # divclip's modes apply vanilla's dual clip
     if PLUGIN not in str(values.get(PLUGIN_ENV, "")):
-        s.notes.append(f"{mode} is registered by divclip's verl plug-in: the run needs "
-                       f"{PLUGIN_ENV}={PLUGIN} in its environment")
+        s.notes.append(
+            f"{mode} is registered by divclip's verl plug-in: the run needs {PLUGIN_ENV}={PLUGIN} in its environment"
+        )
     if mode == ATR_MODE:
         _atr(s, g)
     else:
@@ -445,16 +497,23 @@ def _atr(s: EngineRead, g: dict) -> None:
     s.clip_measure, s.delta_low, s.delta_high = "kl3", delta, delta
     s.budget_low, s.budget_high, s.ratio_bounds = 1.0 - lo, hi - 1.0, [lo, hi]
     if (s.explicit(A + "clip_ratio_high") or s.explicit(A + "clip_ratio")) and not math.isclose(
-            high, hi - 1.0, rel_tol=1e-6):
-        s.advice.append(advice.ignored_key_advice(
-            s.loss_mode, high_key, high, f"the upper bound is u_δ = {hi:.7g} from clip_ratio_low = {low:g} "
-            f"(set clip_ratio_high = {hi - 1.0!r} to silence this)"))
+        high, hi - 1.0, rel_tol=1e-6
+    ):
+        s.advice.append(
+            advice.ignored_key_advice(
+                s.loss_mode,
+                high_key,
+                high,
+                f"the upper bound is u_δ = {hi:.7g} from clip_ratio_low = {low:g} "
+                f"(set clip_ratio_high = {hi - 1.0!r} to silence this)",
+            )
+        )
     s.notes.append(f"atr_kl3: δ = KL3(1 - ε_low) = {delta:.6g}, r clipped to [{lo:.7g}, {hi:.7g}]")
 
 
 def _divergence(s: EngineRead, values, keys: dict) -> None:
     mode, low, high = s.loss_mode, s.budget_low, s.budget_high
-    name = mode[len("divclip_"):]
+    name = mode[len("divclip_") :]
     env = values.get(DELTA_ENV)  # "0.02" or "0.02,0.03": the override parser may have made it a number
     if env is not None:
         if isinstance(env, bool) or not isinstance(env, (str, int, float)):
@@ -479,9 +538,14 @@ def _divergence(s: EngineRead, values, keys: dict) -> None:
         budgets = [(budget_keys[0], d_low)] + ([(budget_keys[1], d_high)] if d_high != d_low else [])
         found = advice.budget_advice(name, budgets, mode, DEFAULT_WIDTH)
         if not from_env:
-            found = [a if a.code != "divergence_budget_verl_default" else advice.Advice(
-                a.code, a.message + f" The verl plug-in refuses it at run time unless {DELTA_ENV} is set.",
-                a.key) for a in found]
+            found = [
+                a
+                if a.code != "divergence_budget_verl_default"
+                else advice.Advice(
+                    a.code, a.message + f" The verl plug-in refuses it at run time unless {DELTA_ENV} is set.", a.key
+                )
+                for a in found
+            ]
         s.advice += found
         s.advice += advice.cannot_bind_advice(name, d_low, d_high, mode, budget_keys)
     s.ratio_bounds = advice.ratio_bounds(name, d_low, d_high)
@@ -490,8 +554,10 @@ def _divergence(s: EngineRead, values, keys: dict) -> None:
     else:
         lo, hi = s.ratio_bounds
         s.budget_low, s.budget_high = 1.0 - lo, hi - 1.0
-    s.notes.append(f"{mode}: {name} budget δ_low = {d_low:.6g}, δ_high = {d_high:.6g} (from "
-                   f"{DELTA_ENV if from_env else 'clip_ratio_low/high'})")
+    s.notes.append(
+        f"{mode}: {name} budget δ_low = {d_low:.6g}, δ_high = {d_high:.6g} (from "
+        f"{DELTA_ENV if from_env else 'clip_ratio_low/high'})"
+    )
 
 
 # -------------------------------------------------------------------------------------------- pitfalls
@@ -541,17 +607,27 @@ def _dual_clip(s: EngineRead) -> list[Pitfall]:
         return []
     key, c, out = A + "clip_ratio_c", s.dual_clip_c, []
     if not s.explicit(key):
-        out.append(_pitfall(
-            "verl_dual_clip_always_on",
-            f"verl's vanilla loss always applies dual-clip PPO: for A < 0 the loss is capped at -A·c with "
-            f"c = clip_ratio_c = {c:g} (default), so tokens with r > {c:g} stop pushing down. It cannot be switched "
-            "off (set a large clip_ratio_c to make it inert), and verl's pg_clipfrac_lower reports this dual-clip "
-            "fraction, not the lower-bound clip fraction.", key))
+        out.append(
+            _pitfall(
+                "verl_dual_clip_always_on",
+                f"verl's vanilla loss always applies dual-clip PPO: for A < 0 the loss is capped at -A·c with "
+                f"c = clip_ratio_c = {c:g} (default), so tokens with "
+                f"r > {c:g} stop pushing down. It cannot be switched "
+                "off (set a large clip_ratio_c to make it inert), and verl's pg_clipfrac_lower reports this dual-clip "
+                "fraction, not the lower-bound clip fraction.",
+                key,
+            )
+        )
     if c is not None and c < DUAL_CLIP_MIN:
-        out.append(Pitfall(
-            "outside_published_range",
-            f"clip_ratio_c = {c:g} is far below the dual-clip PPO value 3: every token with A < 0 whose ratio "
-            f"exceeds {c:g} loses its gradient.", key, advice.PUBLISHED_RANGES))
+        out.append(
+            Pitfall(
+                "outside_published_range",
+                f"clip_ratio_c = {c:g} is far below the dual-clip PPO value 3: every token with A < 0 whose ratio "
+                f"exceeds {c:g} loses its gradient.",
+                key,
+                advice.PUBLISHED_RANGES,
+            )
+        )
     return out
 
 
@@ -560,46 +636,67 @@ def _dppo(s: EngineRead) -> list[Pitfall]:
         return []
     out = []
     validated = advice.DPPO_VALIDATED[s.measure]
-    if not any(s.explicit(A + k) for k in ("clip_ratio", "clip_ratio_low", "clip_ratio_high")) and \
-            s.budget_low != validated:
-        out.append(_pitfall(
-            "dppo_budget_from_ppo_default",
-            f"{s.loss_mode} takes its {s.measure} budget δ from clip_ratio_low/high, which you did not set: it is "
-            f"PPO's width default {s.budget_low:g}, not a divergence chosen for {s.measure} (validated: "
-            f"{validated:g}).", A + "clip_ratio_low"))
+    if (
+        not any(s.explicit(A + k) for k in ("clip_ratio", "clip_ratio_low", "clip_ratio_high"))
+        and s.budget_low != validated
+    ):
+        out.append(
+            _pitfall(
+                "dppo_budget_from_ppo_default",
+                f"{s.loss_mode} takes its {s.measure} budget δ from clip_ratio_low/high, which you did not set: it is "
+                f"PPO's width default {s.budget_low:g}, not a divergence chosen for {s.measure} (validated: "
+                f"{validated:g}).",
+                A + "clip_ratio_low",
+            )
+        )
     if s.tis_cap is not None and s.tis_cap < TIS_CAP_MIN:
         key = A + "clip_ratio_c"
-        out.append(_pitfall(
-            "dppo_tis_cap_small",
-            f"{s.loss_mode} truncates the importance weight at clip_ratio_c = {s.tis_cap:g} "
-            f"({'your setting' if s.explicit(key) else 'the actor.yaml default'}); the DPPO authors recommend a "
-            "large threshold (verl's in-code fallback is 20).", key))
+        out.append(
+            _pitfall(
+                "dppo_tis_cap_small",
+                f"{s.loss_mode} truncates the importance weight at clip_ratio_c = {s.tis_cap:g} "
+                f"({'your setting' if s.explicit(key) else 'the actor.yaml default'}); the DPPO authors recommend a "
+                "large threshold (verl's in-code fallback is 20).",
+                key,
+            )
+        )
     return out
 
 
 def _shadowed(s: EngineRead) -> list[Pitfall]:
     key = A + "clip_ratio"
     ratio = s.keys[key]["value"]
-    sides = [side for side in ("low", "high") if not s.explicit(f"{key}_{side}")
-             and s.keys[f"{key}_{side}"]["value"] not in (None, ratio)]
+    sides = [
+        side
+        for side in ("low", "high")
+        if not s.explicit(f"{key}_{side}") and s.keys[f"{key}_{side}"]["value"] not in (None, ratio)
+    ]
     if not s.explicit(key) or not sides:
         return []
     used = ", ".join(f"clip_ratio_{side} = {s.keys[f'{key}_{side}']['value']:g}" for side in sides)
-    return [_pitfall(
-        "clip_ratio_shadowed",
-        f"clip_ratio = {ratio:g} is set but has no effect on the {'/'.join(sides)} side: verl's actor.yaml "
-        f"defaults {used}, and the loss falls back to clip_ratio only where those are null. Set "
-        "clip_ratio_low/clip_ratio_high instead.", key)]
+    return [
+        _pitfall(
+            "clip_ratio_shadowed",
+            f"clip_ratio = {ratio:g} is set but has no effect on the {'/'.join(sides)} side: verl's actor.yaml "
+            f"defaults {used}, and the loss falls back to clip_ratio only where those are null. Set "
+            "clip_ratio_low/clip_ratio_high instead.",
+            key,
+        )
+    ]
 
 
 def _minibatch(s: EngineRead) -> list[Pitfall]:
     train, mini = s.keys["data.train_batch_size"]["value"], s.keys[A + "ppo_mini_batch_size"]["value"]
     if mini <= train:
         return []
-    return [_pitfall(
-        "minibatch_larger_than_batch",
-        f"ppo_mini_batch_size = {mini} > data.train_batch_size = {train}: verl refuses to start (without "
-        "use_dynamic_bsz); divclip counts one mini-batch.", A + "ppo_mini_batch_size")]
+    return [
+        _pitfall(
+            "minibatch_larger_than_batch",
+            f"ppo_mini_batch_size = {mini} > data.train_batch_size = {train}: verl refuses to start (without "
+            "use_dynamic_bsz); divclip counts one mini-batch.",
+            A + "ppo_mini_batch_size",
+        )
+    ]
 
 
 # ----------------------------------------------------------------------------------------------- write
@@ -613,11 +710,18 @@ def _write_clip(spec, env: dict, notes: list) -> dict:
     if spec.level == "sequence":
         if name != "ratio":
             raise ValueError(f"verl has no sequence-level {name} clip (gspo clips the sequence ratio), got {name!r}")
-        return {"policy_loss.loss_mode": "gspo", "clip_ratio_low": _num(spec.eps_low),
-                "clip_ratio_high": _num(spec.eps_high)}
+        return {
+            "policy_loss.loss_mode": "gspo",
+            "clip_ratio_low": _num(spec.eps_low),
+            "clip_ratio_high": _num(spec.eps_high),
+        }
     if name == "ratio":
-        return {"policy_loss.loss_mode": "vanilla", "clip_ratio_low": _num(spec.eps_low),
-                "clip_ratio_high": _num(spec.eps_high), "clip_ratio_c": c}
+        return {
+            "policy_loss.loss_mode": "vanilla",
+            "clip_ratio_low": _num(spec.eps_low),
+            "clip_ratio_high": _num(spec.eps_high),
+            "clip_ratio_c": c,
+        }
     if name == "kl3":
         lo, _ = advice.measure_bounds("kl3", _num(spec.delta), _num(spec.delta))
         # the root finder's l_δ carries ~1e-16 of noise (0.8 comes back as 0.8000000000000000444): 15 digits give
@@ -626,8 +730,12 @@ def _write_clip(spec, env: dict, notes: list) -> dict:
         hi = advice.atr_kl3_bounds(eps_low, A + "clip_ratio_low")[1]
         env[PLUGIN_ENV] = PLUGIN
         notes.append("atr_kl3 takes ε_low = clip_ratio_low and sets δ = KL3(1 - ε_low); clip_ratio_high = u_δ - 1")
-        return {"policy_loss.loss_mode": ATR_MODE, "clip_ratio_low": eps_low, "clip_ratio_high": hi - 1.0,
-                "clip_ratio_c": c}
+        return {
+            "policy_loss.loss_mode": ATR_MODE,
+            "clip_ratio_low": eps_low,
+            "clip_ratio_high": hi - 1.0,
+            "clip_ratio_c": c,
+        }
     d = _num(spec.delta)
     env[PLUGIN_ENV] = PLUGIN
     env[DELTA_ENV] = repr(d)
@@ -642,15 +750,22 @@ def _write_gated(spec, env: dict, notes: list) -> dict:
         raise ValueError(f"verl has DPPO masks for binary_kl and binary_tv only, got measure {name!r}")
     d = _num(spec.delta)
     notes.append("dppo_*: clip_ratio_low/high are the δ of the mask, clip_ratio_c truncates the IS weight")
-    return {"policy_loss.loss_mode": modes[name], "clip_ratio_low": d, "clip_ratio_high": d,
-            "clip_ratio_c": _num(spec.tis_cap) if spec.tis_cap is not None else math.inf}
+    return {
+        "policy_loss.loss_mode": modes[name],
+        "clip_ratio_low": d,
+        "clip_ratio_high": d,
+        "clip_ratio_c": _num(spec.tis_cap) if spec.tis_cap is not None else math.inf,
+    }
 
 
 def _write_cispo(spec, env: dict, notes: list) -> dict:
     if spec.measure_name != "ratio":
         raise ValueError(f"verl's cispo clips the ratio by widths ε, got measure {spec.measure_name!r}")
-    return {"policy_loss.loss_mode": "cispo", "clip_ratio_low": _num(spec.eps_low),
-            "clip_ratio_high": _num(spec.eps_high)}
+    return {
+        "policy_loss.loss_mode": "cispo",
+        "clip_ratio_low": _num(spec.eps_low),
+        "clip_ratio_high": _num(spec.eps_high),
+    }
 
 
 def _write_sapo(spec, env: dict, notes: list) -> dict:
@@ -676,37 +791,63 @@ def _write_dro(spec, env: dict, notes: list) -> dict:
 def _write_clip_cov(spec, env: dict, notes: list) -> dict:
     if spec.measure_name != "ratio":
         raise ValueError(f"verl's clip_cov clips the ratio by widths ε, got measure {spec.measure_name!r}")
-    return {"policy_loss.loss_mode": "clip_cov", "clip_ratio_low": _num(spec.eps_low),
-            "clip_ratio_high": _num(spec.eps_high),
-            **{f"policy_loss.{k}": _num(spec.param(k)) for k in ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub")}}
+    return {
+        "policy_loss.loss_mode": "clip_cov",
+        "clip_ratio_low": _num(spec.eps_low),
+        "clip_ratio_high": _num(spec.eps_high),
+        **{f"policy_loss.{k}": _num(spec.param(k)) for k in ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub")},
+    }
 
 
 def _write_kl_cov(spec, env: dict, notes: list) -> dict:
-    return {"policy_loss.loss_mode": "kl_cov", "policy_loss.kl_cov_ratio": _num(spec.param("kl_cov_ratio")),
-            "policy_loss.ppo_kl_coef": _num(spec.param("kl_cov_coef"))}
+    return {
+        "policy_loss.loss_mode": "kl_cov",
+        "policy_loss.kl_cov_ratio": _num(spec.param("kl_cov_ratio")),
+        "policy_loss.ppo_kl_coef": _num(spec.param("kl_cov_coef")),
+    }
 
 
 def _write_geo_mean(spec, env: dict, notes: list) -> dict:
-    notes.append("geo_mean: clip_ratio_low/high are log-space widths (log r in [−low, high]); verl averages its "
-                 "sequence losses whatever loss_agg_mode says")
-    return {"policy_loss.loss_mode": "geo_mean", "clip_ratio_low": _num(spec.param("gmpo_eps_low")),
-            "clip_ratio_high": _num(spec.param("gmpo_eps_high"))}
+    notes.append(
+        "geo_mean: clip_ratio_low/high are log-space widths (log r in [−low, high]); verl averages its "
+        "sequence losses whatever loss_agg_mode says"
+    )
+    return {
+        "policy_loss.loss_mode": "geo_mean",
+        "clip_ratio_low": _num(spec.param("gmpo_eps_low")),
+        "clip_ratio_high": _num(spec.param("gmpo_eps_high")),
+    }
 
 
 def _write_reinforce_is(spec, env: dict, notes: list) -> dict:
     cap, floor = _num(spec.param("rollout_is_threshold")), _num(spec.param("rollout_is_threshold_lower"))
-    notes.append("bypass_mode uses the rollout's log-probs as old_log_prob: the rollout must return them "
-                 "(actor_rollout_ref.rollout.calculate_log_probs=true)")
-    return {RC + "bypass_mode": True, RC + "loss_type": "reinforce",
-            RC + "rollout_is": "token" if spec.mode == "reinforce_is" else "sequence",
-            RC + "rollout_is_threshold": f"{floor!r}_{cap!r}" if floor > 0 else cap,
-            RC + "rollout_is_batch_normalize": bool(spec.param("rollout_is_batch_normalize"))}
+    notes.append(
+        "bypass_mode uses the rollout's log-probs as old_log_prob: the rollout must return them "
+        "(actor_rollout_ref.rollout.calculate_log_probs=true)"
+    )
+    return {
+        RC + "bypass_mode": True,
+        RC + "loss_type": "reinforce",
+        RC + "rollout_is": "token" if spec.mode == "reinforce_is" else "sequence",
+        RC + "rollout_is_threshold": f"{floor!r}_{cap!r}" if floor > 0 else cap,
+        RC + "rollout_is_batch_normalize": bool(spec.param("rollout_is_batch_normalize")),
+    }
 
 
-WRITERS = {"clip": _write_clip, "gated": _write_gated, "cispo": _write_cispo, "sapo": _write_sapo,
-           "gpg": _write_gpg, "dro": _write_dro, "clip_cov": _write_clip_cov, "kl_cov": _write_kl_cov,
-           "geo_mean": _write_geo_mean, "reinforce_is": _write_reinforce_is, "reinforce_seq_is": _write_reinforce_is,
-           "cispo_cap": _write_cispo_cap}
+WRITERS = {
+    "clip": _write_clip,
+    "gated": _write_gated,
+    "cispo": _write_cispo,
+    "sapo": _write_sapo,
+    "gpg": _write_gpg,
+    "dro": _write_dro,
+    "clip_cov": _write_clip_cov,
+    "kl_cov": _write_kl_cov,
+    "geo_mean": _write_geo_mean,
+    "reinforce_is": _write_reinforce_is,
+    "reinforce_seq_is": _write_reinforce_is,
+    "cispo_cap": _write_cispo_cap,
+}
 """{ClipSpec.mode: fn(spec, env, notes) -> {key below actor_rollout_ref.actor. (or a whole `algorithm.` key):
 value}}: the keys that run it."""
 
@@ -726,14 +867,17 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
     elif spec.mode in WRITERS:
         keys = WRITERS[spec.mode](spec, env, notes)
     else:
-        raise ValueError(f"verl has no loss_mode for the {spec.mode!r} loss form (verl modes divclip writes: "
-                         f"{', '.join(WRITERS)} forms)")
+        raise ValueError(
+            f"verl has no loss_mode for the {spec.mode!r} loss form (verl modes divclip writes: "
+            f"{', '.join(WRITERS)} forms)"
+        )
     if keys.get("clip_ratio_c") == math.inf:
         notes.append("clip_ratio_c=inf: no dual clip / IS truncation (this method has none; verl's default is 3.0)")
     # always written (verl's default when the method names none), so a block pasted after another leaves
     # nothing of the other's aggregation in force
     agg = _aggregation(spec, recipe, loss_agg_mode, notes) or (
-        "seq-mean-token-mean" if spec.mode == "sapo" else KEYS[A + "loss_agg_mode"].default)
+        "seq-mean-token-mean" if spec.mode == "sapo" else KEYS[A + "loss_agg_mode"].default
+    )
     if agg not in LOSS_AGG_MODES:
         raise ValueError(f"loss_agg_mode must be one of {list(LOSS_AGG_MODES)}, got {agg!r}")
     keys["loss_agg_mode"] = agg
@@ -744,8 +888,9 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
 
 
 def _aggregation(spec, recipe: bool, loss_agg_mode, notes: list) -> str | None:
-    return recipe_aggregation(spec, recipe, loss_agg_mode, notes,
-                              lambda found: f"loss_agg_mode={found.loss_agg_mode}: {found.source}")
+    return recipe_aggregation(
+        spec, recipe, loss_agg_mode, notes, lambda found: f"loss_agg_mode={found.loss_agg_mode}: {found.source}"
+    )
 
 
 def _combined(spec) -> bool:

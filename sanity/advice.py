@@ -23,9 +23,11 @@ RATIO_SCALE_DELTA = 0.1  # a quadratic divergence's budget this large is the siz
 DPPO_VALIDATED = {"binary_kl": 0.05, "binary_tv": 0.2}
 DPPO_DELTA_RANGE = {"binary_kl": (0.0125, 0.2), "binary_tv": (0.05, 0.8)}
 
-PUBLISHED_RANGES = ("PPO (arXiv 1707.06347): ε 0.1–0.3; DAPO (arXiv 2503.14476): 0.2/0.28; GSPO (arXiv 2507.18071): "
-                    "3e-4/4e-4; dual-clip PPO (arXiv 1912.09729): c = 3; DPPO (arXiv 2602.04879) as validated in "
-                    "SkyRL's port: δ = 0.05 (binary KL), 0.2 (binary TV)")
+PUBLISHED_RANGES = (
+    "PPO (arXiv 1707.06347): ε 0.1–0.3; DAPO (arXiv 2503.14476): 0.2/0.28; GSPO (arXiv 2507.18071): "
+    "3e-4/4e-4; dual-clip PPO (arXiv 1912.09729): c = 3; DPPO (arXiv 2602.04879) as validated in "
+    "SkyRL's port: δ = 0.05 (binary KL), 0.2 (binary TV)"
+)
 """The source of `outside_published_range`, whichever check (engine-neutral or an engine's) raises it."""
 
 SOURCES = {
@@ -79,8 +81,7 @@ def parse_delta(text, name: str) -> tuple[float, float]:
     except ValueError:
         values = []
     if len(values) not in (1, 2) or not all(math.isfinite(v) and v > 0 for v in values):
-        raise ValueError(f"{name} must be a budget δ > 0 or 'δ_low,δ_high' (e.g. 0.0231443 or 0.02,0.03), "
-                         f"got {text!r}")
+        raise ValueError(f"{name} must be a budget δ > 0 or 'δ_low,δ_high' (e.g. 0.0231443 or 0.02,0.03), got {text!r}")
     return values[0], values[-1]
 
 
@@ -120,22 +121,29 @@ def budget_advice(measure: str, budgets, owner: str, default: tuple[float, str] 
         lo, hi = measure_bounds(measure, d, d, p)
         if default is not None and d == default[0]:
             want = _eps_match(measure, default[0])
-            out.append(Advice(
-                "divergence_budget_verl_default",
-                f"{owner}: the {measure} budget δ = {d:g} ({key}) is the default ratio width {default[0]:g} of "
-                f"{default[1]}, not a {measure} budget: it allows r in [{lo:.4g}, {hi:.4g}]{at}"
-                f"{want}. Give δ explicitly.", key))
+            out.append(
+                Advice(
+                    "divergence_budget_verl_default",
+                    f"{owner}: the {measure} budget δ = {d:g} ({key}) is the default ratio width {default[0]:g} of "
+                    f"{default[1]}, not a {measure} budget: it allows r in [{lo:.4g}, {hi:.4g}]{at}"
+                    f"{want}. Give δ explicitly.",
+                    key,
+                )
+            )
         elif d >= RATIO_SCALE_DELTA and _order_near_one(measure) > 1.5:
-            out.append(Advice(
-                "divergence_budget_ratio_scale",
-                f"{owner}: the {measure} budget δ = {d:g} ({key}) looks like a ratio width ε: {measure} grows like "
-                f"(r - 1)²/2 near r = 1, so it allows r in [{lo:.4g}, {hi:.4g}]{at}{_eps_match(measure, d)}.",
-                key))
+            out.append(
+                Advice(
+                    "divergence_budget_ratio_scale",
+                    f"{owner}: the {measure} budget δ = {d:g} ({key}) looks like a ratio width ε: {measure} grows like "
+                    f"(r - 1)²/2 near r = 1, so it allows r in [{lo:.4g}, {hi:.4g}]{at}{_eps_match(measure, d)}.",
+                    key,
+                )
+            )
     return out
 
 
 def _eps_match(measure: str, eps: float) -> str:
-    """", while the ε = eps ratio clip's lower side is δ = ..." where that exists."""
+    """ ", while the ε = eps ratio clip's lower side is δ = ..." where that exists."""
     if not 0 < eps < 1:
         return ""
     try:
@@ -152,11 +160,23 @@ def cannot_bind_advice(measure: str, d_low: float, d_high: float, owner: str, ke
     grid = REFERENCE_P if m.p_dependent else (None,)
     bounds = [measure_bounds(measure, d_low, d_high, p) for p in grid]
     if all(lo <= 0 for lo, _ in bounds):
-        out.append(Advice("clip_cannot_bind", f"{owner}: the {measure} budget δ_low = {d_low:g} puts the lower "
-                          f"bound at 0: no ratio is ever clipped below (D(0+) <= δ).", keys[0]))
+        out.append(
+            Advice(
+                "clip_cannot_bind",
+                f"{owner}: the {measure} budget δ_low = {d_low:g} puts the lower "
+                f"bound at 0: no ratio is ever clipped below (D(0+) <= δ).",
+                keys[0],
+            )
+        )
     if all(not math.isfinite(hi) for _, hi in bounds):
-        out.append(Advice("clip_cannot_bind", f"{owner}: the {measure} budget δ_high = {d_high:g} puts the upper "
-                          f"bound at infinity: no ratio is ever clipped above.", keys[1]))
+        out.append(
+            Advice(
+                "clip_cannot_bind",
+                f"{owner}: the {measure} budget δ_high = {d_high:g} puts the upper "
+                f"bound at infinity: no ratio is ever clipped above.",
+                keys[1],
+            )
+        )
     return out
 
 

@@ -27,8 +27,15 @@ def equivalent_budgets(eps_low: float | None, eps_high: float | None, p_grid=REF
 
 
 def _row(name: str, eps_low, eps_high, p) -> dict:
-    row = {"measure": name, "p": p, "delta_from_eps_low": None, "implied_eps_high": None,
-           "delta_from_eps_high": None, "implied_eps_low": None, "problems": []}
+    row = {
+        "measure": name,
+        "p": p,
+        "delta_from_eps_low": None,
+        "implied_eps_high": None,
+        "delta_from_eps_high": None,
+        "implied_eps_low": None,
+        "problems": [],
+    }
     # Each given width fixes δ on its own side; the interval at that δ implies the other side's width.
     for side, other, eps, other_index in (("low", "high", eps_low, 1), ("high", "low", eps_high, 0)):
         if eps is None:

@@ -51,8 +51,10 @@ SOURCES = {
 for _engine in available_engines():  # the warnings one engine's settings raise, each with one fixed source
     SOURCES.update(getattr(get_engine(_engine), "CHECK_SOURCES", {}))
 
-SOURCES["override_without_equals"] = ("hydra's override grammar is key=value (hydra.cc, 'Override grammar'); a "
-                                      "word without '=' is no setting, so divclip (and the engine) never read it")
+SOURCES["override_without_equals"] = (
+    "hydra's override grammar is key=value (hydra.cc, 'Override grammar'); a "
+    "word without '=' is no setting, so divclip (and the engine) never read it"
+)
 MAX_UNKNOWN_SHOWN = 50  # unknown keys reported one by one; more are counted in one warning
 
 # "Far outside" published values: a factor of about 2 beyond PPO's 0.1–0.3 for token widths, 3 around GSPO.
@@ -96,13 +98,15 @@ def _on_policy(s, _):
         return []
     what = "no clip bound" if s.form != "sapo" else "the soft gate"
     fix = s.on_policy_fix or "more than one update per rollout batch"
-    return [finding(
-        "on_policy_clip_inert",
-        f"the update is on-policy ({s.on_policy_reason}): the ratio π_θ/π_old is identically 1 when the loss is "
-        f"evaluated, so {what} has any effect and clip fractions will read 0. Use several mini-batches or "
-        f"epochs ({fix}) if the clip is meant to matter.",
-        _k(s, "epochs"),
-    )]
+    return [
+        finding(
+            "on_policy_clip_inert",
+            f"the update is on-policy ({s.on_policy_reason}): the ratio π_θ/π_old is identically 1 when the loss is "
+            f"evaluated, so {what} has any effect and clip fractions will read 0. Use several mini-batches or "
+            f"epochs ({fix}) if the clip is meant to matter.",
+            _k(s, "epochs"),
+        )
+    ]
 
 
 SPREAD_HINT = "`divclip check --rollouts` with log_prob measures it on your batch"
@@ -125,30 +129,46 @@ def scale_findings(eps_low, eps_high, level: str, keys: dict) -> list[Finding]:
             continue
         key = keys[side]
         if level == "sequence" and eps >= TOKEN_SCALE_ABOVE:
-            out.append(finding(
-                "sequence_ratio_token_eps",
-                f"ε_{side} = {eps:g} on a sequence-level ratio (GSPO: (π_θ(o)/π_old(o))^(1/|o|)) is a token-level "
-                f"width. The sequence ratio is the geometric mean of |o| token ratios, so it moves less than they "
-                f"do: by √|o| if token log-ratios were independent (45× at |o| = 2048), less where they are "
-                f"correlated ({SPREAD_HINT}); a token-level width on it rarely binds. GSPO uses 3e-4 / 4e-4.", key))
+            out.append(
+                finding(
+                    "sequence_ratio_token_eps",
+                    f"ε_{side} = {eps:g} on a sequence-level ratio (GSPO: (π_θ(o)/π_old(o))^(1/|o|)) is a token-level "
+                    f"width. The sequence ratio is the geometric mean of |o| token ratios, so it moves less than they "
+                    f"do: by √|o| if token log-ratios were independent (45× at |o| = 2048), less where they are "
+                    f"correlated ({SPREAD_HINT}); a token-level width on it rarely binds. GSPO uses 3e-4 / 4e-4.",
+                    key,
+                )
+            )
         elif level == "token" and eps <= SEQUENCE_SCALE_BELOW:
-            out.append(finding(
-                "token_ratio_sequence_eps",
-                f"ε_{side} = {eps:g} on token-level ratios looks like GSPO's sequence-level width: almost every "
-                f"token that moves will be clipped. Token-level runs use 0.1–0.3 (DAPO 0.2 / 0.28).", key))
+            out.append(
+                finding(
+                    "token_ratio_sequence_eps",
+                    f"ε_{side} = {eps:g} on token-level ratios looks like GSPO's sequence-level width: almost every "
+                    f"token that moves will be clipped. Token-level runs use 0.1–0.3 (DAPO 0.2 / 0.28).",
+                    key,
+                )
+            )
         else:
             lo, hi = SEQUENCE_EPS_RANGE if level == "sequence" else TOKEN_EPS_RANGE
             if not lo <= eps <= hi:
                 published = "3e-4 / 4e-4 (GSPO)" if level == "sequence" else "0.1–0.3 (PPO), 0.2 / 0.28 (DAPO)"
-                out.append(finding(
-                    "outside_published_range",
-                    f"ε_{side} = {eps:g} on {level}-level ratios is far outside published runs ({published}; "
-                    f"divclip warns outside [{lo:g}, {hi:g}]).", key))
+                out.append(
+                    finding(
+                        "outside_published_range",
+                        f"ε_{side} = {eps:g} on {level}-level ratios is far outside published runs ({published}; "
+                        f"divclip warns outside [{lo:g}, {hi:g}]).",
+                        key,
+                    )
+                )
     if eps_low is not None and eps_low >= 1.0:
-        out.append(finding(
-            "outside_published_range",
-            f"ε_low = {eps_low:g} >= 1 puts the lower clip bound 1 - ε_low at or below 0: a ratio cannot go "
-            "there, so the lower side never binds.", keys["low"]))
+        out.append(
+            finding(
+                "outside_published_range",
+                f"ε_low = {eps_low:g} >= 1 puts the lower clip bound 1 - ε_low at or below 0: a ratio cannot go "
+                "there, so the lower side never binds.",
+                keys["low"],
+            )
+        )
     return out
 
 
@@ -161,11 +181,14 @@ def _dppo_budget(s, _):
     for side, d in (("low", s.budget_low), ("high", s.budget_high)):
         key = _k(s, f"eps_{side}")
         if not lo <= d <= hi:
-            out.append(finding(
-                "outside_published_range",
-                f"{s.loss_mode} δ_{side} = {d:g}{f' ({key} is the {s.measure} budget)' if key else ''} is far "
-                f"outside the validated {DPPO_VALIDATED[s.measure]:g} (divclip warns outside [{lo:g}, {hi:g}]).",
-                key))
+            out.append(
+                finding(
+                    "outside_published_range",
+                    f"{s.loss_mode} δ_{side} = {d:g}{f' ({key} is the {s.measure} budget)' if key else ''} is far "
+                    f"outside the validated {DPPO_VALIDATED[s.measure]:g} (divclip warns outside [{lo:g}, {hi:g}]).",
+                    key,
+                )
+            )
     return out
 
 
@@ -175,26 +198,37 @@ def _asymmetry(s, intended):
     if s.measure == "ratio" and s.budget_low is not None and s.budget_high is not None:
         lo_key = _k(s, "eps_low")
         if s.budget_high < s.budget_low:
-            out.append(finding(
-                "asymmetric_contradicts_measure",
-                f"ε_high = {s.budget_high:g} < ε_low = {s.budget_low:g}: no p-independent divergence (log-ratio, "
-                "k2, KL3, reverse KL3, χ², Hellinger) gives a tighter upper side; only binary KL does, for "
-                "confident tokens (p > 0.5). DAPO's clip-higher and KL3 both loosen the upper side.", lo_key))
+            out.append(
+                finding(
+                    "asymmetric_contradicts_measure",
+                    f"ε_high = {s.budget_high:g} < ε_low = {s.budget_low:g}: no p-independent divergence (log-ratio, "
+                    "k2, KL3, reverse KL3, χ², Hellinger) gives a tighter upper side; only binary KL does, for "
+                    "confident tokens (p > 0.5). DAPO's clip-higher and KL3 both loosen the upper side.",
+                    lo_key,
+                )
+            )
         if intended and intended != "ratio" and not get_measure(intended).p_dependent and s.budget_low < 1:
             want = implied_eps_high(intended, s.budget_low)
             if want is not None and abs(s.budget_high - want) > MEASURE_TOLERANCE * want:
-                out.append(finding(
-                    "asymmetric_contradicts_measure",
-                    f"for {intended}, ε_low = {s.budget_low:g} fixes the budget, and that budget's upper width is "
-                    f"ε_high = {want:.4g}; the config's ε_high = {s.budget_high:g} is "
-                    f"{'looser' if s.budget_high > want else 'tighter'}, so the clip is not a {intended} budget. "
-                    f"Set ε_high to {want:.4g} to clip by {intended}.", _k(s, "eps_high")))
+                out.append(
+                    finding(
+                        "asymmetric_contradicts_measure",
+                        f"for {intended}, ε_low = {s.budget_low:g} fixes the budget, and that budget's upper width is "
+                        f"ε_high = {want:.4g}; the config's ε_high = {s.budget_high:g} is "
+                        f"{'looser' if s.budget_high > want else 'tighter'}, so the clip is not a {intended} budget. "
+                        f"Set ε_high to {want:.4g} to clip by {intended}.",
+                        _k(s, "eps_high"),
+                    )
+                )
     if s.form == "gated" and s.budget_low != s.budget_high:
-        out.append(finding(
-            "asymmetric_contradicts_measure",
-            f"{s.loss_mode} uses δ_low = {s.budget_low:g} and δ_high = {s.budget_high:g}: a {s.measure} budget is "
-            "one δ whose interval is already asymmetric per token; two δs are two different measures.",
-            _k(s, "eps_high")))
+        out.append(
+            finding(
+                "asymmetric_contradicts_measure",
+                f"{s.loss_mode} uses δ_low = {s.budget_low:g} and δ_high = {s.budget_high:g}: a {s.measure} budget is "
+                "one δ whose interval is already asymmetric per token; two δs are two different measures.",
+                _k(s, "eps_high"),
+            )
+        )
     return out
 
 
@@ -215,15 +249,32 @@ def input_findings(raw, s: ClipSettings) -> list[Finding]:
     out = []
     for key, near in s.unknown_keys[:MAX_UNKNOWN_SHOWN]:
         hint = f"; did you mean {near!r}?" if near else ""
-        out.append(Finding("unknown_key", f"{key!r} is not a {s.engine} setting: divclip did not read it, and "
-                           f"{s.engine} would refuse it{hint}", source, key))
+        out.append(
+            Finding(
+                "unknown_key",
+                f"{key!r} is not a {s.engine} setting: divclip did not read it, and {s.engine} would refuse it{hint}",
+                source,
+                key,
+            )
+        )
     if len(s.unknown_keys) > MAX_UNKNOWN_SHOWN:
-        out.append(Finding("unknown_key", f"{len(s.unknown_keys) - MAX_UNKNOWN_SHOWN} more keys are not {s.engine} "
-                           "settings (not listed)", source, None))
+        out.append(
+            Finding(
+                "unknown_key",
+                f"{len(s.unknown_keys) - MAX_UNKNOWN_SHOWN} more keys are not {s.engine} settings (not listed)",
+                source,
+                None,
+            )
+        )
     for line, text in raw.stray_tokens[:MAX_UNKNOWN_SHOWN]:
         where = f"line {line}: " if line is not None else ""
         word, _, value = text.partition(" ")
         fix = f"{word}={value}" if value else f"{word}=VALUE"
-        out.append(finding("override_without_equals", f"{where}{text!r} has no '=': it is not an override, so "
-                           f"nothing was set (did you mean {fix}?)", word))
+        out.append(
+            finding(
+                "override_without_equals",
+                f"{where}{text!r} has no '=': it is not an override, so nothing was set (did you mean {fix}?)",
+                word,
+            )
+        )
     return out

@@ -80,13 +80,19 @@ def _method_entry(name: str, q, log_r, adv, inside, cells, centred) -> dict:
     gone = np.where(inside, full - kept, 0.0)
     entry["clipfrac"] = float(clipped.sum()) / max(int(inside.sum()), 1)
     entry["removed"] = _share(gone, np.where(inside, full, 0.0))
-    entry["buckets"] = [_cell(b, s, moving & (cells == b) & (np.sign(adv) == s), clipped, gone, full)
-                        for b in range(len(P_EDGES) - 1) for s in (-1, 1)]
+    entry["buckets"] = [
+        _cell(b, s, moving & (cells == b) & (np.sign(adv) == s), clipped, gone, full)
+        for b in range(len(P_EDGES) - 1)
+        for s in (-1, 1)
+    ]
     raise_, lower = clipped & (centred < 0), clipped & (centred > 0)
     total_clipped = max(int(clipped.sum()), 1)
     entry["entropy"] = {
-        side: {"tokens": int(sel.sum()), "share_of_clipped": float(sel.sum()) / total_clipped,
-               "removed": _share(np.where(sel, gone, 0.0), np.where(inside, full, 0.0))}
+        side: {
+            "tokens": int(sel.sum()),
+            "share_of_clipped": float(sel.sum()) / total_clipped,
+            "removed": _share(np.where(sel, gone, 0.0), np.where(inside, full, 0.0)),
+        }
         for side, sel in (("would_raise", raise_), ("would_lower", lower))
     }
     return entry
@@ -118,8 +124,7 @@ def compare_methods(data: Rollouts, methods, opts: RolloutOptions = RolloutOptio
     cells = np.where(inside, bucket, -1)
     n = max(int(inside.sum()), 1)
     centred = np.where(inside, (old - old[inside].sum() / n) * (adv - adv[inside].sum() / n), 0.0)
-    entries = [_method_entry(name, q, np.clip(log_r, -700.0, 700.0), adv, inside, cells, centred)
-               for name in names]
+    entries = [_method_entry(name, q, np.clip(log_r, -700.0, 700.0), adv, inside, cells, centred) for name in names]
     return {"ratios": ratios["text"], "entropy_rule": ENTROPY_SOURCE, "methods": entries}
 
 
@@ -129,15 +134,26 @@ def compare_rows(section: dict) -> list[dict]:
     rows = []
     for m in section["methods"]:
         e = m.get("entropy") or {}
-        rows.append({"method": m["method"], "family": m["family"], "clipfrac": m.get("clipfrac"),
-                     "removed": m.get("removed"),
-                     "clipped, would raise entropy": (e.get("would_raise") or {}).get("tokens"),
-                     "clipped, would lower entropy": (e.get("would_lower") or {}).get("tokens"),
-                     "problem": m["problem"]})
+        rows.append(
+            {
+                "method": m["method"],
+                "family": m["family"],
+                "clipfrac": m.get("clipfrac"),
+                "removed": m.get("removed"),
+                "clipped, would raise entropy": (e.get("would_raise") or {}).get("tokens"),
+                "clipped, would lower entropy": (e.get("would_lower") or {}).get("tokens"),
+                "problem": m["problem"],
+            }
+        )
     return rows
 
 
 def compare_bucket_rows(section: dict) -> list[dict]:
     """Every method's cells with tokens: old-probability bucket, sign of A, clip fraction, |gradient| removed."""
-    return [{"method": m["method"], **b} for m in section["methods"] if m["problem"] is None
-            for b in m["buckets"] if b["tokens"]]
+    return [
+        {"method": m["method"], **b}
+        for m in section["methods"]
+        if m["problem"] is None
+        for b in m["buckets"]
+        if b["tokens"]
+    ]

@@ -43,8 +43,14 @@ MAX_YAML_ALIASES = 32
 MAX_DEPTH = 32
 MAX_NODES = 200_000  # YAML events while parsing; mapping entries while flattening (aliases count every time)
 
-CONFIG_SUFFIXES = {".yaml": "yaml", ".yml": "yaml", ".json": "json", ".txt": "overrides", ".sh": "overrides",
-                   ".py": "python"}
+CONFIG_SUFFIXES = {
+    ".yaml": "yaml",
+    ".yml": "yaml",
+    ".json": "json",
+    ".txt": "overrides",
+    ".sh": "overrides",
+    ".py": "python",
+}
 _YAML_KEY_LINE = re.compile(r"^\s*[\w.\-\"']+\s*:(\s|$)", re.MULTILINE)
 _OVERRIDE_TOKEN = re.compile(r"(^|\s)[+~]*[A-Za-z_][\w\-@/.]*=|(^|\s)--[A-Za-z]")
 _PYTHON_LINE = re.compile(r"^(import [\w.]+|from [\w.]+ import |[A-Za-z_]\w* = [\[{(\w'\"])", re.MULTILINE)
@@ -134,9 +140,7 @@ def parse_config_text(text: str, name: str) -> RawConfig:
         return raw
     tree = _load_json(text, name) if kind == "json" else _load_yaml(text, name)
     if not isinstance(tree, dict):
-        raise ConfigError(
-            f"config {name!r} must be a mapping of settings at the top level, got {_kind_of(tree)}"
-        )
+        raise ConfigError(f"config {name!r} must be a mapping of settings at the top level, got {_kind_of(tree)}")
     raw = RawConfig(name, kind, flatten(tree, name))
     if kind == "yaml":
         for var, value in _ENV_COMMENT.findall(text):
@@ -152,7 +156,7 @@ def _merge(raw: RawConfig, found: Tokens) -> None:
 
 
 def config_kind(name: str, text: str) -> str:
-    """"yaml", "json", "python" or "overrides" (a launch command): by the suffix, else by the text."""
+    """ "yaml", "json", "python" or "overrides" (a launch command): by the suffix, else by the text."""
     suffix = Path(name).suffix.lower()
     if suffix in CONFIG_SUFFIXES:
         return CONFIG_SUFFIXES[suffix]
@@ -217,8 +221,9 @@ def _scan_yaml_events(text: str, name: str) -> None:
     try:
         for count, event in enumerate(yaml.parse(text, Loader=_SafeLoader)):
             if count > MAX_NODES:
-                raise ConfigError(f"config {name!r} holds more than {MAX_NODES} YAML nodes: refused (a training "
-                                  "config has hundreds)")
+                raise ConfigError(
+                    f"config {name!r} holds more than {MAX_NODES} YAML nodes: refused (a training config has hundreds)"
+                )
             tag = getattr(event, "tag", None)
             if tag and ("python/" in tag or tag.startswith("!python")):
                 raise ConfigError(
@@ -279,8 +284,10 @@ def flatten(tree: dict, name: str) -> dict:
                 )
             k = f"{prefix}{key}"
             if k in out:
-                raise ConfigError(f"config {name!r} sets {k!r} twice (once nested, once as a dotted key): refused, "
-                                  "since the last value would silently win; keep one")
+                raise ConfigError(
+                    f"config {name!r} sets {k!r} twice (once nested, once as a dotted key): refused, "
+                    "since the last value would silently win; keep one"
+                )
             if isinstance(value, dict):
                 walk(value, k + ".", depth + 1)
             else:

@@ -15,18 +15,26 @@ def log_ratio_histogram_figure(rollouts: dict, measures=HIGHLIGHT) -> go.Figure:
     h = rollouts["histogram"]
     edges = h["edges"]
     centres = [(a + b) / 2 for a, b in zip(edges[:-1], edges[1:])]
-    fig = go.Figure(go.Bar(x=centres, y=h["counts"], width=edges[1] - edges[0], name="tokens",
-                           marker_color="#888"))
+    fig = go.Figure(go.Bar(x=centres, y=h["counts"], width=edges[1] - edges[0], name="tokens", marker_color="#888"))
     dashes = ("solid", "dash", "dot", "dashdot")
     for i, name in enumerate(m for m in measures if m in h["log_bounds"]):
         # Each label beside its line, outwards (left of the lower bound, right of the upper), one row per
         # measure: two measures sharing a bound (ratio and KL3 at l = 1 − ε_low) never print on top of each other.
         for x, side in zip(h["log_bounds"][name], ("left", "right")):
             if x is not None:
-                fig.add_vline(x=x, line_dash=dashes[i % len(dashes)], annotation_text=name,
-                              annotation_position=f"top {side}", annotation_yshift=-16 * i)
-    fig.update_layout(title=f"log r on {rollouts['n_tokens']} tokens ({rollouts['ratios']['source']})",
-                      xaxis_title="log r = log π_θ − log π_old", yaxis_title="tokens", showlegend=False)
+                fig.add_vline(
+                    x=x,
+                    line_dash=dashes[i % len(dashes)],
+                    annotation_text=name,
+                    annotation_position=f"top {side}",
+                    annotation_yshift=-16 * i,
+                )
+    fig.update_layout(
+        title=f"log r on {rollouts['n_tokens']} tokens ({rollouts['ratios']['source']})",
+        xaxis_title="log r = log π_θ − log π_old",
+        yaxis_title="tokens",
+        showlegend=False,
+    )
     return fig
 
 
@@ -41,10 +49,23 @@ def delta_sweep_figure(rollouts: dict) -> go.Figure:
         if m["problem"] or m["budget"] is None:
             continue
         x = m["budget"].get("delta", m["budget"].get("eps_low"))
-        fig.add_trace(go.Scatter(x=[x], y=[m["clipfrac"]], mode="markers", name=f"{m['measure']} (config)",
-                                 marker={"symbol": "x", "size": 9}, showlegend=False))
-    fig.update_layout(title="Clip fraction against the budget", xaxis_type="log",
-                      xaxis_title="budget δ (ratio: ε)", yaxis_title="clip fraction", yaxis_tickformat=".1%")
+        fig.add_trace(
+            go.Scatter(
+                x=[x],
+                y=[m["clipfrac"]],
+                mode="markers",
+                name=f"{m['measure']} (config)",
+                marker={"symbol": "x", "size": 9},
+                showlegend=False,
+            )
+        )
+    fig.update_layout(
+        title="Clip fraction against the budget",
+        xaxis_type="log",
+        xaxis_title="budget δ (ratio: ε)",
+        yaxis_title="clip fraction",
+        yaxis_tickformat=".1%",
+    )
     return fig
 
 
@@ -55,12 +76,22 @@ def bucket_figure(rollouts: dict, measure: str) -> go.Figure:
     fig = go.Figure()
     for sign, side, label in (("A<0", "frac_low", "lower bound (A < 0)"), ("A>0", "frac_high", "upper bound (A > 0)")):
         rows = [b for b in buckets if b["sign"] == sign]
-        fig.add_trace(go.Bar(x=[b["p_bucket"] for b in rows], y=[b[side] for b in rows], name=label,
-                             customdata=[b["tokens"] for b in rows],
-                             hovertemplate="%{y:.2%} of %{customdata} tokens"))
-    fig.update_layout(title=f"{measure}: clipped tokens by π_old(a)", barmode="group",
-                      xaxis_title="old-token probability p", yaxis_title="clipped fraction of the cell",
-                      yaxis_tickformat=".1%")
+        fig.add_trace(
+            go.Bar(
+                x=[b["p_bucket"] for b in rows],
+                y=[b[side] for b in rows],
+                name=label,
+                customdata=[b["tokens"] for b in rows],
+                hovertemplate="%{y:.2%} of %{customdata} tokens",
+            )
+        )
+    fig.update_layout(
+        title=f"{measure}: clipped tokens by π_old(a)",
+        barmode="group",
+        xaxis_title="old-token probability p",
+        yaxis_title="clipped fraction of the cell",
+        yaxis_tickformat=".1%",
+    )
     return fig
 
 
@@ -70,11 +101,22 @@ def budget_intervals_figure(budget: dict) -> go.Figure:
     fig = go.Figure()
     for r in rows:
         lo, hi = 1.0 - budget["eps_low"], 1.0 + r["implied_eps_high"]
-        fig.add_trace(go.Scatter(x=[lo, hi], y=[r["measure"]] * 2, mode="lines+markers", name=r["measure"],
-                                 hovertemplate="%{x:.4f}"))
+        fig.add_trace(
+            go.Scatter(
+                x=[lo, hi], y=[r["measure"]] * 2, mode="lines+markers", name=r["measure"], hovertemplate="%{x:.4f}"
+            )
+        )
     if budget.get("eps_high") is not None and budget.get("eps_low") is not None:
-        fig.add_vline(x=1.0 + budget["eps_high"], line_dash="dash", annotation_text="config 1+ε_high",
-                      annotation_position="top left")  # inside the plot: at the right edge it was cut off
-    fig.update_layout(title=f"Clip interval at the budget of ε_low = {budget.get('eps_low')}",
-                      xaxis_title="ratio r", showlegend=False, height=120 + 30 * max(len(rows), 1))
+        fig.add_vline(
+            x=1.0 + budget["eps_high"],
+            line_dash="dash",
+            annotation_text="config 1+ε_high",
+            annotation_position="top left",
+        )  # inside the plot: at the right edge it was cut off
+    fig.update_layout(
+        title=f"Clip interval at the budget of ε_low = {budget.get('eps_low')}",
+        xaxis_title="ratio r",
+        showlegend=False,
+        height=120 + 30 * max(len(rows), 1),
+    )
     return fig

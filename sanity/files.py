@@ -42,8 +42,7 @@ class DuplicateKeyError(ValueError):
 
     def __init__(self, key, detail: str):
         self.key = key
-        super().__init__(f"sets {key!r} twice ({detail}): refused, since the last value would silently win; "
-                         "keep one")
+        super().__init__(f"sets {key!r} twice ({detail}): refused, since the last value would silently win; keep one")
 
 
 def _unique_pairs(pairs):

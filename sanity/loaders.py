@@ -133,20 +133,24 @@ def _check_zip_member_count(data: bytes, name: str) -> None:
     at = data.rfind(b"PK\x05\x06", max(0, len(data) - 65_557))
     if at < 0 or at + 22 > len(data):
         raise RolloutFileError(f"rollout file {name!r} is not a readable .npz archive (no end of central directory)")
-    members, cd_size, cd_offset = struct.unpack("<HLL", data[at + 10:at + 20])
+    members, cd_size, cd_offset = struct.unpack("<HLL", data[at + 10 : at + 20])
     if 0xFFFF in (members,) or 0xFFFFFFFF in (cd_size, cd_offset):
-        raise RolloutFileError(f"rollout file {name!r} is a ZIP64 archive (over 65535 members or 4 GiB): an .npz "
-                               f"of rollouts holds at most {len(FIELDS)} arrays and at most 1 GiB")
+        raise RolloutFileError(
+            f"rollout file {name!r} is a ZIP64 archive (over 65535 members or 4 GiB): an .npz "
+            f"of rollouts holds at most {len(FIELDS)} arrays and at most 1 GiB"
+        )
     start = at - cd_size  # where zipfile looks too (it allows data before the archive)
     if start < 0:
-        raise RolloutFileError(f"rollout file {name!r} is not a readable .npz archive (central directory size "
-                               f"{cd_size} exceeds the file)")
+        raise RolloutFileError(
+            f"rollout file {name!r} is not a readable .npz archive (central directory size {cd_size} exceeds the file)"
+        )
     count, pos = 0, start
     while pos < at:
-        if data[pos:pos + 4] != b"PK\x01\x02" or pos + 46 > at:
-            raise RolloutFileError(f"rollout file {name!r} is not a readable .npz archive (bad central directory "
-                                   f"entry at byte {pos})")
-        name_len, extra_len, comment_len = struct.unpack("<HHH", data[pos + 28:pos + 34])
+        if data[pos : pos + 4] != b"PK\x01\x02" or pos + 46 > at:
+            raise RolloutFileError(
+                f"rollout file {name!r} is not a readable .npz archive (bad central directory entry at byte {pos})"
+            )
+        name_len, extra_len, comment_len = struct.unpack("<HHH", data[pos + 28 : pos + 34])
         pos += 46 + name_len + extra_len + comment_len
         count += 1
         if count > MAX_NPZ_MEMBERS:
@@ -187,7 +191,7 @@ def _read_safetensors(data: bytes, name: str, limits: Limits):
     (header_len,) = struct.unpack("<Q", data[:8])
     if header_len > len(data) - 8 or data[8:9] != b"{":
         raise RolloutFileError(f"rollout file {name!r} is not a .safetensors file (bad header length or header)")
-    _check_safetensors_shapes(data[8:8 + header_len], name, limits)
+    _check_safetensors_shapes(data[8 : 8 + header_len], name, limits)
     try:
         from safetensors.torch import load
     except ImportError:
@@ -212,8 +216,10 @@ def _read_safetensors(data: bytes, name: str, limits: Limits):
 
 def _check_safetensors_shapes(header: bytes, name: str, limits: Limits) -> None:
     if len(header) > MAX_SAFETENSORS_HEADER:
-        raise RolloutFileError(f"rollout file {name!r} has a {len(header)}-byte .safetensors header, over the "
-                               f"{MAX_SAFETENSORS_HEADER}-byte limit (a rollout file names a few tensors)")
+        raise RolloutFileError(
+            f"rollout file {name!r} has a {len(header)}-byte .safetensors header, over the "
+            f"{MAX_SAFETENSORS_HEADER}-byte limit (a rollout file names a few tensors)"
+        )
     try:
         meta = json_loads_unique(header.decode("utf-8"))
     except (ValueError, RecursionError) as exc:  # bad JSON, duplicate names, not UTF-8
@@ -262,8 +268,9 @@ def _check_parquet_types(schema, present: list[str], name: str, pa) -> None:
     decoded: a compressed string column of a few kilobytes can decode to gigabytes."""
     for key in present:
         t = schema.field(key).type
-        inner = t.value_type if (pa.types.is_list(t) or pa.types.is_large_list(t)
-                                 or pa.types.is_fixed_size_list(t)) else t
+        inner = (
+            t.value_type if (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)) else t
+        )
         if not (_arrow_numeric(inner, pa) or pa.types.is_boolean(inner)):
             raise RolloutFileError(f"{key} in {name!r} must hold numbers, got {t} (refused before decoding)")
 
@@ -286,8 +293,10 @@ def _check_parquet_sizes(meta, present: list[str], name: str, limits: Limits) ->
         total += max(8 * (values + meta.num_rows), stored)  # float64 values and list offsets, or the pages'
         # own uncompressed size when larger (a claim the decoder holds the file to)
     if total > limits.max_bytes:
-        raise RolloutFileError(f"rollout file {name!r} decodes to about {total} bytes, over the "
-                               f"{limits.max_bytes}-byte limit (raise it with --max-bytes)")
+        raise RolloutFileError(
+            f"rollout file {name!r} decodes to about {total} bytes, over the "
+            f"{limits.max_bytes}-byte limit (raise it with --max-bytes)"
+        )
 
 
 def _arrow_rows(col, key, name, pa, pc):
@@ -318,8 +327,10 @@ def _arrow_numeric(t, pa) -> bool:
 def _read_jsonl(data: bytes, name: str, limits: Limits):
     lines = data.count(b"\n") + 1
     if lines > MAX_JSONL_LINES + 1:
-        raise RolloutFileError(f"rollout file {name!r} has {lines - 1} lines, over the {MAX_JSONL_LINES}-line limit "
-                               "(one line per sequence)")
+        raise RolloutFileError(
+            f"rollout file {name!r} has {lines - 1} lines, over the {MAX_JSONL_LINES}-line limit "
+            "(one line per sequence)"
+        )
     rows: dict[str, list] = {}
     keys = None
     n = values = 0
@@ -329,8 +340,10 @@ def _read_jsonl(data: bytes, name: str, limits: Limits):
         end = len(data) if end < 0 else end
         raw, start = data[start:end], end + 1
         if len(raw) > MAX_JSONL_LINE_BYTES:
-            raise RolloutFileError(f"line {lineno} of {name!r} is {len(raw)} bytes, over the "
-                                   f"{MAX_JSONL_LINE_BYTES}-byte limit for one sequence")
+            raise RolloutFileError(
+                f"line {lineno} of {name!r} is {len(raw)} bytes, over the "
+                f"{MAX_JSONL_LINE_BYTES}-byte limit for one sequence"
+            )
         line = _decode_line(raw, lineno, name)
         if not line.strip():
             continue
@@ -340,8 +353,9 @@ def _read_jsonl(data: bytes, name: str, limits: Limits):
             keys, file_keys = present, list(obj)
             rows = {k: [] for k, _ in keys}
         elif present != keys:
-            raise RolloutFileError(f"line {lineno} of {name!r} has fields {[f for _, f in present]}, line 1 had "
-                                   f"{[f for _, f in keys]}")
+            raise RolloutFileError(
+                f"line {lineno} of {name!r} has fields {[f for _, f in present]}, line 1 had {[f for _, f in keys]}"
+            )
         for k, file_key in keys:
             row = _json_row(obj[file_key], k, lineno, name)
             values += row.size

@@ -51,8 +51,13 @@ def _assignment(target, value, out: Tokens, name: str) -> None:
 
 
 def _is_environ(node) -> bool:
-    return (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and node.value.attr == "environ"
-            and isinstance(node.value.value, ast.Name) and node.value.value.id == "os")
+    return (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "environ"
+        and isinstance(node.value.value, ast.Name)
+        and node.value.value.id == "os"
+    )
 
 
 _MISSING = object()
@@ -85,8 +90,14 @@ def _literal(node, depth: int = 0):
         if any(k is _MISSING or v is _MISSING or not isinstance(k, (str, int, float)) for k, v in pairs):
             return _MISSING
         return dict(pairs)
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "float"
-            and len(node.args) == 1 and isinstance(node.args[0], ast.Constant) and not node.keywords):
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "float"
+        and len(node.args) == 1
+        and isinstance(node.args[0], ast.Constant)
+        and not node.keywords
+    ):
         try:
             value = float(node.args[0].value)  # float("inf")
         except (TypeError, ValueError):

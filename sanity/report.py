@@ -47,18 +47,39 @@ def build_report(
     """The full report; `config`/`rollouts` are paths or bytes (bytes need `*_name` for the suffix). `methods`
     ('dcpo,grpo' or a list of atlas names / method strings) adds the "compare" section (`sanity.compare`)."""
     try:
-        return _build(config, rollouts, config_name, rollouts_name, overrides, framework, intended_measure,
-                      eps_low, eps_high, deltas or {}, sigma, seed, num_processes, limits, methods)
+        return _build(
+            config,
+            rollouts,
+            config_name,
+            rollouts_name,
+            overrides,
+            framework,
+            intended_measure,
+            eps_low,
+            eps_high,
+            deltas or {},
+            sigma,
+            seed,
+            num_processes,
+            limits,
+            methods,
+        )
     except SanityInputError:
         raise
     except ValueError as exc:  # a theory-level check (a measure name, a budget): same contract
         raise SanityInputError(str(exc)) from None
     except (MemoryError, RecursionError, OverflowError) as exc:  # an input past a limit no loader foresaw
-        what = " and ".join(f"{k} {_label(v, n)!r}" for k, v, n in (("config", config, config_name),
-                                                                    ("rollouts", rollouts, rollouts_name))
-                            if v is not None) or "the overrides"
-        raise SanityInputError(f"cannot check {what}: it is too large or too deeply nested "
-                               f"({type(exc).__name__})") from None
+        what = (
+            " and ".join(
+                f"{k} {_label(v, n)!r}"
+                for k, v, n in (("config", config, config_name), ("rollouts", rollouts, rollouts_name))
+                if v is not None
+            )
+            or "the overrides"
+        )
+        raise SanityInputError(
+            f"cannot check {what}: it is too large or too deeply nested ({type(exc).__name__})"
+        ) from None
 
 
 def _label(source, name) -> str:
@@ -73,14 +94,32 @@ def report_from_uploads(config=None, rollouts=None, overrides_text: str = "", **
             raise SanityInputError(f"{what} upload must be a (file name, bytes) pair, got {type(upload).__name__}")
     overrides = split_overrides(overrides_text, "the overrides box") if overrides_text.strip() else []
     return build_report(
-        config=None if config is None else config[1], config_name=None if config is None else config[0],
-        rollouts=None if rollouts is None else rollouts[1], rollouts_name=None if rollouts is None else rollouts[0],
-        overrides=overrides, **options,
+        config=None if config is None else config[1],
+        config_name=None if config is None else config[0],
+        rollouts=None if rollouts is None else rollouts[1],
+        rollouts_name=None if rollouts is None else rollouts[0],
+        overrides=overrides,
+        **options,
     )
 
 
-def _build(config, rollouts, config_name, rollouts_name, overrides, framework, intended, eps_low, eps_high,
-           deltas, sigma, seed, num_processes, limits, methods=None) -> dict:
+def _build(
+    config,
+    rollouts,
+    config_name,
+    rollouts_name,
+    overrides,
+    framework,
+    intended,
+    eps_low,
+    eps_high,
+    deltas,
+    sigma,
+    seed,
+    num_processes,
+    limits,
+    methods=None,
+) -> dict:
     if config is None and not overrides and rollouts is None:
         raise SanityInputError("nothing to check: give a config file, hydra overrides, or --rollouts FILE")
     if methods is not None and rollouts is None:
@@ -90,9 +129,13 @@ def _build(config, rollouts, config_name, rollouts_name, overrides, framework, i
     if config is not None or overrides:
         raw = read_config(config, config_name, overrides)
         settings = clip_settings(raw, framework, num_processes)
-        report["config"] = {"name": raw.name, "kind": raw.kind, "ignored_tokens": raw.ignored_tokens,
-                            "stray_tokens": [{"line": n, "text": t} for n, t in raw.stray_tokens],
-                            **settings.to_dict()}
+        report["config"] = {
+            "name": raw.name,
+            "kind": raw.kind,
+            "ignored_tokens": raw.ignored_tokens,
+            "stray_tokens": [{"line": n, "text": t} for n, t in raw.stray_tokens],
+            **settings.to_dict(),
+        }
         report["warnings"] = [w.to_dict() for w in input_findings(raw, settings) + check_settings(settings, intended)]
         report["notes"] += settings.notes
         if raw.ignored_tokens:
@@ -103,8 +146,10 @@ def _build(config, rollouts, config_name, rollouts_name, overrides, framework, i
         get_measure(intended)
     opts = _rollout_options(settings, eps_low, eps_high, deltas, sigma, seed, report["notes"])
     if eps_low is not None or eps_high is not None:  # widths given here, not in the config: same scale checks
-        report["warnings"] += [w.to_dict() for w in scale_findings(eps_low, eps_high, opts.level,
-                                                                   {"low": "--eps-low", "high": "--eps-high"})]
+        report["warnings"] += [
+            w.to_dict()
+            for w in scale_findings(eps_low, eps_high, opts.level, {"low": "--eps-low", "high": "--eps-high"})
+        ]
     report["budget"] = _budget(settings, opts, eps_low is not None or eps_high is not None)
     if rollouts is not None:
         data = load_rollouts(rollouts, rollouts_name, limits)
@@ -116,10 +161,14 @@ def _build(config, rollouts, config_name, rollouts_name, overrides, framework, i
 
             report["compare"] = compare_methods(data, methods, opts)
         if section["on_policy"]:
-            report["warnings"].append(finding(
-                "rollouts_on_policy",
-                f"log_prob equals old_log_prob at every masked token of {section['file']!r}: the ratio is 1, so no "
-                "clip binds on this batch (on-policy: one epoch, one mini-batch).", "log_prob").to_dict())
+            report["warnings"].append(
+                finding(
+                    "rollouts_on_policy",
+                    f"log_prob equals old_log_prob at every masked token of {section['file']!r}: the ratio is 1, so no "
+                    "clip binds on this batch (on-policy: one epoch, one mini-batch).",
+                    "log_prob",
+                ).to_dict()
+            )
     return report
 
 
@@ -130,9 +179,11 @@ def _measured_spread(warnings: list, section: dict) -> None:
     spread = section["ratios"].get("sequence_spread")
     if not spread:
         return
-    measured = (f"on {section['file']!r} the sequence log-ratio's std is {spread['ratio']:.3g}× smaller than the "
-                f"token log-ratios' ({spread['sequence_std']:.3g} vs {spread['token_std']:.3g}, mean length "
-                f"{spread['mean_length']:.0f})")
+    measured = (
+        f"on {section['file']!r} the sequence log-ratio's std is {spread['ratio']:.3g}× smaller than the "
+        f"token log-ratios' ({spread['sequence_std']:.3g} vs {spread['token_std']:.3g}, mean length "
+        f"{spread['mean_length']:.0f})"
+    )
     for w in warnings:
         if w.get("code") == "sequence_ratio_token_eps":
             w["message"] = w["message"].replace(SPREAD_HINT, measured)
@@ -158,27 +209,42 @@ def _rollout_options(s: ClipSettings | None, eps_low, eps_high, deltas, sigma, s
         else:
             notes.append(f"{s.loss_mode} has no PPO-style clip: rollout fractions use ε = {DEFAULT_EPS:g} both sides")
         if s.form in ("gated", "cispo"):
-            notes.append(f"{s.loss_mode}: rollout fractions are PPO-clip fractions (tokens whose gradient a bound "
-                         "zeroes) for every measure, so they compare like for like")
+            notes.append(
+                f"{s.loss_mode}: rollout fractions are PPO-clip fractions (tokens whose gradient a bound "
+                "zeroes) for every measure, so they compare like for like"
+            )
     if eps_low is not None or eps_high is not None:
         low = eps_low if eps_low is not None else low
         high = eps_high if eps_high is not None else high
         notes.append(f"clip widths from the command line: ε_low = {low:g}, ε_high = {high:g}")
     elif s is None:
-        notes.append(f"no config given: assumed verl's and TRL's default ratio clip ε_low = ε_high = {DEFAULT_EPS:g}, "
-                     "token level, no dual clip, several updates per batch (pass the run's config, or --eps-low and "
-                     "--eps-high, to check its own clip)")
-    return RolloutOptions(eps_low=low, eps_high=high, deltas=deltas, dual_clip_c=dual, level=level,
-                          sigma=sigma, seed=seed)
+        notes.append(
+            f"no config given: assumed verl's and TRL's default ratio clip ε_low = ε_high = {DEFAULT_EPS:g}, "
+            "token level, no dual clip, several updates per batch (pass the run's config, or --eps-low and "
+            "--eps-high, to check its own clip)"
+        )
+    return RolloutOptions(
+        eps_low=low, eps_high=high, deltas=deltas, dual_clip_c=dual, level=level, sigma=sigma, seed=seed
+    )
 
 
 def _budget(s: ClipSettings | None, opts: RolloutOptions, eps_given: bool) -> dict:
-    out = {"level": opts.level, "eps_low": opts.eps_low, "eps_high": opts.eps_high, "kind": "ratio",
-           "source": "command line" if eps_given else ("config" if s is not None else "assumed: no config")}
+    out = {
+        "level": opts.level,
+        "eps_low": opts.eps_low,
+        "eps_high": opts.eps_high,
+        "kind": "ratio",
+        "source": "command line" if eps_given else ("config" if s is not None else "assumed: no config"),
+    }
     if s is not None and s.form in ("gated", "divclip") and not eps_given:
-        out.update(kind="divergence", measure=s.measure, delta_low=s.budget_low, delta_high=s.budget_high,
-                   intervals=divergence_intervals(s.measure, s.budget_low, s.budget_high),
-                   reference="eps_low/eps_high are the widths this δ allows a p = 0.5 token")
+        out.update(
+            kind="divergence",
+            measure=s.measure,
+            delta_low=s.budget_low,
+            delta_high=s.budget_high,
+            intervals=divergence_intervals(s.measure, s.budget_low, s.budget_high),
+            reference="eps_low/eps_high are the widths this δ allows a p = 0.5 token",
+        )
     elif s is not None and s.form == "cispo" and s.framework == "trl" and not eps_given:
         out.update(kind="cap", cap=s.cap, eps_low=None, eps_high=s.budget_high)
     elif s is not None and s.form in ("sapo", "other") and not eps_given:
@@ -187,8 +253,9 @@ def _budget(s: ClipSettings | None, opts: RolloutOptions, eps_given: bool) -> di
         return out
     out["equivalents"] = equivalent_budgets(out["eps_low"], out["eps_high"])
     kl3 = next(r for r in out["equivalents"] if r["measure"] == "kl3")
-    out["kl3"] = {k: kl3[k] for k in ("delta_from_eps_low", "implied_eps_high", "delta_from_eps_high",
-                                      "implied_eps_low")}
+    out["kl3"] = {
+        k: kl3[k] for k in ("delta_from_eps_low", "implied_eps_high", "delta_from_eps_high", "implied_eps_low")
+    }
     if opts.level == "sequence":
         out["note"] = "at level 'sequence' these budgets bound the sequence ratio exp(mean log r), not token ratios"
     return out

@@ -88,8 +88,13 @@ def rollout_specs(opts: RolloutOptions) -> list[dict]:
         try:
             if m.name == "ratio":
                 row["budget"] = {"eps_low": opts.eps_low, "eps_high": opts.eps_high}
-                row["spec"] = ClipSpec("ratio", eps_low=min(opts.eps_low, 1.0), eps_high=opts.eps_high,
-                                       dual_clip_c=opts.dual_clip_c, level=opts.level)
+                row["spec"] = ClipSpec(
+                    "ratio",
+                    eps_low=min(opts.eps_low, 1.0),
+                    eps_high=opts.eps_high,
+                    dual_clip_c=opts.dual_clip_c,
+                    level=opts.level,
+                )
             elif m.p_dependent and opts.level == "sequence":
                 row["problem"] = "p-dependent measures have no sequence-level form (a sequence has no single p)"
             else:
@@ -131,8 +136,9 @@ def analyse_rollouts(r: Rollouts, opts: RolloutOptions = RolloutOptions()) -> di
             metrics = policy_loss(lp, old, adv, mask, spec)[1]
             flags = _clip_flags(spec, lp, old, adv, mask)
             entry.update(_measure_entry(spec, metrics, flags, cells, n))
-            sweep["measures"][row["measure"]] = _sweep(spec, flags["ratio"], p_old, r.advantages, inside,
-                                                        np.asarray(sweep["grid"]), n)
+            sweep["measures"][row["measure"]] = _sweep(
+                spec, flags["ratio"], p_old, r.advantages, inside, np.asarray(sweep["grid"]), n
+            )
         measures.append(entry)
     log_r = (log_prob.astype(np.float64) - r.old_log_prob.astype(np.float64))[inside]
     return {
@@ -165,8 +171,12 @@ def sequence_spread(log_ratio: np.ndarray, inside: np.ndarray) -> dict | None:
     token_std, seq_std = float(np.std(log_ratio[inside])), float(np.std(seq))
     if seq_std == 0.0 or token_std == 0.0:
         return None
-    return {"token_std": token_std, "sequence_std": seq_std, "ratio": token_std / seq_std,
-            "mean_length": float(lengths[rows].mean())}
+    return {
+        "token_std": token_std,
+        "sequence_std": seq_std,
+        "ratio": token_std / seq_std,
+        "mean_length": float(lengths[rows].mean()),
+    }
 
 
 def _log_prob(r: Rollouts, opts: RolloutOptions) -> tuple[np.ndarray, dict]:
@@ -177,9 +187,12 @@ def _log_prob(r: Rollouts, opts: RolloutOptions) -> tuple[np.ndarray, dict]:
         lr = r.log_prob.astype(np.float64) - r.old_log_prob.astype(np.float64)
         sigma_file = float(np.std(lr[inside]))
         if opts.sigma is None:
-            return r.log_prob, {"source": "file", "sigma_file": sigma_file,
-                                "sequence_spread": sequence_spread(lr, inside),
-                                "text": f"ratios from the file's log_prob (std of log r = {sigma_file:.4g})"}
+            return r.log_prob, {
+                "source": "file",
+                "sigma_file": sigma_file,
+                "sequence_spread": sequence_spread(lr, inside),
+                "text": f"ratios from the file's log_prob (std of log r = {sigma_file:.4g})",
+            }
     sigma = opts.sigma if opts.sigma is not None else DEFAULT_SIGMA
     z = np.random.default_rng(opts.seed).standard_normal(r.shape)
     lp = (r.old_log_prob.astype(np.float64) + sigma * z).astype(r.old_log_prob.dtype)
@@ -217,8 +230,7 @@ def _cells(p_old, adv, inside) -> dict:
     cell = bucket * 3 + sign
     size = (len(P_EDGES) - 1) * 3
     tokens = np.bincount(cell[inside], minlength=size)
-    return {"cell": cell, "size": size, "tokens": tokens,
-            "sign_counts": np.bincount(sign[inside], minlength=3)}
+    return {"cell": cell, "size": size, "tokens": tokens, "sign_counts": np.bincount(sign[inside], minlength=3)}
 
 
 def _measure_entry(spec, metrics: dict, flags: dict, cells: dict, n: int) -> dict:
@@ -229,11 +241,19 @@ def _measure_entry(spec, metrics: dict, flags: dict, cells: dict, n: int) -> dic
         for s, sign in enumerate(SIGNS):
             i = b * 3 + s
             t = int(cells["tokens"][i])
-            rows.append({
-                "p_bucket": f"[{P_EDGES[b]:g}, {P_EDGES[b + 1]:g})" if b < len(P_EDGES) - 2 else f"[{P_EDGES[b]:g}, 1]",
-                "sign": sign, "tokens": t, "clipped_low": int(low[i]), "clipped_high": int(high[i]),
-                "frac_low": low[i] / t if t else 0.0, "frac_high": high[i] / t if t else 0.0,
-            })
+            rows.append(
+                {
+                    "p_bucket": f"[{P_EDGES[b]:g}, {P_EDGES[b + 1]:g})"
+                    if b < len(P_EDGES) - 2
+                    else f"[{P_EDGES[b]:g}, 1]",
+                    "sign": sign,
+                    "tokens": t,
+                    "clipped_low": int(low[i]),
+                    "clipped_high": int(high[i]),
+                    "frac_low": low[i] / t if t else 0.0,
+                    "frac_high": high[i] / t if t else 0.0,
+                }
+            )
     interval = None if spec.p_dependent else list(spec.ratio_bounds())
     return {
         "interval": interval,
@@ -272,8 +292,9 @@ def _sweep(spec, ratio, p_old, adv, inside, grid, n) -> dict:
 
 def log_ratio_histogram(log_r: np.ndarray, measures: list[dict], bins: int = 60) -> dict:
     """Counts of masked log r on a symmetric range wide enough for the data's 99.9 % and every bound."""
-    bounds = {e["measure"]: [math.log(x) if x > 0 else None for x in e["interval"]]
-              for e in measures if e.get("interval")}
+    bounds = {
+        e["measure"]: [math.log(x) if x > 0 else None for x in e["interval"]] for e in measures if e.get("interval")
+    }
     widest = max([abs(x) for pair in bounds.values() for x in pair if x is not None] + [0.0])
     q = float(np.quantile(np.abs(log_r), 0.999)) if log_r.size else 0.0
     target = max(q, 1.2 * widest)

@@ -38,10 +38,13 @@ def detect_framework(raw: RawConfig) -> str:
     tied = [name for name in ranked if scores[name] == scores[ranked[0]]]
     if len(tied) > 1:
         keys = list(raw.values)[:MAX_SCANNED]
-        parts = [f"{name} keys ({', '.join([k for k in keys if get_engine(name).detect({k: 0})][:3])})"
-                 for name in tied]
-        raise ConfigError(f"config {raw.name!r} mixes {' and '.join(parts)}, as many of each; pass --framework "
-                          f"{' or --framework '.join(tied)}")
+        parts = [
+            f"{name} keys ({', '.join([k for k in keys if get_engine(name).detect({k: 0})][:3])})" for name in tied
+        ]
+        raise ConfigError(
+            f"config {raw.name!r} mixes {' and '.join(parts)}, as many of each; pass --framework "
+            f"{' or --framework '.join(tied)}"
+        )
     return ranked[0]
 
 
@@ -55,8 +58,10 @@ def clip_settings(raw: RawConfig, framework: str | None = None, num_processes: i
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     if not module.detect(raw.values):
-        raise ConfigError(f"config {raw.name!r} has no {engine} settings to read "
-                          f"(keys: {sorted(map(str, raw.values))[:5]}); is --framework right?")
+        raise ConfigError(
+            f"config {raw.name!r} has no {engine} settings to read "
+            f"(keys: {sorted(map(str, raw.values))[:5]}); is --framework right?"
+        )
     found = module.read(raw.values, num_processes=num_processes)
     found.unknown_keys = [(k, near) for k, near in found.unknown_keys if k not in raw.added]
     if found.form == "divclip" and found.measure is None:  # per-token bounds: the checks read measure and δ there

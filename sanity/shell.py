@@ -80,8 +80,9 @@ def read_script(text: str, name: str) -> Tokens:
     return out
 
 
-def read_tokens(tokens: list, out: Tokens, variables: dict | None = None, what: str = "override",
-                number: int | None = None) -> Tokens:
+def read_tokens(
+    tokens: list, out: Tokens, variables: dict | None = None, what: str = "override", number: int | None = None
+) -> Tokens:
     """Classify one line's tokens into `out` (see the module doc string)."""
     variables = {} if variables is None else variables
     tokens = [_expand(t, variables) for t in tokens]
@@ -92,7 +93,7 @@ def read_tokens(tokens: list, out: Tokens, variables: dict | None = None, what: 
             raise ConfigError(f"{what} must be a string 'key=value', got {type(tok).__name__}")
         nxt = tokens[i + 1] if i + 1 < len(tokens) else None
         if tok.startswith("--") and FLAG.match(tok.split("=", 1)[0]):
-            i += _flag(tok, tokens[i + 1:], out)
+            i += _flag(tok, tokens[i + 1 :], out)
         elif tok.startswith("~"):
             _delete(tok[1:].split("=", 1)[0], tok, out, what)
             i += 1

@@ -44,6 +44,8 @@ def _has(keys) -> str:
     keys = sorted(str(k) for k in keys)
     shown = ", ".join(keys[:20]) + (f", ... ({len(keys)} keys)" if len(keys) > 20 else "")
     return f"[{shown}]" if keys else "no keys"
+
+
 REQUIRED = ("old_log_prob", "advantages")  # response_mask is required too, except in ragged files
 LOG_PROB_TOLERANCE = 1e-3  # bf16 rounding can leave a log-prob of a near-certain token slightly above 0
 
@@ -94,8 +96,7 @@ class Rollouts:
         return int(self.response_mask.sum())
 
 
-def validate(arrays: dict, name: str, fmt: str, ragged: bool, limits: Limits = Limits(),
-             file_keys=None) -> Rollouts:
+def validate(arrays: dict, name: str, fmt: str, ragged: bool, limits: Limits = Limits(), file_keys=None) -> Rollouts:
     """Check fields, shapes, dtypes and values; pad ragged rows; return float (B, T) arrays. `file_keys`: every
     key the file has (for the message when fields are missing)."""
     missing = [k for k in REQUIRED if k not in arrays]
@@ -126,8 +127,11 @@ def validate(arrays: dict, name: str, fmt: str, ragged: bool, limits: Limits = L
         elif arr.shape != shape:
             raise RolloutFileError(f"{key} in {name!r} has shape {arr.shape} but old_log_prob has shape {shape}")
     mask = _check_mask(arrays["response_mask"], name)
-    dtype = np.float64 if any(arrays[k].dtype == np.float64 for k in ("old_log_prob", "log_prob") if k in arrays) \
+    dtype = (
+        np.float64
+        if any(arrays[k].dtype == np.float64 for k in ("old_log_prob", "log_prob") if k in arrays)
         else np.float32
+    )
     out = {}
     for key in ("old_log_prob", "log_prob", "advantages"):
         if key in arrays:
@@ -136,8 +140,10 @@ def validate(arrays: dict, name: str, fmt: str, ragged: bool, limits: Limits = L
 
 
 def too_many_tokens(name: str, what: str, limits: Limits) -> str:
-    return (f"rollout file {name!r} {what}, over the {limits.max_tokens}-token limit (the analysis needs about "
-            "150 bytes per token); check a slice of the batch, e.g. its first sequences")
+    return (
+        f"rollout file {name!r} {what}, over the {limits.max_tokens}-token limit (the analysis needs about "
+        "150 bytes per token); check a slice of the batch, e.g. its first sequences"
+    )
 
 
 def _as_array(v, key, name) -> np.ndarray:

@@ -12,13 +12,19 @@ import pytest
 import torch
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_loss.py"
-FLOOR_ROW = re.compile(r"^\| divclip KL3 clip \(atr\), (eager|compiled \(compile \d+ s\)) "
-                       r"\| [\d.]+ \| [\d.]+x \| [\d.]+ \|$")
+FLOOR_ROW = re.compile(
+    r"^\| divclip KL3 clip \(atr\), (eager|compiled \(compile \d+ s\)) "
+    r"\| [\d.]+ \| [\d.]+x \| [\d.]+ \|$"
+)
 
 
 def _run(*args):
-    return subprocess.run([sys.executable, str(SCRIPT), "--batch", "8", "--length", "64", "--repeats", "1", *args],
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), "--batch", "8", "--length", "64", "--repeats", "1", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_the_floor_table_without_compiling():
@@ -38,7 +44,7 @@ def test_the_floor_table_with_the_compiled_column():
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [FLOOR_ROW.match(line).group(1) for line in proc.stdout.splitlines() if FLOOR_ROW.match(line)]
     assert rows[0] == "eager" and rows[1].startswith("compiled")
-    back = proc.stdout[proc.stdout.index("back to back, no sweep"):]
+    back = proc.stdout[proc.stdout.index("back to back, no sweep") :]
     assert re.search(r"^\| KL3 gated \| [\d.]+ \| [\d.]+ \| [\d.]+x \|$", back, re.M)
 
 
@@ -53,5 +59,6 @@ def test_cuda_without_a_gpu_is_one_error_line():
 def test_a_batch_that_is_not_whole_groups_is_one_error_line():
     proc = subprocess.run([sys.executable, str(SCRIPT), "--batch", "12"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == ("divclip: error: --batch must be a positive multiple of 8 (GRPO groups of 8 "
-                                   "responses), got 12")
+    assert proc.stderr.strip() == (
+        "divclip: error: --batch must be a positive multiple of 8 (GRPO groups of 8 responses), got 12"
+    )

@@ -95,8 +95,9 @@ def test_non_finite_numbers_are_refused_by_the_parser(capsys, value):
 
 def test_console_script_is_installed():
     exe = shutil.which("divclip") or str(__import__("pathlib").Path(sys.executable).with_name("divclip"))
-    proc = subprocess.run([exe, "bounds", "--measure", "kl3", "--delta", "0.02", "--json"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [exe, "bounds", "--measure", "kl3", "--delta", "0.02", "--json"], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["hi"] == kl3_bounds(0.02)[1]
 
@@ -132,8 +133,10 @@ def test_every_subcommand_module_registers_the_same_way():
 
 
 def test_the_parser_loads_no_torch_and_lists_every_subcommand():
-    code = "import sys; from divclip.cli import build_parser; print(build_parser().format_help()); " \
-           "print('torch' in sys.modules)"
+    code = (
+        "import sys; from divclip.cli import build_parser; print(build_parser().format_help()); "
+        "print('torch' in sys.modules)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split()[-1] == "False"
@@ -141,12 +144,18 @@ def test_the_parser_loads_no_torch_and_lists_every_subcommand():
         assert name in proc.stdout
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["bounds", "--measure", "kl3", "--delta", "nan"], "argument --delta: --delta must be a finite number, got 'nan'"),
-    (["check", "--framework", "jax"], "argument --framework: invalid choice: 'jax'"),
-    (["nope"], "argument command: invalid choice: 'nope'"),
-    ([], "the following arguments are required: command"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (
+            ["bounds", "--measure", "kl3", "--delta", "nan"],
+            "argument --delta: --delta must be a finite number, got 'nan'",
+        ),
+        (["check", "--framework", "jax"], "argument --framework: invalid choice: 'jax'"),
+        (["nope"], "argument command: invalid choice: 'nope'"),
+        ([], "the following arguments are required: command"),
+    ],
+)
 def test_argument_errors_are_one_line_exit_2(capsys, argv, needle):
     with pytest.raises(SystemExit) as exc:
         main(argv)
@@ -171,10 +180,18 @@ def test_realloc_help_shows_the_library_defaults(capsys):
 @pytest.mark.slow
 def test_python_dash_m_entry_points_are_the_same_cli():
     for module in ("divclip.cli", "divclip.trainer"):
-        proc = subprocess.run([sys.executable, "-m", module, "bounds", "--measure", "kl3", "--delta", "0.02", "--json"],
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-m", module, "bounds", "--measure", "kl3", "--delta", "0.02", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout)["hi"] == kl3_bounds(0.02)[1]
-    proc = subprocess.run([sys.executable, "-m", "divclip.trainer", "train", "--group-size", "1"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "divclip.trainer", "train", "--group-size", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and proc.stderr.startswith("divclip: error: TrainerConfig.group_size")

@@ -20,8 +20,16 @@ from divclip.theory.forms import FAMILIES, FORMS
 
 # Engine modes whose forms other branches declare (forms_verl, forms_trl): allowed to be missing until those
 # land; empty this set once they have (a mode listed here that is covered is fine, a missing one not listed fails).
-PENDING = {"verl:gpg", "verl:clip_cov", "verl:kl_cov", "verl:geo_mean", "verl:dro", "verl:bypass_mode",
-           "trl:luspo", "trl:vespo"}
+PENDING = {
+    "verl:gpg",
+    "verl:clip_cov",
+    "verl:kl_cov",
+    "verl:geo_mean",
+    "verl:dro",
+    "verl:bypass_mode",
+    "trl:luspo",
+    "trl:vespo",
+}
 
 
 def run_main(capsys, argv):
@@ -142,13 +150,16 @@ def test_sequence_and_no_interval_rows_say_why(capsys):
     assert "sequence-level" in out
 
 
-@pytest.mark.parametrize("argv, match", [
-    (["atlas", "--methods", "nope"], "method 'nope' is neither a named method"),
-    (["atlas", "--methods", ","], "--methods must name at least one method"),
-    (["atlas", "--at", "0,1"], "--at must be Q,R"),
-    (["atlas", "--at", "0.5"], "--at must be Q,R"),
-    (["atlas", "--methods", "grpo", "--at", "0.5,-1"], "--at must be Q,R"),
-])
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["atlas", "--methods", "nope"], "method 'nope' is neither a named method"),
+        (["atlas", "--methods", ","], "--methods must name at least one method"),
+        (["atlas", "--at", "0,1"], "--at must be Q,R"),
+        (["atlas", "--at", "0.5"], "--at must be Q,R"),
+        (["atlas", "--methods", "grpo", "--at", "0.5,-1"], "--at must be Q,R"),
+    ],
+)
 def test_bad_input_exits_2_with_one_line(capsys, argv, match):
     code, out, err = run_main(capsys, argv)
     assert code == 2 and out == ""
@@ -156,8 +167,12 @@ def test_bad_input_exits_2_with_one_line(capsys, argv, match):
 
 
 def test_subprocess_json():
-    proc = subprocess.run([sys.executable, "-m", "divclip.cli", "atlas", "--methods", "dapo,kl3:0.05", "--json"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "divclip.cli", "atlas", "--methods", "dapo,kl3:0.05", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     doc = _strict_json(proc.stdout)
     assert [m["name"] for m in doc["methods"]] == ["dapo", "kl3:0.05"]

@@ -16,8 +16,9 @@ ATR_HI = 1.230842209784259
 
 
 def cli(*args, stdin=None):
-    return subprocess.run([sys.executable, "-m", "divclip.cli", *args], input=stdin, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "divclip.cli", *args], input=stdin, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_export_atr_for_verl_checks_back_to_the_kl3_bounds_through_a_pipe_and_a_file(tmp_path, capsys):
@@ -42,16 +43,29 @@ def test_pasting_two_blocks_leaves_only_the_second_in_force(capsys):
         assert main(["export", "--method", method, "--engine", "verl"]) == 0
         blocks.append(capsys.readouterr().out)
     for first, second in ((blocks[0], blocks[1]), (blocks[2], blocks[3])):
-        tokens = [t for block in (first, second) for t in block.replace("\\\n", " ").split()
-                  if t.startswith("actor_rollout_ref.")]
+        tokens = [
+            t
+            for block in (first, second)
+            for t in block.replace("\\\n", " ").split()
+            if t.startswith("actor_rollout_ref.")
+        ]
         merged = dict(t.split("=", 1) for t in tokens)  # hydra: the last override of a key wins
         alone = dict(t.split("=", 1) for t in second.replace("\\\n", " ").split() if t.startswith("actor_rollout_ref."))
         assert merged == alone
 
 
 @pytest.mark.parametrize("method", sorted(PRESETS))
-@pytest.mark.parametrize("engine, fmt", [("verl", "overrides"), ("verl", "yaml"), ("verl", "python"),
-                                         ("trl", "python"), ("trl", "yaml"), ("trl", "overrides")])
+@pytest.mark.parametrize(
+    "engine, fmt",
+    [
+        ("verl", "overrides"),
+        ("verl", "yaml"),
+        ("verl", "python"),
+        ("trl", "python"),
+        ("trl", "yaml"),
+        ("trl", "overrides"),
+    ],
+)
 def test_every_preset_exports_or_says_why_not(capsys, method, engine, fmt):
     code = main(["export", "--method", method, "--engine", engine, "--format", fmt])
     out, err = capsys.readouterr()
@@ -69,12 +83,15 @@ def test_every_preset_exports_or_says_why_not(capsys, method, engine, fmt):
             assert "num_iterations" in out  # the on-policy warning travels with the settings
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--method", "js", "--engine", "verl"], "unknown method"),
-    (["--method", "atr", "--engine", "vllm"], "invalid choice: 'vllm'"),
-    (["--method", "atr", "--engine", "verl", "--format", "toml"], "invalid choice: 'toml'"),
-    (["--method", "kl3/seq", "--engine", "verl"], ""),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--method", "js", "--engine", "verl"], "unknown method"),
+        (["--method", "atr", "--engine", "vllm"], "invalid choice: 'vllm'"),
+        (["--method", "atr", "--engine", "verl", "--format", "toml"], "invalid choice: 'toml'"),
+        (["--method", "kl3/seq", "--engine", "verl"], ""),
+    ],
+)
 def test_bad_arguments_exit_2_with_one_line(capsys, argv, message):
     with pytest.raises(SystemExit) as exc:
         code = main(["export", *argv])

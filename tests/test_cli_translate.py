@@ -40,8 +40,10 @@ def test_translate_text_reads_back_through_check(tmp_path, capsys):
 
 def test_a_method_the_target_cannot_express_exits_2_naming_it(tmp_path, capsys):
     f = tmp_path / "dppo.sh"
-    f.write_text("python3 -m verl.trainer.main_ppo actor_rollout_ref.actor.policy_loss.loss_mode=dppo_kl "
-                 "actor_rollout_ref.actor.clip_ratio_low=0.05 actor_rollout_ref.actor.clip_ratio_high=0.05\n")
+    f.write_text(
+        "python3 -m verl.trainer.main_ppo actor_rollout_ref.actor.policy_loss.loss_mode=dppo_kl "
+        "actor_rollout_ref.actor.clip_ratio_low=0.05 actor_rollout_ref.actor.clip_ratio_high=0.05\n"
+    )
     assert main(["translate", str(f), "--to", "trl"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and "TRL has no 'gated' loss form" in err

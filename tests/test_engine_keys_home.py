@@ -64,8 +64,7 @@ def engine_keys() -> dict:
             last = whole.rsplit(".", 1)[-1]
             for name in {whole, last}:
                 plain = not re.search(r"[_.-]", name)
-                if name == whole and "." in name or not (plain or name in own or name in loss_names
-                                                        or name in GENERIC):
+                if name == whole and "." in name or not (plain or name in own or name in loss_names or name in GENERIC):
                     out.setdefault(name, set()).add(engine)
     return out
 

@@ -23,8 +23,10 @@ def repo_files(*suffixes: str) -> list[Path]:
     return out
 
 
-_CODE_IMPORT = re.compile(r"(?:^|[;\n(]|\s)(?:import\s+([A-Za-z_][\w.]*(?:\s*,\s*[A-Za-z_][\w.]*)*)"
-                          r"|from\s+([A-Za-z_][\w.]*)\s+import\b)")
+_CODE_IMPORT = re.compile(
+    r"(?:^|[;\n(]|\s)(?:import\s+([A-Za-z_][\w.]*(?:\s*,\s*[A-Za-z_][\w.]*)*)"
+    r"|from\s+([A-Za-z_][\w.]*)\s+import\b)"
+)
 
 
 def _bare(names) -> list[str]:
@@ -59,8 +61,10 @@ def test_no_module_imports_a_bare_top_level_name():
 def test_the_bare_import_scan_catches_what_it_should(tmp_path, monkeypatch):
     monkeypatch.setattr(__import__(__name__), "ROOT", tmp_path)
     sample = tmp_path / "sample.py"
-    text = ("import os, {t}.bounds\nfrom {a}.cli import main\nfrom . import x\nimport divclip.theory\n"
-            "code = 'import sys, {tr}; print(1)'\ndoc = '''>>> from {te} import run_arena'''\n")
+    text = (
+        "import os, {t}.bounds\nfrom {a}.cli import main\nfrom . import x\nimport divclip.theory\n"
+        "code = 'import sys, {tr}; print(1)'\ndoc = '''>>> from {te} import run_arena'''\n"
+    )
     sample.write_text(text.format(t="theory", a="app", tr="trainer", te="toy_envs"), encoding="utf-8")
     assert [h.split(": ")[1] for h in bare_imports(sample)] == ["theory.bounds", "app.cli", "trainer", "toy_envs"]
 

@@ -24,8 +24,20 @@ from filelock import FileLock
 
 ROOT = Path(__file__).resolve().parents[1]
 DECOYS = ("app", "theory", "trainer", "toy_envs", "sanity", "cli")
-_NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.egg-info", "build", "dist", ".pytest_cache",
-                                     ".hypothesis", ".benchmarks", ".ruff_cache", "test-artifacts", "runs")
+_NOT_SOURCE = shutil.ignore_patterns(
+    ".git",
+    ".venv",
+    "__pycache__",
+    "*.egg-info",
+    "build",
+    "dist",
+    ".pytest_cache",
+    ".hypothesis",
+    ".benchmarks",
+    ".ruff_cache",
+    "test-artifacts",
+    "runs",
+)
 
 pytestmark = pytest.mark.slow
 
@@ -63,14 +75,34 @@ def installed(tmp_path_factory):
 def _build_and_install(tmp: Path):
     src, wheels, venv, decoy = tmp / "src", tmp / "wheels", tmp / "venv", tmp / "user"
     shutil.copytree(ROOT, src, ignore=_NOT_SOURCE)
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
-          "-w", str(wheels), str(src)], cwd=tmp)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-q",
+            "-w",
+            str(wheels),
+            str(src),
+        ],
+        cwd=tmp,
+    )
     (wheel,) = wheels.glob("divclip-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names}
     assert tops == {"divclip", wheel.name.split("-py")[0] + ".dist-info"}, tops  # nothing installed bare
-    for module in ("cli/__init__.py", "theory/measures.py", "sanity/report.py", "trainer/integrations/verl.py",
-                   "toy_envs/arena.py", "app/main.py"):
+    for module in (
+        "cli/__init__.py",
+        "theory/measures.py",
+        "sanity/report.py",
+        "trainer/integrations/verl.py",
+        "toy_envs/arena.py",
+        "app/main.py",
+    ):
         assert f"divclip/{module}" in names
     assert not any(n.startswith("divclip/__init__") for n in names)  # an implicit namespace package
 
@@ -78,8 +110,10 @@ def _build_and_install(tmp: Path):
     python = venv / "bin" / "python"
     purelib = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=tmp).strip()
     Path(purelib, "_divclip_test_dependencies.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "-q",
-          str(wheel)], cwd=tmp)
+    _run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "-q", str(wheel)],
+        cwd=tmp,
+    )
     for name in DECOYS:
         (decoy / name).mkdir(parents=True)
         (decoy / name / "__init__.py").write_text(f"raise ImportError('the decoy {name}/ was imported')\n")
@@ -93,16 +127,21 @@ def _env(**extra):
 
 def test_the_decoys_are_live_and_divclip_comes_from_the_wheel(installed):
     python, _, decoy = installed
-    live = ("import importlib\n"
-            f"for name in {DECOYS!r}:\n"
-            "    try:\n"
-            "        importlib.import_module(name)\n"
-            "    except ImportError as e:\n"
-            "        print(e)\n")
+    live = (
+        "import importlib\n"
+        f"for name in {DECOYS!r}:\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except ImportError as e:\n"
+        "        print(e)\n"
+    )
     assert _run([str(python), "-c", live], cwd=decoy, env=_env()).splitlines() == [
-        f"the decoy {name}/ was imported" for name in DECOYS]
-    code = ("import sys, divclip.theory, divclip.cli, divclip.sanity.report; assert 'torch' not in sys.modules; "
-            "print(divclip.theory.__file__); print(divclip.cli.__file__)")
+        f"the decoy {name}/ was imported" for name in DECOYS
+    ]
+    code = (
+        "import sys, divclip.theory, divclip.cli, divclip.sanity.report; assert 'torch' not in sys.modules; "
+        "print(divclip.theory.__file__); print(divclip.cli.__file__)"
+    )
     paths = _run([str(python), "-c", code], cwd=decoy, env=_env()).split()
     venv = python.parent.parent
     assert all(Path(p).is_relative_to(venv) for p in paths), paths
@@ -114,11 +153,18 @@ def test_the_cli_runs_from_a_directory_with_decoys(installed):
     assert "eps_low  = 0.2    eps_high = 0.2308422098" in out  # docs/theory.md §2
     rows = json.loads(_run([str(divclip), "measures", "--json"], cwd=decoy, env=_env()))
     assert {"kl3", "ratio", "binary_kl"} <= {r["name"] for r in rows}
-    report = json.loads(_run([str(divclip), "check", "actor_rollout_ref.actor.clip_ratio_low=0.2", "--json"],
-                             cwd=decoy, env=_env()))
+    report = json.loads(
+        _run([str(divclip), "check", "actor_rollout_ref.actor.clip_ratio_low=0.2", "--json"], cwd=decoy, env=_env())
+    )
     assert report["schema"] == "divclip.check/1"
-    proc = subprocess.run([str(divclip), "bounds", "--measure", "kl4", "--delta", "0.1"], cwd=decoy, env=_env(),
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [str(divclip), "bounds", "--measure", "kl4", "--delta", "0.1"],
+        cwd=decoy,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and proc.stderr.startswith("divclip: error: measure must be one of")
 
 
@@ -135,7 +181,8 @@ def test_both_plugins_import_and_the_verl_hook_registers_the_modes(installed):
         "import divclip.trainer.integrations.trl as trl_plugin\n"
         "print(fn.__module__); print(sys.modules[fn.__module__].__file__); print(trl_plugin.__file__)\n"
     )
-    out = _run([str(python), "-c", code], cwd=decoy,
-               env=_env(VERL_USE_EXTERNAL_MODULES="divclip.trainer.integrations.verl")).split()
+    out = _run(
+        [str(python), "-c", code], cwd=decoy, env=_env(VERL_USE_EXTERNAL_MODULES="divclip.trainer.integrations.verl")
+    ).split()
     assert out[0] == "divclip.trainer.integrations.verl"
     assert all(Path(p).is_relative_to(python.parent.parent) for p in out[1:]), out

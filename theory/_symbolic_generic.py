@@ -72,8 +72,13 @@ def statement_latex(statement: sp.Basic) -> str:
     return sp.latex(statement).replace(r"W\left(", r"W_{0}\left(")  # SymPy prints the W_0 branch as bare W
 
 
-def make_step(title: str, explanation: str, statement: sp.Basic,
-              verify: Callable[[sp.Basic], CheckResult], latex: str | None = None) -> Step:
+def make_step(
+    title: str,
+    explanation: str,
+    statement: sp.Basic,
+    verify: Callable[[sp.Basic], CheckResult],
+    latex: str | None = None,
+) -> Step:
     return Step(title, explanation, statement, latex or statement_latex(statement), verify)
 
 
@@ -83,6 +88,7 @@ def with_statement(step: Step, statement: sp.Basic) -> Step:
 
 
 # ---- numbers -------------------------------------------------------------------------------------
+
 
 def sample_deltas(n: int = 5, lo: float = 1e-3, hi: float = 0.5, seed: int = SEED) -> list[sp.Float]:
     """n log-uniform δ in [lo, hi]; hi < 1 keeps χ² and Hellinger lower roots positive."""
@@ -117,8 +123,7 @@ def side_forms(expr: sp.Expr) -> tuple[tuple[sp.Expr, sp.Interval], ...]:
             raise ValueError(f"|{inner}| changes sign away from r = 1 (zeros {zeros})")
         low[term] = sp.sign(inner.subs(R, sp.Rational(1, 2))) * inner
         high[term] = sp.sign(inner.subs(R, 2)) * inner
-    return ((expr.xreplace(low), sp.Interval.open(0, 1)),
-            (expr.xreplace(high), sp.Interval.open(1, sp.oo)))
+    return ((expr.xreplace(low), sp.Interval.open(0, 1)), (expr.xreplace(high), sp.Interval.open(1, sp.oo)))
 
 
 def lower_upper_forms(measure: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
@@ -166,6 +171,7 @@ def _solve_roots(measure: sp.Expr) -> tuple[sp.Expr, ...]:
 
 # ---- verifiers -----------------------------------------------------------------------------------
 
+
 def _parts(statement: sp.Basic) -> tuple[sp.Basic, ...]:
     return statement.args if isinstance(statement, sp.Tuple) else (statement,)
 
@@ -200,8 +206,9 @@ def _lambert_rewrite(expr: sp.Expr) -> sp.Expr:
     expr = sp.expand(expr, power_exp=True, mul=False, multinomial=False)
     for w in expr.atoms(sp.LambertW):
         z = w.args[0]
-        expr = expr.xreplace({sp.log(-w): sp.log(-z) - w, sp.log(w): sp.log(-z) - w + sp.I * sp.pi,
-                              sp.exp(w): z / w, sp.exp(-w): w / z})
+        expr = expr.xreplace(
+            {sp.log(-w): sp.log(-z) - w, sp.log(w): sp.log(-z) - w + sp.I * sp.pi, sp.exp(w): z / w, sp.exp(-w): w / z}
+        )
     return expr
 
 
@@ -287,8 +294,10 @@ def _prove_clip_equivalence(rel: sp.Equivalent) -> tuple[bool, str, str] | None:
         return None
     measure, lower, upper = shape
     details = []
-    for form, interval, sign in ((lower_upper_forms(measure)[0], sp.Interval.open(0, 1), -1),
-                                 (lower_upper_forms(measure)[1], sp.Interval.open(1, sp.oo), 1)):
+    for form, interval, sign in (
+        (lower_upper_forms(measure)[0], sp.Interval.open(0, 1), -1),
+        (lower_upper_forms(measure)[1], sp.Interval.open(1, sp.oo), 1),
+    ):
         cond = sp.diff(form, R) < 0 if sign < 0 else sp.diff(form, R) > 0
         if sp.solveset(cond, R, interval) != interval:
             return None
@@ -354,8 +363,9 @@ def verify_relations(statement: sp.Basic) -> CheckResult:
         else:
             outcomes.append((False, "unsupported", f"cannot check a {type(part).__name__}"))
     methods = list(dict.fromkeys(method for _, method, _ in outcomes))
-    return CheckResult(all(ok for ok, _, _ in outcomes), "; ".join(methods),
-                       "; ".join(detail for _, _, detail in outcomes))
+    return CheckResult(
+        all(ok for ok, _, _ in outcomes), "; ".join(methods), "; ".join(detail for _, _, detail in outcomes)
+    )
 
 
 def verify_nonnegative(statement: sp.GreaterThan) -> CheckResult:
@@ -367,11 +377,16 @@ def verify_nonnegative(statement: sp.GreaterThan) -> CheckResult:
         if not (isinstance(critical, sp.FiniteSet) or critical is sp.S.EmptySet):
             return CheckResult(False, "critical points", f"cannot enumerate f' = 0 on {interval}: {critical}")
         candidates += [(f"f({c})", sp.simplify(form.subs(R, c))) for c in critical]
-        candidates += [(f"f({interval.start}+)", sp.limit(form, R, interval.start, "+")),
-                       (f"f({interval.end}-)", sp.limit(form, R, interval.end, "-"))]
+        candidates += [
+            (f"f({interval.start}+)", sp.limit(form, R, interval.start, "+")),
+            (f"f({interval.end}-)", sp.limit(form, R, interval.end, "-")),
+        ]
     ok = all(value.is_nonnegative or value == sp.oo for _, value in candidates)
-    return CheckResult(ok, "critical points (solveset f' = 0) and one-sided limits at the ends",
-                       ", ".join(f"{name} = {value}" for name, value in candidates))
+    return CheckResult(
+        ok,
+        "critical points (solveset f' = 0) and one-sided limits at the ends",
+        ", ".join(f"{name} = {value}" for name, value in candidates),
+    )
 
 
 def verify_log_equivalence(statement: sp.Equivalent) -> CheckResult:
@@ -389,8 +404,11 @@ def verify_log_equivalence(statement: sp.Equivalent) -> CheckResult:
         r = sp.Float(rng.uniform(0.2, 3.0), DIGITS)
         worst = max(worst, abs(evaluate(logged, {R: r, DELTA: evaluate(delta_of_r, {R: r})})))
     detail = f"(log lhs - log rhs)/(D - δ) simplifies to {ratio}; max residual at 5 random (r, δ) {worst:.1e}"
-    return CheckResult(bool(symbolic) and worst < TOL,
-                       f"expand_log + simplify ratio, numeric at 5 random (r, δ) ({DIGITS} digits)", detail)
+    return CheckResult(
+        bool(symbolic) and worst < TOL,
+        f"expand_log + simplify ratio, numeric at 5 random (r, δ) ({DIGITS} digits)",
+        detail,
+    )
 
 
 def verify_roots(statement: sp.Tuple, measure: sp.Expr) -> CheckResult:
@@ -399,10 +417,13 @@ def verify_roots(statement: sp.Tuple, measure: sp.Expr) -> CheckResult:
     returned = solve_roots(measure)
     deltas = sample_deltas()
     values = [[evaluate(root, {DELTA: d}) for d in deltas] for root in claimed]
-    residual = max(abs(evaluate(measure, {R: v, DELTA: d}) - d)
-                   for row in values for v, d in zip(row, deltas))
-    gap = float(min((abs(a - b) for i, row in enumerate(values) for other in values[i + 1:]
-                     for a, b in zip(row, other)), default=0))  # float: an exact 0 (coinciding roots) formats
+    residual = max(abs(evaluate(measure, {R: v, DELTA: d}) - d) for row in values for v, d in zip(row, deltas))
+    gap = float(
+        min(
+            (abs(a - b) for i, row in enumerate(values) for other in values[i + 1 :] for a, b in zip(row, other)),
+            default=0,
+        )
+    )  # float: an exact 0 (coinciding roots) formats
     residual = float(residual)
     # Branch order: the first claimed root must be the lower one (l_δ < 1) and the second the upper (u_δ > 1)
     # at every sampled δ, e.g. W_0 for l and W_{-1} for u in KL3; a swapped branch fails here.
@@ -414,11 +435,12 @@ def verify_roots(statement: sp.Tuple, measure: sp.Expr) -> CheckResult:
 
     found = {i for root in returned for i in matches(root)}
     by_hand = [claimed[i] for i in range(len(claimed)) if i not in found]
-    ok = (len(claimed) == 2 and gap > 1e-6 and residual < TOL and ordered
-          and all(matches(root) for root in returned))
-    detail = (f"solve returned {returned}; not returned by solve (added by hand): {by_hand}; "
-              f"max |D(root) - δ| = {residual:.1e}; min distance between roots = {gap:.3e}; "
-              f"lower root < 1 < upper root at every δ: {ordered}")
+    ok = len(claimed) == 2 and gap > 1e-6 and residual < TOL and ordered and all(matches(root) for root in returned)
+    detail = (
+        f"solve returned {returned}; not returned by solve (added by hand): {by_hand}; "
+        f"max |D(root) - δ| = {residual:.1e}; min distance between roots = {gap:.3e}; "
+        f"lower root < 1 < upper root at every δ: {ordered}"
+    )
     return CheckResult(ok, f"solve + numeric at {len(deltas)} random δ ({DIGITS} digits), branch order", detail)
 
 
@@ -440,10 +462,12 @@ def verify_root_series(statement: sp.Tuple, measure: sp.Expr) -> CheckResult:
         rest = sp.Add(*(sp.simplify(c - target[j]) * var**j for j, c in enumerate(coefficients)))
         side = evaluate(poly, {var: sp.Float("1e-3")}) < 1
         ok = ok and var in (S, DELTA) and poly.subs(var, 0) == 1 and rest == 0 and side == below
-        details.append(f"D({eq.lhs} series) - δ = {rest or 0} + O({var}^{top}); "
-                       f"{'below' if side else 'above'} 1 at {var} = 1e-3")
-    return CheckResult(ok, f"substitute into D, expand in {var}, coefficients below the order vanish",
-                       "; ".join(details))
+        details.append(
+            f"D({eq.lhs} series) - δ = {rest or 0} + O({var}^{top}); {'below' if side else 'above'} 1 at {var} = 1e-3"
+        )
+    return CheckResult(
+        ok, f"substitute into D, expand in {var}, coefficients below the order vanish", "; ".join(details)
+    )
 
 
 def verify_asymptotic(statement: sp.Eq, l_series: sp.Expr, u_series: sp.Expr) -> CheckResult:
@@ -464,7 +488,9 @@ def verify_asymptotic(statement: sp.Eq, l_series: sp.Expr, u_series: sp.Expr) ->
     ratios = [evaluate(lhs / main, {DELTA: d}) for d in deltas]
     bounded = all(b <= 2 * a + sp.Float("1e-20") for a, b in zip(scaled, scaled[1:]))
     ok = leftover == 0 and bounded and abs(ratios[-1] - 1) < 1e-3
-    detail = (f"series of the roots: difference - ({main}) = {leftover or 0} + O(δ^{k}); "
-              f"|lhs - main|/δ^{k} at δ = 1e-2..1e-5: {', '.join(f'{x:.3g}' for x in scaled)}; "
-              f"lhs/main: {', '.join(f'{x:.6f}' for x in ratios)}")
+    detail = (
+        f"series of the roots: difference - ({main}) = {leftover or 0} + O(δ^{k}); "
+        f"|lhs - main|/δ^{k} at δ = 1e-2..1e-5: {', '.join(f'{x:.3g}' for x in scaled)}; "
+        f"lhs/main: {', '.join(f'{x:.6f}' for x in ratios)}"
+    )
     return CheckResult(ok, f"root series in δ + numeric limit δ → 0 ({DIGITS} digits)", detail)

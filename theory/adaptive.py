@@ -67,8 +67,12 @@ class DeltaController:
         return self.delta.copy()
 
     def state_dict(self) -> dict:
-        return {"method": _method(self.spec), "delta": self.delta.tolist(), "steps": self.steps,
-                "last_signal": self.last_signal.tolist()}
+        return {
+            "method": _method(self.spec),
+            "delta": self.delta.tolist(),
+            "steps": self.steps,
+            "last_signal": self.last_signal.tolist(),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """Restore a `state_dict`; a ValueError when it belongs to another method or run count."""

@@ -55,8 +55,10 @@ AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-s
 def _form_of(spec) -> Form:
     form = FORMS.get(spec.mode)
     if form is None:
-        raise ValueError(f"mode {spec.mode!r} is registered in torch but has no declared Form: declare one with "
-                         f"divclip.theory.forms.declare_form to place it in the atlas; declared: {sorted(FORMS)}")
+        raise ValueError(
+            f"mode {spec.mode!r} is registered in torch but has no declared Form: declare one with "
+            f"divclip.theory.forms.declare_form to place it in the atlas; declared: {sorted(FORMS)}"
+        )
     return form
 
 
@@ -90,8 +92,9 @@ def _inputs(q, r, adv) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple]:
     try:
         shape = np.broadcast(q, r, adv).shape
     except ValueError:
-        raise ValueError(f"q, r and adv must broadcast together, got shapes {q.shape}, {r.shape} and "
-                         f"{adv.shape}") from None
+        raise ValueError(
+            f"q, r and adv must broadcast together, got shapes {q.shape}, {r.shape} and {adv.shape}"
+        ) from None
     return q, r, adv, shape
 
 
@@ -124,8 +127,10 @@ def interval(spec, q, sign: int):
     if form.interval is None:
         return None
     lo, hi = form.interval(spec, q, sign)
-    return (np.broadcast_to(np.asarray(lo, dtype=np.float64), q.shape).copy(),
-            np.broadcast_to(np.asarray(hi, dtype=np.float64), q.shape).copy())
+    return (
+        np.broadcast_to(np.asarray(lo, dtype=np.float64), q.shape).copy(),
+        np.broadcast_to(np.asarray(hi, dtype=np.float64), q.shape).copy(),
+    )
 
 
 # ------------------------------------------------------------------------------------- named methods
@@ -165,8 +170,10 @@ def declare_method(method: Method) -> Method:
     return method
 
 
-_TRL_CISPO = ("TRL clamps the IS weight above only, at its ε_high (ScaleRL's ε_max, 5.0 recommended in TRL's "
-              "GRPOConfig doc): ratio:1:4 is the cap r <= 5 with no lower bound")
+_TRL_CISPO = (
+    "TRL clamps the IS weight above only, at its ε_high (ScaleRL's ε_max, 5.0 recommended in TRL's "
+    "GRPOConfig doc): ratio:1:4 is the cap r <= 5 with no lower bound"
+)
 for _m in (
     Method("grpo", "grpo", ("arXiv:2402.03300", "trl:grpo"), "seq-mean-token-mean"),
     Method("dapo", "dapo", ("arXiv:2503.14476",), "token-mean", "clip-higher ε 0.2/0.28, token-mean"),
@@ -202,8 +209,10 @@ def find_method(name: str) -> Method:
         spec = parse_method(name)
     except ValueError as exc:
         why = str(exc).split("; allowed:")[0]  # the grammar's long list of choices: `divclip atlas` has them
-        raise ValueError(f"method {name!r} is neither a named method nor a loss form (`divclip atlas` lists "
-                         f"them), nor a method string: {why}") from None
+        raise ValueError(
+            f"method {name!r} is neither a named method nor a loss form (`divclip atlas` lists "
+            f"them), nor a method string: {why}"
+        ) from None
     return Method(name, name, _form_of(spec).sources or ("divclip",))
 
 
@@ -234,17 +243,22 @@ def _parameters(spec, form: Form) -> list[dict]:
     out = []
     if form.uses_budget:
         if spec.measure_name == "ratio" and getattr(spec, "parts", None) is None:
-            out += [{"name": "eps_low", "value": spec.eps_low, "default": None, "doc": "lower clip width"},
-                    {"name": "eps_high", "value": spec.eps_high, "default": None, "doc": "upper clip width"}]
+            out += [
+                {"name": "eps_low", "value": spec.eps_low, "default": None, "doc": "lower clip width"},
+                {"name": "eps_high", "value": spec.eps_high, "default": None, "doc": "upper clip width"},
+            ]
         elif getattr(spec, "parts", None) is None:
-            out.append({"name": "delta", "value": spec.delta, "default": None,
-                        "doc": f"budget of D = {spec.measure_name}"})
+            out.append(
+                {"name": "delta", "value": spec.delta, "default": None, "doc": f"budget of D = {spec.measure_name}"}
+            )
     for field_name, doc in (("dual_clip_c", "dual-clip cap c"), ("tis_cap", "truncated IS cap")):
         if getattr(spec, field_name) is not None:
             out.append({"name": field_name, "value": getattr(spec, field_name), "default": None, "doc": doc})
     if spec.mode == "sapo":
-        out += [{"name": "tau_pos", "value": spec.tau_pos, "default": 1.0, "doc": "gate temperature, A > 0"},
-                {"name": "tau_neg", "value": spec.tau_neg, "default": 1.05, "doc": "gate temperature, A <= 0"}]
+        out += [
+            {"name": "tau_pos", "value": spec.tau_pos, "default": 1.0, "doc": "gate temperature, A > 0"},
+            {"name": "tau_neg", "value": spec.tau_neg, "default": 1.05, "doc": "gate temperature, A <= 0"},
+        ]
     out += [{"name": p.name, "value": spec.param(p.name), "default": p.default, "doc": p.doc} for p in form.params]
     return out
 
@@ -286,8 +300,10 @@ def _intervals(spec) -> dict | None:
     return {"q": list(Q_GRID), "A>0": pair(*pos), "A<0": pair(*neg)}
 
 
-_SEQUENCE_NOTE = ("sequence level: r is the sequence's length-normalised ratio s = exp(mean log r_t), and every "
-                  "token of the sequence gets w(q, s, A)")
+_SEQUENCE_NOTE = (
+    "sequence level: r is the sequence's length-normalised ratio s = exp(mean log r_t), and every "
+    "token of the sequence gets w(q, s, A)"
+)
 
 
 def atlas_row(method: Method, with_nearest: bool = True) -> dict:

@@ -237,8 +237,9 @@ def binary_kl_bounds_array(delta, p, xp=np, maxiter: int = 200):
     Returns (lo, hi) with lo < 1 < hi < 1/p. Roots below the smallest positive float64 come back as 0.
     """
     delta, p = xp.broadcast_tensors(delta, p) if xp is not np else np.broadcast_arrays(delta, p)
-    return binary_kl_root(delta, p, xp, side=-1, maxiter=maxiter), binary_kl_root(delta, p, xp, side=+1,
-                                                                                   maxiter=maxiter)
+    return binary_kl_root(delta, p, xp, side=-1, maxiter=maxiter), binary_kl_root(
+        delta, p, xp, side=+1, maxiter=maxiter
+    )
 
 
 _REFINE_STEPS = 8  # fixed-point steps after Newton (at most, upper root): each shrinks the error by 2 or more

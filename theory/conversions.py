@@ -49,9 +49,7 @@ def delta_for_eps(measure, eps_low=None, eps_high=None, p=None) -> float:
     """
     m = get_measure(measure)
     if (eps_low is None) == (eps_high is None):
-        raise ValueError(
-            f"give exactly one of eps_low / eps_high, got eps_low={eps_low!r}, eps_high={eps_high!r}"
-        )
+        raise ValueError(f"give exactly one of eps_low / eps_high, got eps_low={eps_low!r}, eps_high={eps_high!r}")
     pp = m._check_p(p)
     if eps_low is not None:
         e = check_eps(eps_low, "eps_low")

@@ -55,7 +55,8 @@ def clip_bounds(spec, q):
         return np.full(q.shape, lo), np.full(q.shape, hi)
     lo, hi = get_measure(spec.measure).bounds(spec.delta, np.minimum(q, _Q_MAX))
     return np.broadcast_to(np.asarray(lo, dtype=np.float64), q.shape), np.broadcast_to(
-        np.asarray(hi, dtype=np.float64), q.shape)
+        np.asarray(hi, dtype=np.float64), q.shape
+    )
 
 
 def moved_out(spec, q, r, adv):
@@ -114,8 +115,10 @@ def sapo_weight(spec, q, r, adv):
 # ---------------------------------------------------------------------------------------- intervals
 def _shaped(q, lo, hi):
     q = np.asarray(q, dtype=np.float64)
-    return (np.broadcast_to(np.asarray(lo, dtype=np.float64), q.shape).copy(),
-            np.broadcast_to(np.asarray(hi, dtype=np.float64), q.shape).copy())
+    return (
+        np.broadcast_to(np.asarray(lo, dtype=np.float64), q.shape).copy(),
+        np.broadcast_to(np.asarray(hi, dtype=np.float64), q.shape).copy(),
+    )
 
 
 def clip_interval(spec, q, sign: int):

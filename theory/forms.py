@@ -96,8 +96,9 @@ class Form:
         for p in self.params:
             if p.name == name:
                 return p
-        raise ValueError(f"mode {self.name!r} has no parameter {name!r}; its parameters: "
-                         f"{[p.name for p in self.params] or 'none'}")
+        raise ValueError(
+            f"mode {self.name!r} has no parameter {name!r}; its parameters: {[p.name for p in self.params] or 'none'}"
+        )
 
 
 MODE_NAMES: set[str] = set()
@@ -136,23 +137,63 @@ def _zero_or_one(spec, name: str):
 
 # The four forms the loss has had since v1, with their numpy weights and intervals (`form_weights`).
 for _form in (
-    Form("clip", "hard clip", "max(−A·r, −A·clip(r, lo, hi)), for A < 0 at most −A·c with a dual clip",
-         ("arXiv:1707.06347", "arXiv:1912.09729 eq. 5", "verl:vanilla", "trl:grpo",
-          "trl:bnpo", "trl:dr_grpo", "trl:dapo"), weight=fw.clip_weight,
-         interval=fw.clip_interval, example="grpo"),
-    Form("gated", "hard clip", "−A·sg(min(r, c))·log π · 1[D(r, q) ≤ δ or not moved by A]",
-         ("arXiv:2602.04879", "verl:dppo_kl", "verl:dppo_tv"), weight=fw.gated_weight,
-         interval=fw.gated_interval, example="dppo_kl"),
-    Form("cispo", "truncated IS", "−sg(clip(r, lo, hi))·A·log π", ("arXiv:2506.13585", "verl:cispo"),
-         weight=fw.cispo_weight, interval=fw.cispo_interval, example="ratio:0.2:0.2/cispo"),
-    Form("sapo", "soft gate", "−A·σ(τ(r − 1))·4/τ, τ by the sign of A",
-         ("arXiv:2511.20347", "verl:sapo", "trl:sapo"), uses_budget=False, weight=fw.sapo_weight,
-         params=(Param("sapo_seq_mean", 0.0, "1: aggregate seq-mean-token-mean whatever loss_agg_mode says, as "
-                       "verl 0.9.1's sapo does (the spec `from_engine('verl', ...)` reads); 0: honour "
-                       "loss_agg_mode (TRL's sapo)", above=-1e-300, at_most=1.0),),
-         check=lambda spec: _zero_or_one(spec, "sapo_seq_mean"),
-         weight_note="w = r·4σ(1 − σ), σ = σ(τ(r − 1)): r times the gate's slope; no interval (no hard clip)",
-         example="sapo"),
+    Form(
+        "clip",
+        "hard clip",
+        "max(−A·r, −A·clip(r, lo, hi)), for A < 0 at most −A·c with a dual clip",
+        (
+            "arXiv:1707.06347",
+            "arXiv:1912.09729 eq. 5",
+            "verl:vanilla",
+            "trl:grpo",
+            "trl:bnpo",
+            "trl:dr_grpo",
+            "trl:dapo",
+        ),
+        weight=fw.clip_weight,
+        interval=fw.clip_interval,
+        example="grpo",
+    ),
+    Form(
+        "gated",
+        "hard clip",
+        "−A·sg(min(r, c))·log π · 1[D(r, q) ≤ δ or not moved by A]",
+        ("arXiv:2602.04879", "verl:dppo_kl", "verl:dppo_tv"),
+        weight=fw.gated_weight,
+        interval=fw.gated_interval,
+        example="dppo_kl",
+    ),
+    Form(
+        "cispo",
+        "truncated IS",
+        "−sg(clip(r, lo, hi))·A·log π",
+        ("arXiv:2506.13585", "verl:cispo"),
+        weight=fw.cispo_weight,
+        interval=fw.cispo_interval,
+        example="ratio:0.2:0.2/cispo",
+    ),
+    Form(
+        "sapo",
+        "soft gate",
+        "−A·σ(τ(r − 1))·4/τ, τ by the sign of A",
+        ("arXiv:2511.20347", "verl:sapo", "trl:sapo"),
+        uses_budget=False,
+        weight=fw.sapo_weight,
+        params=(
+            Param(
+                "sapo_seq_mean",
+                0.0,
+                "1: aggregate seq-mean-token-mean whatever loss_agg_mode says, as "
+                "verl 0.9.1's sapo does (the spec `from_engine('verl', ...)` reads); 0: honour "
+                "loss_agg_mode (TRL's sapo)",
+                above=-1e-300,
+                at_most=1.0,
+            ),
+        ),
+        check=lambda spec: _zero_or_one(spec, "sapo_seq_mean"),
+        weight_note="w = r·4σ(1 − σ), σ = σ(τ(r − 1)): r times the gate's slope; no interval (no hard clip)",
+        example="sapo",
+    ),
 ):
     declare_form(_form)
 # The forms of divclip.theory.forms_verl, forms_trl and forms_published are declared when divclip.theory.spec

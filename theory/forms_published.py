@@ -56,8 +56,10 @@ def _ratio_only(mode: str):
 
     def check(spec):
         if spec.measure_name != "ratio":
-            raise ValueError(f"mode {mode!r} takes the ratio clip widths eps_low/eps_high (method "
-                             f"'ratio:EPS_LOW:EPS_HIGH/{mode}'), got measure={spec.measure_name!r}")
+            raise ValueError(
+                f"mode {mode!r} takes the ratio clip widths eps_low/eps_high (method "
+                f"'ratio:EPS_LOW:EPS_HIGH/{mode}'), got measure={spec.measure_name!r}"
+            )
 
     return check
 
@@ -67,8 +69,10 @@ def _p_free(mode: str):
 
     def check(spec):
         if spec.p_dependent:
-            raise ValueError(f"mode {mode!r} needs one clip interval [lo, hi] for every token: a p-independent "
-                             f"measure (ratio, kl3, ...), got measure={spec.measure_name!r}")
+            raise ValueError(
+                f"mode {mode!r} needs one clip interval [lo, hi] for every token: a p-independent "
+                f"measure (ratio, kl3, ...), got measure={spec.measure_name!r}"
+            )
 
     return check
 
@@ -106,15 +110,27 @@ def _dcpo_interval(spec, q, sign):
     return (np.zeros_like(hi), hi) if sign > 0 else (lo, np.full_like(lo, r_max))
 
 
-declare_form(Form(
-    "dcpo", "hard clip",
-    "max(−A·r, −A·clip(r, lo(q), min(hi(q), r_max))), for A < 0 at most −A·r_max; "
-    "lo(q) = ½ + ½√max(1 − 4ε_low/q, 0), hi(q) = ½ + ½√(1 + 4ε_high/q)",
-    ("arXiv:2509.02333 eq. 4", "arXiv:2509.02333 eq. 8", "arXiv:2509.02333 App. A.6"),
-    params=(Param("dcpo_r_max", 10.0, "the hard ceiling on the ratio for both signs of A (App. A.6: r_max = 10; "
-                  "for A > 0 it caps hi(q), for A < 0 it is a dual clip)", above=1.0),),
-    weight=_dcpo_weight, interval=_dcpo_interval, check=_ratio_only("dcpo"),
-))
+declare_form(
+    Form(
+        "dcpo",
+        "hard clip",
+        "max(−A·r, −A·clip(r, lo(q), min(hi(q), r_max))), for A < 0 at most −A·r_max; "
+        "lo(q) = ½ + ½√max(1 − 4ε_low/q, 0), hi(q) = ½ + ½√(1 + 4ε_high/q)",
+        ("arXiv:2509.02333 eq. 4", "arXiv:2509.02333 eq. 8", "arXiv:2509.02333 App. A.6"),
+        params=(
+            Param(
+                "dcpo_r_max",
+                10.0,
+                "the hard ceiling on the ratio for both signs of A (App. A.6: r_max = 10; "
+                "for A > 0 it caps hi(q), for A < 0 it is a dual clip)",
+                above=1.0,
+            ),
+        ),
+        weight=_dcpo_weight,
+        interval=_dcpo_interval,
+        check=_ratio_only("dcpo"),
+    )
+)
 
 
 # -------------------------------------------------------------------------------------------- GPPO, CE-GPPO
@@ -140,28 +156,43 @@ def _cegppo_betas(spec):
     return spec.param("cegppo_beta1"), spec.param("cegppo_beta2")
 
 
-declare_form(Form(
-    "gppo", "truncated IS",
-    "−A·r inside [lo, hi]; −A·lo·r/sg(r) for A < 0, r < lo; −A·hi·r/sg(r) for A > 0, r > hi: clipped tokens keep "
-    "gradient weight lo or hi",
-    ("arXiv:2508.07629", "arXiv:2509.20712 eq. 8 (β1 = β2 = 1)"),
-    weight=lambda spec, q, r, adv: _gppo_weight(spec, q, r, adv, 1.0, 1.0),
-    interval=lambda spec, q, sign: _gppo_interval(spec, q, sign, 1.0, 1.0),
-    check=_p_free("gppo"),
-))
+declare_form(
+    Form(
+        "gppo",
+        "truncated IS",
+        "−A·r inside [lo, hi]; −A·lo·r/sg(r) for A < 0, r < lo; −A·hi·r/sg(r) for A > 0, r > hi: clipped tokens keep "
+        "gradient weight lo or hi",
+        ("arXiv:2508.07629", "arXiv:2509.20712 eq. 8 (β1 = β2 = 1)"),
+        weight=lambda spec, q, r, adv: _gppo_weight(spec, q, r, adv, 1.0, 1.0),
+        interval=lambda spec, q, sign: _gppo_interval(spec, q, sign, 1.0, 1.0),
+        check=_p_free("gppo"),
+    )
+)
 
-declare_form(Form(
-    "cegppo", "truncated IS",
-    "−A·r inside [lo, hi]; −β1·A·lo·r/sg(r) for A < 0, r < lo; −β2·A·hi·r/sg(r) for A > 0, r > hi",
-    ("arXiv:2509.20712 eq. 8", "arXiv:2509.20712 eq. 10"),
-    params=(_AtLeastZero("cegppo_beta1", 0.75, "β1: scale of the gradient kept below lo for A < 0 (NA&LP tokens); "
-                         "0 is PPO there. 0.75 and 0.5 are the paper's settings (Table 1), 0.75 its best at 7B"),
-            _AtLeastZero("cegppo_beta2", 1.0, "β2: scale of the gradient kept above hi for A > 0 (PA&LP tokens); "
-                         "0 is PPO there (Table 1: 1)")),
-    weight=lambda spec, q, r, adv: _gppo_weight(spec, q, r, adv, *_cegppo_betas(spec)),
-    interval=lambda spec, q, sign: _gppo_interval(spec, q, sign, *_cegppo_betas(spec)),
-    check=_p_free("cegppo"),
-))
+declare_form(
+    Form(
+        "cegppo",
+        "truncated IS",
+        "−A·r inside [lo, hi]; −β1·A·lo·r/sg(r) for A < 0, r < lo; −β2·A·hi·r/sg(r) for A > 0, r > hi",
+        ("arXiv:2509.20712 eq. 8", "arXiv:2509.20712 eq. 10"),
+        params=(
+            _AtLeastZero(
+                "cegppo_beta1",
+                0.75,
+                "β1: scale of the gradient kept below lo for A < 0 (NA&LP tokens); "
+                "0 is PPO there. 0.75 and 0.5 are the paper's settings (Table 1), 0.75 its best at 7B",
+            ),
+            _AtLeastZero(
+                "cegppo_beta2",
+                1.0,
+                "β2: scale of the gradient kept above hi for A > 0 (PA&LP tokens); 0 is PPO there (Table 1: 1)",
+            ),
+        ),
+        weight=lambda spec, q, r, adv: _gppo_weight(spec, q, r, adv, *_cegppo_betas(spec)),
+        interval=lambda spec, q, sign: _gppo_interval(spec, q, sign, *_cegppo_betas(spec)),
+        check=_p_free("cegppo"),
+    )
+)
 
 
 # -------------------------------------------------------------------------------------------------- ASPO
@@ -183,22 +214,36 @@ def _aspo_interval(spec, q, sign):
     return (np.zeros_like(q), np.full_like(q, hi)) if sign > 0 else (np.full_like(q, lo), np.full_like(q, math.inf))
 
 
-declare_form(Form(
-    "aspo", "hard clip",
-    "A > 0: −A·r_old/r (weight 1/r), 0 above hi, soft cap c below 1/c; A < 0: max(−A·r, −A·lo), soft cap c "
-    "above c (soft cap: −A·sg(c)·log π)",
-    ("arXiv:2510.06062 §6 eq. 3", "arXiv:2510.06062 App. A.2 eq. 12"),
-    params=(Param("aspo_dual_c", 3.0, "the soft dual-clip cap c on the IS weight (Step 3; 3 in the authors' "
-                  "code, github.com/wizard-III/Archer2.0): A > 0 tokens with r < 1/c and A < 0 tokens with r > c "
-                  "keep weight c", above=1.0),),
-    weight=_aspo_weight, interval=_aspo_interval, check=_p_free("aspo"),
-))
+declare_form(
+    Form(
+        "aspo",
+        "hard clip",
+        "A > 0: −A·r_old/r (weight 1/r), 0 above hi, soft cap c below 1/c; A < 0: max(−A·r, −A·lo), soft cap c "
+        "above c (soft cap: −A·sg(c)·log π)",
+        ("arXiv:2510.06062 §6 eq. 3", "arXiv:2510.06062 App. A.2 eq. 12"),
+        params=(
+            Param(
+                "aspo_dual_c",
+                3.0,
+                "the soft dual-clip cap c on the IS weight (Step 3; 3 in the authors' "
+                "code, github.com/wizard-III/Archer2.0): A > 0 tokens with r < 1/c and A < 0 tokens with r > c "
+                "keep weight c",
+                above=1.0,
+            ),
+        ),
+        weight=_aspo_weight,
+        interval=_aspo_interval,
+        check=_p_free("aspo"),
+    )
+)
 
 
 # -------------------------------------------------------------------------------------------------- TOPR
 def _topr_limits(spec):
-    return ((spec.param("topr_pos_low"), spec.param("topr_pos_high")),
-            (spec.param("topr_neg_low"), spec.param("topr_neg_high")))
+    return (
+        (spec.param("topr_pos_low"), spec.param("topr_pos_high")),
+        (spec.param("topr_neg_low"), spec.param("topr_neg_high")),
+    )
 
 
 def _topr_weight(spec, q, r, adv):
@@ -214,26 +259,32 @@ def _topr_check(spec):
             raise ValueError(f"mode 'topr' needs topr_{sign}_low <= topr_{sign}_high, got {a!r} > {b!r}")
 
 
-declare_form(Form(
-    "topr", "truncated IS",
-    "−sg(w)·A·log π with w = clip(π(τ)/μ(τ), a⁺, b⁺) for A ≥ 0 and clip(π(τ)/μ(τ), a⁻, b⁻) for A < 0, "
-    "π(τ)/μ(τ) the sequence's ratio (canonical a⁺ = b⁺ = 1, a⁻ = 0, b⁻ = 1)",
-    ("arXiv:2503.14286 §3 eq. 7", "arXiv:2503.14286 §3 eq. 8"),
-    params=(_AtLeastZero("topr_pos_low", 1.0, "a⁺: lower truncation of the ratio for A >= 0 (§3: 1, SFT on positives)"),
+declare_form(
+    Form(
+        "topr",
+        "truncated IS",
+        "−sg(w)·A·log π with w = clip(π(τ)/μ(τ), a⁺, b⁺) for A ≥ 0 and clip(π(τ)/μ(τ), a⁻, b⁻) for A < 0, "
+        "π(τ)/μ(τ) the sequence's ratio (canonical a⁺ = b⁺ = 1, a⁻ = 0, b⁻ = 1)",
+        ("arXiv:2503.14286 §3 eq. 7", "arXiv:2503.14286 §3 eq. 8"),
+        params=(
+            _AtLeastZero("topr_pos_low", 1.0, "a⁺: lower truncation of the ratio for A >= 0 (§3: 1, SFT on positives)"),
             _AtLeastZero("topr_pos_high", 1.0, "b⁺: upper truncation of the ratio for A >= 0 (§3: 1)"),
             _AtLeastZero("topr_neg_low", 0.0, "a⁻: lower truncation of the ratio for A < 0 (§3: 0)"),
-            _AtLeastZero("topr_neg_high", 1.0, "b⁻: upper truncation of the ratio for A < 0 (§3: 1)")),
-    uses_budget=False, token_level=False, weight=_topr_weight,
-    weight_note="TOPR weights a token by its whole sequence's ratio π(τ)/μ(τ) = Π_t r_t: here r is that sequence "
-                "ratio (a one-token sequence's r is the token's), and every token keeps a gradient unless a "
-                "truncation limit is 0 and the ratio reaches it",
-    check=_topr_check,
-))
+            _AtLeastZero("topr_neg_high", 1.0, "b⁻: upper truncation of the ratio for A < 0 (§3: 1)"),
+        ),
+        uses_budget=False,
+        token_level=False,
+        weight=_topr_weight,
+        weight_note="TOPR weights a token by its whole sequence's ratio π(τ)/μ(τ) = Π_t r_t: here r is that sequence "
+        "ratio (a one-token sequence's r is the token's), and every token keeps a gradient unless a "
+        "truncation limit is 0 and the ratio reaches it",
+        check=_topr_check,
+    )
+)
 
 
 # -------------------------------------------------------------------------------------------------- BAPO
-_BAPO_PARAMS = ("bapo_low_start", "bapo_low_max", "bapo_high_start", "bapo_high_max", "bapo_high_step",
-                "bapo_low_step")
+_BAPO_PARAMS = ("bapo_low_start", "bapo_low_max", "bapo_high_start", "bapo_high_max", "bapo_high_step", "bapo_low_step")
 
 
 def bapo_path(spec) -> list[tuple[float, float]]:
@@ -253,33 +304,49 @@ def bapo_path(spec) -> list[tuple[float, float]]:
 def _bapo_check(spec):
     a_low, b_low, a_high, b_high, d_high, d_low = (spec.param(n) for n in _BAPO_PARAMS)
     if not a_low <= b_low <= 1.0 <= a_high <= b_high:
-        raise ValueError(f"mode 'bapo' needs bapo_low_start <= bapo_low_max <= 1 <= bapo_high_start <= "
-                         f"bapo_high_max, got {a_low!r}, {b_low!r}, {a_high!r}, {b_high!r}")
+        raise ValueError(
+            f"mode 'bapo' needs bapo_low_start <= bapo_low_max <= 1 <= bapo_high_start <= "
+            f"bapo_high_max, got {a_low!r}, {b_low!r}, {a_high!r}, {b_high!r}"
+        )
     steps = (b_high - a_high) / d_high + (b_low - a_low) / d_low
     if steps > BAPO_MAX_PATH:
-        raise ValueError(f"mode 'bapo': bapo_high_step={d_high!r} and bapo_low_step={d_low!r} give {steps:.0f} "
-                         f"candidate bounds over the movable ranges; at most {BAPO_MAX_PATH} are allowed")
+        raise ValueError(
+            f"mode 'bapo': bapo_high_step={d_high!r} and bapo_low_step={d_low!r} give {steps:.0f} "
+            f"candidate bounds over the movable ranges; at most {BAPO_MAX_PATH} are allowed"
+        )
 
 
-declare_form(Form(
-    "bapo", "batch-selective",
-    "max(−A·r, −A·clip(r, c_low, c_high)); (c_low, c_high) the first pair of Algorithm 1's path whose positive "
-    "contribution ρ = P/(P + N) reaches ρ0 in the batch, P = Σ_{A>0} A·min(r, c_high), N = Σ_{A<0} |A|·max(r, c_low)",
-    ("arXiv:2510.18927 eq. 8", "arXiv:2510.18927 Algorithm 1", "arXiv:2510.18927 §5.1"),
-    params=(Param("bapo_rho0", 0.4, "ρ0: target share of the positive-advantage tokens in the loss (§5.1: 0.4)",
-                  above=0.0, at_most=1.0),
+declare_form(
+    Form(
+        "bapo",
+        "batch-selective",
+        "max(−A·r, −A·clip(r, c_low, c_high)); (c_low, c_high) the first pair of Algorithm 1's path whose positive "
+        "contribution ρ = P/(P + N) reaches ρ0 in the batch, P = "
+        "Σ_{A>0} A·min(r, c_high), N = Σ_{A<0} |A|·max(r, c_low)",
+        ("arXiv:2510.18927 eq. 8", "arXiv:2510.18927 Algorithm 1", "arXiv:2510.18927 §5.1"),
+        params=(
+            Param(
+                "bapo_rho0",
+                0.4,
+                "ρ0: target share of the positive-advantage tokens in the loss (§5.1: 0.4)",
+                above=0.0,
+                at_most=1.0,
+            ),
             Param("bapo_low_start", 0.6, "a⁻: c_low's start (§5.1: 0.6)", above=0.0),
             Param("bapo_low_max", 0.9, "b⁻: c_low's largest value (§5.1: 0.9)", above=0.0),
             Param("bapo_high_start", 1.2, "a⁺: c_high's start (§5.1: 1.2)", above=0.0),
             Param("bapo_high_max", 3.0, "b⁺: c_high's largest value (§5.1: 3.0)", above=0.0),
             Param("bapo_high_step", 0.05, "δ1: c_high's step (§5.1: 0.05)", above=0.0),
-            Param("bapo_low_step", 0.02, "δ2: c_low's step (§5.1: 0.02)", above=0.0)),
-    uses_budget=False, token_level=False,
-    weight_note="BAPO's bounds are chosen from the whole batch (eq. 8), so a token's w is not a function of "
-                "(q, r, A): for the chosen (c_low, c_high) it is PPO's w = r on kept tokens and 0 on clipped ones, "
-                "with c_low in [bapo_low_start, bapo_low_max] and c_high in [bapo_high_start, bapo_high_max]",
-    check=_bapo_check,
-))
+            Param("bapo_low_step", 0.02, "δ2: c_low's step (§5.1: 0.02)", above=0.0),
+        ),
+        uses_budget=False,
+        token_level=False,
+        weight_note="BAPO's bounds are chosen from the whole batch (eq. 8), so a token's w is not a function of "
+        "(q, r, A): for the chosen (c_low, c_high) it is PPO's w = r on kept tokens and 0 on clipped ones, "
+        "with c_low in [bapo_low_start, bapo_low_max] and c_high in [bapo_high_start, bapo_high_max]",
+        check=_bapo_check,
+    )
+)
 
 
 PUBLISHED_METHODS = {

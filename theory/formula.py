@@ -121,9 +121,12 @@ def _compile_node(node: ast.AST, formula: str):
         if isinstance(node.op, ast.Pow):
             e = _constant_value(node.right, fb, formula)
             if e is not None and abs(e) > MAX_EXPONENT:
-                _refuse(formula, f"the exponent {ast.unparse(node.right)!r} = {e:.6g} is too large: constant exponents "
-                        f"are limited to ±{MAX_EXPONENT} (a power tower like 9**9**9 has hundreds of millions of "
-                        "digits)")
+                _refuse(
+                    formula,
+                    f"the exponent {ast.unparse(node.right)!r} = {e:.6g} is too large: constant exponents "
+                    f"are limited to ±{MAX_EXPONENT} (a power tower like 9**9**9 has hundreds of millions of "
+                    "digits)",
+                )
         np_op, sp_op = _BINOPS[type(node.op)]
         return (lambda r, p: np_op(fa(r, p), fb(r, p))), sp_op(sa, sb), ua or ub
     if isinstance(node, ast.Call):
@@ -171,8 +174,10 @@ class CustomMeasure(Measure):
 
     def _bounds(self, d, p):
         if p is not None and np.any(p < P_MIN):
-            raise ValueError(f"p must be at least {P_MIN:g} for the custom measure {self.name!r} (its shape is "
-                             f"proven for p in [{P_MIN:g}, 1]); got {float(np.min(p))!r}")
+            raise ValueError(
+                f"p must be at least {P_MIN:g} for the custom measure {self.name!r} (its shape is "
+                f"proven for p in [{P_MIN:g}, 1]); got {float(np.min(p))!r}"
+            )
         d_max = float(np.min(np.minimum(self._value(np.float64(R_MIN), p, np), self._value(np.float64(R_MAX), p, np))))
         if np.any(d >= d_max):
             raise ValueError(
@@ -210,7 +215,7 @@ def _check_shape(name: str, fn: Callable, uses_p: bool):
     """D(1) = 0 and D strictly decreasing below 1, increasing above, on a log grid (and each probe p)."""
     left = np.geomspace(R_MIN, 1.0, 400)
     right = np.geomspace(1.0, R_MAX, 400)
-    for p in (_PROBE_P if uses_p else (None,)):
+    for p in _PROBE_P if uses_p else (None,):
         at = "" if p is None else f" at p={p}"
         with np.errstate(all="ignore"):
             d1 = float(np.asarray(fn(np.float64(1.0), p), dtype=np.float64))
@@ -221,9 +226,14 @@ def _check_shape(name: str, fn: Callable, uses_p: bool):
         if not (np.all(np.isfinite(dl[:-1])) and np.all(np.isfinite(dr[1:]))):
             raise ValueError(f"formula {name!r} is not finite on r in [{R_MIN:g}, {R_MAX:g}]{at}")
         bad_l, bad_r = np.flatnonzero(~(np.diff(dl) < 0)), np.flatnonzero(~(np.diff(dr) > 0))
-        whole = [side for side, bad, n in ((f"({R_MIN:g}, 1), where D′ must be < 0", bad_l, dl.size - 1),
-                                           (f"(1, {R_MAX:g}), where D′ must be > 0", bad_r, dr.size - 1))
-                 if bad.size == n]
+        whole = [
+            side
+            for side, bad, n in (
+                (f"({R_MIN:g}, 1), where D′ must be < 0", bad_l, dl.size - 1),
+                (f"(1, {R_MAX:g}), where D′ must be > 0", bad_r, dr.size - 1),
+            )
+            if bad.size == n
+        ]
         if whole:
             raise ValueError(
                 f"formula {name!r} has the wrong slope on the whole of {' and on the whole of '.join(whole)}{at}: "
@@ -235,7 +245,6 @@ def _check_shape(name: str, fn: Callable, uses_p: bool):
                 f"formula {name!r} must decrease on ({R_MIN:g}, 1) and increase on (1, {R_MAX:g}){at} "
                 f"so that D <= δ is an interval around r = 1, but D′ changes sign near r = {r_bad:.6g}"
             )
-
 
 
 # -- the shape proof --------------------------------------------------------------------------------------------
@@ -343,18 +352,22 @@ class _IV:
             return lambda box: box[1]
         args = None if isinstance(e, _SIGN_FUNCS) else [self.compile(a) for a in e.args]
         if isinstance(e, sp.Add):
+
             def add(box):
                 out = args[0](box)
                 for a in args[1:]:
                     out = out + a(box)
                 return out
+
             return add
         if isinstance(e, sp.Mul):
+
             def mul(box):
                 out = args[0](box)
                 for a in args[1:]:
                     out = out * a(box)
                 return out
+
             return mul
         if isinstance(e, sp.Pow):
             base, ex = args
@@ -497,8 +510,10 @@ def _factored(d):
     """D′ as one factored fraction when it is rational of total degree <= MAX_FACTOR_DEGREE, else None."""
     try:
         num, den = sp.fraction(sp.together(d))
-        if max(sp.Poly(num, *_SYMBOLS.values()).total_degree(),
-               sp.Poly(den, *_SYMBOLS.values()).total_degree()) > MAX_FACTOR_DEGREE:
+        if (
+            max(sp.Poly(num, *_SYMBOLS.values()).total_degree(), sp.Poly(den, *_SYMBOLS.values()).total_degree())
+            > MAX_FACTOR_DEGREE
+        ):
             return None
         return sp.factor(sp.together(d))
     except (sp.PolynomialError, sp.GeneratorsNeeded, ValueError, TypeError):
@@ -512,8 +527,11 @@ def _prove_shape(name: str, expr, uses_p: bool) -> int:
     budget = _Budget(PROOF_BUDGET_BOXES)
     d1 = expr.subs(r, 1)
     if not (_is_zero(d1) or _exactly_tiny(d1) or _tiny(d1)):
-        raise ValueError(f"formula {name!r} must satisfy D(1) = 0" + (" for every p" if uses_p else "")
-                         + f"; interval arithmetic could not show |D(1)| <= 1e-12 (D(1) = {d1})")
+        raise ValueError(
+            f"formula {name!r} must satisfy D(1) = 0"
+            + (" for every p" if uses_p else "")
+            + f"; interval arithmetic could not show |D(1)| <= 1e-12 (D(1) = {d1})"
+        )
     d = sp.diff(expr, r)
     forms = [d]
     if not d.has(sp.exp, sp.log, sp.Abs):
@@ -530,8 +548,10 @@ def _prove_shape(name: str, expr, uses_p: bool) -> int:
         try:
             n += _prove_side(name, [f.subs(r, at) for f in forms], sigma, s_max, uses_p, budget, ivc)
         except _Unprovable as exc:
-            raise ValueError(f"formula {name!r}: its derivative uses {exc}, which the interval proof of the shape "
-                             "does not support; refused") from None
+            raise ValueError(
+                f"formula {name!r}: its derivative uses {exc}, which the interval proof of the shape "
+                "does not support; refused"
+            ) from None
         except _NotProven as exc:  # look for a witness on the other side before refusing
             stuck = stuck or exc
             budget.left = max(budget.left, PROOF_BUDGET_BOXES // 3)
@@ -549,8 +569,12 @@ def measure_from_formula(formula: str, name: str | None = None) -> CustomMeasure
     """
     fn, expr, uses_p = parse_formula(formula)
     _check_shape(formula, fn, uses_p)
-    with_deadline(lambda e: _prove_shape(formula, e, uses_p), expr, what=f"proving the shape of {formula.strip()!r}",
-                  seconds=PROOF_SAFETY_S)
+    with_deadline(
+        lambda e: _prove_shape(formula, e, uses_p),
+        expr,
+        what=f"proving the shape of {formula.strip()!r}",
+        seconds=PROOF_SAFETY_S,
+    )
     return CustomMeasure(
         name=name or f"custom: {formula.strip()}",
         latex=with_deadline(sp.latex, expr, what=f"rendering formula {formula.strip()!r} as LaTeX"),

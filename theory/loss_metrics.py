@@ -134,8 +134,17 @@ def agg_loss(loss_mat, loss_mask, loss_agg_mode: str, loss_scale_factor=None):
 
 
 # ---------------------------------------------------------------------------------------- diagnostics
-METRIC_NAMES = ("clipfrac", "clipfrac_low", "clipfrac_high", "dual_clipfrac", "ppo_kl", "kl3", "ratio_mean",
-                "ratio_min", "ratio_max")
+METRIC_NAMES = (
+    "clipfrac",
+    "clipfrac_low",
+    "clipfrac_high",
+    "dual_clipfrac",
+    "ppo_kl",
+    "kl3",
+    "ratio_mean",
+    "ratio_min",
+    "ratio_max",
+)
 
 
 @torch.no_grad()
@@ -158,15 +167,18 @@ def clip_stats(terms, mask, extra=()):
     n = m.sum()
     zero = torch.zeros((), dtype=m.dtype, device=m.device)
     scratch = torch.expm1(x)  # (B, T) r - 1 of the token ratio, reused below
-    n_clip, n_low, n_dual = (zero if f is None else masked_sum(f) for f in (terms.clipped, terms.clipped_low,
-                                                                             terms.dual))
+    n_clip, n_low, n_dual = (
+        zero if f is None else masked_sum(f) for f in (terms.clipped, terms.clipped_low, terms.dual)
+    )
     sum_x = masked_sum(x)
     if ratio is None:  # the token ratio: Σ m·r = Σ m·(r - 1) + n; min/max of r - 1, plus 1
         sum_ratio, (ratio_min, ratio_max) = masked_sum(scratch) + n, _masked_min_max(scratch, mask, 1.0, zero)
     elif (column := sequence_column(ratio)) is not None:  # one ratio per sequence: (B, 1) work
         lengths = mask.sum(dim=-1, keepdim=True)  # (B, 1)
-        sum_ratio, (ratio_min, ratio_max) = torch.dot(column.reshape(-1), lengths.reshape(-1)), _masked_min_max(
-            column, torch.clamp(lengths, max=1.0), 0.0, zero)
+        sum_ratio, (ratio_min, ratio_max) = (
+            torch.dot(column.reshape(-1), lengths.reshape(-1)),
+            _masked_min_max(column, torch.clamp(lengths, max=1.0), 0.0, zero),
+        )
     else:
         sum_ratio, (ratio_min, ratio_max) = masked_sum(ratio), _masked_min_max(ratio, mask, 0.0, zero)
     sum_k3 = masked_sum(scratch.sub_(x))  # Σ m·(r - 1 - log r); expm1 keeps tokens with r ≈ 1 accurate

@@ -370,8 +370,10 @@ def part_bounds(part: ClipSpec, old_log_prob):
         return ratio_bounds(part)
     p = old_log_prob.double().exp().clamp_(max=1.0 - torch.finfo(torch.float64).eps)
     if part.measure_name == "binary_kl" and not _compact_on_host(p):
-        return (binary_kl_root_nosync(part.delta, p, torch.zeros_like(p, dtype=torch.bool)),
-                binary_kl_root_nosync(part.delta, p, torch.ones_like(p, dtype=torch.bool)))
+        return (
+            binary_kl_root_nosync(part.delta, p, torch.zeros_like(p, dtype=torch.bool)),
+            binary_kl_root_nosync(part.delta, p, torch.ones_like(p, dtype=torch.bool)),
+        )
     solve = _TORCH_BOUNDS[part.measure_name]
     return solve(part.delta, p, -1), solve(part.delta, p, +1)
 
@@ -383,10 +385,16 @@ def intersection_bounds(spec, old_log_prob):
     each = [part_bounds(part, old_log_prob) for part in spec.parts]
     lo, hi = each[0]
     for lo_i, hi_i in each[1:]:
-        lo = max(lo, lo_i) if not isinstance(lo, torch.Tensor) and not isinstance(lo_i, torch.Tensor) else \
-            torch.maximum(torch.as_tensor(lo, dtype=torch.float64), torch.as_tensor(lo_i, dtype=torch.float64))
-        hi = min(hi, hi_i) if not isinstance(hi, torch.Tensor) and not isinstance(hi_i, torch.Tensor) else \
-            torch.minimum(torch.as_tensor(hi, dtype=torch.float64), torch.as_tensor(hi_i, dtype=torch.float64))
+        lo = (
+            max(lo, lo_i)
+            if not isinstance(lo, torch.Tensor) and not isinstance(lo_i, torch.Tensor)
+            else torch.maximum(torch.as_tensor(lo, dtype=torch.float64), torch.as_tensor(lo_i, dtype=torch.float64))
+        )
+        hi = (
+            min(hi, hi_i)
+            if not isinstance(hi, torch.Tensor) and not isinstance(hi_i, torch.Tensor)
+            else torch.minimum(torch.as_tensor(hi, dtype=torch.float64), torch.as_tensor(hi_i, dtype=torch.float64))
+        )
     return lo, hi, each
 
 
@@ -504,9 +512,13 @@ def _general_clip_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec)
         by_part = None
         if each is not None:  # which part's bound bound: its lo is the max / its hi the min
             clipped_high = sur.clipped - clipped_low
-            by_part = tuple((clipped_low * torch.as_tensor(lo_i >= lo, dtype=ratio.dtype, device=ratio.device),
-                             clipped_high * torch.as_tensor(hi_i <= hi, dtype=ratio.dtype, device=ratio.device))
-                            for lo_i, hi_i in each)
+            by_part = tuple(
+                (
+                    clipped_low * torch.as_tensor(lo_i >= lo, dtype=ratio.dtype, device=ratio.device),
+                    clipped_high * torch.as_tensor(hi_i <= hi, dtype=ratio.dtype, device=ratio.device),
+                )
+                for lo_i, hi_i in each
+            )
     loss = _WithGradient.apply(log_prob, sur.loss, grad)
     return _Terms(loss, log_ratio, ratio, sur.clipped, clipped_low, sur.dual, by_part, grad)
 

@@ -13,6 +13,7 @@ The loss forms (clip, gated, cispo, sapo) and PPO's surrogate live in `divclip.t
 its presets and the method strings live in the torch-free `divclip.theory.spec` (re-exported here); this
 module holds the validated entry point.
 """
+
 from __future__ import annotations
 
 import math
@@ -134,8 +135,13 @@ def policy_terms(log_prob, old_log_prob, advantages, response_mask, spec: ClipSp
     `grad`, ∂loss/∂log π per token in closed form (detached; None where the form leaves it to autograd).
     The plug-ins and the sanity check read their per-token clip decisions from here.
     """
-    named = {"log_prob": log_prob, "old_log_prob": old_log_prob, "advantages": advantages,
-             "response_mask": response_mask, "rollout_is_weights": None}
+    named = {
+        "log_prob": log_prob,
+        "old_log_prob": old_log_prob,
+        "advantages": advantages,
+        "response_mask": response_mask,
+        "rollout_is_weights": None,
+    }
     return _terms(named, spec, "ratio")[0]
 
 
@@ -212,7 +218,7 @@ def policy_loss(
     if not math.isfinite(stats[-1]):  # NaN anywhere (even under the mask) reaches the sum
         _raise_non_finite(named)
     out = metrics_from_stats(stats)
-    parts = stats[len(METRIC_NAMES) + 1:-1]
+    parts = stats[len(METRIC_NAMES) + 1 : -1]
     for i in range(len(by_part)):
         out[f"clipfrac_low_part{i}"], out[f"clipfrac_high_part{i}"] = parts[2 * i] + 0.0, parts[2 * i + 1] + 0.0
     return loss, out

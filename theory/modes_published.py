@@ -138,8 +138,10 @@ def _topr_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> Poli
     tokens (each log r_t clamped to ±20). Summed over a sequence's tokens this is the paper's
     w·R(τ)·∇log π(τ); the aggregation (`loss_agg_mode`) scales it as for any form. `ratio` in the terms is the
     token ratio (for the metrics); `clipped` marks tokens whose sequence ratio the truncation changed."""
-    (a_pos, b_pos), (a_neg, b_neg) = ((spec.param("topr_pos_low"), spec.param("topr_pos_high")),
-                                      (spec.param("topr_neg_low"), spec.param("topr_neg_high")))
+    (a_pos, b_pos), (a_neg, b_neg) = (
+        (spec.param("topr_pos_low"), spec.param("topr_pos_high")),
+        (spec.param("topr_neg_low"), spec.param("topr_neg_high")),
+    )
     with torch.no_grad():
         log_ratio, ratio, _ = _ratio(log_prob, old_log_prob)
         seq_log = (log_ratio * mask).sum(dim=-1, keepdim=True)  # (B, 1) log π(τ)/μ(τ)
@@ -147,10 +149,16 @@ def _topr_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> Poli
         w_pos = _tapered(seq_log, a_pos, b_pos).expand_as(advantages)  # (B, T)
         w_neg = _tapered(seq_log, a_neg, b_neg).expand_as(advantages)
         weight = torch.lerp(w_neg, w_pos, adv_nonneg)  # exactly w_pos where A >= 0, w_neg elsewhere
-        below = torch.lerp(_flag(torch.lt, seq_log, _log(a_neg)).expand_as(advantages),
-                           _flag(torch.lt, seq_log, _log(a_pos)).expand_as(advantages), adv_nonneg)
-        above = torch.lerp(_flag(torch.gt, seq_log, _log(b_neg)).expand_as(advantages),
-                           _flag(torch.gt, seq_log, _log(b_pos)).expand_as(advantages), adv_nonneg)
+        below = torch.lerp(
+            _flag(torch.lt, seq_log, _log(a_neg)).expand_as(advantages),
+            _flag(torch.lt, seq_log, _log(a_pos)).expand_as(advantages),
+            adv_nonneg,
+        )
+        above = torch.lerp(
+            _flag(torch.gt, seq_log, _log(b_neg)).expand_as(advantages),
+            _flag(torch.gt, seq_log, _log(b_pos)).expand_as(advantages),
+            adv_nonneg,
+        )
         grad = -advantages * weight
         loss_value = grad * log_prob
     loss = _WithGradient.apply(log_prob, loss_value, grad)

@@ -48,8 +48,10 @@ def _metric_ratio(log_prob, old_log_prob):
 
 def _p_free_bounds(spec):
     if spec.p_dependent:
-        raise ValueError(f"mode {spec.mode!r} clips with one scalar interval: it needs a p-independent measure, "
-                         f"got measure={spec.measure_name!r}")
+        raise ValueError(
+            f"mode {spec.mode!r} clips with one scalar interval: it needs a p-independent measure, "
+            f"got measure={spec.measure_name!r}"
+        )
     return ratio_bounds(spec)  # a compile-time constant under torch.compile
 
 
@@ -238,8 +240,9 @@ def _geo_mean_aggregate(terms, mask, rollout_is_weights, spec):
     exp(Σ m·log(w + 1e-10) / (Σ m + 1e-8))."""
     seq_loss = terms.loss.sum(dim=-1)  # (B,) exactly L: the other entries are 0
     if rollout_is_weights is not None:
-        seq_loss = seq_loss * torch.exp((torch.log(rollout_is_weights + 1e-10) * mask).sum(dim=-1)
-                                        / (mask.sum(dim=-1) + 1e-8))
+        seq_loss = seq_loss * torch.exp(
+            (torch.log(rollout_is_weights + 1e-10) * mask).sum(dim=-1) / (mask.sum(dim=-1) + 1e-8)
+        )
     return torch.mean(seq_loss)
 
 

@@ -83,8 +83,14 @@ def fit_measure(measure, q, lo, hi) -> dict:
         if res.fun < dist:
             delta, dist = math.exp(float(res.x)), float(res.fun)
     _, d_hi, d_lo = _distances(measure, np.array([delta]), q, log_lo, log_hi)
-    return {"measure": measure.name, "delta": delta, "distance": dist, "distance_A>0": float(d_hi[0]),
-            "distance_A<0": float(d_lo[0]), "equal": dist <= EQUAL_TOL}
+    return {
+        "measure": measure.name,
+        "delta": delta,
+        "distance": dist,
+        "distance_A>0": float(d_hi[0]),
+        "distance_A<0": float(d_lo[0]),
+        "equal": dist <= EQUAL_TOL,
+    }
 
 
 def nearest_budget(intervals: dict | None) -> dict | None:

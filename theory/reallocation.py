@@ -52,8 +52,9 @@ def check_probs(probs, name: str = "probs") -> np.ndarray:
     if arr.ndim != 1 or arr.size < 2:
         raise ValueError(f"{name} must be a 1-D list of at least 2 probabilities, got shape {arr.shape}")
     if arr.size > MAX_ACTIONS:
-        raise ValueError(f"{name} has {arr.size} actions, over the limit of {MAX_ACTIONS} (the exact LP has K² "
-                         "flow variables)")
+        raise ValueError(
+            f"{name} has {arr.size} actions, over the limit of {MAX_ACTIONS} (the exact LP has K² flow variables)"
+        )
     nan = np.flatnonzero(np.isnan(arr))
     if nan.size:
         raise ValueError(f"{name} contains NaN at positions {nan.tolist()}; a distribution needs finite numbers")
@@ -76,8 +77,10 @@ def check_advantages(name: str, value, length: int, other: str) -> np.ndarray:
     big = np.flatnonzero(np.abs(arr) > MAX_ABS_ADVANTAGE)
     if big.size:
         i = int(big[0])
-        raise ValueError(f"{name}[{i}] = {float(arr[i])!r}: advantages must lie in [-{MAX_ABS_ADVANTAGE:g}, "
-                         f"{MAX_ABS_ADVANTAGE:g}] (group advantages are of order 1)")
+        raise ValueError(
+            f"{name}[{i}] = {float(arr[i])!r}: advantages must lie in [-{MAX_ABS_ADVANTAGE:g}, "
+            f"{MAX_ABS_ADVANTAGE:g}] (group advantages are of order 1)"
+        )
     return arr
 
 
@@ -125,8 +128,10 @@ def resolve_spec(spec) -> ClipSpec:
     a one-step analysis has no training signal to adapt to."""
     s = as_spec(spec)
     if is_adaptive(s):
-        raise ValueError(f"spec {method_string(s)!r} adapts δ during training; a one-step analysis needs a fixed "
-                         f"budget: use its starting point {method_string(s.fixed())!r} or another δ")
+        raise ValueError(
+            f"spec {method_string(s)!r} adapts δ during training; a one-step analysis needs a fixed "
+            f"budget: use its starting point {method_string(s.fixed())!r} or another δ"
+        )
     return s
 
 

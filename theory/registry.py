@@ -25,7 +25,16 @@ __all__ = ["on_register", "register_measure", "unregister_measure"]
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # Colours for measures registered without one, in order (tab20's light half: none is a built-in's colour).
 SPARE_COLOURS = (
-    "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5",
+    "#aec7e8",
+    "#ffbb78",
+    "#98df8a",
+    "#ff9896",
+    "#c5b0d5",
+    "#c49c94",
+    "#f7b6d2",
+    "#c7c7c7",
+    "#dbdb8d",
+    "#9edae5",
 )
 FALLBACK_COLOUR = "#111111"  # the app's 'custom' colour, when the spare ones are used up
 _CALLBACKS: list[Callable[[Measure], None]] = []
@@ -41,8 +50,14 @@ def _colour(requested: str) -> str:
     return next((c for c in SPARE_COLOURS if c not in used), FALLBACK_COLOUR)
 
 
-def register_measure(measure: Measure, *, label: str | None = None, method: str | None = None,
-                     colour: str | None = None, text: str | None = None) -> Measure:
+def register_measure(
+    measure: Measure,
+    *,
+    label: str | None = None,
+    method: str | None = None,
+    colour: str | None = None,
+    text: str | None = None,
+) -> Measure:
     """Add `measure` (a `Measure` subclass instance, or `measure_from_formula(text, name=...)`) to
     `divclip.theory.MEASURES` and return the stored object, its presentation filled in: label (default the
     name), method (default the label), colour (default an unused one), text (default the code formula).

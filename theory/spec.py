@@ -147,8 +147,10 @@ class ClipSpec:
             raise ValueError(f"ClipSpec.clamp_log_ratio must be True or False, got {self.clamp_log_ratio!r}")
         if self.dual_clip_c is not None:
             if self.mode not in DUAL_CLIP_MODES:
-                raise ValueError(f"ClipSpec.dual_clip_c applies to mode='clip' only (and 'luspo', the clip form "
-                                 f"LUSPO aggregates), got mode={self.mode!r}")
+                raise ValueError(
+                    f"ClipSpec.dual_clip_c applies to mode='clip' only (and 'luspo', the clip form "
+                    f"LUSPO aggregates), got mode={self.mode!r}"
+                )
             _positive("dual_clip_c", self.dual_clip_c, above=1.0)
         if self.tis_cap is not None:
             if self.mode != "gated":
@@ -157,14 +159,17 @@ class ClipSpec:
         for name in ("tau_pos", "tau_neg"):  # 4/τ and τ·(r - 1) must stay finite in float32 (docs/theory.md §1.1)
             value = _positive(name, self.tau_pos if name == "tau_pos" else self.tau_neg, above=0.0, at_most=TAU_MAX)
             if value < TAU_MIN:
-                raise ValueError(f"ClipSpec.{name} must be a finite number in [{TAU_MIN:g}, {TAU_MAX:g}] (the SAPO "
-                                 f"gate's 4/τ and τ·(r - 1) stay finite in float32), got {value!r}")
+                raise ValueError(
+                    f"ClipSpec.{name} must be a finite number in [{TAU_MIN:g}, {TAU_MAX:g}] (the SAPO "
+                    f"gate's 4/τ and τ·(r - 1) stay finite in float32), got {value!r}"
+                )
         if self.mode != "sapo" and (self.tau_pos, self.tau_neg) != (1.0, 1.05):
             raise ValueError(f"ClipSpec.tau_pos/tau_neg apply to mode='sapo' only, got mode={self.mode!r}")
         if self.level == "sequence":
             if self.mode not in SEQUENCE_MODES:
-                raise ValueError(f"ClipSpec.level='sequence' (GSPO) needs a mode in {sorted(SEQUENCE_MODES)}, "
-                                 f"got mode={self.mode!r}")
+                raise ValueError(
+                    f"ClipSpec.level='sequence' (GSPO) needs a mode in {sorted(SEQUENCE_MODES)}, got mode={self.mode!r}"
+                )
             if self.p_dependent:
                 raise ValueError(
                     f"ClipSpec.level='sequence' needs a p-independent measure (a sequence has no single p), "
@@ -225,11 +230,15 @@ class ClipSpec:
                 )
             _positive("eps_low", self.eps_low, at_most=1.0)
             _positive("eps_high", self.eps_high)
-            for name, value, bound in (("eps_low", self.eps_low, 1.0 - self.eps_low),
-                                       ("eps_high", self.eps_high, 1.0 + self.eps_high)):
+            for name, value, bound in (
+                ("eps_low", self.eps_low, 1.0 - self.eps_low),
+                ("eps_high", self.eps_high, 1.0 + self.eps_high),
+            ):
                 if bound == 1.0:
-                    raise ValueError(f"ClipSpec.{name}={value!r} underflows: 1 {'-' if name == 'eps_low' else '+'} "
-                                     f"{value!r} rounds to 1 in float64 (use a width of at least ~1.2e-16)")
+                    raise ValueError(
+                        f"ClipSpec.{name}={value!r} underflows: 1 {'-' if name == 'eps_low' else '+'} "
+                        f"{value!r} rounds to 1 in float64 (use a width of at least ~1.2e-16)"
+                    )
         else:
             if self.eps_low is not None or self.eps_high is not None:
                 raise ValueError(
@@ -291,20 +300,26 @@ class AllOf(ClipSpec):
             if not isinstance(part, ClipSpec) or isinstance(part, AllOf):
                 raise ValueError(f"AllOf.parts[{i}] must be a plain ClipSpec, got {part!r}")
             if isinstance(part, AdaptiveSpec):
-                raise ValueError(f"AllOf.parts[{i}] is adaptive ({method_string(part)!r}): an intersection "
-                                 "takes fixed budgets; adapt a single measure instead")
+                raise ValueError(
+                    f"AllOf.parts[{i}] is adaptive ({method_string(part)!r}): an intersection "
+                    "takes fixed budgets; adapt a single measure instead"
+                )
             if part.mode != "clip":
-                raise ValueError(f"AllOf.parts[{i}] has mode={part.mode!r}: an intersection intersects clip "
-                                 "intervals, so every part must be mode 'clip' (gated, cispo and sapo mixes are "
-                                 "refused)")
+                raise ValueError(
+                    f"AllOf.parts[{i}] has mode={part.mode!r}: an intersection intersects clip "
+                    "intervals, so every part must be mode 'clip' (gated, cispo and sapo mixes are "
+                    "refused)"
+                )
             if part.level != "token":
                 raise ValueError(f"AllOf.parts[{i}] has level={part.level!r}: intersections are token-level only")
         caps = {part.dual_clip_c for part in parts}
         if len(caps) > 1:
-            raise ValueError(f"AllOf.parts disagree on dual_clip_c {sorted(caps, key=str)}: give every part the "
-                             "same cap (or none)")
-        extra = {k: getattr(self, k) for k in ("delta", "eps_low", "eps_high", "tis_cap")
-                 if getattr(self, k) is not None}
+            raise ValueError(
+                f"AllOf.parts disagree on dual_clip_c {sorted(caps, key=str)}: give every part the same cap (or none)"
+            )
+        extra = {
+            k: getattr(self, k) for k in ("delta", "eps_low", "eps_high", "tis_cap") if getattr(self, k) is not None
+        }
         if extra or self.measure != "ratio" or self.level != "token":
             raise ValueError(f"AllOf takes only `parts`; its budget is the parts', got {extra or self.measure!r}")
         object.__setattr__(self, "mode", "clip")
@@ -372,16 +387,19 @@ class AdaptiveSpec(ClipSpec):
         if self.signal not in SIGNALS:
             raise ValueError(f"AdaptiveSpec.signal must be one of {list(SIGNALS)}, got {self.signal!r}")
         if self.mode == "sapo" or self.measure_name == "ratio" or self.delta is None:
-            raise ValueError(f"an adaptive δ needs a divergence measure with a budget δ (not 'ratio', not sapo), "
-                             f"got measure={self.measure_name!r}, mode={self.mode!r}")
+            raise ValueError(
+                f"an adaptive δ needs a divergence measure with a budget δ (not 'ratio', not sapo), "
+                f"got measure={self.measure_name!r}, mode={self.mode!r}"
+            )
         _positive("target", self.target, at_most=1.0 if self.signal == "clipfrac" else None, owner="AdaptiveSpec")
         _positive("gain", self.gain, owner="AdaptiveSpec")
         own = "AdaptiveSpec"
         lo = self.delta / 100.0 if self.delta_min is None else _positive("delta_min", self.delta_min, owner=own)
         hi = self.delta * 100.0 if self.delta_max is None else _positive("delta_max", self.delta_max, owner=own)
         if not lo <= self.delta <= hi:
-            raise ValueError(f"AdaptiveSpec needs delta_min <= delta <= delta_max, got {lo!r} <= {self.delta!r} "
-                             f"<= {hi!r}")
+            raise ValueError(
+                f"AdaptiveSpec needs delta_min <= delta <= delta_max, got {lo!r} <= {self.delta!r} <= {hi!r}"
+            )
         d = DEFAULT_DIR[self.signal] if self.direction is None else self.direction
         if d not in (1, -1) or isinstance(d, bool):
             raise ValueError(f"AdaptiveSpec.direction must be +1 or -1, got {self.direction!r}")
@@ -463,8 +481,9 @@ def _number(text: str, what: str, method: str) -> float:
     except ValueError:
         x = math.nan
     if not math.isfinite(x):
-        raise ValueError(f"method {_echo(method)}: {what} must be a finite number, got {_echo(text)}; "
-                         f"allowed: {_allowed()}")
+        raise ValueError(
+            f"method {_echo(method)}: {what} must be a finite number, got {_echo(text)}; allowed: {_allowed()}"
+        )
     return x
 
 
@@ -511,8 +530,9 @@ def _base_fields(base: str, method: str, mode: str | None) -> dict | ClipSpec:
     values = [_number(x, f"the budget after '{head}:'", method) for x in nums]
     if head == "ratio":
         if len(values) > 2:
-            raise ValueError(f"method {_echo(method)}: a ratio clip is 'ratio', 'ratio:eps' or "
-                             "'ratio:eps_low:eps_high'")
+            raise ValueError(
+                f"method {_echo(method)}: a ratio clip is 'ratio', 'ratio:eps' or 'ratio:eps_low:eps_high'"
+            )
         if _budget_free(mode) and not values:
             return {"measure": "ratio"}
         lo, hi = (values[0], values[-1]) if values else (DEFAULT_EPS_LOW, DEFAULT_EPS_LOW)
@@ -524,8 +544,9 @@ def _base_fields(base: str, method: str, mode: str | None) -> dict | ClipSpec:
     if _budget_free(mode):
         return {"measure": head}
     if MEASURES[head].p_dependent:
-        raise ValueError(f"method {_echo(method)}: the p-dependent measure {_echo(head)} needs a budget, "
-                         f"e.g. '{head}:0.05'")
+        raise ValueError(
+            f"method {_echo(method)}: the p-dependent measure {_echo(head)} needs a budget, e.g. '{head}:0.05'"
+        )
     from divclip.theory.conversions import delta_for_eps
 
     return {"measure": head, "delta": delta_for_eps(head, eps_low=DEFAULT_EPS_LOW)}
@@ -542,7 +563,7 @@ def _echo(value) -> str:
     if len(text) <= MAX_METHOD_ECHO:
         return text
     size = f"{len(value)} characters" if isinstance(value, str) else f"{len(text)} characters as text"
-    return f"{text[:MAX_METHOD_ECHO - 10]}... ({size})"
+    return f"{text[: MAX_METHOD_ECHO - 10]}... ({size})"
 
 
 def parse_method(text: str) -> ClipSpec:
@@ -572,20 +593,24 @@ def parse_method(text: str) -> ClipSpec:
 def _parse_adaptive(method: str) -> AdaptiveSpec:
     head, _, tail = method.partition("@")
     if "@" in tail or "&" in method:
-        raise ValueError(f"method {_echo(method)}: an adaptive δ takes one '@' on a single measure (no '&'); "
-                         f"allowed: {_allowed()}")
+        raise ValueError(
+            f"method {_echo(method)}: an adaptive δ takes one '@' on a single measure (no '&'); allowed: {_allowed()}"
+        )
     base = _parse_part(head.strip(), method)
     target_text, *opts = tail.split(":")
     signal, eq, value = target_text.partition("=")
     if not eq or signal.strip() not in SIGNALS:
-        raise ValueError(f"method {_echo(method)}: after '@' comes SIGNAL=TARGET with SIGNAL in {list(SIGNALS)}, got "
-                         f"{_echo(tail)}")
+        raise ValueError(
+            f"method {_echo(method)}: after '@' comes SIGNAL=TARGET with SIGNAL in {list(SIGNALS)}, got {_echo(tail)}"
+        )
     fields = {"signal": signal.strip(), "target": _number(value, "the target after '='", method)}
     for opt in opts:
         key, eq, value = opt.partition("=")
         if not eq or key not in _ADAPT_KEYS or _ADAPT_KEYS[key] in fields:
-            raise ValueError(f"method {_echo(method)}: unknown or repeated adaptive option {_echo(opt)}; allowed: "
-                             f"{sorted(_ADAPT_KEYS)} as ':key=value'")
+            raise ValueError(
+                f"method {_echo(method)}: unknown or repeated adaptive option {_echo(opt)}; allowed: "
+                f"{sorted(_ADAPT_KEYS)} as ':key=value'"
+            )
         x = _number(value, f"the value of {key!r}", method)
         if key == "dir":
             if x not in (1.0, -1.0):

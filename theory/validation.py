@@ -67,8 +67,7 @@ def check_p(p, name: str = "p") -> np.ndarray:
     bad = ~((arr > 0) & (arr < 1))
     if np.any(bad):
         raise ValueError(
-            f"{name} must lie in the open interval (0, 1), got "
-            f"{_describe(np.asarray(arr)[bad] if arr.ndim else arr)}"
+            f"{name} must lie in the open interval (0, 1), got {_describe(np.asarray(arr)[bad] if arr.ndim else arr)}"
         )
     return arr
 
@@ -78,7 +77,5 @@ def check_ratio(r, name: str = "r") -> np.ndarray:
     arr = as_float_array(name, r)
     bad = np.isnan(arr) | (arr < 0)
     if np.any(bad):
-        raise ValueError(
-            f"{name} must be a ratio >= 0, got {_describe(np.asarray(arr)[bad] if arr.ndim else arr)}"
-        )
+        raise ValueError(f"{name} must be a ratio >= 0, got {_describe(np.asarray(arr)[bad] if arr.ndim else arr)}")
     return arr

@@ -53,8 +53,19 @@ _PENDING_BYTES = 2**26  # flush pending steps' metrics before their tables take 
 _ONE = torch.ones((), dtype=torch.float64)  # d(total)/d(total), so backward() does not build it every epoch
 
 
-def run_arena(env, methods, seeds=8, steps=None, group_size=None, prompts_per_step=None, ppo_epochs=None,
-              lr=None, *, callback: Callable[[ArenaResult], object] | None = None, **kwargs) -> ArenaResult:
+def run_arena(
+    env,
+    methods,
+    seeds=8,
+    steps=None,
+    group_size=None,
+    prompts_per_step=None,
+    ppo_epochs=None,
+    lr=None,
+    *,
+    callback: Callable[[ArenaResult], object] | None = None,
+    **kwargs,
+) -> ArenaResult:
     """Train every method on every seed and return all metrics; `callback(partial)` every `every` steps.
 
     Arguments are those of `iter_arena`; settings left as None take the environment's registry defaults.
@@ -85,11 +96,25 @@ MAX_POLICY_PARAMS = 2**24
 """Largest (methods × seeds) × policy table size (logits, with Adam's two moments beside them)."""
 
 
-def iter_arena(env, methods, seeds=8, steps=None, group_size=None, prompts_per_step=None, ppo_epochs=None,
-               lr=None, *, loss_agg_mode: str = "token-mean", adv_norm: str = "std", policy: str = "tabular",
-               every: int = 10, stop: threading.Event | Callable[[], bool] | None = None,
-               env_kwargs: dict | None = None, num_threads: int | None = 1,
-               loss_metrics: bool = False) -> Iterator[ArenaResult]:
+def iter_arena(
+    env,
+    methods,
+    seeds=8,
+    steps=None,
+    group_size=None,
+    prompts_per_step=None,
+    ppo_epochs=None,
+    lr=None,
+    *,
+    loss_agg_mode: str = "token-mean",
+    adv_norm: str = "std",
+    policy: str = "tabular",
+    every: int = 10,
+    stop: threading.Event | Callable[[], bool] | None = None,
+    env_kwargs: dict | None = None,
+    num_threads: int | None = 1,
+    loss_metrics: bool = False,
+) -> Iterator[ArenaResult]:
     """Yield an `ArenaResult` with all steps so far every `every` steps, and once at the end.
 
     env: a `ToyEnv` or a registry name ("bandit", "sparse", "sequence"; `env_kwargs` go to its constructor).
@@ -119,12 +144,18 @@ def iter_arena(env, methods, seeds=8, steps=None, group_size=None, prompts_per_s
     else:
         raise ValueError(f"env must be a ToyEnv or one of the registered names, got {env!r}")
     steps = check_int("steps", _default(steps, defaults, "steps"), minimum=1, maximum=MAX_STEPS)
-    group_size = check_int("group_size", _default(group_size, defaults, "group_size"), minimum=2,
-                           maximum=MAX_GROUP_SIZE)
-    prompts_per_step = check_int("prompts_per_step", _default(prompts_per_step, defaults, "prompts_per_step"),
-                                 minimum=1, maximum=MAX_PROMPTS_PER_STEP)
-    ppo_epochs = check_int("ppo_epochs", _default(ppo_epochs, defaults, "ppo_epochs"), minimum=1,
-                           maximum=MAX_PPO_EPOCHS)
+    group_size = check_int(
+        "group_size", _default(group_size, defaults, "group_size"), minimum=2, maximum=MAX_GROUP_SIZE
+    )
+    prompts_per_step = check_int(
+        "prompts_per_step",
+        _default(prompts_per_step, defaults, "prompts_per_step"),
+        minimum=1,
+        maximum=MAX_PROMPTS_PER_STEP,
+    )
+    ppo_epochs = check_int(
+        "ppo_epochs", _default(ppo_epochs, defaults, "ppo_epochs"), minimum=1, maximum=MAX_PPO_EPOCHS
+    )
     lr = check_real("lr", _default(lr, defaults, "lr"), minimum=0.0, open_interval=True)
     every = check_int("every", every, minimum=1)
     adv_norm = check_choice("adv_norm", adv_norm, ADV_NORMS)
@@ -138,11 +169,20 @@ def iter_arena(env, methods, seeds=8, steps=None, group_size=None, prompts_per_s
     _check_budgets(env, len(specs) * len(seed_list), steps, prompts_per_step * group_size)
     if not isinstance(loss_metrics, bool):
         raise ValueError(f"loss_metrics must be True or False, got {loss_metrics!r}")
-    config = {"group_size": group_size, "prompts_per_step": prompts_per_step, "ppo_epochs": ppo_epochs, "lr": lr,
-              "loss_agg_mode": loss_agg_mode, "adv_norm": adv_norm, "policy": policy, "steps": steps}
+    config = {
+        "group_size": group_size,
+        "prompts_per_step": prompts_per_step,
+        "ppo_epochs": ppo_epochs,
+        "lr": lr,
+        "loss_agg_mode": loss_agg_mode,
+        "adv_norm": adv_norm,
+        "policy": policy,
+        "steps": steps,
+    }
     # Validation above runs now; training runs lazily as the caller iterates.
-    return _with_threads(_train(env, specs, seed_list, config, policy_cls, every, should_stop, loss_metrics),
-                         num_threads)
+    return _with_threads(
+        _train(env, specs, seed_list, config, policy_cls, every, should_stop, loss_metrics), num_threads
+    )
 
 
 def _with_threads(gen: Iterator, n: int | None) -> Iterator:
@@ -165,8 +205,16 @@ def _with_threads(gen: Iterator, n: int | None) -> Iterator:
         gen.close()
 
 
-def _train(env: ToyEnv, specs: dict, seed_list: list[int], config: dict, policy_cls, every: int,
-           should_stop: Callable[[], bool], loss_metrics: bool) -> Iterator[ArenaResult]:
+def _train(
+    env: ToyEnv,
+    specs: dict,
+    seed_list: list[int],
+    config: dict,
+    policy_cls,
+    every: int,
+    should_stop: Callable[[], bool],
+    loss_metrics: bool,
+) -> Iterator[ArenaResult]:
     steps, group_size, ppo_epochs = config["steps"], config["group_size"], config["ppo_epochs"]
     prompts_per_step, loss_agg_mode, adv_norm = config["prompts_per_step"], config["loss_agg_mode"], config["adv_norm"]
     labels = list(specs)
@@ -190,8 +238,19 @@ def _train(env: ToyEnv, specs: dict, seed_list: list[int], config: dict, policy_
         # Read-only views of the steps done so far: those entries are final (later steps write further
         # columns), so a yield costs nothing however long the run, where copying was quadratic in steps.
         metrics = {k: _read_only(by_metric[i, ..., :done]) for i, k in enumerate(METRICS)}
-        return ArenaResult(env.name, env.config(), labels, dict(specs), seed_list, metrics, config, steps, stopped,
-                           {k: v[:, :done] / ppo_epochs for k, v in info_sums.items()}, env.best_reward())
+        return ArenaResult(
+            env.name,
+            env.config(),
+            labels,
+            dict(specs),
+            seed_list,
+            metrics,
+            config,
+            steps,
+            stopped,
+            {k: v[:, :done] / ppo_epochs for k, v in info_sums.items()},
+            env.best_reward(),
+        )
 
     n_draws = prompts_per_step + N * T + 2 * N
     block = max(1, min(16, _BLOCK_DRAWS // (R * n_draws)))  # steps per rng call: ≤ 16, ≤ 2^20 numbers
@@ -220,14 +279,17 @@ def _train(env: ToyEnv, specs: dict, seed_list: list[int], config: dict, policy_
             old_lp = env.gather_log_probs(table_old, index).view(R * N, T)
             adv = group_advantages(rewards.reshape(-1), group_size, norm=adv_norm)  # (R·N,)
             adv_tok = adv.unsqueeze(-1).expand(R * N, T).contiguous()  # policy_loss would copy it every epoch
-            per_method = [(old_lp, adv_tok, mask)] if M == 1 else [
-                tuple(x[m * S * N:(m + 1) * S * N] for x in (old_lp, adv_tok, mask)) for m in range(M)]
+            per_method = (
+                [(old_lp, adv_tok, mask)]
+                if M == 1
+                else [tuple(x[m * S * N : (m + 1) * S * N] for x in (old_lp, adv_tok, mask)) for m in range(M)]
+            )
         # -- μ epochs of the clipped surrogate -------------------------------------------------------
         tally = _ClipTally(R, adv_tok)
         delta_used = fixed_delta.clone()
         for m, ctrl in enumerate(ctrls):
             if ctrl is not None:
-                delta_used[m * S:(m + 1) * S] = torch.from_numpy(ctrl.delta)
+                delta_used[m * S : (m + 1) * S] = torch.from_numpy(ctrl.delta)
         clip_sums = [np.zeros(S) if ctrl is not None else None for ctrl in ctrls]
         grads = []  # each epoch's gradients (zero_grad drops them, it does not overwrite them)
         for epoch in range(ppo_epochs):
@@ -236,16 +298,19 @@ def _train(env: ToyEnv, specs: dict, seed_list: list[int], config: dict, policy_
             lp.retain_grad()
             total = None
             for m, (label, lp_m, (old_m, adv_m, mask_m)) in enumerate(
-                    zip(labels, lp.split(S * N) if M > 1 else (lp,), per_method)):
+                zip(labels, lp.split(S * N) if M > 1 else (lp,), per_method)
+            ):
                 if ctrls[m] is not None:
-                    loss, info = _adaptive_loss(ctrls[m], lp_m, old_m, adv_m, mask_m, N, loss_agg_mode,
-                                                clip_sums[m], loss_metrics)
+                    loss, info = _adaptive_loss(
+                        ctrls[m], lp_m, old_m, adv_m, mask_m, N, loss_agg_mode, clip_sums[m], loss_metrics
+                    )
                     total = loss if total is None else total + loss
                     if loss_metrics:
                         _accumulate(info_sums, info, m, step - 1, M, steps)
                     continue
-                loss, info = policy_loss(lp_m, old_m, adv_m, mask_m, specs[label], loss_agg_mode=loss_agg_mode,
-                                         metrics=loss_metrics)
+                loss, info = policy_loss(
+                    lp_m, old_m, adv_m, mask_m, specs[label], loss_agg_mode=loss_agg_mode, metrics=loss_metrics
+                )
                 # Parameters are separate per seed, so aggregating over all seeds only rescales each seed's
                 # gradient by a constant (token-mean over S seeds: 1/S); `scales[m]` (= S here) undoes it, and
                 # every seed gets exactly the gradient it would get alone (tests/toy_envs/test_toy_arena.py).
@@ -311,16 +376,22 @@ class _StepRecords:
         st = self.env.exact_stats(old, new)
         q = st["correct_prob"]  # (K·R, P)
         log_r = torch.stack(self.log_r)  # (K, R, N, T)
-        row = {"reward_mean": torch.stack(self.rewards).mean(-1), "expected_reward": st["expected_reward"],
-               "prob_correct": q.mean(-1), "entropy": st["entropy"], "kl_exact": st["kl"],
-               "kl3": (torch.expm1(log_r) - log_r).sum(-1).mean(-1),  # unbiased for the per-response KL
-               "grad_norm": torch.stack(self.grad_norm), "delta": torch.stack(self.delta)}
+        row = {
+            "reward_mean": torch.stack(self.rewards).mean(-1),
+            "expected_reward": st["expected_reward"],
+            "prob_correct": q.mean(-1),
+            "entropy": st["entropy"],
+            "kl_exact": st["kl"],
+            "kl3": (torch.expm1(log_r) - log_r).sum(-1).mean(-1),  # unbiased for the per-response KL
+            "grad_norm": torch.stack(self.grad_norm),
+            "delta": torch.stack(self.delta),
+        }
         for k, v in zip(PASS_AT_K, pass_at_k(q, PASS_AT_K)):
             row[f"pass@{k}"] = v
         counts = _ClipTally.stacked_counts(self.tallies) / self.token_epochs  # (4, K·R), mean over epochs
         row["clipfrac"], row["clipfrac_low"], row["clipfrac_high"], row["clipfrac_dual"] = counts.unbind()
         block = torch.stack([row[k].reshape(K, R) for k in METRICS])  # (metrics, K, R)
-        self.buf[:, :, self.done:self.done + K] = block.transpose(1, 2)
+        self.buf[:, :, self.done : self.done + K] = block.transpose(1, 2)
         self.done += K
         next_old = self.tables[-1:]  # the next step's π_old
         self._reset()
@@ -336,8 +407,12 @@ def _read_only(a: np.ndarray) -> np.ndarray:
 
 def _grad_norms(grads: list[list[torch.Tensor]], R: int) -> torch.Tensor:
     """(epochs, R): L2 norm of each run's gradient over all parameters, for each epoch's list of gradients."""
-    flat = torch.stack([torch.cat([g.reshape(R, -1) for g in epoch], 1) if len(epoch) > 1 else epoch[0].reshape(R, -1)
-                        for epoch in grads])  # (epochs, R, parameters per run)
+    flat = torch.stack(
+        [
+            torch.cat([g.reshape(R, -1) for g in epoch], 1) if len(epoch) > 1 else epoch[0].reshape(R, -1)
+            for epoch in grads
+        ]
+    )  # (epochs, R, parameters per run)
     return torch.linalg.vector_norm(flat, dim=2)
 
 
@@ -405,16 +480,18 @@ def _fixed_delta(spec) -> float:
     return float(spec.delta)
 
 
-def _adaptive_loss(ctrl: DeltaController, lp, old, adv, mask, N: int, mode: str, clip_sum: np.ndarray,
-                   loss_metrics: bool):
+def _adaptive_loss(
+    ctrl: DeltaController, lp, old, adv, mask, N: int, mode: str, clip_sum: np.ndarray, loss_metrics: bool
+):
     """Sum over seeds of each seed's own loss at its own δ (rows s·N … (s+1)·N - 1 are seed s); adds each
     seed's clip fraction to `clip_sum`. Returns (loss, metrics averaged over seeds)."""
     total, infos = None, []
     want = ctrl.signal == "clipfrac" or loss_metrics
     for s in range(len(ctrl.delta)):
         rows = slice(s * N, (s + 1) * N)
-        loss, info = policy_loss(lp[rows], old[rows], adv[rows], mask[rows], ctrl.spec_for(s), loss_agg_mode=mode,
-                                 metrics=want)
+        loss, info = policy_loss(
+            lp[rows], old[rows], adv[rows], mask[rows], ctrl.spec_for(s), loss_agg_mode=mode, metrics=want
+        )
         total = loss if total is None else total + loss
         if want:
             clip_sum[s] += info["clipfrac"]
@@ -454,15 +531,24 @@ def _check_budgets(env: ToyEnv, runs: int, steps: int, batch: int) -> None:
     table, actions = int(np.prod(logits.shape)), int(logits.shape[-1])
     for what, size, cap in (
         (f"(methods × seeds) × steps = {runs} × {steps}", runs * steps, MAX_RUN_STEPS),
-        (f"(methods × seeds) × prompts_per_step × group_size × horizon = {runs} × {batch} × {env.horizon}",
-         runs * batch * env.horizon, MAX_BATCH_TOKENS),
+        (
+            f"(methods × seeds) × prompts_per_step × group_size × horizon = {runs} × {batch} × {env.horizon}",
+            runs * batch * env.horizon,
+            MAX_BATCH_TOKENS,
+        ),
         (f"(methods × seeds) × policy logits = {runs} × {table}", runs * table, MAX_POLICY_PARAMS),
-        (f"(methods × seeds) × prompts_per_step × group_size × horizon × actions = {runs} × {batch} × "
-         f"{env.horizon} × {actions}", runs * batch * env.horizon * actions, MAX_BATCH_LOGITS),
+        (
+            f"(methods × seeds) × prompts_per_step × group_size × horizon × actions = {runs} × {batch} × "
+            f"{env.horizon} × {actions}",
+            runs * batch * env.horizon * actions,
+            MAX_BATCH_LOGITS,
+        ),
     ):
         if size > cap:
-            raise ValueError(f"this arena is too large: {what} = {size}, over the limit of {cap}; use fewer seeds, "
-                             "methods or steps, or a smaller batch or environment")
+            raise ValueError(
+                f"this arena is too large: {what} = {size}, over the limit of {cap}; use fewer seeds, "
+                "methods or steps, or a smaller batch or environment"
+            )
 
 
 def _check_seeds(seeds) -> list[int]:

@@ -106,8 +106,12 @@ class ToyEnv(ABC):
     def exact_stats(self, logp_old: torch.Tensor, logp_new: torch.Tensor) -> dict[str, torch.Tensor]:
         """All exact statistics of one update at once: correct_prob (R, P) and expected_reward, entropy
         of π_old, KL(π_old ‖ π_new), each (R,). Environments override it to share work between them."""
-        return {"correct_prob": self.correct_prob(logp_old), "expected_reward": self.expected_reward(logp_old),
-                "entropy": self.entropy(logp_old), "kl": self.kl(logp_old, logp_new)}
+        return {
+            "correct_prob": self.correct_prob(logp_old),
+            "expected_reward": self.expected_reward(logp_old),
+            "entropy": self.entropy(logp_old),
+            "kl": self.kl(logp_old, logp_new),
+        }
 
     @abstractmethod
     def config(self) -> dict:

@@ -91,8 +91,9 @@ class Bandit(CategoricalEnv):
 
     name = "bandit"
 
-    def __init__(self, arms: int = 16, reward: str = "bernoulli", noise_std: float = 0.5, means=None,
-                 env_seed: int = 0):
+    def __init__(
+        self, arms: int = 16, reward: str = "bernoulli", noise_std: float = 0.5, means=None, env_seed: int = 0
+    ):
         self.arms = check_int("arms", arms, minimum=2, maximum=MAX_ANSWERS)
         self.reward_kind = check_choice("reward", reward, ("bernoulli", "gaussian"))
         self.noise_std = check_real("noise_std", noise_std, minimum=0.0)
@@ -120,8 +121,13 @@ class Bandit(CategoricalEnv):
         return mu + self.noise_std * rng.normal_from_uniform(u[..., 0], u[..., 1])
 
     def config(self) -> dict:
-        return {"arms": self.arms, "reward": self.reward_kind, "noise_std": self.noise_std,
-                "means": [round(x, 6) for x in self.arm_means.tolist()], "env_seed": self.env_seed}
+        return {
+            "arms": self.arms,
+            "reward": self.reward_kind,
+            "noise_std": self.noise_std,
+            "means": [round(x, 6) for x in self.arm_means.tolist()],
+            "env_seed": self.env_seed,
+        }
 
 
 class SparseCategorical(CategoricalEnv):
@@ -133,16 +139,25 @@ class SparseCategorical(CategoricalEnv):
 
     name = "sparse"
 
-    def __init__(self, prompts: int = 32, answers: int = 64, correct_per_prompt: int = 1,
-                 init_correct_prob: float = 0.005, logit_std: float = 1.0, env_seed: int = 0):
+    def __init__(
+        self,
+        prompts: int = 32,
+        answers: int = 64,
+        correct_per_prompt: int = 1,
+        init_correct_prob: float = 0.005,
+        logit_std: float = 1.0,
+        env_seed: int = 0,
+    ):
         self.prompts = check_int("prompts", prompts, minimum=1, maximum=MAX_PROMPTS)
         self.answers = check_int("answers", answers, minimum=2, maximum=MAX_ANSWERS)
         if self.prompts * self.answers > MAX_TABLE:
             raise ValueError(f"prompts × answers must be at most {MAX_TABLE}, got {self.prompts} × {self.answers}")
-        self.correct_per_prompt = check_int("correct_per_prompt", correct_per_prompt, minimum=1,
-                                            maximum=self.answers - 1)
-        self.init_correct_prob = check_real("init_correct_prob", init_correct_prob, minimum=0.0, maximum=1.0,
-                                            open_interval=True)
+        self.correct_per_prompt = check_int(
+            "correct_per_prompt", correct_per_prompt, minimum=1, maximum=self.answers - 1
+        )
+        self.init_correct_prob = check_real(
+            "init_correct_prob", init_correct_prob, minimum=0.0, maximum=1.0, open_interval=True
+        )
         self.logit_std = check_real("logit_std", logit_std, minimum=0.0)
         self.env_seed = check_int("env_seed", env_seed, minimum=0)
         g = torch.Generator().manual_seed(self.env_seed)
@@ -158,5 +173,11 @@ class SparseCategorical(CategoricalEnv):
         super().__init__(correct.to(torch.float64), correct, logits)
 
     def config(self) -> dict:
-        return {"prompts": self.prompts, "answers": self.answers, "correct_per_prompt": self.correct_per_prompt,
-                "init_correct_prob": self.init_correct_prob, "logit_std": self.logit_std, "env_seed": self.env_seed}
+        return {
+            "prompts": self.prompts,
+            "answers": self.answers,
+            "correct_per_prompt": self.correct_per_prompt,
+            "init_correct_prob": self.init_correct_prob,
+            "logit_std": self.logit_std,
+            "env_seed": self.env_seed,
+        }

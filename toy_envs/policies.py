@@ -62,8 +62,10 @@ class MLPPolicy:
         self.rows_shape, self.vocab = tuple(rows_shape), V
         n_rows = math.prod(rows_shape)
         # Row features: one-hot of each index along every row axis (prompt; or position and context).
-        feats = [torch.nn.functional.one_hot(ix.flatten(), n).to(torch.float64)
-                 for ix, n in zip(torch.meshgrid(*[torch.arange(n) for n in rows_shape], indexing="ij"), rows_shape)]
+        feats = [
+            torch.nn.functional.one_hot(ix.flatten(), n).to(torch.float64)
+            for ix, n in zip(torch.meshgrid(*[torch.arange(n) for n in rows_shape], indexing="ij"), rows_shape)
+        ]
         self.x = torch.cat(feats, -1)  # (rows, F)
         F = self.x.shape[1]
         self.base = init_logits.reshape(n_rows, V)

@@ -20,13 +20,29 @@ from divclip.theory.spec import is_adaptive, parse_method, spec_label
 from divclip.toy_envs.base import PASS_AT_K, ToyEnv, pass_at_k
 from divclip.toy_envs.validation import check_int, check_real
 
-REFERENCE_METRICS = ("reward_mean", "expected_reward", *(f"pass@{k}" for k in PASS_AT_K), "entropy", "kl_exact",
-                     "clipfrac", "grad_norm")
+REFERENCE_METRICS = (
+    "reward_mean",
+    "expected_reward",
+    *(f"pass@{k}" for k in PASS_AT_K),
+    "entropy",
+    "kl_exact",
+    "clipfrac",
+    "grad_norm",
+)
 
 
-def reference_run(env: ToyEnv, spec, seed: int, steps: int, group_size: int, prompts_per_step: int,
-                  ppo_epochs: int, lr: float, loss_agg_mode: str = "token-mean",
-                  adv_norm: str = "std") -> dict[str, np.ndarray]:
+def reference_run(
+    env: ToyEnv,
+    spec,
+    seed: int,
+    steps: int,
+    group_size: int,
+    prompts_per_step: int,
+    ppo_epochs: int,
+    lr: float,
+    loss_agg_mode: str = "token-mean",
+    adv_norm: str = "std",
+) -> dict[str, np.ndarray]:
     """Train one tabular policy on `env` with `spec` (a ClipSpec or preset name); metrics (steps,) per name.
 
     Step t's policy metrics describe the policy that drew its rollouts, its update metrics the update that
@@ -36,8 +52,10 @@ def reference_run(env: ToyEnv, spec, seed: int, steps: int, group_size: int, pro
         raise ValueError(f"env must be a ToyEnv (e.g. toy_envs.make_env('bandit')), got {env!r}")
     spec = parse_method(spec) if isinstance(spec, str) else spec
     if is_adaptive(spec):
-        raise ValueError(f"spec {spec_label(spec)!r} adapts δ: the reference loop runs fixed specs (the arena, "
-                         "run_arena, runs adaptive ones)")
+        raise ValueError(
+            f"spec {spec_label(spec)!r} adapts δ: the reference loop runs fixed specs (the arena, "
+            "run_arena, runs adaptive ones)"
+        )
     seed = check_int("seed", seed, minimum=0)
     steps = check_int("steps", steps, minimum=1)
     group_size = check_int("group_size", group_size, minimum=2)

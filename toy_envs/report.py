@@ -22,8 +22,17 @@ from scipy import stats
 from divclip.toy_envs.base import PASS_AT_K
 from divclip.toy_envs.result import METRIC_DOCS, ArenaResult
 
-FIGURE_METRICS = ("expected_reward", "pass@8", "entropy", "prob_correct", "kl_exact", "clipfrac_low",
-                  "clipfrac_high", "grad_norm", "delta")
+FIGURE_METRICS = (
+    "expected_reward",
+    "pass@8",
+    "entropy",
+    "prob_correct",
+    "kl_exact",
+    "clipfrac_low",
+    "clipfrac_high",
+    "grad_norm",
+    "delta",
+)
 _BOOTSTRAP = 2000
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 PAPER_NAMES = {"grpo": "GRPO", "dapo": "DAPO", "atr": "ATR-GRPO"}
@@ -99,10 +108,12 @@ def convergence_note(result: ArenaResult) -> str | None:
         return None
     best = int(finals.argmax())
     share = (float(finals[best]) - r0) / (target - r0) if target != r0 else math.nan
-    return (f"No method converged in {result.steps_done} steps: the best final mean, {finals[best]:.4g} "
-            f"({_name(result.methods[best])}), is {share:.0%} of the way from R0 = {r0:.4g} to the best achievable "
-            f"R* = {target:.4g}, short of the 90 % threshold; which method converges faster cannot be read from "
-            "this run (run more steps).")
+    return (
+        f"No method converged in {result.steps_done} steps: the best final mean, {finals[best]:.4g} "
+        f"({_name(result.methods[best])}), is {share:.0%} of the way from R0 = {r0:.4g} to the best achievable "
+        f"R* = {target:.4g}, short of the 90 % threshold; which method converges faster cannot be read from "
+        "this run (run more steps)."
+    )
 
 
 def steps_to(curve: np.ndarray, threshold: float) -> int | None:
@@ -115,12 +126,24 @@ def summarize(result: ArenaResult, metric: str = "expected_reward") -> list[Meth
     out = []
     for i, m in enumerate(result.methods):
         final = result.metrics[metric][i, :, -1]  # (seeds,)
-        pk = {k: (float(result.metrics[f"pass@{k}"][i, :, -1].mean()), _t_half(result.metrics[f"pass@{k}"][i, :, -1]))
-              for k in PASS_AT_K}
-        out.append(MethodSummary(
-            m, final.shape[0], float(final.mean()), _t_half(final), _var(final), _var_ci(final),
-            steps_to(result.metrics[metric][i].mean(0), thr), pk,
-            float(result.metrics["entropy"][i, :, -1].mean()), float(result.metrics["clipfrac"][i].mean())))
+        pk = {
+            k: (float(result.metrics[f"pass@{k}"][i, :, -1].mean()), _t_half(result.metrics[f"pass@{k}"][i, :, -1]))
+            for k in PASS_AT_K
+        }
+        out.append(
+            MethodSummary(
+                m,
+                final.shape[0],
+                float(final.mean()),
+                _t_half(final),
+                _var(final),
+                _var_ci(final),
+                steps_to(result.metrics[metric][i].mean(0), thr),
+                pk,
+                float(result.metrics["entropy"][i, :, -1].mean()),
+                float(result.metrics["clipfrac"][i].mean()),
+            )
+        )
     return out
 
 
@@ -195,22 +218,37 @@ def claims(result: ArenaResult, baseline: str | None = None) -> list[Claim]:
         if m == baseline:
             continue
         s, n = summ[m], _name(m)
-        out.append(Claim(m, f"{n} has lower across-seed variance of the final reward than {bn}",
-                         _greater(b.final_var, s.final_var),
-                         f"{s.final_var:.3g} vs {b.final_var:.3g}; {_overlap(s.var_ci, b.var_ci)}"
-                         f"{_var_ratio(final[i], final[ib])}"))
+        out.append(
+            Claim(
+                m,
+                f"{n} has lower across-seed variance of the final reward than {bn}",
+                _greater(b.final_var, s.final_var),
+                f"{s.final_var:.3g} vs {b.final_var:.3g}; {_overlap(s.var_ci, b.var_ci)}"
+                f"{_var_ratio(final[i], final[ib])}",
+            )
+        )
         out.append(_convergence_claim(result, i, ib, seed_steps, s, b))
         ci_s = (s.final_mean - s.final_ci, s.final_mean + s.final_ci)
         ci_b = (b.final_mean - b.final_ci, b.final_mean + b.final_ci)
-        out.append(Claim(m, f"{n} reaches a higher final expected reward than {bn}",
-                         _greater(s.final_mean, b.final_mean),
-                         f"{s.final_mean:.4g} vs {b.final_mean:.4g}; {_overlap(ci_s, ci_b)}"
-                         f"{_paired(final[i], final[ib])}"))
+        out.append(
+            Claim(
+                m,
+                f"{n} reaches a higher final expected reward than {bn}",
+                _greater(s.final_mean, b.final_mean),
+                f"{s.final_mean:.4g} vs {b.final_mean:.4g}; {_overlap(ci_s, ci_b)}{_paired(final[i], final[ib])}",
+            )
+        )
         ps, pb = s.pass_at_k[16], b.pass_at_k[16]
         overlap = _overlap((ps[0] - ps[1], ps[0] + ps[1]), (pb[0] - pb[1], pb[0] + pb[1]))
-        out.append(Claim(m, f"{n} explores more (higher final pass@16) than {bn}", _greater(ps[0], pb[0]),
-                         f"{ps[0]:.4g} vs {pb[0]:.4g}; {overlap}"
-                         f"{_paired(p16[i], p16[ib])}; final entropy {s.final_entropy:.3g} vs {b.final_entropy:.3g}"))
+        out.append(
+            Claim(
+                m,
+                f"{n} explores more (higher final pass@16) than {bn}",
+                _greater(ps[0], pb[0]),
+                f"{ps[0]:.4g} vs {pb[0]:.4g}; {overlap}"
+                f"{_paired(p16[i], p16[ib])}; final entropy {s.final_entropy:.3g} vs {b.final_entropy:.3g}",
+            )
+        )
     return out
 
 
@@ -221,15 +259,27 @@ def _convergence_claim(result, i: int, ib: int, seed_steps: np.ndarray, s, b) ->
     x, y = seed_steps[i], seed_steps[ib]
     curve = f"across-seed mean curve {_steps(s.steps_to_90)} vs {_steps(b.steps_to_90)}"
     if (x == never).all() and (y == never).all():
-        return Claim(s.method, f"{n} converges faster than {bn}", None,
-                     f"no seed of either method reaches the 90 % threshold in {result.steps_done} steps")
+        return Claim(
+            s.method,
+            f"{n} converges faster than {bn}",
+            None,
+            f"no seed of either method reaches the 90 % threshold in {result.steps_done} steps",
+        )
     if s.steps_to_90 is None and b.steps_to_90 is None:  # some seeds got there, neither method did
-        return Claim(s.method, f"{n} converges faster than {bn}", None,
-                     f"neither method's across-seed mean reaches the 90 % threshold in {result.steps_done} steps "
-                     f"(per-seed steps {x.mean():.1f} vs {y.mean():.1f}, never counting as {never})")
-    return Claim(s.method, f"{n} converges faster than {bn}", _greater(y.mean(), x.mean()),
-                 f"per-seed steps to the 90 % threshold {x.mean():.1f} vs {y.mean():.1f} (never counts as "
-                 f"{never}){_paired(x, y)}; {curve}")
+        return Claim(
+            s.method,
+            f"{n} converges faster than {bn}",
+            None,
+            f"neither method's across-seed mean reaches the 90 % threshold in {result.steps_done} steps "
+            f"(per-seed steps {x.mean():.1f} vs {y.mean():.1f}, never counting as {never})",
+        )
+    return Claim(
+        s.method,
+        f"{n} converges faster than {bn}",
+        _greater(y.mean(), x.mean()),
+        f"per-seed steps to the 90 % threshold {x.mean():.1f} vs {y.mean():.1f} (never counts as "
+        f"{never}){_paired(x, y)}; {curve}",
+    )
 
 
 def _greater(a: float, b: float) -> bool:
@@ -252,14 +302,28 @@ def _yes(claim) -> str:
 
 # ---------------------------------------------------------------------------------------- markdown
 def _table_rows(summaries: list[MethodSummary]) -> tuple[list[str], list[list[str]]]:
-    head = ["method", "final E[R] (mean ± 95 % CI)", "across-seed var [95 % CI]", "steps to 90 %",
-            *(f"pass@{k}" for k in PASS_AT_K), "final entropy", "clipfrac"]
+    head = [
+        "method",
+        "final E[R] (mean ± 95 % CI)",
+        "across-seed var [95 % CI]",
+        "steps to 90 %",
+        *(f"pass@{k}" for k in PASS_AT_K),
+        "final entropy",
+        "clipfrac",
+    ]
     rows = []
     for s in summaries:
-        rows.append([s.method, f"{s.final_mean:.4f} ± {s.final_ci:.4f}",
-                     f"{s.final_var:.3g} [{s.var_ci[0]:.3g}, {s.var_ci[1]:.3g}]", _steps(s.steps_to_90),
-                     *(f"{s.pass_at_k[k][0]:.3f}" for k in PASS_AT_K), f"{s.final_entropy:.3f}",
-                     f"{s.mean_clipfrac:.4f}"])
+        rows.append(
+            [
+                s.method,
+                f"{s.final_mean:.4f} ± {s.final_ci:.4f}",
+                f"{s.final_var:.3g} [{s.var_ci[0]:.3g}, {s.var_ci[1]:.3g}]",
+                _steps(s.steps_to_90),
+                *(f"{s.pass_at_k[k][0]:.3f}" for k in PASS_AT_K),
+                f"{s.final_entropy:.3f}",
+                f"{s.mean_clipfrac:.4f}",
+            ]
+        )
     return head, rows
 
 
@@ -271,22 +335,36 @@ def claims_markdown(result: ArenaResult, command: str | None = None, baseline: s
     lines = [f"### {result.env}: {', '.join(result.methods)}", ""]
     if command:
         lines += ["```", command, "```", ""]
-    lines += [f"Environment `{_env_line(result)}`; {len(result.seeds)} seeds ({_seed_range(result.seeds)}), "
-              f"{result.steps_done} steps{' (stopped early)' if result.stopped else ''}, "
-              f"group {cfg.get('group_size')}, "
-              f"{cfg.get('prompts_per_step')} prompts/step, {cfg.get('ppo_epochs')} PPO epochs, "
-              f"lr {cfg.get('lr')}, {cfg.get('loss_agg_mode')}, policy {cfg.get('policy')}. "
-              f"Best achievable expected reward: {result.best_reward:.4g}.", "",
-              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += [
+        f"Environment `{_env_line(result)}`; {len(result.seeds)} seeds ({_seed_range(result.seeds)}), "
+        f"{result.steps_done} steps{' (stopped early)' if result.stopped else ''}, "
+        f"group {cfg.get('group_size')}, "
+        f"{cfg.get('prompts_per_step')} prompts/step, {cfg.get('ppo_epochs')} PPO epochs, "
+        f"lr {cfg.get('lr')}, {cfg.get('loss_agg_mode')}, policy {cfg.get('policy')}. "
+        f"Best achievable expected reward: {result.best_reward:.4g}.",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     thr = threshold_90(result)
-    lines += ["", f"Final = exact expected reward at the last step. Steps to 90 %: first step where the across-seed "
-              f"mean reaches R0 + 0.9·(R* − R0) = {thr:.4g} (R* the best achievable). pass@k exact, mean over seeds. "
-              f"Variance interval: "
-              f"bootstrap over seeds. Paired differences: seed s of every method draws the same random stream, "
-              f"so differences are taken seed by seed (± = 95 % t-interval; significant = it excludes 0).", ""]
-    lines += ["#### Paired differences", "", paired_table(result, baseline), "#### Entropy trajectory", "",
-              entropy_trajectory_table(result)]
+    lines += [
+        "",
+        f"Final = exact expected reward at the last step. Steps to 90 %: first step where the across-seed "
+        f"mean reaches R0 + 0.9·(R* − R0) = {thr:.4g} (R* the best achievable). pass@k exact, mean over seeds. "
+        f"Variance interval: "
+        f"bootstrap over seeds. Paired differences: seed s of every method draws the same random stream, "
+        f"so differences are taken seed by seed (± = 95 % t-interval; significant = it excludes 0).",
+        "",
+    ]
+    lines += [
+        "#### Paired differences",
+        "",
+        paired_table(result, baseline),
+        "#### Entropy trajectory",
+        "",
+        entropy_trajectory_table(result),
+    ]
     dt = delta_table(result)
     if dt:
         lines += ["#### Adaptive δ", "", dt]
@@ -328,11 +406,22 @@ def paired_table(result: ArenaResult, baseline: str | None = None) -> str:
     x = result.metrics
     thr = threshold_90(result)
     steps = seed_steps_to(result, thr)
-    head = ["method", "Δ final E[R]", *(f"Δ pass@{k}" for k in PASS_AT_K), "var ratio [95 %]",
-            "Δ entropy (mean over steps)", "Δ final entropy", "Δ steps to 90 %"]
-    lines = [f"Paired by seed against **{baseline}** (method − {baseline}; ± = 95 % t-interval; * = excludes 0, "
-             f"or 1 for the variance ratio; never reaching the threshold counts as {result.steps_done + 1} steps):",
-             "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    head = [
+        "method",
+        "Δ final E[R]",
+        *(f"Δ pass@{k}" for k in PASS_AT_K),
+        "var ratio [95 %]",
+        "Δ entropy (mean over steps)",
+        "Δ final entropy",
+        "Δ steps to 90 %",
+    ]
+    lines = [
+        f"Paired by seed against **{baseline}** (method − {baseline}; ± = 95 % t-interval; * = excludes 0, "
+        f"or 1 for the variance ratio; never reaching the threshold counts as {result.steps_done + 1} steps):",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
     for i, m in enumerate(result.methods):
         if i == ib:
             continue
@@ -379,13 +468,17 @@ def delta_table(result: ArenaResult) -> str:
             sig_x = sig_x / max(1, int(result.env_config.get("length", 1) or 1))
         q = max(1, T // 4)
         half = d[:, max(0, T // 2 - 1)].mean()
-        rows.append(f"| {m} | {d[:, 0].mean():.4g} | {d[:, q - 1].mean():.4g} | {half:.4g}"
-                    f" | {d[:, -1].mean():.4g} [{np.quantile(d[:, -1], 0.025):.3g}, {np.quantile(d[:, -1], 0.975):.3g}]"
-                    f" | {sig}: {sig_x[:, :q].mean():.4g} → {sig_x[:, -q:].mean():.4g} (target {spec.target:g}) |")
+        rows.append(
+            f"| {m} | {d[:, 0].mean():.4g} | {d[:, q - 1].mean():.4g} | {half:.4g}"
+            f" | {d[:, -1].mean():.4g} [{np.quantile(d[:, -1], 0.025):.3g}, {np.quantile(d[:, -1], 0.975):.3g}]"
+            f" | {sig}: {sig_x[:, :q].mean():.4g} → {sig_x[:, -q:].mean():.4g} (target {spec.target:g}) |"
+        )
     if not rows:
         return ""
-    head = (f"| method | δ @ 1 | δ @ {max(1, T // 4)} | δ @ {max(1, T // 2)} | δ @ {T} [middle 95 % of seeds] | "
-            "signal, first → last quarter |")
+    head = (
+        f"| method | δ @ 1 | δ @ {max(1, T // 4)} | δ @ {max(1, T // 2)} | δ @ {T} [middle 95 % of seeds] | "
+        "signal, first → last quarter |"
+    )
     return "\n".join([head, "|---|---|---|---|---|---|", *rows]) + "\n"
 
 
@@ -402,7 +495,7 @@ def _seed_range(seeds: list[int]) -> str:
 
 # ------------------------------------------------------------------------------------------ figures
 def _rgba(hex_color: str, alpha: float) -> str:
-    r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
+    r, g, b = (int(hex_color[i : i + 2], 16) for i in (1, 3, 5))
     return f"rgba({r},{g},{b},{alpha})"
 
 
@@ -414,11 +507,26 @@ def _add_band(fig, result: ArenaResult, metric: str, row=None, col=None, legend=
     where = {} if row is None else {"row": row, "col": col}
     for i, m in enumerate(result.methods):
         c = _COLORS[i % len(_COLORS)]
-        fig.add_trace(go.Scatter(x=np.concatenate([x, x[::-1]]), y=np.concatenate([hi[i], lo[i][::-1]]),
-                                 fill="toself", fillcolor=_rgba(c, 0.18), line={"width": 0}, hoverinfo="skip",
-                                 legendgroup=m, showlegend=False, name=f"{m} 95 % of seeds"), **where)
-        fig.add_trace(go.Scatter(x=x, y=mean[i], mode="lines", line={"color": c, "width": 2}, name=m,
-                                 legendgroup=m, showlegend=legend), **where)
+        fig.add_trace(
+            go.Scatter(
+                x=np.concatenate([x, x[::-1]]),
+                y=np.concatenate([hi[i], lo[i][::-1]]),
+                fill="toself",
+                fillcolor=_rgba(c, 0.18),
+                line={"width": 0},
+                hoverinfo="skip",
+                legendgroup=m,
+                showlegend=False,
+                name=f"{m} 95 % of seeds",
+            ),
+            **where,
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=x, y=mean[i], mode="lines", line={"color": c, "width": 2}, name=m, legendgroup=m, showlegend=legend
+            ),
+            **where,
+        )
 
 
 def metric_figure(result: ArenaResult, metric: str):
@@ -429,8 +537,12 @@ def metric_figure(result: ArenaResult, metric: str):
         raise ValueError(f"metric must be one of {sorted(result.metrics)}, got {metric!r}")
     fig = go.Figure()
     _add_band(fig, result, metric)
-    fig.update_layout(title=f"{metric} — mean over {len(result.seeds)} seeds, band: middle 95 % of seeds",
-                      xaxis_title="step", yaxis_title=metric, template="plotly_white")
+    fig.update_layout(
+        title=f"{metric} — mean over {len(result.seeds)} seeds, band: middle 95 % of seeds",
+        xaxis_title="step",
+        yaxis_title=metric,
+        template="plotly_white",
+    )
     return fig
 
 
@@ -444,8 +556,11 @@ def report_figure(result: ArenaResult, metrics=FIGURE_METRICS):
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=metrics, vertical_spacing=0.08 / max(1, rows / 4))
     for j, metric in enumerate(metrics):
         _add_band(fig, result, metric, row=j // cols + 1, col=j % cols + 1, legend=j == 0)
-    fig.update_layout(height=320 * rows, template="plotly_white",
-                      title=f"{result.env}: mean over {len(result.seeds)} seeds (band: middle 95 % of seeds)")
+    fig.update_layout(
+        height=320 * rows,
+        template="plotly_white",
+        title=f"{result.env}: mean over {len(result.seeds)} seeds (band: middle 95 % of seeds)",
+    )
     fig.update_xaxes(title_text="step")
     return fig
 
@@ -457,20 +572,29 @@ def report_html(result: ArenaResult, command: str | None = None) -> str:
     summ = summarize(result)
     head, rows = _table_rows(summ)
     esc = html.escape
-    table = ("<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>"
-             + "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>")
+    table = (
+        "<table><tr>"
+        + "".join(f"<th>{esc(h)}</th>" for h in head)
+        + "</tr>"
+        + "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in rows)
+        + "</table>"
+    )
     items = "".join(f"<li>{esc(c.text)}: <b>{_yes(c)}</b> ({esc(c.detail)})</li>" for c in claims(result))
     docs = "".join(f"<li><code>{esc(k)}</code>: {esc(v)}</li>" for k, v in METRIC_DOCS.items())
     fig = pio.to_html(report_figure(result), include_plotlyjs=True, full_html=False)
-    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>divclip toy: {esc(result.env)}</title>"
-            "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
-            "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}</style></head><body>"
-            f"<h1>divclip toy arena: {esc(result.env)}</h1>"
-            + (f"<pre>{esc(command)}</pre>" if command else "")
-            + f"<p>{esc(_env_line(result))}; seeds {esc(_seed_range(result.seeds))}; "
-            f"config {esc(str(result.config))}</p>"
-            + table + f"<h2>Does the paper's direction hold?</h2><ul>{items}</ul>" + fig
-            + f"<h2>Metrics</h2><ul>{docs}</ul></body></html>")
+    return (
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>divclip toy: {esc(result.env)}</title>"
+        "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}</style></head><body>"
+        f"<h1>divclip toy arena: {esc(result.env)}</h1>"
+        + (f"<pre>{esc(command)}</pre>" if command else "")
+        + f"<p>{esc(_env_line(result))}; seeds {esc(_seed_range(result.seeds))}; "
+        f"config {esc(str(result.config))}</p>"
+        + table
+        + f"<h2>Does the paper's direction hold?</h2><ul>{items}</ul>"
+        + fig
+        + f"<h2>Metrics</h2><ul>{docs}</ul></body></html>"
+    )
 
 
 def write_report(result: ArenaResult, out_dir, command: str | None = None, baseline: str | None = None) -> dict:

@@ -16,8 +16,7 @@ import numpy as np
 from divclip.toy_envs.base import PASS_AT_K
 
 POLICY_METRICS = ("reward_mean", "expected_reward", *(f"pass@{k}" for k in PASS_AT_K), "prob_correct", "entropy")
-UPDATE_METRICS = ("kl_exact", "kl3", "clipfrac", "clipfrac_low", "clipfrac_high", "clipfrac_dual", "grad_norm",
-                  "delta")
+UPDATE_METRICS = ("kl_exact", "kl3", "clipfrac", "clipfrac_low", "clipfrac_high", "clipfrac_dual", "grad_norm", "delta")
 METRICS = POLICY_METRICS + UPDATE_METRICS
 
 METRIC_DOCS = {
@@ -34,7 +33,7 @@ METRIC_DOCS = {
     "clipfrac_dual": "clipped with A < 0 and r > 1 (dual clip)",
     "grad_norm": "L2 norm of this seed's policy gradient, mean over epochs",
     "delta": "the budget δ the step's loss used: the spec's δ for a fixed measure, the controller's for an "
-             "adaptive one ('kl3@clipfrac=0.1'); NaN where there is no single δ (ratio clips, sapo, intersections)",
+    "adaptive one ('kl3@clipfrac=0.1'); NaN where there is no single δ (ratio clips, sapo, intersections)",
 }
 
 

@@ -26,8 +26,17 @@ class TokenSequence(ToyEnv):
     name = "sequence"
     num_prompts = 1
 
-    def __init__(self, length: int = 8, vocab: int = 8, task: str = "sum_mod", modulus: int = 13, target: int = 0,
-                 pattern=None, init_logit_std: float = 0.0, env_seed: int = 0):
+    def __init__(
+        self,
+        length: int = 8,
+        vocab: int = 8,
+        task: str = "sum_mod",
+        modulus: int = 13,
+        target: int = 0,
+        pattern=None,
+        init_logit_std: float = 0.0,
+        env_seed: int = 0,
+    ):
         self.length = check_int("length", length, minimum=1, maximum=64)
         self.vocab = check_int("vocab", vocab, minimum=2, maximum=64)
         self.task = check_choice("task", task, ("sum_mod", "pattern"))

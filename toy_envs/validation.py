@@ -18,8 +18,9 @@ def check_int(name: str, value, minimum: int | None = None, maximum: int | None 
     return v
 
 
-def check_real(name: str, value, minimum: float | None = None, maximum: float | None = None,
-               open_interval: bool = False) -> float:
+def check_real(
+    name: str, value, minimum: float | None = None, maximum: float | None = None, open_interval: bool = False
+) -> float:
     """A finite real number within [minimum, maximum] (or the open interval when `open_interval`)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number, got {value!r}")

@@ -13,7 +13,9 @@ _EXPORTS = {
     "TRAIN_PRESETS": "divclip.trainer.config",
     "TrainerConfig": "divclip.trainer.config",
     "from_preset": "divclip.trainer.config",
-    "GRPOTrainer": "divclip.trainer.grpo", "TrainResult": "divclip.trainer.grpo", "train": "divclip.trainer.grpo",
+    "GRPOTrainer": "divclip.trainer.grpo",
+    "TrainResult": "divclip.trainer.grpo",
+    "train": "divclip.trainer.grpo",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -106,8 +106,17 @@ def write_manifest(directory: Path):
     _fsync_dir(directory)
 
 
-def save_checkpoint(output_dir, step: int, model, tokenizer, optimizer, history: list[dict], config: dict,
-                    keep: int = 2, extra: dict | None = None) -> Path:
+def save_checkpoint(
+    output_dir,
+    step: int,
+    model,
+    tokenizer,
+    optimizer,
+    history: list[dict],
+    config: dict,
+    keep: int = 2,
+    extra: dict | None = None,
+) -> Path:
     """Write checkpoint `step` atomically, point `latest` at it, and prune all but the `keep` newest ones.
     A directory already named for this step (a damaged one a resume skipped) is moved aside, not deleted.
     `extra`: more trainer state (plain lists, numbers, strings), e.g. the adaptive-δ controller's; read it back
@@ -120,8 +129,13 @@ def save_checkpoint(output_dir, step: int, model, tokenizer, optimizer, history:
     with quiet_saving():
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-    state = {"step": step, "optimizer": optimizer.state_dict(), "history": history, "config": config,
-             "extra": extra or {}}
+    state = {
+        "step": step,
+        "optimizer": optimizer.state_dict(),
+        "history": history,
+        "config": config,
+        "extra": extra or {},
+    }
     torch.save(state, tmp / STATE_FILE)
     write_manifest(tmp)
     if final.exists() or final.is_symlink():
@@ -193,8 +207,10 @@ def check_output_dir(output_dir):
             raise ValueError(f"output_dir {str(out)!r}: {sub} exists and is not a directory")
     pointer = _checkpoint_root(out) / "latest"
     if pointer.is_symlink() or (pointer.exists() and not pointer.is_file()):
-        raise ValueError(f"output_dir {str(out)!r}: checkpoints/latest is not a regular file (a link or a "
-                         "directory); move it away and run again")
+        raise ValueError(
+            f"output_dir {str(out)!r}: checkpoints/latest is not a regular file (a link or a "
+            "directory); move it away and run again"
+        )
     for name in ("metrics.jsonl", "metrics.csv"):
         p = out / name
         if p.is_symlink() or (p.exists() and not p.is_file()):
@@ -215,8 +231,7 @@ def _pointer_name(root: Path) -> str | None:
         say("ignoring checkpoints/latest: unreadable")
         return None
     if not _STEP_DIR.fullmatch(text):
-        say(f"ignoring checkpoints/latest: {text[:80]!r} is not a checkpoint name inside checkpoints/ "
-            "(step-NNNNNN)")
+        say(f"ignoring checkpoints/latest: {text[:80]!r} is not a checkpoint name inside checkpoints/ (step-NNNNNN)")
         return None
     return text
 
@@ -243,9 +258,11 @@ def latest_checkpoint(output_dir, announce: bool = False) -> Path | None:
         damaged.append((path, why))
     if damaged:
         listed = "; ".join(f"{p.name}: {w}" for p, w in damaged)
-        raise ValueError(f"output_dir {str(Path(output_dir))!r} holds checkpoints but none is intact ({listed}); "
-                         "nothing was changed there. Use another output_dir, or resume=False (--no-resume) to move "
-                         "them aside and start over")
+        raise ValueError(
+            f"output_dir {str(Path(output_dir))!r} holds checkpoints but none is intact ({listed}); "
+            "nothing was changed there. Use another output_dir, or resume=False (--no-resume) to move "
+            "them aside and start over"
+        )
     return None
 
 
@@ -275,8 +292,9 @@ def set_aside(output_dir, names: list[str], why: str, announce=None) -> Path | N
 
 
 # Fields a resumed run may change: they do not alter what steps 1..N compute.
-RESUMABLE_CHANGES = frozenset({"steps", "eval_every", "checkpoint_every", "keep_checkpoints", "output_dir", "resume",
-                               "progress", "device"})
+RESUMABLE_CHANGES = frozenset(
+    {"steps", "eval_every", "checkpoint_every", "keep_checkpoints", "output_dir", "resume", "progress", "device"}
+)
 
 
 def _load_state(path: Path, device="cpu") -> dict:
@@ -286,8 +304,9 @@ def _load_state(path: Path, device="cpu") -> dict:
             raise ValueError("not a trainer state")
         return state
     except Exception as exc:  # noqa: BLE001 - any failure of a verified file is one clear message
-        raise ValueError(f"checkpoint {str(path)!r}: {STATE_FILE} cannot be read ({type(exc).__name__}: "
-                         f"{str(exc)[:200]})") from None
+        raise ValueError(
+            f"checkpoint {str(path)!r}: {STATE_FILE} cannot be read ({type(exc).__name__}: {str(exc)[:200]})"
+        ) from None
 
 
 def check_resumable(path: Path, config: dict):
@@ -297,13 +316,18 @@ def check_resumable(path: Path, config: dict):
     def same(a, b):
         return (list(a) if isinstance(a, tuple) else a) == (list(b) if isinstance(b, tuple) else b)
 
-    changed = {k: (saved[k], v) for k, v in config.items()
-               if k in saved and k not in RESUMABLE_CHANGES and not same(saved[k], v)}
+    changed = {
+        k: (saved[k], v)
+        for k, v in config.items()
+        if k in saved and k not in RESUMABLE_CHANGES and not same(saved[k], v)
+    }
     if changed:
         diffs = ", ".join(f"{k}={new!r} (checkpoint: {old!r})" for k, (old, new) in sorted(changed.items()))
-        raise ValueError(f"output_dir {str(path.parents[1])!r} holds a run with other settings: {diffs}; use another "
-                         "output_dir, or resume=False (--no-resume) to start over there (the old run is moved to "
-                         "superseded/)")
+        raise ValueError(
+            f"output_dir {str(path.parents[1])!r} holds a run with other settings: {diffs}; use another "
+            "output_dir, or resume=False (--no-resume) to start over there (the old run is moved to "
+            "superseded/)"
+        )
 
 
 def load_checkpoint(path: Path, model, optimizer, device) -> tuple[int, list[dict]]:
@@ -314,15 +338,17 @@ def load_checkpoint(path: Path, model, optimizer, device) -> tuple[int, list[dic
         saved = AutoModelForCausalLM.from_pretrained(path, dtype=next(model.parameters()).dtype)
         model.load_state_dict(saved.state_dict())
     except Exception as exc:  # noqa: BLE001
-        raise ValueError(f"checkpoint {str(path)!r}: the model cannot be loaded ({type(exc).__name__}: "
-                         f"{str(exc)[:200]})") from None
+        raise ValueError(
+            f"checkpoint {str(path)!r}: the model cannot be loaded ({type(exc).__name__}: {str(exc)[:200]})"
+        ) from None
     state = _load_state(path, device)
     try:
         optimizer.load_state_dict(state["optimizer"])
         return int(state["step"]), list(state["history"])
     except Exception as exc:  # noqa: BLE001
-        raise ValueError(f"checkpoint {str(path)!r}: the optimizer state does not fit this model "
-                         f"({type(exc).__name__})") from None
+        raise ValueError(
+            f"checkpoint {str(path)!r}: the optimizer state does not fit this model ({type(exc).__name__})"
+        ) from None
 
 
 def load_extra_state(path: Path) -> dict:

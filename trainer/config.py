@@ -178,13 +178,28 @@ def _check_paths(cfg: TrainerConfig):
 
 # (smallest, largest) of every integer field. The upper bounds are far past any sensible run and keep a typo
 # (1e9 steps, a 1e9-token completion) from hanging or exhausting memory: they fail here, before any work.
-INT_RANGES: Mapping[str, tuple[int, int]] = MappingProxyType({
-    "arith_digits": (1, 4), "eval_size": (0, 100_000), "eval_every": (1, 10**6), "tiny_n_layer": (1, 48),
-    "tiny_n_embd": (1, 4096), "tiny_n_head": (1, 64), "sft_steps": (0, 10**6), "sft_batch_size": (1, 65_536),
-    "steps": (1, 10**6), "prompts_per_step": (1, 4096), "group_size": (2, 1024), "max_new_tokens": (1, 32_768),
-    "ppo_epochs": (1, 100), "minibatches": (1, 65_536), "seed": (0, 2**32 - 1), "threads": (0, 256),
-    "checkpoint_every": (0, 10**6), "keep_checkpoints": (1, 1000),
-})
+INT_RANGES: Mapping[str, tuple[int, int]] = MappingProxyType(
+    {
+        "arith_digits": (1, 4),
+        "eval_size": (0, 100_000),
+        "eval_every": (1, 10**6),
+        "tiny_n_layer": (1, 48),
+        "tiny_n_embd": (1, 4096),
+        "tiny_n_head": (1, 64),
+        "sft_steps": (0, 10**6),
+        "sft_batch_size": (1, 65_536),
+        "steps": (1, 10**6),
+        "prompts_per_step": (1, 4096),
+        "group_size": (2, 1024),
+        "max_new_tokens": (1, 32_768),
+        "ppo_epochs": (1, 100),
+        "minibatches": (1, 65_536),
+        "seed": (0, 2**32 - 1),
+        "threads": (0, 256),
+        "checkpoint_every": (0, 10**6),
+        "keep_checkpoints": (1, 1000),
+    }
+)
 MAX_ROLLOUT_SEQUENCES = 65_536
 """Largest rollout batch prompts_per_step * group_size."""
 TEMPERATURE_RANGE = (1e-3, 1e3)
@@ -201,8 +216,11 @@ def _check_ints(cfg: TrainerConfig):
         _fail("tiny_n_head", cfg.tiny_n_head, f"a divisor of tiny_n_embd={cfg.tiny_n_embd}")
     batch = cfg.prompts_per_step * cfg.group_size
     if batch > MAX_ROLLOUT_SEQUENCES:
-        _fail("prompts_per_step", cfg.prompts_per_step,
-              f"such that prompts_per_step * group_size <= {MAX_ROLLOUT_SEQUENCES} (group_size={cfg.group_size})")
+        _fail(
+            "prompts_per_step",
+            cfg.prompts_per_step,
+            f"such that prompts_per_step * group_size <= {MAX_ROLLOUT_SEQUENCES} (group_size={cfg.group_size})",
+        )
     if cfg.minibatches > batch:
         _fail("minibatches", cfg.minibatches, f"at most the rollout batch prompts_per_step*group_size = {batch}")
 
@@ -259,14 +277,33 @@ def _check_choices(cfg: TrainerConfig):
 # The tiny-arith demo: a 2-layer GPT-2 learns 2-digit addition. 1000 supervised steps take every seed past the
 # point where carries are learnt (300 leave some seeds at ~10 % accuracy, too sparse a reward for RL to sharpen),
 # but not to perfect; RL then sharpens what sampling already finds. 2 epochs x 2 minibatches make clipping act.
-TRAIN_PRESETS: Mapping[str, Mapping] = MappingProxyType({
-    "tiny-arith": MappingProxyType(dict(
-        model="tiny", task="arith", arith_digits=2, eval_size=500, eval_every=25,
-        sft_steps=1000, sft_batch_size=64, sft_lr=3e-3,
-        steps=100, prompts_per_step=16, group_size=8, max_new_tokens=5, temperature=1.0,
-        ppo_epochs=2, minibatches=2, lr=1e-4, max_grad_norm=1.0, loss_agg_mode="token-mean", threads=1,
-    )),
-})
+TRAIN_PRESETS: Mapping[str, Mapping] = MappingProxyType(
+    {
+        "tiny-arith": MappingProxyType(
+            dict(
+                model="tiny",
+                task="arith",
+                arith_digits=2,
+                eval_size=500,
+                eval_every=25,
+                sft_steps=1000,
+                sft_batch_size=64,
+                sft_lr=3e-3,
+                steps=100,
+                prompts_per_step=16,
+                group_size=8,
+                max_new_tokens=5,
+                temperature=1.0,
+                ppo_epochs=2,
+                minibatches=2,
+                lr=1e-4,
+                max_grad_norm=1.0,
+                loss_agg_mode="token-mean",
+                threads=1,
+            )
+        ),
+    }
+)
 
 
 def default_output_dir(preset: str | None, method: str, seed: int) -> str:

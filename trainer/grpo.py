@@ -80,9 +80,16 @@ def build_model(cfg: TrainerConfig, task: Task):
     if cfg.model == "tiny":
         tokenizer = char_tokenizer(ARITH_ALPHABET if cfg.task == "arith" else TEXT_ALPHABET)
         longest = max(len(e.prompt) for e in task.train + task.eval)  # one token per character
-        model = tiny_gpt2(len(tokenizer), cfg.tiny_n_layer, cfg.tiny_n_embd, cfg.tiny_n_head,
-                          n_positions=longest + cfg.max_new_tokens + 1, seed=cfg.seed,
-                          pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+        model = tiny_gpt2(
+            len(tokenizer),
+            cfg.tiny_n_layer,
+            cfg.tiny_n_embd,
+            cfg.tiny_n_head,
+            n_positions=longest + cfg.max_new_tokens + 1,
+            seed=cfg.seed,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
         return model, tokenizer
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -100,8 +107,9 @@ def _step_seed(seed: int, step: int) -> int:
 class GRPOTrainer:
     """Runs `TrainerConfig`: optional warm start, then `steps` GRPO-family steps with any ClipSpec."""
 
-    def __init__(self, config: TrainerConfig, model=None, tokenizer=None, task: Task | None = None,
-                 spec: ClipSpec | None = None):
+    def __init__(
+        self, config: TrainerConfig, model=None, tokenizer=None, task: Task | None = None, spec: ClipSpec | None = None
+    ):
         """`model`/`tokenizer`/`task` replace what config.model/config.task would build; `spec`, any ClipSpec
         (a custom Measure, mode, level, tis_cap, ...), replaces config.clip_spec(). A spec given here is not
         recorded in checkpoints: resume with the same one."""
@@ -114,8 +122,9 @@ class GRPOTrainer:
         self.cfg = config
         self.spec = spec or config.clip_spec()
         # The task (and a JSONL file's every line) is checked before any model is built.
-        self.task = task or load_task(config.task, arith_digits=config.arith_digits, eval_size=config.eval_size,
-                                      seed=config.seed)
+        self.task = task or load_task(
+            config.task, arith_digits=config.arith_digits, eval_size=config.eval_size, seed=config.seed
+        )
         self.device = resolve_device(config.device)
         if model is None:
             model, tokenizer = build_model(config, self.task)
@@ -123,8 +132,9 @@ class GRPOTrainer:
             raise ValueError("tokenizer must define eos_token and pad_token (set pad_token = eos_token if unsure)")
         self.model = model.to(self.device).eval()  # eval(): no dropout, so π_old and π_θ are one function
         self.tokenizer = tokenizer
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr, betas=config.adam_betas,
-                                           weight_decay=config.weight_decay)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=config.lr, betas=config.adam_betas, weight_decay=config.weight_decay
+        )
         self.ref_model = None
         self.step = 0
         # Adaptive δ ('kl3@clipfrac=0.1'): the controller sets each step's δ; its state rides in checkpoints.
@@ -147,8 +157,17 @@ class GRPOTrainer:
         if history is None:
             history = [self._warm_start()]
             if out is not None:  # the warm start is minutes of work on a real model: keep it
-                save_checkpoint(out, 0, self.model, self.tokenizer, self.optimizer, history, cfg.to_dict(),
-                                cfg.keep_checkpoints, extra=self._extra_state())
+                save_checkpoint(
+                    out,
+                    0,
+                    self.model,
+                    self.tokenizer,
+                    self.optimizer,
+                    history,
+                    cfg.to_dict(),
+                    cfg.keep_checkpoints,
+                    extra=self._extra_state(),
+                )
         log = MetricsLog(out, history)
         progress = Progress(cfg.steps, self.step, cfg.progress)
         try:
@@ -161,8 +180,17 @@ class GRPOTrainer:
                 progress.update(row)
                 every = cfg.checkpoint_every
                 if out is not None and ((every and self.step % every == 0) or self.step == cfg.steps):
-                    save_checkpoint(out, self.step, self.model, self.tokenizer, self.optimizer, log.history,
-                                    cfg.to_dict(), cfg.keep_checkpoints, extra=self._extra_state())
+                    save_checkpoint(
+                        out,
+                        self.step,
+                        self.model,
+                        self.tokenizer,
+                        self.optimizer,
+                        log.history,
+                        cfg.to_dict(),
+                        cfg.keep_checkpoints,
+                        extra=self._extra_state(),
+                    )
                 if on_step is not None:
                     on_step(row)
         finally:
@@ -179,8 +207,11 @@ class GRPOTrainer:
             say(f"removed {tmp.name}, an unfinished checkpoint a stopped run left behind")
         ckpt = latest_checkpoint(out, announce=True) if cfg.resume else None
         if ckpt is None:
-            set_aside(out, ["checkpoints", "reference", "metrics.jsonl", "metrics.csv"],
-                      "before-resume-false" if not cfg.resume else "no-checkpoint")
+            set_aside(
+                out,
+                ["checkpoints", "reference", "metrics.jsonl", "metrics.csv"],
+                "before-resume-false" if not cfg.resume else "no-checkpoint",
+            )
             return None
         check_resumable(ckpt, cfg.to_dict())
         self.step, history = load_checkpoint(ckpt, self.model, self.optimizer, self.device)
@@ -200,10 +231,21 @@ class GRPOTrainer:
         row = {"step": 0}
         bar = Progress(cfg.sft_steps, 0, cfg.progress and cfg.sft_steps > 0, desc="warm start")
         try:
-            row.update(warm_start(self.model, self.tokenizer, self.task, steps=cfg.sft_steps,
-                                  batch_size=cfg.sft_batch_size, lr=cfg.sft_lr, seed=cfg.seed, device=self.device,
-                                  bf16=cfg.bf16, max_grad_norm=cfg.max_grad_norm,
-                                  on_step=lambda loss: bar.update({"sft/loss": loss})))
+            row.update(
+                warm_start(
+                    self.model,
+                    self.tokenizer,
+                    self.task,
+                    steps=cfg.sft_steps,
+                    batch_size=cfg.sft_batch_size,
+                    lr=cfg.sft_lr,
+                    seed=cfg.seed,
+                    device=self.device,
+                    bf16=cfg.bf16,
+                    max_grad_norm=cfg.max_grad_norm,
+                    on_step=lambda loss: bar.update({"sft/loss": loss}),
+                )
+            )
         finally:
             bar.close()
         if cfg.progress and self.task.eval:
@@ -223,8 +265,10 @@ class GRPOTrainer:
             return
         state = load_extra_state(ckpt).get("delta_controller")
         if state is None:
-            raise ValueError(f"checkpoint {str(ckpt)!r} has no adaptive-δ controller state, but the method "
-                             f"{self.cfg.method!r} adapts δ; resume=False (--no-resume) to start over")
+            raise ValueError(
+                f"checkpoint {str(ckpt)!r} has no adaptive-δ controller state, but the method "
+                f"{self.cfg.method!r} adapts δ; resume=False (--no-resume) to start over"
+            )
         self.controller.load_state_dict(state)
 
     def step_spec(self) -> ClipSpec:
@@ -254,12 +298,16 @@ class GRPOTrainer:
 
         path = Path(self.cfg.output_dir) / "reference"
         if not path.is_dir() or path.is_symlink():
-            raise ValueError(f"kl_coef={self.cfg.kl_coef} but the run in {self.cfg.output_dir!r} has no reference "
-                             "model to resume with (it was started with kl_coef=0)")
+            raise ValueError(
+                f"kl_coef={self.cfg.kl_coef} but the run in {self.cfg.output_dir!r} has no reference "
+                "model to resume with (it was started with kl_coef=0)"
+            )
         why = verify_checkpoint(path, required=("config.json",))
         if why is not None:
-            raise ValueError(f"the reference model in {str(path)!r} is damaged ({why}); nothing was changed there. "
-                             "Use another output_dir, or resume=False (--no-resume) to start over")
+            raise ValueError(
+                f"the reference model in {str(path)!r} is damaged ({why}); nothing was changed there. "
+                "Use another output_dir, or resume=False (--no-resume) to start over"
+            )
         self.ref_model = self._frozen_copy()
         try:
             self.ref_model.load_state_dict(AutoModelForCausalLM.from_pretrained(path).state_dict())
@@ -281,11 +329,20 @@ class GRPOTrainer:
         if spec.delta is not None:
             row["clip/delta"] = float(spec.delta)
         if self.controller is not None:
-            signal = {"clipfrac": metrics["clip/clipfrac"], "kl3": metrics["clip/kl3"],
-                      "entropy": batch["metrics"]["policy/entropy"]}[self.controller.signal]
+            signal = {
+                "clipfrac": metrics["clip/clipfrac"],
+                "kl3": metrics["clip/kl3"],
+                "entropy": batch["metrics"]["policy/entropy"],
+            }[self.controller.signal]
             row["clip/delta_next"] = float(self.controller.update(signal)[0])
-        row.update({"time/rollout_s": t1 - t0, "time/update_s": t2 - t1, "time/step_s": t2 - t0,
-                    "perf/tokens_per_s": tokens / (t2 - t0)})
+        row.update(
+            {
+                "time/rollout_s": t1 - t0,
+                "time/update_s": t2 - t1,
+                "time/step_s": t2 - t0,
+                "perf/tokens_per_s": tokens / (t2 - t0),
+            }
+        )
         return row
 
     @torch.no_grad()
@@ -296,8 +353,9 @@ class GRPOTrainer:
         prompt_ids = prompt_ids.repeat_interleave(G, dim=0)  # (N, P), each group contiguous
         prompt_mask = prompt_mask.repeat_interleave(G, dim=0)
         with autocast(self.device, cfg.bf16):
-            comp = sample(self.model, tok, prompt_ids, prompt_mask, max_new_tokens=cfg.max_new_tokens,
-                          temperature=cfg.temperature)  # (N, T)
+            comp = sample(
+                self.model, tok, prompt_ids, prompt_mask, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature
+            )  # (N, T)
         mask = completion_mask(comp, tok.eos_token_id)  # (N, T)
         texts = decode(tok, comp, mask)
         answers = [e.answer for e in examples for _ in range(G)]
@@ -307,8 +365,9 @@ class GRPOTrainer:
         attention = torch.cat([prompt_mask, mask], dim=1)
         T = comp.shape[1]
         with autocast(self.device, cfg.bf16):
-            old_log_prob, entropy = token_log_probs(self.model, input_ids, attention, T, cfg.temperature,
-                                                    with_entropy=True)
+            old_log_prob, entropy = token_log_probs(
+                self.model, input_ids, attention, T, cfg.temperature, with_entropy=True
+            )
             ref_log_prob = None
             if self.ref_model is not None:
                 ref_log_prob = token_log_probs(self.ref_model, input_ids, attention, T, cfg.temperature)
@@ -325,8 +384,16 @@ class GRPOTrainer:
             "rollout/tokens": n_tokens,
             "policy/entropy": ((entropy * fmask).sum() / fmask.sum()).item(),
         }
-        return {"input_ids": input_ids, "attention": attention, "mask": fmask, "advantages": advantages,
-                "old_log_prob": old_log_prob, "ref_log_prob": ref_log_prob, "metrics": metrics, "tokens": n_tokens}
+        return {
+            "input_ids": input_ids,
+            "attention": attention,
+            "mask": fmask,
+            "advantages": advantages,
+            "old_log_prob": old_log_prob,
+            "ref_log_prob": ref_log_prob,
+            "metrics": metrics,
+            "tokens": n_tokens,
+        }
 
     def _update(self, batch: dict, gen: torch.Generator, spec: ClipSpec) -> dict:
         cfg = self.cfg
@@ -338,19 +405,22 @@ class GRPOTrainer:
                 idx = idx.to(self.device)
                 mask = batch["mask"][idx]  # (b, T)
                 with autocast(self.device, cfg.bf16):
-                    log_prob = token_log_probs(self.model, batch["input_ids"][idx], batch["attention"][idx], T,
-                                               cfg.temperature)  # (b, T)
+                    log_prob = token_log_probs(
+                        self.model, batch["input_ids"][idx], batch["attention"][idx], T, cfg.temperature
+                    )  # (b, T)
                 adv = batch["advantages"][idx].unsqueeze(1).expand(-1, T)  # (b, T) outcome reward on every token
                 loss, m = policy_loss(log_prob, batch["old_log_prob"][idx], adv, mask, spec, cfg.loss_agg_mode)
                 sums["loss/policy"] += loss.item()
                 if self.ref_model is not None:
-                    kl = agg_loss(kl_penalty(log_prob, batch["ref_log_prob"][idx], cfg.kl_estimator), mask,
-                                  cfg.loss_agg_mode)
+                    kl = agg_loss(
+                        kl_penalty(log_prob, batch["ref_log_prob"][idx], cfg.kl_estimator), mask, cfg.loss_agg_mode
+                    )
                     loss = loss + cfg.kl_coef * kl
                     sums["loss/kl"] += kl.item()
                 loss.backward()
                 norm = torch.nn.utils.clip_grad_norm_(
-                    self.model.parameters(), cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf"))
+                    self.model.parameters(), cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
+                )
                 self.optimizer.step()
                 self.optimizer.zero_grad(set_to_none=True)
                 sums["grad/norm"] += norm.item()
@@ -376,11 +446,12 @@ class GRPOTrainer:
             return {}
         correct = 0
         for i in range(0, len(examples), EVAL_BATCH):
-            chunk = examples[i:i + EVAL_BATCH]
+            chunk = examples[i : i + EVAL_BATCH]
             ids, mask = encode_prompts(self.tokenizer, [e.prompt for e in chunk], self.device)
             with autocast(self.device, self.cfg.bf16):
-                comp = sample(self.model, self.tokenizer, ids, mask, max_new_tokens=self.cfg.max_new_tokens,
-                              greedy=True)
+                comp = sample(
+                    self.model, self.tokenizer, ids, mask, max_new_tokens=self.cfg.max_new_tokens, greedy=True
+                )
             texts = decode(self.tokenizer, comp, completion_mask(comp, self.tokenizer.eos_token_id))
             correct += sum(self.task.score(t, e.answer) for t, e in zip(texts, chunk))
         return {"eval/accuracy": correct / len(examples)}

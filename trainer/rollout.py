@@ -46,29 +46,37 @@ def completion_mask(completion_ids: torch.Tensor, eos_token_id: int) -> torch.Te
 
 
 @torch.no_grad()
-def sample(model, tokenizer, prompt_ids, prompt_mask, *, max_new_tokens: int, temperature: float = 1.0,
-           greedy: bool = False) -> torch.Tensor:
+def sample(
+    model, tokenizer, prompt_ids, prompt_mask, *, max_new_tokens: int, temperature: float = 1.0, greedy: bool = False
+) -> torch.Tensor:
     """(N, T) completion ids, T <= max_new_tokens, padded after EOS. Pure sampling (no top-k/top-p), so the
     sampler is exactly softmax(logits / temperature), the policy the loss calls π_old."""
     config = GenerationConfig(
-        do_sample=not greedy, temperature=None if greedy else temperature, top_k=None if greedy else 0,
-        top_p=None if greedy else 1.0, max_new_tokens=max_new_tokens,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+        do_sample=not greedy,
+        temperature=None if greedy else temperature,
+        top_k=None if greedy else 0,
+        top_p=None if greedy else 1.0,
+        max_new_tokens=max_new_tokens,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
     )
     out = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask, generation_config=config)
-    return out[:, prompt_ids.shape[1]:]
+    return out[:, prompt_ids.shape[1] :]
 
 
 def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.cumsum(-1) - 1).clamp(min=0)
 
 
-def token_log_probs(model, input_ids, attention_mask, completion_len: int, temperature: float = 1.0,
-                    with_entropy: bool = False):
+def token_log_probs(
+    model, input_ids, attention_mask, completion_len: int, temperature: float = 1.0, with_entropy: bool = False
+):
     """Log-probs (N, T) of the last `completion_len` tokens of `input_ids` (N, P+T), in float32, and optionally
     the entropy (N, T) of each next-token distribution. Only the T+1 last logits are materialised."""
     logits = model(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask),
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids(attention_mask),
         logits_to_keep=completion_len + 1,
     ).logits[:, :-1]  # (N, T, V): logits at position t predict token t + 1
     logits = logits.float()

@@ -68,8 +68,12 @@ class Progress:
     def update(self, row: dict):
         if self.bar is None:
             return
-        shown = {"reward": row.get("reward/mean"), "clip": row.get("clip/clipfrac"), "acc": row.get("eval/accuracy"),
-                 "loss": row.get("sft/loss")}
+        shown = {
+            "reward": row.get("reward/mean"),
+            "clip": row.get("clip/clipfrac"),
+            "acc": row.get("eval/accuracy"),
+            "loss": row.get("sft/loss"),
+        }
         self.bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items() if v is not None}, refresh=False)
         self.bar.update(1)
 

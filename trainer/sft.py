@@ -10,8 +10,20 @@ from divclip.trainer.rollout import autocast, encode_completions, encode_prompts
 SFT_STREAM = 1_000_000_007  # the warm start's RNG stream, disjoint from the RL steps' [seed, step]
 
 
-def warm_start(model, tokenizer, task, *, steps: int, batch_size: int, lr: float, seed: int, device,
-               bf16: bool = True, max_grad_norm: float = 1.0, on_step=None) -> dict:
+def warm_start(
+    model,
+    tokenizer,
+    task,
+    *,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    device,
+    bf16: bool = True,
+    max_grad_norm: float = 1.0,
+    on_step=None,
+) -> dict:
     """`steps` AdamW steps of teacher forcing; returns the mean loss of the last 10 % of steps.
     `on_step(loss)` is called after each step (the trainer's progress bar)."""
     if steps == 0:
@@ -37,5 +49,5 @@ def warm_start(model, tokenizer, task, *, steps: int, batch_size: int, lr: float
         losses.append(loss.item())
         if on_step is not None:
             on_step(losses[-1])
-    tail = losses[-max(1, steps // 10):]
+    tail = losses[-max(1, steps // 10) :]
     return {"sft/loss": sum(tail) / len(tail), "sft/steps": steps}

@@ -82,7 +82,7 @@ def extract_answer(text: str) -> str:
 def _as_number(text: str) -> Fraction | float | None:
     s = text.strip().strip("$").replace(",", "").replace(" ", "")
     if s.startswith("\\frac{") and s.endswith("}"):  # \frac{a}{b}
-        parts = s[len("\\frac{"):-1].split("}{")
+        parts = s[len("\\frac{") : -1].split("}{")
         s = "/".join(parts) if len(parts) == 2 else s
     try:
         return Fraction(s)
@@ -130,8 +130,9 @@ def _read_task_text(path: Path) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ValueError(f"task file {str(path)!r} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
-                         f"{exc.start})") from None
+        raise ValueError(
+            f"task file {str(path)!r} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})"
+        ) from None
 
 
 def _show(value) -> str:
@@ -165,8 +166,9 @@ def load_jsonl(path: str | Path) -> list[Example]:
             raise ValueError(f"{where} has answer={_show(answer)}; every line must be {allowed}")
         if len(prompt) > MAX_PROMPT_CHARS or len(str(answer)) > MAX_PROMPT_CHARS:
             longest = max(len(prompt), len(str(answer)))
-            raise ValueError(f"{where} has a prompt or answer of {longest} characters, over the "
-                             f"{MAX_PROMPT_CHARS}-character limit")
+            raise ValueError(
+                f"{where} has a prompt or answer of {longest} characters, over the {MAX_PROMPT_CHARS}-character limit"
+            )
         examples.append(Example(prompt, str(answer)))
     if not examples:
         raise ValueError(f"task file {str(path)!r} has no examples; every line must be {allowed}")

@@ -30,15 +30,31 @@ def char_tokenizer(alphabet: str = TEXT_ALPHABET) -> PreTrainedTokenizerFast:
     return tok
 
 
-def tiny_gpt2(vocab_size: int, n_layer: int = 2, n_embd: int = 64, n_head: int = 4, n_positions: int = 64,
-              seed: int = 0, pad_token_id: int = 0, eos_token_id: int = 1) -> GPT2LMHeadModel:
+def tiny_gpt2(
+    vocab_size: int,
+    n_layer: int = 2,
+    n_embd: int = 64,
+    n_head: int = 4,
+    n_positions: int = 64,
+    seed: int = 0,
+    pad_token_id: int = 0,
+    eos_token_id: int = 1,
+) -> GPT2LMHeadModel:
     """A randomly initialised GPT-2 (no dropout, so a forward pass is deterministic) seeded by `seed`."""
     import torch
 
     config = GPT2Config(
-        vocab_size=vocab_size, n_positions=n_positions, n_embd=n_embd, n_layer=n_layer, n_head=n_head,
-        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-        bos_token_id=eos_token_id, eos_token_id=eos_token_id, pad_token_id=pad_token_id,
+        vocab_size=vocab_size,
+        n_positions=n_positions,
+        n_embd=n_embd,
+        n_layer=n_layer,
+        n_head=n_head,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=eos_token_id,
+        eos_token_id=eos_token_id,
+        pad_token_id=pad_token_id,
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

@@ -67,25 +67,55 @@ show_messages(st.session_state.pop(NOTICE, []), kind="error")
 
 with st.container(border=True, key="atlas-controls"):
     current = list(state.values()["methods"])
-    st.multiselect("Methods (up to four)", list(dict.fromkeys([*catalogue_names(), *current])),
-                   key=state.key("methods"), max_selections=4, accept_new_options=True, on_change=keep_readable,
-                   help="Names as in `divclip atlas`; a typed method string is accepted if it parses.")
+    st.multiselect(
+        "Methods (up to four)",
+        list(dict.fromkeys([*catalogue_names(), *current])),
+        key=state.key("methods"),
+        max_selections=4,
+        accept_new_options=True,
+        on_change=keep_readable,
+        help="Names as in `divclip atlas`; a typed method string is accepted if it parses.",
+    )
     q_col, r_col, c_col = st.columns([3, 2, 1], vertical_alignment="bottom")
     with q_col:
-        number_with_slider(state, PARAM["q"], log=True, step=1e-3, fmt="%.6g",
-                           help="The cross-section and the interval table are at this old probability.")
-    r_col.number_input(PARAM["rmax"].label, min_value=PARAM["rmax"].lo, max_value=PARAM["rmax"].hi, step=1.0,
-                       key=state.key("rmax"), help="The ratio axis runs from 1/r_max to r_max (log scale).")
-    c_col.radio("Colour", COLOUR_MODES, key=state.key("colour"), horizontal=True,
-                help="w itself, or w/r: the share of the unclipped PPO weight the method keeps.")
+        number_with_slider(
+            state,
+            PARAM["q"],
+            log=True,
+            step=1e-3,
+            fmt="%.6g",
+            help="The cross-section and the interval table are at this old probability.",
+        )
+    r_col.number_input(
+        PARAM["rmax"].label,
+        min_value=PARAM["rmax"].lo,
+        max_value=PARAM["rmax"].hi,
+        step=1.0,
+        key=state.key("rmax"),
+        help="The ratio axis runs from 1/r_max to r_max (log scale).",
+    )
+    c_col.radio(
+        "Colour",
+        COLOUR_MODES,
+        key=state.key("colour"),
+        horizontal=True,
+        help="w itself, or w/r: the share of the unclipped PPO weight the method keeps.",
+    )
     methods = list(state.values()["methods"])
     if methods:
         for i, (col, method) in enumerate(zip(st.columns(len(methods)), methods)):
             with col.expander(f"Parameters of {method}"):
                 for p in method_parameters(method):
                     key = f"atlas.param.{i}.{method}.{p['name']}"
-                    st.number_input(p["name"], value=float(p["value"]), format="%.6g", key=key, help=p["doc"],
-                                    on_change=edit_parameter, args=(i, method, p["name"], key))
+                    st.number_input(
+                        p["name"],
+                        value=float(p["value"]),
+                        format="%.6g",
+                        key=key,
+                        help=p["doc"],
+                        on_change=edit_parameter,
+                        args=(i, method, p["name"], key),
+                    )
 
 values = state.values()
 query = state.sync()
@@ -103,10 +133,15 @@ q_grid, r_grid = q_axis(), r_axis(values["rmax"])
 panels, problems = weight_panels(methods, np.unique(np.append(q_grid, q)), r_grid)
 show_messages(problems, kind="warning")
 if panels:
-    figure(heatmap_figure(panels, np.unique(np.append(q_grid, q)), r_grid, values["colour"], q_mark=q),
-           "divclip_atlas_heatmaps", key="atlas.heatmaps")
-    st.caption("Blank cells: q·r > 1, a new probability above 1. The dotted line is the cross-section's q; "
-               "the grey line is q·r = 1. Every number is `divclip.theory.gradient_weight` (docs/theory.md §8).")
+    figure(
+        heatmap_figure(panels, np.unique(np.append(q_grid, q)), r_grid, values["colour"], q_mark=q),
+        "divclip_atlas_heatmaps",
+        key="atlas.heatmaps",
+    )
+    st.caption(
+        "Blank cells: q·r > 1, a new probability above 1. The dotted line is the cross-section's q; "
+        "the grey line is q·r = 1. Every number is `divclip.theory.gradient_weight` (docs/theory.md §8)."
+    )
 
 st.markdown("**Link to this view**")
 st.code(share_link(query), language=None, wrap_lines=True)

@@ -51,30 +51,77 @@ with st.container(border=True, key="explorer-controls"):
     st.markdown("**Presets**")
     cols = st.columns(len(PRESETS))
     for col, preset in zip(cols, PRESETS.values()):
-        col.button(preset.name, help=preset.description, on_click=state.set, args=(preset.values,),
-                   width="stretch", key=f"explorer.preset.{preset.name}")
+        col.button(
+            preset.name,
+            help=preset.description,
+            on_click=state.set,
+            args=(preset.values,),
+            width="stretch",
+            key=f"explorer.preset.{preset.name}",
+        )
     budget, ratio = st.columns(2, gap="large")
     with budget:
-        number_with_slider(state, PARAM["delta"], log=True, step=1e-4,
-                           help="Every measure except the ratio clip keeps D(r) ≤ δ. GRPO's ε_low = 0.2 is KL3 at "
-                                "δ ≈ 0.0231; any value from 1e-8 to 0.5, e.g. 4.5e-8.")
+        number_with_slider(
+            state,
+            PARAM["delta"],
+            log=True,
+            step=1e-4,
+            help="Every measure except the ratio clip keeps D(r) ≤ δ. GRPO's ε_low = 0.2 is KL3 at "
+            "δ ≈ 0.0231; any value from 1e-8 to 0.5, e.g. 4.5e-8.",
+        )
         low_col, high_col = st.columns(2)
-        low_col.button("Match δ to ε_low under KL3", on_click=match_delta, args=("eps_low",), width="stretch",
-                       key="explorer.match", help="Sets δ so that KL3's lower bound is 1 − ε_low (ATR-GRPO's choice).")
-        high_col.button("Match δ to ε_high under KL3", on_click=match_delta, args=("eps_high",), width="stretch",
-                        key="explorer.match_high", help="Sets δ so that KL3's upper bound is 1 + ε_high.")
-        number_with_slider(state, PARAM["p"], log=False, step=0.001, fmt="%.6g", slider_step=0.001,
-                           help="Binary KL and binary TV depend on the old probability of the sampled token.")
+        low_col.button(
+            "Match δ to ε_low under KL3",
+            on_click=match_delta,
+            args=("eps_low",),
+            width="stretch",
+            key="explorer.match",
+            help="Sets δ so that KL3's lower bound is 1 − ε_low (ATR-GRPO's choice).",
+        )
+        high_col.button(
+            "Match δ to ε_high under KL3",
+            on_click=match_delta,
+            args=("eps_high",),
+            width="stretch",
+            key="explorer.match_high",
+            help="Sets δ so that KL3's upper bound is 1 + ε_high.",
+        )
+        number_with_slider(
+            state,
+            PARAM["p"],
+            log=False,
+            step=0.001,
+            fmt="%.6g",
+            slider_step=0.001,
+            help="Binary KL and binary TV depend on the old probability of the sampled token.",
+        )
     with ratio:
-        number_with_slider(state, PARAM["eps_low"], log=True, step=0.01, fmt="%.6g",
-                           help="The ratio clip's lower side, 1 − ε_low ≤ r. GSPO clips at 3e-4.")
-        number_with_slider(state, PARAM["eps_high"], log=True, step=0.01, fmt="%.6g",
-                           help="The upper side, r ≤ 1 + ε_high. DAPO's clip-higher uses 0.28 with ε_low = 0.2; "
-                                "GSPO 4e-4.")
+        number_with_slider(
+            state,
+            PARAM["eps_low"],
+            log=True,
+            step=0.01,
+            fmt="%.6g",
+            help="The ratio clip's lower side, 1 − ε_low ≤ r. GSPO clips at 3e-4.",
+        )
+        number_with_slider(
+            state,
+            PARAM["eps_high"],
+            log=True,
+            step=0.01,
+            fmt="%.6g",
+            help="The upper side, r ≤ 1 + ε_high. DAPO's clip-higher uses 0.28 with ε_low = 0.2; GSPO 4e-4.",
+        )
     measures_col, reset_col = st.columns([4, 1], vertical_alignment="bottom")
     measures_col.multiselect("Measures", tuple(theory.MEASURES), format_func=label_for, key=state.key("measures"))
-    reset_col.button("Reset", on_click=state.reset, type="primary", width="stretch", icon=":material/restart_alt:",
-                     key="explorer.reset")
+    reset_col.button(
+        "Reset",
+        on_click=state.reset,
+        type="primary",
+        width="stretch",
+        icon=":material/restart_alt:",
+        key="explorer.reset",
+    )
 
 values = state.values()
 query = state.sync()
@@ -82,16 +129,21 @@ active = matching_preset(values)
 if active:
     st.caption(f"Preset: **{active}** — {PRESETS[active].description}")
 
-intervals, errors = clip_intervals(values["measures"], values["delta"], values["eps_low"], values["eps_high"],
-                                   values["p"])
+intervals, errors = clip_intervals(
+    values["measures"], values["delta"], values["eps_low"], values["eps_high"], values["p"]
+)
 show_messages(errors, kind="error")
 if not values["measures"]:
     st.info("Choose at least one measure above.")
 
 left, right = st.columns(2)
 figure(divergence_curves(intervals, values["delta"]), "divclip_divergence_curves", left, key="explorer.curves")
-figure(divergence_curves(intervals, values["delta"], log_space=True), "divclip_divergence_log", right,
-       key="explorer.curves_log")
+figure(
+    divergence_curves(intervals, values["delta"], log_space=True),
+    "divclip_divergence_log",
+    right,
+    key="explorer.curves_log",
+)
 
 maths, bars = st.columns(2, vertical_alignment="center")
 with maths:
@@ -100,33 +152,45 @@ with maths:
         st.latex(formula_latex(iv))
 figure(add_intersection(interval_chart(intervals), intervals), "divclip_intervals", bars, key="explorer.intervals")
 if (both := intersection_bounds(intervals)) is not None:
-    bars.caption(f"Shaded: the intersection [{both[0]:.6f}, {both[1]:.6f}], where every chosen measure holds at "
-                 "once (a method string joins them with '&', e.g. `kl3:0.023144&binary_tv:0.2`).")
+    bars.caption(
+        f"Shaded: the intersection [{both[0]:.6f}, {both[1]:.6f}], where every chosen measure holds at "
+        "once (a method string joins them with '&', e.g. `kl3:0.023144&binary_tv:0.2`)."
+    )
 figure(surrogate_figure(intervals), "divclip_surrogate", key="explorer.surrogate")
 
 st.subheader("Equivalent ratio clip per measure")
 st.table(table_rows(intervals), hide_index=True)
-st.download_button("Table as CSV", table_csv(intervals), file_name="divclip_intervals.csv", mime="text/csv",
-                   icon=":material/download:")
+st.download_button(
+    "Table as CSV", table_csv(intervals), file_name="divclip_intervals.csv", mime="text/csv", icon=":material/download:"
+)
+
 
 # Engine export: one chosen method at a time, complete and paste-safe (`divclip export` prints the same text).
 def export_section(intervals) -> None:
-    specs = {f"{iv.method} — {iv.label} ({method_string(spec)})": spec
-             for iv, spec in ((iv, interval_spec(iv)) for iv in intervals)}
+    specs = {
+        f"{iv.method} — {iv.label} ({method_string(spec)})": spec
+        for iv, spec in ((iv, interval_spec(iv)) for iv in intervals)
+    }
     if not specs:  # every measure cleared: nothing to export (the selectbox would hand back None)
         st.info("Choose a measure above to export it.")
         return
     pick_col, fmt_col = st.columns([2, 1])
     choice = pick_col.selectbox("Method", list(specs), key="explorer.export_method")
-    fmt = fmt_col.radio("Format", FORMATS, horizontal=True, key="explorer.export_format",
-                        help="overrides: the engine's command line (verl: hydra overrides; TRL, OpenRLHF, slime: "
-                             "--flag value); yaml; python")
-    engines = st.multiselect("Engines", available_engines(), default=["verl", "trl"],
-                             key="explorer.export_engines")
+    fmt = fmt_col.radio(
+        "Format",
+        FORMATS,
+        horizontal=True,
+        key="explorer.export_format",
+        help="overrides: the engine's command line (verl: hydra overrides; TRL, OpenRLHF, slime: "
+        "--flag value); yaml; python",
+    )
+    engines = st.multiselect("Engines", available_engines(), default=["verl", "trl"], key="explorer.export_engines")
     spec = specs[choice]
-    st.caption(f"Same text as `divclip export --method {method_string(spec)} --engine ENGINE --format {fmt}`. "
-               "Each block sets every key it needs once, so pasting it after another method's leaves nothing of "
-               "that method in force; `divclip check` reads every block back.")
+    st.caption(
+        f"Same text as `divclip export --method {method_string(spec)} --engine ENGINE --format {fmt}`. "
+        "Each block sets every key it needs once, so pasting it after another method's leaves nothing of "
+        "that method in force; `divclip check` reads every block back."
+    )
     for col, engine in zip(st.columns(max(len(engines), 1)), engines):
         with col:
             module = get_engine(engine)
@@ -141,8 +205,14 @@ def export_section(intervals) -> None:
                 st.info(str(exc))
                 continue
             st.code(text, language=_LANGUAGE.get(own), wrap_lines=True)  # st.code has a copy button
-            st.download_button(f"{engine} settings", text, file_name=f"divclip_{engine}.{_SUFFIX.get(own, 'txt')}",
-                               mime="text/plain", icon=":material/download:", key=f"explorer.export_{engine}")
+            st.download_button(
+                f"{engine} settings",
+                text,
+                file_name=f"divclip_{engine}.{_SUFFIX.get(own, 'txt')}",
+                mime="text/plain",
+                icon=":material/download:",
+                key=f"explorer.export_{engine}",
+            )
 
 
 def continue_links(intervals, values) -> None:
@@ -151,14 +221,18 @@ def continue_links(intervals, values) -> None:
     derivable = [iv for iv in intervals if iv.name in derivable_measures() and iv.delta is not None]
     proofs, sanity = st.columns(2)
     for iv in derivable:
-        proofs.page_link("views/proof.py", label=f"The proof for {iv.label} at δ = {iv.delta:.6g}",
-                         icon=":material/functions:",
-                         query_params={"measure": iv.name, "delta": format_number(iv.delta)})
+        proofs.page_link(
+            "views/proof.py",
+            label=f"The proof for {iv.label} at δ = {iv.delta:.6g}",
+            icon=":material/functions:",
+            query_params={"measure": iv.name, "delta": format_number(iv.delta)},
+        )
     sanity.page_link(
         "views/sanity_check.py",
         label=f"Sanity-check a config against ε = {values['eps_low']:g} / {values['eps_high']:g}",
         icon=":material/fact_check:",
-        query_params={"eps_low": format_number(values["eps_low"]), "eps_high": format_number(values["eps_high"])})
+        query_params={"eps_low": format_number(values["eps_low"]), "eps_high": format_number(values["eps_high"])},
+    )
 
 
 st.subheader("Export one method to a training engine")

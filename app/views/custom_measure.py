@@ -44,18 +44,37 @@ with st.container(border=True, key="custom-controls"):
     st.markdown("**Examples**")
     cols = st.columns(len(EXAMPLES) + 1)
     for col, (label, text) in zip(cols, EXAMPLES.items()):
-        col.button(label, help=text, on_click=state.set, args=({"formula": text},), width="stretch",
-                   key=f"custom.example.{label}")
-    cols[-1].button("Reset", on_click=state.reset, type="primary", width="stretch", icon=":material/restart_alt:",
-                    key="custom.reset")
-    st.text_input("D(r[, p]) =", key=state.key("formula"), max_chars=MAX_FORMULA_CHARS,
-                  placeholder="e.g. r*log(r) - r + 1")
+        col.button(
+            label,
+            help=text,
+            on_click=state.set,
+            args=({"formula": text},),
+            width="stretch",
+            key=f"custom.example.{label}",
+        )
+    cols[-1].button(
+        "Reset",
+        on_click=state.reset,
+        type="primary",
+        width="stretch",
+        icon=":material/restart_alt:",
+        key="custom.reset",
+    )
+    st.text_input(
+        "D(r[, p]) =", key=state.key("formula"), max_chars=MAX_FORMULA_CHARS, placeholder="e.g. r*log(r) - r + 1"
+    )
     budget, prob = st.columns(2, gap="large")
     with budget:
         number_with_slider(state, PARAM["delta"], log=True, step=1e-4, help=f"Any δ in [{DELTA_MIN:g}, {DELTA_MAX:g}].")
     with prob:
-        number_with_slider(state, PARAM["p"], log=False, step=0.001, fmt="%.6g",
-                           help=f"Only used if the formula has p; any value in [{P_MIN:g}, {P_MAX:g}].")
+        number_with_slider(
+            state,
+            PARAM["p"],
+            log=False,
+            step=0.001,
+            fmt="%.6g",
+            help=f"Only used if the formula has p; any value in [{P_MIN:g}, {P_MAX:g}].",
+        )
 values = state.values()
 query = state.sync()
 
@@ -65,8 +84,7 @@ try:
 except ValueError as exc:
     show_messages([str(exc)], kind="error")
 except Exception as exc:  # noqa: BLE001 - any formula the parser lets through but cannot evaluate is a message
-    show_messages([f"Could not evaluate the formula {values['formula']!r}: {type(exc).__name__}: {exc}"],
-                  kind="error")
+    show_messages([f"Could not evaluate the formula {values['formula']!r}: {type(exc).__name__}: {exc}"], kind="error")
 
 if measure is not None:
     intervals, errors = clip_intervals([measure, "kl3"], values["delta"], 0.2, 0.2, values["p"])
@@ -79,15 +97,29 @@ if measure is not None:
             title = "Your measure" if iv.measure is measure else "KL3 (ATR-GRPO)"
             st.markdown(f"**{title}**")
             a, b = st.columns(2)
-            a.metric("lower bound l", format_bound(iv.lo), f"ε_low = {format_bound(iv.eps_low)}", delta_color="off",
-                     delta_arrow="off")
-            b.metric("upper bound u", format_bound(iv.hi), f"ε_high = {format_bound(iv.eps_high)}", delta_color="off",
-                     delta_arrow="off")
+            a.metric(
+                "lower bound l",
+                format_bound(iv.lo),
+                f"ε_low = {format_bound(iv.eps_low)}",
+                delta_color="off",
+                delta_arrow="off",
+            )
+            b.metric(
+                "upper bound u",
+                format_bound(iv.hi),
+                f"ε_high = {format_bound(iv.eps_high)}",
+                delta_color="off",
+                delta_arrow="off",
+            )
     if intervals:
         left, right = st.columns(2)
         figure(divergence_curves(intervals, values["delta"]), "divclip_custom_curves", left, key="custom.curves")
-        figure(divergence_curves(intervals, values["delta"], log_space=True), "divclip_custom_curves_log", right,
-               key="custom.curves_log")
+        figure(
+            divergence_curves(intervals, values["delta"], log_space=True),
+            "divclip_custom_curves_log",
+            right,
+            key="custom.curves_log",
+        )
         figure(interval_chart(intervals), "divclip_custom_intervals", key="custom.intervals")
         st.table(table_rows(intervals), hide_index=True)
 

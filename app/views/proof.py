@@ -43,8 +43,11 @@ PROOF_SPEC = (
 PARAM = {param.key: param for param in PROOF_SPEC}
 state = PageState("proof", PROOF_SPEC)
 url_warnings = state.init()
-BADGE = {"symbolic": ":blue-badge[symbolic]", "numeric": ":orange-badge[numeric]",
-         "symbolic + numeric": ":blue-badge[symbolic] :orange-badge[numeric]"}
+BADGE = {
+    "symbolic": ":blue-badge[symbolic]",
+    "numeric": ":orange-badge[numeric]",
+    "symbolic + numeric": ":blue-badge[symbolic] :orange-badge[numeric]",
+}
 # Presenter mode at 1280×800: no sidebar, large type, little padding, so one step fits the screen.
 PRESENTER_CSS = """<style>
 [data-testid="stSidebar"], [data-testid="stSidebarCollapsedControl"] { display: none; }
@@ -128,31 +131,62 @@ def controls(lecture: bool) -> None:
             measure_col, delta_col, prev_col, next_col, toggle_col = cols
         else:
             measure_col, view_col, toggle_col = st.columns([3, 2, 1.3], vertical_alignment="bottom")
-            view_col.segmented_control("View", VIEWS, format_func={"lecture": "One step at a time",
-                                                                   "all": "All steps"}.get,
-                                       key=state.key("view"), required=True,
-                                       help="One step at a time to present (the step is in the address bar); all "
-                                            "steps to read or print.")
+            view_col.segmented_control(
+                "View",
+                VIEWS,
+                format_func={"lecture": "One step at a time", "all": "All steps"}.get,
+                key=state.key("view"),
+                required=True,
+                help="One step at a time to present (the step is in the address bar); all steps to read or print.",
+            )
             delta_col = st.container()
-        measure_col.selectbox("Measure", MEASURES, format_func=lambda n: f"{label_for(n)}  ({n})",
-                              key=state.key("measure"),
-                              help="The measures SymPy can derive in closed form (derivable_measures()).")
-        toggle_col.toggle("Presenter", key=state.key("presenter"),
-                          help="Large type, the figure beside the step, a question before each move of δ "
-                               "(presenter=1 in the address bar).")
+        measure_col.selectbox(
+            "Measure",
+            MEASURES,
+            format_func=lambda n: f"{label_for(n)}  ({n})",
+            key=state.key("measure"),
+            help="The measures SymPy can derive in closed form (derivable_measures()).",
+        )
+        toggle_col.toggle(
+            "Presenter",
+            key=state.key("presenter"),
+            help="Large type, the figure beside the step, a question before each move of δ "
+            "(presenter=1 in the address bar).",
+        )
         with delta_col:
-            number_with_slider(state, PARAM["delta"], log=True, step=1e-4, fmt="%.8g",
-                               help="Any δ from 1e-8 to 0.5: every figure and the numbers follow it.")
+            number_with_slider(
+                state,
+                PARAM["delta"],
+                log=True,
+                step=1e-4,
+                fmt="%.8g",
+                help="Any δ from 1e-8 to 0.5: every figure and the numbers follow it.",
+            )
         if presenter and lecture:
             nav_buttons(prev_col, next_col)
 
 
 def nav_buttons(prev_col, next_col) -> None:
     current = st.session_state[state.key("step")]
-    prev_col.button("Previous", icon=":material/arrow_back:", key="proof.prev", on_click=go_to,
-                    args=(current - 1,), disabled=current <= 1, width="stretch")
-    next_col.button("Next", icon=":material/arrow_forward:", key="proof.next", on_click=go_to, args=(current + 1,),
-                    disabled=current >= n_pages, width="stretch", type="primary")
+    prev_col.button(
+        "Previous",
+        icon=":material/arrow_back:",
+        key="proof.prev",
+        on_click=go_to,
+        args=(current - 1,),
+        disabled=current <= 1,
+        width="stretch",
+    )
+    next_col.button(
+        "Next",
+        icon=":material/arrow_forward:",
+        key="proof.next",
+        on_click=go_to,
+        args=(current + 1,),
+        disabled=current >= n_pages,
+        width="stretch",
+        type="primary",
+    )
 
 
 view = values["view"]
@@ -173,16 +207,25 @@ def step_figure(title: str, i: int) -> None:
     elif title == "Asymmetry ε_high − ε_low":
         leading = steps[i - 1].statement.rhs.removeO()
         why, against = st.tabs(["Why: the two sides folded", "ε_high − ε_low against δ"])
-        figure(proof_figures.mirror_figure(name, delta, FIG_HEIGHT - 40), f"divclip_proof_{name}_mirror", why,
-               key=f"{key}.mirror")
-        figure(proof_figures.asymmetry_figure(name, delta, leading, FIG_HEIGHT - 40), f"divclip_proof_{name}_gap",
-               against, key=f"{key}.gap")
+        figure(
+            proof_figures.mirror_figure(name, delta, FIG_HEIGHT - 40),
+            f"divclip_proof_{name}_mirror",
+            why,
+            key=f"{key}.mirror",
+        )
+        figure(
+            proof_figures.asymmetry_figure(name, delta, leading, FIG_HEIGHT - 40),
+            f"divclip_proof_{name}_gap",
+            against,
+            key=f"{key}.gap",
+        )
         return
     elif title == SIGN_TITLE:
         fig = proof_figures.sign_figure(checked_sign_step(name, delta)[2], FIG_HEIGHT + 40)
     else:
-        fig = proof_figures.roots_figure(name, delta, FIG_HEIGHT,
-                                         regions=title == "Gradient rule = ratio clipping on [l, u]")
+        fig = proof_figures.roots_figure(
+            name, delta, FIG_HEIGHT, regions=title == "Gradient rule = ratio clipping on [l, u]"
+        )
     figure(fig, f"divclip_proof_{name}_step{i}", key=key)
 
 
@@ -192,16 +235,23 @@ def step_check(result) -> None:
     passed = bool(result.passed)  # theory may hand back SymPy booleans
     alert = st.success if passed else st.error
     if presenter:  # one line on the screen; the words one click away
-        alert(f"**Check {'passed' if passed else 'failed'}** ({kind})", icon=":material/check_circle:" if passed
-              else ":material/cancel:")
+        alert(
+            f"**Check {'passed' if passed else 'failed'}** ({kind})",
+            icon=":material/check_circle:" if passed else ":material/cancel:",
+        )
         with st.expander("How it was checked"):
             st.markdown(words)
             st.code(f"method: {result.method}\n\n{result.detail}", language=None, wrap_lines=True)
         return
-    alert(f"**Check {'passed' if passed else 'failed'}** ({kind})\n\n{words}",
-          icon=":material/check_circle:" if passed else ":material/cancel:")
-    with st.expander("What SymPy computed" if result.method != "numeric: theory.policy_terms at random tokens"
-                     else "What theory's loss computed"):
+    alert(
+        f"**Check {'passed' if passed else 'failed'}** ({kind})\n\n{words}",
+        icon=":material/check_circle:" if passed else ":material/cancel:",
+    )
+    with st.expander(
+        "What SymPy computed"
+        if result.method != "numeric: theory.policy_terms at random tokens"
+        else "What theory's loss computed"
+    ):
         st.code(f"method: {result.method}\n\n{result.detail}", language=None, wrap_lines=True)
 
 
@@ -240,8 +290,10 @@ def numbers(lecture: bool) -> None:
         st.error(f"No numeric illustration for {name} at δ = {delta:g}: {exc}")
         return
     st.table(rows, hide_index=True)
-    st.caption(f"Closed forms: l_δ and u_δ as SymPy derived them; series variable {roots.series_variable_text}. "
-               "The first row is the closed form evaluated with 30-digit arithmetic.")
+    st.caption(
+        f"Closed forms: l_δ and u_δ as SymPy derived them; series variable {roots.series_variable_text}. "
+        "The first row is the closed form evaluated with 30-digit arithmetic."
+    )
     st.latex(rf"l_\delta = {closed_form_latex(roots.lower)}, \qquad u_\delta = {closed_form_latex(roots.upper)}")
     if lecture:
         question("numbers", n_pages)
@@ -251,22 +303,33 @@ def numbers(lecture: bool) -> None:
 def links() -> None:
     lo_eps, hi_eps = equivalent_ratio_clip(name, delta)
     left, right = st.columns(2)
-    left.page_link("views/clip_explorer.py", label=f"{label_for(name)} at this δ in the clip explorer",
-                   icon=":material/tune:",
-                   query_params={"delta": format_number(delta), "measures": f"{name},ratio",
-                                 "eps_low": format_number(lo_eps), "eps_high": format_number(hi_eps)})
-    right.page_link("views/sanity_check.py", label=f"Sanity-check a config against ε = {lo_eps:.4g} / {hi_eps:.4g}",
-                    icon=":material/fact_check:",
-                    query_params={"eps_low": format_number(lo_eps), "eps_high": format_number(hi_eps),
-                                  "measure": name})
+    left.page_link(
+        "views/clip_explorer.py",
+        label=f"{label_for(name)} at this δ in the clip explorer",
+        icon=":material/tune:",
+        query_params={
+            "delta": format_number(delta),
+            "measures": f"{name},ratio",
+            "eps_low": format_number(lo_eps),
+            "eps_high": format_number(hi_eps),
+        },
+    )
+    right.page_link(
+        "views/sanity_check.py",
+        label=f"Sanity-check a config against ε = {lo_eps:.4g} / {hi_eps:.4g}",
+        icon=":material/fact_check:",
+        query_params={"eps_low": format_number(lo_eps), "eps_high": format_number(hi_eps), "measure": name},
+    )
 
 
 # ------------------------------------------------------------------------------------------ the lecture
 if steps and not presenter:
     passed = sum(1 for r in results if bool(r.passed))
     kinds = [check_kind(r) for r in results]
-    summary = (f"{passed} of {len(results)} derivation steps checked: {kinds.count('symbolic')} symbolically, "
-               f"{kinds.count('numeric')} numerically, {kinds.count('symbolic + numeric')} both ways.")
+    summary = (
+        f"{passed} of {len(results)} derivation steps checked: {kinds.count('symbolic')} symbolically, "
+        f"{kinds.count('numeric')} numerically, {kinds.count('symbolic + numeric')} both ways."
+    )
     (st.success if passed == len(results) else st.warning)(summary)
     st.markdown(rf"**Measure:** $D(r) = {sp.latex(measure_expression(name))}$")
 
@@ -300,17 +363,28 @@ elif steps:
 if steps and not presenter:
     try:
         roots = cached_symbolic_roots(name)
-        rows, closed = illustration_rows(roots, delta), (rf"l_\delta = {closed_form_latex(roots.lower)}, \qquad "
-                                                         rf"u_\delta = {closed_form_latex(roots.upper)}")
+        rows, closed = (
+            illustration_rows(roots, delta),
+            (
+                rf"l_\delta = {closed_form_latex(roots.lower)}, \qquad "
+                rf"u_\delta = {closed_form_latex(roots.upper)}"
+            ),
+        )
     except (ValueError, RuntimeError, TypeError):
         rows, closed = [], ""
 
     def lecture_file(name=name, delta=delta, rows=rows, closed=closed) -> str:
         """Built on click (theory's loss for the sign-of-A check imports torch: not on the page's first load)."""
         sign = sign_step(name, delta)
-        return lecture_markdown(name, label_for(name), [*steps, sign], [*results, sign.run_check()], delta, rows,
-                                closed)
+        return lecture_markdown(
+            name, label_for(name), [*steps, sign], [*results, sign.run_check()], delta, rows, closed
+        )
 
-    st.download_button("All steps as Markdown", lecture_file,
-                       file_name=f"divclip_proof_{name}.md", mime="text/markdown", icon=":material/download:",
-                       key="proof.download")
+    st.download_button(
+        "All steps as Markdown",
+        lecture_file,
+        file_name=f"divclip_proof_{name}.md",
+        mime="text/markdown",
+        icon=":material/download:",
+        key="proof.download",
+    )

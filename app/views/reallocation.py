@@ -43,16 +43,21 @@ COMPARISON_CONFIG = {
     "lo_min": st.column_config.NumberColumn("lo", format="%.4f", help="smallest ratio lower bound over the actions"),
     "hi_max": st.column_config.NumberColumn("hi", format="%.4f", help="largest ratio upper bound over the actions"),
     "max_gain_positive": st.column_config.NumberColumn(
-        "gain ≤", format="%.4f", help="most mass the A > 0 actions can gain in one step (simplex-coupled)"),
+        "gain ≤", format="%.4f", help="most mass the A > 0 actions can gain in one step (simplex-coupled)"
+    ),
     "lp_gain_high_pos": st.column_config.NumberColumn(
-        "LP conf", format="%+.4f", help="one-step optimum: mass gained by confident (top bucket) A > 0 actions"),
+        "LP conf", format="%+.4f", help="one-step optimum: mass gained by confident (top bucket) A > 0 actions"
+    ),
     "lp_gain_low_pos": st.column_config.NumberColumn(
-        "LP rare", format="%+.4f", help="one-step optimum: mass gained by rare (bottom bucket) A > 0 actions"),
+        "LP rare", format="%+.4f", help="one-step optimum: mass gained by rare (bottom bucket) A > 0 actions"
+    ),
     "lp_entropy_change": st.column_config.NumberColumn("LP ΔH", format="%+.4f"),
     "dyn_gain_high_pos": st.column_config.NumberColumn(
-        "PG conf", format="%+.4f", help="softmax PG after all epochs: mass gained by confident A > 0 actions"),
+        "PG conf", format="%+.4f", help="softmax PG after all epochs: mass gained by confident A > 0 actions"
+    ),
     "dyn_gain_low_pos": st.column_config.NumberColumn(
-        "PG rare", format="%+.4f", help="softmax PG after all epochs: mass gained by rare A > 0 actions"),
+        "PG rare", format="%+.4f", help="softmax PG after all epochs: mass gained by rare A > 0 actions"
+    ),
     "dyn_entropy_change": st.column_config.NumberColumn("PG ΔH", format="%+.4f"),
     "dyn_kl": st.column_config.NumberColumn("PG KL", format="%.4f", help="KL(π_old ‖ π_new) after all epochs"),
     "dyn_clipped_tokens": st.column_config.NumberColumn("clipped", help="tokens whose gradient a bound zeroed"),
@@ -96,8 +101,13 @@ def offer_rescale(text: str) -> None:
     total = sum(p)
     if len(p) >= 2 and all(math.isfinite(x) and x > 0 for x in p) and abs(total - 1.0) > PROB_SUM_TOL:
         scaled = ",".join(f"{x / total:.10g}" for x in p)
-        st.button(f"Rescale π_old to sum 1: {scaled}", on_click=state.set, args=({"probs": scaled},),
-                  key="realloc.rescale", icon=":material/balance:")
+        st.button(
+            f"Rescale π_old to sum 1: {scaled}",
+            on_click=state.set,
+            args=({"probs": scaled},),
+            key="realloc.rescale",
+            icon=":material/balance:",
+        )
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
@@ -126,21 +136,42 @@ with st.container(border=True, key="realloc-controls"):  # in the page: on a pho
     st.markdown("**Examples**")
     cols = st.columns(len(EXAMPLES))
     for col, (label, example) in zip(cols, EXAMPLES.items()):
-        col.button(label, on_click=state.set, args=(example,), width="stretch", key=f"realloc.example.{label}",
-                   help=f"π_old = {example['probs']}, A = {example['adv']}, lr {example['lr']:g}, "
-                        f"{example['epochs']:.0f} epochs")
+        col.button(
+            label,
+            on_click=state.set,
+            args=(example,),
+            width="stretch",
+            key=f"realloc.example.{label}",
+            help=f"π_old = {example['probs']}, A = {example['adv']}, lr {example['lr']:g}, "
+            f"{example['epochs']:.0f} epochs",
+        )
     specs_col, extra_col = st.columns(2)
-    specs_col.multiselect("Clip specs", SPEC_CHOICES, key=state.key("specs"),
-                          help="Presets: grpo ratio 0.2, dapo 0.2/0.28, atr KL3 δ = 0.023144, dppo_kl binary "
-                               "KL δ = 0.05, dppo_tv binary TV δ = 0.2, gspo ratio 3e-4/4e-4.")
-    extra_col.text_input("Other specs", key=state.key("extra"), placeholder="kl3:0.05, ratio:0.1:0.3, chi2",
-                         help="Comma-separated: a measure at the δ with GRPO's lower bound (kl3), 'measure:δ', "
-                              "'ratio:ε' or 'ratio:ε_low:ε_high'.")
+    specs_col.multiselect(
+        "Clip specs",
+        SPEC_CHOICES,
+        key=state.key("specs"),
+        help="Presets: grpo ratio 0.2, dapo 0.2/0.28, atr KL3 δ = 0.023144, dppo_kl binary "
+        "KL δ = 0.05, dppo_tv binary TV δ = 0.2, gspo ratio 3e-4/4e-4.",
+    )
+    extra_col.text_input(
+        "Other specs",
+        key=state.key("extra"),
+        placeholder="kl3:0.05, ratio:0.1:0.3, chi2",
+        help="Comma-separated: a measure at the δ with GRPO's lower bound (kl3), 'measure:δ', "
+        "'ratio:ε' or 'ratio:ε_low:ε_high'.",
+    )
     lr_col, epochs_col, reset_col = st.columns([2, 2, 1], vertical_alignment="bottom")
-    lr_col.number_input("lr — gradient step on the logits", min_value=0.001, max_value=10.0, step=0.05,
-                        format="%.3f", key=state.key("lr"))
-    epochs_col.number_input("PPO epochs on one batch", min_value=1.0, max_value=200.0, step=1.0, format="%.0f",
-                            key=state.key("epochs"))
+    lr_col.number_input(
+        "lr — gradient step on the logits",
+        min_value=0.001,
+        max_value=10.0,
+        step=0.05,
+        format="%.3f",
+        key=state.key("lr"),
+    )
+    epochs_col.number_input(
+        "PPO epochs on one batch", min_value=1.0, max_value=200.0, step=1.0, format="%.0f", key=state.key("epochs")
+    )
     reset_col.button("Reset", on_click=state.reset, type="primary", width="stretch", icon=":material/restart_alt:")
 
 left, right = st.columns(2)
@@ -173,14 +204,25 @@ m1, m2, m3, m4 = st.columns(4)
 m1.metric("one-step gain Σ Δπ·A", f"{o.gain:.4f}", help="the LP optimum's objective minus Σ π_old·A")
 m2.metric("one-step ΔH", f"{o.entropy_change:+.4f}")
 m3.metric(f"ΔH after {epochs} epoch(s)", f"{row.dyn_entropy_change:+.4f}")
-m4.metric(f"KL(old‖new) after {epochs} epoch(s)", f"{row.dyn_kl:.4f}", f"one step: {o.kl_old_new:.4f}",
-          delta_color="off", delta_arrow="off")
+m4.metric(
+    f"KL(old‖new) after {epochs} epoch(s)",
+    f"{row.dyn_kl:.4f}",
+    f"one step: {o.kl_old_new:.4f}",
+    delta_color="off",
+    delta_arrow="off",
+)
 high, low = list(comp.high_pos_actions), list(comp.low_pos_actions)
-gains = [f"the {kind} A > 0 action(s) {actions} gained {dyn:+.4f} (one-step optimum {lp:+.4f})"
-         for kind, actions, dyn, lp in (("confident", high, row.dyn_gain_high_pos, row.lp_gain_high_pos),
-                                        ("rare", low, row.dyn_gain_low_pos, row.lp_gain_low_pos)) if actions]
+gains = [
+    f"the {kind} A > 0 action(s) {actions} gained {dyn:+.4f} (one-step optimum {lp:+.4f})"
+    for kind, actions, dyn, lp in (
+        ("confident", high, row.dyn_gain_high_pos, row.lp_gain_high_pos),
+        ("rare", low, row.dyn_gain_low_pos, row.lp_gain_low_pos),
+    )
+    if actions
+]
 st.caption(
-    f"Under **{row.label}**, after {epochs} epoch(s) " + (", ".join(gains) + " and " if gains else "")
+    f"Under **{row.label}**, after {epochs} epoch(s) "
+    + (", ".join(gains) + " and " if gains else "")
     + f"the entropy changed by {row.dyn_entropy_change:+.4f}; {row.dyn_clipped_tokens} token gradient(s) were "
     "zeroed by a bound."
 )
@@ -189,27 +231,47 @@ figure(feasible_figure(comp, colours), "divclip_feasible", key="realloc.feasible
 
 st.markdown(f"**{row.label}: the one-step optimum and the softmax drift, per action**")
 st.dataframe(
-    [{"action": f"a{i}", "p": o.probs[i], "A": comp.adv[i], "q_min": row.feasible.q_min[i],
-      "q_max": row.feasible.q_max[i], "π_new (LP)": o.probs_new[i], "Δ (LP)": o.delta[i],
-      "LP at": "hi" if o.at_upper[i] else "lo" if o.at_lower[i] else "inside",
-      "π after PG": d.probs[-1, i], "r after PG": d.ratio[-1, i]} for i in range(o.probs.size)],
-    hide_index=True, key="realloc.optimum",
-    column_config={c: st.column_config.NumberColumn(format="%+.4f" if c.startswith("Δ") else "%.4f")
-                   for c in ("p", "q_min", "q_max", "π_new (LP)", "Δ (LP)", "π after PG", "r after PG")},
+    [
+        {
+            "action": f"a{i}",
+            "p": o.probs[i],
+            "A": comp.adv[i],
+            "q_min": row.feasible.q_min[i],
+            "q_max": row.feasible.q_max[i],
+            "π_new (LP)": o.probs_new[i],
+            "Δ (LP)": o.delta[i],
+            "LP at": "hi" if o.at_upper[i] else "lo" if o.at_lower[i] else "inside",
+            "π after PG": d.probs[-1, i],
+            "r after PG": d.ratio[-1, i],
+        }
+        for i in range(o.probs.size)
+    ],
+    hide_index=True,
+    key="realloc.optimum",
+    column_config={
+        c: st.column_config.NumberColumn(format="%+.4f" if c.startswith("Δ") else "%.4f")
+        for c in ("p", "q_min", "q_max", "π_new (LP)", "Δ (LP)", "π after PG", "r after PG")
+    },
 )
 flow_col, ratio_col = st.columns(2)
 figure(flow_figure(o, colours[row.label], row.label), "divclip_flow", flow_col, key="realloc.flow")
 figure(ratio_figure(d, comp.adv, row.label), "divclip_ratio_drift", ratio_col, key="realloc.ratio")
-st.caption(f"Left: who gives mass to whom in the one-step optimum (the optimum fixes only the net changes; the split "
-           f"is proportional). Right: dashed lines are each action's clip interval [lo, hi] under {row.label}; a ○ "
-           "marks an epoch in which that action's gradient was zeroed by a bound. Its ratio still moves: the softmax "
-           "drags it along with the other logits, so per-token clipping is not a trust region.")
+st.caption(
+    f"Left: who gives mass to whom in the one-step optimum (the optimum fixes only the net changes; the split "
+    f"is proportional). Right: dashed lines are each action's clip interval [lo, hi] under {row.label}; a ○ "
+    "marks an epoch in which that action's gradient was zeroed by a bound. Its ratio still moves: the softmax "
+    "drags it along with the other logits, so per-token clipping is not a trust region."
+)
 
 figure(bucket_figure(comp, colours), "divclip_buckets", key="realloc.buckets")
 ent_col, room_col = st.columns(2)
 figure(entropy_figure(comp, colours), "divclip_entropy", ent_col, key="realloc.entropy")
-figure(headroom_figure({label: headroom(spec) for label, spec in specs.items()}, comp, colours), "divclip_headroom",
-       room_col, key="realloc.headroom")
+figure(
+    headroom_figure({label: headroom(spec) for label, spec in specs.items()}, comp, colours),
+    "divclip_headroom",
+    room_col,
+    key="realloc.headroom",
+)
 
 st.subheader("Compared across clip specs")
 st.caption(
@@ -217,9 +279,19 @@ st.caption(
     f"(buckets {', '.join(comp.bucket_labels)} of π_old). LP = exact one-step optimum; PG = softmax policy "
     f"gradient through the training loss after {epochs} epoch(s), lr {comp.lr:g}, exact expected group."
 )
-st.dataframe(comp.table(), hide_index=True, column_order=list(COMPARISON_CONFIG), column_config=COMPARISON_CONFIG,
-             key="realloc.comparison")
-st.download_button("Comparison as JSON", json.dumps(comp.to_dict(details=True), ensure_ascii=False),
-                   file_name="divclip_realloc.json", mime="application/json", icon=":material/download:")
+st.dataframe(
+    comp.table(),
+    hide_index=True,
+    column_order=list(COMPARISON_CONFIG),
+    column_config=COMPARISON_CONFIG,
+    key="realloc.comparison",
+)
+st.download_button(
+    "Comparison as JSON",
+    json.dumps(comp.to_dict(details=True), ensure_ascii=False),
+    file_name="divclip_realloc.json",
+    mime="application/json",
+    icon=":material/download:",
+)
 st.markdown("**Link to this view**")
 st.code(share_link(query), language=None, wrap_lines=True)

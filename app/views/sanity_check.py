@@ -69,6 +69,7 @@ def apply_link() -> str | None:
             st.warning(f"measure={wanted['measure']!r} in the link is not one of {', '.join(MEASURES)}; ignored.")
     return ", ".join(applied) or None
 
+
 st.title("Sanity check a clip setting")
 st.write(
     "Before a long run: upload the config you will train with (a verl YAML or launch script of hydra overrides, a "
@@ -86,34 +87,62 @@ with st.container(border=True, key="sanity-examples"):
     st.markdown("**No files at hand? Try an example** — or download one to see the format.")
     cols = st.columns(len(EXAMPLES))
     for col, label in zip(cols, EXAMPLES):
-        col.button(label, on_click=choose_example, args=(label,), width="stretch", key=f"sanity.example.{label}",
-                   icon=":material/play_arrow:")
+        col.button(
+            label,
+            on_click=choose_example,
+            args=(label,),
+            width="stretch",
+            key=f"sanity.example.{label}",
+            icon=":material/play_arrow:",
+        )
     names = sorted({n for pair in EXAMPLES.values() for n in pair if n})
     cols = st.columns(len(names))
     for col, name in zip(cols, names):
-        col.download_button(name, (EXAMPLES_DIR / name).read_bytes(), file_name=name, icon=":material/download:",
-                            key=f"sanity.download.{name}", width="stretch", on_click="ignore")
+        col.download_button(
+            name,
+            (EXAMPLES_DIR / name).read_bytes(),
+            file_name=name,
+            icon=":material/download:",
+            key=f"sanity.download.{name}",
+            width="stretch",
+            on_click="ignore",
+        )
 
 left, right = st.columns(2)
 config_file = left.file_uploader("Config", type=CONFIG_TYPES, key="sanity_config")
 rollout_file = right.file_uploader("Rollouts", type=ROLLOUT_TYPES, key="sanity_rollouts")
-overrides_text = st.text_area("Hydra overrides (key=value, on top of the config)", key="sanity_overrides",
-                              placeholder=f"{verl_engine.ROLES['eps_high']}=0.28")
+overrides_text = st.text_area(
+    "Hydra overrides (key=value, on top of the config)",
+    key="sanity_overrides",
+    placeholder=f"{verl_engine.ROLES['eps_high']}=0.28",
+)
 with st.expander("Options", expanded=bool(linked)):
     c1, c2, c3 = st.columns(3)
     intended = c1.selectbox("Measure the clip should express", ["(none)"] + list(MEASURES), key="sanity_measure")
-    eps_low = c2.number_input("ε_low override", min_value=1e-6, max_value=10.0, value=None, format="%.4g",
-                              key="sanity_eps_low")
-    eps_high = c3.number_input("ε_high override", min_value=1e-6, max_value=10.0, value=None, format="%.4g",
-                               key="sanity_eps_high")
-    sigma = c1.number_input("σ of log r (noise model)", min_value=0.0, max_value=5.0, value=None, format="%.4g",
-                            key="sanity_sigma", help="Empty: the file's log_prob, else 0.05.")
+    eps_low = c2.number_input(
+        "ε_low override", min_value=1e-6, max_value=10.0, value=None, format="%.4g", key="sanity_eps_low"
+    )
+    eps_high = c3.number_input(
+        "ε_high override", min_value=1e-6, max_value=10.0, value=None, format="%.4g", key="sanity_eps_high"
+    )
+    sigma = c1.number_input(
+        "σ of log r (noise model)",
+        min_value=0.0,
+        max_value=5.0,
+        value=None,
+        format="%.4g",
+        key="sanity_sigma",
+        help="Empty: the file's log_prob, else 0.05.",
+    )
     seed = int(c2.number_input("Noise seed", min_value=0, value=0, step=1, key="sanity_seed"))
     framework = c3.selectbox("Framework", ["auto", *ENGINES], key="sanity_framework")
-    methods_text = st.text_input("Compare methods on the rollouts (atlas names or method strings)",
-                                 key="sanity_methods", placeholder="dcpo,grpo,dapo",
-                                 help="Clip fraction, share of |gradient| removed and the entropy side per method, "
-                                      "from divclip.theory.gradient_weight (`divclip check --methods`).")
+    methods_text = st.text_input(
+        "Compare methods on the rollouts (atlas names or method strings)",
+        key="sanity_methods",
+        placeholder="dcpo,grpo,dapo",
+        help="Clip fraction, share of |gradient| removed and the entropy side per method, "
+        "from divclip.theory.gradient_weight (`divclip check --methods`).",
+    )
 
 config = None if config_file is None else (config_file.name, config_file.getvalue())
 rollouts = None if rollout_file is None else (rollout_file.name, rollout_file.getvalue())
@@ -133,9 +162,14 @@ if config is None and rollouts is None and not overrides_text.strip():
     st.info("Upload a config and/or a rollout file to start, or try an example above.")
     st.stop()
 
-options = dict(framework=None if framework == "auto" else framework,
-               intended_measure=None if intended == "(none)" else intended,
-               eps_low=eps_low, eps_high=eps_high, sigma=sigma, seed=seed)
+options = dict(
+    framework=None if framework == "auto" else framework,
+    intended_measure=None if intended == "(none)" else intended,
+    eps_low=eps_low,
+    eps_high=eps_high,
+    sigma=sigma,
+    seed=seed,
+)
 if rollouts is not None and methods_text.strip():
     options["methods"] = methods_text
 try:
@@ -152,8 +186,10 @@ except ValueError as exc:
     st.error(f"Cannot check this input: {exc}")
     if report is None:
         st.stop()
-    st.warning("The report below is for the rollouts alone: the config and overrides were left out because of "
-               "the error above. The clip is the ε overrides' (Options), else each measure's default budget.")
+    st.warning(
+        "The report below is for the rollouts alone: the config and overrides were left out because of "
+        "the error above. The clip is the ε overrides' (Options), else each measure's default budget."
+    )
 except Exception as exc:  # noqa: BLE001 - no traceback reaches a visitor: one message, whatever went wrong
     st.error(f"Cannot check this input: {type(exc).__name__}: {str(exc)[:300]}")
     st.stop()
@@ -173,12 +209,17 @@ if cfg:
     st.subheader(f"Config: {cfg['framework']} `{cfg['loss_mode']}`")
     st.caption(f"Unset keys take the defaults of {cfg['defaults_from']}.")
     m1, m2, m3 = st.columns(3)
-    m1.metric("updates per rollout batch", f"{cfg['updates_per_batch']:g}",
-              "on-policy: clip inert" if cfg["on_policy"] else "off-policy", delta_color="off")
+    m1.metric(
+        "updates per rollout batch",
+        f"{cfg['updates_per_batch']:g}",
+        "on-policy: clip inert" if cfg["on_policy"] else "off-policy",
+        delta_color="off",
+    )
     m2.metric("dual clip c", "off" if cfg["dual_clip_c"] is None else f"{cfg['dual_clip_c']:g}")
     m3.metric("level", cfg["level"])
-    st.dataframe([{"key": k, "value": str(v["value"]), "origin": v["origin"]} for k, v in cfg["keys"].items()],
-                 hide_index=True)
+    st.dataframe(
+        [{"key": k, "value": str(v["value"]), "origin": v["origin"]} for k, v in cfg["keys"].items()], hide_index=True
+    )
 
 # ------------------------------------------------------------------------------------------------ budget
 budget = report["budget"]
@@ -186,13 +227,16 @@ if budget and budget["kind"] != "none":
     st.subheader("As a divergence budget")
     kl3 = budget.get("kl3") or {}
     if kl3.get("delta_from_eps_low") is not None:
-        st.write(f"ε_low = {budget['eps_low']:g} is a KL3 budget δ = {kl3['delta_from_eps_low']:.6g}, whose "
-                 f"upper width is ε_high = {kl3['implied_eps_high']:.4g} "
-                 f"({budget.get('source', 'config')}: {budget['eps_high']}).")
+        st.write(
+            f"ε_low = {budget['eps_low']:g} is a KL3 budget δ = {kl3['delta_from_eps_low']:.6g}, whose "
+            f"upper width is ε_high = {kl3['implied_eps_high']:.4g} "
+            f"({budget.get('source', 'config')}: {budget['eps_high']})."
+        )
     if budget["kind"] == "divergence":
         st.dataframe(rounded_rows(budget["intervals"]), hide_index=True)
-    st.dataframe(rounded_rows({k: v for k, v in r.items() if k != "problems"} for r in budget["equivalents"]),
-                 hide_index=True)
+    st.dataframe(
+        rounded_rows({k: v for k, v in r.items() if k != "problems"} for r in budget["equivalents"]), hide_index=True
+    )
     st.caption("Numbers rounded to 6 significant digits; the JSON download below has them in full.")
     figure(figures.budget_intervals_figure(budget), "divclip_budget_intervals", key="sanity.budget")
 
@@ -203,31 +247,56 @@ if ro:
     (st.info if ro["ratios"]["source"] == "file" else st.warning)(ro["ratios"]["text"])
     for note in ro["notes"]:
         st.caption(note)
-    st.dataframe(rounded_rows({k: m.get(k) for k in ("measure", "clipfrac", "clipfrac_low", "clipfrac_high",
-                                                      "dual_clipfrac", "interval", "problem")}
-                              for m in ro["measures"]), hide_index=True)
+    st.dataframe(
+        rounded_rows(
+            {
+                k: m.get(k)
+                for k in (
+                    "measure",
+                    "clipfrac",
+                    "clipfrac_low",
+                    "clipfrac_high",
+                    "dual_clipfrac",
+                    "interval",
+                    "problem",
+                )
+            }
+            for m in ro["measures"]
+        ),
+        hide_index=True,
+    )
     figure(figures.log_ratio_histogram_figure(ro), "divclip_log_ratio_histogram", key="sanity.histogram")
     figure(figures.delta_sweep_figure(ro), "divclip_delta_sweep", key="sanity.sweep")
     usable = [m["measure"] for m in ro["measures"] if not m["problem"]]
-    pick = st.selectbox("Breakdown for", usable, index=usable.index("kl3") if "kl3" in usable else 0,
-                        key="sanity_bucket_measure")
+    pick = st.selectbox(
+        "Breakdown for", usable, index=usable.index("kl3") if "kl3" in usable else 0, key="sanity_bucket_measure"
+    )
     figure(figures.bucket_figure(ro, pick), "divclip_breakdown", key="sanity.breakdown")
     if rollouts is not None and (token := example_token(*rollouts)) is not None:  # the ratio that moved most
-        st.page_link("views/token_explainer.py", icon=":material/token:",
-                     label=f"Explain token ({token['i']}, {token['t']}) in the token explainer: q = {token['q']:.4g}, "
-                           f"r = {token['r']:.4g}, A = {token['adv']:.4g}",
-                     query_params={k: format_number(token[k]) for k in ("q", "r", "adv")})
+        st.page_link(
+            "views/token_explainer.py",
+            icon=":material/token:",
+            label=f"Explain token ({token['i']}, {token['t']}) in the token explainer: q = {token['q']:.4g}, "
+            f"r = {token['r']:.4g}, A = {token['adv']:.4g}",
+            query_params={k: format_number(token[k]) for k in ("q", "r", "adv")},
+        )
 
 if report.get("compare"):
     cmp = report["compare"]
     st.subheader("Methods on these tokens")
     st.dataframe(rounded_rows(compare_rows(cmp)), hide_index=True)
-    st.caption(f"w from divclip.theory.gradient_weight; 'removed' is the share of Σ|A·r| the method takes away "
-               f"(negative: it adds). Entropy side: {cmp['entropy_rule']}; a clipped token with "
-               "(log q − mean)(A − mean) < 0 would have raised entropy.")
+    st.caption(
+        f"w from divclip.theory.gradient_weight; 'removed' is the share of Σ|A·r| the method takes away "
+        f"(negative: it adds). Entropy side: {cmp['entropy_rule']}; a clipped token with "
+        "(log q − mean)(A − mean) < 0 would have raised entropy."
+    )
     st.dataframe(rounded_rows(compare_bucket_rows(cmp)), hide_index=True)
 
 for note in report["notes"]:
     st.caption(note)
-st.download_button("Download the report (JSON)", json.dumps(jsonable(report), indent=2, ensure_ascii=False),
-                   file_name="divclip_check.json", mime="application/json")
+st.download_button(
+    "Download the report (JSON)",
+    json.dumps(jsonable(report), indent=2, ensure_ascii=False),
+    file_name="divclip_check.json",
+    mime="application/json",
+)

@@ -31,8 +31,13 @@ url_warnings = state.init()
 
 def use_token(token: dict) -> None:
     """The file's token into the controls, clamped to their ranges (a button callback)."""
-    state.set({"q": min(max(token["q"], Q_MIN), 1.0), "r": min(max(token["r"], R_MIN), R_MAX),
-               "adv": min(max(token["adv"], -A_MAX), A_MAX)})
+    state.set(
+        {
+            "q": min(max(token["q"], Q_MIN), 1.0),
+            "r": min(max(token["r"], R_MIN), R_MAX),
+            "adv": min(max(token["adv"], -A_MAX), A_MAX),
+        }
+    )
 
 
 @st.cache_data(max_entries=4, show_spinner="Reading the rollout file…")
@@ -55,16 +60,30 @@ by_numbers, from_file = st.tabs(["By its numbers", "From a rollout file"])
 with by_numbers:
     q_col, r_col, a_col = st.columns(3, gap="medium")
     with q_col:
-        number_with_slider(state, PARAM["q"], log=True, step=0.01, fmt="%.6g",
-                           help="π_old(a): per-token measures (binary KL/TV) clip rare tokens differently.")
+        number_with_slider(
+            state,
+            PARAM["q"],
+            log=True,
+            step=0.01,
+            fmt="%.6g",
+            help="π_old(a): per-token measures (binary KL/TV) clip rare tokens differently.",
+        )
     with r_col:
         number_with_slider(state, PARAM["r"], log=True, step=0.01, fmt="%.6g", help="π_θ(a)/π_old(a).")
     with a_col:
-        number_with_slider(state, PARAM["adv"], log=False, step=0.1, fmt="%.6g", slider_step=0.01,
-                           help="Its sign decides which bound can bind.")
+        number_with_slider(
+            state,
+            PARAM["adv"],
+            log=False,
+            step=0.1,
+            fmt="%.6g",
+            slider_step=0.01,
+            help="Its sign decides which bound can bind.",
+        )
 with from_file:
-    upload = st.file_uploader("Rollouts (old_log_prob, advantages, response_mask, log_prob)", type=ROLLOUT_TYPES,
-                              key="token.rollouts")
+    upload = st.file_uploader(
+        "Rollouts (old_log_prob, advantages, response_mask, log_prob)", type=ROLLOUT_TYPES, key="token.rollouts"
+    )
     if upload is not None:
         try:
             ro = loaded_rollouts(upload.name, upload.getvalue())
@@ -79,21 +98,37 @@ with from_file:
             token = token_at(ro, i, t)
             counted = bool(ro.response_mask[i, t] > 0)
             note = "" if ro.log_prob is not None else " (the file has no log_prob: r = 1)"
-            st.caption(f"Token ({i}, {t}): q = {token['q']:.6g}, r = {token['r']:.6g}{note}, A = {token['adv']:.6g}"
-                       + ("" if counted else "; outside the response mask, no trainer counts it"))
-            st.button("Explain this token", on_click=use_token, args=(token,), key="token.use",
-                      icon=":material/arrow_downward:")
+            st.caption(
+                f"Token ({i}, {t}): q = {token['q']:.6g}, r = {token['r']:.6g}{note}, A = {token['adv']:.6g}"
+                + ("" if counted else "; outside the response mask, no trainer counts it")
+            )
+            st.button(
+                "Explain this token",
+                on_click=use_token,
+                args=(token,),
+                key="token.use",
+                icon=":material/arrow_downward:",
+            )
         elif ro is not None:
             st.info("The file has no counted tokens (response_mask is 0 everywhere).")
 
 with st.container(border=True, key="token-methods"):
     cols = st.columns(len(EXAMPLES))
     for col, (label, text) in zip(cols, EXAMPLES.items()):
-        col.button(label, help=text, on_click=state.set, args=({"methods": text},), width="stretch",
-                   key=f"token.example.{label}")
-    st.text_input("Methods (method strings, comma-separated)", key=state.key("methods"),
-                  help="Presets (grpo, dapo, atr, dppo_kl, dppo_tv, sapo) or method strings such as kl3:0.05, "
-                       "ratio:0.2:0.28/cispo, grpo/dual=3.")
+        col.button(
+            label,
+            help=text,
+            on_click=state.set,
+            args=({"methods": text},),
+            width="stretch",
+            key=f"token.example.{label}",
+        )
+    st.text_input(
+        "Methods (method strings, comma-separated)",
+        key=state.key("methods"),
+        help="Presets (grpo, dapo, atr, dppo_kl, dppo_tv, sapo) or method strings such as kl3:0.05, "
+        "ratio:0.2:0.28/cispo, grpo/dual=3.",
+    )
 values = state.values()
 query = state.sync()
 
@@ -119,14 +154,26 @@ for term in terms:
     with st.container(border=True, key=f"token-term-{term.method}"):
         verdict = ":red-badge[zero gradient]" if term.zero else ":green-badge[gradient kept]"
         st.markdown(f"**{markdown_text(term.method)}** — {markdown_text(term.label)} {verdict}")
-        st.markdown(f"- **Loss term.** `{term.loss_text}`\n"
-                    f"- **Gradient weight.** w = {term.weight:.6g}, so ∂ℓ/∂log π = −A·w = {term.gradient:.6g}.\n"
-                    f"- **Why.** {markdown_text(term.rule)}")
+        st.markdown(
+            f"- **Loss term.** `{term.loss_text}`\n"
+            f"- **Gradient weight.** w = {term.weight:.6g}, so ∂ℓ/∂log π = −A·w = {term.gradient:.6g}.\n"
+            f"- **Why.** {markdown_text(term.rule)}"
+        )
 if terms:
-    st.table([{"method": t.method, "ℓ": f"{t.loss:.6g}", "w": f"{t.weight:.6g}", "∂ℓ/∂log π": f"{t.gradient:.6g}",
-               "zero gradient": "yes" if t.zero else "no",
-               "[l, u] at q": "—" if t.bounds is None else f"[{t.bounds[0]:.6g}, {t.bounds[1]:.6g}]"} for t in terms],
-             hide_index=True)
+    st.table(
+        [
+            {
+                "method": t.method,
+                "ℓ": f"{t.loss:.6g}",
+                "w": f"{t.weight:.6g}",
+                "∂ℓ/∂log π": f"{t.gradient:.6g}",
+                "zero gradient": "yes" if t.zero else "no",
+                "[l, u] at q": "—" if t.bounds is None else f"[{t.bounds[0]:.6g}, {t.bounds[1]:.6g}]",
+            }
+            for t in terms
+        ],
+        hide_index=True,
+    )
 
 st.markdown("**Link to this token**")
 st.code(share_link(query), language=None, wrap_lines=True)

@@ -56,9 +56,14 @@ def current_settings() -> ArenaSettings:
     v = state.values()
     extra = [m.strip() for m in v["extra"].split(",") if m.strip()]
     return ArenaSettings(
-        env=v["env"], methods=(*v["methods"], *extra), seeds=int(round(v["seeds"])), steps=int(round(v["steps"])),
-        group_size=int(round(v["group_size"])), prompts_per_step=int(round(v["prompts_per_step"])),
-        ppo_epochs=int(round(v["ppo_epochs"])), lr=float(v["lr"]),
+        env=v["env"],
+        methods=(*v["methods"], *extra),
+        seeds=int(round(v["seeds"])),
+        steps=int(round(v["steps"])),
+        group_size=int(round(v["group_size"])),
+        prompts_per_step=int(round(v["prompts_per_step"])),
+        ppo_epochs=int(round(v["ppo_epochs"])),
+        lr=float(v["lr"]),
     )
 
 
@@ -104,24 +109,47 @@ with st.sidebar:
     st.subheader("Problem")
     st.selectbox("Environment", tuple(ENVS), key=state.key("env"), on_change=use_env_defaults)
     st.caption(ENVS[st.session_state[state.key("env")]].summary)
-    st.multiselect("Methods", tuple(PRESETS), key=state.key("methods"),
-                   help="Presets: grpo ratio 0.2, dapo 0.2/0.28, atr KL3 δ = 0.023144, dppo_kl / "
-                        "dppo_tv DPPO's gated binary KL / TV, gspo sequence-level ratio, sapo soft gate.")
-    st.text_input("Other methods", key=state.key("extra"), placeholder="kl3:0.05, ratio:0.2:0.3, chi2",
-                  help="Comma-separated: a measure at the δ with GRPO's lower bound (kl3), 'measure:δ', "
-                       "'ratio:ε' or 'ratio:ε_low:ε_high'.")
+    st.multiselect(
+        "Methods",
+        tuple(PRESETS),
+        key=state.key("methods"),
+        help="Presets: grpo ratio 0.2, dapo 0.2/0.28, atr KL3 δ = 0.023144, dppo_kl / "
+        "dppo_tv DPPO's gated binary KL / TV, gspo sequence-level ratio, sapo soft gate.",
+    )
+    st.text_input(
+        "Other methods",
+        key=state.key("extra"),
+        placeholder="kl3:0.05, ratio:0.2:0.3, chi2",
+        help="Comma-separated: a measure at the δ with GRPO's lower bound (kl3), 'measure:δ', "
+        "'ratio:ε' or 'ratio:ε_low:ε_high'.",
+    )
     c1, c2 = st.columns(2)
     c1.number_input("Seeds", min_value=1.0, max_value=256.0, step=1.0, format="%.0f", key=state.key("seeds"))
     c2.number_input("Steps", min_value=1.0, max_value=5000.0, step=10.0, format="%.0f", key=state.key("steps"))
     with st.expander("Training settings (environment defaults)"):
-        st.number_input("Group size", min_value=2.0, max_value=256.0, step=1.0, format="%.0f",
-                        key=state.key("group_size"))
-        st.number_input("Prompts per step", min_value=1.0, max_value=64.0, step=1.0, format="%.0f",
-                        key=state.key("prompts_per_step"))
-        st.number_input("PPO epochs", min_value=1.0, max_value=32.0, step=1.0, format="%.0f",
-                        key=state.key("ppo_epochs"), help="With one epoch r ≡ 1 and no clip can bind.")
-        st.number_input("Learning rate (Adam)", min_value=1e-4, max_value=1.0, step=0.01, format="%.4f",
-                        key=state.key("lr"))
+        st.number_input(
+            "Group size", min_value=2.0, max_value=256.0, step=1.0, format="%.0f", key=state.key("group_size")
+        )
+        st.number_input(
+            "Prompts per step",
+            min_value=1.0,
+            max_value=64.0,
+            step=1.0,
+            format="%.0f",
+            key=state.key("prompts_per_step"),
+        )
+        st.number_input(
+            "PPO epochs",
+            min_value=1.0,
+            max_value=32.0,
+            step=1.0,
+            format="%.0f",
+            key=state.key("ppo_epochs"),
+            help="With one epoch r ≡ 1 and no clip can bind.",
+        )
+        st.number_input(
+            "Learning rate (Adam)", min_value=1e-4, max_value=1.0, step=0.01, format="%.4f", key=state.key("lr")
+        )
 
 try:
     pool = get_pool()
@@ -149,10 +177,12 @@ b1, b2, b3, b4 = st.columns([1, 1, 1, 3], vertical_alignment="bottom")
 b1.button("Run", type="primary", on_click=start_run, icon=":material/play_arrow:", width="stretch", key="arena.start")
 b2.button("Stop", on_click=stop_run, disabled=not polling, icon=":material/stop:", width="stretch", key="arena.stop")
 k = b3.selectbox("pass@k", PASS_AT_K, index=PASS_AT_K.index(8), key="arena.pass_k")
-b4.caption(f"{len(settings.methods)} method(s) × {settings.seeds} seed(s) × {settings.steps} steps on "
-           f"{settings.env}; the page redraws every {POLL_S:g} s while it trains ({BUSY_POLL_S:g} s while "
-           f"other runs wait). Runs train in the server's "
-           f"pool of {pool.size} worker process(es), shared by every visitor, first come first served.")
+b4.caption(
+    f"{len(settings.methods)} method(s) × {settings.seeds} seed(s) × {settings.steps} steps on "
+    f"{settings.env}; the page redraws every {POLL_S:g} s while it trains ({BUSY_POLL_S:g} s while "
+    f"other runs wait). Runs train in the server's "
+    f"pool of {pool.size} worker process(es), shared by every visitor, first come first served."
+)
 if ERROR_KEY in st.session_state:
     show_messages([st.session_state[ERROR_KEY]], kind="error")
 
@@ -160,10 +190,18 @@ if ERROR_KEY in st.session_state:
 def summary_rows(result) -> list[dict]:
     rows = []
     for s in summarize(result):
-        rows.append({"method": s.method, "final E[R]": s.final_mean, "± 95 % CI": s.final_ci,
-                     "across-seed var": s.final_var, "steps to 90 %": s.steps_to_90,
-                     **{f"pass@{kk}": s.pass_at_k[kk][0] for kk in PASS_AT_K},
-                     "final entropy": s.final_entropy, "mean clipfrac": s.mean_clipfrac})
+        rows.append(
+            {
+                "method": s.method,
+                "final E[R]": s.final_mean,
+                "± 95 % CI": s.final_ci,
+                "across-seed var": s.final_var,
+                "steps to 90 %": s.steps_to_90,
+                **{f"pass@{kk}": s.pass_at_k[kk][0] for kk in PASS_AT_K},
+                "final entropy": s.final_entropy,
+                "mean clipfrac": s.mean_clipfrac,
+            }
+        )
     return rows
 
 
@@ -176,10 +214,15 @@ def draw_status(run: ArenaRun) -> None:
         if place is None or training < pool.size:  # a worker is free: the pool is handing it this run
             st.progress(0.0, text=f"Starting: handing the run to a worker process · {run.waited:.0f} s")
         else:
-            st.progress(0.0, text=f"Queued: position {place} of {waiting} · {training} of {pool.size} worker(s) "
-                                  f"busy · waited {run.waited:.0f} s")
-            st.caption("Every worker is training another visitor's run; this one starts when a worker is free. "
-                       "Stop takes it out of the queue.")
+            st.progress(
+                0.0,
+                text=f"Queued: position {place} of {waiting} · {training} of {pool.size} worker(s) "
+                f"busy · waited {run.waited:.0f} s",
+            )
+            st.caption(
+                "Every worker is training another visitor's run; this one starts when a worker is free. "
+                "Stop takes it out of the queue."
+            )
     elif not run.done:
         verb = "Stopping" if run.stopping else "Training"
         st.progress(done / total, text=f"{verb}: step {done} of {total} · {run.elapsed:.1f} s")
@@ -187,17 +230,23 @@ def draw_status(run: ArenaRun) -> None:
         show_messages([f"The run failed: {run.error}"], kind="error")
     elif run.result is None:
         why = f": {run.cancel_reason}" if run.abandoned else "."
-        st.warning(f"Stopped before it started, after {run.waited:.0f} s in the queue{why}",
-                   icon=":material/stop_circle:")
+        st.warning(
+            f"Stopped before it started, after {run.waited:.0f} s in the queue{why}", icon=":material/stop_circle:"
+        )
     elif run.result.stopped:
         why = f": {run.cancel_reason}" if run.abandoned else "."
         st.warning(f"Stopped at step {done} of {total} after {run.elapsed:.1f} s{why}", icon=":material/stop_circle:")
     else:
-        st.success(f"Finished: {total} steps × {len(run.settings.methods)} method(s) × {run.settings.seeds} "
-                   f"seed(s) in {run.elapsed:.1f} s.", icon=":material/check_circle:")
+        st.success(
+            f"Finished: {total} steps × {len(run.settings.methods)} method(s) × {run.settings.seeds} "
+            f"seed(s) in {run.elapsed:.1f} s.",
+            icon=":material/check_circle:",
+        )
     if run.settings != settings:
-        st.caption("These curves come from the last run; the settings have changed since. Press Run to train "
-                   "with the new ones.")
+        st.caption(
+            "These curves come from the last run; the settings have changed since. Press Run to train "
+            "with the new ones."
+        )
 
 
 def draw_result(run: ArenaRun) -> None:
@@ -214,35 +263,57 @@ def draw_result(run: ArenaRun) -> None:
         cached = (stamp, arena_figure(result, k, max_points=points, threshold=threshold))
         st.session_state[FIGURE_KEY] = cached
     st.plotly_chart(cached[1], key="arena.figure")
-    st.caption(f"Expected reward, pass@{k} and entropy (nats per token) are exact values of the policy, not "
-               f"estimates from the batch; the clip fraction is the share of the batch's tokens clipped (upper bound "
-               f"solid, lower bound dashed). Dotted: the best achievable expected "
-               f"reward ({result.best_reward:.4g}). Methods with identical "
-               f"curves draw on top of each other. While a run trains, curves are drawn at {LIVE_POINTS} evenly "
-               f"spaced steps at most, once it has ended at {MAX_POINTS}; the CSV has every step.")
+    st.caption(
+        f"Expected reward, pass@{k} and entropy (nats per token) are exact values of the policy, not "
+        f"estimates from the batch; the clip fraction is the share of the batch's tokens clipped (upper bound "
+        f"solid, lower bound dashed). Dotted: the best achievable expected "
+        f"reward ({result.best_reward:.4g}). Methods with identical "
+        f"curves draw on top of each other. While a run trains, curves are drawn at {LIVE_POINTS} evenly "
+        f"spaced steps at most, once it has ended at {MAX_POINTS}; the CSV has every step."
+    )
     if not finished:
         return
     st.subheader(f"After {result.steps_done} steps")
     number = st.column_config.NumberColumn(format="%.4f")
-    st.dataframe(summary_rows(result), hide_index=True, key="arena.summary",
-                 column_config={c: number for c in ("final E[R]", "± 95 % CI", "final entropy",
-                                                    *(f"pass@{kk}" for kk in PASS_AT_K))}
-                 | {"across-seed var": st.column_config.NumberColumn(format="%.3e"),
-                    "mean clipfrac": st.column_config.NumberColumn(format="%.4f")})
+    st.dataframe(
+        summary_rows(result),
+        hide_index=True,
+        key="arena.summary",
+        column_config={
+            c: number for c in ("final E[R]", "± 95 % CI", "final entropy", *(f"pass@{kk}" for kk in PASS_AT_K))
+        }
+        | {
+            "across-seed var": st.column_config.NumberColumn(format="%.3e"),
+            "mean clipfrac": st.column_config.NumberColumn(format="%.4f"),
+        },
+    )
     r0 = float(result.metrics["expected_reward"][:, :, 0].mean())
     best = float(result.metrics["expected_reward"][:, :, -1].mean(1).max())
-    st.caption(f"Final = exact expected reward at the last step; ± is the 95 % t-interval over seeds. Steps to "
-               f"90 %: the first step where the method's across-seed mean expected reward reaches the threshold "
-               f"R0 + 0.9·(R* − R0) = {r0:.4f} + 0.9·({best:.4f} − {r0:.4f}) = **{threshold:.4f}** (dashed in "
-               f"the reward panel), with R0 the mean at step 1 over all methods and seeds and R* the best "
-               f"method's final mean; None: never reached.")
-    st.download_button("Metrics as CSV", run.csv(), file_name=f"divclip_arena_{result.env}.csv", mime="text/csv",
-                       icon=":material/download:", on_click="ignore", key="arena.csv")
+    st.caption(
+        f"Final = exact expected reward at the last step; ± is the 95 % t-interval over seeds. Steps to "
+        f"90 %: the first step where the method's across-seed mean expected reward reaches the threshold "
+        f"R0 + 0.9·(R* − R0) = {r0:.4f} + 0.9·({best:.4f} − {r0:.4f}) = **{threshold:.4f}** (dashed in "
+        f"the reward panel), with R0 the mean at step 1 over all methods and seeds and R* the best "
+        f"method's final mean; None: never reached."
+    )
+    st.download_button(
+        "Metrics as CSV",
+        run.csv(),
+        file_name=f"divclip_arena_{result.env}.csv",
+        mime="text/csv",
+        icon=":material/download:",
+        on_click="ignore",
+        key="arena.csv",
+    )
     if len(result.methods) > 1 and len(result.seeds) > 1:
         with st.expander("Does the paper's direction hold here?"):
             verdict = {True: "yes", False: "no", None: "undecided"}
-            st.markdown("\n".join(f"- {markdown_text(c.text)}: **{verdict[c.holds]}** ({markdown_text(c.detail)})"
-                                  for c in claims(result)))
+            st.markdown(
+                "\n".join(
+                    f"- {markdown_text(c.text)}: **{verdict[c.holds]}** ({markdown_text(c.detail)})"
+                    for c in claims(result)
+                )
+            )
 
 
 @st.fragment(run_every=interval)

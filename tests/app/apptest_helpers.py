@@ -15,8 +15,10 @@ TIMEOUT = 120  # shared 2-core machine; a page's first run imports torch
 def slow_after(n: int, cases) -> list:
     """`cases` for parametrize with all but the first `n` marked slow: each page rerun costs about a second on
     a 2-core machine, so the fast loop (-m "not slow") runs a representative few and the full suite all."""
-    return [case if i < n else pytest.param(*(case if isinstance(case, tuple) else (case,)), marks=pytest.mark.slow)
-            for i, case in enumerate(cases)]
+    return [
+        case if i < n else pytest.param(*(case if isinstance(case, tuple) else (case,)), marks=pytest.mark.slow)
+        for i, case in enumerate(cases)
+    ]
 
 
 def start_page(page: Path, query: dict | None = None) -> AppTest:

@@ -44,8 +44,14 @@ def wait_idle(page, timeout: float = 120.0, allow_running: bool = False) -> None
         snap = page.evaluate(_SNAPSHOT)
         # allow_running: a page whose fragment keeps polling (the toy arena while it trains) never shows
         # "not busy"; there only the rendered state has to settle.
-        idle = (snap["state"] == "notRunning" and (allow_running or not snap["busy"]) and not snap["stale"]
-                and not snap["loading"] and snap["drawn"] == snap["charts"] and snap["elements"] > 0)
+        idle = (
+            snap["state"] == "notRunning"
+            and (allow_running or not snap["busy"])
+            and not snap["stale"]
+            and not snap["loading"]
+            and snap["drawn"] == snap["charts"]
+            and snap["elements"] > 0
+        )
         stable = stable + 1 if idle and snap == last else 0
         if stable >= 2:
             return

@@ -23,9 +23,16 @@ REPO = Path(__file__).resolve().parents[2]
 MAIN = REPO / "app" / "main.py"
 ARTIFACTS = REPO / "test-artifacts"
 CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 SERVER_START_TIMEOUT = 90.0  # seconds; the 2-core CI machine is shared
 
 
@@ -63,6 +70,7 @@ def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
 def _die_with_parent(parent_pid: int):
     """preexec_fn for a test server: Linux delivers SIGTERM to it when the process that started it dies, so an
     interrupted pytest (Ctrl-C, a killed xdist worker) leaves no streamlit server behind (two stayed orphaned)."""
+
     def setup():
         import ctypes
         import signal
@@ -70,6 +78,7 @@ def _die_with_parent(parent_pid: int):
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
         if os.getppid() != parent_pid:  # the parent died before prctl took effect
             os._exit(1)
+
     return setup
 
 
@@ -82,13 +91,26 @@ def serve_app(log_name: str = "streamlit-server.log", env: dict | None = None):
     port = _free_port()
     log = ARTIFACTS / worker_file(log_name)
     ARTIFACTS.mkdir(exist_ok=True)
-    cmd = [sys.executable, "-m", "streamlit", "run", str(MAIN), "--server.port", str(port),
-           "--server.headless", "true", "--browser.gatherUsageStats", "false",
-           "--server.fileWatcherType", "none"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(MAIN),
+        "--server.port",
+        str(port),
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
+        "--server.fileWatcherType",
+        "none",
+    ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                preexec_fn=_die_with_parent(os.getpid()))
+        proc = subprocess.Popen(
+            cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent(os.getpid())
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(url, proc, SERVER_START_TIMEOUT)

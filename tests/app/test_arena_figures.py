@@ -24,8 +24,11 @@ def result():
 
 
 def by_kind(fig, kind: str) -> dict:
-    return {(t.meta["method"], t.meta["metric"]): t for t in fig.data
-            if isinstance(t.meta, dict) and t.meta.get("kind") == kind}
+    return {
+        (t.meta["method"], t.meta["metric"]): t
+        for t in fig.data
+        if isinstance(t.meta, dict) and t.meta.get("kind") == kind
+    }
 
 
 def test_means_and_bands_are_arena_result_band(result):

@@ -18,8 +18,9 @@ from divclip.toy_envs import ENVS, METRICS, run_arena
 from divclip.toy_envs.report import summarize
 
 PAGE = PAGES_DIR / "toy_arena.py"
-TINY = ArenaSettings("bandit", ("grpo", "dapo", "atr"), seeds=2, steps=5, group_size=16, prompts_per_step=1,
-                     ppo_epochs=4, lr=0.05)
+TINY = ArenaSettings(
+    "bandit", ("grpo", "dapo", "atr"), seeds=2, steps=5, group_size=16, prompts_per_step=1, ppo_epochs=4, lr=0.05
+)
 
 
 def reference(settings: ArenaSettings):
@@ -27,8 +28,11 @@ def reference(settings: ArenaSettings):
 
 
 def same_curves(a, b) -> bool:
-    return a.methods == b.methods and a.seeds == b.seeds and all(
-        np.array_equal(a.metrics[k], b.metrics[k], equal_nan=True) for k in METRICS)
+    return (
+        a.methods == b.methods
+        and a.seeds == b.seeds
+        and all(np.array_equal(a.metrics[k], b.metrics[k], equal_nan=True) for k in METRICS)
+    )
 
 
 # ------------------------------------------------------------------------------------------ runner
@@ -166,11 +170,17 @@ def test_environment_brings_its_defaults():
     assert at.number_input(key="arena.steps").value == 100  # the user's choice stays
 
 
-@pytest.mark.parametrize("extra, message", slow_after(1, [
-    ("foo", "unknown method 'foo'"),
-    ("grpo", "method labels must be non-empty, unique"),
-    ("binary_kl", "needs a budget"),
-]))
+@pytest.mark.parametrize(
+    "extra, message",
+    slow_after(
+        1,
+        [
+            ("foo", "unknown method 'foo'"),
+            ("grpo", "method labels must be non-empty, unique"),
+            ("binary_kl", "needs a budget"),
+        ],
+    ),
+)
 def test_bad_methods_are_messages(extra, message):
     at = rendered(start({"seeds": "2", "steps": "5"}))
     at.text_input(key="arena.extra").input(extra).run()

@@ -199,5 +199,6 @@ def test_a_bad_pool_size_is_a_message_on_the_page(monkeypatch):
     at = rendered(start_page(PAGE))
     assert [e.value.replace("\\", "") for e in at.error] == [
         f"The toy arena is not available on this server: {WORKERS_ENV} must be an integer from 1 to "
-        f"{MAX_WORKERS}, got 'lots'."]
+        f"{MAX_WORKERS}, got 'lots'."
+    ]
     assert arena_runner._POOL is None

@@ -41,8 +41,16 @@ def test_a_method_without_weight_is_reported_not_drawn(grid):
     from divclip.theory.forms import Form, declare_form
     from divclip.theory.spec import MODE_NAMES
 
-    declare_form(Form("demo_batch2", "batch-selective", "demo", ("test:demo",), token_level=False,
-                      weight_note="depends on the batch"))
+    declare_form(
+        Form(
+            "demo_batch2",
+            "batch-selective",
+            "demo",
+            ("test:demo",),
+            token_level=False,
+            weight_note="depends on the batch",
+        )
+    )
     try:
         panels, problems = weight_panels(["grpo", "grpo/demo_batch2"], *grid)
     finally:
@@ -58,8 +66,9 @@ def test_heatmaps_share_one_colour_scale_and_hover_numbers(grid):
     fig = heatmap_figure(panels, q, r, q_mark=0.01)
     maps = [t for t in fig.data if t.type == "heatmap"]
     assert len(maps) == 6 and {t.coloraxis for t in maps} == {"coloraxis"}
-    assert fig.layout.coloraxis.cmin == 0 and fig.layout.coloraxis.cmax == pytest.approx(np.nanmax(
-        [np.nanmax(w) for p in panels for w in (p.pos, p.neg)]))
+    assert fig.layout.coloraxis.cmin == 0 and fig.layout.coloraxis.cmax == pytest.approx(
+        np.nanmax([np.nanmax(w) for p in panels for w in (p.pos, p.neg)])
+    )
     np.testing.assert_array_equal(np.asarray(maps[1].z, dtype=float), panels[0].neg)  # grpo, A < 0
     assert "w = %{z" in maps[0].hovertemplate and "q = %{x" in maps[0].hovertemplate
     assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"

@@ -37,7 +37,7 @@ def table_rows(page) -> list[dict[str, str]]:
     rows = []
     for tr in table.locator("tbody tr").all():
         cells = [c.strip() for c in tr.locator("th, td").all_inner_texts()]
-        rows.append(dict(zip(headers[-len(cells):], cells)))
+        rows.append(dict(zip(headers[-len(cells) :], cells)))
     return rows
 
 
@@ -71,8 +71,7 @@ def assert_router_page(page, path: str) -> None:
 def test_explorer_link_reproduces_theory_bounds_and_preset_button_updates_both(page, app_url, artifacts):
     """A link's parameters give theory's bounds and are written back to the address bar; then a preset button
     (one page load for both) rewrites the address and the table."""
-    query = {"delta": "0.05", "eps_low": "0.2", "eps_high": "0.28", "p": "0.01",
-             "measures": "kl3,ratio,binary_kl"}
+    query = {"delta": "0.05", "eps_low": "0.2", "eps_high": "0.28", "p": "0.01", "measures": "kl3,ratio,binary_kl"}
     open_page(page, app_url, "", query)
     assert_no_exception(page)
     rows = table_rows(page)

@@ -39,8 +39,9 @@ def test_reallocation_page_shows_theorys_numbers(page, app_url, artifacts):
     assert page.locator("h1").first.inner_text().strip() == NAV["reallocation"]
     assert_no_exception(page)
     assert page.locator('[data-testid="stSidebarNav"]').get_by_text(NAV["reallocation"]).count() == 1
-    row = compare_measures([0.1, 0.7, 0.2], [1, -1, -1], ["grpo", "dapo", "atr", "dppo_kl", "dppo_tv"],
-                           lr=0.5, epochs=8).rows[2]  # atr, the page's default focus
+    row = compare_measures(
+        [0.1, 0.7, 0.2], [1, -1, -1], ["grpo", "dapo", "atr", "dppo_kl", "dppo_tv"], lr=0.5, epochs=8
+    ).rows[2]  # atr, the page's default focus
     shown = metric_values(page)
     assert shown["one-step gain Σ Δπ·A"] == f"{row.optimum.gain:.4f}"
     assert shown["ΔH after 8 epoch(s)"] == f"{row.dyn_entropy_change:+.4f}"

@@ -49,7 +49,10 @@ def training_step(page, above: int = 0, timeout_ms: int = 120_000) -> int:
     page.wait_for_function(
         """(above) => { const b = document.querySelector('[data-testid="stProgress"]');
                         const m = b && b.innerText.match(/Training: step (\\d+) of/);
-                        return m && Number(m[1]) > above; }""", arg=above, timeout=timeout_ms)
+                        return m && Number(m[1]) > above; }""",
+        arg=above,
+        timeout=timeout_ms,
+    )
     return int(re.search(r"step (\d+) of", progress(page)).group(1))
 
 

@@ -69,8 +69,10 @@ def explorer_findings_eps_out_of_range(page) -> list[str]:
     wait_idle(page)
     found = []
     if low.get_attribute("aria-invalid") == "true" or low.input_value() != f"{EPS_MAX:g}":
-        found.append(f"typed ε_low = 5 left the box at {low.input_value()!r} (invalid: "
-                     f"{low.get_attribute('aria-invalid')}), not clamped to {EPS_MAX:g}")
+        found.append(
+            f"typed ε_low = 5 left the box at {low.input_value()!r} (invalid: "
+            f"{low.get_attribute('aria-invalid')}), not clamped to {EPS_MAX:g}"
+        )
     if not re.search(r"ε_low = 5 is outside .*using 0\.9", alerts(page)):
         found.append(f"typed ε_low = 5 said nothing: alerts {alerts(page)!r}")
     ratio = row_for(table_rows(page), "ratio")
@@ -96,8 +98,9 @@ def explorer_findings_no_measure(page) -> list[str]:
 def test_explorer_walk_findings_are_fixed(page, app_url):
     """Before the fix all six were found (KeyError: None, red box, ATR-GRPO label, 0.000000, empty CSV budget,
     cut-off links)."""
-    open_page(page, app_url, "", {"measures": ALL, "delta": f"{GSPO_SIZE_DELTA:g}", "eps_low": "0.2",
-                                  "eps_high": "0.28"})
+    open_page(
+        page, app_url, "", {"measures": ALL, "delta": f"{GSPO_SIZE_DELTA:g}", "eps_low": "0.2", "eps_high": "0.28"}
+    )
     assert_no_exception(page)
     found = explorer_findings_all_measures(page)
     found += explorer_findings_eps_out_of_range(page)
@@ -115,7 +118,7 @@ def test_proof_walk_findings_are_fixed(page, app_url):
     shown, total = progress.groups()
     if shown != total or f"using {shown}." not in alerts(page):
         found.append(f"step=99 shows step {shown} of {total} but warns {alerts(page)!r}")
-    tex = " ".join(page.locator('.st-key-proof-step annotation').evaluate_all("els => els.map(e => e.textContent)"))
+    tex = " ".join(page.locator(".st-key-proof-step annotation").evaluate_all("els => els.map(e => e.textContent)"))
     lower = re.search(r"l_\\delta = ([^,]*)", tex)
     if not lower or not re.search(r"W_\{?0\}?", lower.group(1)):
         found.append(f"the closed form of l_δ does not name the branch W_0: {lower and lower.group(1)!r}")

@@ -91,8 +91,10 @@ def test_explorer_takes_typed_values_and_figures_download_in_both_formats(page, 
     delta.press("Enter")
     wait_query(page, "delta", "0.05")
     lo, hi = theory.kl3_bounds(0.05)
-    assert (row_for(table_rows(page), "kl3")["l"], row_for(table_rows(page), "kl3")["u"]) == (format_bound(lo),
-                                                                                              format_bound(hi))
+    assert (row_for(table_rows(page), "kl3")["l"], row_for(table_rows(page), "kl3")["u"]) == (
+        format_bound(lo),
+        format_bound(hi),
+    )
     page.get_by_role("button", name="Match δ to ε_high under KL3").click()
     page.wait_for_function("() => !window.location.search.includes('delta=0.05&')")
     wait_idle(page)
@@ -141,8 +143,12 @@ def test_sanity_example_button_shows_a_report(page, app_url, artifacts):
 def _overlaps(a: dict | None, b: dict | None) -> bool:
     if not a or not b:
         return False
-    return not (a["x"] + a["width"] <= b["x"] or b["x"] + b["width"] <= a["x"]
-                or a["y"] + a["height"] <= b["y"] or b["y"] + b["height"] <= a["y"])
+    return not (
+        a["x"] + a["width"] <= b["x"]
+        or b["x"] + b["width"] <= a["x"]
+        or a["y"] + a["height"] <= b["y"]
+        or b["y"] + b["height"] <= a["y"]
+    )
 
 
 def assert_toolbars_clear_of_titles(page) -> None:

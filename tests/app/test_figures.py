@@ -29,8 +29,11 @@ def intervals():
 
 
 def traces_of(fig: go.Figure, kind: str) -> dict:
-    return {t.meta["measure"] if "measure" in t.meta else t.name: t for t in fig.data
-            if isinstance(t.meta, dict) and t.meta.get("kind") == kind}
+    return {
+        t.meta["measure"] if "measure" in t.meta else t.name: t
+        for t in fig.data
+        if isinstance(t.meta, dict) and t.meta.get("kind") == kind
+    }
 
 
 def test_curve_markers_sit_at_theorys_roots(intervals):

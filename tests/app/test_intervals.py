@@ -76,8 +76,7 @@ def test_csv_and_table_have_no_float_noise(eps_low, eps_high):
     assert not re.search(r"9999999|0000000\d", text), text
     ratio = list(csv.DictReader(io.StringIO(text)))[0]
     assert float(ratio["l"]) == pytest.approx(1 - eps_low, rel=1e-11)
-    assert float(ratio["ε_low"]) == eps_low and ratio["method"] == method_for("ratio", eps_low,
-                                                                                                 eps_high)
+    assert float(ratio["ε_low"]) == eps_low and ratio["method"] == method_for("ratio", eps_low, eps_high)
     assert ratio["D(r[, p])"] == f"1 − {eps_low:g} ≤ r ≤ 1 + {eps_high:g}"  # not abs(r - 1): asymmetric ε
 
 
@@ -92,11 +91,17 @@ def test_verl_and_trl_settings_for_one_interval():
     assert "policy_loss.loss_mode=dppo_kl" in bkl and f"clip_ratio_high={ATR_DELTA!r}" in bkl
     assert "policy_loss.loss_mode=dppo_tv" in btv
     trl_kl3 = method_export(interval_spec(ivs[0]), "trl").settings
-    assert trl_kl3 == {"loss_type": "dapo", "clip_measure": "kl3", "clip_delta": ATR_DELTA, "epsilon_high": None,
-                       "delta": None}  # loss_type explicit (TRL's default dapo): a pasted block leaves no other
+    assert trl_kl3 == {
+        "loss_type": "dapo",
+        "clip_measure": "kl3",
+        "clip_delta": ATR_DELTA,
+        "epsilon_high": None,
+        "delta": None,
+    }  # loss_type explicit (TRL's default dapo): a pasted block leaves no other
     assert method_export(interval_spec(ivs[1]), "trl").settings["epsilon_high"] == 0.28
     with pytest.raises(ValueError, match="TRL has no 'gated' loss form"):
         method_export(interval_spec(ivs[2]), "trl")
+
 
 def test_atr_preset_is_grpo_lower_side_under_kl3():
     assert ATR_DELTA == theory.delta_for_eps("kl3", eps_low=0.2)
@@ -122,8 +127,9 @@ def test_method_colours_match_streamlit_config():
     assert len(set(METHOD_COLOURS.values())) == len(METHOD_COLOURS)
 
 
-@pytest.mark.parametrize(("name", "method"), [("kl3", "ATR-GRPO"), ("binary_kl", "DPPO-Binary-KL"),
-                                              ("custom: r", "custom")])
+@pytest.mark.parametrize(
+    ("name", "method"), [("kl3", "ATR-GRPO"), ("binary_kl", "DPPO-Binary-KL"), ("custom: r", "custom")]
+)
 def test_methods(name, method):
     assert method_for(name) == method and colour_for(name) == METHOD_COLOURS[method]
 
@@ -132,10 +138,16 @@ def test_ratio_is_grpo_when_symmetric_and_dapo_with_clip_higher():
     assert method_for("ratio", 0.2, 0.2) == "GRPO" and method_for("ratio", 0.2, 0.28) == "DAPO"
 
 
-@pytest.mark.parametrize(("eps", "method", "colour"),
-                         [((0.1, 0.1), "ratio clip", "GRPO"), ((0.2, 0.3), "ratio clip", "DAPO"),
-                          ((3e-4, 4e-4), "GSPO", "DAPO"), ((0.3, 0.2), "ratio clip", "GRPO"),
-                          ((0.2 + 1e-7, 0.2), "ratio clip", "GRPO")])
+@pytest.mark.parametrize(
+    ("eps", "method", "colour"),
+    [
+        ((0.1, 0.1), "ratio clip", "GRPO"),
+        ((0.2, 0.3), "ratio clip", "DAPO"),
+        ((3e-4, 4e-4), "GSPO", "DAPO"),
+        ((0.3, 0.2), "ratio clip", "GRPO"),
+        ((0.2 + 1e-7, 0.2), "ratio clip", "GRPO"),
+    ],
+)
 def test_ratio_clip_is_named_by_its_eps(eps, method, colour):
     """Only GRPO's, DAPO's and GSPO's published ε carry their names; any other ε is a plain ratio clip."""
     assert method_for("ratio", *eps) == method and colour_for("ratio", *eps) == METHOD_COLOURS[colour]
@@ -143,8 +155,10 @@ def test_ratio_clip_is_named_by_its_eps(eps, method, colour):
 
 
 def test_presets_are_distinct():
-    values = [tuple(sorted((k, tuple(v) if isinstance(v, tuple) else v) for k, v in p.values.items()))
-              for p in PRESETS.values()]
+    values = [
+        tuple(sorted((k, tuple(v) if isinstance(v, tuple) else v) for k, v in p.values.items()))
+        for p in PRESETS.values()
+    ]
     assert len(set(values)) == len(values)
     numbers = [tuple(p.values[k] for k in ("delta", "eps_low", "eps_high", "p")) for p in PRESETS.values()]
     assert len(set(numbers)) == len(numbers), "two presets differ only in which measures they show"

@@ -63,8 +63,10 @@ def page_links(at: AppTest) -> dict[str, dict]:
     """Each st.page_link: its label -> (target page, query parameters)."""
     out = {}
     for link in at.get("page_link"):
-        out[link.proto.label] = {"page": link.proto.page,
-                                 "query": {k: v[-1] for k, v in parse_qs(link.proto.query_string).items()}}
+        out[link.proto.label] = {
+            "page": link.proto.page,
+            "query": {k: v[-1] for k, v in parse_qs(link.proto.query_string).items()},
+        }
     return out
 
 
@@ -173,9 +175,16 @@ def test_match_delta_to_eps_high():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("eps_low", "eps_high", "method"),
-                         [("0.235", "0.275", "ratio clip"), ("3e-4", "4e-4", "GSPO"), ("0.2", "0.28", "DAPO"),
-                          ("0.2", "0.2", "GRPO"), ("0.0001", "0.9", "ratio clip")])
+@pytest.mark.parametrize(
+    ("eps_low", "eps_high", "method"),
+    [
+        ("0.235", "0.275", "ratio clip"),
+        ("3e-4", "4e-4", "GSPO"),
+        ("0.2", "0.28", "DAPO"),
+        ("0.2", "0.2", "GRPO"),
+        ("0.0001", "0.9", "ratio clip"),
+    ],
+)
 def test_url_values_are_the_typed_values(eps_low, eps_high, method):
     """Values a 0.01-step slider cannot hold (0.235, GSPO's 3e-4) reach the boxes, the table and the URL."""
     at = rendered(start(query={"eps_low": eps_low, "eps_high": eps_high, "measures": "ratio"}))
@@ -205,8 +214,9 @@ def test_log_slider_and_box_agree():
 
 @pytest.mark.slow
 def test_explorer_links_carry_the_values():
-    at = rendered(start(query={"delta": "0.05", "eps_low": "0.235", "eps_high": "0.275",
-                               "measures": "kl3,ratio,binary_kl"}))
+    at = rendered(
+        start(query={"delta": "0.05", "eps_low": "0.235", "eps_high": "0.275", "measures": "kl3,ratio,binary_kl"})
+    )
     links = page_links(at)
     proof = [v for k, v in links.items() if k.startswith("The proof for KL3")]
     assert proof and proof[0]["page"].endswith("proof") and proof[0]["query"] == {"measure": "kl3", "delta": "0.05"}
@@ -217,15 +227,18 @@ def test_explorer_links_carry_the_values():
 
 @pytest.mark.parametrize(
     ("query", "message"),
-    slow_after(1, [
-        ({"delta": "abc"}, "delta='abc' is not a number"),
-        ({"delta": "-1"}, "delta=-1 is outside the allowed range"),
-        ({"measures": "foo"}, "'foo'"),
-        ({"measures": "kl3,foo"}, "'foo' ignored"),
-        ({"p": "1.5"}, "p=1.5 is outside"),
-        ({"eps_low": "nan"}, "not a finite number"),
-        ({"zoom": "2"}, "Unknown URL parameter 'zoom'"),
-    ]),
+    slow_after(
+        1,
+        [
+            ({"delta": "abc"}, "delta='abc' is not a number"),
+            ({"delta": "-1"}, "delta=-1 is outside the allowed range"),
+            ({"measures": "foo"}, "'foo'"),
+            ({"measures": "kl3,foo"}, "'foo' ignored"),
+            ({"p": "1.5"}, "p=1.5 is outside"),
+            ({"eps_low": "nan"}, "not a finite number"),
+            ({"zoom": "2"}, "Unknown URL parameter 'zoom'"),
+        ],
+    ),
 )
 def test_bad_url_parameters_warn_and_still_render(query, message):
     at = rendered(start(query=query))
@@ -338,10 +351,12 @@ def test_proof_of_every_derivable_measure_renders_checked_prose(name):
         assert kind, check
         assert "SymPy assumptions said False" not in check and "simplify(" not in check
         badges = set(re.findall(r":(blue|orange)-badge\[(\w+)\]", check))
-        expected = {"symbolic": {("blue", "symbolic")}, "numeric": {("orange", "numeric")},
-                    "symbolic + numeric": {("blue", "symbolic"), ("orange", "numeric")}}[kind.group(1)]
+        expected = {
+            "symbolic": {("blue", "symbolic")},
+            "numeric": {("orange", "numeric")},
+            "symbolic + numeric": {("blue", "symbolic"), ("orange", "numeric")},
+        }[kind.group(1)]
         assert badges == expected, check
-
 
 
 @pytest.mark.slow
@@ -369,8 +384,9 @@ def test_proof_markdown_download_has_every_step():
 
     steps = [*derivation("hellinger"), sign_step("hellinger", 0.04)]  # the derivation, then the sign of A
     results = [s.run_check() for s in steps]
-    text = lecture_markdown("hellinger", "Hellinger", steps, results, 0.04,
-                            illustration_rows(symbolic_roots("hellinger"), 0.04), "l")
+    text = lecture_markdown(
+        "hellinger", "Hellinger", steps, results, 0.04, illustration_rows(symbolic_roots("hellinger"), 0.04), "l"
+    )
     assert button.proto.label and text.count("\n## ") == len(steps) + 1
     assert text.count("**Check passed (") == len(steps) and "$$" in text
     lo, hi = theory.get_measure("hellinger").bounds(0.04)
@@ -449,15 +465,18 @@ def test_custom_measure_uses_p():
 
 @pytest.mark.parametrize(
     ("formula", "message"),
-    slow_after(1, [  # a syntax error stays in the fast loop
-        ("r**", "not a valid expression"),
-        ("__import__('os')", "not allowed"),
-        ("r + 1", "must satisfy D(1) = 0"),
-        ("log(r)", "wrong slope"),  # theory/formula.py: "has the wrong slope on the whole of (0.0001, 1)"
-        ("r - 1", "must"),
-        ("", "must not be empty"),
-        ("exp(exp(exp(r)))", "formula"),
-    ]),
+    slow_after(
+        1,
+        [  # a syntax error stays in the fast loop
+            ("r**", "not a valid expression"),
+            ("__import__('os')", "not allowed"),
+            ("r + 1", "must satisfy D(1) = 0"),
+            ("log(r)", "wrong slope"),  # theory/formula.py: "has the wrong slope on the whole of (0.0001, 1)"
+            ("r - 1", "must"),
+            ("", "must not be empty"),
+            ("exp(exp(exp(r)))", "formula"),
+        ],
+    ),
 )
 def test_bad_formulas_are_messages(formula, message):
     at = rendered(start("views/custom_measure.py", {"formula": "r*log(r) - r + 1"}))

@@ -63,8 +63,11 @@ def test_mirror_figure_says_which_side_is_tighter(name, tighter):
     (widths,) = traces(fig, "widths")
     lo, hi = theory.get_measure(name).bounds(delta)
     assert list(widths.x) == pytest.approx([1 - lo, hi - 1], rel=1e-12)
-    assert tighter in fig.layout.title.subtitle.text if tighter != "neither" else "symmetric" in \
-        fig.layout.title.subtitle.text
+    assert (
+        tighter in fig.layout.title.subtitle.text
+        if tighter != "neither"
+        else "symmetric" in fig.layout.title.subtitle.text
+    )
 
 
 def test_asymmetry_figure_leading_term_is_four_thirds_delta():
@@ -132,8 +135,9 @@ def test_every_step_has_a_question_and_the_roots_answer_follows_theory():
     assert "1 times as far" in chi2  # χ² is symmetric: both bounds move by √δ
 
 
-@pytest.mark.parametrize(("raw", "value", "warned"), [("1", True, False), ("on", True, False), ("0", False, False),
-                                                       ("maybe", False, True)])
+@pytest.mark.parametrize(
+    ("raw", "value", "warned"), [("1", True, False), ("on", True, False), ("0", False, False), ("maybe", False, True)]
+)
 def test_bool_param(raw, value, warned):
     got, warning = BoolParam("presenter", "presenter mode").parse(raw)
     assert got is value and (warning is not None) is warned

@@ -44,8 +44,9 @@ def test_numeric_only_checks_say_so(checked):
 
 
 def test_a_failed_numeric_check_is_not_called_symbolic():
-    result = CheckResult(False, "numeric at 5 random δ (40 digits)",
-                         "x < 1: min margin -1e-3 (SymPy assumptions said False)")
+    result = CheckResult(
+        False, "numeric at 5 random δ (40 digits)", "x < 1: min margin -1e-3 (SymPy assumptions said False)"
+    )
     assert check_kind(result) == NUMERIC and "SymPy assumptions said False" not in check_sentence(result)
 
 
@@ -59,8 +60,9 @@ class Labelled:
     kind: str
 
 
-@pytest.mark.parametrize(("label", "kind"), [("symbolic", SYMBOLIC), ("numeric", BOTH), ("mixed", BOTH),
-                                             ("symbolic+numeric", BOTH)])
+@pytest.mark.parametrize(
+    ("label", "kind"), [("symbolic", SYMBOLIC), ("numeric", BOTH), ("mixed", BOTH), ("symbolic+numeric", BOTH)]
+)
 def test_theorys_label_joins_the_method_text(label, kind):
     """A symbolic method whose verdict theory labels numeric reads 'both': neither half is hidden."""
     result = Labelled(True, "simplify(lhs - rhs) == 0", "x - (x) -> 0", label)

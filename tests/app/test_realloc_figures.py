@@ -38,8 +38,11 @@ def colours(comp):
 
 
 def traces(fig, kind: str) -> dict:
-    return {t.meta["spec"] if "spec" in t.meta else t.meta["action"]: t for t in fig.data
-            if isinstance(t.meta, dict) and t.meta.get("kind") == kind}
+    return {
+        t.meta["spec"] if "spec" in t.meta else t.meta["action"]: t
+        for t in fig.data
+        if isinstance(t.meta, dict) and t.meta.get("kind") == kind
+    }
 
 
 def test_presets_keep_their_method_colours():

@@ -56,8 +56,15 @@ def test_default_view_is_docs_first_example():
     rows = comparison_rows(at)
     assert [r["label"] for r in rows] == list(DEFAULT_COMPARE_SPECS)
     for got, want in zip(rows, comp.table()):
-        for column in ("hi_max", "max_gain_positive", "lp_gain_high_pos", "dyn_gain_high_pos", "dyn_entropy_change",
-                       "dyn_kl", "dyn_clipped_tokens"):
+        for column in (
+            "hi_max",
+            "max_gain_positive",
+            "lp_gain_high_pos",
+            "dyn_gain_high_pos",
+            "dyn_entropy_change",
+            "dyn_kl",
+            "dyn_clipped_tokens",
+        ):
             assert got[column] == want[column], (want["label"], column)
     assert len(at.get("plotly_chart")) == 6
     assert "not exploration" in at.markdown[0].value
@@ -73,8 +80,9 @@ def test_changing_probs_moves_the_optimum_to_theorys():
     rows = optimum_rows(at)
     assert [r["π_new (LP)"] for r in rows] == opt.probs_new.tolist()
     assert [r["Δ (LP)"] for r in rows] == opt.delta.tolist()
-    assert [r["LP at"] for r in rows] == ["hi" if u else "lo" if lo else "inside"
-                                         for u, lo in zip(opt.at_upper, opt.at_lower)]
+    assert [r["LP at"] for r in rows] == [
+        "hi" if u else "lo" if lo else "inside" for u, lo in zip(opt.at_upper, opt.at_lower)
+    ]
     assert metrics(at)["one-step ΔH"] == f"{opt.entropy_change:+.4f}"
     assert at.query_params["probs"] == "0.2, 0.5, 0.3"  # the view is in the URL
 
@@ -111,8 +119,12 @@ def test_spec_choice_and_other_specs():
     at.multiselect(key="realloc.specs").set_value(["grpo", "gspo"]).run()
     at.text_input(key="realloc.extra").input("kl3:0.05, ratio:0.1:0.3").run()
     rendered(at)
-    specs = {"grpo": "grpo", "gspo": "gspo", "kl3:0.05": method_spec("kl3:0.05"),
-             "ratio:0.1:0.3": method_spec("ratio:0.1:0.3")}
+    specs = {
+        "grpo": "grpo",
+        "gspo": "gspo",
+        "kl3:0.05": method_spec("kl3:0.05"),
+        "ratio:0.1:0.3": method_spec("ratio:0.1:0.3"),
+    }
     comp = compare_measures([0.6, 0.3, 0.1], [1, -1, 0.5], specs, lr=0.5, epochs=8)
     rows = comparison_rows(at)
     assert [r["label"] for r in rows] == list(specs)
@@ -135,17 +147,20 @@ def test_other_specs_draw_an_intersection():
 
 
 @pytest.mark.slow  # the fast loop types into this page in test_changing_probs_moves_the_optimum_to_theorys
-@pytest.mark.parametrize("field, text, message", [
-    ("probs", "0.5,0.5,0.1", "probs must sum to 1"),
-    ("probs", "0.6,abc,0.1", "π_old must be numbers separated by commas"),
-    ("probs", "0.6,0,0.4", "probs[1] = 0.0"),
-    ("adv", "1,-1", "adv has 2 entries but probs has 3"),
-    ("adv", "1,nan,2", "adv[1] = nan"),
-    ("extra", "sapo", "no clip interval"),
-    ("extra", "foo", "unknown method 'foo'"),
-    ("extra", "grpo", "'grpo' is already chosen"),
-    ("extra", "kl3@clipfrac=0.1", "adapts δ during training"),
-])
+@pytest.mark.parametrize(
+    "field, text, message",
+    [
+        ("probs", "0.5,0.5,0.1", "probs must sum to 1"),
+        ("probs", "0.6,abc,0.1", "π_old must be numbers separated by commas"),
+        ("probs", "0.6,0,0.4", "probs[1] = 0.0"),
+        ("adv", "1,-1", "adv has 2 entries but probs has 3"),
+        ("adv", "1,nan,2", "adv[1] = nan"),
+        ("extra", "sapo", "no clip interval"),
+        ("extra", "foo", "unknown method 'foo'"),
+        ("extra", "grpo", "'grpo' is already chosen"),
+        ("extra", "kl3@clipfrac=0.1", "adapts δ during training"),
+    ],
+)
 def test_bad_inputs_are_messages(field, text, message):
     at = rendered(start())
     at.text_input(key=f"realloc.{field}").input(text).run()

@@ -33,8 +33,9 @@ def subheaders(at: AppTest) -> list[str]:
 @pytest.mark.parametrize("config", ["verl_dapo.yaml", "trl_gspo.yaml"])
 def test_shipped_examples_are_valid_inputs(config):
     rollouts = EXAMPLES / "rollouts_example.jsonl"
-    report = report_from_uploads(config=(config, (EXAMPLES / config).read_bytes()),
-                                 rollouts=(rollouts.name, rollouts.read_bytes()))
+    report = report_from_uploads(
+        config=(config, (EXAMPLES / config).read_bytes()), rollouts=(rollouts.name, rollouts.read_bytes())
+    )
     assert report["warnings"] == []  # the examples show a healthy setting
     assert report["rollouts"]["n_tokens"] > 1000 and report["config"]["framework"] == config.split("_")[0]
 
@@ -94,8 +95,10 @@ def test_histogram_labels_do_not_overlap():
     from divclip.sanity import figures
 
     rollouts = EXAMPLES / "rollouts_example.jsonl"
-    report = report_from_uploads(config=("verl_dapo.yaml", (EXAMPLES / "verl_dapo.yaml").read_bytes()),
-                                 rollouts=(rollouts.name, rollouts.read_bytes()))
+    report = report_from_uploads(
+        config=("verl_dapo.yaml", (EXAMPLES / "verl_dapo.yaml").read_bytes()),
+        rollouts=(rollouts.name, rollouts.read_bytes()),
+    )
     fig = figures.log_ratio_histogram_figure(report["rollouts"])
     notes = [(a.x, a.xanchor, a.yshift or 0, a.text) for a in fig.layout.annotations]
     assert len(notes) == 4  # ratio and KL3, each bound

@@ -75,8 +75,12 @@ def test_repeated_keys_take_the_last_like_st_query_params():
 
 
 @pytest.mark.slow  # 60 examples; test_every_preset_is_a_valid_url_state round-trips in the fast loop
-@given(delta=st.floats(0.001, 0.5), eps=st.floats(0.01, 0.9), p=st.floats(0.001, 0.999),
-       measures=st.lists(st.sampled_from(["kl3", "ratio", "binary_kl", "chi2", "k2"]), min_size=1, unique=True))
+@given(
+    delta=st.floats(0.001, 0.5),
+    eps=st.floats(0.01, 0.9),
+    p=st.floats(0.001, 0.999),
+    measures=st.lists(st.sampled_from(["kl3", "ratio", "binary_kl", "chi2", "k2"]), min_size=1, unique=True),
+)
 def test_explorer_state_round_trips_through_the_url(delta, eps, p, measures):
     values = {"delta": delta, "eps_low": eps, "eps_high": eps, "p": p, "measures": tuple(measures)}
     back, warnings = parse_query(EXPLORER_SPEC, encode_query(EXPLORER_SPEC, values))
@@ -93,9 +97,17 @@ def test_every_preset_is_a_valid_url_state(name):
     assert values["measures"] == PRESETS[name].values["measures"]
 
 
-@pytest.mark.parametrize(("raw", "value", "message"),
-                         [("3", 3, None), (" 7 ", 7, None), ("0", 1, "step=0 is outside the allowed range [1, 20]"),
-                          ("99", 20, "using 20"), ("2.5", 4, "is not a whole number"), ("x", 4, "not a whole number")])
+@pytest.mark.parametrize(
+    ("raw", "value", "message"),
+    [
+        ("3", 3, None),
+        (" 7 ", 7, None),
+        ("0", 1, "step=0 is outside the allowed range [1, 20]"),
+        ("99", 20, "using 20"),
+        ("2.5", 4, "is not a whole number"),
+        ("x", 4, "not a whole number"),
+    ],
+)
 def test_int_param(raw, value, message):
     param = IntParam("step", "lecture step", 4, 1, 20)
     got, warning = param.parse(raw)

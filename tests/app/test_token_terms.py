@@ -21,10 +21,16 @@ def by_method(q, r, adv, methods=METHODS):
     return {t.method: t for t in explain_token(parse_methods(methods), q, r, adv)}
 
 
-@pytest.mark.parametrize(("r", "adv", "zero", "words"), [
-    (1.3, 1.0, True, "above the upper bound 1.2"), (0.7, -1.0, True, "below the lower bound 0.8"),
-    (1.1, 2.0, False, "inside"), (0.7, 1.0, False, "moved against its advantage"), (1.3, 0.0, True, "A = 0"),
-])
+@pytest.mark.parametrize(
+    ("r", "adv", "zero", "words"),
+    [
+        (1.3, 1.0, True, "above the upper bound 1.2"),
+        (0.7, -1.0, True, "below the lower bound 0.8"),
+        (1.1, 2.0, False, "inside"),
+        (0.7, 1.0, False, "moved against its advantage"),
+        (1.3, 0.0, True, "A = 0"),
+    ],
+)
 def test_grpo_token(r, adv, zero, words):
     term = by_method(0.1, r, adv)["grpo"]
     clipped = min(max(r, 0.8), 1.2)
@@ -42,8 +48,9 @@ def test_weight_is_autograd_through_theorys_loss():
             spec = parse_methods(text)[text]
             old = torch.tensor([[math.log(q)]], dtype=torch.float64)
             lp = (old + math.log(r)).requires_grad_(True)
-            loss = theory.policy_terms(lp, old, torch.tensor([[adv]], dtype=torch.float64), torch.ones_like(old),
-                                       spec).loss
+            loss = theory.policy_terms(
+                lp, old, torch.tensor([[adv]], dtype=torch.float64), torch.ones_like(old), spec
+            ).loss
             (grad,) = torch.autograd.grad(loss.sum(), lp)
             assert term.gradient == pytest.approx(float(grad), abs=1e-12), (text, q, r, adv)
 

@@ -25,8 +25,10 @@ def expected() -> str:
 def test_the_method_table_is_the_catalogue(doc, expected):
     found = MARKED.findall((ROOT / doc).read_text())
     assert len(found) == 1, f"{doc} must hold one table between <!-- atlas:methods:start/end --> markers"
-    assert found[0] == expected, (f"{doc}'s method table differs from the catalogue: paste the output of "
-                                  "`divclip atlas --markdown` between its atlas:methods markers")
+    assert found[0] == expected, (
+        f"{doc}'s method table differs from the catalogue: paste the output of "
+        "`divclip atlas --markdown` between its atlas:methods markers"
+    )
 
 
 def test_the_table_names_every_method_with_family_and_source(expected):

@@ -134,8 +134,12 @@ def test_kl3_table_every_digit(row):
     w_lo = -mp.lambertw(-mp.exp(-1 - delta), 0).real
     w_hi = -mp.lambertw(-mp.exp(-1 - delta), -1).real
     assert abs(w_lo - lo) < mp.mpf(10) ** -40 and abs(w_hi - hi) < mp.mpf(10) ** -40
-    expected = [rounded(lo, _decimals(row[1])), rounded(hi, _decimals(row[2])),
-                rounded(1 - lo, _decimals(row[3])), rounded(hi - 1, _decimals(row[4]))]
+    expected = [
+        rounded(lo, _decimals(row[1])),
+        rounded(hi, _decimals(row[2])),
+        rounded(1 - lo, _decimals(row[3])),
+        rounded(hi - 1, _decimals(row[4])),
+    ]
     assert row[1:5] == expected
 
 
@@ -183,10 +187,18 @@ if __name__ == "__main__":  # print the tables as they belong in docs/theory.md
         lo, hi = reference_interval("kl3", d)
         print(f"| {cell} | {rounded(lo)} | {rounded(hi)} | {rounded(1 - lo)} | {rounded(hi - 1)} |")
     print("\n| measure | δ | p | lo | hi |\n|---|---|---|---|---|")
-    for name, d, ps in [("ratio", "0.2", [None]), ("log_ratio", "0.02", [None]), ("k2", "0.02", [None]),
-                        ("kl3", "0.02", [None]), ("kl3_reverse", "0.02", [None]),
-                        ("binary_kl", "0.02", ["0.01", "0.5", "0.99"]), ("binary_tv", "0.02", ["0.01", "0.5", "0.99"]),
-                        ("chi2", "0.02", [None]), ("chi2", "1.5", [None]), ("hellinger", "0.02", [None])]:
+    for name, d, ps in [
+        ("ratio", "0.2", [None]),
+        ("log_ratio", "0.02", [None]),
+        ("k2", "0.02", [None]),
+        ("kl3", "0.02", [None]),
+        ("kl3_reverse", "0.02", [None]),
+        ("binary_kl", "0.02", ["0.01", "0.5", "0.99"]),
+        ("binary_tv", "0.02", ["0.01", "0.5", "0.99"]),
+        ("chi2", "0.02", [None]),
+        ("chi2", "1.5", [None]),
+        ("hellinger", "0.02", [None]),
+    ]:
         for p in ps:
             lo, hi = reference_interval(name, d, p)
             print(f"| {name} | {d} | {p or '—'} | {rounded(lo)} | {rounded(hi)} |")

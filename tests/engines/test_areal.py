@@ -35,8 +35,18 @@ def test_keys_and_defaults_are_the_installed_packages(fields):
 def test_loss_function_keywords_are_the_installed_ones():
     """grpo_loss_fn passes exactly these actor fields to ppo_actor_loss_fn / sapo_loss_fn."""
     source = installed_file("areal", "trainer/ppo/actor.py").read_text()
-    for name in ("eps_clip", "eps_clip_higher", "c_clip", "rejection_sampling", "importance_sampling_level",
-                 "use_sapo_loss", "sapo_tau_pos", "sapo_tau_neg", "use_decoupled_loss", "ppo_n_minibatches"):
+    for name in (
+        "eps_clip",
+        "eps_clip_higher",
+        "c_clip",
+        "rejection_sampling",
+        "importance_sampling_level",
+        "use_sapo_loss",
+        "sapo_tau_pos",
+        "sapo_tau_neg",
+        "use_decoupled_loss",
+        "ppo_n_minibatches",
+    ):
         assert f"self.config.{name}" in source, name
 
 
@@ -54,10 +64,12 @@ def test_inference_logprobs_sapo_sequence_and_typos():
     assert r.spec == parse_method("grpo/dual=3") and not r.on_policy
     assert [a.code for a in r.advice] == ["clip_on_inference_logprobs"]
     r = areal.read({"actor.use_sapo_loss": True, "actor.sapo_tau_neg": 2.0, "actor.eps_clip_high": 0.3})
-    assert r.spec == parse_method("sapo/tau=1:2") and r.unknown_keys == [("actor.eps_clip_high",
-                                                                          "actor.eps_clip_higher")]
-    r = areal.read({"actor.importance_sampling_level": "sequence", "actor.eps_clip": "3e-4",
-                    "actor.eps_clip_higher": "4e-4"})
+    assert r.spec == parse_method("sapo/tau=1:2") and r.unknown_keys == [
+        ("actor.eps_clip_high", "actor.eps_clip_higher")
+    ]
+    r = areal.read(
+        {"actor.importance_sampling_level": "sequence", "actor.eps_clip": "3e-4", "actor.eps_clip_higher": "4e-4"}
+    )
     assert r.spec == parse_method("gspo") and "sequence level" in str(r.differences[0])
     r = areal.read({"actor.rejection_sampling.upper": 2.0})
     assert "ignored_key" in {a.code for a in r.advice}
@@ -78,8 +90,10 @@ def test_write_then_read_back_through_the_text(method, fmt):
     assert any("aggregation" in str(d) for d in w.differences) == (method in ("grpo", "gspo"))
 
 
-@pytest.mark.parametrize("method,missing", [("binary_kl:0.05", "no single ratio clip"), ("dppo_kl", "'gated'"),
-                                            ("ratio:0.2:0.28/cispo", "'cispo'")])
+@pytest.mark.parametrize(
+    "method,missing",
+    [("binary_kl:0.05", "no single ratio clip"), ("dppo_kl", "'gated'"), ("ratio:0.2:0.28/cispo", "'cispo'")],
+)
 def test_what_areal_cannot_express_is_named(method, missing):
     with pytest.raises(ValueError, match=missing):
         areal.write(parse_method(method))

@@ -80,8 +80,10 @@ def test_verl_known_keys_are_every_leaf_of_the_installed_generated_config():
 
 def test_trl_known_fields_are_grpo_config_training_arguments_and_the_plugin():
     root = _package_dir("trl")
-    fields = (_dataclass_fields(root / "trainer/grpo_config.py", "GRPOConfig")
-              | _dataclass_fields(_package_dir("transformers") / "training_args.py", "TrainingArguments")
-              | set(trl_engine.PLUGIN_KEYS))
+    fields = (
+        _dataclass_fields(root / "trainer/grpo_config.py", "GRPOConfig")
+        | _dataclass_fields(_package_dir("transformers") / "training_args.py", "TrainingArguments")
+        | set(trl_engine.PLUGIN_KEYS)
+    )
     assert trl_engine.known_keys() == fields
     assert set(TRL_KEYS) <= trl_engine.known_keys()

@@ -31,8 +31,15 @@ def test_every_row_is_a_setting_of_its_engine_at_its_version():
         for name in re.findall(r"`([^`]+)`", setting):
             name = name.split(" ")[0]
             stem = name.split("{")[0].removesuffix("*")  # `x.{a,b}` and `x.*` name a group of keys
-            found = [k for k in keys if k == name or k.endswith("." + name) or k.endswith(name.lstrip("-"))
-                     or stem != name and k.startswith(stem)]
+            found = [
+                k
+                for k in keys
+                if k == name
+                or k.endswith("." + name)
+                or k.endswith(name.lstrip("-"))
+                or stem != name
+                and k.startswith(stem)
+            ]
             assert found, (engine, name)
 
 

@@ -9,8 +9,12 @@ from divclip.sanity.config import parse_config_text
 from divclip.theory.spec import parse_method
 
 MINE = ("openrlhf", "areal", "skyrl", "slime")
-VERL_GRPO = {"algorithm.adv_estimator": "grpo", "actor_rollout_ref.actor.loss_agg_mode": "seq-mean-token-mean",
-             "actor_rollout_ref.actor.clip_ratio_low": 0.2, "actor_rollout_ref.actor.clip_ratio_high": 0.2}
+VERL_GRPO = {
+    "algorithm.adv_estimator": "grpo",
+    "actor_rollout_ref.actor.loss_agg_mode": "seq-mean-token-mean",
+    "actor_rollout_ref.actor.clip_ratio_low": 0.2,
+    "actor_rollout_ref.actor.clip_ratio_high": 0.2,
+}
 
 
 @pytest.mark.parametrize("engine", MINE)
@@ -41,7 +45,10 @@ def test_every_format_written_is_detected_and_read_back(engine):
     w = module.write(parse_method("dapo/dual=3"))
     for fmt in module.FORMATS:
         text = w.text(fmt)
-        values = (parse_launch(text) if fmt == "launch" else
-                  parse_config_text(text, "x.yaml" if fmt == "yaml" else "x.txt").values)
+        values = (
+            parse_launch(text)
+            if fmt == "launch"
+            else parse_config_text(text, "x.yaml" if fmt == "yaml" else "x.txt").values
+        )
         assert detect_engine(values) == engine, fmt
         assert module.read(values).spec.ratio_bounds() == parse_method("dapo").ratio_bounds()

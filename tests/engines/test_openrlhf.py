@@ -56,31 +56,50 @@ def test_defaults_dual_clip_gspo_and_is_correction():
     r = openrlhf.read({})
     assert r.spec == parse_method("grpo") and r.dual_clip_c is None  # unlike verl, no dual clip by default
     assert (r.minibatches, r.updates_per_batch) == (8, 8)  # 1024 prompts × 1 sample / 128
-    r = openrlhf.read({"--actor.policy_loss_type": "gspo", "--actor.eps_clip": "3e-4", "--actor.dual_clip": "3",
-                       "--actor.loss_agg_mode": "token-mean"})
+    r = openrlhf.read(
+        {
+            "--actor.policy_loss_type": "gspo",
+            "--actor.eps_clip": "3e-4",
+            "--actor.dual_clip": "3",
+            "--actor.loss_agg_mode": "token-mean",
+        }
+    )
     assert r.spec == parse_method("ratio:3e-4:3e-4/seq/dual=3") and r.loss_agg_mode == "seq-mean-token-mean"
     assert [a.code for a in r.advice] == ["ignored_key"]
-    r = openrlhf.read({"--algo.advantage.is_correction_level": "token", "--algo.advantage.is_correction_mode": "clip",
-                       "--algo.advantage.is_correction_threshold": "3", "--rollout.batch_size": "16",
-                       "--train.batch_size": "16"})
+    r = openrlhf.read(
+        {
+            "--algo.advantage.is_correction_level": "token",
+            "--algo.advantage.is_correction_mode": "clip",
+            "--algo.advantage.is_correction_threshold": "3",
+            "--rollout.batch_size": "16",
+            "--train.batch_size": "16",
+        }
+    )
     assert r.on_policy and {a.code for a in r.advice} == {"on_policy_clip_inert", "is_correction_threshold"}
     assert r.keys["--algo.advantage.is_correction_threshold"]["value"] == [0.0, 3.0]
 
 
-@pytest.mark.parametrize("settings,match", [
-    ({"--actor.eps_clip_low_high": ["0.2"]}, "takes 2 numbers"),
-    ({"--actor.eps_clip_low_high": ["0.2", "x"]}, "takes 2 numbers"),
-    ({"--actor.policy_loss_type": "cispo"}, "must be one of"),
-    ({"--algo.advantage.is_correction_level": "seq", "--algo.advantage.is_correction_mode": "clip"}, "refuses"),
-    ({"--algo.advantage.is_correction_level": "token", "--algo.advantage.is_correction_gating": "tv"}, "upper bound"),
-])
+@pytest.mark.parametrize(
+    "settings,match",
+    [
+        ({"--actor.eps_clip_low_high": ["0.2"]}, "takes 2 numbers"),
+        ({"--actor.eps_clip_low_high": ["0.2", "x"]}, "takes 2 numbers"),
+        ({"--actor.policy_loss_type": "cispo"}, "must be one of"),
+        ({"--algo.advantage.is_correction_level": "seq", "--algo.advantage.is_correction_mode": "clip"}, "refuses"),
+        (
+            {"--algo.advantage.is_correction_level": "token", "--algo.advantage.is_correction_gating": "tv"},
+            "upper bound",
+        ),
+    ],
+)
 def test_bad_settings_are_refused_by_name(settings, match):
     with pytest.raises(ValueError, match=match):
         openrlhf.read(settings)
 
 
-@pytest.mark.parametrize("method", ["grpo", "dapo", "atr", "kl3:0.05", "gspo", "dapo/dual=3", "gspo/dual=2",
-                                    "hellinger:0.01"])
+@pytest.mark.parametrize(
+    "method", ["grpo", "dapo", "atr", "kl3:0.05", "gspo", "dapo/dual=3", "gspo/dual=2", "hellinger:0.01"]
+)
 def test_write_then_read_back_through_the_launch_text(method):
     spec = parse_method(method)
     w = openrlhf.write(spec)
@@ -91,9 +110,16 @@ def test_write_then_read_back_through_the_launch_text(method):
     assert all(d.exact for d in w.differences) and bool(w.differences) == (spec.measure_name != "ratio")
 
 
-@pytest.mark.parametrize("method,missing", [("binary_kl:0.05", "no single ratio clip"), ("sapo", "'sapo'"),
-                                            ("dppo_kl", "'gated'"), ("ratio:0.2:0.28/cispo", "'cispo'"),
-                                            ("kl3@clipfrac=0.1", "adapts")])
+@pytest.mark.parametrize(
+    "method,missing",
+    [
+        ("binary_kl:0.05", "no single ratio clip"),
+        ("sapo", "'sapo'"),
+        ("dppo_kl", "'gated'"),
+        ("ratio:0.2:0.28/cispo", "'cispo'"),
+        ("kl3@clipfrac=0.1", "adapts"),
+    ],
+)
 def test_what_openrlhf_cannot_express_is_named(method, missing):
     with pytest.raises(ValueError, match=missing):
         openrlhf.write(parse_method(method))

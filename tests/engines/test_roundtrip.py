@@ -19,18 +19,35 @@ from divclip.sanity import build_report
 from divclip.sanity.advice import REFERENCE_P
 from divclip.theory.spec import PRESETS, parse_method
 
-METHODS = [*sorted(PRESETS), "ratio:0.1:0.3", "kl3:0.01", "k2:0.02", "chi2:0.05/dual=2.5", "binary_kl:0.05",
-           "binary_tv:0.2", "ratio:0.2:0.28/cispo", "dapo/dual=3", "kl3:0.023144&binary_tv:0.2", "kl3@clipfrac=0.1"]
+METHODS = [
+    *sorted(PRESETS),
+    "ratio:0.1:0.3",
+    "kl3:0.01",
+    "k2:0.02",
+    "chi2:0.05/dual=2.5",
+    "binary_kl:0.05",
+    "binary_tv:0.2",
+    "ratio:0.2:0.28/cispo",
+    "dapo/dual=3",
+    "kl3:0.023144&binary_tv:0.2",
+    "kl3@clipfrac=0.1",
+]
 CANNOT = {
     "trl": {"dppo_kl": "TRL has no 'gated' loss form", "dppo_tv": "TRL has no 'gated' loss form"},
     # OpenRLHF, AReaL and slime clip the ratio only and load no plug-in (docs/engines.md)
-    **{engine: {"dppo_kl": "has no 'gated' loss form", "dppo_tv": "has no 'gated' loss form",
-                "binary_kl:0.05": "clips each token by its own p", "binary_tv:0.2": "clips each token by its own p",
-                "kl3:0.023144&binary_tv:0.2": "clips each token by its own p",
-                "kl3@clipfrac=0.1": "adapts δ during training",
-                **({} if engine == "areal" else {"sapo": "has no 'sapo' loss form"}),
-                **({} if engine == "slime" else {"ratio:0.2:0.28/cispo": "has no 'cispo(_cap)?' loss form"})}
-       for engine in ("openrlhf", "areal", "slime")},
+    **{
+        engine: {
+            "dppo_kl": "has no 'gated' loss form",
+            "dppo_tv": "has no 'gated' loss form",
+            "binary_kl:0.05": "clips each token by its own p",
+            "binary_tv:0.2": "clips each token by its own p",
+            "kl3:0.023144&binary_tv:0.2": "clips each token by its own p",
+            "kl3@clipfrac=0.1": "adapts δ during training",
+            **({} if engine == "areal" else {"sapo": "has no 'sapo' loss form"}),
+            **({} if engine == "slime" else {"ratio:0.2:0.28/cispo": "has no 'cispo(_cap)?' loss form"}),
+        }
+        for engine in ("openrlhf", "areal", "slime")
+    },
 }
 CASES = [(e, m) for e in engines.available_engines() for m in METHODS]
 

@@ -50,8 +50,13 @@ def test_keys_and_defaults_are_the_installed_packages():
         assert key in skyrl.known_keys()
     registry = set(ppo_utils.PolicyLossRegistry.list_available()) - {plugin.LOSS_NAME}
     assert registry == set(skyrl.LOSS_TYPES) - {skyrl.METHOD_MODE}
-    assert set(skyrl.REDUCTIONS) == {"token_mean", "token_mean_legacy", "sequence_mean", "seq_mean_token_sum_norm",
-                                     "prompt_mean"}
+    assert set(skyrl.REDUCTIONS) == {
+        "token_mean",
+        "token_mean_legacy",
+        "sequence_mean",
+        "seq_mean_token_sum_norm",
+        "prompt_mean",
+    }
 
 
 # ------------------------------------------------------------------------------- parity with SkyRL's losses
@@ -76,17 +81,33 @@ def _grad(fn, lp):
 
 CASES = [  # (SkyRL config, divclip spec, log-ratio scale, compare loss values)
     (dict(policy_loss_type="regular", eps_clip_low=0.2, eps_clip_high=0.28), "dapo", 0.5, True),
-    (dict(policy_loss_type="dual_clip", eps_clip_low=0.2, eps_clip_high=0.2, clip_ratio_c=3.0), "grpo/dual=3", 1.5,
-     True),
+    (
+        dict(policy_loss_type="dual_clip", eps_clip_low=0.2, eps_clip_high=0.2, clip_ratio_c=3.0),
+        "grpo/dual=3",
+        1.5,
+        True,
+    ),
     (dict(policy_loss_type="gspo", eps_clip_low=3e-4, eps_clip_high=4e-4), "gspo", 1e-3, True),
-    (dict(policy_loss_type="cispo", cispo={"cispo_eps_clip_low": 0.5, "cispo_eps_clip_high": 1.0}),
-     "ratio:0.5:1.0/cispo", 0.8, True),
+    (
+        dict(policy_loss_type="cispo", cispo={"cispo_eps_clip_low": 0.5, "cispo_eps_clip_high": 1.0}),
+        "ratio:0.5:1.0/cispo",
+        0.8,
+        True,
+    ),
     (dict(policy_loss_type="sapo", sapo={"tau_pos": 1.0, "tau_neg": 1.05}), "sapo", 0.8, True),
     # dppo's value is -r·A·mask, divclip's gated form -A·sg(r)·log π: the same gradient, not the same value
-    (dict(policy_loss_type="dppo", dppo={"dppo_type": "binary_tv", "delta_low": 0.2, "delta_high": 0.2}),
-     "binary_tv:0.2/gated", 0.8, False),
-    (dict(policy_loss_type="dppo", dppo={"dppo_type": "binary_kl", "delta_low": 0.05, "delta_high": 0.05}),
-     "binary_kl:0.05/gated", 0.8, False),
+    (
+        dict(policy_loss_type="dppo", dppo={"dppo_type": "binary_tv", "delta_low": 0.2, "delta_high": 0.2}),
+        "binary_tv:0.2/gated",
+        0.8,
+        False,
+    ),
+    (
+        dict(policy_loss_type="dppo", dppo={"dppo_type": "binary_kl", "delta_low": 0.05, "delta_high": 0.05}),
+        "binary_kl:0.05/gated",
+        0.8,
+        False,
+    ),
 ]
 
 
@@ -148,13 +169,25 @@ def test_plugin_applies_skyrls_off_policy_correction_like_its_own_losses():
     rollout = old + 0.3 * torch.randn_like(old, generator=torch.Generator().manual_seed(9))
     mine = ppo_utils.PolicyLossRegistry.get(plugin.LOSS_NAME)
     cfg_mine = _config({"policy_loss_type": plugin.LOSS_NAME, "off_policy_correction": opc})
-    cfg_theirs = _config({"policy_loss_type": "dual_clip", "eps_clip_low": 0.2, "eps_clip_high": 0.28,
-                          "clip_ratio_c": 3.0, "off_policy_correction": opc})
+    cfg_theirs = _config(
+        {
+            "policy_loss_type": "dual_clip",
+            "eps_clip_low": 0.2,
+            "eps_clip_high": 0.28,
+            "clip_ratio_c": 3.0,
+            "off_policy_correction": opc,
+        }
+    )
     a, ga = _grad(lambda x: mine(x, old, adv, config=cfg_mine, loss_mask=mask, rollout_logprobs=rollout)[0], lp)
-    b, gb = _grad(lambda x: ppo_utils.ppo_policy_loss(x, old, adv, config=cfg_theirs, loss_mask=mask,
-                                                       rollout_logprobs=rollout)[0], lp)
-    without, _ = _grad(lambda x: mine(x, old, adv, config=_config({"policy_loss_type": plugin.LOSS_NAME}),
-                                      loss_mask=mask)[0], lp)
+    b, gb = _grad(
+        lambda x: ppo_utils.ppo_policy_loss(x, old, adv, config=cfg_theirs, loss_mask=mask, rollout_logprobs=rollout)[
+            0
+        ],
+        lp,
+    )
+    without, _ = _grad(
+        lambda x: mine(x, old, adv, config=_config({"policy_loss_type": plugin.LOSS_NAME}), loss_mask=mask)[0], lp
+    )
     torch.testing.assert_close(a, b, rtol=2e-6, atol=1e-6)
     torch.testing.assert_close(ga, gb, rtol=2e-6, atol=1e-6)
     assert not torch.isclose(a, without)  # the correction changed the loss
@@ -182,8 +215,20 @@ def test_plugin_adaptive_delta_steps_per_call():
 
 
 # ------------------------------------------------------------------------------------------ read / write
-METHODS = ["grpo", "dapo", "atr", "kl3:0.05", "gspo", "dapo/dual=3", "sapo", "ratio:1.0:4.0/cispo", "dppo_tv",
-           "binary_kl:0.05", "kl3:0.023144&binary_tv:0.2", "gspo/dual=3"]
+METHODS = [
+    "grpo",
+    "dapo",
+    "atr",
+    "kl3:0.05",
+    "gspo",
+    "dapo/dual=3",
+    "sapo",
+    "ratio:1.0:4.0/cispo",
+    "dppo_tv",
+    "binary_kl:0.05",
+    "kl3:0.023144&binary_tv:0.2",
+    "gspo/dual=3",
+]
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -222,9 +267,15 @@ def test_recipe_aggregation_is_written_as_skyrls_loss_reduction():
 
 
 def test_read_pitfalls_and_structure():
-    r = skyrl.read({"trainer.algorithm.policy_loss_type": "cispo", "trainer.update_epochs_per_batch": 1,
-                    "trainer.train_batch_size": 256, "trainer.policy_mini_batch_size": 256,
-                    "trainer.algorithm.eps_clip_hgh": 0.3})
+    r = skyrl.read(
+        {
+            "trainer.algorithm.policy_loss_type": "cispo",
+            "trainer.update_epochs_per_batch": 1,
+            "trainer.train_batch_size": 256,
+            "trainer.policy_mini_batch_size": 256,
+            "trainer.algorithm.eps_clip_hgh": 0.3,
+        }
+    )
     assert r.spec is None and r.updates_per_batch == 1 and r.on_policy
     codes = {a.code for a in r.advice}
     assert {"on_policy_clip_inert", "cispo_lower_bound_active"} <= codes
@@ -259,8 +310,14 @@ def test_plugin_entrypoint_hands_skyrl_a_config_it_parses():
     reads the rest, divclip_method included."""
     from skyrl.train.config import SkyRLTrainConfig
 
-    args = plugin.skyrl_args(["x", f"{plugin.ENTRYPOINT_KEY}={skyrl.PLUGIN}", "trainer.seed=3",
-                              "trainer.algorithm.policy_loss_type=divclip_method"])
+    args = plugin.skyrl_args(
+        [
+            "x",
+            f"{plugin.ENTRYPOINT_KEY}={skyrl.PLUGIN}",
+            "trainer.seed=3",
+            "trainer.algorithm.policy_loss_type=divclip_method",
+        ]
+    )
     assert args == ["trainer.seed=3", "trainer.algorithm.policy_loss_type=divclip_method"]
     cfg = SkyRLTrainConfig.from_cli_overrides(args)
     assert (cfg.trainer.seed, cfg.trainer.algorithm.policy_loss_type) == (3, "divclip_method")

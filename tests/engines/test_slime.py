@@ -66,8 +66,9 @@ def test_write_then_read_back_through_the_launch_text(method):
     assert back.loss_agg_mode == ("token-mean" if method == "dapo" else "seq-mean-token-mean")
 
 
-@pytest.mark.parametrize("method,missing", [("binary_tv:0.2", "no single ratio clip"), ("sapo", "'sapo'"),
-                                            ("dppo_tv", "'gated'")])
+@pytest.mark.parametrize(
+    "method,missing", [("binary_tv:0.2", "no single ratio clip"), ("sapo", "'sapo'"), ("dppo_tv", "'gated'")]
+)
 def test_what_slime_cannot_express_is_named(method, missing):
     with pytest.raises(ValueError, match=missing):
         slime.write(parse_method(method))

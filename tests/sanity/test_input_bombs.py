@@ -36,8 +36,9 @@ print(json.dumps({"error": message, "maxrss_kb": hwm}))
 
 
 def _run(kind: str, path) -> dict:
-    out = subprocess.run([sys.executable, "-c", RUN, kind, str(path)], capture_output=True, text=True,
-                         timeout=LIMIT_S, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", RUN, kind, str(path)], capture_output=True, text=True, timeout=LIMIT_S, check=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -45,8 +46,11 @@ def _zip_central_directory_bomb(entries: int) -> bytes:
     """An archive whose end record claims 1 member while its central directory holds `entries` (zipfile reads
     them all: about 400 bytes of Python objects each)."""
     name = b"a.npy"
-    entry = (b"PK\x01\x02" + struct.pack("<HHHHHHLLLHHHHHLL", 20, 20, 0, 0, 0, 0, 0, 0, 0, len(name), 0, 0, 0, 0, 0, 0)
-             + name)
+    entry = (
+        b"PK\x01\x02"
+        + struct.pack("<HHHHHHLLLHHHHHLL", 20, 20, 0, 0, 0, 0, 0, 0, 0, len(name), 0, 0, 0, 0, 0, 0)
+        + name
+    )
     cd = entry * entries
     eocd = b"PK\x05\x06" + struct.pack("<HHHHLLH", 0, 0, 1, 1, len(cd), 0, 0)
     return cd + eocd
@@ -58,8 +62,9 @@ def test_npz_judged_by_its_real_central_directory(tmp_path):
     data = _zip_central_directory_bomb(3_000_000)  # 153 MB, claiming one member
     path.write_bytes(b"PK\x03\x04" + data)
     got = _run("rollouts", path)
-    assert got["error"].startswith("rollout file 'bomb.npz' holds more than 64 archive members in its central "
-                                   "directory (its end record claims 1)")
+    assert got["error"].startswith(
+        "rollout file 'bomb.npz' holds more than 64 archive members in its central directory (its end record claims 1)"
+    )
     assert got["maxrss_kb"] < LIMIT_KB
 
 
@@ -76,8 +81,12 @@ def test_a_real_npz_still_reads(tmp_path):
     from divclip.sanity.loaders import load_rollouts
 
     path = tmp_path / "ok.npz"
-    np.savez(path, old_log_prob=np.full((2, 3), -0.5, np.float32), advantages=np.ones((2, 3), np.float32),
-             response_mask=np.ones((2, 3), np.float32))
+    np.savez(
+        path,
+        old_log_prob=np.full((2, 3), -0.5, np.float32),
+        advantages=np.ones((2, 3), np.float32),
+        response_mask=np.ones((2, 3), np.float32),
+    )
     assert load_rollouts(path).shape == (2, 3)
 
 
@@ -91,6 +100,5 @@ def test_compressed_parquet_string_is_refused_before_decoding(tmp_path):
     del table, big
     assert path.stat().st_size < 100_000
     got = _run("rollouts", path)
-    assert got["error"] == ("advantages in 'bomb.parquet' must hold numbers, got string (refused before "
-                            "decoding)")
+    assert got["error"] == ("advantages in 'bomb.parquet' must hold numbers, got string (refused before decoding)")
     assert got["maxrss_kb"] < 400 * 1024  # the 64 MB string was never decoded

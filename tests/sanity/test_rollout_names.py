@@ -38,8 +38,10 @@ def test_trl_names_are_read_with_per_sequence_advantages():
 
 
 def test_trl_names_in_jsonl():
-    lines = [json.dumps({"old_per_token_logps": [-0.5, -1.0], "advantages": 1.0, "completion_mask": [1, 1]}),
-             json.dumps({"old_per_token_logps": [-0.2], "advantages": -1.0, "completion_mask": [1]})]
+    lines = [
+        json.dumps({"old_per_token_logps": [-0.5, -1.0], "advantages": 1.0, "completion_mask": [1, 1]}),
+        json.dumps({"old_per_token_logps": [-0.2], "advantages": -1.0, "completion_mask": [1]}),
+    ]
     r = load_rollouts("\n".join(lines).encode(), name="trl.jsonl")
     assert r.shape == (2, 2) and r.n_tokens == 3
 
@@ -54,8 +56,11 @@ def test_missing_fields_list_the_keys_the_file_really_has():
 
 
 def test_one_field_under_two_names_is_refused():
-    with pytest.raises(RolloutFileError, match=r"'both.npz' has old_log_prob twice, as \['old_log_prob', "
-                                               r"'old_log_probs'\]"):
+    with pytest.raises(
+        RolloutFileError,
+        match=r"'both.npz' has old_log_prob twice, as \['old_log_prob', "
+        r"'old_log_probs'\]",
+    ):
         load_rollouts(_npz(old_log_prob=LP, old_log_probs=LP, advantages=ADV, response_mask=MASK), name="both.npz")
 
 
@@ -63,5 +68,7 @@ def test_without_a_config_the_assumed_defaults_are_said():
     data = _npz(old_log_prob=LP, log_prob=LP + 0.05, advantages=np.repeat(ADV[:, None], 3, 1), response_mask=MASK)
     report = build_report(rollouts=data, rollouts_name="r.npz")
     assert report["budget"]["source"] == "assumed: no config"
-    assert any(n.startswith("no config given: assumed verl's and TRL's default ratio clip ε_low = ε_high = 0.2")
-               for n in report["notes"])
+    assert any(
+        n.startswith("no config given: assumed verl's and TRL's default ratio clip ε_low = ε_high = 0.2")
+        for n in report["notes"]
+    )

@@ -30,8 +30,9 @@ def test_json_output_is_the_report(capsys):
 def test_text_output_names_warnings_budget_and_rollouts(capsys, tmp_path):
     batch = tmp_path / "b.npz"
     batch.write_bytes(npz_bytes(**random_batch(seed=12, log_prob=False)))
-    code, out, _ = run(capsys, "check", str(FIXTURES / "trl_gspo_token_eps.yaml"), "--rollouts", str(batch),
-                       "--sigma", "0.01")
+    code, out, _ = run(
+        capsys, "check", str(FIXTURES / "trl_gspo_token_eps.yaml"), "--rollouts", str(batch), "--sigma", "0.01"
+    )
     assert code == 0
     assert "[sequence_ratio_token_eps]" in out and "source: GSPO" in out
     assert "KL3: ε_low = 0.2 is δ = 0.0231436" in out
@@ -40,13 +41,24 @@ def test_text_output_names_warnings_budget_and_rollouts(capsys, tmp_path):
 
 
 def test_hydra_overrides_as_arguments_and_on_top_of_a_file(capsys):
-    code, out, _ = run(capsys, "check", "actor_rollout_ref.actor.clip_ratio_low=0.2",
-                       "actor_rollout_ref.actor.clip_ratio_high=0.28", "data.train_batch_size=256",
-                       "actor_rollout_ref.actor.ppo_mini_batch_size=64", "actor_rollout_ref.actor.clip_ratio_c=3",
-                       "--json")
+    code, out, _ = run(
+        capsys,
+        "check",
+        "actor_rollout_ref.actor.clip_ratio_low=0.2",
+        "actor_rollout_ref.actor.clip_ratio_high=0.28",
+        "data.train_batch_size=256",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=64",
+        "actor_rollout_ref.actor.clip_ratio_c=3",
+        "--json",
+    )
     assert code == 0 and json.loads(out)["warnings"] == []
-    code, out, _ = run(capsys, "check", str(FIXTURES / "verl_dapo_ok.yaml"),
-                       "actor_rollout_ref.actor.ppo_mini_batch_size=512", "--json")
+    code, out, _ = run(
+        capsys,
+        "check",
+        str(FIXTURES / "verl_dapo_ok.yaml"),
+        "actor_rollout_ref.actor.ppo_mini_batch_size=512",
+        "--json",
+    )
     assert [w["code"] for w in json.loads(out)["warnings"]] == ["on_policy_clip_inert"]
 
 
@@ -61,27 +73,39 @@ def test_rollouts_only_with_delta_override(capsys, tmp_path):
     assert kl3["budget"] == {"delta": 0.05, "origin": "given"}
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["check"], "nothing to check"),
-    (["check", "missing.yaml"], "cannot read config file"),
-    (["check", str(FIXTURES / "verl_dapo_ok.yaml"), str(FIXTURES / "trl_cispo.json")], "give one config file"),
-    (["check", str(FIXTURES / "verl_dapo_ok.yaml"), "--measure", "kl4"], "measure must be one of"),
-    (["check", "--rollouts", "missing.npz"], "cannot read rollout file"),
-    (["check", "--rollouts", "x.csv"], "allowed: .npz"),
-    (["check", "epsilon=0.2", "--delta", "ratio=0.1", "--rollouts", str(FIXTURES / "rollouts_ragged.jsonl")],
-     "not a delta override"),
-    (["check", "--rollouts", str(FIXTURES / "rollouts_ragged.jsonl"), "--sigma", "9"], "sigma must be"),
-    (["check", str(FIXTURES / "trl_defaults.json"), "--framework", "verl"], "has no verl settings"),
-    (["check", "data.train_batch_size=1" + "0" * 400], "train_batch_size must be an integer"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["check"], "nothing to check"),
+        (["check", "missing.yaml"], "cannot read config file"),
+        (["check", str(FIXTURES / "verl_dapo_ok.yaml"), str(FIXTURES / "trl_cispo.json")], "give one config file"),
+        (["check", str(FIXTURES / "verl_dapo_ok.yaml"), "--measure", "kl4"], "measure must be one of"),
+        (["check", "--rollouts", "missing.npz"], "cannot read rollout file"),
+        (["check", "--rollouts", "x.csv"], "allowed: .npz"),
+        (
+            ["check", "epsilon=0.2", "--delta", "ratio=0.1", "--rollouts", str(FIXTURES / "rollouts_ragged.jsonl")],
+            "not a delta override",
+        ),
+        (["check", "--rollouts", str(FIXTURES / "rollouts_ragged.jsonl"), "--sigma", "9"], "sigma must be"),
+        (["check", str(FIXTURES / "trl_defaults.json"), "--framework", "verl"], "has no verl settings"),
+        (["check", "data.train_batch_size=1" + "0" * 400], "train_batch_size must be an integer"),
+    ],
+)
 def test_bad_input_exits_2_with_a_message(capsys, argv, needle):
     code, out, err = run(capsys, *argv)
     assert code == 2 and out == ""
     assert err.startswith("divclip: error: ") and needle in err
 
 
-@pytest.mark.parametrize("argv", [["check", "--eps-low", "nan"], ["check", "--delta", "kl3"],
-                                  ["check", "--max-bytes", "0"], ["check", "--framework", "jax"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["check", "--eps-low", "nan"],
+        ["check", "--delta", "kl3"],
+        ["check", "--max-bytes", "0"],
+        ["check", "--framework", "jax"],
+    ],
+)
 def test_bad_arguments_are_refused_by_the_parser(capsys, argv):
     with pytest.raises(SystemExit) as exc:
         main(argv)

@@ -44,8 +44,14 @@ def _autograd(method):
     from divclip.theory.losses import policy_loss
 
     lp = _torch("log_prob").requires_grad_(True)
-    loss, metrics = policy_loss(lp, _torch("old_log_prob"), _torch("advantages"), _torch("response_mask"),
-                                find_method(method).method, "token-sum")
+    loss, metrics = policy_loss(
+        lp,
+        _torch("old_log_prob"),
+        _torch("advantages"),
+        _torch("response_mask"),
+        find_method(method).method,
+        "token-sum",
+    )
     (grad,) = torch.autograd.grad(loss, lp)
     return metrics, float((grad.abs() * _torch("response_mask")).sum())
 
@@ -104,8 +110,9 @@ def test_entropy_side_by_hand(tmp_path):
     adv = np.array([[1.0, -1.0, 1.0, -1.0]])
     r = np.where(adv > 0, 1.5, 0.5)
     path = tmp_path / "four.npz"
-    path.write_bytes(npz_bytes(old_log_prob=np.log(q), log_prob=np.log(q * r), advantages=adv,
-                               response_mask=np.ones_like(q)))
+    path.write_bytes(
+        npz_bytes(old_log_prob=np.log(q), log_prob=np.log(q * r), advantages=adv, response_mask=np.ones_like(q))
+    )
     (grpo,) = compare_methods(load_rollouts(str(path)), "grpo")["methods"]
     assert grpo["clipfrac"] == 1.0 and grpo["removed"] == 1.0
     assert grpo["entropy"]["would_raise"]["tokens"] == 2 and grpo["entropy"]["would_lower"]["tokens"] == 2
@@ -113,8 +120,10 @@ def test_entropy_side_by_hand(tmp_path):
     assert grpo["entropy"]["would_raise"]["removed"] == pytest.approx(0.5)
 
 
-@pytest.mark.parametrize("methods, match", [("", "must name 1 to 8"), ("grpo,nope", "method 'nope' is neither"),
-                                            (",".join(["grpo"] * 9), "must name 1 to 8")])
+@pytest.mark.parametrize(
+    "methods, match",
+    [("", "must name 1 to 8"), ("grpo,nope", "method 'nope' is neither"), (",".join(["grpo"] * 9), "must name 1 to 8")],
+)
 def test_bad_methods_are_named(data, methods, match):
     with pytest.raises(SanityInputError, match=match):
         compare_methods(data, methods)

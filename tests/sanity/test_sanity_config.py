@@ -17,8 +17,7 @@ EXPECTED = {
     "verl_gspo_token_eps.yaml": ["sequence_ratio_token_eps", "sequence_ratio_token_eps"],
     "verl_clip_ratio_only.txt": ["clip_ratio_shadowed"],
     "verl_dppo_kl.yaml": ["dppo_budget_from_ppo_default", "dppo_tis_cap_small"],
-    "verl_inverted_wide.yaml": ["outside_published_range", "outside_published_range",
-                                "asymmetric_contradicts_measure"],
+    "verl_inverted_wide.yaml": ["outside_published_range", "outside_published_range", "asymmetric_contradicts_measure"],
     "trl_defaults.json": ["on_policy_clip_inert"],
     "trl_gspo_token_eps.yaml": ["sequence_ratio_token_eps", "sequence_ratio_token_eps"],
     "trl_token_gspo_eps.yaml": ["token_ratio_sequence_eps", "token_ratio_sequence_eps"],
@@ -77,9 +76,13 @@ def test_yaml_3e_minus_4_is_read_as_a_float_as_omegaconf_does():
 def test_trl_on_policy_rule_is_trls_own():
     # TRL skips old log-probs when gradient_accumulation_steps % (steps_per_generation · μ) == 0.
     base = {"epsilon": 0.2}
-    cases = [({}, True), ({"num_iterations": 2}, False), ({"steps_per_generation": 4}, False),
-             ({"gradient_accumulation_steps": 4, "steps_per_generation": 2}, True),
-             ({"generation_batch_size": 32, "per_device_train_batch_size": 8}, False)]
+    cases = [
+        ({}, True),
+        ({"num_iterations": 2}, False),
+        ({"steps_per_generation": 4}, False),
+        ({"gradient_accumulation_steps": 4, "steps_per_generation": 2}, True),
+        ({"generation_batch_size": 32, "per_device_train_batch_size": 8}, False),
+    ]
     for extra, on_policy in cases:
         raw = read_config(None, overrides=[f"{k}={v}" for k, v in {**base, **extra}.items()])
         assert clip_settings(raw).on_policy is on_policy, extra
@@ -123,11 +126,16 @@ def test_intended_measure_flags_an_asymmetry_it_does_not_imply():
     codes = [f.code for f in check_settings(s, "kl3")]
     assert codes == ["asymmetric_contradicts_measure"]  # KL3 at ε_low 0.2 implies 0.2308, not 0.28
     kl3_high = equivalent_ratio_clip("kl3", delta_for_eps("kl3", eps_low=0.2))[1]
-    exact = read_config(None, overrides=[
-        "data.train_batch_size=512", "actor_rollout_ref.actor.ppo_mini_batch_size=64",
-        "actor_rollout_ref.actor.clip_ratio_c=3", "actor_rollout_ref.actor.clip_ratio_low=0.2",
-        f"actor_rollout_ref.actor.clip_ratio_high={kl3_high!r}",
-    ])
+    exact = read_config(
+        None,
+        overrides=[
+            "data.train_batch_size=512",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=64",
+            "actor_rollout_ref.actor.clip_ratio_c=3",
+            "actor_rollout_ref.actor.clip_ratio_low=0.2",
+            f"actor_rollout_ref.actor.clip_ratio_high={kl3_high!r}",
+        ],
+    )
     assert check_settings(clip_settings(exact), "kl3") == []
     with pytest.raises(ValueError, match="measure must be one of"):
         check_settings(s, "kl4")
@@ -135,22 +143,37 @@ def test_intended_measure_flags_an_asymmetry_it_does_not_imply():
 
 def test_minibatch_larger_than_batch():
     a = "actor_rollout_ref.actor."
-    raw = read_config(None, overrides=["data.train_batch_size=64", a + "ppo_mini_batch_size=128",
-                                       a + "ppo_epochs=2", a + "clip_ratio_c=3"])
+    raw = read_config(
+        None,
+        overrides=["data.train_batch_size=64", a + "ppo_mini_batch_size=128", a + "ppo_epochs=2", a + "clip_ratio_c=3"],
+    )
     assert [f.code for f in check_settings(clip_settings(raw))] == ["minibatch_larger_than_batch"]
 
 
 def test_command_line_overrides_apply_on_top_of_a_file():
-    raw = read_config(FIXTURES / "verl_dapo_ok.yaml", overrides=["actor_rollout_ref.actor.clip_ratio_high=0.3",
-                                                                  "~trainer"])
+    raw = read_config(
+        FIXTURES / "verl_dapo_ok.yaml", overrides=["actor_rollout_ref.actor.clip_ratio_high=0.3", "~trainer"]
+    )
     assert raw.values["actor_rollout_ref.actor.clip_ratio_high"] == 0.3
     assert not any(k.startswith("trainer.") for k in raw.values)
 
 
-@pytest.mark.parametrize("text,value", [
-    ("0.2", 0.2), ("3e-4", 3e-4), ("1", 1), ("true", True), ("False", False), ("null", None),
-    ("'0.2'", "0.2"), ('"a b"', "a b"), ("grpo", "grpo"), ("[a,b]", "[a,b]"), ("-1.5E+2", -150.0),
-])
+@pytest.mark.parametrize(
+    "text,value",
+    [
+        ("0.2", 0.2),
+        ("3e-4", 3e-4),
+        ("1", 1),
+        ("true", True),
+        ("False", False),
+        ("null", None),
+        ("'0.2'", "0.2"),
+        ('"a b"', "a b"),
+        ("grpo", "grpo"),
+        ("[a,b]", "[a,b]"),
+        ("-1.5E+2", -150.0),
+    ],
+)
 def test_override_values_parse_like_hydra(text, value):
     got = parse_override_value(text)
     assert got == value and type(got) is type(value)

@@ -94,8 +94,10 @@ def test_ratio_scale_budget_and_clip_that_cannot_bind():
 
 
 def test_trl_plugin_fields():
-    r = build_report(config=json.dumps({"clip_measure": "kl3", "epsilon": 0.2, "epsilon_high": 0.28}).encode(),
-                     config_name="args.json")
+    r = build_report(
+        config=json.dumps({"clip_measure": "kl3", "epsilon": 0.2, "epsilon_high": 0.28}).encode(),
+        config_name="args.json",
+    )
     c = r["config"]
     assert c["framework"] == "trl" and c["clip_measure"] == "kl3"
     assert c["ratio_bounds"][0] == pytest.approx(0.8, abs=1e-12) and c["ratio_bounds"][1] == pytest.approx(ATR_HI)
@@ -103,8 +105,7 @@ def test_trl_plugin_fields():
     assert [w["key"] for w in ignored] == ["epsilon_high"]
     r = build_report(config=json.dumps({"epsilon": 0.2, "epsilon_high": 0.28}).encode(), config_name="a.json")
     assert r["config"]["clip_measure"] is None and r["config"]["ratio_bounds"] == [0.8, 1.28]  # stock clip
-    r = build_report(config=json.dumps({"clip_measure": "binary_tv", "clip_delta": 0.2}).encode(),
-                     config_name="a.json")
+    r = build_report(config=json.dumps({"clip_measure": "binary_tv", "clip_delta": 0.2}).encode(), config_name="a.json")
     assert r["config"]["form"] == "divclip" and len(r["config"]["ratio_bounds"]) == 4
     assert "divergence_budget_verl_default" in codes(r)
     with pytest.raises(ValueError, match="clip_measure must be one of"):

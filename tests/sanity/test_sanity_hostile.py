@@ -79,8 +79,13 @@ CONFIG_CASES = [
     Case("loss_type_int", "config", "c.yaml", b"loss_type: 3\n", "loss_type must be a string"),
     Case("loss_type_unknown", "config", "c.json", b'{"loss_type": "ppo"}', "loss_type must be one of"),
     Case("is_level_unknown", "config", "c.json", b'{"importance_sampling_level": "tokens"}', "must be one of"),
-    Case("gbs_not_divisible", "config", "c.json", b'{"generation_batch_size": 30, "per_device_train_batch_size": 8}',
-         "must be divisible"),
+    Case(
+        "gbs_not_divisible",
+        "config",
+        "c.json",
+        b'{"generation_batch_size": 30, "per_device_train_batch_size": 8}',
+        "must be divisible",
+    ),
     Case("clip_low_list", "config", "c.yaml", _verl(clip_ratio_low="[0.2]"), "clip_ratio_low must be a finite"),
     Case("clip_high_negative", "config", "c.yaml", _verl(clip_ratio_high=-0.1), "> 0"),
     Case("clip_inf", "config", "c.yaml", _verl(clip_ratio_low=".inf"), "finite"),
@@ -92,20 +97,45 @@ CONFIG_CASES = [
     Case("mini_null", "config", "c.yaml", _verl(ppo_mini_batch_size="null"), "got null"),
     Case("yaml_int_5000_digits", "config", "c.yaml", b"epsilon: " + b"9" * 5000 + b"\n", "YAML cannot read"),
     Case("json_int_5000_digits", "config", "c.json", b'{"epsilon": ' + b"9" * 5000 + b"}", "JSON cannot read"),
-    Case("override_int_5000_digits", "config", "c.txt", b"actor_rollout_ref.actor.ppo_epochs=" + b"9" * 5000,
-         "ppo_epochs must be an integer > 0 and <= 2147483647"),
-    Case("batch_too_large", "config", "c.yaml", b"data:\n  train_batch_size: 1" + b"0" * 40 + b"\n",
-         "train_batch_size must be an integer > 0 and <= 2147483647"),
+    Case(
+        "override_int_5000_digits",
+        "config",
+        "c.txt",
+        b"actor_rollout_ref.actor.ppo_epochs=" + b"9" * 5000,
+        "ppo_epochs must be an integer > 0 and <= 2147483647",
+    ),
+    Case(
+        "batch_too_large",
+        "config",
+        "c.yaml",
+        b"data:\n  train_batch_size: 1" + b"0" * 40 + b"\n",
+        "train_batch_size must be an integer > 0 and <= 2147483647",
+    ),
     Case("no_known_keys", "config", "c.yaml", b"model: qwen\nlr: 1e-6\n", "no verl keys"),
-    Case("mixed_keys", "config", "c.yaml", b"epsilon: 0.2\nactor_rollout_ref:\n  actor:\n    clip_ratio: 0.2\n",
-         "mixes verl keys"),
+    Case(
+        "mixed_keys",
+        "config",
+        "c.yaml",
+        b"epsilon: 0.2\nactor_rollout_ref:\n  actor:\n    clip_ratio: 0.2\n",
+        "mixes verl keys",
+    ),
     Case("too_big", "config", "c.yaml", b"# padding\n" * (MAX_CONFIG_BYTES // 10 + 1), "limit for a config"),
     Case("unterminated_quote", "config", "c.txt", b"data.train_batch_size=512 trainer.name='abc\n", "cannot be split"),
     Case("bad_override_key", "config", "c.txt", b"1abc.x=2\n", "is not a hydra override"),
-    Case("no_overrides", "config", "c.txt", b"python3 -m verl.trainer.main_ppo\n",
-         "has no settings: no key=value overrides"),
-    Case("override_bad_value", "config", "c.sh", b"actor_rollout_ref.actor.clip_ratio_low=$CLIP\n",
-         "clip_ratio_low must be a finite number"),
+    Case(
+        "no_overrides",
+        "config",
+        "c.txt",
+        b"python3 -m verl.trainer.main_ppo\n",
+        "has no settings: no key=value overrides",
+    ),
+    Case(
+        "override_bad_value",
+        "config",
+        "c.sh",
+        b"actor_rollout_ref.actor.clip_ratio_low=$CLIP\n",
+        "clip_ratio_low must be a finite number",
+    ),
 ]
 
 
@@ -133,7 +163,7 @@ def _set_first(value):
 def _npz_lying_zip_size() -> bytes:
     data = bytearray(npz_bytes(**_good()))
     i = data.find(b"PK\x01\x02")  # central directory: uncompressed size at offset 24
-    data[i + 24:i + 28] = struct.pack("<I", 0xF0000000)
+    data[i + 24 : i + 28] = struct.pack("<I", 0xF0000000)
     return bytes(data)
 
 
@@ -141,8 +171,7 @@ def _npz_lying_npy_header() -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:
         header = io.BytesIO()
-        np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False,
-                                                      "shape": (2**20, 2**20)})
+        np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (2**20, 2**20)})
         zf.writestr("old_log_prob.npy", header.getvalue() + b"\x00" * 64)
     return buf.getvalue()
 
@@ -170,8 +199,10 @@ def _parquet_truncated() -> bytes:
 
 
 def _jsonl_rows(**changes):
-    rows = [{"old_log_prob": [-0.1, -0.5, -2.0], "log_prob": [-0.2, -0.4, -2.1], "advantages": 1.0},
-            {"old_log_prob": [-0.3, -0.01], "log_prob": [-0.3, -0.02], "advantages": -1.0}]
+    rows = [
+        {"old_log_prob": [-0.1, -0.5, -2.0], "log_prob": [-0.2, -0.4, -2.1], "advantages": 1.0},
+        {"old_log_prob": [-0.3, -0.01], "log_prob": [-0.3, -0.02], "advantages": -1.0},
+    ]
     rows[1].update(changes)
     return jsonl_bytes(rows)
 
@@ -198,86 +229,209 @@ ROLLOUT_CASES = [
     Case("npz_object_array", "rollouts", "r.npz", _npz_object_array(), "object array"),
     Case("npz_raw_member", "rollouts", "r.npz", _npz_raw_member(), "not .npy data"),
     Case("npz_zip_bomb_size", "rollouts", "r.npz", _npz_lying_zip_size(), "unpacks to"),
-    Case("npz_huge_declared_shape", "rollouts", "r.npz", _npz_lying_npy_header(),
-         "declares old_log_prob of shape (1048576, 1048576)"),
-    Case("npz_missing_advantages", "rollouts", "r.npz", npz_bytes(**_good(advantages=None)),
-         "lacks advantages (or advantage); it has [log_prob, old_log_prob, response_mask]"),
-    Case("npz_missing_mask", "rollouts", "r.npz", npz_bytes(**_good(response_mask=None)),
-         "lacks response_mask (or completion_mask); it has [advantages, log_prob, old_log_prob]"),
-    Case("npz_string_dtype", "rollouts", "r.npz", npz_bytes(**_good(advantages=np.array([["a"] * 8] * 6))),
-         "advantages in 'r.npz' must be numeric"),
-    Case("npz_complex", "rollouts", "r.npz", npz_bytes(**_good(old_log_prob=np.ones((6, 8), dtype=complex))),
-         "must be numeric"),
-    Case("npz_int_log_prob", "rollouts", "r.npz", npz_bytes(**_good(log_prob=np.zeros((6, 8), dtype=np.int64))),
-         "log_prob in 'r.npz' must be floating point"),
-    Case("npz_1d", "rollouts", "r.npz", npz_bytes(**_good(old_log_prob=np.zeros(8, np.float32))),
-         "(batch, length)"),
-    Case("npz_3d", "rollouts", "r.npz", npz_bytes(**_good(old_log_prob=np.zeros((6, 8, 2), np.float32))),
-         "(batch, length)"),
-    Case("npz_zero_length", "rollouts", "r.npz", npz_bytes(**_good(old_log_prob=np.zeros((6, 0), np.float32))),
-         "non-empty"),
-    Case("npz_shape_mismatch", "rollouts", "r.npz", npz_bytes(**_good(log_prob=np.zeros((6, 7), np.float32))),
-         "log_prob in 'r.npz' has shape (6, 7)"),
+    Case(
+        "npz_huge_declared_shape",
+        "rollouts",
+        "r.npz",
+        _npz_lying_npy_header(),
+        "declares old_log_prob of shape (1048576, 1048576)",
+    ),
+    Case(
+        "npz_missing_advantages",
+        "rollouts",
+        "r.npz",
+        npz_bytes(**_good(advantages=None)),
+        "lacks advantages (or advantage); it has [log_prob, old_log_prob, response_mask]",
+    ),
+    Case(
+        "npz_missing_mask",
+        "rollouts",
+        "r.npz",
+        npz_bytes(**_good(response_mask=None)),
+        "lacks response_mask (or completion_mask); it has [advantages, log_prob, old_log_prob]",
+    ),
+    Case(
+        "npz_string_dtype",
+        "rollouts",
+        "r.npz",
+        npz_bytes(**_good(advantages=np.array([["a"] * 8] * 6))),
+        "advantages in 'r.npz' must be numeric",
+    ),
+    Case(
+        "npz_complex",
+        "rollouts",
+        "r.npz",
+        npz_bytes(**_good(old_log_prob=np.ones((6, 8), dtype=complex))),
+        "must be numeric",
+    ),
+    Case(
+        "npz_int_log_prob",
+        "rollouts",
+        "r.npz",
+        npz_bytes(**_good(log_prob=np.zeros((6, 8), dtype=np.int64))),
+        "log_prob in 'r.npz' must be floating point",
+    ),
+    Case("npz_1d", "rollouts", "r.npz", npz_bytes(**_good(old_log_prob=np.zeros(8, np.float32))), "(batch, length)"),
+    Case(
+        "npz_3d",
+        "rollouts",
+        "r.npz",
+        npz_bytes(**_good(old_log_prob=np.zeros((6, 8, 2), np.float32))),
+        "(batch, length)",
+    ),
+    Case(
+        "npz_zero_length",
+        "rollouts",
+        "r.npz",
+        npz_bytes(**_good(old_log_prob=np.zeros((6, 0), np.float32))),
+        "non-empty",
+    ),
+    Case(
+        "npz_shape_mismatch",
+        "rollouts",
+        "r.npz",
+        npz_bytes(**_good(log_prob=np.zeros((6, 7), np.float32))),
+        "log_prob in 'r.npz' has shape (6, 7)",
+    ),
     Case("npz_nan", "rollouts", "r.npz", npz_bytes(**_with("old_log_prob", _set_first(np.nan))), "NaN at (0, 0)"),
-    Case("npz_inf_adv", "rollouts", "r.npz", npz_bytes(**_with("advantages", _set_first(np.inf))),
-         "advantages in 'r.npz' is not finite"),
-    Case("npz_probabilities", "rollouts", "r.npz", npz_bytes(**_with("old_log_prob", np.exp)),
-         "look like probabilities"),
-    Case("npz_mask_two", "rollouts", "r.npz", npz_bytes(**_with("response_mask", _set_first(2.0))),
-         "response_mask in 'r.npz' must be 0 or 1"),
-    Case("npz_mask_zero", "rollouts", "r.npz", npz_bytes(**_with("response_mask", np.zeros_like)),
-         "selects no tokens"),
+    Case(
+        "npz_inf_adv",
+        "rollouts",
+        "r.npz",
+        npz_bytes(**_with("advantages", _set_first(np.inf))),
+        "advantages in 'r.npz' is not finite",
+    ),
+    Case(
+        "npz_probabilities", "rollouts", "r.npz", npz_bytes(**_with("old_log_prob", np.exp)), "look like probabilities"
+    ),
+    Case(
+        "npz_mask_two",
+        "rollouts",
+        "r.npz",
+        npz_bytes(**_with("response_mask", _set_first(2.0))),
+        "response_mask in 'r.npz' must be 0 or 1",
+    ),
+    Case("npz_mask_zero", "rollouts", "r.npz", npz_bytes(**_with("response_mask", np.zeros_like)), "selects no tokens"),
     Case("st_empty_header", "rollouts", "r.safetensors", b"\x01\x02\x03", "too short"),
     Case("st_header_too_long", "rollouts", "r.safetensors", struct.pack("<Q", 10**9) + b"{}", "bad header length"),
     Case("st_bad_json", "rollouts", "r.safetensors", _safetensors_header(b"{abc}"), "not a valid .safetensors"),
-    Case("st_huge_shape", "rollouts", "r.safetensors", _safetensors_header(
-        b'{"old_log_prob":{"dtype":"F32","shape":[1099511627776],"data_offsets":[0,8]}}', b"\x00" * 8),
-        "declares old_log_prob of shape (1099511627776,)"),
+    Case(
+        "st_huge_shape",
+        "rollouts",
+        "r.safetensors",
+        _safetensors_header(
+            b'{"old_log_prob":{"dtype":"F32","shape":[1099511627776],"data_offsets":[0,8]}}', b"\x00" * 8
+        ),
+        "declares old_log_prob of shape (1099511627776,)",
+    ),
     Case("st_truncated", "rollouts", "r.safetensors", safetensors_bytes(**_good())[:-40], "not a valid .safetensors"),
-    Case("st_int_old", "rollouts", "r.safetensors",
-         safetensors_bytes(**_good(old_log_prob=np.zeros((6, 8), np.int64))), "must be floating point"),
-    Case("st_bool_adv", "rollouts", "r.safetensors",
-         safetensors_bytes(**_good(advantages=np.ones((6, 8), bool))), "must be floating point"),
+    Case(
+        "st_int_old",
+        "rollouts",
+        "r.safetensors",
+        safetensors_bytes(**_good(old_log_prob=np.zeros((6, 8), np.int64))),
+        "must be floating point",
+    ),
+    Case(
+        "st_bool_adv",
+        "rollouts",
+        "r.safetensors",
+        safetensors_bytes(**_good(advantages=np.ones((6, 8), bool))),
+        "must be floating point",
+    ),
     Case("parquet_no_magic", "rollouts", "r.parquet", b"PAR0 not parquet", "no PAR1 magic"),
     Case("parquet_garbage", "rollouts", "r.parquet", b"PAR1" + b"\x00\xff" * 50 + b"PAR1", "not a readable .parquet"),
     Case("parquet_truncated", "rollouts", "r.parquet", _parquet_truncated(), "not a readable .parquet"),
-    Case("parquet_strings", "rollouts", "r.parquet",
-         parquet_bytes({"old_log_prob": [["a", "b"]], "advantages": [1.0]}), "must hold numbers"),
-    Case("parquet_string_scalar", "rollouts", "r.parquet",
-         parquet_bytes({"old_log_prob": [[-0.1]], "advantages": ["high"]}),
-         "advantages in 'r.parquet' must hold numbers, got string (refused before decoding)"),
-    Case("parquet_null_row", "rollouts", "r.parquet",
-         parquet_bytes({"old_log_prob": [[-0.1], None], "advantages": [1.0, 1.0]}), "null row"),
-    Case("parquet_null_inside", "rollouts", "r.parquet",
-         parquet_bytes({"old_log_prob": [[-0.1, None]], "advantages": [1.0]}), "null value(s) inside"),
-    Case("parquet_nested", "rollouts", "r.parquet",
-         parquet_bytes({"old_log_prob": [[[-0.1], [-0.2]]], "advantages": [1.0]}), "must hold numbers"),
-    Case("parquet_missing_adv", "rollouts", "r.parquet", parquet_bytes({"old_log_prob": [[-0.1]]}),
-         "lacks advantages (or advantage); it has [old_log_prob]"),
+    Case(
+        "parquet_strings",
+        "rollouts",
+        "r.parquet",
+        parquet_bytes({"old_log_prob": [["a", "b"]], "advantages": [1.0]}),
+        "must hold numbers",
+    ),
+    Case(
+        "parquet_string_scalar",
+        "rollouts",
+        "r.parquet",
+        parquet_bytes({"old_log_prob": [[-0.1]], "advantages": ["high"]}),
+        "advantages in 'r.parquet' must hold numbers, got string (refused before decoding)",
+    ),
+    Case(
+        "parquet_null_row",
+        "rollouts",
+        "r.parquet",
+        parquet_bytes({"old_log_prob": [[-0.1], None], "advantages": [1.0, 1.0]}),
+        "null row",
+    ),
+    Case(
+        "parquet_null_inside",
+        "rollouts",
+        "r.parquet",
+        parquet_bytes({"old_log_prob": [[-0.1, None]], "advantages": [1.0]}),
+        "null value(s) inside",
+    ),
+    Case(
+        "parquet_nested",
+        "rollouts",
+        "r.parquet",
+        parquet_bytes({"old_log_prob": [[[-0.1], [-0.2]]], "advantages": [1.0]}),
+        "must hold numbers",
+    ),
+    Case(
+        "parquet_missing_adv",
+        "rollouts",
+        "r.parquet",
+        parquet_bytes({"old_log_prob": [[-0.1]]}),
+        "lacks advantages (or advantage); it has [old_log_prob]",
+    ),
     Case("jsonl_non_utf8", "rollouts", "r.jsonl", b'{"old_log_prob": [-0.1]}\n\xff\xfe', "not UTF-8"),
-    Case("jsonl_bad_json", "rollouts", "r.jsonl", b'{"old_log_prob": [-0.1], \n',
-         "line 1 of 'r.jsonl' is not valid JSON"),
+    Case(
+        "jsonl_bad_json", "rollouts", "r.jsonl", b'{"old_log_prob": [-0.1], \n', "line 1 of 'r.jsonl' is not valid JSON"
+    ),
     Case("jsonl_list_line", "rollouts", "r.jsonl", b"[1, 2, 3]\n", "is list, not a JSON object"),
     Case("jsonl_strings", "rollouts", "r.jsonl", _jsonl_rows(old_log_prob=["a", "b"]), "must be a list of numbers"),
-    Case("jsonl_nested", "rollouts", "r.jsonl", _jsonl_rows(old_log_prob=[[-0.1], [-0.2]]),
-         "must be a list of numbers"),
-    Case("jsonl_null_inside", "rollouts", "r.jsonl", _jsonl_rows(old_log_prob=[-0.1, None]),
-         "must be a list of numbers"),
+    Case(
+        "jsonl_nested", "rollouts", "r.jsonl", _jsonl_rows(old_log_prob=[[-0.1], [-0.2]]), "must be a list of numbers"
+    ),
+    Case(
+        "jsonl_null_inside", "rollouts", "r.jsonl", _jsonl_rows(old_log_prob=[-0.1, None]), "must be a list of numbers"
+    ),
     Case("jsonl_dict_value", "rollouts", "r.jsonl", _jsonl_rows(advantages={"x": 1}), "must be a list of numbers"),
-    Case("jsonl_huge_int", "rollouts", "r.jsonl", _jsonl_rows(old_log_prob=[-(10**400), -1]),
-         "must be a list of numbers"),
+    Case(
+        "jsonl_huge_int", "rollouts", "r.jsonl", _jsonl_rows(old_log_prob=[-(10**400), -1]), "must be a list of numbers"
+    ),
     Case("jsonl_bools", "rollouts", "r.jsonl", _jsonl_rows(old_log_prob=[True, False]), "holds booleans"),
-    Case("jsonl_fields_differ", "rollouts", "r.jsonl",
-         jsonl_bytes([{"old_log_prob": [-0.1], "advantages": 1.0}, {"old_log_prob": [-0.1]}]), "has fields"),
-    Case("jsonl_length_mismatch", "rollouts", "r.jsonl", _jsonl_rows(log_prob=[-0.3]),
-         "log_prob in row 1 of 'r.jsonl' has 1 values, old_log_prob has 2"),
+    Case(
+        "jsonl_fields_differ",
+        "rollouts",
+        "r.jsonl",
+        jsonl_bytes([{"old_log_prob": [-0.1], "advantages": 1.0}, {"old_log_prob": [-0.1]}]),
+        "has fields",
+    ),
+    Case(
+        "jsonl_length_mismatch",
+        "rollouts",
+        "r.jsonl",
+        _jsonl_rows(log_prob=[-0.3]),
+        "log_prob in row 1 of 'r.jsonl' has 1 values, old_log_prob has 2",
+    ),
     Case("jsonl_blank", "rollouts", "r.jsonl", b"\n\n  \n", "has no JSON lines"),
     Case("jsonl_nan", "rollouts", "r.jsonl", b'{"old_log_prob": [NaN, -0.1], "advantages": 1.0}\n', "not finite"),
-    Case("jsonl_deep", "rollouts", "r.jsonl", b'{"old_log_prob": ' + b"[" * 100000 + b"]" * 100000 + b"}\n",
-         "nested too deeply"),
+    Case(
+        "jsonl_deep",
+        "rollouts",
+        "r.jsonl",
+        b'{"old_log_prob": ' + b"[" * 100000 + b"]" * 100000 + b"}\n",
+        "nested too deeply",
+    ),
     Case("jsonl_too_many_padded", "rollouts", "r.jsonl", _jsonl_too_wide(), "pads to 10001×7000 tokens, over the"),
-    Case("jsonl_positive_logp", "rollouts", "r.jsonl", _jsonl_rows(old_log_prob=[0.5, -0.1]),
-         "must hold log-probabilities <= 0"),
+    Case(
+        "jsonl_positive_logp",
+        "rollouts",
+        "r.jsonl",
+        _jsonl_rows(old_log_prob=[0.5, -0.1]),
+        "must hold log-probabilities <= 0",
+    ),
     Case("suffix_pkl", "rollouts", "r.pkl", PICKLED, "allowed: .npz", app=False),
     Case("suffix_npy", "rollouts", "r.npy", b"\x93NUMPY", "allowed: .npz", app=False),
     Case("no_suffix", "rollouts", "rollouts", GOOD_NPZ, "has suffix '(none)'", app=False),
@@ -296,15 +450,17 @@ def _parquet_rle_bomb() -> bytes:
     values = pa.array(np.zeros(n, np.float32))
     col = pa.ListArray.from_arrays(pa.array([0, n], pa.int32()), values)
     buf = io.BytesIO()
-    pq.write_table(pa.table({"old_log_prob": col, "advantages": pa.array([1.0])}), buf, use_dictionary=True,
-                   compression="zstd")
+    pq.write_table(
+        pa.table({"old_log_prob": col, "advantages": pa.array([1.0])}), buf, use_dictionary=True, compression="zstd"
+    )
     return buf.getvalue()
 
 
 def _npz_compressed_bomb() -> bytes:
     buf = io.BytesIO()
-    np.savez_compressed(buf, old_log_prob=np.zeros((1024, CAP // 1024 + 1), np.float32),
-                        advantages=np.zeros(1024, np.float32))
+    np.savez_compressed(
+        buf, old_log_prob=np.zeros((1024, CAP // 1024 + 1), np.float32), advantages=np.zeros(1024, np.float32)
+    )
     return buf.getvalue()
 
 
@@ -327,16 +483,36 @@ BUDGET_CASES = [
     Case("npz_many_members", "rollouts", "r.npz", _npz_many_members(), "holds more than 64 archive members"),
     Case("jsonl_long_line", "rollouts", "r.jsonl", LONG_LINE, f"line 1 of 'r.jsonl' is {len(LONG_LINE) - 1} bytes"),
     Case("jsonl_many_empty_objects", "rollouts", "r.jsonl", b"{}\n" * (2**20 + 1), "over the 1048576-line limit"),
-    Case("jsonl_duplicate_key", "rollouts", "r.jsonl",
-         b'{"old_log_prob": [-0.1], "advantages": 1.0, "advantages": -5.0}\n', "sets 'advantages' twice (1.0, then"),
-    Case("json_duplicate_key", "config", "c.json", b'{"epsilon": 0.2, "epsilon": 5.0}',
-         "sets 'epsilon' twice (0.2, then 5.0)"),
-    Case("yaml_duplicate_key", "config", "c.yaml", b"epsilon: 0.2\nloss_type: dapo\nepsilon: 5.0\n",
-         "sets 'epsilon' twice (lines 1 and 3)"),
+    Case(
+        "jsonl_duplicate_key",
+        "rollouts",
+        "r.jsonl",
+        b'{"old_log_prob": [-0.1], "advantages": 1.0, "advantages": -5.0}\n',
+        "sets 'advantages' twice (1.0, then",
+    ),
+    Case(
+        "json_duplicate_key",
+        "config",
+        "c.json",
+        b'{"epsilon": 0.2, "epsilon": 5.0}',
+        "sets 'epsilon' twice (0.2, then 5.0)",
+    ),
+    Case(
+        "yaml_duplicate_key",
+        "config",
+        "c.yaml",
+        b"epsilon: 0.2\nloss_type: dapo\nepsilon: 5.0\n",
+        "sets 'epsilon' twice (lines 1 and 3)",
+    ),
     Case("json_nested_and_dotted", "config", "c.json", b'{"a.b": 1, "a": {"b": 2}}', "sets 'a.b' twice"),
     Case("yaml_flow_list_1mib", "config", "c.yaml", b"a: [" + b"1," * 2**19 + b"1]\n", "more than 200000 YAML nodes"),
-    Case("yaml_250k_keys", "config", "c.yaml", b"".join(b"k%d: 1\n" % i for i in range(250_000)),
-         "more than 200000 YAML nodes"),
+    Case(
+        "yaml_250k_keys",
+        "config",
+        "c.yaml",
+        b"".join(b"k%d: 1\n" % i for i in range(250_000)),
+        "more than 200000 YAML nodes",
+    ),
 ]
 
 CASES = CONFIG_CASES + ROLLOUT_CASES + BUDGET_CASES
@@ -361,15 +537,17 @@ BY_ID = {c.id: c for c in CASES}
 FAST_IN_A_PROCESS = ("parquet_rle_bomb", "json_duplicate_key")
 
 
-@pytest.mark.parametrize("case_id", [c if c in FAST_IN_A_PROCESS else pytest.param(c, marks=pytest.mark.slow)
-                                     for c in REPRESENTATIVE])
+@pytest.mark.parametrize(
+    "case_id", [c if c in FAST_IN_A_PROCESS else pytest.param(c, marks=pytest.mark.slow) for c in REPRESENTATIVE]
+)
 def test_the_cli_exits_2_with_one_line_and_no_traceback(case_id, tmp_path):
     case = BY_ID[case_id]
     path = tmp_path / case.name
     path.write_bytes(case.data)
     argv = [str(path)] if case.target == "config" else ["--rollouts", str(path)]
-    run = subprocess.run([sys.executable, "-m", "divclip.cli", "check", *argv], capture_output=True,
-                         text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-m", "divclip.cli", "check", *argv], capture_output=True, text=True, timeout=120
+    )
     assert run.returncode == 2 and run.stdout == "" and "Traceback" not in run.stderr
     assert run.stderr.startswith("divclip: error: ") and run.stderr.count("\n") == 1 and case.needle in run.stderr
 
@@ -455,8 +633,19 @@ def test_sources_never_unpickle_or_evaluate():
 
     root = Path(__file__).resolve().parents[2]
     sources = sorted((root / "sanity").glob("*.py")) + [root / "app" / "views" / "sanity_check.py"]
-    forbidden = ("import pickle", "pickle.load", "torch.load(", "eval(", "exec(", "yaml.load(", "yaml.unsafe_load",
-                 "allow_pickle=True", "yaml.Loader", "FullLoader", "UnsafeLoader")
+    forbidden = (
+        "import pickle",
+        "pickle.load",
+        "torch.load(",
+        "eval(",
+        "exec(",
+        "yaml.load(",
+        "yaml.unsafe_load",
+        "allow_pickle=True",
+        "yaml.Loader",
+        "FullLoader",
+        "UnsafeLoader",
+    )
     for path in sources:
         text = path.read_text()
         for word in forbidden:

@@ -68,11 +68,17 @@ def assert_matches_reference(section, arrays):
             for row in rows:
                 lo_p, hi_p = (float(x) for x in row["p_bucket"].strip("[)]").split(", "))
                 upper = p_old <= hi_p if row["p_bucket"].endswith("]") else p_old < hi_p
-                sign = {"A<0": arrays["advantages"] < 0, "A=0": arrays["advantages"] == 0,
-                        "A>0": arrays["advantages"] > 0}[row["sign"]]
+                sign = {
+                    "A<0": arrays["advantages"] < 0,
+                    "A=0": arrays["advantages"] == 0,
+                    "A>0": arrays["advantages"] > 0,
+                }[row["sign"]]
                 cell = (p_old >= lo_p) & upper & sign
                 assert abs(row[f"clipped_{side}"] - int((ref & cell).sum())) <= int((near & cell).sum()), (
-                    entry["measure"], side, row)
+                    entry["measure"],
+                    side,
+                    row,
+                )
         assert entry["clipfrac"] == pytest.approx(entry["clipfrac_low"] + entry["clipfrac_high"], rel=1e-6)
         checked += 1
     return checked
@@ -83,8 +89,10 @@ def test_predicted_fractions_match_an_independent_reference(tmp_path, dtype):
     arrays = random_batch(seed=1, dtype=dtype)
     path = tmp_path / "batch.npz"
     path.write_bytes(npz_bytes(**arrays))
-    report = build_report(rollouts=path, overrides=["actor_rollout_ref.actor.clip_ratio_high=0.28",
-                                                    "actor_rollout_ref.actor.ppo_mini_batch_size=64"])
+    report = build_report(
+        rollouts=path,
+        overrides=["actor_rollout_ref.actor.clip_ratio_high=0.28", "actor_rollout_ref.actor.ppo_mini_batch_size=64"],
+    )
     section = report["rollouts"]
     assert section["ratios"]["source"] == "file" and section["dual_clip_c"] == 3.0
     assert assert_matches_reference(section, arrays) == len(MEASURES)
@@ -132,8 +140,15 @@ def test_sweep_at_the_configured_budget_matches_the_headline():
         series = section["sweep"]["measures"][e["measure"]]
         assert all(np.diff(series["clipfrac"]) <= 1e-12)  # a larger budget never clips more
         budget = e["budget"].get("delta", e["budget"].get("eps_low"))  # ratio: ε 0.2/0.2 is symmetric
-        at = _sweep(spec_of(e, section), ratio, np.exp(arrays["old_log_prob"]), arrays["advantages"], inside,
-                    np.array([budget]), n)
+        at = _sweep(
+            spec_of(e, section),
+            ratio,
+            np.exp(arrays["old_log_prob"]),
+            arrays["advantages"],
+            inside,
+            np.array([budget]),
+            n,
+        )
         assert round(at["clipfrac_low"][0] * n) == round(e["clipfrac_low"] * n), e["measure"]
         assert round(at["clipfrac_high"][0] * n) == round(e["clipfrac_high"] * n), e["measure"]
 

@@ -28,8 +28,16 @@ def test_misspelled_verl_override_is_a_warning_naming_the_nearest_key_in_the_cli
 
 
 def test_any_verl_key_of_verls_own_config_is_known_not_only_the_ones_divclip_reads():
-    report = build_report(None, overrides=[f"{A}optim.lr=1e-6", "trainer.total_epochs=3", f"{A}ppo_epochs=2",
-                                           "+trainer.my_own_key=1", "actor_rollout_ref.model.override_config.x=1"])
+    report = build_report(
+        None,
+        overrides=[
+            f"{A}optim.lr=1e-6",
+            "trainer.total_epochs=3",
+            f"{A}ppo_epochs=2",
+            "+trainer.my_own_key=1",
+            "actor_rollout_ref.model.override_config.x=1",
+        ],
+    )
     assert unknown(report) == []  # +key= adds on purpose; override_config is an open mapping in verl's config
 
 
@@ -56,10 +64,12 @@ def test_trl_flags_are_read_with_either_spelling_and_unknown_flags_warned(tmp_pa
 
 def test_an_override_line_without_equals_is_a_warning_with_its_line(tmp_path):
     f = tmp_path / "run.sh"
-    f.write_text("python3 -m verl.trainer.main_ppo \\\n"
-                 f"    {A}ppo_epochs=2 \\\n"
-                 f"    {A}clip_ratio_high 0.28 \\\n"
-                 "    data.train_batch_size=512\n")
+    f.write_text(
+        "python3 -m verl.trainer.main_ppo \\\n"
+        f"    {A}ppo_epochs=2 \\\n"
+        f"    {A}clip_ratio_high 0.28 \\\n"
+        "    data.train_batch_size=512\n"
+    )
     report = build_report(f)
     [w] = [w for w in report["warnings"] if w["code"] == "override_without_equals"]
     assert w["key"] == f"{A}clip_ratio_high" and f"{A}clip_ratio_high={0.28}" in w["message"]

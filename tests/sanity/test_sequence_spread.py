@@ -49,9 +49,14 @@ def test_with_rollouts_the_warning_gives_the_batchs_own_figure():
     rng = np.random.default_rng(1)
     old = -rng.random((8, 50)).astype(np.float32) - 0.1
     new = old + (0.05 * rng.standard_normal((8, 50))).astype(np.float32)
-    data = _npz(old_log_prob=old, log_prob=new, advantages=np.ones((8, 50), np.float32),
-                response_mask=np.ones((8, 50), np.float32))
+    data = _npz(
+        old_log_prob=old,
+        log_prob=new,
+        advantages=np.ones((8, 50), np.float32),
+        response_mask=np.ones((8, 50), np.float32),
+    )
     report = build_report(overrides=GSPO_WITH_TOKEN_EPS, rollouts=data, rollouts_name="b.npz")
     expected = sequence_spread((new.astype(np.float64) - old.astype(np.float64)), np.ones((8, 50), bool))["ratio"]
-    assert f"on 'b.npz' the sequence log-ratio's std is {expected:.3g}× smaller than the token log-ratios'" in \
-        _warning(report)
+    assert f"on 'b.npz' the sequence log-ratio's std is {expected:.3g}× smaller than the token log-ratios'" in _warning(
+        report
+    )

@@ -25,8 +25,17 @@ from divclip.theory.losses import policy_loss  # noqa: E402
 
 VARIANTS = {
     # mode: extra method strings beyond the form's example, one per branch of its weight
-    "clip": ["dapo", "grpo/dual=3", "kl3:0.02", "binary_kl:0.05", "binary_tv:0.2", "binary_kl:0.05/dual=3",
-             "kl3:0.023144&binary_tv:0.2", "kl3@clipfrac=0.1", "ratio:1:4"],
+    "clip": [
+        "dapo",
+        "grpo/dual=3",
+        "kl3:0.02",
+        "binary_kl:0.05",
+        "binary_tv:0.2",
+        "binary_kl:0.05/dual=3",
+        "kl3:0.023144&binary_tv:0.2",
+        "kl3@clipfrac=0.1",
+        "ratio:1:4",
+    ],
     "gated": ["dppo_tv", "ratio:0.2:0.28/gated", "binary_kl:0.05/gated", "binary_tv:0.2/gated/tis=5"],
     "cispo": ["kl3:0.05/cispo", "binary_kl:0.05/cispo", "binary_tv:0.2/cispo", "ratio:1:4/cispo"],
     "sapo": ["sapo/tau=0.5:2"],
@@ -98,8 +107,10 @@ def test_weight_equals_autograd_through_policy_loss(mode, method):
     expected = _autograd_weight(spec, q, r, adv)
     got = gradient_weight(spec, q, r, adv)
     bad = ~np.isclose(got, expected, rtol=1e-9, atol=1e-12)  # torch forms σ(1 − σ) with cancellation
-    assert not bad.any(), (f"{method}: {int(bad.sum())} of {len(q)} points differ, e.g. q={q[bad][:3]}, "
-                           f"r={r[bad][:3]}, A={adv[bad][:3]}: w={got[bad][:3]}, autograd={expected[bad][:3]}")
+    assert not bad.any(), (
+        f"{method}: {int(bad.sum())} of {len(q)} points differ, e.g. q={q[bad][:3]}, "
+        f"r={r[bad][:3]}, A={adv[bad][:3]}: w={got[bad][:3]}, autograd={expected[bad][:3]}"
+    )
     assert (got == 0).any() or FORMS[mode].family != "hard clip"  # the grid reaches the clipped region
     assert (got != 0).any()
 
@@ -167,16 +178,19 @@ def test_shapes_broadcast():
 
 
 # ------------------------------------------------------------------------------------------ errors
-@pytest.mark.parametrize("args, match", [
-    (("grpo", 0.0, 1.0, 1.0), r"q \(the old probability\) must lie in \(0, 1\]"),
-    (("grpo", 1.5, 1.0, 1.0), r"q .* got 1\.5"),
-    (("grpo", 0.5, -1.0, 1.0), r"r \(the ratio\) must lie in \[0, inf\]"),
-    (("grpo", 0.5, np.nan, 1.0), r"r \(the ratio\)"),
-    (("grpo", 0.5, 1.0, np.inf), r"adv \(the advantage\)"),
-    (("grpo", [0.1, 0.2], [1.0, 1.1, 1.2], 1.0), "must broadcast together"),
-    (("grpo", "x", 1.0, 1.0), "q .* must be a number"),
-    (("nope", 0.5, 1.0, 1.0), "unknown method 'nope'"),
-])
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (("grpo", 0.0, 1.0, 1.0), r"q \(the old probability\) must lie in \(0, 1\]"),
+        (("grpo", 1.5, 1.0, 1.0), r"q .* got 1\.5"),
+        (("grpo", 0.5, -1.0, 1.0), r"r \(the ratio\) must lie in \[0, inf\]"),
+        (("grpo", 0.5, np.nan, 1.0), r"r \(the ratio\)"),
+        (("grpo", 0.5, 1.0, np.inf), r"adv \(the advantage\)"),
+        (("grpo", [0.1, 0.2], [1.0, 1.1, 1.2], 1.0), "must broadcast together"),
+        (("grpo", "x", 1.0, 1.0), "q .* must be a number"),
+        (("nope", 0.5, 1.0, 1.0), "unknown method 'nope'"),
+    ],
+)
 def test_bad_input_is_named(args, match):
     with pytest.raises(ValueError, match=match):
         gradient_weight(*args)
@@ -223,10 +237,12 @@ def test_the_numpy_clamps_are_the_torch_ones():
 
 
 def test_the_frame_does_not_import_torch():
-    code = ("import sys\nfrom divclip.theory import gradient_weight, interval\n"
-            "from divclip.theory.atlas import catalogue\n"
-            "gradient_weight('dppo_kl', 0.01, 2.0, 1.0); interval('binary_kl:0.05', 0.1, -1); catalogue(['dapo'])\n"
-            "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith('torch'))")
+    code = (
+        "import sys\nfrom divclip.theory import gradient_weight, interval\n"
+        "from divclip.theory.atlas import catalogue\n"
+        "gradient_weight('dppo_kl', 0.01, 2.0, 1.0); interval('binary_kl:0.05', 0.1, -1); catalogue(['dapo'])\n"
+        "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith('torch'))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
 
@@ -258,10 +274,16 @@ def test_nearest_budget_fit_is_the_brute_force_minimax(measure):
         assert fit["distance_A>0"] == pytest.approx(fit["distance_A<0"], abs=1e-8)
 
 
-@pytest.mark.parametrize("method, measure, delta", [
-    ("grpo", "ratio", 0.2), ("dppo_kl", "binary_kl", 0.05), ("dppo_tv", "binary_tv", 0.2),
-    ("atr", "kl3", 0.023143551314209754), ("kl3_reverse:0.03", "kl3_reverse", 0.03),
-])
+@pytest.mark.parametrize(
+    "method, measure, delta",
+    [
+        ("grpo", "ratio", 0.2),
+        ("dppo_kl", "binary_kl", 0.05),
+        ("dppo_tv", "binary_tv", 0.2),
+        ("atr", "kl3", 0.023143551314209754),
+        ("kl3_reverse:0.03", "kl3_reverse", 0.03),
+    ],
+)
 def test_a_method_that_is_a_budget_is_found_equal(method, measure, delta):
     from divclip.theory.atlas import catalogue
 

@@ -36,8 +36,12 @@ def test_kl3_bounds_match_50_digit_mpmath(delta):
 def test_kl3_reference_table_of_docs_theory_md():
     # docs/theory.md §2, printed to 10 decimals (each digit checked against mpmath in tests/docs), so the
     # code must agree to half a unit in the 10th place.
-    table = {0.01: (0.8651652489, 1.1481651224), 0.02: (0.8131051152, 1.2135497072),
-             0.05: (0.7161894552, 1.3504032560), 0.1: (0.6168168318, 1.5162211614)}
+    table = {
+        0.01: (0.8651652489, 1.1481651224),
+        0.02: (0.8131051152, 1.2135497072),
+        0.05: (0.7161894552, 1.3504032560),
+        0.1: (0.6168168318, 1.5162211614),
+    }
     for delta, (lo_ref, hi_ref) in table.items():
         lo, hi = kl3_bounds(delta)
         assert lo == pytest.approx(lo_ref, abs=5e-11)
@@ -73,11 +77,12 @@ def _accurate(measure, x, delta, p=None):
 P_GRID = [None, 1e-3, 0.01, 0.3, 0.5, 0.9, 0.999]
 
 
-@pytest.mark.parametrize("name", ["log_ratio", "k2", "kl3", "kl3_reverse", "binary_kl", "binary_tv", "chi2",
-                                  "hellinger", "ratio"])
+@pytest.mark.parametrize(
+    "name", ["log_ratio", "k2", "kl3", "kl3_reverse", "binary_kl", "binary_tv", "chi2", "hellinger", "ratio"]
+)
 def test_bounds_solve_d_equals_delta(name):
     m = get_measure(name)
-    for p in (P_GRID[1:] if m.p_dependent else [None]):
+    for p in P_GRID[1:] if m.p_dependent else [None]:
         for delta in DELTAS:
             lo, hi = m.bounds(delta, p)
             assert lo < 1 < hi

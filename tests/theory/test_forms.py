@@ -9,8 +9,15 @@ from divclip.theory.spec import MODE_NAMES
 
 @pytest.fixture
 def demo_form():
-    form = declare_form(Form("demo_form", "hard clip", "−A·r", ("test:demo",),
-                             params=(Param("demo_k", 2.0, "a demo parameter", above=0.0, at_most=10.0),)))
+    form = declare_form(
+        Form(
+            "demo_form",
+            "hard clip",
+            "−A·r",
+            ("test:demo",),
+            params=(Param("demo_k", 2.0, "a demo parameter", above=0.0, at_most=10.0),),
+        )
+    )
     yield form
     from divclip.theory import forms
 
@@ -36,12 +43,15 @@ def test_params_default_set_and_round_trip(demo_form):
     assert ClipSpec("ratio", eps_low=0.2, eps_high=0.28, mode="demo_form", params={"demo_k": 3.5}) == spec
 
 
-@pytest.mark.parametrize("text, match", [
-    ("ratio:0.2:0.28/demo_form/demo_k=0", r"demo_k.*> 0"),
-    ("ratio:0.2:0.28/demo_form/demo_k=11", r"<= 10"),
-    ("ratio:0.2:0.28/demo_form/demo_k=1/demo_k=2", "given twice"),
-    ("ratio:0.2:0.28/demo_k=1", "takes no parameters|has no parameter"),
-])
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("ratio:0.2:0.28/demo_form/demo_k=0", r"demo_k.*> 0"),
+        ("ratio:0.2:0.28/demo_form/demo_k=11", r"<= 10"),
+        ("ratio:0.2:0.28/demo_form/demo_k=1/demo_k=2", "given twice"),
+        ("ratio:0.2:0.28/demo_k=1", "takes no parameters|has no parameter"),
+    ],
+)
 def test_bad_params_are_refused_by_name(demo_form, text, match):
     with pytest.raises(ValueError, match=match):
         parse_method(text)

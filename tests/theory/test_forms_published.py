@@ -121,14 +121,16 @@ def test_dcpo_bounds_pin_the_papers_numbers():
     assert hi[2] == pytest.approx(2.0, rel=1e-14) and hi[3] == pytest.approx(5.0, rel=1e-14)
     assert lo[4] == 0.5 and lo[5] == 0.5  # q <= 4·ε_low: the square root's argument is clipped at 0
     assert hi[6] == 10.0
-    q_cap = 4 * 0.2 / (19.0 ** 2 - 1)  # ½ + ½√(1 + 0.8/q) = 10
+    q_cap = 4 * 0.2 / (19.0**2 - 1)  # ½ + ½√(1 + 0.8/q) = 10
     _, uncapped = dcpo_bounds([q_cap * 0.999, q_cap * 1.001], 0.16, 0.2, 1e9)
     assert uncapped[0] > 10.0 > uncapped[1] and q_cap == pytest.approx(2e-3, rel=0.15)
     lo, hi = dcpo_bounds([0.9, 0.01], **eps)
     assert round(0.9 * lo[0], 2) == 0.69
     assert 0.01 * lo[1] == pytest.approx(0.005, rel=1e-14) and 0.01 * hi[1] == pytest.approx(0.05, rel=1e-14)
-    assert PUBLISHED_METHODS["dcpo"] == "ratio:0.16:0.2/dcpo" and parse_method("ratio:0.16:0.2/dcpo").param(
-        "dcpo_r_max") == 10.0
+    assert (
+        PUBLISHED_METHODS["dcpo"] == "ratio:0.16:0.2/dcpo"
+        and parse_method("ratio:0.16:0.2/dcpo").param("dcpo_r_max") == 10.0
+    )
 
 
 def test_dcpo_loss_is_eq8_with_eq4_bounds():
@@ -159,9 +161,14 @@ def _eq8_cegppo(beta1, beta2, lo=0.8, hi=1.2):
     return ref
 
 
-@pytest.mark.parametrize("method, betas", [("ratio:0.2:0.2/cegppo", (0.75, 1.0)),
-                                           ("ratio:0.2:0.2/cegppo/cegppo_beta1=0.5", (0.5, 1.0)),
-                                           ("ratio:0.2:0.2/gppo", (1.0, 1.0))])
+@pytest.mark.parametrize(
+    "method, betas",
+    [
+        ("ratio:0.2:0.2/cegppo", (0.75, 1.0)),
+        ("ratio:0.2:0.2/cegppo/cegppo_beta1=0.5", (0.5, 1.0)),
+        ("ratio:0.2:0.2/gppo", (1.0, 1.0)),
+    ],
+)
 def test_cegppo_and_gppo_are_eq8(method, betas):
     _check_against(method, _eq8_cegppo(*betas))
 
@@ -192,7 +199,7 @@ def _aspo_reference(c, lo=0.8, hi=1.2):
     def ref(lp, old, adv, mask):
         pi, pi_old = torch.exp(lp), torch.exp(old)
         r = pi / pi_old
-        r_hat = pi_old * pi / (pi ** 2).detach()
+        r_hat = pi_old * pi / (pi**2).detach()
         pos = torch.where(r > hi, (1.0 / hi) * torch.ones_like(r), r_hat)
         pos = torch.where(r < 1.0 / c, c * lp, pos)
         neg = torch.where(r > c, c * lp, torch.maximum(r, torch.full_like(r, lo)))
@@ -230,8 +237,9 @@ def _topr_reference(a_pos=1.0, b_pos=1.0, a_neg=0.0, b_neg=1.0):
     return ref
 
 
-@pytest.mark.parametrize("method, limits", [("ratio/topr", ()),
-                                            ("ratio/topr/topr_pos_high=2/topr_neg_low=0.5", (1.0, 2.0, 0.5, 1.0))])
+@pytest.mark.parametrize(
+    "method, limits", [("ratio/topr", ()), ("ratio/topr/topr_pos_high=2/topr_neg_low=0.5", (1.0, 2.0, 0.5, 1.0))]
+)
 def test_topr_is_section3(method, limits):
     _check_against(method, _topr_reference(*limits), seed=2)
 
@@ -247,8 +255,7 @@ def test_topr_pins_the_canonical_limits():
         loss.backward()
         w = -lp.grad / adv
         torch.testing.assert_close(w[0], torch.ones(3, dtype=torch.float64), rtol=1e-14, atol=0)
-        torch.testing.assert_close(w[1], torch.full((3,), min(seq_ratio, 1.0), dtype=torch.float64),
-                                   rtol=1e-13, atol=0)
+        torch.testing.assert_close(w[1], torch.full((3,), min(seq_ratio, 1.0), dtype=torch.float64), rtol=1e-13, atol=0)
 
 
 # ---------------------------------------------------------------------------------------------- BAPO
@@ -273,8 +280,14 @@ def _algorithm1(ratio, adv, mask, rho0=0.4, a_low=0.6, b_low=0.9, a_high=1.2, b_
 def test_bapo_pins_section_5_1_and_algorithm_1_path():
     form = get_form("bapo")
     assert {p.name: p.default for p in form.params} == {
-        "bapo_rho0": 0.4, "bapo_low_start": 0.6, "bapo_low_max": 0.9, "bapo_high_start": 1.2,
-        "bapo_high_max": 3.0, "bapo_high_step": 0.05, "bapo_low_step": 0.02}
+        "bapo_rho0": 0.4,
+        "bapo_low_start": 0.6,
+        "bapo_low_max": 0.9,
+        "bapo_high_start": 1.2,
+        "bapo_high_max": 3.0,
+        "bapo_high_step": 0.05,
+        "bapo_low_step": 0.02,
+    }
     path = bapo_path(parse_method("ratio/bapo"))
     assert path[0] == (0.6, 1.2) and path[36] == (0.6, 3.0) and path[-1] == (0.9, 3.0) and len(path) == 52
     # the loop cannot start when c_low + δ2 > b⁻: the bounds stay (a⁻, a⁺)
@@ -354,23 +367,26 @@ def test_bapo_is_batch_selective_and_says_what_w_means():
 
 
 # ------------------------------------------------------------------------------------ validation, robustness
-@pytest.mark.parametrize("method, match", [
-    ("kl3/dcpo", r"'dcpo'.*measure='kl3'"),
-    ("ratio:0.16:0.2/dcpo/dcpo_r_max=1", r"dcpo_r_max.*> 1"),
-    ("binary_kl:0.05/gppo", r"'gppo'.*measure='binary_kl'"),
-    ("binary_tv:0.2/cegppo", r"'cegppo'.*measure='binary_tv'"),
-    ("binary_tv:0.2/aspo", r"'aspo'.*measure='binary_tv'"),
-    ("ratio:0.2:0.2/cegppo/cegppo_beta1=-0.1", r"cegppo_beta1.*>= 0"),
-    ("ratio:0.2:0.2/aspo/aspo_dual_c=0.5", r"aspo_dual_c.*> 1"),
-    ("ratio/topr/topr_neg_low=2", r"topr_neg_low <= topr_neg_high"),
-    ("ratio/topr/topr_pos_low=-1", r"topr_pos_low.*>= 0"),
-    ("ratio/bapo/bapo_low_start=0.95", r"bapo_low_start <= bapo_low_max"),
-    ("ratio/bapo/bapo_high_start=0.9", r"1 <= bapo_high_start"),
-    ("ratio/bapo/bapo_rho0=1.5", r"bapo_rho0.*<= 1"),
-    ("ratio/bapo/bapo_low_step=1e-7", r"bapo_low_step=1e-07.*at most 10000"),
-    ("ratio:0.2:0.2/topr", r"takes no clip budget"),
-    ("ratio:0.2:0.2/gppo/dual=3", r"dual_clip_c applies to mode='clip'"),
-])
+@pytest.mark.parametrize(
+    "method, match",
+    [
+        ("kl3/dcpo", r"'dcpo'.*measure='kl3'"),
+        ("ratio:0.16:0.2/dcpo/dcpo_r_max=1", r"dcpo_r_max.*> 1"),
+        ("binary_kl:0.05/gppo", r"'gppo'.*measure='binary_kl'"),
+        ("binary_tv:0.2/cegppo", r"'cegppo'.*measure='binary_tv'"),
+        ("binary_tv:0.2/aspo", r"'aspo'.*measure='binary_tv'"),
+        ("ratio:0.2:0.2/cegppo/cegppo_beta1=-0.1", r"cegppo_beta1.*>= 0"),
+        ("ratio:0.2:0.2/aspo/aspo_dual_c=0.5", r"aspo_dual_c.*> 1"),
+        ("ratio/topr/topr_neg_low=2", r"topr_neg_low <= topr_neg_high"),
+        ("ratio/topr/topr_pos_low=-1", r"topr_pos_low.*>= 0"),
+        ("ratio/bapo/bapo_low_start=0.95", r"bapo_low_start <= bapo_low_max"),
+        ("ratio/bapo/bapo_high_start=0.9", r"1 <= bapo_high_start"),
+        ("ratio/bapo/bapo_rho0=1.5", r"bapo_rho0.*<= 1"),
+        ("ratio/bapo/bapo_low_step=1e-7", r"bapo_low_step=1e-07.*at most 10000"),
+        ("ratio:0.2:0.2/topr", r"takes no clip budget"),
+        ("ratio:0.2:0.2/gppo/dual=3", r"dual_clip_c applies to mode='clip'"),
+    ],
+)
 def test_bad_parameters_are_refused_by_name(method, match):
     with pytest.raises(ValueError, match=match):
         parse_method(method)
@@ -382,8 +398,11 @@ def test_published_methods_are_finite_on_hostile_inputs(name):
     old = torch.tensor([[-30.0, -1e-9, -2.0, -0.7], [-5.0, -0.1, -3.0, -1.0]], dtype=torch.float64)
     lp = old + torch.tensor([[50.0, -50.0, 0.0, 3.0], [-50.0, 40.0, -8.0, 1e-3]], dtype=torch.float64)
     adv = torch.tensor([[1.0], [-1.0]], dtype=torch.float64).expand(2, 4)
-    for dtype, mask in ((torch.float64, torch.ones(2, 4)), (torch.bfloat16, torch.ones(2, 4)),
-                        (torch.float32, torch.zeros(2, 4))):
+    for dtype, mask in (
+        (torch.float64, torch.ones(2, 4)),
+        (torch.bfloat16, torch.ones(2, 4)),
+        (torch.float32, torch.zeros(2, 4)),
+    ):
         x = lp.to(dtype).detach().requires_grad_()
         loss, metrics = policy_loss(x, old.to(dtype), adv.to(dtype), mask, PUBLISHED_METHODS[name])
         loss.backward()

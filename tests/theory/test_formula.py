@@ -1,6 +1,5 @@
 """User formulas: parsed by a whitelist, never evaluated; shape checks; bounds against closed forms."""
 
-
 import numpy as np
 import pytest
 import sympy as sp
@@ -105,6 +104,7 @@ def test_non_string_formula():
 
 # -- the shape proof: accepted only when {D <= δ} is provably one interval around 1 ---------------------------
 
+
 def _witness(message):
     """(r, p or None) named by a refusal."""
     import re
@@ -141,8 +141,14 @@ def test_binary_kl_formula_is_refused_outside_its_domain():
 
 @pytest.mark.parametrize(
     "formula",
-    ["(r - 1)**2 / (1 + (r - 1)**2)", "r*log(r) - r + 1", "(r - 1)**4", "abs(r - 1)**1.5 + log(r)**2",
-     "p*(r - 1)**2", "(1 + p)*(sqrt(r) - 1)**2 + abs(log(r))"],
+    [
+        "(r - 1)**2 / (1 + (r - 1)**2)",
+        "r*log(r) - r + 1",
+        "(r - 1)**4",
+        "abs(r - 1)**1.5 + log(r)**2",
+        "p*(r - 1)**2",
+        "(1 + p)*(sqrt(r) - 1)**2 + abs(log(r))",
+    ],
 )
 def test_typical_user_formulas_are_proven(formula):
     m = measure_from_formula(formula)

@@ -103,11 +103,57 @@ def check_all(delta: float, dps: int = 60):
 
 
 # Edges: near the branch point, the split points of the solver, the subnormal/overflow band, the extremes.
-EDGE_DELTAS = [5e-324, 1e-320, 2.2250738585072014e-308, 1e-300, 1e-200, 1e-100, 1e-60, 1e-33, 1e-31, 1e-30,
-               1e-20, 1e-16, 5e-9, 1e-9, 1e-4, 0.023144, math.log(2) - 0.5, 0.19314718, 0.19314719,
-               1 - math.log(2), 0.306852, 0.306853, 1.0, 2.0, 50.0, 50.000001, 700.0, 706.5, 706.9, 707.0, 708.0,
-               708.4, 708.8, 709.0, 709.8, 720.0, 740.0, 744.0, 744.13, 744.2, 745.0, 745.2, 746.0, 800.0, 1e4,
-               1e15, 1e100, 1e300, 1.7976931348623157e308]
+EDGE_DELTAS = [
+    5e-324,
+    1e-320,
+    2.2250738585072014e-308,
+    1e-300,
+    1e-200,
+    1e-100,
+    1e-60,
+    1e-33,
+    1e-31,
+    1e-30,
+    1e-20,
+    1e-16,
+    5e-9,
+    1e-9,
+    1e-4,
+    0.023144,
+    math.log(2) - 0.5,
+    0.19314718,
+    0.19314719,
+    1 - math.log(2),
+    0.306852,
+    0.306853,
+    1.0,
+    2.0,
+    50.0,
+    50.000001,
+    700.0,
+    706.5,
+    706.9,
+    707.0,
+    708.0,
+    708.4,
+    708.8,
+    709.0,
+    709.8,
+    720.0,
+    740.0,
+    744.0,
+    744.13,
+    744.2,
+    745.0,
+    745.2,
+    746.0,
+    800.0,
+    1e4,
+    1e15,
+    1e100,
+    1e300,
+    1.7976931348623157e308,
+]
 
 
 @pytest.mark.parametrize("delta", EDGE_DELTAS)
@@ -118,7 +164,7 @@ def test_kl3_roots_at_edges(delta):
 @settings(max_examples=150, deadline=None, derandomize=True)
 @given(st.floats(min_value=-300.0, max_value=300.0))
 def test_kl3_roots_over_the_whole_float_range(log10_delta):
-    check_all(10.0 ** log10_delta)
+    check_all(10.0**log10_delta)
 
 
 @settings(max_examples=80, deadline=None, derandomize=True)
@@ -180,7 +226,7 @@ def _round_trip(measure: str, side: str, eps: float):
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(st.floats(min_value=-15.0, max_value=0.0), st.booleans())
 def test_eps_low_round_trip(measure, log10_eps, from_one):
-    eps = 1.0 - 10.0 ** log10_eps if from_one else 10.0 ** log10_eps  # both ends: 1e-15 and 1 - 1e-15
+    eps = 1.0 - 10.0**log10_eps if from_one else 10.0**log10_eps  # both ends: 1e-15 and 1 - 1e-15
     eps = min(max(eps, 1e-15), 1 - 1e-15)
     _round_trip(measure, "low", eps)
 
@@ -189,7 +235,7 @@ def test_eps_low_round_trip(measure, log10_eps, from_one):
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(st.floats(min_value=-15.0, max_value=15.0))
 def test_eps_high_round_trip(measure, log10_eps):
-    _round_trip(measure, "high", 10.0 ** log10_eps)
+    _round_trip(measure, "high", 10.0**log10_eps)
 
 
 @pytest.mark.parametrize("measure", ["kl3", "kl3_reverse"])
@@ -241,7 +287,8 @@ def test_kl3_x_within_five_ulps():
     from divclip.theory.bounds import kl3_x
 
     rng = np.random.default_rng(8)
-    xs = np.concatenate([10.0 ** rng.uniform(-15, 3, 400), -(10.0 ** rng.uniform(-15, -0.05, 300)),
-                         rng.uniform(-0.6, 1.2, 300)])
+    xs = np.concatenate(
+        [10.0 ** rng.uniform(-15, 3, 400), -(10.0 ** rng.uniform(-15, -0.05, 300)), rng.uniform(-0.6, 1.2, 300)]
+    )
     for x in xs:
         check(float(kl3_x(float(x))), _mp_delta("kl3", float(x)), f"kl3_x({x!r})", 5)

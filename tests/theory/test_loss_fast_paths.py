@@ -22,8 +22,18 @@ from divclip.theory.loss_metrics import FORM_AGGREGATIONS, aggregate, masked_sum
 from divclip.theory.losses import policy_loss, policy_terms
 from divclip.theory.spec import parse_method
 
-INTERVAL_SPECS = ["grpo", "ratio:0.2:0.28", "atr", "kl3:0.02", "kl3:0.02/dual=3", "ratio:0.2:0.28/dual=3",
-                  "kl3_reverse:0.05", "ratio:0.2:0.28/noclamp", "kl3:0.05/dual=3/noclamp", "ratio:0.9:900"]
+INTERVAL_SPECS = [
+    "grpo",
+    "ratio:0.2:0.28",
+    "atr",
+    "kl3:0.02",
+    "kl3:0.02/dual=3",
+    "ratio:0.2:0.28/dual=3",
+    "kl3_reverse:0.05",
+    "ratio:0.2:0.28/noclamp",
+    "kl3:0.05/dual=3/noclamp",
+    "ratio:0.9:900",
+]
 SEQUENCE_SPECS = ["gspo", "kl3:0.001/seq", "ratio:0.003:0.004/seq/noclamp"]
 FIELDS = ("log_ratio", "ratio", "clipped", "clipped_low", "dual")
 
@@ -71,6 +81,7 @@ def test_sequence_fast_path_equals_the_general_clip(method):
 
 def test_the_clip_mode_takes_the_fast_paths(monkeypatch):
     """The dispatch: a p-free token spec never reaches the general path (else the tests above test dead code)."""
+
     def fail(*args):
         raise AssertionError("general path taken")
 
@@ -92,7 +103,8 @@ def _closed_form_specs():
         if terms.grad is not None and (own is None or own(terms, mask, None, spec) is None):
             out.append(method)
     assert {"clip", "gated", "cispo", "sapo", "gpg", "dro", "clip_cov", "dcpo", "aspo"} <= {
-        parse_method(s).mode for s in out}
+        parse_method(s).mode for s in out
+    }
     return out
 
 

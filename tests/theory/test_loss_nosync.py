@@ -35,8 +35,18 @@ from divclip.theory.spec import parse_method
 EXAMPLE_SPECS: dict[str, list[str]] = {}
 DEFAULT_BASES = ("kl3:0.05", "binary_kl:0.05", "binary_tv:0.2", "ratio:0.2:0.28", "kl3")
 # Beyond one spec per mode and measure: sequence level, dual clip, intersections, the presets.
-EXTRA_SPECS = ["gspo", "kl3:0.02/dual=3", "kl3:0.05&binary_kl:0.02", "kl3:0.02/dual=3&binary_tv:0.2/dual=3",
-               "binary_kl:0.05&binary_tv:0.1", "ratio:0.2:0.28/dual=3", "dppo_kl", "dppo_tv", "sapo", "grpo"]
+EXTRA_SPECS = [
+    "gspo",
+    "kl3:0.02/dual=3",
+    "kl3:0.05&binary_kl:0.02",
+    "kl3:0.02/dual=3&binary_tv:0.2/dual=3",
+    "binary_kl:0.05&binary_tv:0.1",
+    "ratio:0.2:0.28/dual=3",
+    "dppo_kl",
+    "dppo_tv",
+    "sapo",
+    "grpo",
+]
 
 
 def make_inputs(device="cpu", dtype=torch.float32, shape=(6, 40), seed=0):
@@ -71,7 +81,7 @@ def example_specs(mode: str) -> list[str]:
 # fail (strict: a mode that stops reading must leave this list). They still must compile whole (slow test).
 KNOWN_HOST_READS = {
     "clip_cov": "eager draws verl's random pick (randperm over a data-dependent count) for bit parity with verl; "
-                "compiled it picks without a host read (theory/modes_verl.py)",
+    "compiled it picks without a host read (theory/modes_verl.py)",
 }
 
 
@@ -99,8 +109,20 @@ def no_host_compaction(monkeypatch):
 class NoHostRead(TorchDispatchMode):
     """Fails on every op that reads a tensor on the host or whose output shape depends on tensor values."""
 
-    FORBIDDEN = {"_local_scalar_dense", "nonzero", "nonzero_static", "masked_select", "unique", "_unique",
-                 "_unique2", "unique_consecutive", "unique_dim", "equal", "is_nonzero", "item"}
+    FORBIDDEN = {
+        "_local_scalar_dense",
+        "nonzero",
+        "nonzero_static",
+        "masked_select",
+        "unique",
+        "_unique",
+        "_unique2",
+        "unique_consecutive",
+        "unique_dim",
+        "equal",
+        "is_nonzero",
+        "item",
+    }
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.overloadpacket.__name__
@@ -154,8 +176,17 @@ def test_the_detectors_catch_host_reads(monkeypatch):
         run("binary_kl:0.05", make_inputs("meta"), metrics=False)
 
 
-@pytest.mark.parametrize("spec", ["binary_kl:0.05", "binary_kl:0.05/cispo", "binary_tv:0.2", "binary_tv:0.2/cispo",
-                                  "kl3:0.05&binary_kl:0.02", "binary_kl:0.05&binary_tv:0.1"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "binary_kl:0.05",
+        "binary_kl:0.05/cispo",
+        "binary_tv:0.2",
+        "binary_tv:0.2/cispo",
+        "kl3:0.05&binary_kl:0.02",
+        "binary_kl:0.05&binary_tv:0.1",
+    ],
+)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_sync_free_bounds_agree_with_host_compaction(spec, dtype, monkeypatch):
     inputs = make_inputs(dtype=dtype, shape=(16, 64), seed=1)
@@ -194,8 +225,7 @@ def test_intersection_part_metrics_match_their_flags():
     mask = inputs[3]
     for i, (low, high) in enumerate(terms.by_part):
         assert metrics[f"clipfrac_low_part{i}"] == pytest.approx(float((low * mask).sum() / mask.sum()), rel=1e-6)
-        assert metrics[f"clipfrac_high_part{i}"] == pytest.approx(float((high * mask).sum() / mask.sum()),
-                                                                  rel=1e-6)
+        assert metrics[f"clipfrac_high_part{i}"] == pytest.approx(float((high * mask).sum() / mask.sum()), rel=1e-6)
     assert metrics["clipfrac_low_part1"] > 0 and metrics["clipfrac_high_part1"] > 0
 
 
@@ -262,8 +292,11 @@ def test_every_form_compiles_whole_and_matches_eager(spec):
 def test_sync_free_roots_are_exact_to_4_ulps():
     """The 4-ulp claim of the numpy solver (tests/theory/test_binary_kl_exact.py), checked against mpmath on its
     edge cases and on a grid of the domain."""
-    pairs = EDGE + [(d, p) for d in (1e-12, 1e-6, 1e-3, 0.05, 1.0, 10.0, 1e3)
-                    for p in (1e-12, 1e-6, 1e-3, 0.05, 0.3, 0.7, 1 - 1e-3, 1 - 1e-6, 1 - 1e-12)]
+    pairs = EDGE + [
+        (d, p)
+        for d in (1e-12, 1e-6, 1e-3, 0.05, 1.0, 10.0, 1e3)
+        for p in (1e-12, 1e-6, 1e-3, 0.05, 0.3, 0.7, 1 - 1e-3, 1 - 1e-6, 1 - 1e-12)
+    ]
     for delta, p in pairs:
         pt = torch.tensor([p, p], dtype=torch.float64)
         lo, hi = binary_kl_root_nosync(delta, pt, torch.tensor([False, True])).tolist()

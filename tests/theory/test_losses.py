@@ -179,9 +179,15 @@ def test_metrics_against_numpy():
     high, low = (a > 0) & (r > 1.28), (a < 0) & (r < 0.8)
     dual = (a < 0) & (-a * r > -a * 1.5)
     expect = {
-        "clipfrac": (high | low)[k].mean(), "clipfrac_low": low[k].mean(), "clipfrac_high": high[k].mean(),
-        "dual_clipfrac": dual[k].mean(), "ppo_kl": (-x)[k].mean(), "kl3": (r - 1 - x)[k].mean(),
-        "ratio_mean": r[k].mean(), "ratio_min": r[k].min(), "ratio_max": r[k].max(),
+        "clipfrac": (high | low)[k].mean(),
+        "clipfrac_low": low[k].mean(),
+        "clipfrac_high": high[k].mean(),
+        "dual_clipfrac": dual[k].mean(),
+        "ppo_kl": (-x)[k].mean(),
+        "kl3": (r - 1 - x)[k].mean(),
+        "ratio_mean": r[k].mean(),
+        "ratio_min": r[k].min(),
+        "ratio_max": r[k].max(),
     }
     assert set(m) == set(expect)
     for key, v in expect.items():
@@ -191,8 +197,9 @@ def test_metrics_against_numpy():
     assert m["clipfrac"] == pytest.approx(m["clipfrac_low"] + m["clipfrac_high"])
 
 
-@pytest.mark.parametrize("spec", ["grpo", "atr", "dppo_kl", "gspo", "sapo",
-                                  ClipSpec("ratio", eps_low=0.2, eps_high=0.2, mode="cispo")])
+@pytest.mark.parametrize(
+    "spec", ["grpo", "atr", "dppo_kl", "gspo", "sapo", ClipSpec("ratio", eps_low=0.2, eps_high=0.2, mode="cispo")]
+)
 def test_metrics_off_gives_the_same_loss_and_gradient(spec):
     """metrics=False only skips the diagnostics: loss and gradient are bit for bit those of metrics=True."""
     old, lp, adv, mask = batch(16, noise=0.5)
@@ -276,8 +283,14 @@ def test_nan_input_raises_naming_it_even_under_the_mask(which):
     inputs[which][2, 3] = float("nan")
     for spec in ("atr", "dppo_kl", "sapo"):
         with pytest.raises(ValueError, match=which):
-            policy_loss(inputs["log_prob"], inputs["old_log_prob"], inputs["advantages"], mask, spec,
-                        rollout_is_weights=inputs["rollout_is_weights"])
+            policy_loss(
+                inputs["log_prob"],
+                inputs["old_log_prob"],
+                inputs["advantages"],
+                mask,
+                spec,
+                rollout_is_weights=inputs["rollout_is_weights"],
+            )
 
 
 def test_infinite_advantages_raise():
@@ -349,7 +362,7 @@ def test_clip_spec_is_frozen_hashable_and_documented():
         ClipSpec("binary_kl", delta=0.05).ratio_bounds()
     source = inspect.getsource(sys.modules[ClipSpec.__module__])
     for f in dataclasses.fields(ClipSpec):  # every field carries a one-line doc string
-        assert f'{f.name}: ' in source and source.split(f"    {f.name}: ")[1].split("\n")[1].strip().startswith('"""')
+        assert f"{f.name}: " in source and source.split(f"    {f.name}: ")[1].split("\n")[1].strip().startswith('"""')
 
 
 def test_presets():
@@ -429,6 +442,7 @@ def test_group_advantages_edge_cases_and_errors():
 
 def test_non_contiguous_inputs_match_contiguous_ones():
     old, lp, adv, mask = batch(23, noise=0.5)
+
     def t(x):  # same values, column-major strides
         return x.t().contiguous().t()
 

@@ -32,9 +32,18 @@ LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vesp
 LEVELS = ("token", "sequence")
 # Two GRPOConfigs per loss type: TRL's defaults (epsilon_high None, no delta; cispo's cap is then epsilon = 0.2),
 # and every clip knob set (delta above 1 + epsilon_high, where TRL's two-sided clip is divclip's dual clip).
-CUSTOM = {"epsilon": 0.15, "epsilon_high": 0.28, "delta": 1.6, "sapo_temperature_pos": 0.7,
-          "sapo_temperature_neg": 1.3, "vespo_k_pos": 1.5, "vespo_lambda_pos": 2.5, "vespo_k_neg": 2.2,
-          "vespo_lambda_neg": 0.3, "max_completion_length": 64}
+CUSTOM = {
+    "epsilon": 0.15,
+    "epsilon_high": 0.28,
+    "delta": 1.6,
+    "sapo_temperature_pos": 0.7,
+    "sapo_temperature_neg": 1.3,
+    "vespo_k_pos": 1.5,
+    "vespo_lambda_pos": 2.5,
+    "vespo_k_neg": 2.2,
+    "vespo_lambda_neg": 0.3,
+    "max_completion_length": 64,
+}
 
 
 def batch(dtype, seed=0, b=12, t=9, extreme=()):
@@ -57,8 +66,7 @@ def batch(dtype, seed=0, b=12, t=9, extreme=()):
 
 def ours(spec, agg, scale, log_prob, old, adv, mask):
     lp = log_prob.detach().clone().requires_grad_(True)
-    loss, _ = policy_loss(lp, old, adv[:, None].expand_as(lp), mask, spec, agg, loss_scale_factor=scale,
-                          metrics=False)
+    loss, _ = policy_loss(lp, old, adv[:, None].expand_as(lp), mask, spec, agg, loss_scale_factor=scale, metrics=False)
     loss.backward()
     return loss.detach(), lp.grad
 
@@ -100,8 +108,9 @@ def test_extreme_log_ratios_are_trl_unclamped(loss_type, level):
     clamp (divclip's default) gives another loss wherever r enters unclipped: for the clip loss types at A < 0 and
     log r = 25, −A·e²⁵ = 7.2e10·|A| against −A·e²⁰ = 4.9e8·|A| (cispo and sapo see r only through a cap or a gate
     that saturates; VESPO clamps log r itself)."""
-    args = grpo_config(loss_type=loss_type, importance_sampling_level=level,
-                       **{k: v for k, v in CUSTOM.items() if k != "delta"})  # no dual clip: −A·r is the loss
+    args = grpo_config(
+        loss_type=loss_type, importance_sampling_level=level, **{k: v for k, v in CUSTOM.items() if k != "delta"}
+    )  # no dual clip: −A·r is the loss
     extreme = ((25.0, -1.0), (-25.0, 1.0), (40.0, -0.5), (-40.0, 0.7), (25.0, 1.0), (-40.0, -1.0))
     log_prob, old, adv, mask = batch(torch.float32, seed=3, extreme=extreme)
     num_items = float(mask.sum())
@@ -124,8 +133,9 @@ def test_dual_clip_is_trl_delta_when_delta_is_above_the_clip():
     assert spec.dual_clip_c == 1.5
     mine = ours(spec, agg, scale, log_prob, old, adv, mask)
     assert_same(trl, mine, torch.float64)
-    no_delta = ours(ClipSpec("ratio", eps_low=0.2, eps_high=0.28, clamp_log_ratio=False), agg, scale, log_prob, old,
-                    adv, mask)
+    no_delta = ours(
+        ClipSpec("ratio", eps_low=0.2, eps_high=0.28, clamp_log_ratio=False), agg, scale, log_prob, old, adv, mask
+    )
     assert not torch.equal(no_delta[0], trl[0])  # the cap binds on this batch
 
 
@@ -137,13 +147,24 @@ def test_trainer_stub_holds_what_grpotrainer_init_sets(tmp_path):
     from divclip.trainer.tiny import ARITH_ALPHABET, char_tokenizer, tiny_gpt2
 
     tok = char_tokenizer(ARITH_ALPHABET)
-    model = tiny_gpt2(len(tok), n_layer=1, n_embd=8, n_head=1, seed=0, pad_token_id=tok.pad_token_id,
-                      eos_token_id=tok.eos_token_id)
-    fields = dict(CUSTOM, loss_type="cispo", importance_sampling_level="sequence", per_device_train_batch_size=4,
-                  num_generations=4)
+    model = tiny_gpt2(
+        len(tok), n_layer=1, n_embd=8, n_head=1, seed=0, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id
+    )
+    fields = dict(
+        CUSTOM,
+        loss_type="cispo",
+        importance_sampling_level="sequence",
+        per_device_train_batch_size=4,
+        num_generations=4,
+    )
     args = GRPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, **fields)
-    real = GRPOTrainer(model=model, reward_funcs=lambda completions, **kw: [0.0] * len(completions), args=args,
-                       train_dataset=Dataset.from_dict({"prompt": ["1+1="] * 4}), processing_class=tok)
+    real = GRPOTrainer(
+        model=model,
+        reward_funcs=lambda completions, **kw: [0.0] * len(completions),
+        args=args,
+        train_dataset=Dataset.from_dict({"prompt": ["1+1="] * 4}),
+        processing_class=tok,
+    )
     stub = trainer_for(args)
     for attr, _ in (*COPIED, ("epsilon_high", None), ("aux_loss_enabled", None), ("_entropy_bonus_enabled", None)):
         assert getattr(stub, attr) == getattr(real, attr), attr
@@ -215,9 +236,17 @@ def test_trl_aggregations_count_empty_sequences():
 
 
 # ------------------------------------------------------------------------------------------ the spec
-@pytest.mark.parametrize("text", ["ratio:0.2:0.28/noclamp", "ratio:0.2:0.28/seq/noclamp/dual=1.5",
-                                  "sapo/seq/noclamp", "ratio/cispo_cap/seq/noclamp/cispo_cap=5",
-                                  "ratio:0.2:0.2/luspo/seq/noclamp/dual=3", "ratio/vespo/vespo_k_pos=1.5"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ratio:0.2:0.28/noclamp",
+        "ratio:0.2:0.28/seq/noclamp/dual=1.5",
+        "sapo/seq/noclamp",
+        "ratio/cispo_cap/seq/noclamp/cispo_cap=5",
+        "ratio:0.2:0.2/luspo/seq/noclamp/dual=3",
+        "ratio/vespo/vespo_k_pos=1.5",
+    ],
+)
 def test_trl_methods_round_trip_as_strings(text):
     from divclip.theory.spec import method_string, parse_method, spec_label
 
@@ -226,13 +255,16 @@ def test_trl_methods_round_trip_as_strings(text):
     assert ("noclamp" in spec_label(spec)) == ("noclamp" in text) and ("seq" in spec_label(spec)) == ("/seq" in text)
 
 
-@pytest.mark.parametrize("fields, match", [
-    (dict(mode="gated", measure="kl3", delta=0.1, level="sequence"), r"level='sequence' \(GSPO\) needs a mode in"),
-    (dict(mode="cispo_cap", dual_clip_c=3.0), r"dual_clip_c applies to mode='clip' only \(and 'luspo'"),
-    (dict(clamp_log_ratio=0), r"clamp_log_ratio must be True or False, got 0"),
-    (dict(mode="cispo_cap", params={"cispo_cap": 0.0}), r"cispo_cap.*> 0, got 0"),
-    (dict(mode="vespo", params={"vespo_lambda_neg": -1.0}), r"vespo_lambda_neg.*> 0"),
-])
+@pytest.mark.parametrize(
+    "fields, match",
+    [
+        (dict(mode="gated", measure="kl3", delta=0.1, level="sequence"), r"level='sequence' \(GSPO\) needs a mode in"),
+        (dict(mode="cispo_cap", dual_clip_c=3.0), r"dual_clip_c applies to mode='clip' only \(and 'luspo'"),
+        (dict(clamp_log_ratio=0), r"clamp_log_ratio must be True or False, got 0"),
+        (dict(mode="cispo_cap", params={"cispo_cap": 0.0}), r"cispo_cap.*> 0, got 0"),
+        (dict(mode="vespo", params={"vespo_lambda_neg": -1.0}), r"vespo_lambda_neg.*> 0"),
+    ],
+)
 def test_bad_trl_specs_are_refused_by_name(fields, match):
     fields = {"eps_low": 0.2, "eps_high": 0.2, **fields} if fields.get("mode", "clip") == "clip" else fields
     with pytest.raises(ValueError, match=match):
@@ -278,9 +310,16 @@ def test_from_engine_refuses_a_delta_inside_the_clip():
 
 
 # ------------------------------------------------------------------------------------ numerics, syncs
-TRL_METHODS = ["ratio:0.2:0.28/noclamp/dual=3", "ratio:0.2:0.28/seq/noclamp", "ratio/cispo_cap/noclamp/cispo_cap=5",
-               "ratio/cispo_cap/seq/noclamp/cispo_cap=0.2", "sapo/noclamp", "sapo/seq/noclamp",
-               "ratio:0.2:0.28/luspo/seq/noclamp", "ratio/vespo"]
+TRL_METHODS = [
+    "ratio:0.2:0.28/noclamp/dual=3",
+    "ratio:0.2:0.28/seq/noclamp",
+    "ratio/cispo_cap/noclamp/cispo_cap=5",
+    "ratio/cispo_cap/seq/noclamp/cispo_cap=0.2",
+    "sapo/noclamp",
+    "sapo/seq/noclamp",
+    "ratio:0.2:0.28/luspo/seq/noclamp",
+    "ratio/vespo",
+]
 
 
 @pytest.mark.parametrize("method", TRL_METHODS)
@@ -297,8 +336,9 @@ def test_trl_forms_never_sync_to_the_host(method, monkeypatch):
 
     for attr in ("item", "tolist", "__bool__", "__float__", "__int__", "__index__"):
         monkeypatch.setattr(torch.Tensor, attr, refuse)
-    terms = MODES[spec.mode](log_prob.clone().requires_grad_(), old, adv[:, None].expand_as(old).contiguous(), mask,
-                             spec)
+    terms = MODES[spec.mode](
+        log_prob.clone().requires_grad_(), old, adv[:, None].expand_as(old).contiguous(), mask, spec
+    )
     monkeypatch.undo()
     assert torch.isfinite(terms.loss).all()
 
@@ -309,8 +349,11 @@ def test_trl_forms_are_finite_on_hostile_inputs(method):
     old = torch.tensor([[-30.0, -1e-9, -2.0, -0.7], [-5.0, -0.1, -3.0, -1.0]], dtype=torch.float64)
     lp = old + torch.tensor([[50.0, -50.0, 0.0, 3.0], [-50.0, 40.0, -8.0, 1e-3]], dtype=torch.float64)
     adv = torch.tensor([[1.0], [-1.0]], dtype=torch.float64).expand(2, 4)
-    for dtype, mask in ((torch.float64, torch.ones(2, 4)), (torch.bfloat16, torch.ones(2, 4)),
-                        (torch.float32, torch.zeros(2, 4))):
+    for dtype, mask in (
+        (torch.float64, torch.ones(2, 4)),
+        (torch.bfloat16, torch.ones(2, 4)),
+        (torch.float32, torch.zeros(2, 4)),
+    ):
         for agg in ("token-mean", "seq-mean-token-mean-all", "seq-mean-token-sum-all", "token-sum-norm"):
             x = lp.to(dtype).detach().requires_grad_()
             loss, metrics = policy_loss(x, old.to(dtype), adv.to(dtype), mask, method, agg)
@@ -329,8 +372,11 @@ def test_cispo_cap_above_1_is_two_sided_cispo_at_lower_width_1():
         spec = ClipSpec(mode="cispo_cap", params={"cispo_cap": cap}, clamp_log_ratio=False)
         two_sided = cispo_cap_as_cispo(spec)
         assert two_sided.ratio_bounds() == (0.0, cap) and two_sided.mode == "cispo"
-        assert_same(ours(spec, "token-mean", None, log_prob, old, adv, mask),
-                    ours(two_sided, "token-mean", None, log_prob, old, adv, mask), torch.float64)
+        assert_same(
+            ours(spec, "token-mean", None, log_prob, old, adv, mask),
+            ours(two_sided, "token-mean", None, log_prob, old, adv, mask),
+            torch.float64,
+        )
     for bad in (dict(params={"cispo_cap": 0.2}), dict(params={"cispo_cap": 5.0}, level="sequence")):
         with pytest.raises(ValueError, match="has no two-sided cispo form"):
             cispo_cap_as_cispo(ClipSpec(mode="cispo_cap", **bad))

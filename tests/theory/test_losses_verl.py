@@ -185,8 +185,9 @@ def test_rollout_is_weights_multiply_like_verl(ca, dtype):
     leaf = lp.clone().requires_grad_()
     loss, _ = policy_loss(leaf, old, adv, mask, spec, rollout_is_weights=w)
     v_leaf = lp.clone().requires_grad_()
-    v_loss, _ = ca.compute_policy_loss_vanilla(old, v_leaf, adv, mask, "token-mean", actor_config(clip_ratio_c=3.0),
-                                               rollout_is_weights=w)
+    v_loss, _ = ca.compute_policy_loss_vanilla(
+        old, v_leaf, adv, mask, "token-mean", actor_config(clip_ratio_c=3.0), rollout_is_weights=w
+    )
     loss.backward()
     v_loss.backward()
     assert torch.equal(loss.detach(), v_loss.detach()) and close(leaf.grad, v_leaf.grad, dtype)
@@ -206,8 +207,9 @@ def test_agg_loss_is_verl_agg_loss(ca, dtype, agg, mask_kind):
     assert ours.dtype == theirs.dtype
     assert torch.equal(ours, theirs)
     if agg == "seq-mean-token-sum-norm":
-        assert torch.equal(agg_loss(loss_mat, mask, agg, loss_scale_factor=64),
-                           ca.agg_loss(loss_mat, mask, agg, loss_scale_factor=64))
+        assert torch.equal(
+            agg_loss(loss_mat, mask, agg, loss_scale_factor=64), ca.agg_loss(loss_mat, mask, agg, loss_scale_factor=64)
+        )
 
 
 def test_agg_loss_ignores_nan_outside_the_mask_like_verl(ca):

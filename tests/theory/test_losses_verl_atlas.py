@@ -53,15 +53,21 @@ def verl_setup(settings: dict, agg: str):
     for key, value in settings.items():
         for prefix, into in ((PL, loss), (A, actor), (RC, correction)):
             if key.startswith(prefix):
-                into[key[len(prefix):]] = value
+                into[key[len(prefix) :]] = value
                 break
         else:
             raise AssertionError(f"unexpected verl key {key!r}")
     if correction.pop("bypass_mode", False):
         loss["loss_mode"] = "bypass_mode"
         loss["rollout_correction"] = RolloutCorrectionConfig(bypass_mode=True, **correction)
-    config = ActorConfig(strategy="fsdp", rollout_n=4, ppo_micro_batch_size_per_gpu=1, loss_agg_mode=agg,
-                         policy_loss=PolicyLossConfig(**loss), **actor)
+    config = ActorConfig(
+        strategy="fsdp",
+        rollout_n=4,
+        ppo_micro_batch_size_per_gpu=1,
+        loss_agg_mode=agg,
+        policy_loss=PolicyLossConfig(**loss),
+        **actor,
+    )
     return config.policy_loss.loss_mode, config
 
 
@@ -88,63 +94,178 @@ CLIP = {"pg_clipfrac": lambda m: m["clipfrac"], **PPO_KL}
 DAPO_KEYS = {A + "clip_ratio_low": 0.2, A + "clip_ratio_high": 0.28}
 
 CASES = [
-    Case("vanilla_dual_clip", {PL + "loss_mode": "vanilla", **DAPO_KEYS, A + "clip_ratio_c": 3.0},
-         _ratio(0.2, 0.28, dual_clip_c=3.0), {**CLIP, "pg_clipfrac_lower": lambda m: m["dual_clipfrac"]},
-         lambda m: m["clipfrac"] > 0.05 and m["dual_clipfrac"] > 0, noise=1.0, exact_grad=False),
-    Case("vanilla_no_dual_clip", {PL + "loss_mode": "vanilla", **DAPO_KEYS, A + "clip_ratio_c": math.inf},
-         _ratio(0.2, 0.28), {**CLIP, "pg_clipfrac_lower": lambda m: 0.0}, lambda m: m["clipfrac"] > 0.05,
-         noise=1.0, exact_grad=False),
-    Case("dppo_tv", {PL + "loss_mode": "dppo_tv", A + "clip_ratio": 0.2, A + "clip_ratio_low": 0.2,
-                     A + "clip_ratio_high": 0.2, A + "clip_ratio_c": 20.0},
-         ClipSpec("binary_tv", delta=0.2, mode="gated", tis_cap=20.0), CLIP, lambda m: m["clipfrac"] > 0.02,
-         noise=0.8, seed=1),
-    Case("dppo_kl", {PL + "loss_mode": "dppo_kl", A + "clip_ratio": 0.05, A + "clip_ratio_low": 0.05,
-                     A + "clip_ratio_high": 0.05, A + "clip_ratio_c": 20.0},
-         ClipSpec("binary_kl", delta=0.05, mode="gated", tis_cap=20.0), CLIP, lambda m: m["clipfrac"] > 0.02,
-         noise=0.8, seed=1),
-    Case("gspo", {PL + "loss_mode": "gspo", A + "clip_ratio_low": 3e-4, A + "clip_ratio_high": 4e-4},
-         _ratio(3e-4, 4e-4, level="sequence"), CLIP, lambda m: 0 < m["clipfrac"] < 1, noise=0.002, seed=4,
-         exact_grad=False),
-    Case("sapo", {PL + "loss_mode": "sapo", A + "tau_pos": 1.0, A + "tau_neg": 1.05},
-         ClipSpec(mode="sapo", params={"sapo_seq_mean": 1.0}), PPO_KL, noise=0.6, seed=6, exact_grad=False),
-    Case("cispo", {PL + "loss_mode": "cispo", **DAPO_KEYS}, _ratio(0.2, 0.28, mode="cispo"), CLIP,
-         lambda m: m["clipfrac"] > 0.02, noise=0.6, seed=5),
+    Case(
+        "vanilla_dual_clip",
+        {PL + "loss_mode": "vanilla", **DAPO_KEYS, A + "clip_ratio_c": 3.0},
+        _ratio(0.2, 0.28, dual_clip_c=3.0),
+        {**CLIP, "pg_clipfrac_lower": lambda m: m["dual_clipfrac"]},
+        lambda m: m["clipfrac"] > 0.05 and m["dual_clipfrac"] > 0,
+        noise=1.0,
+        exact_grad=False,
+    ),
+    Case(
+        "vanilla_no_dual_clip",
+        {PL + "loss_mode": "vanilla", **DAPO_KEYS, A + "clip_ratio_c": math.inf},
+        _ratio(0.2, 0.28),
+        {**CLIP, "pg_clipfrac_lower": lambda m: 0.0},
+        lambda m: m["clipfrac"] > 0.05,
+        noise=1.0,
+        exact_grad=False,
+    ),
+    Case(
+        "dppo_tv",
+        {
+            PL + "loss_mode": "dppo_tv",
+            A + "clip_ratio": 0.2,
+            A + "clip_ratio_low": 0.2,
+            A + "clip_ratio_high": 0.2,
+            A + "clip_ratio_c": 20.0,
+        },
+        ClipSpec("binary_tv", delta=0.2, mode="gated", tis_cap=20.0),
+        CLIP,
+        lambda m: m["clipfrac"] > 0.02,
+        noise=0.8,
+        seed=1,
+    ),
+    Case(
+        "dppo_kl",
+        {
+            PL + "loss_mode": "dppo_kl",
+            A + "clip_ratio": 0.05,
+            A + "clip_ratio_low": 0.05,
+            A + "clip_ratio_high": 0.05,
+            A + "clip_ratio_c": 20.0,
+        },
+        ClipSpec("binary_kl", delta=0.05, mode="gated", tis_cap=20.0),
+        CLIP,
+        lambda m: m["clipfrac"] > 0.02,
+        noise=0.8,
+        seed=1,
+    ),
+    Case(
+        "gspo",
+        {PL + "loss_mode": "gspo", A + "clip_ratio_low": 3e-4, A + "clip_ratio_high": 4e-4},
+        _ratio(3e-4, 4e-4, level="sequence"),
+        CLIP,
+        lambda m: 0 < m["clipfrac"] < 1,
+        noise=0.002,
+        seed=4,
+        exact_grad=False,
+    ),
+    Case(
+        "sapo",
+        {PL + "loss_mode": "sapo", A + "tau_pos": 1.0, A + "tau_neg": 1.05},
+        ClipSpec(mode="sapo", params={"sapo_seq_mean": 1.0}),
+        PPO_KL,
+        noise=0.6,
+        seed=6,
+        exact_grad=False,
+    ),
+    Case(
+        "cispo",
+        {PL + "loss_mode": "cispo", **DAPO_KEYS},
+        _ratio(0.2, 0.28, mode="cispo"),
+        CLIP,
+        lambda m: m["clipfrac"] > 0.02,
+        noise=0.6,
+        seed=5,
+    ),
     Case("gpg", {PL + "loss_mode": "gpg"}, ClipSpec(mode="gpg")),
-    Case("dro", {PL + "loss_mode": "dro", PL + "dro_beta": 0.1}, ClipSpec(mode="dro", params={"dro_beta": 0.1}),
-         PPO_KL, exact_grad=False),
-    Case("clip_cov_default", {PL + "loss_mode": "clip_cov", **DAPO_KEYS},
-         _ratio(0.2, 0.28, mode="clip_cov"),
-         {"pg_clipfrac": lambda m: m["clipfrac_low_part1"] + m["clipfrac_high_part1"], **PPO_KL},
-         lambda m: m["clipfrac_low_part1"] + m["clipfrac_high_part1"] > 0, exact_grad=False),
-    Case("clip_cov_wide", {PL + "loss_mode": "clip_cov", **DAPO_KEYS, PL + "clip_cov_ratio": 0.02,
-                           PL + "clip_cov_lb": 0.0, PL + "clip_cov_ub": 5.0},
-         _ratio(0.2, 0.28, mode="clip_cov",
-                params={"clip_cov_ratio": 0.02, "clip_cov_lb": 0.0}),  # ub 5.0 is the default
-         {"pg_clipfrac": lambda m: m["clipfrac_low_part1"] + m["clipfrac_high_part1"], **PPO_KL},
-         lambda m: m["clipfrac_low_part1"] + m["clipfrac_high_part1"] > 0.01, exact_grad=False),
+    Case(
+        "dro",
+        {PL + "loss_mode": "dro", PL + "dro_beta": 0.1},
+        ClipSpec(mode="dro", params={"dro_beta": 0.1}),
+        PPO_KL,
+        exact_grad=False,
+    ),
+    Case(
+        "clip_cov_default",
+        {PL + "loss_mode": "clip_cov", **DAPO_KEYS},
+        _ratio(0.2, 0.28, mode="clip_cov"),
+        {"pg_clipfrac": lambda m: m["clipfrac_low_part1"] + m["clipfrac_high_part1"], **PPO_KL},
+        lambda m: m["clipfrac_low_part1"] + m["clipfrac_high_part1"] > 0,
+        exact_grad=False,
+    ),
+    Case(
+        "clip_cov_wide",
+        {
+            PL + "loss_mode": "clip_cov",
+            **DAPO_KEYS,
+            PL + "clip_cov_ratio": 0.02,
+            PL + "clip_cov_lb": 0.0,
+            PL + "clip_cov_ub": 5.0,
+        },
+        _ratio(
+            0.2, 0.28, mode="clip_cov", params={"clip_cov_ratio": 0.02, "clip_cov_lb": 0.0}
+        ),  # ub 5.0 is the default
+        {"pg_clipfrac": lambda m: m["clipfrac_low_part1"] + m["clipfrac_high_part1"], **PPO_KL},
+        lambda m: m["clipfrac_low_part1"] + m["clipfrac_high_part1"] > 0.01,
+        exact_grad=False,
+    ),
     Case("kl_cov_default", {PL + "loss_mode": "kl_cov"}, ClipSpec(mode="kl_cov")),
-    Case("kl_cov_wide", {PL + "loss_mode": "kl_cov", PL + "kl_cov_ratio": 0.05, PL + "ppo_kl_coef": 0.3},
-         ClipSpec(mode="kl_cov", params={"kl_cov_ratio": 0.05, "kl_cov_coef": 0.3})),
-    Case("geo_mean", {PL + "loss_mode": "geo_mean", A + "clip_ratio_low": 0.2, A + "clip_ratio_high": 0.3},
-         ClipSpec(mode="geo_mean", params={"gmpo_eps_low": 0.2, "gmpo_eps_high": 0.3}),
-         {"pg_clipfrac": lambda m: m["clipfrac_high_part0"], "pg_clipfrac_lower": lambda m: m["clipfrac_low_part0"],
-          **PPO_KL}, lambda m: m["clipfrac"] > 0.05, exact_grad=False),
-    *(Case(f"bypass_ppo_clip_{level}", {RC + "bypass_mode": True, RC + "loss_type": "ppo_clip",
-                                        RC + "rollout_is": level, **DAPO_KEYS, A + "clip_ratio_c": 3.0},
-           _ratio(0.2, 0.28, dual_clip_c=3.0), {**CLIP, "pg_clipfrac_lower": lambda m: m["dual_clipfrac"]},
-           lambda m: m["clipfrac"] > 0.05, noise=1.0, exact_grad=False) for level in ("token", "sequence")),
-    Case("bypass_reinforce_no_is", {RC + "bypass_mode": True, RC + "loss_type": "reinforce", RC + "rollout_is": None},
-         ClipSpec(mode="gpg"), PPO_KL),
-    *(Case(f"bypass_reinforce_{level}_{name}",
-           {RC + "bypass_mode": True, RC + "loss_type": "reinforce", RC + "rollout_is": level,
-            RC + "rollout_is_threshold": threshold, RC + "rollout_is_batch_normalize": normalize},
-           ClipSpec(mode="reinforce_is" if level == "token" else "reinforce_seq_is", params=params),
-           PPO_KL, lambda m: m["clipfrac"] > 0.02, noise=0.2 if level == "sequence" else 0.5)
-      for level in ("token", "sequence")
-      for name, threshold, normalize, params in (  # the spec names the parameters that differ from the defaults
-          ("tis", 1.5, False, {"rollout_is_threshold": 1.5}),
-          ("icepop", "0.7_1.5", False, {"rollout_is_threshold": 1.5, "rollout_is_threshold_lower": 0.7}),
-          ("tis_normalized", 1.5, True, {"rollout_is_threshold": 1.5, "rollout_is_batch_normalize": 1.0}))),
+    Case(
+        "kl_cov_wide",
+        {PL + "loss_mode": "kl_cov", PL + "kl_cov_ratio": 0.05, PL + "ppo_kl_coef": 0.3},
+        ClipSpec(mode="kl_cov", params={"kl_cov_ratio": 0.05, "kl_cov_coef": 0.3}),
+    ),
+    Case(
+        "geo_mean",
+        {PL + "loss_mode": "geo_mean", A + "clip_ratio_low": 0.2, A + "clip_ratio_high": 0.3},
+        ClipSpec(mode="geo_mean", params={"gmpo_eps_low": 0.2, "gmpo_eps_high": 0.3}),
+        {
+            "pg_clipfrac": lambda m: m["clipfrac_high_part0"],
+            "pg_clipfrac_lower": lambda m: m["clipfrac_low_part0"],
+            **PPO_KL,
+        },
+        lambda m: m["clipfrac"] > 0.05,
+        exact_grad=False,
+    ),
+    *(
+        Case(
+            f"bypass_ppo_clip_{level}",
+            {
+                RC + "bypass_mode": True,
+                RC + "loss_type": "ppo_clip",
+                RC + "rollout_is": level,
+                **DAPO_KEYS,
+                A + "clip_ratio_c": 3.0,
+            },
+            _ratio(0.2, 0.28, dual_clip_c=3.0),
+            {**CLIP, "pg_clipfrac_lower": lambda m: m["dual_clipfrac"]},
+            lambda m: m["clipfrac"] > 0.05,
+            noise=1.0,
+            exact_grad=False,
+        )
+        for level in ("token", "sequence")
+    ),
+    Case(
+        "bypass_reinforce_no_is",
+        {RC + "bypass_mode": True, RC + "loss_type": "reinforce", RC + "rollout_is": None},
+        ClipSpec(mode="gpg"),
+        PPO_KL,
+    ),
+    *(
+        Case(
+            f"bypass_reinforce_{level}_{name}",
+            {
+                RC + "bypass_mode": True,
+                RC + "loss_type": "reinforce",
+                RC + "rollout_is": level,
+                RC + "rollout_is_threshold": threshold,
+                RC + "rollout_is_batch_normalize": normalize,
+            },
+            ClipSpec(mode="reinforce_is" if level == "token" else "reinforce_seq_is", params=params),
+            PPO_KL,
+            lambda m: m["clipfrac"] > 0.02,
+            noise=0.2 if level == "sequence" else 0.5,
+        )
+        for level in ("token", "sequence")
+        for name, threshold, normalize, params in (  # the spec names the parameters that differ from the defaults
+            ("tis", 1.5, False, {"rollout_is_threshold": 1.5}),
+            ("icepop", "0.7_1.5", False, {"rollout_is_threshold": 1.5, "rollout_is_threshold_lower": 0.7}),
+            ("tis_normalized", 1.5, True, {"rollout_is_threshold": 1.5, "rollout_is_batch_normalize": 1.0}),
+        )
+    ),
 ]
 
 
@@ -276,11 +397,16 @@ def test_rollout_is_weights_enter_like_verl(ca, case_id, dtype):
     w = torch.rand(old.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64).to(dtype) + 0.5
     mode, config = verl_setup(case.settings, "seq-mean-token-mean")
     torch.manual_seed(0)
-    ours = run(lambda leaf: policy_loss(leaf, old, adv, mask, case.spec, "seq-mean-token-mean",
-                                        rollout_is_weights=w), lp)
+    ours = run(
+        lambda leaf: policy_loss(leaf, old, adv, mask, case.spec, "seq-mean-token-mean", rollout_is_weights=w), lp
+    )
     torch.manual_seed(0)
-    theirs = run(lambda leaf: ca.get_policy_loss_fn(mode)(old, leaf, adv, mask, "seq-mean-token-mean", config,
-                                                          rollout_is_weights=w), lp)
+    theirs = run(
+        lambda leaf: ca.get_policy_loss_fn(mode)(
+            old, leaf, adv, mask, "seq-mean-token-mean", config, rollout_is_weights=w
+        ),
+        lp,
+    )
     assert torch.equal(ours[0], theirs[0])
     assert close(ours[1], theirs[1], dtype)
 
@@ -341,10 +467,15 @@ def test_dppo_tv_gate_decides_tokens_at_delta_as_verl(ca, dtype):
 
 
 # ----------------------------------------------------------------------- divclip -> verl keys -> verl
-WRITTEN = ["ratio/gpg", "ratio/dro/dro_beta=0.1", "ratio:0.2:0.28/clip_cov/clip_cov_ratio=0.02/clip_cov_lb=0",
-           "ratio/kl_cov/kl_cov_ratio=0.05/kl_cov_coef=0.3", "ratio/geo_mean/gmpo_eps_low=0.2/gmpo_eps_high=0.3",
-           "ratio/reinforce_is/rollout_is_threshold=1.5/rollout_is_threshold_lower=0.7",
-           "ratio/reinforce_seq_is/rollout_is_threshold=1.5/rollout_is_batch_normalize=1"]
+WRITTEN = [
+    "ratio/gpg",
+    "ratio/dro/dro_beta=0.1",
+    "ratio:0.2:0.28/clip_cov/clip_cov_ratio=0.02/clip_cov_lb=0",
+    "ratio/kl_cov/kl_cov_ratio=0.05/kl_cov_coef=0.3",
+    "ratio/geo_mean/gmpo_eps_low=0.2/gmpo_eps_high=0.3",
+    "ratio/reinforce_is/rollout_is_threshold=1.5/rollout_is_threshold_lower=0.7",
+    "ratio/reinforce_seq_is/rollout_is_threshold=1.5/rollout_is_batch_normalize=1",
+]
 
 
 @pytest.mark.parametrize("method", WRITTEN)
@@ -408,9 +539,15 @@ def test_verl_forms_trace_without_graph_breaks(method):
     assert int(((c_grad == 0) & candidates).sum()) == int(((e_grad == 0) & candidates).sum()) == expected
 
 
-@pytest.mark.parametrize("method", ["ratio/gpg", "ratio/dro/dro_beta=0.1",
-                                    "ratio/reinforce_is/rollout_is_threshold=1.5",
-                                    "ratio/reinforce_is/rollout_is_threshold=1.5/rollout_is_threshold_lower=0.7"])
+@pytest.mark.parametrize(
+    "method",
+    [
+        "ratio/gpg",
+        "ratio/dro/dro_beta=0.1",
+        "ratio/reinforce_is/rollout_is_threshold=1.5",
+        "ratio/reinforce_is/rollout_is_threshold=1.5/rollout_is_threshold_lower=0.7",
+    ],
+)
 def test_token_level_verl_forms_weight_is_autograd(method):
     """The Form's numpy w(q, r, A) is the per-token gradient: ∂ℓ/∂log π = −A·w (docs/theory.md §1)."""
     import numpy as np

@@ -22,8 +22,14 @@ from divclip.theory.spec import (
     spec_label,
 )
 
-INTERSECTIONS = ["kl3:0.023144&binary_tv:0.2", "kl3:0.05&binary_kl:0.02", "atr&dapo", "k2:0.03&chi2:0.1&ratio:0.1:0.3",
-                 "binary_kl:0.05&binary_tv:0.1", "kl3:0.02/dual=3&binary_tv:0.2/dual=3"]
+INTERSECTIONS = [
+    "kl3:0.023144&binary_tv:0.2",
+    "kl3:0.05&binary_kl:0.02",
+    "atr&dapo",
+    "k2:0.03&chi2:0.1&ratio:0.1:0.3",
+    "binary_kl:0.05&binary_tv:0.1",
+    "kl3:0.02/dual=3&binary_tv:0.2/dual=3",
+]
 
 
 def _ref_bounds(part: ClipSpec, p: np.ndarray):
@@ -52,7 +58,7 @@ def test_intersection_clips_each_token_exactly_at_max_lo_min_hi(method):
     # tokens placed right at, just inside and just outside the combined bounds, both sides
     k = len(p) // 5
     log_r[:k] = np.log(hi[:k]) + np.tile([-1e-9, 1e-9, 1e-3, -1e-3], k // 4 + 1)[:k]
-    log_r[k:2 * k] = np.log(np.maximum(lo[k:2 * k], 1e-300)) + np.tile([-1e-9, 1e-9, 1e-3, -1e-3], k // 4 + 1)[:k]
+    log_r[k : 2 * k] = np.log(np.maximum(lo[k : 2 * k], 1e-300)) + np.tile([-1e-9, 1e-9, 1e-3, -1e-3], k // 4 + 1)[:k]
     log_r = np.clip(log_r, -19.0, 19.0)  # inside verl's ±20 log-ratio clamp, which the loss applies first
     r = np.exp(log_r)
     ref = np.maximum(-adv * r, -adv * np.clip(r, lo, hi))
@@ -109,37 +115,49 @@ def test_intersection_in_float32_and_bf16_matches_float64():
 
 def test_all_of_and_operator_and_strings_agree():
     a, b = parse_method("kl3:0.023144"), parse_method("binary_tv:0.2")
-    assert (a & b) == all_of(a, b) == all_of("kl3:0.023144", "binary_tv:0.2") == parse_method(
-        "kl3:0.023144&binary_tv:0.2")
+    assert (
+        (a & b) == all_of(a, b) == all_of("kl3:0.023144", "binary_tv:0.2") == parse_method("kl3:0.023144&binary_tv:0.2")
+    )
     assert all_of(a & b, "dapo").parts == (a, b, parse_method("dapo"))  # flattened
-    for m in [*INTERSECTIONS, "kl3@clipfrac=0.1", "kl3:0.01@kl3=0.002:gain=0.5:min=0.001:max=0.2",
-              "binary_tv:0.2@entropy=0.5:dir=1", "k2:0.03/dual=3@clipfrac=0.2"]:
+    for m in [
+        *INTERSECTIONS,
+        "kl3@clipfrac=0.1",
+        "kl3:0.01@kl3=0.002:gain=0.5:min=0.001:max=0.2",
+        "binary_tv:0.2@entropy=0.5:dir=1",
+        "k2:0.03/dual=3@clipfrac=0.2",
+    ]:
         spec = parse_method(m)
         assert parse_method(method_string(spec)) == spec
         assert "," not in spec_label(spec)
     assert spec_label("kl3:0.023144&binary_tv:0.2") == "kl3 δ=0.02314 ∧ binary_tv δ=0.2"
     assert spec_label("kl3@clipfrac=0.1") == "kl3 δ0=0.02314 @clipfrac=0.1"
     assert list(parse_methods("atr,kl3:0.023144&binary_tv:0.2,kl3@clipfrac=0.1")) == [
-        "atr", "kl3:0.023144&binary_tv:0.2", "kl3@clipfrac=0.1"]
+        "atr",
+        "kl3:0.023144&binary_tv:0.2",
+        "kl3@clipfrac=0.1",
+    ]
     assert parse_method("atr&dapo").ratio_bounds() == (0.8, min(parse_method("atr").ratio_bounds()[1], 1.28))
 
 
-@pytest.mark.parametrize("bad, match", [
-    ("kl3&sapo", r"AllOf.parts\[1\] has mode='sapo'.*refused"),
-    ("kl3/cispo&binary_tv:0.2", r"parts\[0\] has mode='cispo'"),
-    ("kl3:0.02/dual=3&binary_tv:0.2", r"disagree on dual_clip_c"),
-    ("gspo&atr", r"token-level only"),
-    ("kl3&", r"empty part around '&'"),
-    ("kl3@clipfrac=0.1&atr", r"one '@' on a single measure"),
-    ("grpo@clipfrac=0.1", r"needs a divergence measure with a budget"),
-    ("kl3@speed=0.1", r"SIGNAL=TARGET with SIGNAL in"),
-    ("kl3@clipfrac=1.5", r"AdaptiveSpec.target must be .*<= 1"),
-    ("kl3@kl3=0.002:gain=0", r"AdaptiveSpec.gain must be"),
-    ("kl3@kl3=0.002:dir=2", r"dir must be \+1 or -1"),
-    ("kl3@kl3=0.002:speed=2", r"unknown or repeated adaptive option"),
-    ("kl3@kl3=0.002:gain=1:gain=2", r"unknown or repeated adaptive option"),
-    ("kl3:0.02@kl3=0.002:min=0.05", r"delta_min <= delta <= delta_max"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ("kl3&sapo", r"AllOf.parts\[1\] has mode='sapo'.*refused"),
+        ("kl3/cispo&binary_tv:0.2", r"parts\[0\] has mode='cispo'"),
+        ("kl3:0.02/dual=3&binary_tv:0.2", r"disagree on dual_clip_c"),
+        ("gspo&atr", r"token-level only"),
+        ("kl3&", r"empty part around '&'"),
+        ("kl3@clipfrac=0.1&atr", r"one '@' on a single measure"),
+        ("grpo@clipfrac=0.1", r"needs a divergence measure with a budget"),
+        ("kl3@speed=0.1", r"SIGNAL=TARGET with SIGNAL in"),
+        ("kl3@clipfrac=1.5", r"AdaptiveSpec.target must be .*<= 1"),
+        ("kl3@kl3=0.002:gain=0", r"AdaptiveSpec.gain must be"),
+        ("kl3@kl3=0.002:dir=2", r"dir must be \+1 or -1"),
+        ("kl3@kl3=0.002:speed=2", r"unknown or repeated adaptive option"),
+        ("kl3@kl3=0.002:gain=1:gain=2", r"unknown or repeated adaptive option"),
+        ("kl3:0.02@kl3=0.002:min=0.05", r"delta_min <= delta <= delta_max"),
+    ],
+)
 def test_bad_combinations_are_refused_with_the_string(bad, match):
     with pytest.raises(ValueError, match=match):
         parse_method(bad)

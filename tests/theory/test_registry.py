@@ -61,9 +61,15 @@ def test_sympy_expression_of_the_code_is_exact_and_matches_the_value(name):
 def test_builtin_symbolic_forms_are_the_published_ones():
     from divclip.theory.symbolic import R, measure_expression
 
-    published = {"kl3": R - 1 - sp.log(R), "kl3_reverse": 1 / R - 1 + sp.log(R), "k2": sp.log(R) ** 2 / 2,
-                 "log_ratio": sp.Abs(sp.log(R)), "chi2": (R - 1) ** 2, "hellinger": (sp.sqrt(R) - 1) ** 2,
-                 "ratio": sp.Abs(R - 1)}
+    published = {
+        "kl3": R - 1 - sp.log(R),
+        "kl3_reverse": 1 / R - 1 + sp.log(R),
+        "k2": sp.log(R) ** 2 / 2,
+        "log_ratio": sp.Abs(sp.log(R)),
+        "chi2": (R - 1) ** 2,
+        "hellinger": (sp.sqrt(R) - 1) ** 2,
+        "ratio": sp.Abs(R - 1),
+    }
     for name, expr in published.items():
         assert sp.simplify(measure_expression(name) - expr) == 0, name
 
@@ -140,20 +146,41 @@ def test_total_variation_reaches_the_verl_modes(tv):
 
     fn = get_policy_loss_fn("divclip_tv")  # registered after the plug-in was imported: the hook added it
     assert "divclip_tv" in plugin.LOSS_MODES
-    cfg = ActorConfig(strategy="fsdp", rollout_n=4, ppo_micro_batch_size_per_gpu=4, clip_ratio_low=0.05,
-                      clip_ratio_high=0.05, clip_ratio_c=math.inf, policy_loss=PolicyLossConfig(loss_mode="divclip_tv"))
+    cfg = ActorConfig(
+        strategy="fsdp",
+        rollout_n=4,
+        ppo_micro_batch_size_per_gpu=4,
+        clip_ratio_low=0.05,
+        clip_ratio_high=0.05,
+        clip_ratio_c=math.inf,
+        policy_loss=PolicyLossConfig(loss_mode="divclip_tv"),
+    )
     g = torch.Generator().manual_seed(1)
     old = torch.log(torch.rand(8, 12, generator=g, dtype=torch.float64) * 0.9 + 0.05)
     lp = (old + 0.3 * torch.randn(8, 12, generator=g, dtype=torch.float64)).requires_grad_(True)
     adv = torch.randn(8, 1, generator=g, dtype=torch.float64).expand(8, 12).contiguous()
     mask = torch.ones(8, 12, dtype=torch.bool)
-    loss, metrics = fn(old_log_prob=old, log_prob=lp, advantages=adv, response_mask=mask,
-                       loss_agg_mode="token-mean", config=cfg)
+    loss, metrics = fn(
+        old_log_prob=old, log_prob=lp, advantages=adv, response_mask=mask, loss_agg_mode="token-mean", config=cfg
+    )
     # verl's own `vanilla` at the closed-form interval [1 - 2δ, 1 + 2δ] = [0.9, 1.1] is the reference.
-    ref_cfg = ActorConfig(strategy="fsdp", rollout_n=4, ppo_micro_batch_size_per_gpu=4, clip_ratio_low=0.1,
-                          clip_ratio_high=0.1, clip_ratio_c=math.inf, policy_loss=PolicyLossConfig(loss_mode="vanilla"))
-    ref, ref_metrics = compute_policy_loss_vanilla(old_log_prob=old, log_prob=lp.detach(), advantages=adv,
-                                                   response_mask=mask, loss_agg_mode="token-mean", config=ref_cfg)
+    ref_cfg = ActorConfig(
+        strategy="fsdp",
+        rollout_n=4,
+        ppo_micro_batch_size_per_gpu=4,
+        clip_ratio_low=0.1,
+        clip_ratio_high=0.1,
+        clip_ratio_c=math.inf,
+        policy_loss=PolicyLossConfig(loss_mode="vanilla"),
+    )
+    ref, ref_metrics = compute_policy_loss_vanilla(
+        old_log_prob=old,
+        log_prob=lp.detach(),
+        advantages=adv,
+        response_mask=mask,
+        loss_agg_mode="token-mean",
+        config=ref_cfg,
+    )
     torch.testing.assert_close(loss.detach(), ref, rtol=1e-9, atol=1e-12)
     assert metrics["actor/pg_clipfrac"] == pytest.approx(float(ref_metrics["actor/pg_clipfrac"]), rel=1e-6)
     assert metrics["actor/pg_clipfrac"] > 0

@@ -9,14 +9,17 @@ from divclip.theory import parse_method
 from divclip.theory.spec import MAX_METHOD_ECHO, TAU_MAX, TAU_MIN, parse_methods
 
 
-@pytest.mark.parametrize("text, match", [
-    ("sapo/tau=1e-300:1e300", r"tau_pos must be a finite number in \[1e-06, 1e\+06\].*got 1e-300"),
-    ("sapo/tau=1:1e300", r"tau_neg must be a finite number > 0 and <= 1e\+06, got 1e\+300"),
-    ("kl3:1e-320", r"delta=1e-320 is too small for 'kl3': its lower bound rounds to 1 in float64"),
-    ("log_ratio:1e-300", r"delta=1e-300 is too small for 'log_ratio'"),
-    ("ratio:1e-17:0.2", r"eps_low=1e-17 underflows: 1 - 1e-17 rounds to 1"),
-    ("ratio:0.2:1e-17", r"eps_high=1e-17 underflows: 1 \+ 1e-17 rounds to 1"),
-])
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("sapo/tau=1e-300:1e300", r"tau_pos must be a finite number in \[1e-06, 1e\+06\].*got 1e-300"),
+        ("sapo/tau=1:1e300", r"tau_neg must be a finite number > 0 and <= 1e\+06, got 1e\+300"),
+        ("kl3:1e-320", r"delta=1e-320 is too small for 'kl3': its lower bound rounds to 1 in float64"),
+        ("log_ratio:1e-300", r"delta=1e-300 is too small for 'log_ratio'"),
+        ("ratio:1e-17:0.2", r"eps_low=1e-17 underflows: 1 - 1e-17 rounds to 1"),
+        ("ratio:0.2:1e-17", r"eps_high=1e-17 underflows: 1 \+ 1e-17 rounds to 1"),
+    ],
+)
 def test_degenerate_budgets_are_refused_at_parse_time(text, match):
     with pytest.raises(ValueError, match=match):
         parse_method(text)
@@ -42,8 +45,12 @@ def test_parse_methods_does_not_echo_a_huge_entry():
 
 
 def test_export_names_the_users_delta_not_a_key_they_never_gave():
-    out = subprocess.run([sys.executable, "-m", "divclip.cli", "export", "--method", "kl3:1e-320", "--engine", "verl"],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "divclip.cli", "export", "--method", "kl3:1e-320", "--engine", "verl"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2
     assert "kl3:1e-320" in out.stderr and "delta=1e-320" in out.stderr
     assert "clip_ratio_low" not in out.stderr

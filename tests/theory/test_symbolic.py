@@ -54,6 +54,7 @@ def value(expr: sp.Expr, delta: float) -> float:
 
 # ---- every step passes -----------------------------------------------------------------------------
 
+
 def test_derivable_measures_include_the_brief() -> None:
     assert {"kl3", "k2", "log_ratio", "chi2", "hellinger", "kl3_reverse"} <= set(symbolic.derivable_measures())
 
@@ -125,13 +126,16 @@ def test_generic_machinery_reproduces_the_hand_written_kl3_facts() -> None:
     assert sp.expand(l_series - u_series.subs(S, -S)) == 0
 
 
-@pytest.mark.parametrize(("name", "lower", "upper"), [
-    ("k2", sp.exp(-sp.sqrt(2 * DELTA)), sp.exp(sp.sqrt(2 * DELTA))),  # docs/theory.md §3
-    ("log_ratio", sp.exp(-DELTA), sp.exp(DELTA)),
-    ("chi2", 1 - sp.sqrt(DELTA), 1 + sp.sqrt(DELTA)),
-    ("hellinger", (1 - sp.sqrt(DELTA)) ** 2, (1 + sp.sqrt(DELTA)) ** 2),
-    ("kl3_reverse", 1 / -sp.LambertW(X, -1), 1 / -sp.LambertW(X)),  # [1/u, 1/l] of KL3
-])
+@pytest.mark.parametrize(
+    ("name", "lower", "upper"),
+    [
+        ("k2", sp.exp(-sp.sqrt(2 * DELTA)), sp.exp(sp.sqrt(2 * DELTA))),  # docs/theory.md §3
+        ("log_ratio", sp.exp(-DELTA), sp.exp(DELTA)),
+        ("chi2", 1 - sp.sqrt(DELTA), 1 + sp.sqrt(DELTA)),
+        ("hellinger", (1 - sp.sqrt(DELTA)) ** 2, (1 + sp.sqrt(DELTA)) ** 2),
+        ("kl3_reverse", 1 / -sp.LambertW(X, -1), 1 / -sp.LambertW(X)),  # [1/u, 1/l] of KL3
+    ],
+)
 def test_generic_roots_match_closed_forms(name: str, lower: sp.Expr, upper: sp.Expr) -> None:
     derived = symbolic.clip_roots(symbolic.measure_expression(name))
     for delta in (0.003, 0.02, 0.3):
@@ -139,10 +143,17 @@ def test_generic_roots_match_closed_forms(name: str, lower: sp.Expr, upper: sp.E
         assert value(derived[1], delta) == pytest.approx(value(upper, delta), rel=1e-12)
 
 
-@pytest.mark.parametrize(("name", "leading"), [
-    ("kl3", 4 * DELTA / 3), ("kl3_reverse", 8 * DELTA / 3), ("k2", 2 * DELTA),
-    ("log_ratio", DELTA**2), ("chi2", 0), ("hellinger", 2 * DELTA),
-])
+@pytest.mark.parametrize(
+    ("name", "leading"),
+    [
+        ("kl3", 4 * DELTA / 3),
+        ("kl3_reverse", 8 * DELTA / 3),
+        ("k2", 2 * DELTA),
+        ("log_ratio", DELTA**2),
+        ("chi2", 0),
+        ("hellinger", 2 * DELTA),
+    ],
+)
 def test_asymmetry_leading_terms(name: str, leading: sp.Expr) -> None:
     (step,) = [s for s in symbolic.derivation(name) if s.title.startswith("Asymmetry")]
     rhs = step.statement.rhs
@@ -151,10 +162,16 @@ def test_asymmetry_leading_terms(name: str, leading: sp.Expr) -> None:
 
 # ---- numbers against independent references ---------------------------------------------------------
 
-@pytest.mark.parametrize(("delta", "l_ref", "u_ref"), [  # docs/theory.md §2 table (10 decimals)
-    (0.01, 0.8651652489, 1.1481651224), (0.02, 0.8131051152, 1.2135497072),
-    (0.05, 0.7161894552, 1.3504032560), (0.1, 0.6168168318, 1.5162211614),
-])
+
+@pytest.mark.parametrize(
+    ("delta", "l_ref", "u_ref"),
+    [  # docs/theory.md §2 table (10 decimals)
+        (0.01, 0.8651652489, 1.1481651224),
+        (0.02, 0.8131051152, 1.2135497072),
+        (0.05, 0.7161894552, 1.3504032560),
+        (0.1, 0.6168168318, 1.5162211614),
+    ],
+)
 def test_kl3_roots_match_theory_table_and_scipy(delta: float, l_ref: float, u_ref: float) -> None:
     lower, upper = (eq.rhs for eq in kl3_step("Roots").statement.args)
     x = -math.exp(-1 - delta)
@@ -194,6 +211,7 @@ def test_kl3_series_error_shrinks_like_s5() -> None:
 
 
 # ---- wrong statements fail ---------------------------------------------------------------------------
+
 
 def assert_fails(step: Step) -> None:
     result = step.run_check()
@@ -306,6 +324,7 @@ def test_unsupported_statement_fails_instead_of_raising() -> None:
 
 
 # ---- rendering and boundary errors -----------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", ["kl3", "log_ratio"])
 def test_render_markdown_has_every_title_latex_and_verdict(name: str) -> None:

@@ -25,11 +25,14 @@ def gradient_result(measure: sp.Expr, lower: sp.Expr, upper: sp.Expr):
     return symbolic._gradient_step(measure, lower, upper).run_check()
 
 
-@pytest.mark.parametrize("lower,upper,needle", [
-    (1 - sp.sqrt(2 * DELTA), 1 + sp.sqrt(DELTA), "D(u) - δ"),  # upper root of (r-1)²/2 = δ/2, not δ
-    (1 - sp.sqrt(DELTA), 1 + sp.sqrt(2 * DELTA), "D(l) - δ"),
-    (1 + sp.sqrt(2 * DELTA), 1 - sp.sqrt(2 * DELTA), "is false"),  # the two roots swapped
-])
+@pytest.mark.parametrize(
+    "lower,upper,needle",
+    [
+        (1 - sp.sqrt(2 * DELTA), 1 + sp.sqrt(DELTA), "D(u) - δ"),  # upper root of (r-1)²/2 = δ/2, not δ
+        (1 - sp.sqrt(DELTA), 1 + sp.sqrt(2 * DELTA), "D(l) - δ"),
+        (1 + sp.sqrt(2 * DELTA), 1 - sp.sqrt(2 * DELTA), "is false"),  # the two roots swapped
+    ],
+)
 def test_wrong_interval_fails_exactly(lower, upper, needle) -> None:
     result = gradient_result((R - 1) ** 2 / 2, lower, upper)
     assert not result.passed

@@ -73,10 +73,17 @@ def grpo_config(**fields):
 
 
 # The attributes GRPOTrainer.__init__ copies from its GRPOConfig, as (attribute, field); epsilon_high is derived.
-COPIED = (("loss_type", "loss_type"), ("importance_sampling_level", "importance_sampling_level"),
-          ("off_policy_mask_threshold", "off_policy_mask_threshold"), ("top_entropy_quantile", "top_entropy_quantile"),
-          ("use_vllm", "use_vllm"), ("vllm_importance_sampling_correction", "vllm_importance_sampling_correction"),
-          ("max_completion_length", "max_completion_length"), ("beta", "beta"), ("epsilon_low", "epsilon"))
+COPIED = (
+    ("loss_type", "loss_type"),
+    ("importance_sampling_level", "importance_sampling_level"),
+    ("off_policy_mask_threshold", "off_policy_mask_threshold"),
+    ("top_entropy_quantile", "top_entropy_quantile"),
+    ("use_vllm", "use_vllm"),
+    ("vllm_importance_sampling_correction", "vllm_importance_sampling_correction"),
+    ("max_completion_length", "max_completion_length"),
+    ("beta", "beta"),
+    ("epsilon_low", "epsilon"),
+)
 
 
 def trainer_for(args, cls=None):
@@ -101,9 +108,15 @@ def trl_inputs(old_log_prob, advantages, mask, num_items_in_batch):
     """The batch dict `_compute_loss` takes; advantages (B,) as TRL's own, mask (B, T) 0/1."""
     b, t = old_log_prob.shape
     ones = functools.partial(torch.ones, dtype=torch.long)
-    return {"prompt_ids": ones(b, PROMPT), "prompt_mask": ones(b, PROMPT), "completion_ids": ones(b, t),
-            "completion_mask": mask.long(), "advantages": advantages, "old_per_token_logps": old_log_prob,
-            "num_items_in_batch": torch.as_tensor(num_items_in_batch)}
+    return {
+        "prompt_ids": ones(b, PROMPT),
+        "prompt_mask": ones(b, PROMPT),
+        "completion_ids": ones(b, t),
+        "completion_mask": mask.long(),
+        "advantages": advantages,
+        "old_per_token_logps": old_log_prob,
+        "num_items_in_batch": torch.as_tensor(num_items_in_batch),
+    }
 
 
 def trl_loss(trainer, log_prob, old_log_prob, advantages, mask, num_items_in_batch, backward=True):
@@ -128,17 +141,33 @@ def trl_method(args, batch: int, num_items: float):
     level, loss_type = args.importance_sampling_level, args.loss_type
     eps_high = args.epsilon_high if args.epsilon_high is not None else args.epsilon
     if loss_type in CLIPPED:
-        spec = ClipSpec("ratio", eps_low=args.epsilon, eps_high=eps_high, dual_clip_c=args.delta, level=level,
-                        mode="luspo" if loss_type == "luspo" else "clip", clamp_log_ratio=False)
+        spec = ClipSpec(
+            "ratio",
+            eps_low=args.epsilon,
+            eps_high=eps_high,
+            dual_clip_c=args.delta,
+            level=level,
+            mode="luspo" if loss_type == "luspo" else "clip",
+            clamp_log_ratio=False,
+        )
     elif loss_type == "cispo":
         spec = ClipSpec(mode="cispo_cap", params={"cispo_cap": eps_high}, level=level, clamp_log_ratio=False)
     elif loss_type == "sapo":
-        spec = ClipSpec(mode="sapo", tau_pos=_f32(args.sapo_temperature_pos), level=level,
-                        tau_neg=_f32(args.sapo_temperature_neg), clamp_log_ratio=False)
+        spec = ClipSpec(
+            mode="sapo",
+            tau_pos=_f32(args.sapo_temperature_pos),
+            level=level,
+            tau_neg=_f32(args.sapo_temperature_neg),
+            clamp_log_ratio=False,
+        )
     else:  # vespo: its own sequence weight whatever the level
         spec = ClipSpec(mode="vespo", params={k: _f32(getattr(args, k)) for k in VESPO_FIELDS})
     global_tokens = float(max(num_items, 1))  # num_items_in_batch.clamp(min=1) / processes · accum / steps_per_gen
-    agg = {"grpo": ("seq-mean-token-mean-all", None), "sapo": ("seq-mean-token-mean-all", None),
-           "bnpo": ("token-mean", None), "dr_grpo": ("token-sum-norm", float(batch * args.max_completion_length)),
-           "luspo": ("seq-mean-token-sum-all", None)}.get(loss_type, ("token-sum-norm", global_tokens))
+    agg = {
+        "grpo": ("seq-mean-token-mean-all", None),
+        "sapo": ("seq-mean-token-mean-all", None),
+        "bnpo": ("token-mean", None),
+        "dr_grpo": ("token-sum-norm", float(batch * args.max_completion_length)),
+        "luspo": ("seq-mean-token-sum-all", None),
+    }.get(loss_type, ("token-sum-norm", global_tokens))
     return spec, *agg

@@ -21,8 +21,10 @@ def test_delta_column_constant_for_fixed_nan_without_a_single_delta():
     assert np.all(np.isnan(d[2])) and np.all(np.isnan(d[3]))
 
 
-@pytest.mark.parametrize("env, method", [("bandit", "kl3:0.02@kl3=0.002:gain=0.4"),
-                                          ("sparse", "kl3@clipfrac=0.05"), ("bandit", "kl3@entropy=1.5")])
+@pytest.mark.parametrize(
+    "env, method",
+    [("bandit", "kl3:0.02@kl3=0.002:gain=0.4"), ("sparse", "kl3@clipfrac=0.05"), ("bandit", "kl3@entropy=1.5")],
+)
 def test_each_seeds_delta_replays_the_controller_on_its_logged_signal(env, method):
     """T = 1 in bandit/sparse, so the CSV's kl3 (per response) is the per-token k3 the controller reads, and
     the gradient-read clip fraction equals policy_loss's; the entropy column is the rollout policy's."""
@@ -34,7 +36,7 @@ def test_each_seeds_delta_replays_the_controller_on_its_logged_signal(env, metho
     assert np.all(delta[:, 0] == spec.delta)
     replay = delta[:, :1].copy()
     for t in range(delta.shape[1] - 1):
-        replay = np.concatenate([replay, delta_update(replay[:, -1:], signal[:, t:t + 1], spec)], axis=1)
+        replay = np.concatenate([replay, delta_update(replay[:, -1:], signal[:, t : t + 1], spec)], axis=1)
     np.testing.assert_allclose(delta, replay, rtol=1e-7)  # policy_loss divides clip counts by n + 1e-8
     assert np.ptp(delta) > 0  # it moved
     assert np.all((delta >= spec.delta_min) & (delta <= spec.delta_max))

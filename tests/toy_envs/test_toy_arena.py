@@ -56,8 +56,9 @@ def test_one_epoch_makes_all_clip_methods_identical():
     res = run_arena("sparse", "grpo,dapo,atr", seeds=2, **{**SMALL, "ppo_epochs": 1}, env_kwargs=EASY)
     assert np.all(res.metrics["clipfrac"] == 0) and res.metrics["grad_norm"].max() > 0
     for k in ("expected_reward", "entropy", "grad_norm"):
-        assert np.array_equal(res.metrics[k][0], res.metrics[k][1]) and np.array_equal(res.metrics[k][0],
-                                                                                       res.metrics[k][2])
+        assert np.array_equal(res.metrics[k][0], res.metrics[k][1]) and np.array_equal(
+            res.metrics[k][0], res.metrics[k][2]
+        )
 
 
 @pytest.mark.parametrize("methods", ["grpo,dapo,atr", "binary_kl:0.02,kl3:0.05"])
@@ -144,8 +145,10 @@ def test_streaming_yields_every_n_steps_and_stops_early():
 
 def test_yielded_results_are_read_only_prefixes_of_the_final_one():
     """Yields share the arena's buffer (no per-yield copy); they are read-only and never change afterwards."""
-    results = [(r, {k: np.array(v) for k, v in r.metrics.items()})
-               for r in iter_arena("bandit", "grpo", seeds=2, **{**SMALL, "steps": 12}, every=5)]
+    results = [
+        (r, {k: np.array(v) for k, v in r.metrics.items()})
+        for r in iter_arena("bandit", "grpo", seeds=2, **{**SMALL, "steps": 12}, every=5)
+    ]
     final = results[-1][0]
     for r, copied in results:
         for k in METRICS:

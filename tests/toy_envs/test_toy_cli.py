@@ -32,8 +32,26 @@ def test_add_parser_builds_the_toy_subparser():
 
 def test_toy_run_writes_csv_html_and_claims(tmp_path, capsys):
     out = tmp_path / "run"
-    code = main(["toy", "--env", "bandit", "--methods", "grpo,atr", "--seeds", "2", "--steps", "5",
-                 "--group-size", "4", "--env-arg", "arms=4", "--out", str(out), "--quiet"])
+    code = main(
+        [
+            "toy",
+            "--env",
+            "bandit",
+            "--methods",
+            "grpo,atr",
+            "--seeds",
+            "2",
+            "--steps",
+            "5",
+            "--group-size",
+            "4",
+            "--env-arg",
+            "arms=4",
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
     stdout = capsys.readouterr().out
     assert code == 0
     with open(out / "metrics.csv") as fh:
@@ -66,8 +84,22 @@ def test_bad_input_exits_2_with_a_message(tmp_path, capsys, argv, needle):
 
 def test_a_second_run_into_the_same_out_keeps_the_first(tmp_path, capsys):
     out = tmp_path / "run"
-    base = ["toy", "--env", "bandit", "--seeds", "2", "--steps", "3", "--group-size", "4", "--env-arg", "arms=4",
-            "--out", str(out), "--quiet"]
+    base = [
+        "toy",
+        "--env",
+        "bandit",
+        "--seeds",
+        "2",
+        "--steps",
+        "3",
+        "--group-size",
+        "4",
+        "--env-arg",
+        "arms=4",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
     assert main([*base, "--methods", "grpo"]) == 0
     first = (out / "metrics.csv").read_text()
     capsys.readouterr()
@@ -84,8 +116,22 @@ def test_the_arena_bounds_actions_times_batch_before_allocating(capsys):
     """arms=65536 with group size 4096 asked torch for 100 GB; the bound refuses it before any tensor exists."""
     from divclip.toy_envs.arena import MAX_BATCH_LOGITS
 
-    code = main(["toy", "--env", "bandit", "--env-arg", "arms=65536", "--group-size", "4096", "--steps", "2",
-                 "--out", "never-created", "--quiet"])
+    code = main(
+        [
+            "toy",
+            "--env",
+            "bandit",
+            "--env-arg",
+            "arms=65536",
+            "--group-size",
+            "4096",
+            "--steps",
+            "2",
+            "--out",
+            "never-created",
+            "--quiet",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2
     assert f"× actions = 48 × 4096 × 1 × 65536 = 12884901888, over the limit of {MAX_BATCH_LOGITS}" in err

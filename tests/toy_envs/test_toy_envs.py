@@ -114,8 +114,12 @@ def test_exact_stats_equal_the_separate_statistics(case):
     env = ENV_CASES[case]()
     old, new = random_table(env, runs=3, seed=2), random_table(env, runs=3, seed=3)
     st = env.exact_stats(old, new)
-    for key, ref in [("correct_prob", env.correct_prob(old)), ("expected_reward", env.expected_reward(old)),
-                     ("entropy", env.entropy(old)), ("kl", env.kl(old, new))]:
+    for key, ref in [
+        ("correct_prob", env.correct_prob(old)),
+        ("expected_reward", env.expected_reward(old)),
+        ("entropy", env.entropy(old)),
+        ("kl", env.kl(old, new)),
+    ]:
         assert st[key].shape == ref.shape, key
         torch.testing.assert_close(st[key], ref, rtol=1e-13, atol=1e-15, msg=key)
 

@@ -15,8 +15,10 @@ from divclip.toy_envs.reference import REFERENCE_METRICS, reference_run
 
 CASES = {
     "bandit": ({"arms": 8}, dict(group_size=8, prompts_per_step=1, ppo_epochs=4, lr=0.05)),
-    "sequence": ({"length": 4, "vocab": 4, "modulus": 5}, dict(group_size=8, prompts_per_step=2, ppo_epochs=4,
-                                                               lr=0.05)),
+    "sequence": (
+        {"length": 4, "vocab": 4, "modulus": 5},
+        dict(group_size=8, prompts_per_step=2, ppo_epochs=4, lr=0.05),
+    ),
 }
 SEEDS, STEPS = 12, 60
 WINDOWS = (slice(0, 10), slice(STEPS - 15, STEPS))
@@ -50,8 +52,10 @@ def test_arena_and_reference_loop_learn_the_same(env_name, one_torch_thread):
             se = np.sqrt(a.var(ddof=1) / SEEDS + b.var(ddof=1) / SEEDS)
             assert se > 0, f"{metric}: no spread across seeds, the comparison would be vacuous"
             z = (a.mean() - b.mean()) / se
-            assert abs(z) < 4, f"{metric} steps {window.start}-{window.stop}: loop {a.mean():.4g}, arena " \
-                               f"{b.mean():.4g} ({z:.1f} standard errors)"
+            assert abs(z) < 4, (
+                f"{metric} steps {window.start}-{window.stop}: loop {a.mean():.4g}, arena "
+                f"{b.mean():.4g} ({z:.1f} standard errors)"
+            )
         moved += ours[:, WINDOWS[1]].mean() != ours[:, WINDOWS[0]].mean()
     er = res.metrics["expected_reward"][0]
     assert er[:, -5:].mean() > er[:, :5].mean() + 0.1  # both learned: the comparison is not of two idle runs
@@ -60,12 +64,30 @@ def test_arena_and_reference_loop_learn_the_same(env_name, one_torch_thread):
 
 @pytest.mark.parametrize(
     "kwargs, arg",
-    [({"env": "bandit"}, "env"), ({"spec": "ppo9"}, "ppo9"), ({"seed": -1}, "seed"), ({"steps": 0}, "steps"),
-     ({"group_size": 1}, "group_size"), ({"prompts_per_step": 0}, "prompts_per_step"),
-     ({"ppo_epochs": 1.5}, "ppo_epochs"), ({"lr": 0.0}, "lr")],
+    [
+        ({"env": "bandit"}, "env"),
+        ({"spec": "ppo9"}, "ppo9"),
+        ({"seed": -1}, "seed"),
+        ({"steps": 0}, "steps"),
+        ({"group_size": 1}, "group_size"),
+        ({"prompts_per_step": 0}, "prompts_per_step"),
+        ({"ppo_epochs": 1.5}, "ppo_epochs"),
+        ({"lr": 0.0}, "lr"),
+    ],
 )
 def test_bad_input_names_the_argument(kwargs, arg):
-    args = dict(env=make_env("bandit", arms=4), spec="grpo", seed=0, steps=2, group_size=4, prompts_per_step=1,
-                ppo_epochs=2, lr=0.1) | kwargs
+    args = (
+        dict(
+            env=make_env("bandit", arms=4),
+            spec="grpo",
+            seed=0,
+            steps=2,
+            group_size=4,
+            prompts_per_step=1,
+            ppo_epochs=2,
+            lr=0.1,
+        )
+        | kwargs
+    )
     with pytest.raises(ValueError, match=arg):
         reference_run(**args)

@@ -24,8 +24,17 @@ def synthetic(final_sd=(0.10, 0.02), speed=(10.0, 5.0), seeds=8, steps=60, best_
             metrics[f"pass@{k}"][i] = 1 - (1 - metrics["expected_reward"][i]) ** k
         metrics["entropy"][i] = 1.0 - 0.5 * i
         metrics["clipfrac"][i] = 0.01 * (i + 1)
-    return ArenaResult("bandit", {"arms": 4}, ["grpo", "atr"], {}, list(range(seeds)), metrics,
-                       {"group_size": 4}, steps, best_reward=best_reward)
+    return ArenaResult(
+        "bandit",
+        {"arms": 4},
+        ["grpo", "atr"],
+        {},
+        list(range(seeds)),
+        metrics,
+        {"group_size": 4},
+        steps,
+        best_reward=best_reward,
+    )
 
 
 def test_summary_numbers_equal_hand_computed_ones():
@@ -124,7 +133,8 @@ def test_a_direction_without_significance_is_not_a_plain_yes():
 
     assert _yes(Claim("atr", "x", True, "0.9 vs 0.8; paired difference +0.1 ± 0.01, significant")) == "yes"
     assert _yes(Claim("atr", "x", True, "0.9 vs 0.89; paired difference +0.01 ± 0.05, not significant")) == (
-        "yes, but not significant")
+        "yes, but not significant"
+    )
     assert _yes(Claim("atr", "x", False, "significant")) == "no"
     assert _yes(Claim("atr", "x", None, "")) == "undecided"
 

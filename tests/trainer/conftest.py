@@ -5,9 +5,26 @@ import pytest
 from divclip.trainer.config import TrainerConfig
 
 TINY = dict(
-    model="tiny", task="arith", arith_digits=1, eval_size=10, eval_every=2, tiny_n_layer=1, tiny_n_embd=32,
-    tiny_n_head=2, sft_steps=5, sft_batch_size=16, sft_lr=3e-3, steps=4, prompts_per_step=4, group_size=4,
-    max_new_tokens=3, ppo_epochs=2, minibatches=2, lr=1e-3, threads=1, progress=False,
+    model="tiny",
+    task="arith",
+    arith_digits=1,
+    eval_size=10,
+    eval_every=2,
+    tiny_n_layer=1,
+    tiny_n_embd=32,
+    tiny_n_head=2,
+    sft_steps=5,
+    sft_batch_size=16,
+    sft_lr=3e-3,
+    steps=4,
+    prompts_per_step=4,
+    group_size=4,
+    max_new_tokens=3,
+    ppo_epochs=2,
+    minibatches=2,
+    lr=1e-3,
+    threads=1,
+    progress=False,
 )
 
 

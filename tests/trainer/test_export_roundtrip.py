@@ -34,9 +34,16 @@ from divclip.theory.spec import parse_method as method_spec  # noqa: E402
 
 A = "actor_rollout_ref.actor."
 # a budget range per measure whose interval stays inside (0, ∞) at every tabulated p, so both bounds are finite
-DELTA_RANGE = {"log_ratio": (0.05, 0.4), "k2": (0.005, 0.08), "kl3": (0.005, 0.08), "kl3_reverse": (0.005, 0.08),
-               "chi2": (0.005, 0.15), "hellinger": (0.002, 0.03), "binary_kl": (0.005, 0.08),
-               "binary_tv": (0.02, 0.3)}
+DELTA_RANGE = {
+    "log_ratio": (0.05, 0.4),
+    "k2": (0.005, 0.08),
+    "kl3": (0.005, 0.08),
+    "kl3_reverse": (0.005, 0.08),
+    "chi2": (0.005, 0.15),
+    "hellinger": (0.002, 0.03),
+    "binary_kl": (0.005, 0.08),
+    "binary_tv": (0.02, 0.3),
+}
 
 
 def random_methods(n=20, seed=14):
@@ -130,8 +137,10 @@ def test_verl_export_check_and_plugin_loss_agree_with_policy_loss(method, clean_
     assert len(keys) == len(set(keys)) and f"{A}policy_loss.loss_mode" in keys
     # the exported YAML is the same settings
     y = yaml.safe_load(method_export(spec, "verl").text("yaml"))["actor_rollout_ref"]["actor"]
-    flat = {"policy_loss.loss_mode": y["policy_loss"]["loss_mode"],
-            **{k: v for k, v in y.items() if k != "policy_loss"}}
+    flat = {
+        "policy_loss.loss_mode": y["policy_loss"]["loss_mode"],
+        **{k: v for k, v in y.items() if k != "policy_loss"},
+    }
     for k, v in flat.items():  # what check read from the command line is what the YAML says
         if f"{A}{k}" in c["keys"]:
             assert c["keys"][f"{A}{k}"] == {"value": v, "origin": "set"}, k
@@ -141,19 +150,30 @@ def test_verl_export_check_and_plugin_loss_agree_with_policy_loss(method, clean_
         clean_env.setenv(k, v)
     assert ("VERL_USE_EXTERNAL_MODULES" in env) == (y["policy_loss"]["loss_mode"] in verl_plugin.LOSS_MODES)
     kw = {k: v for k, v in y.items() if k != "policy_loss"}
-    cfg = ActorConfig(strategy="fsdp", rollout_n=4, ppo_micro_batch_size_per_gpu=1,
-                      policy_loss=PolicyLossConfig(loss_mode=y["policy_loss"]["loss_mode"]), **kw)
+    cfg = ActorConfig(
+        strategy="fsdp",
+        rollout_n=4,
+        ppo_micro_batch_size_per_gpu=1,
+        policy_loss=PolicyLossConfig(loss_mode=y["policy_loss"]["loss_mode"]),
+        **kw,
+    )
     old, lp, adv, mask = tensors()
     if spec.level == "sequence":  # GSPO: one ratio per sequence, the same interval
         old, lp, adv, mask = tensors(seed=3, t=8)
         lp = old + 2e-3 * (lp - old)
     # verl's sapo aggregates seq-mean-token-mean whatever loss_agg_mode says (the export notes it)
-    want, want_grad = reference_loss(spec, old, lp, adv, mask,
-                                     "seq-mean-token-mean" if spec.mode == "sapo" else "token-mean")
+    want, want_grad = reference_loss(
+        spec, old, lp, adv, mask, "seq-mean-token-mean" if spec.mode == "sapo" else "token-mean"
+    )
     leaf = lp.clone().requires_grad_()
-    got, _ = get_policy_loss_fn(y["policy_loss"]["loss_mode"])(old_log_prob=old, log_prob=leaf, advantages=adv,
-                                                                response_mask=mask.bool(), loss_agg_mode="token-mean",
-                                                                config=cfg)
+    got, _ = get_policy_loss_fn(y["policy_loss"]["loss_mode"])(
+        old_log_prob=old,
+        log_prob=leaf,
+        advantages=adv,
+        response_mask=mask.bool(),
+        loss_agg_mode="token-mean",
+        config=cfg,
+    )
     got.backward()
     if spec.mode != "sapo":  # the clip binds on these tensors, so agreeing is not vacuous
         assert policy_loss(lp, old, adv, mask, spec)[1]["clipfrac"] > 0.02
@@ -175,8 +195,12 @@ def trl_args(tmp_path_factory):
             continue
         export = method_export(spec, "trl")
         if export.config_class == "DivClipGRPOConfig":
-            out[method] = DivClipGRPOConfig(output_dir=str(tmp_path_factory.mktemp("args")), report_to="none",
-                                            use_cpu=True, **yaml.safe_load(export.text("yaml")))
+            out[method] = DivClipGRPOConfig(
+                output_dir=str(tmp_path_factory.mktemp("args")),
+                report_to="none",
+                use_cpu=True,
+                **yaml.safe_load(export.text("yaml")),
+            )
     return out
 
 
@@ -188,14 +212,28 @@ def trl_trainer(tmp_path_factory, trl_args):
     from divclip.trainer.tiny import ARITH_ALPHABET, char_tokenizer, tiny_gpt2
 
     tok = char_tokenizer(ARITH_ALPHABET)
-    model = tiny_gpt2(len(tok), n_layer=1, n_embd=32, n_head=2, seed=0, pad_token_id=tok.pad_token_id,
-                      eos_token_id=tok.eos_token_id)
-    args = DivClipGRPOConfig(output_dir=str(tmp_path_factory.mktemp("trl")), per_device_train_batch_size=4,
-                             num_generations=4, max_completion_length=4, report_to="none", use_cpu=True,
-                             loss_type="bnpo", save_strategy="no", num_iterations=2)
+    model = tiny_gpt2(
+        len(tok), n_layer=1, n_embd=32, n_head=2, seed=0, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id
+    )
+    args = DivClipGRPOConfig(
+        output_dir=str(tmp_path_factory.mktemp("trl")),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=4,
+        report_to="none",
+        use_cpu=True,
+        loss_type="bnpo",
+        save_strategy="no",
+        num_iterations=2,
+    )
     data = Dataset.from_dict({"prompt": ["07+35=", "12+30="]})
-    trainer = DivClipGRPOTrainer(model=copy.deepcopy(model), reward_funcs=lambda completions, **kw: [0.0] *
-                                 len(completions), args=args, train_dataset=data, processing_class=tok)
+    trainer = DivClipGRPOTrainer(
+        model=copy.deepcopy(model),
+        reward_funcs=lambda completions, **kw: [0.0] * len(completions),
+        args=args,
+        train_dataset=data,
+        processing_class=tok,
+    )
     trainer.current_gradient_accumulation_steps = 1
     return trainer, tok
 
@@ -226,18 +264,30 @@ def test_trl_export_check_and_plugin_loss_agree_with_policy_loss(method, trl_arg
     g = torch.Generator().manual_seed(5)
     b, t = 8, 5
     prompt = tok(["07+35="] * b, return_tensors="pt", add_special_tokens=False)
-    inputs = {"prompt_ids": prompt["input_ids"], "prompt_mask": prompt["attention_mask"],
-              "completion_ids": torch.randint(3, len(tok), (b, t), generator=g),
-              "completion_mask": (torch.arange(t)[None] < torch.randint(1, t + 1, (b, 1), generator=g)).long(),
-              "advantages": torch.randn(b, generator=g)}
+    inputs = {
+        "prompt_ids": prompt["input_ids"],
+        "prompt_mask": prompt["attention_mask"],
+        "completion_ids": torch.randint(3, len(tok), (b, t), generator=g),
+        "completion_mask": (torch.arange(t)[None] < torch.randint(1, t + 1, (b, 1), generator=g)).long(),
+        "advantages": torch.randn(b, generator=g),
+    }
     model = trainer.model.train()
     with torch.no_grad():
         lp, _, _ = trainer._get_per_token_logps_and_entropies(
-            model, torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),
-            torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1), t)
+            model,
+            torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),
+            torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1),
+            t,
+        )
     inputs["old_per_token_logps"] = lp + 0.5 * torch.randn(lp.shape, generator=g)
     got = trainer._compute_loss(model, inputs).detach()
-    want, _ = policy_loss(lp, inputs["old_per_token_logps"], inputs["advantages"][:, None].expand(b, t),
-                          inputs["completion_mask"].float(), spec, "token-mean")
+    want, _ = policy_loss(
+        lp,
+        inputs["old_per_token_logps"],
+        inputs["advantages"][:, None].expand(b, t),
+        inputs["completion_mask"].float(),
+        spec,
+        "token-mean",
+    )
     assert got.item() == pytest.approx(want.item(), rel=1e-5, abs=1e-7)
     assert abs(want.item()) > 1e-4

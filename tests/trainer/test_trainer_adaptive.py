@@ -22,8 +22,9 @@ def test_adaptive_delta_follows_its_rule_and_survives_crash_and_resume(tiny_conf
     assert rows[0]["clip/delta"] == 0.02
     for prev, row in zip(rows, rows[1:]):  # δ_{t+1} = the rule applied to step t's measured kl3
         assert row["clip/delta"] == prev["clip/delta_next"]
-        assert row["clip/delta"] == pytest.approx(float(delta_update(prev["clip/delta"], prev["clip/kl3"], spec)),
-                                                  rel=1e-12)
+        assert row["clip/delta"] == pytest.approx(
+            float(delta_update(prev["clip/delta"], prev["clip/kl3"], spec)), rel=1e-12
+        )
     assert len({r["clip/delta"] for r in rows}) > 1  # it moved
 
     cfg = tiny_config(steps=5, method=method, output_dir=str(tmp_path), checkpoint_every=2)

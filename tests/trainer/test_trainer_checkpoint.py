@@ -38,7 +38,10 @@ def finished_run(tiny_config, tmp_path, tmp_path_factory, without_timing):
         src = tmp_path_factory.mktemp("finished_run")
         hist = GRPOTrainer(cfg.replace(output_dir=str(src))).train().history
         assert sorted(p.name for p in (src / "checkpoints").glob("step-*")) == [
-            "step-000000", "step-000002", "step-000004"]
+            "step-000000",
+            "step-000002",
+            "step-000004",
+        ]
         _finished["run"] = src, without_timing(hist)
     src, hist = _finished["run"]
     shutil.copytree(src, tmp_path, dirs_exist_ok=True, symlinks=True)
@@ -76,8 +79,14 @@ def damage_manifest_escapes(ckpt):
     (ckpt / MANIFEST).write_text(json.dumps(m))
 
 
-DAMAGES = [damage_truncate, damage_flip_weights, damage_no_manifest, damage_bad_manifest, damage_state_is_dir,
-           damage_manifest_escapes]
+DAMAGES = [
+    damage_truncate,
+    damage_flip_weights,
+    damage_no_manifest,
+    damage_bad_manifest,
+    damage_state_is_dir,
+    damage_manifest_escapes,
+]
 
 
 @pytest.mark.parametrize("damage", DAMAGES, ids=lambda f: f.__name__)
@@ -220,8 +229,13 @@ def run_in_a_fresh_process(tmp_path_factory):
     """run(out, kill_at, settings) -> (exit code, the run's stderr+stdout), each run a forked child process."""
     script = tmp_path_factory.mktemp("kill9") / "server.py"
     script.write_text(SERVER)
-    server = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True, env={**os.environ, "PYTHONHASHSEED": "0"})
+    server = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONHASHSEED": "0"},
+    )
     assert server.stdout.readline() == "ready\n"
 
     def run(out, kill_at, settings):

@@ -8,8 +8,19 @@ import pytest
 from divclip.cli import main, train
 from divclip.cli.train import config_from_args
 
-SHORT = ["--steps", "2", "--sft-steps", "3", "--eval-size", "8", "--prompts-per-step", "2", "--group-size", "4",
-         "--no-progress"]
+SHORT = [
+    "--steps",
+    "2",
+    "--sft-steps",
+    "3",
+    "--eval-size",
+    "8",
+    "--prompts-per-step",
+    "2",
+    "--group-size",
+    "4",
+    "--no-progress",
+]
 
 
 def parse(argv):
@@ -26,8 +37,9 @@ def test_flags_override_the_preset():
 
 @pytest.mark.slow
 def test_tiny_arith_smoke_run(capsys, tmp_path):
-    code = train.run(parse(["train", "--preset", "tiny-arith", "--method", "atr", "--json",
-                            "--output-dir", str(tmp_path), *SHORT]))
+    code = train.run(
+        parse(["train", "--preset", "tiny-arith", "--method", "atr", "--json", "--output-dir", str(tmp_path), *SHORT])
+    )
     out = json.loads(capsys.readouterr().out)
     assert code == 0
     assert (out["method"], out["seed"], out["steps"], out["preset"]) == ("atr", 0, 2, "tiny-arith")

@@ -25,8 +25,19 @@ def test_smoke_run_logs_every_metric_and_checkpoints(tiny_config, tmp_path):
     assert [r["step"] for r in hist] == [0, 1, 2]
     assert "sft/loss" in hist[0] and 0 <= result.accuracy_before <= 1 and 0 <= result.accuracy_after <= 1
     for row in hist[1:]:
-        for key in ("reward/mean", "loss/policy", "clip/clipfrac", "clip/clipfrac_low", "clip/clipfrac_high",
-                    "clip/ppo_kl", "clip/kl3", "grad/norm", "policy/entropy", "rollout/tokens", "perf/tokens_per_s"):
+        for key in (
+            "reward/mean",
+            "loss/policy",
+            "clip/clipfrac",
+            "clip/clipfrac_low",
+            "clip/clipfrac_high",
+            "clip/ppo_kl",
+            "clip/kl3",
+            "grad/norm",
+            "policy/entropy",
+            "rollout/tokens",
+            "perf/tokens_per_s",
+        ):
             assert math.isfinite(row[key]), key
         assert row["rollout/tokens"] > 0 and row["clip/kl3"] >= 0
     assert read_jsonl(tmp_path / "metrics.jsonl") == hist
@@ -80,10 +91,16 @@ def test_one_epoch_one_minibatch_never_clips(tiny_config):
         assert row["clip/clipfrac"] == 0.0 and abs(row["clip/ratio_max"] - 1) < 1e-5
 
 
-@pytest.mark.parametrize("method, extra", [
-    ("dapo", {}), ("dppo_kl", {}), ("sapo", {}), ("grpo", {"measure": "binary_tv", "delta": 0.05}),
-    ("atr", {"kl_coef": 0.1, "kl_estimator": "k1", "adv_norm": "rloo", "loss_agg_mode": "seq-mean-token-sum-norm"}),
-])
+@pytest.mark.parametrize(
+    "method, extra",
+    [
+        ("dapo", {}),
+        ("dppo_kl", {}),
+        ("sapo", {}),
+        ("grpo", {"measure": "binary_tv", "delta": 0.05}),
+        ("atr", {"kl_coef": 0.1, "kl_estimator": "k1", "adv_norm": "rloo", "loss_agg_mode": "seq-mean-token-sum-norm"}),
+    ],
+)
 def test_every_loss_family_runs(tiny_config, method, extra):
     hist = GRPOTrainer(tiny_config(steps=1, sft_steps=0, eval_size=0, method=method, **extra)).train().history
     assert math.isfinite(hist[-1]["loss/policy"])

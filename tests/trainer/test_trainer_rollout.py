@@ -9,8 +9,16 @@ from divclip.trainer.tiny import ARITH_ALPHABET, char_tokenizer, tiny_gpt2
 
 def tiny(seed=3):
     tok = char_tokenizer(ARITH_ALPHABET)
-    model = tiny_gpt2(len(tok), n_layer=1, n_embd=32, n_head=2, n_positions=32, seed=seed,
-                      pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id).eval()
+    model = tiny_gpt2(
+        len(tok),
+        n_layer=1,
+        n_embd=32,
+        n_head=2,
+        n_positions=32,
+        seed=seed,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+    ).eval()
     return model, tok
 
 

@@ -13,8 +13,18 @@ from divclip.theory.measures import get_measure  # noqa: E402
 from divclip.trainer.integrations.trl import DivClipGRPOConfig, DivClipGRPOTrainer  # noqa: E402
 from divclip.trainer.tiny import ARITH_ALPHABET, char_tokenizer, tiny_gpt2  # noqa: E402
 
-COMMON = dict(per_device_train_batch_size=4, num_generations=4, max_completion_length=4, logging_steps=1,
-              save_strategy="no", report_to="none", use_cpu=True, learning_rate=1e-2, disable_tqdm=True, seed=0)
+COMMON = dict(
+    per_device_train_batch_size=4,
+    num_generations=4,
+    max_completion_length=4,
+    logging_steps=1,
+    save_strategy="no",
+    report_to="none",
+    use_cpu=True,
+    learning_rate=1e-2,
+    disable_tqdm=True,
+    seed=0,
+)
 
 
 def digits_reward(completions, **kwargs):
@@ -25,8 +35,9 @@ def digits_reward(completions, **kwargs):
 @pytest.fixture(scope="module")
 def tiny():
     tok = char_tokenizer(ARITH_ALPHABET)
-    model = tiny_gpt2(len(tok), n_layer=1, n_embd=32, n_head=2, seed=0, pad_token_id=tok.pad_token_id,
-                      eos_token_id=tok.eos_token_id)
+    model = tiny_gpt2(
+        len(tok), n_layer=1, n_embd=32, n_head=2, seed=0, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id
+    )
     data = Dataset.from_dict({"prompt": ["07+35=", "12+30=", "01+01=", "50+50="]})
     return model, tok, data
 
@@ -34,14 +45,23 @@ def tiny():
 def make(cls, args_cls, tiny, tmp_path, **kw):
     model, tok, data = tiny
     args = args_cls(output_dir=str(tmp_path), **{**COMMON, **kw})
-    return cls(model=copy.deepcopy(model), reward_funcs=digits_reward, args=args, train_dataset=data,
-               processing_class=tok)
+    return cls(
+        model=copy.deepcopy(model), reward_funcs=digits_reward, args=args, train_dataset=data, processing_class=tok
+    )
 
 
 @pytest.mark.slow
 def test_two_real_training_steps(tiny, tmp_path):
-    trainer = make(DivClipGRPOTrainer, DivClipGRPOConfig, tiny, tmp_path, clip_measure="kl3", max_steps=2,
-                   num_iterations=2, loss_type="dapo")
+    trainer = make(
+        DivClipGRPOTrainer,
+        DivClipGRPOConfig,
+        tiny,
+        tmp_path,
+        clip_measure="kl3",
+        max_steps=2,
+        num_iterations=2,
+        loss_type="dapo",
+    )
     before = [p.detach().clone() for p in trainer.model.parameters()]
     trainer.train()
     assert trainer.state.global_step == 2
@@ -60,8 +80,10 @@ def batch(tok, seed=0, B=8, T=5):
     completion_ids = torch.randint(3, len(tok), (B, T), generator=g)
     completion_mask = (torch.arange(T)[None] < torch.randint(1, T + 1, (B, 1), generator=g)).long()
     return {
-        "prompt_ids": prompt["input_ids"], "prompt_mask": prompt["attention_mask"],
-        "completion_ids": completion_ids, "completion_mask": completion_mask,
+        "prompt_ids": prompt["input_ids"],
+        "prompt_mask": prompt["attention_mask"],
+        "completion_ids": completion_ids,
+        "completion_mask": completion_mask,
         "advantages": torch.randn(B, generator=g),
         "num_items_in_batch": completion_mask.sum(),
     }
@@ -85,8 +107,11 @@ def test_ratio_measure_is_stock_grpo(tiny, tmp_path, loss_type, beta):
     m = ours.model.train()  # one model (with TRL's fused log-prob head) scored by both trainers
     with torch.no_grad():  # old log-probs of a perturbed policy, so that some ratios leave [0.8, 1.28]
         lp, _, _ = ours._get_per_token_logps_and_entropies(
-            m, torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),
-            torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1), inputs["completion_ids"].shape[1])
+            m,
+            torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),
+            torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1),
+            inputs["completion_ids"].shape[1],
+        )
     g = torch.Generator().manual_seed(1)
     inputs["old_per_token_logps"] = lp + 0.5 * torch.randn(lp.shape, generator=g)
     inputs["ref_per_token_logps"] = lp + 0.2 * torch.randn(lp.shape, generator=g)
@@ -105,12 +130,12 @@ def test_ratio_measure_is_stock_grpo(tiny, tmp_path, loss_type, beta):
 def test_kl3_measure_is_stock_grpo_at_its_derived_widths(tiny, tmp_path):
     """Gradient equivalence inside TRL: KL3 at δ = KL3(0.8) clips like epsilon=0.2, epsilon_high=u_δ - 1."""
     _, tok, _ = tiny
-    ours = make(DivClipGRPOTrainer, DivClipGRPOConfig, tiny, tmp_path / "a", clip_measure="kl3", epsilon=0.2,
-                loss_type="grpo")
+    ours = make(
+        DivClipGRPOTrainer, DivClipGRPOConfig, tiny, tmp_path / "a", clip_measure="kl3", epsilon=0.2, loss_type="grpo"
+    )
     lo, hi = get_measure("kl3").bounds(ours.clip_spec.delta)
     assert lo == pytest.approx(0.8, abs=1e-12) and hi == pytest.approx(1.23084, abs=1e-5)
-    stock = make(GRPOTrainer, GRPOConfig, tiny, tmp_path / "b", epsilon=1 - lo, epsilon_high=hi - 1,
-                 loss_type="grpo")
+    stock = make(GRPOTrainer, GRPOConfig, tiny, tmp_path / "b", epsilon=1 - lo, epsilon_high=hi - 1, loss_type="grpo")
     inputs = batch(tok, seed=2)
     inputs["old_per_token_logps"] = torch.zeros(inputs["completion_ids"].shape) - 2.7  # ratios spread widely
     m = ours.model.train()
@@ -128,10 +153,8 @@ def test_config_errors(tmp_path):
     with pytest.raises(ValueError, match=r"depends on p .* give clip_delta"):
         DivClipGRPOConfig(output_dir=str(tmp_path), clip_measure="binary_kl", report_to="none", use_cpu=True)
     with pytest.raises(ValueError, match=r"clip_delta must be None or a finite number > 0, got -1"):
-        DivClipGRPOConfig(output_dir=str(tmp_path), clip_measure="kl3", clip_delta=-1, report_to="none",
-                          use_cpu=True)
-    args = DivClipGRPOConfig(output_dir=str(tmp_path), clip_measure="kl3", epsilon=0.2, report_to="none",
-                             use_cpu=True)
+        DivClipGRPOConfig(output_dir=str(tmp_path), clip_measure="kl3", clip_delta=-1, report_to="none", use_cpu=True)
+    args = DivClipGRPOConfig(output_dir=str(tmp_path), clip_measure="kl3", epsilon=0.2, report_to="none", use_cpu=True)
     assert args.clip_spec().delta == pytest.approx(0.0231436, abs=1e-7)
 
 
@@ -146,8 +169,9 @@ def test_clip_method_intersection_matches_theory_loss_and_logs_parts(tiny, tmp_p
     from divclip.theory.losses import policy_loss
 
     _, tok, _ = tiny
-    ours = make(DivClipGRPOTrainer, DivClipGRPOConfig, tiny, tmp_path, clip_method="kl3:0.02&binary_tv:0.05",
-                loss_type="bnpo")
+    ours = make(
+        DivClipGRPOTrainer, DivClipGRPOConfig, tiny, tmp_path, clip_method="kl3:0.02&binary_tv:0.05", loss_type="bnpo"
+    )
     inputs = batch(tok, seed=3)
     inputs["old_per_token_logps"] = torch.zeros(inputs["completion_ids"].shape) - 1.5
     m = ours.model.train()
@@ -171,8 +195,7 @@ def test_clip_method_adaptive_delta_steps(tiny, tmp_path):
 
     _, tok, _ = tiny
     method = "kl3:0.02@kl3=0.0005:gain=0.5"
-    ours = make(DivClipGRPOTrainer, DivClipGRPOConfig, tiny, tmp_path / "unit", clip_method=method,
-                loss_type="bnpo")
+    ours = make(DivClipGRPOTrainer, DivClipGRPOConfig, tiny, tmp_path / "unit", clip_method=method, loss_type="bnpo")
     inputs = batch(tok, seed=4)
     inputs["old_per_token_logps"] = torch.zeros(inputs["completion_ids"].shape) - 2.0
     m = ours.model.train()
@@ -225,8 +248,16 @@ def _trl_codes(caplog):
 
 def test_trainer_logs_ignored_keys_budgets_and_inert_clip_once(tiny, tmp_path, caplog):
     caplog.set_level("WARNING", logger="divclip.trl")
-    make(DivClipGRPOTrainer, DivClipGRPOConfig, tiny, tmp_path / "a", clip_measure="kl3", clip_delta=0.2,
-         epsilon_high=0.28, num_iterations=1)
+    make(
+        DivClipGRPOTrainer,
+        DivClipGRPOConfig,
+        tiny,
+        tmp_path / "a",
+        clip_measure="kl3",
+        clip_delta=0.2,
+        epsilon_high=0.28,
+        num_iterations=1,
+    )
     assert _trl_codes(caplog) == ["ignored_key", "divergence_budget_verl_default", "on_policy_clip_inert"]
     text = [r.getMessage() for r in caplog.records]
     assert "clip_measure='kl3' ignores epsilon_high = 0.28" in text[0]

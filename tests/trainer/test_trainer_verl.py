@@ -18,8 +18,13 @@ AGG_MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mea
 
 
 def actor(loss_mode="vanilla", **kw):
-    return ActorConfig(strategy="fsdp", rollout_n=4, ppo_micro_batch_size_per_gpu=4,
-                       policy_loss=PolicyLossConfig(loss_mode=loss_mode), **kw)
+    return ActorConfig(
+        strategy="fsdp",
+        rollout_n=4,
+        ppo_micro_batch_size_per_gpu=4,
+        policy_loss=PolicyLossConfig(loss_mode=loss_mode),
+        **kw,
+    )
 
 
 def batch(seed=0, B=12, T=16, dtype=torch.float64, spread=0.3):
@@ -34,8 +39,15 @@ def batch(seed=0, B=12, T=16, dtype=torch.float64, spread=0.3):
 
 def run(fn, config, old, new, adv, mask, agg="token-mean", weights=None):
     lp = new.clone().requires_grad_(True)
-    loss, metrics = fn(old_log_prob=old, log_prob=lp, advantages=adv, response_mask=mask, loss_agg_mode=agg,
-                       config=config, rollout_is_weights=weights)
+    loss, metrics = fn(
+        old_log_prob=old,
+        log_prob=lp,
+        advantages=adv,
+        response_mask=mask,
+        loss_agg_mode=agg,
+        config=config,
+        rollout_is_weights=weights,
+    )
     loss.backward()
     return loss.detach(), lp.grad, metrics
 
@@ -208,12 +220,15 @@ def test_divclip_method_adaptive_delta_is_a_stateful_loss_per_process(monkeypatc
     assert plugin.CONTROLLERS[method].delta[0] == pytest.approx(delta, rel=1e-12) and delta != 0.02
 
 
-@pytest.mark.parametrize("value, match", [
-    (None, r"reads its method string from \$DIVCLIP_METHOD"),
-    ("kl3@entropy=1", r"does not hand the policy loss the entropy|does not pass the entropy"),
-    ("gspo", r"token-level clip, gated or cispo"),
-    ("kl3&dppo_kl", r"\$DIVCLIP_METHOD: method 'kl3&dppo_kl': AllOf.parts\[1\] has mode='gated'"),
-])
+@pytest.mark.parametrize(
+    "value, match",
+    [
+        (None, r"reads its method string from \$DIVCLIP_METHOD"),
+        ("kl3@entropy=1", r"does not hand the policy loss the entropy|does not pass the entropy"),
+        ("gspo", r"token-level clip, gated or cispo"),
+        ("kl3&dppo_kl", r"\$DIVCLIP_METHOD: method 'kl3&dppo_kl': AllOf.parts\[1\] has mode='gated'"),
+    ],
+)
 def test_divclip_method_bad_env_is_a_clear_error(monkeypatch, value, match):
     if value is None:
         monkeypatch.delenv("DIVCLIP_METHOD", raising=False)
@@ -277,12 +292,21 @@ def test_bad_divclip_delta_is_a_clear_error(fresh_warnings, monkeypatch, text):
 @pytest.mark.parametrize("measure", [m for m in MEASURES if m != "ratio"])
 def test_verl_default_budget_is_refused_without_divclip_delta(fresh_warnings, measure):
     old, new, adv, mask = batch()
-    with pytest.raises(ValueError, match=rf"divclip_{measure} would read its {measure} budget δ from "
-                                         r"actor.clip_ratio_low = 0.2, verl's default .* DIVCLIP_DELTA"):
+    with pytest.raises(
+        ValueError,
+        match=rf"divclip_{measure} would read its {measure} budget δ from "
+        r"actor.clip_ratio_low = 0.2, verl's default .* DIVCLIP_DELTA",
+    ):
         run(get_policy_loss_fn(f"divclip_{measure}"), actor(f"divclip_{measure}"), old, new, adv, mask)
     with pytest.raises(ValueError, match=r"actor.clip_ratio_high = 0.2"):
-        run(get_policy_loss_fn(f"divclip_{measure}"), actor(f"divclip_{measure}", clip_ratio_low=0.01), old, new,
-            adv, mask)
+        run(
+            get_policy_loss_fn(f"divclip_{measure}"),
+            actor(f"divclip_{measure}", clip_ratio_low=0.01),
+            old,
+            new,
+            adv,
+            mask,
+        )
 
 
 def test_budget_at_ratio_scale_and_explicit_default_warn_once(fresh_warnings, monkeypatch):
@@ -301,8 +325,14 @@ def test_budget_at_ratio_scale_and_explicit_default_warn_once(fresh_warnings, mo
 def test_clip_that_cannot_bind_is_reported(fresh_warnings, monkeypatch):
     old, new, adv, mask = batch()
     monkeypatch.setenv("DIVCLIP_DELTA", "5")  # above chi2's D(0+) = 1: lower bound 0
-    run(get_policy_loss_fn("divclip_chi2"), actor("divclip_chi2", clip_ratio_low=5.0, clip_ratio_high=5.0), old,
-        new, adv, mask)
+    run(
+        get_policy_loss_fn("divclip_chi2"),
+        actor("divclip_chi2", clip_ratio_low=5.0, clip_ratio_high=5.0),
+        old,
+        new,
+        adv,
+        mask,
+    )
     assert "clip_cannot_bind" in _codes(fresh_warnings)
 
 

@@ -55,14 +55,18 @@ def _run_actors(out: Path) -> dict:
     spec = {
         "vanilla": {"policy_loss": {"loss_mode": "vanilla"}, "clip_ratio_low": EPS_LOW, "clip_ratio_high": hi - 1.0},
         "atr_kl3": {"policy_loss": {"loss_mode": "atr_kl3"}, "clip_ratio_low": EPS_LOW, "clip_ratio_high": hi - 1.0},
-        "divclip_kl3": {"policy_loss": {"loss_mode": "divclip_kl3"}, "clip_ratio_low": delta,
-                        "clip_ratio_high": delta},
+        "divclip_kl3": {"policy_loss": {"loss_mode": "divclip_kl3"}, "clip_ratio_low": delta, "clip_ratio_high": delta},
         "vanilla_0.2": {"policy_loss": {"loss_mode": "vanilla"}, "clip_ratio_low": EPS_LOW, "clip_ratio_high": EPS_LOW},
     }
     partial = out.with_name(out.name + ".partial")  # `out` appears only once the run has succeeded
     env = {**os.environ, "MASTER_PORT": str(_free_port()), "DIVCLIP_DELTA": f"{delta!r}"}
-    proc = subprocess.run([sys.executable, str(RUNNER), str(partial), json.dumps(spec)], env=env,
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, str(RUNNER), str(partial), json.dumps(spec)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     partial.rename(out)
     return json.loads(out.read_text())
@@ -104,5 +108,6 @@ def test_engine_reports_divclip_metrics(runs):
     m = data["atr_kl3"]["metrics"]
     for key in ("actor/clipfrac_low", "actor/clipfrac_high"):
         assert len(m[key]) == 4
-    np.testing.assert_allclose(np.add(m["actor/clipfrac_low"], m["actor/clipfrac_high"]), m["actor/pg_clipfrac"],
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        np.add(m["actor/clipfrac_low"], m["actor/clipfrac_high"]), m["actor/pg_clipfrac"], atol=1e-6
+    )

@@ -33,8 +33,16 @@ class _BlockTRL(importlib.abc.MetaPathFinder):
 
 sys.meta_path.insert(0, _BlockTRL())
 
-os.environ.update({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                   "VERL_PLATFORM": "cpu", "TOKENIZERS_PARALLELISM": "false"})
+os.environ.update(
+    {
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+        "MASTER_ADDR": "127.0.0.1",
+        "VERL_PLATFORM": "cpu",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+)
 os.environ.setdefault("MASTER_PORT", "29533")
 
 import torch  # noqa: E402
@@ -153,8 +161,7 @@ def main(out_path: str) -> None:
     from verl.workers.engine import EngineRegistry
     from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 
-    EngineRegistry.register(model_type="language_model", backend=["fsdp", "fsdp2"], device="cpu")(
-        FSDPEngineWithLMHead)
+    EngineRegistry.register(model_type="language_model", backend=["fsdp", "fsdp2"], device="cpu")(FSDPEngineWithLMHead)
 
     import divclip.trainer.integrations.verl  # noqa: F401  registers atr_kl3 and divclip_*
 
@@ -162,9 +169,19 @@ def main(out_path: str) -> None:
     torch.distributed.init_process_group(backend="gloo", rank=0, world_size=1)
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                      tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    cfg = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     model = LlamaForCausalLM(cfg)
     with tempfile.TemporaryDirectory() as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
@@ -194,7 +211,7 @@ def make_batch(model, cfg, bsz=8, prompt_len=4, resp_len=6):
     resp_mask = torch.ones(bsz, resp_len, dtype=torch.long)
     for i in range(bsz):
         prompt_mask[i, : i % 2] = 0  # left padding
-        resp_mask[i, resp_len - (i % 3):] = 0  # right padding
+        resp_mask[i, resp_len - (i % 3) :] = 0  # right padding
     prompts = prompts * prompt_mask
     responses = responses * resp_mask
     input_ids = torch.cat([prompts, responses], 1)
@@ -202,13 +219,20 @@ def make_batch(model, cfg, bsz=8, prompt_len=4, resp_len=6):
     position_ids = (attention_mask.cumsum(1) - 1).clamp(min=0)
     with torch.no_grad():
         logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
-        logp = torch.log_softmax(logits[:, prompt_len - 1:-1].float(), -1)
+        logp = torch.log_softmax(logits[:, prompt_len - 1 : -1].float(), -1)
         logp = logp.gather(-1, responses.unsqueeze(-1)).squeeze(-1)
     old = (logp + 0.35 * torch.randn(logp.shape, generator=g)) * resp_mask
     adv = torch.randn(bsz, generator=g).unsqueeze(1).expand(bsz, resp_len) * resp_mask
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids,
-            "prompts": prompts, "responses": responses, "response_mask": resp_mask, "old_log_probs": old,
-            "advantages": adv.contiguous()}
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "position_ids": position_ids,
+        "prompts": prompts,
+        "responses": responses,
+        "response_mask": resp_mask,
+        "old_log_probs": old,
+        "advantages": adv.contiguous(),
+    }
 
 
 def run_actor(model_path, batch, actor_kw):
@@ -223,30 +247,62 @@ def run_actor(model_path, batch, actor_kw):
     from verl.workers.utils.padding import left_right_2_no_padding
 
     bsz = batch["input_ids"].shape[0]
-    model_config = HFModelConfig(path=model_path, load_tokenizer=False, use_remove_padding=False,
-                                 override_config={"attn_implementation": "eager"})
-    engine = FSDPEngineConfig(strategy="fsdp2", model_dtype="fp32", use_torch_compile=False,
-                              micro_batch_size_per_gpu=bsz // 4, use_dynamic_bsz=False, param_offload=False,
-                              optimizer_offload=False)
+    model_config = HFModelConfig(
+        path=model_path,
+        load_tokenizer=False,
+        use_remove_padding=False,
+        override_config={"attn_implementation": "eager"},
+    )
+    engine = FSDPEngineConfig(
+        strategy="fsdp2",
+        model_dtype="fp32",
+        use_torch_compile=False,
+        micro_batch_size_per_gpu=bsz // 4,
+        use_dynamic_bsz=False,
+        param_offload=False,
+        optimizer_offload=False,
+    )
     optim = FSDPOptimizerConfig(lr=1e-2, weight_decay=0.0, clip_grad=1e9, total_training_steps=10)
     kw = dict(actor_kw)
     policy_loss = PolicyLossConfig(**kw.pop("policy_loss", {}))
-    actor = FSDPActorConfig(strategy="fsdp2", ppo_mini_batch_size=bsz // 2, ppo_micro_batch_size_per_gpu=bsz // 2,
-                            use_dynamic_bsz=False, loss_agg_mode="token-mean", entropy_coeff=0.0,
-                            use_kl_loss=False, rollout_n=1, policy_loss=policy_loss, **kw)
-    worker = TrainingWorker(TrainingWorkerConfig(model_type="language_model", model_config=model_config,
-                                                 engine_config=engine, optimizer_config=optim))
+    actor = FSDPActorConfig(
+        strategy="fsdp2",
+        ppo_mini_batch_size=bsz // 2,
+        ppo_micro_batch_size_per_gpu=bsz // 2,
+        use_dynamic_bsz=False,
+        loss_agg_mode="token-mean",
+        entropy_coeff=0.0,
+        use_kl_loss=False,
+        rollout_n=1,
+        policy_loss=policy_loss,
+        **kw,
+    )
+    worker = TrainingWorker(
+        TrainingWorkerConfig(
+            model_type="language_model", model_config=model_config, engine_config=engine, optimizer_config=optim
+        )
+    )
     worker.reset()
     worker.set_loss_fn(partial(ppo_loss, config=actor))
     td = TensorDict({k: v.clone() for k, v in batch.items()}, batch_size=[bsz])
     td = left_right_2_no_padding(td)
-    tu.assign_non_tensor(td, calculate_entropy=False, global_batch_size=bsz // 2, mini_batch_size=bsz // 2,
-                         epochs=2, seed=7, dataloader_kwargs={"shuffle": True}, compute_loss=True,
-                         temperature=1.0)
+    tu.assign_non_tensor(
+        td,
+        calculate_entropy=False,
+        global_batch_size=bsz // 2,
+        mini_batch_size=bsz // 2,
+        epochs=2,
+        seed=7,
+        dataloader_kwargs={"shuffle": True},
+        compute_loss=True,
+        temperature=1.0,
+    )
     out = worker.train_mini_batch(td)
     metrics = tu.get(out, "metrics")
-    state = {k: v.full_tensor().detach().tolist() if hasattr(v, "full_tensor") else v.detach().tolist()
-             for k, v in worker.engine.module.state_dict().items()}
+    state = {
+        k: v.full_tensor().detach().tolist() if hasattr(v, "full_tensor") else v.detach().tolist()
+        for k, v in worker.engine.module.state_dict().items()
+    }
     return {"metrics": {k: _plain(v) for k, v in metrics.items()}, "weights": state}
 
 

@@ -60,8 +60,9 @@ def _spec(method: str):
     return parse_method(method)
 
 
-def divclip_policy_loss(log_probs, old_log_probs, advantages, config=None, loss_mask=None, rollout_logprobs=None,
-                        *, method: str):
+def divclip_policy_loss(
+    log_probs, old_log_probs, advantages, config=None, loss_mask=None, rollout_logprobs=None, *, method: str
+):
     """SkyRL's policy-loss signature; `method` is bound by `register`. Returns (Σ mask·ℓ, metrics)."""
     spec, ctrl = process_controller(CONTROLLERS, method, _spec(method))
     # SkyRL's FSDP worker hands bf16 log-probs with fp32 old ones: one dtype for the ratio, as its own losses
@@ -71,11 +72,17 @@ def divclip_policy_loss(log_probs, old_log_probs, advantages, config=None, loss_
     terms = policy_terms(log_probs, old_log_probs, advantages, mask, spec)
     m = clip_metrics(terms, mask.to(terms.loss.dtype))
     loss = terms.loss  # (B, T), not yet masked
-    metrics = {"clip_ratio": m["clipfrac"], "clipfrac_low": m["clipfrac_low"], "clipfrac_high": m["clipfrac_high"],
-               "dual_clipfrac": m["dual_clipfrac"], "ppo_kl": m["ppo_kl"]}
+    metrics = {
+        "clip_ratio": m["clipfrac"],
+        "clipfrac_low": m["clipfrac_low"],
+        "clipfrac_high": m["clipfrac_high"],
+        "dual_clipfrac": m["dual_clipfrac"],
+        "ppo_kl": m["ppo_kl"],
+    }
     if config is not None:
-        loss, mask, correction = apply_off_policy_correction(loss, old_log_probs, rollout_logprobs, mask,
-                                                             config.off_policy_correction)
+        loss, mask, correction = apply_off_policy_correction(
+            loss, old_log_probs, rollout_logprobs, mask, config.off_policy_correction
+        )
         metrics.update(correction)
     if spec.delta is not None:
         metrics["divclip_delta"] = float(spec.delta)
@@ -89,8 +96,10 @@ def register(method: str | None = None, name: str = LOSS_NAME) -> str:
     method string. A name registered before (an earlier call) is replaced."""
     text = os.environ.get(METHOD_ENV) if method is None else method
     if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"the SkyRL plug-in needs a divclip method string: pass one or set {METHOD_ENV} "
-                         f"(e.g. 'kl3:0.02'), got {text!r}")
+        raise ValueError(
+            f"the SkyRL plug-in needs a divclip method string: pass one or set {METHOD_ENV} "
+            f"(e.g. 'kl3:0.02'), got {text!r}"
+        )
     spec = parse_method(text)  # a ValueError names a bad string here, not in a Ray worker
     if getattr(spec, "signal", None) == "entropy":
         raise ValueError("SkyRL does not hand the policy loss the entropy: adapt to clipfrac or kl3 for SkyRL")

@@ -56,8 +56,18 @@ from divclip.theory.spec import is_adaptive, parse_method
 CONTROLLER_FILE = "divclip_delta.json"
 
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
-_MODEL_INPUTS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes",
-                 "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids")
+_MODEL_INPUTS = (
+    "pixel_values",
+    "image_grid_thw",
+    "num_images",
+    "pixel_attention_mask",
+    "spatial_shapes",
+    "num_tiles",
+    "image_sizes",
+    "token_type_ids",
+    "mm_token_type_ids",
+    "image_position_ids",
+)
 
 
 @dataclass
@@ -66,55 +76,72 @@ class DivClipGRPOConfig(GRPOConfig):
 
     clip_measure: str = field(
         default="ratio",
-        metadata={"help": "Divergence measure of the clip (a theory.MEASURES name). 'ratio' (the default) is TRL's "
-                          "own clip with epsilon / epsilon_high; 'kl3' is ATR-GRPO."},
+        metadata={
+            "help": "Divergence measure of the clip (a theory.MEASURES name). 'ratio' (the default) is TRL's "
+            "own clip with epsilon / epsilon_high; 'kl3' is ATR-GRPO."
+        },
     )
     clip_delta: float | None = field(
         default=None,
-        metadata={"help": "Budget δ of D(r[, p]) <= δ. None derives it from `epsilon` as δ = D(1 - epsilon), so "
-                          "the lower bound stays GRPO's 1 - epsilon (KL3, epsilon 0.2: δ = 0.023144, upper bound "
-                          "1.2308). Required for p-dependent measures (binary_kl, binary_tv). TRL's own `delta` "
-                          "(the two-sided clip cap) is a different knob and maps to divclip's dual clip."},
+        metadata={
+            "help": "Budget δ of D(r[, p]) <= δ. None derives it from `epsilon` as δ = D(1 - epsilon), so "
+            "the lower bound stays GRPO's 1 - epsilon (KL3, epsilon 0.2: δ = 0.023144, upper bound "
+            "1.2308). Required for p-dependent measures (binary_kl, binary_tv). TRL's own `delta` "
+            "(the two-sided clip cap) is a different knob and maps to divclip's dual clip."
+        },
     )
 
     clip_method: str | None = field(
         default=None,
-        metadata={"help": "A divclip method string instead of clip_measure/clip_delta: e.g. 'kl3:0.02', an "
-                          "intersection 'kl3:0.023144&binary_tv:0.2' or an adaptive δ 'kl3@clipfrac=0.1' "
-                          "(grammar: divclip.theory.spec). Modes clip/gated/cispo; put a dual clip in it as "
-                          "'/dual=C'."},
+        metadata={
+            "help": "A divclip method string instead of clip_measure/clip_delta: e.g. 'kl3:0.02', an "
+            "intersection 'kl3:0.023144&binary_tv:0.2' or an adaptive δ 'kl3@clipfrac=0.1' "
+            "(grammar: divclip.theory.spec). Modes clip/gated/cispo; put a dual clip in it as "
+            "'/dual=C'."
+        },
     )
 
     def __post_init__(self):
         super().__post_init__()
         if self.clip_method is not None:
-            if (self.clip_measure != "ratio" or self.clip_delta is not None or self.delta is not None
-                    or self.epsilon_high is not None):
-                raise ValueError(f"clip_method={self.clip_method!r} replaces clip_measure/clip_delta, epsilon_high "
-                                 f"and TRL's delta; got clip_measure={self.clip_measure!r}, "
-                                 f"clip_delta={self.clip_delta!r}, epsilon_high={self.epsilon_high!r}, "
-                                 f"delta={self.delta!r} (leave them at their defaults; dual clip: '/dual=C'; "
-                                 "`epsilon` is ignored too)")
+            if (
+                self.clip_measure != "ratio"
+                or self.clip_delta is not None
+                or self.delta is not None
+                or self.epsilon_high is not None
+            ):
+                raise ValueError(
+                    f"clip_method={self.clip_method!r} replaces clip_measure/clip_delta, epsilon_high "
+                    f"and TRL's delta; got clip_measure={self.clip_measure!r}, "
+                    f"clip_delta={self.clip_delta!r}, epsilon_high={self.epsilon_high!r}, "
+                    f"delta={self.delta!r} (leave them at their defaults; dual clip: '/dual=C'; "
+                    "`epsilon` is ignored too)"
+                )
             try:
                 spec = parse_method(self.clip_method)
             except ValueError as exc:
                 raise ValueError(f"clip_method: {exc}") from None
             if spec.mode == "sapo" or spec.level != "token":
-                raise ValueError(f"clip_method={self.clip_method!r}: DivClipGRPOTrainer runs token-level clip, "
-                                 f"gated or cispo modes, got mode={spec.mode!r}, level={spec.level!r}")
+                raise ValueError(
+                    f"clip_method={self.clip_method!r}: DivClipGRPOTrainer runs token-level clip, "
+                    f"gated or cispo modes, got mode={spec.mode!r}, level={spec.level!r}"
+                )
             return
         if self.clip_measure not in MEASURES:
             raise ValueError(f"clip_measure must be one of {sorted(MEASURES)}, got {self.clip_measure!r}")
         if self.clip_measure == "ratio" and self.clip_delta is not None:
-            raise ValueError(f"clip_measure='ratio' uses epsilon/epsilon_high, so clip_delta must be None, "
-                             f"got {self.clip_delta!r}")
+            raise ValueError(
+                f"clip_measure='ratio' uses epsilon/epsilon_high, so clip_delta must be None, got {self.clip_delta!r}"
+            )
         if self.clip_delta is not None and not (
             isinstance(self.clip_delta, (int, float)) and math.isfinite(self.clip_delta) and self.clip_delta > 0
         ):
             raise ValueError(f"clip_delta must be None or a finite number > 0, got {self.clip_delta!r}")
         if self.clip_delta is None and get_measure(self.clip_measure).p_dependent:
-            raise ValueError(f"clip_measure={self.clip_measure!r} depends on p = π_old(a): give clip_delta "
-                             f"explicitly, got clip_delta=None")
+            raise ValueError(
+                f"clip_measure={self.clip_measure!r} depends on p = π_old(a): give clip_delta "
+                f"explicitly, got clip_delta=None"
+            )
         self.clip_spec()  # fail now on a bad combination
 
     def clip_spec(self) -> ClipSpec:
@@ -131,11 +158,16 @@ class DivClipGRPOConfig(GRPOConfig):
             delta = delta_for_eps(self.clip_measure, eps_low=self.epsilon)
         return ClipSpec(self.clip_measure, delta=delta, dual_clip_c=c, clamp_log_ratio=False)
 
-
     def divclip_advice(self) -> list[advice.Advice]:
         """The warnings these arguments deserve (logged once by DivClipGRPOTrainer; `divclip check` gives the same)."""
-        return engine.plugin_advice(self.clip_measure, self.clip_delta, self.epsilon_high, self.num_iterations,
-                                    self.steps_per_generation, self.gradient_accumulation_steps)
+        return engine.plugin_advice(
+            self.clip_measure,
+            self.clip_delta,
+            self.epsilon_high,
+            self.num_iterations,
+            self.steps_per_generation,
+            self.gradient_accumulation_steps,
+        )
 
 
 logger = logging.getLogger("divclip.trl")
@@ -152,11 +184,15 @@ class DivClipGRPOTrainer(GRPOTrainer):
         if a.loss_type not in LOSS_TYPES:
             raise ValueError(f"DivClipGRPOTrainer supports loss_type in {list(LOSS_TYPES)}, got {a.loss_type!r}")
         if a.importance_sampling_level != "token":
-            raise ValueError(f"DivClipGRPOTrainer supports importance_sampling_level='token' only, got "
-                             f"{a.importance_sampling_level!r}")
+            raise ValueError(
+                f"DivClipGRPOTrainer supports importance_sampling_level='token' only, got "
+                f"{a.importance_sampling_level!r}"
+            )
         if self._entropy_bonus_enabled:
-            raise ValueError(f"DivClipGRPOTrainer does not support the entropy bonus, got entropy_coef="
-                             f"{a.entropy_coef!r}, use_adaptive_entropy={a.use_adaptive_entropy!r}")
+            raise ValueError(
+                f"DivClipGRPOTrainer does not support the entropy bonus, got entropy_coef="
+                f"{a.entropy_coef!r}, use_adaptive_entropy={a.use_adaptive_entropy!r}"
+            )
         self.clip_spec = a.clip_spec()
         for item in a.divclip_advice():
             logger.warning(item.log_line())
@@ -178,8 +214,10 @@ class DivClipGRPOTrainer(GRPOTrainer):
         if self.delta_controller is not None and checkpoint is not None:
             path = os.path.join(checkpoint, CONTROLLER_FILE)
             if not os.path.isfile(path):
-                raise ValueError(f"checkpoint {checkpoint!r} has no {CONTROLLER_FILE}, but clip_method "
-                                 f"{self.args.clip_method!r} adapts δ: resume from a checkpoint this method wrote")
+                raise ValueError(
+                    f"checkpoint {checkpoint!r} has no {CONTROLLER_FILE}, but clip_method "
+                    f"{self.args.clip_method!r} adapts δ: resume from a checkpoint this method wrote"
+                )
             with open(path, encoding="utf-8") as fh:
                 self.delta_controller.load_state_dict(json.load(fh))
 
@@ -191,8 +229,13 @@ class DivClipGRPOTrainer(GRPOTrainer):
         logits_to_keep = completion_ids.size(1)
         mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]  # (B, T)
         per_token_logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
-            model, input_ids, attention_mask, logits_to_keep, compute_entropy=True,
-            compute_aux_loss=self.aux_loss_enabled, **{k: inputs.get(k) for k in _MODEL_INPUTS},
+            model,
+            input_ids,
+            attention_mask,
+            logits_to_keep,
+            compute_entropy=True,
+            compute_aux_loss=self.aux_loss_enabled,
+            **{k: inputs.get(k) for k in _MODEL_INPUTS},
         )  # (B, T)
         entropy_mask = None
         if self.top_entropy_quantile < 1.0:
@@ -204,9 +247,11 @@ class DivClipGRPOTrainer(GRPOTrainer):
         old_per_token_logps = per_token_logps.detach() if old_per_token_logps is None else old_per_token_logps
         if self.off_policy_mask_threshold is not None:
             off_policy_mask = self.get_off_policy_mask(
-                advantages=advantages, per_token_logps=per_token_logps,
+                advantages=advantages,
+                per_token_logps=per_token_logps,
                 sampling_per_token_logps=inputs.get("sampling_per_token_logps", old_per_token_logps),
-                mask=mask, off_policy_threshold=self.off_policy_mask_threshold,
+                mask=mask,
+                off_policy_threshold=self.off_policy_mask_threshold,
             )
 
         # divclip: the clipped surrogate max(-A·r, -A·clip(r)) with clip(r) from D(r[, p]) <= δ.
@@ -236,8 +281,9 @@ class DivClipGRPOTrainer(GRPOTrainer):
             loss = loss + self.router_aux_loss_coef * aux_loss / normalizer
             self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(aux_loss).mean().item())
         low, high = terms.clipped_low, terms.clipped_high  # (B, T) 0/1: the lower / upper bound changed the term
-        signals = self._log_metrics(mode, low, high, terms.log_ratio, mask, entropies,
-                                    per_token_kl if self.beta != 0.0 else None, terms.by_part)
+        signals = self._log_metrics(
+            mode, low, high, terms.log_ratio, mask, entropies, per_token_kl if self.beta != 0.0 else None, terms.by_part
+        )
         if self.delta_controller is not None:
             self._metrics[mode]["divclip/delta"].append(float(spec.delta))
             if mode == "train":
@@ -261,6 +307,7 @@ class DivClipGRPOTrainer(GRPOTrainer):
 
     def _log_metrics(self, mode, low, high, log_ratio, mask, entropies, per_token_kl, by_part=None) -> dict:
         """Log TRL's metrics plus divclip's; returns the controller signals (reduced over processes)."""
+
         def global_masked_mean(x):
             local = torch.stack([(x * mask).sum(), mask.sum().float()])
             totals = self.accelerator.reduce(local, reduction="sum")

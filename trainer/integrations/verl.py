@@ -120,10 +120,18 @@ def atr_kl3_spec(config) -> ClipSpec:
     low, high = side_budgets(config)
     lo, hi, _ = atr_kl3_bounds(low)
     if not math.isclose(high, hi - 1.0, rel_tol=1e-6):
-        warn_once([advice.ignored_key_advice(
-            "atr_kl3", "actor.clip_ratio_high", high,
-            f"the upper bound is u_δ = {hi:.7g} from clip_ratio_low = {low:g} (set clip_ratio_high = {hi - 1.0!r} "
-            "to silence this)")])
+        warn_once(
+            [
+                advice.ignored_key_advice(
+                    "atr_kl3",
+                    "actor.clip_ratio_high",
+                    high,
+                    f"the upper bound is u_δ = {hi:.7g} from clip_ratio_low "
+                    f"= {low:g} (set clip_ratio_high = {hi - 1.0!r} "
+                    "to silence this)",
+                )
+            ]
+        )
     return ClipSpec("ratio", eps_low=1.0 - lo, eps_high=hi - 1.0, dual_clip_c=dual_clip_c(config))
 
 
@@ -134,10 +142,14 @@ def measure_budgets(name: str, config) -> tuple[float, float]:
     if env is not None and env.strip():
         low, high = advice.parse_delta(env, engine.DELTA_ENV)
         cfg_low, cfg_high = side_budgets(config)
-        ignored = [(k, v) for k, v, d in (("actor.clip_ratio_low", cfg_low, low), ("actor.clip_ratio_high", cfg_high,
-                                                                                     high)) if v != d]
-        warn_once(advice.ignored_key_advice(mode, k, v, f"δ comes from {engine.DELTA_ENV}={env.strip()}")
-                  for k, v in ignored)
+        ignored = [
+            (k, v)
+            for k, v, d in (("actor.clip_ratio_low", cfg_low, low), ("actor.clip_ratio_high", cfg_high, high))
+            if v != d
+        ]
+        warn_once(
+            advice.ignored_key_advice(mode, k, v, f"δ comes from {engine.DELTA_ENV}={env.strip()}") for k, v in ignored
+        )
     else:
         low, high = side_budgets(config)
         if name != "ratio" and engine.DEFAULT_BUDGET in (low, high):
@@ -146,9 +158,13 @@ def measure_budgets(name: str, config) -> tuple[float, float]:
                 f"{mode} would read its {name} budget δ from actor.{key} = {engine.DEFAULT_BUDGET:g}, verl's "
                 f"default ratio width (KL3 at δ = 0.2 allows r in [0.49, 1.77]); give δ with the environment "
                 f"variable {engine.DELTA_ENV} (e.g. {engine.DELTA_ENV}=0.0231443, the KL3 budget of ε_low = 0.2) "
-                f"or set clip_ratio_low/clip_ratio_high to the budget")
-    keys = ("actor.clip_ratio_low", "actor.clip_ratio_high") if env is None or not env.strip() else (
-        engine.DELTA_ENV, engine.DELTA_ENV)
+                f"or set clip_ratio_low/clip_ratio_high to the budget"
+            )
+    keys = (
+        ("actor.clip_ratio_low", "actor.clip_ratio_high")
+        if env is None or not env.strip()
+        else (engine.DELTA_ENV, engine.DELTA_ENV)
+    )
     budgets = [(keys[0], low)] + ([(keys[1], high)] if high != low else [])
     warn_once(advice.budget_advice(name, budgets, mode, engine.DEFAULT_WIDTH))
     warn_once(advice.cannot_bind_advice(name, low, high, mode, keys))
@@ -170,8 +186,9 @@ def measure_specs(name: str, config) -> tuple[ClipSpec, ClipSpec | None]:
     return ClipSpec(name, delta=low, dual_clip_c=c), ClipSpec(name, delta=high, dual_clip_c=c)
 
 
-def _loss_and_metrics(specs, old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config,
-                      rollout_is_weights):
+def _loss_and_metrics(
+    specs, old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights
+):
     """Per-token loss from theory's clip mode, aggregated by verl's agg_loss with its global batch info."""
     # verl's FSDP engine hands bf16 log-probs (mixed precision) with fp32 old log-probs; vanilla's
     # `log_prob - old_log_prob` promotes, and so does this (one dtype for the ratio, mask and metrics).
@@ -188,12 +205,16 @@ def _loss_and_metrics(specs, old_log_prob, log_prob, advantages, response_mask, 
         up = policy_terms(log_prob, old_log_prob, advantages, response_mask, upper)
         pg_losses = torch.where(terms.ratio < 1, terms.loss, up.loss)
         m_up = clip_metrics(up, mask)
-        m.update(clipfrac_high=m_up["clipfrac_high"], dual_clipfrac=m_up["dual_clipfrac"],
-                 clipfrac=m["clipfrac_low"] + m_up["clipfrac_high"])
+        m.update(
+            clipfrac_high=m_up["clipfrac_high"],
+            dual_clipfrac=m_up["dual_clipfrac"],
+            clipfrac=m["clipfrac_low"] + m_up["clipfrac_high"],
+        )
     if rollout_is_weights is not None:
         pg_losses = pg_losses * rollout_is_weights
-    pg_loss = agg_loss(loss_mat=pg_losses, loss_mask=response_mask, loss_agg_mode=loss_agg_mode,
-                       **config.global_batch_info)
+    pg_loss = agg_loss(
+        loss_mat=pg_losses, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, **config.global_batch_info
+    )
     metrics = {
         "actor/pg_clipfrac": m["clipfrac"],
         "actor/ppo_kl": m["ppo_kl"],
@@ -209,13 +230,22 @@ def _loss_and_metrics(specs, old_log_prob, log_prob, advantages, response_mask, 
 
 
 @register_policy_loss("atr_kl3")
-def compute_policy_loss_atr_kl3(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
-                                config=None, rollout_is_weights=None):
+def compute_policy_loss_atr_kl3(
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_is_weights=None
+):
     """ATR-GRPO in verl: KL3 clipping with δ = KL3(1 - clip_ratio_low); see the module docstring."""
     if config is None:
         raise ValueError("atr_kl3 needs verl's actor config (clip_ratio_low, clip_ratio_c, global_batch_info)")
-    return _loss_and_metrics((atr_kl3_spec(config), None), old_log_prob, log_prob, advantages, response_mask,
-                             loss_agg_mode, config, rollout_is_weights)
+    return _loss_and_metrics(
+        (atr_kl3_spec(config), None),
+        old_log_prob,
+        log_prob,
+        advantages,
+        response_mask,
+        loss_agg_mode,
+        config,
+        rollout_is_weights,
+    )
 
 
 LOSS_MODES.append("atr_kl3")
@@ -225,35 +255,46 @@ def method_spec() -> str:
     """The method string of divclip_method: $DIVCLIP_METHOD, validated (a ValueError says what is allowed)."""
     method = os.environ.get(METHOD_ENV)
     if not method:
-        raise ValueError(f"loss_mode divclip_method reads its method string from ${METHOD_ENV} (e.g. "
-                         f"{METHOD_ENV}='kl3:0.023144&binary_tv:0.2'), which is unset or empty")
+        raise ValueError(
+            f"loss_mode divclip_method reads its method string from ${METHOD_ENV} (e.g. "
+            f"{METHOD_ENV}='kl3:0.023144&binary_tv:0.2'), which is unset or empty"
+        )
     try:
         spec = parse_method(method)
     except ValueError as exc:
         raise ValueError(f"${METHOD_ENV}: {exc}") from None
     if spec.mode == "sapo" or spec.level != "token":
-        raise ValueError(f"${METHOD_ENV}={method!r}: divclip_method runs token-level clip, gated or cispo modes "
-                         f"(verl has its own sapo and gspo), got mode={spec.mode!r}, level={spec.level!r}")
+        raise ValueError(
+            f"${METHOD_ENV}={method!r}: divclip_method runs token-level clip, gated or cispo modes "
+            f"(verl has its own sapo and gspo), got mode={spec.mode!r}, level={spec.level!r}"
+        )
     if is_adaptive(spec) and spec.signal == "entropy":
-        raise ValueError(f"${METHOD_ENV}={method!r}: verl does not pass the entropy to the policy loss; adapt to "
-                         f"'clipfrac' or 'kl3' instead")
+        raise ValueError(
+            f"${METHOD_ENV}={method!r}: verl does not pass the entropy to the policy loss; adapt to "
+            f"'clipfrac' or 'kl3' instead"
+        )
     return method
 
 
 @register_policy_loss("divclip_method")
-def compute_policy_loss_divclip_method(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
-                                       config=None, rollout_is_weights=None):
+def compute_policy_loss_divclip_method(
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_is_weights=None
+):
     """Any divclip method string from $DIVCLIP_METHOD, adaptive δ included (see the module docstring)."""
     if config is None:
         raise ValueError("divclip_method needs verl's actor config (global_batch_info)")
     method = method_spec()
     if method not in _WARNED_METHODS:
         _WARNED_METHODS.add(method)
-        warnings.warn(f"divclip_method runs {method!r}: verl's clip_ratio, clip_ratio_low/high and clip_ratio_c are "
-                      "ignored (the method string is the whole spec)", stacklevel=2)
+        warnings.warn(
+            f"divclip_method runs {method!r}: verl's clip_ratio, clip_ratio_low/high and clip_ratio_c are "
+            "ignored (the method string is the whole spec)",
+            stacklevel=2,
+        )
     spec, ctrl = process_controller(CONTROLLERS, method, parse_method(method))
-    loss, metrics = _loss_and_metrics((spec, None), old_log_prob, log_prob, advantages, response_mask,
-                                      loss_agg_mode, config, rollout_is_weights)
+    loss, metrics = _loss_and_metrics(
+        (spec, None), old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights
+    )
     if spec.delta is not None:
         metrics["actor/divclip_delta"] = float(spec.delta)
     if ctrl is not None:
@@ -272,12 +313,27 @@ def _register_measure(name: str):
     mode = f"divclip_{name}"
 
     @register_policy_loss(mode)
-    def compute_policy_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
-                            config=None, rollout_is_weights=None):
+    def compute_policy_loss(
+        old_log_prob,
+        log_prob,
+        advantages,
+        response_mask,
+        loss_agg_mode="token-mean",
+        config=None,
+        rollout_is_weights=None,
+    ):
         if config is None:
             raise ValueError(f"{mode} needs verl's actor config (clip_ratio_c, global_batch_info)")
-        return _loss_and_metrics(measure_specs(name, config), old_log_prob, log_prob, advantages, response_mask,
-                                 loss_agg_mode, config, rollout_is_weights)
+        return _loss_and_metrics(
+            measure_specs(name, config),
+            old_log_prob,
+            log_prob,
+            advantages,
+            response_mask,
+            loss_agg_mode,
+            config,
+            rollout_is_weights,
+        )
 
     compute_policy_loss.__name__ = f"compute_policy_loss_{mode}"
     compute_policy_loss.__doc__ = f"Clip by {name}: δ_low = clip_ratio_low, δ_high = clip_ratio_high (see module)."
