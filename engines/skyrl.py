@@ -289,7 +289,7 @@ def _covariance(s, g, settings, keys):
     }[mode]
     declared = {p.name for p in form.params}
     params = tuple((name, g[A + key]) for name, key in names.items() if name in declared)
-    s.form = mode
+    s.form = "clip" if form.uses_budget else "other"  # as verl reads its own clip_cov / kl_cov
     if form.uses_budget:
         s.measure, s.budget_low, s.budget_high = "ratio", g[A + "eps_clip_low"], g[A + "eps_clip_high"]
         s.spec = _try(

@@ -45,7 +45,7 @@ def _config_lines(c: dict) -> list[str]:
         + (f", cap {_g(c['cap'])}" if c["cap"] is not None else ""),
         "sapo": "SAPO soft gate (no hard clip)",
         "other": "not analysed",
-    }[c["form"]]
+    }.get(c["form"], f"{c['form']} (not analysed)")
     lines.append(f"  loss {c['loss_mode']!r}: {clip}")
     rb = c.get("ratio_bounds")
     if rb and isinstance(rb[0], dict):
