@@ -8,6 +8,10 @@
     divclip check --rollouts batch.npz --methods dcpo,grpo   # atlas methods compared on the file's tokens
 
 Every bad input raises a ValueError (`divclip.sanity.SanityInputError`) naming the problem.
+
+Exit status: 0 the report was printed; 1 with `--strict`, the report was printed and the config holds keys its
+engine does not know (warning `unknown_key`: a typo a launch script should stop on); 2 bad input (one line on
+stderr).
 """
 
 from __future__ import annotations
@@ -50,7 +54,18 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "file's tokens: clip fraction, share of |gradient| removed, entropy side",
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("--framework", choices=ENGINES, help="the config's engine (default: detected from its keys)")
+    p.add_argument(
+        "--engine",
+        "--framework",
+        dest="framework",
+        choices=ENGINES,
+        help="the config's engine (default: detected from its keys; --framework is its old name, kept for one release)",
+    )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 when the config holds a key the engine does not know (a typo), after printing the report",
+    )
     p.add_argument("--measure", help="the divergence the clip is meant to express (asymmetry check), e.g. kl3")
     p.add_argument("--eps-low", type=finite_float("--eps-low"), help="override the ratio clip's lower width")
     p.add_argument("--eps-high", type=finite_float("--eps-high"), help="override the ratio clip's upper width")
@@ -110,7 +125,8 @@ def _is_file(item: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run `divclip check`: print the report (text or JSON) and return 0; bad input raises ValueError."""
+    """Run `divclip check`: print the report (text or JSON) and return 0 (1 under --strict with unknown keys);
+    bad input raises ValueError."""
     from divclip.sanity.report import build_report, jsonable
     from divclip.sanity.text import format_report
 
@@ -134,4 +150,6 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(jsonable(report), indent=2, ensure_ascii=False))
     else:
         print(format_report(report), end="")
+    if args.strict and any(w["code"] == "unknown_key" for w in report["warnings"]):
+        return 1
     return 0

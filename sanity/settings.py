@@ -42,8 +42,8 @@ def detect_framework(raw: RawConfig) -> str:
             f"{name} keys ({', '.join([k for k in keys if get_engine(name).detect({k: 0})][:3])})" for name in tied
         ]
         raise ConfigError(
-            f"config {raw.name!r} mixes {' and '.join(parts)}, as many of each; pass --framework "
-            f"{' or --framework '.join(tied)}"
+            f"config {raw.name!r} mixes {' and '.join(parts)}, as many of each; pass --engine "
+            f"{' or --engine '.join(tied)}"
         )
     return ranked[0]
 
@@ -60,7 +60,7 @@ def clip_settings(raw: RawConfig, framework: str | None = None, num_processes: i
     if not module.detect(raw.values):
         raise ConfigError(
             f"config {raw.name!r} has no {engine} settings to read "
-            f"(keys: {sorted(map(str, raw.values))[:5]}); is --framework right?"
+            f"(keys: {sorted(map(str, raw.values))[:5]}); is --engine right?"
         )
     found = module.read(raw.values, num_processes=num_processes)
     found.unknown_keys = [(k, near) for k, near in found.unknown_keys if k not in raw.added]

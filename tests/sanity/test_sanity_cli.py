@@ -132,3 +132,26 @@ def test_special_and_oversized_paths_are_refused(capsys, tmp_path):
     assert code == 2 and "is not a regular file" in err
     code, _, err = run(capsys, "check", "/dev/zero")  # a device would never end: refused before reading
     assert code == 2 and "is not a regular file" in err
+
+
+def test_engine_flag_and_its_old_name_force_the_same_engine(capsys):
+    config = str(FIXTURES / "trl_defaults.json")
+    new = run(capsys, "check", config, "--engine", "trl", "--json")
+    old = run(capsys, "check", config, "--framework", "trl", "--json")
+    assert new[0] == old[0] == 0 and json.loads(new[1]) == json.loads(old[1])
+    assert json.loads(new[1])["config"]["framework"] == "trl"
+
+
+def test_strict_exits_1_on_an_unknown_key_after_the_report(capsys, tmp_path):
+    typo = tmp_path / "typo.txt"
+    typo.write_text("actor_rollout_ref.actor.clip_ratio_hihg=0.28\n")
+    code, out, _ = run(capsys, "check", str(typo))
+    assert code == 0 and "[unknown_key]" in out and "clip_ratio_high" in out  # a warning, the nearest key named
+    code, out, _ = run(capsys, "check", str(typo), "--strict")
+    assert code == 1 and "[unknown_key]" in out
+    code, out, _ = run(capsys, "check", str(typo), "--strict", "--json")
+    assert code == 1 and [w["code"] for w in json.loads(out)["warnings"]].count("unknown_key") == 1
+    clean = tmp_path / "clean.txt"
+    clean.write_text("actor_rollout_ref.actor.clip_ratio_high=0.28\n")
+    code, out, _ = run(capsys, "check", str(clean), "--strict")
+    assert code == 0 and "[unknown_key]" not in out
