@@ -13,6 +13,7 @@ command exits 2 with one line naming what is missing.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from divclip.cli.export import FORMATS
@@ -40,7 +41,7 @@ def add_parser(subparsers):
 
 
 def run(args) -> int:
-    from divclip.engines import get_engine
+    from divclip.engines import get_engine, translation_differences
     from divclip.sanity.config import read_config
     from divclip.sanity.settings import clip_settings
 
@@ -57,7 +58,8 @@ def run(args) -> int:
         loss_agg_mode=found.loss_agg_mode,
         label=f"from {found.engine} {raw.name}: {found.loss_mode}",
     )
-    differences = [*found.differences, *out.differences]
+    differences = translation_differences(found, out)
+    out = dataclasses.replace(out, differences=tuple(differences[len(found.differences) :]))
     if args.json:
         print(
             json.dumps(

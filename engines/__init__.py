@@ -36,6 +36,7 @@ __all__ = [
     "read",
     "to_engine",
     "translate",
+    "translation_differences",
     "write",
 ]
 
@@ -96,12 +97,51 @@ def to_engine(spec, engine: str, **options) -> dict:
 
 def translate(settings: Mapping, src: str, dst: str, **options) -> tuple[dict, list]:
     """(dst settings, [Difference]): the method `settings` of `src` run, written for `dst` with the same
-    aggregation; the differences name what `dst` says differently or not at all. A ValueError where `dst`
-    has nothing close."""
+    aggregation; the differences name what `dst` says differently or not at all, every key of `settings` that is
+    not a `src` setting (a typo is never dropped in silence) and every batch-structure fact the target's defaults
+    change (`translation_differences`). A ValueError where `dst` has nothing close."""
     found = read(src, settings, **options)
     spec = from_engine(src, settings, **options) if found.spec is None else found.spec
     out = get_engine(dst).write(spec, recipe=False, loss_agg_mode=found.loss_agg_mode)
-    return out.flat(), [*found.differences, *out.differences]
+    return out.flat(), translation_differences(found, out)
+
+
+STRUCTURE = (
+    ("group_size", "group size (responses per prompt)"),
+    ("updates_per_batch", "optimizer updates per rollout batch"),
+    ("loss_agg_mode", "loss aggregation"),
+)
+"""The batch-structure facts of a read that a translation must carry or name: each decides, beside the clip,
+what the loss computes (the group baseline, whether the clip can bind at all, how tokens are averaged)."""
+
+
+def translation_differences(found: EngineRead, out: EngineWrite) -> list:
+    """Everything a translation of `found` (the source's read) into `out` (the target's write) does not carry:
+    the source's own differences, the target's, each key of the source that is not a source setting (with the
+    nearest known key), and each STRUCTURE fact whose value the target's defaults change (read back from `out`)."""
+    diffs = [*found.differences, *out.differences]
+    for key, near in found.unknown_keys:
+        hint = f", nearest {near}" if near else ""
+        diffs.append(Difference(f"{key!s} (not a {found.engine} setting{hint})", "dropped, not written"))
+    back = read(out.engine, out.flat())
+    for attr, what in STRUCTURE:
+        was, now = getattr(found, attr), getattr(back, attr)
+        if _known(was) and _known(now) and was != now:
+            diffs.append(
+                Difference(
+                    f"{what} {_show(was)} in the {found.engine} config",
+                    f"{out.engine}'s default gives {_show(now)}; set it in the {out.engine} launch to keep it",
+                )
+            )
+    return diffs
+
+
+def _known(v) -> bool:
+    return v is not None and v == v  # not None, not NaN (a count the config leaves to the launch)
+
+
+def _show(v) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
 
 
 def detect_engine(settings: Mapping) -> str | None:

@@ -56,3 +56,34 @@ def test_an_unmodelled_loss_has_no_translation(tmp_path, capsys):
         pytest.skip("gpg is modelled now")
     assert main(["translate", str(f), "--to", "trl"]) == 2
     assert "does not model" in capsys.readouterr().err
+
+
+def test_translate_names_a_misspelled_key_and_the_structure_the_target_changes(capsys, tmp_path):
+    """issue 31: `clip_ratio_hihg=0.28` became SkyRL's eps_clip_high = 0.2 with no word, and `differences` was []
+    while SkyRL's defaults changed the group size (16 -> 5) and the updates per batch (16 -> 4)."""
+    config = tmp_path / "run.txt"
+    config.write_text(
+        "actor_rollout_ref.rollout.n=16\nactor_rollout_ref.actor.clip_ratio_hihg=0.28\n"
+        "data.train_batch_size=1024\nactor_rollout_ref.actor.ppo_mini_batch_size=64\n"
+    )
+    assert main(["translate", str(config), "--to", "skyrl", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["settings"]["trainer.algorithm.eps_clip_high"] == 0.2  # the typo is not a setting: the default
+    assert data["differences"] == [
+        "actor_rollout_ref.actor.clip_ratio_hihg (not a verl setting, nearest actor_rollout_ref.actor.clip_ratio_high)"
+        ": dropped, not written",
+        "group size (responses per prompt) 16 in the verl config: skyrl's default gives 5; set it in the skyrl "
+        "launch to keep it",
+        "optimizer updates per rollout batch 16 in the verl config: skyrl's default gives 4; set it in the skyrl "
+        "launch to keep it",
+    ]
+    assert main(["translate", str(config), "--to", "skyrl"]) == 0
+    text = capsys.readouterr().out
+    assert text.count("# differs: ") == 3 and "clip_ratio_hihg" in text
+
+
+def test_translate_between_the_same_structure_names_no_structure_difference(capsys, tmp_path):
+    config = tmp_path / "run.txt"
+    config.write_text("trainer.algorithm.eps_clip_high=0.28\n")  # SkyRL's own defaults, to SkyRL
+    assert main(["translate", str(config), "--to", "skyrl", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["differences"] == []

@@ -52,7 +52,13 @@ def test_trl_cannot_express_a_dppo_mask():
 def test_translate_verl_dapo_to_trl_and_back_is_the_identity_on_the_clip_and_aggregation():
     verl = {A + "clip_ratio_low": 0.2, A + "clip_ratio_high": 0.28, A + "loss_agg_mode": "seq-mean-token-mean"}
     trl, diffs = engines.translate(verl, "verl", "trl")
-    assert diffs == [] and trl["loss_type"] == "grpo" and trl["delta"] == 3.0
+    assert trl["loss_type"] == "grpo" and trl["delta"] == 3.0
+    # the clip and aggregation carry over; what TRL's defaults change in the batch structure is named
+    assert [d.what for d in diffs] == [
+        "group size (responses per prompt) 1 in the verl config",
+        "optimizer updates per rollout batch 4 in the verl config",
+    ]
+    assert [d.nearest.split(";")[0] for d in diffs] == ["trl's default gives 8", "trl's default gives 1"]
     back, _ = engines.translate(trl, "trl", "verl")
     assert engines.read("verl", back).spec == engines.read("verl", verl).spec
     assert back[A + "loss_agg_mode"] == "seq-mean-token-mean"
