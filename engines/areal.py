@@ -39,6 +39,7 @@ from divclip.engines.base import (
     as_ratio_clip,
     check_spec,
     dotted_key_score,
+    name_loss_terms,
     recipe_for,
     typed_values,
     unknown_keys,
@@ -167,7 +168,22 @@ def read(settings: Mapping, **_options) -> EngineRead:
             )
         )
     _pitfalls(s, settings, g)
+    name_loss_terms(s, loss_terms(g, settings))
     return s
+
+
+def loss_terms(g: dict, settings: Mapping) -> list[tuple[str, str]]:
+    """AReaL's terms beside the clipped loss: a reference model, and its KL in the reward, when actor.kl_ctl > 0
+    and the config has a `ref` section (trainer/rl_trainer.py; the penalty in trainer/ppo/actor.py)."""
+    has_ref = any(isinstance(k, str) and k.startswith("ref.") for k in settings)
+    if g[A + "kl_ctl"] > 0 and has_ref:
+        return [
+            (
+                f"{A}kl_ctl = {g[A + 'kl_ctl']:g} with a ref model, kl_estimator = {g[A + 'kl_estimator']}",
+                "a KL penalty to the reference, -kl_ctl·KL, in the reward before the advantages",
+            )
+        ]
+    return []
 
 
 def _structure(s: EngineRead, g: dict) -> None:

@@ -161,6 +161,16 @@ class EngineWrite:
         return "\n".join(head + module.render(self, fmt)) + "\n"
 
 
+# --------------------------------------------------------------------------------- loss terms beside the clip
+def name_loss_terms(s: EngineRead, terms) -> None:
+    """Note each term of the engine's loss beside the clip that the settings turn on: `terms` holds, for each, the
+    engine's own setting as written (`key = value`, several joined by ', ') and what it adds to the loss. divclip
+    models the clip; an entropy bonus, a KL term, a token filter or a reward penalty change the update too, so
+    `divclip check` names every one that is on (default or set) instead of leaving it out in silence."""
+    for setting, what in terms:
+        s.notes.append(f"beside the clip: {setting}: {what} (not part of divclip's clip analysis)")
+
+
 # ------------------------------------------------------------------------------------------ recipes
 @dataclass(frozen=True)
 class Recipe:

@@ -35,6 +35,7 @@ from divclip.engines.base import (
     Key,
     as_ratio_clip,
     check_spec,
+    name_loss_terms,
     recipe_aggregation,
     typed_values,
     unknown_keys,
@@ -78,6 +79,8 @@ KEYS: dict[str, Key] = {
     "--algo.kl.use_loss": Key("bool", False, doc="KL to the reference as a loss term"),
     "--algo.kl.init_coef": Key("float", 0.01, above=-math.inf, doc="KL coefficient"),
     "--algo.kl.estimator": Key("str", "k1", choices=("k1", "k2", "k3"), doc="KL estimator"),
+    "--algo.kl.unbiased_gradient": Key("bool", False, doc="KL loss gradient made unbiased"),
+    "--actor.entropy_coef": Key("float", None, nullable=True, above=-math.inf, doc="entropy bonus coefficient"),
 }
 _MULTI = {"--actor.eps_clip_low_high": 2, IS_FLAGS + "threshold": "+"}  # flags that take several values
 ROLE_KEYS = {
@@ -171,7 +174,35 @@ def read(settings: Mapping, **_options) -> EngineRead:
     )
     s.spec = _spec(s)
     _pitfalls(s, settings, g)
+    name_loss_terms(s, loss_terms(g))
     return s
+
+
+def loss_terms(g: dict) -> list[tuple[str, str]]:
+    """OpenRLHF's terms beside the clipped policy loss (trainer/ray/ppo_actor.py; the reward KL in
+    trainer/ppo_utils/experience_maker.py): a reference model and its KL whenever --algo.kl.init_coef > 0."""
+    out, coef = [], g["--algo.kl.init_coef"]
+    if coef > 0:
+        est = g["--algo.kl.estimator"]
+        if g["--algo.kl.use_loss"]:
+            unbiased = ", --algo.kl.unbiased_gradient" if g["--algo.kl.unbiased_gradient"] else ""
+            out.append(
+                (
+                    f"--algo.kl.init_coef {coef:g}, --algo.kl.use_loss, --algo.kl.estimator {est}{unbiased}",
+                    "a KL-to-reference term added to the actor loss",
+                )
+            )
+        else:
+            out.append(
+                (
+                    f"--algo.kl.init_coef {coef:g} (--algo.kl.use_loss off), --algo.kl.estimator {est}",
+                    "a KL penalty to the reference subtracted from the reward before the advantages",
+                )
+            )
+    entropy = g["--actor.entropy_coef"]
+    if entropy:
+        out.append((f"--actor.entropy_coef {entropy:g}", "an entropy bonus, the actor loss less entropy_coef·H"))
+    return out
 
 
 def _floats(settings: Mapping, flag: str, n, keys: dict):

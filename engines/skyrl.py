@@ -42,6 +42,7 @@ from divclip.engines.base import (
     as_ratio_clip,
     check_spec,
     dotted_key_score,
+    name_loss_terms,
     recipe_aggregation,
     typed_values,
     unknown_keys,
@@ -123,6 +124,9 @@ KEYS: dict[str, Key] = {
     A + "use_kl_loss": Key("bool", True, doc="KL to the reference as a loss term"),
     A + "kl_loss_coef": Key("float", 0.001, above=-math.inf, doc="its coefficient"),
     A + "kl_estimator_type": Key("str", "k3", doc="its estimator"),
+    A + "use_kl_in_reward": Key("bool", False, doc="KL penalty in the reward (exclusive with use_kl_loss)"),
+    A + "use_entropy_loss": Key("bool", False, doc="entropy bonus in the loss"),
+    A + "entropy_loss_coef": Key("float", 0.01, above=-math.inf, doc="its coefficient"),
     "trainer.update_epochs_per_batch": Key("int", 1, above=0, doc="passes over one training batch"),
     "trainer.train_batch_size": Key("int", 1024, above=0, doc="prompts per training batch"),
     "trainer.policy_mini_batch_size": Key("int", 256, above=0, doc="prompts per optimizer step"),
@@ -215,7 +219,36 @@ def read(settings: Mapping, **_options) -> EngineRead:
     if s.form in ("clip", "cispo") and s.measure == "ratio" and s.budget_low is not None:
         s.ratio_bounds = [max(1.0 - s.budget_low, 0.0), 1.0 + s.budget_high]
     _pitfalls(s, g)
+    name_loss_terms(s, loss_terms(g))
     return s
+
+
+def loss_terms(g: dict) -> list[tuple[str, str]]:
+    """SkyRL's terms beside the policy loss (backends/skyrl_train/workers/worker.py; the reward KL in
+    train/trainer.py). use_kl_loss is on by default."""
+    out, est, coef = [], g[A + "kl_estimator_type"], g[A + "kl_loss_coef"]
+    if g[A + "use_kl_loss"] and coef:
+        out.append(
+            (
+                f"{A}use_kl_loss = true, kl_loss_coef = {coef:g}, kl_estimator_type = {est}",
+                "a KL-to-reference term (a token mean per sequence, then a batch mean) added to the loss",
+            )
+        )
+    if g[A + "use_kl_in_reward"]:
+        out.append(
+            (
+                f"{A}use_kl_in_reward = true, kl_estimator_type = {est}",
+                "a KL penalty to the reference subtracted from the reward before the advantages",
+            )
+        )
+    if g[A + "use_entropy_loss"] and g[A + "entropy_loss_coef"]:
+        out.append(
+            (
+                f"{A}use_entropy_loss = true, entropy_loss_coef = {g[A + 'entropy_loss_coef']:g}",
+                "an entropy bonus, the loss less entropy_loss_coef·H",
+            )
+        )
+    return out
 
 
 def _ratio(s, g, settings, keys):

@@ -38,6 +38,7 @@ from divclip.engines.base import (
     Key,
     as_ratio_clip,
     check_spec,
+    name_loss_terms,
     recipe_aggregation,
     typed_values,
 )
@@ -79,6 +80,9 @@ KEYS: dict[str, Key] = {
     "--use-kl-loss": Key("bool", False, doc="KL to the reference as a loss term"),
     "--kl-loss-coef": Key("float", 0.0, above=-math.inf, doc="its coefficient"),
     "--kl-loss-type": Key("str", "k1", choices=("k1", "k2", "k3", "low_var_kl"), doc="its estimator"),
+    "--use-unbiased-kl": Key("bool", False, doc="the KL loss's unbiased estimate"),
+    "--kl-coef": Key("float", 0.0, above=-math.inf, doc="KL penalty in the reward"),
+    "--entropy-coef": Key("float", 0.0, above=-math.inf, doc="entropy bonus: the loss less entropy_coef·H"),
 }
 ROLE_KEYS = {
     "low": "--eps-clip",
@@ -151,7 +155,32 @@ def read(settings: Mapping, **_options) -> EngineRead:
             + (f" (custom loss {g['--custom-loss-function-path']})" if loss_type == "custom_loss" else "")
         )
     _pitfalls(s, g)
+    name_loss_terms(s, loss_terms(g))
     return s
+
+
+def loss_terms(g: dict) -> list[tuple[str, str]]:
+    """slime's terms beside the policy loss (slime/backends/megatron_utils/loss.py at the pinned commit)."""
+    out = []
+    if g["--use-kl-loss"] and g["--kl-loss-coef"]:
+        unbiased = ", --use-unbiased-kl" if g["--use-unbiased-kl"] else ""
+        out.append(
+            (
+                f"--use-kl-loss, --kl-loss-coef {g['--kl-loss-coef']:g}, "
+                f"--kl-loss-type {g['--kl-loss-type']}{unbiased}",
+                "a KL-to-reference term added to the loss",
+            )
+        )
+    if g["--kl-coef"]:
+        out.append(
+            (
+                f"--kl-coef {g['--kl-coef']:g}",
+                "a KL penalty to the reference added to the token rewards (reward shaping)",
+            )
+        )
+    if g["--entropy-coef"]:
+        out.append((f"--entropy-coef {g['--entropy-coef']:g}", "an entropy bonus, the loss less entropy_coef·H"))
+    return out
 
 
 def _typos(settings: Mapping) -> list:

@@ -28,6 +28,7 @@ from divclip.engines.base import (
     EngineWrite,
     Key,
     check_spec,
+    name_loss_terms,
     recipe_for,
     typed_values,
     unknown_keys,
@@ -68,6 +69,10 @@ KEYS: dict[str, Key] = {
     "vespo_lambda_neg": Key("float", 2.0, above=0.0, doc="vespo: decay λ for A < 0"),
     "max_completion_length": Key("int", 512, nullable=True, above=0, doc="dr_grpo's normaliser B · this"),
     "beta": Key("float", 0.0, above=-math.inf, doc="KL coefficient"),
+    "use_bias_correction_kl": Key("bool", True, doc="the KL term weighted by the IS ratio"),
+    "entropy_coef": Key("float", 0.0, above=-math.inf, doc="entropy bonus: the loss less entropy_coef·H"),
+    "use_adaptive_entropy": Key("bool", False, doc="entropy_coef adapted each step (Skywork-OR1)"),
+    "top_entropy_quantile": Key("float", 1.0, above=-math.inf, doc="policy loss kept on the top-ρ entropy tokens only"),
     "num_generations": Key("int", 8, nullable=True, above=0, doc="completions per prompt (group size)"),
     "per_device_train_batch_size": Key("int", 8, above=0, doc="sequences per device per micro-step"),
     "gradient_accumulation_steps": Key("int", 1, above=0, doc="micro-steps per optimizer step"),
@@ -206,8 +211,40 @@ def read(settings: Mapping, *, num_processes: int = 1, **_options) -> EngineRead
             "(pass --num-processes for multi-GPU runs)"
         )
     _read_spec(s, g)
+    name_loss_terms(s, loss_terms(g))
     s.advice[:0] = pitfalls(s)  # before the plug-in's own advice, as `divclip check` has always listed them
     return s
+
+
+def loss_terms(g: dict) -> list[tuple[str, str]]:
+    """TRL's terms beside the clipped policy loss (GRPOTrainer._compute_loss)."""
+    out = []
+    if g["beta"]:
+        bias = g["use_bias_correction_kl"]
+        out.append(
+            (
+                f"beta = {g['beta']:g}, use_bias_correction_kl = {bias}",
+                "a KL-to-reference term β·KL (k3 estimator) added per token"
+                + (", weighted by the IS ratio" if bias else ""),
+            )
+        )
+    if g["entropy_coef"] or g["use_adaptive_entropy"]:
+        out.append(
+            (
+                f"entropy_coef = {g['entropy_coef']:g}, use_adaptive_entropy = {g['use_adaptive_entropy']}",
+                "an entropy bonus, the loss less entropy_coef·H"
+                + (" (adapted each step)" if g["use_adaptive_entropy"] else ""),
+            )
+        )
+    if g["top_entropy_quantile"] < 1.0:
+        out.append(
+            (
+                f"top_entropy_quantile = {g['top_entropy_quantile']:g}",
+                "only the tokens in the top quantile of entropy keep their policy-loss term (arXiv 2506.01939), "
+                "the rest are masked out",
+            )
+        )
+    return out
 
 
 def _form(loss_type: str, eps: float, eps_high: float):

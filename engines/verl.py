@@ -28,6 +28,7 @@ from divclip.engines.base import (
     EngineRead,
     EngineWrite,
     Key,
+    name_loss_terms,
     recipe_aggregation,
     typed_values,
     unknown_keys,
@@ -119,6 +120,10 @@ KEYS: dict[str, Key] = {
     A + "use_kl_loss": Key("bool", False, doc="KL to the reference policy as a loss term"),
     A + "kl_loss_coef": Key("float", 0.001, above=-math.inf, doc="its coefficient"),
     A + "kl_loss_type": Key("str", "low_var_kl", doc="its estimator"),
+    A + "entropy_coeff": Key("float", 0, above=-math.inf, doc="entropy bonus: the loss less entropy_coeff·H"),
+    "algorithm.use_kl_in_reward": Key("bool", False, doc="KL penalty in the reward"),
+    "algorithm.kl_penalty": Key("str", "kl", doc="its estimator"),
+    "algorithm.kl_ctrl.kl_coef": Key("float", 0.001, above=-math.inf, doc="its (initial) coefficient"),
     "actor_rollout_ref.rollout.n": Key("int", 1, above=0, doc="responses per prompt (group size)"),
     "data.train_batch_size": Key("int", 1024, above=0, doc="prompts per rollout batch"),
     "algorithm.adv_estimator": Key("str", "gae", doc="advantage estimator (grpo, gae, ...)"),
@@ -267,8 +272,35 @@ def read(settings: Mapping, **_options) -> EngineRead:
     elif form == "gated":
         s.ratio_bounds = advice.ratio_bounds(measure, low, high)
     _read_spec(s, settings, g, keys)
+    name_loss_terms(s, loss_terms(g))
     s.advice = [*pitfalls(s), *map(_cited, s.advice)]  # the pitfalls first, as `divclip check` has listed them
     return s
+
+
+def loss_terms(g: dict) -> list[tuple[str, str]]:
+    """verl's terms beside the policy loss (workers/utils/losses.py ppo_loss; the reward KL in ray_trainer)."""
+    out = []
+    if g[A + "entropy_coeff"]:
+        out.append(
+            (f"{A}entropy_coeff = {g[A + 'entropy_coeff']:g}", "an entropy bonus, the actor loss less entropy_coeff·H")
+        )
+    if g[A + "use_kl_loss"]:
+        out.append(
+            (
+                f"{A}use_kl_loss = true, kl_loss_coef = {g[A + 'kl_loss_coef']:g}, "
+                f"kl_loss_type = {g[A + 'kl_loss_type']}",
+                "a KL-to-reference term added to the actor loss",
+            )
+        )
+    if g["algorithm.use_kl_in_reward"]:
+        out.append(
+            (
+                f"algorithm.use_kl_in_reward = true, kl_penalty = {g['algorithm.kl_penalty']}, "
+                f"kl_ctrl.kl_coef = {g['algorithm.kl_ctrl.kl_coef']:g}",
+                "a KL penalty subtracted from the reward before the advantages",
+            )
+        )
+    return out
 
 
 def _read_spec(s: EngineRead, settings, g: dict, keys: dict) -> None:
