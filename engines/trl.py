@@ -27,6 +27,7 @@ from divclip.engines.base import (
     EngineRead,
     EngineWrite,
     Key,
+    check_keys,
     check_spec,
     recipe_for,
     typed_values,
@@ -141,6 +142,7 @@ def field_name(key: str) -> str:
 
 
 def _fields(settings: Mapping) -> dict:
+    check_keys(settings)
     out: dict = {}
     for key, v in settings.items():
         name = field_name(key)

@@ -1,0 +1,94 @@
+"""Hostile inputs to the engines API (issue 36): a clear ValueError naming the key, never an OverflowError,
+TypeError or AttributeError from inside a reader; a setting the chosen loss ignores is a warning; no export
+writes a setting whose meaning in the target differs from the method's."""
+
+from __future__ import annotations
+
+import pytest
+
+from divclip import engines
+from divclip.engines import ENGINES
+from divclip.sanity.errors import ConfigError
+
+BIG = int("9" * 400)  # beyond float64: float(BIG) raises OverflowError
+
+# One float key of each engine, in the engine's own spelling.
+FLOAT_KEY = {
+    "verl": "actor_rollout_ref.actor.clip_ratio_high",
+    "trl": "epsilon",
+    "openrlhf": "--actor.eps_clip",
+    "areal": "actor.eps_clip",
+    "skyrl": "trainer.algorithm.eps_clip_high",
+    "slime": "--eps-clip",
+}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_400_digit_integer_in_a_float_key_is_named(engine):
+    key = FLOAT_KEY[engine]
+    assert engines.get_engine(engine).detect({key: 0.2}) > 0  # the key is the engine's own
+    with pytest.raises(ConfigError, match=rf"{key} must be a finite number.*got an integer of 400 digits"):
+        engines.read(engine, {key: BIG})
+
+
+def test_a_400_digit_integer_through_translate_is_named():
+    with pytest.raises(ConfigError, match="clip_ratio_high must be a finite number.*integer of 400 digits"):
+        engines.translate({FLOAT_KEY["verl"]: BIG}, "verl", "trl")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("key", [1, (1, 2), None, b"epsilon"])
+def test_a_non_string_key_is_named(engine, key):
+    settings = {key: 2, FLOAT_KEY[engine]: 0.2}
+    with pytest.raises(ConfigError, match=r"settings keys must be strings .*got "):
+        engines.read(engine, settings)
+    with pytest.raises(ConfigError, match=r"settings keys must be strings"):
+        engines.get_engine(engine).read(settings)  # the module's own read, as `divclip check` calls it
+
+
+# ------------------------------------------------------------------------------ hydra interpolation chains
+def _chain_yaml(links: int) -> bytes:
+    lines = ["actor:", f"  eps_clip: ${{x.k{links - 1}}}", "x:", "  k0: 0.3"]
+    lines += [f"  k{i}: ${{x.k{i - 1}}}" for i in range(1, links)]
+    return ("\n".join(lines) + "\n").encode()
+
+
+class _CountingPattern:
+    """hydra._REF with a count of its matches: the work the resolver does, without a clock."""
+
+    def __init__(self, pattern):
+        self.pattern, self.calls = pattern, 0
+
+    def match(self, text):
+        self.calls += 1
+        return self.pattern.match(text)
+
+
+def test_a_5000_link_interpolation_chain_resolves_in_linear_work(monkeypatch):
+    """Issue 36: a 150 kB YAML chaining 5000 `${...}` hung (each key walked the chain afresh)."""
+    from divclip.engines import hydra
+    from divclip.sanity.config import read_config
+
+    links = 5000
+    raw = read_config(_chain_yaml(links), name="chain.yaml")
+    counter = _CountingPattern(hydra._REF)
+    monkeypatch.setattr(hydra, "_REF", counter)
+    found = engines.read("areal", raw.values)
+    assert found.budget_low == 0.3 and found.keys["actor.eps_clip"] == {"value": 0.3, "origin": "set"}
+    assert counter.calls <= 2 * len(raw.values)  # each key's value looked at once or twice, not once per link
+
+
+def test_interpolation_chains_and_cycles():
+    from divclip.engines.hydra import resolve_interpolations
+
+    got = resolve_interpolations({"a": "${b}", "b": "${c}", "c": 0.2, "d": "${oc.env:X}", "e": "${nowhere}"})
+    assert got == {"a": 0.2, "b": 0.2, "c": 0.2, "d": "${oc.env:X}", "e": "${nowhere}"}
+    with pytest.raises(ConfigError, match=r"^a interpolates itself through a -> b -> a$"):
+        resolve_interpolations({"a": "${b}", "b": "${a}"})
+    with pytest.raises(ConfigError, match=r"^s interpolates itself through s -> s$"):
+        resolve_interpolations({"s": "${s}"})
+    ring = {f"k{i}": f"${{k{(i + 1) % 20}}}" for i in range(20)}
+    with pytest.raises(
+        ConfigError, match=r"^k0 interpolates itself through k0 -> k1 -> k2 -> \.\.\. -> k17 -> k18 -> k19 -> k0$"
+    ):
+        resolve_interpolations(ring)
