@@ -883,6 +883,13 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
     keys["loss_agg_mode"] = agg
     if spec.mode == "sapo" and agg != "seq-mean-token-mean" and loss_agg_mode is not None:
         diffs.append(Difference(f"aggregation {agg}", "verl's sapo always aggregates seq-mean-token-mean"))
+    if keys.get("policy_loss.loss_mode") == "gspo" and spec.dual_clip_c is not None:
+        diffs.append(
+            Difference(
+                f"the dual clip c = {spec.dual_clip_c:g}",
+                "verl's gspo has none (compute_policy_loss_gspo reads no clip_ratio_c): written without it",
+            )
+        )
     settings = {(k if k.startswith("algorithm.") else A + k): v for k, v in keys.items()}
     return EngineWrite(NAME, label, env, settings, tuple(notes), differences=tuple(diffs))
 

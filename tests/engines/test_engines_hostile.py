@@ -9,6 +9,7 @@ import pytest
 from divclip import engines
 from divclip.engines import ENGINES
 from divclip.sanity.errors import ConfigError
+from divclip.theory.spec import parse_method
 
 BIG = int("9" * 400)  # beyond float64: float(BIG) raises OverflowError
 
@@ -92,3 +93,30 @@ def test_interpolation_chains_and_cycles():
         ConfigError, match=r"^k0 interpolates itself through k0 -> k1 -> k2 -> \.\.\. -> k17 -> k18 -> k19 -> k0$"
     ):
         resolve_interpolations(ring)
+
+
+# -------------------------------------------------------------------------- no setting with other semantics
+@pytest.mark.parametrize("method, c, hi", [("dapo/dual=1.2", 1.2, 1.28), ("ratio:0.2:2.5/dual=3", 3.0, 3.5)])
+def test_trl_never_gets_a_delta_below_the_upper_clip(method, c, hi):
+    """Issue 36: c < 1 + ε_high was written as TRL's `delta`, which caps every token (A > 0 too)."""
+    out = engines.write(method, "trl")
+    assert "delta" not in out.settings and out.config_class == "DivClipGRPOConfig"
+    assert parse_method(out.settings["clip_method"]) == parse_method(method)
+    assert f"a dual clip c = {c:g} below 1 + ε_high = {hi:g}" in out.text()
+    assert engines.from_engine("trl", out.flat()) == parse_method(method)  # reads back to the same method
+
+
+def test_verls_default_dual_clip_under_a_wide_upper_clip_translates_to_trl_exactly():
+    settings = {"actor_rollout_ref.actor.clip_ratio_high": 2.5}  # clip_ratio_c stays verl's default 3
+    there, diffs = engines.translate(settings, "verl", "trl")
+    assert "delta" not in there and parse_method(there["clip_method"]) == parse_method("ratio:0.2:2.5/dual=3")
+    assert diffs == []
+    assert engines.from_engine("trl", there) == engines.from_engine("verl", settings)
+
+
+def test_verls_gspo_names_the_dual_clip_it_drops():
+    out = engines.write("ratio:0.2:0.28/seq/dual=1.2", "verl")
+    assert [str(d) for d in out.differences] == [
+        "the dual clip c = 1.2: verl's gspo has none (compute_policy_loss_gspo reads no clip_ratio_c): written "
+        "without it"
+    ]
