@@ -330,6 +330,24 @@ def show(v) -> str:
     return f"{text} ({type(v).__name__})"
 
 
+# ----------------------------------------------------------------------------------------- ignored keys
+def ignored_key_advice(s: EngineRead, ignored: dict, cite: str) -> list:
+    """An "ignored_key" Pitfall for each key of `ignored[s.loss_mode]` ({loss_mode: (key, ...)}) that the settings
+    set explicitly: the chosen loss never reads it, so the value the user wrote has no effect."""
+    from divclip.engines.pitfalls import Pitfall
+
+    return [
+        Pitfall(
+            "ignored_key",
+            f"{key} = {s.keys[key]['value']!r} is ignored: the {s.engine} loss {s.loss_mode!r} does not read it",
+            key,
+            cite,
+        )
+        for key in ignored.get(s.loss_mode, ())
+        if s.explicit(key)
+    ]
+
+
 # ----------------------------------------------------------------------------------------- unknown keys
 def nearest_key(key: str, known) -> str | None:
     """The known key closest to a misspelled one (difflib's ratio >= 0.75), or None."""

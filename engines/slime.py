@@ -38,6 +38,7 @@ from divclip.engines.base import (
     Key,
     as_ratio_clip,
     check_spec,
+    ignored_key_advice,
     recipe_aggregation,
     typed_values,
 )
@@ -151,7 +152,12 @@ def read(settings: Mapping, **_options) -> EngineRead:
             + (f" (custom loss {g['--custom-loss-function-path']})" if loss_type == "custom_loss" else "")
         )
     _pitfalls(s, g)
+    s.advice += ignored_key_advice(s, IGNORED_BY_LOSS, f"slime {VERSION} slime/utils/ppo_utils.py compute_cispo_loss")
     return s
+
+
+IGNORED_BY_LOSS = {"cispo": ("--eps-clip-c",)}
+"""Flags slime's cispo loss never reads (compute_cispo_loss has no dual clip)."""
 
 
 def _typos(settings: Mapping) -> list:

@@ -29,6 +29,7 @@ from divclip.engines.base import (
     Key,
     check_keys,
     check_spec,
+    ignored_key_advice,
     recipe_for,
     typed_values,
     unknown_keys,
@@ -209,7 +210,12 @@ def read(settings: Mapping, *, num_processes: int = 1, **_options) -> EngineRead
         )
     _read_spec(s, g)
     s.advice[:0] = pitfalls(s)  # before the plug-in's own advice, as `divclip check` has always listed them
+    s.advice += ignored_key_advice(s, IGNORED_BY_LOSS, f"TRL {VERSION} grpo_trainer.py GRPOTrainer._compute_loss")
     return s
+
+
+IGNORED_BY_LOSS = {"sapo": ("epsilon", "epsilon_high", "delta"), "cispo": ("delta",)}
+"""Fields a TRL loss_type never reads in its loss (sapo: the temperatures only; cispo: epsilon_high as its cap)."""
 
 
 def _form(loss_type: str, eps: float, eps_high: float):

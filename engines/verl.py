@@ -28,6 +28,7 @@ from divclip.engines.base import (
     EngineRead,
     EngineWrite,
     Key,
+    ignored_key_advice,
     recipe_aggregation,
     typed_values,
     unknown_keys,
@@ -268,7 +269,13 @@ def read(settings: Mapping, **_options) -> EngineRead:
         s.ratio_bounds = advice.ratio_bounds(measure, low, high)
     _read_spec(s, settings, g, keys)
     s.advice = [*pitfalls(s), *map(_cited, s.advice)]  # the pitfalls first, as `divclip check` has listed them
+    s.advice += ignored_key_advice(s, IGNORED_BY_LOSS, f"verl {VERSION} core_algos.compute_policy_loss_{s.loss_mode}")
     return s
+
+
+_WIDTHS = (A + "clip_ratio", A + "clip_ratio_low", A + "clip_ratio_high")
+IGNORED_BY_LOSS = {"sapo": (*_WIDTHS, A + "clip_ratio_c"), "gspo": (A + "clip_ratio_c",)}
+"""Keys a verl loss_mode never reads (compute_policy_loss_sapo takes tau_pos/tau_neg only; gspo has no dual clip)."""
 
 
 def _read_spec(s: EngineRead, settings, g: dict, keys: dict) -> None:

@@ -120,3 +120,38 @@ def test_verls_gspo_names_the_dual_clip_it_drops():
         "the dual clip c = 1.2: verl's gspo has none (compute_policy_loss_gspo reads no clip_ratio_c): written "
         "without it"
     ]
+
+
+# ------------------------------------------------------------------------- keys the chosen loss ignores
+IGNORED = [
+    ("verl", {"actor_rollout_ref.actor.policy_loss.loss_mode": "sapo"}, "actor_rollout_ref.actor.clip_ratio_high", 0.3),
+    ("verl", {"actor_rollout_ref.actor.policy_loss.loss_mode": "sapo"}, "actor_rollout_ref.actor.clip_ratio", 0.3),
+    ("verl", {"actor_rollout_ref.actor.policy_loss.loss_mode": "gspo"}, "actor_rollout_ref.actor.clip_ratio_c", 5.0),
+    ("trl", {"loss_type": "sapo"}, "epsilon", 0.3),
+    ("trl", {"loss_type": "sapo"}, "epsilon_high", 0.3),
+    ("trl", {"loss_type": "cispo"}, "delta", 4.0),
+    ("areal", {"actor.use_sapo_loss": True}, "actor.eps_clip", 0.3),
+    ("areal", {"actor.use_sapo_loss": True}, "actor.eps_clip_higher", 0.3),
+    ("skyrl", {"trainer.algorithm.policy_loss_type": "sapo"}, "trainer.algorithm.eps_clip_low", 0.3),
+    ("skyrl", {"trainer.algorithm.policy_loss_type": "sapo"}, "trainer.algorithm.clip_ratio_c", 5.0),
+    ("slime", {"--advantage-estimator": "cispo"}, "--eps-clip-c", 3.0),
+]
+
+
+@pytest.mark.parametrize("engine, loss, key, value", IGNORED, ids=[f"{e}-{k}" for e, _, k, _ in IGNORED])
+def test_a_key_the_chosen_loss_ignores_is_a_warning_naming_it(engine, loss, key, value):
+    """Issue 36: clip widths under SAPO, TRL delta under cispo, ... were taken in silence."""
+    ignored = [a for a in engines.read(engine, {**loss, key: value}).advice if a.code == "ignored_key"]
+    mode = engines.read(engine, loss).loss_mode
+    assert [(a.key, a.message) for a in ignored] == [
+        (key, f"{key} = {value!r} is ignored: the {engine} loss {mode!r} does not read it")
+    ]
+    assert ignored[0].source.startswith(engine if engine != "trl" else "TRL")
+    assert not [a for a in engines.read(engine, loss).advice if a.code == "ignored_key"]  # unset: no warning
+
+
+def test_the_warning_reaches_divclip_check():
+    from divclip.sanity import build_report
+
+    report = build_report(b"loss_type: cispo\nepsilon_high: 4.0\ndelta: 4.0\n", config_name="c.yaml")
+    assert [w["key"] for w in report["warnings"] if w["code"] == "ignored_key"] == ["delta"]
