@@ -176,6 +176,15 @@ def most_moved(ro) -> tuple[int, int]:
 
 
 def token_at(ro, i: int, t: int) -> dict:
+    """{q, r, adv, i, t, log_r} of token (i, t); r is inf where log r is beyond float64 (log r = 1000 is a valid
+    pair of log-probabilities 0 and -1000)."""
     old = float(ro.old_log_prob[i, t])
-    r = math.exp(float(ro.log_prob[i, t]) - old) if ro.log_prob is not None else 1.0
-    return {"q": math.exp(old), "r": r, "adv": float(ro.advantages[i, t]), "i": i, "t": t}
+    log_r = float(ro.log_prob[i, t]) - old if ro.log_prob is not None else 0.0
+    return {"q": _exp(old), "r": _exp(log_r), "adv": float(ro.advantages[i, t]), "i": i, "t": t, "log_r": log_r}
+
+
+def _exp(x: float) -> float:
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf

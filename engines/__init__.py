@@ -161,6 +161,9 @@ def detect_engine(settings: Mapping) -> str | None:
 
 
 def _mapping(settings) -> Mapping:
+    from divclip.engines.base import check_keys
+
     if not isinstance(settings, Mapping):
         raise ValueError(f"settings must be a mapping of the engine's keys to values, got {type(settings).__name__}")
+    check_keys(settings)
     return settings

@@ -39,6 +39,7 @@ from divclip.engines.base import (
     as_ratio_clip,
     check_spec,
     dotted_key_score,
+    ignored_key_advice,
     name_loss_terms,
     recipe_for,
     typed_values,
@@ -168,6 +169,7 @@ def read(settings: Mapping, **_options) -> EngineRead:
             )
         )
     _pitfalls(s, settings, g)
+    s.advice += ignored_key_advice(s, IGNORED_BY_LOSS, f"areal {VERSION} areal/trainer/ppo/actor.py (use_sapo_loss)")
     name_loss_terms(s, loss_terms(g, settings))
     return s
 
@@ -184,6 +186,10 @@ def loss_terms(g: dict, settings: Mapping) -> list[tuple[str, str]]:
             )
         ]
     return []
+
+
+IGNORED_BY_LOSS = {"sapo": (A + "eps_clip", A + "eps_clip_higher", A + "c_clip")}
+"""Keys AReaL's sapo_loss_fn never gets (the actor passes it tau_pos/tau_neg, not the clip widths)."""
 
 
 def _structure(s: EngineRead, g: dict) -> None:

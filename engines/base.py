@@ -235,8 +235,19 @@ def as_ratio_clip(spec):
 
 
 # ---------------------------------------------------------------------------------------------- typing
+def check_keys(values) -> None:
+    """Refuse a settings mapping with a key that is not a string (an engine's keys, flags and variables are all
+    names): a ConfigError naming the key, before any reader calls a string method on it."""
+    for key in values:
+        if not isinstance(key, str):
+            raise ConfigError(
+                f"settings keys must be strings (the engine's own key, flag or variable names), got {show(key)}"
+            )
+
+
 def typed_values(values, keys: dict) -> tuple[dict, dict]:
     """({key: typed value or default}, {key: {"value", "origin"}}) of `keys` in the flat `values`."""
+    check_keys(values)
     seen: dict = {}
     return {k: typed(values, k, spec, seen) for k, spec in keys.items()}, seen
 
@@ -272,7 +283,10 @@ def _as_float(key, v, spec: Key) -> float:
         v = float(v)  # YAML 1.1 reads 3e-4 as a string; verl (OmegaConf) and argparse read a float
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise ConfigError(f"{key} must be {_expect(spec)}, got {show(v)}")
-    v = float(v)
+    try:
+        v = float(v)
+    except OverflowError:  # an integer of hundreds of digits: beyond float64
+        raise ConfigError(f"{key} must be {_expect(spec)}, got an integer of {len(str(v))} digits") from None
     if spec.allow_inf and v == math.inf:
         return v
     if not math.isfinite(v) or (spec.above is not None and not v > spec.above):
@@ -324,6 +338,24 @@ def show(v) -> str:
     if len(text) > 80:
         text = text[:77] + "..."
     return f"{text} ({type(v).__name__})"
+
+
+# ----------------------------------------------------------------------------------------- ignored keys
+def ignored_key_advice(s: EngineRead, ignored: dict, cite: str) -> list:
+    """An "ignored_key" Pitfall for each key of `ignored[s.loss_mode]` ({loss_mode: (key, ...)}) that the settings
+    set explicitly: the chosen loss never reads it, so the value the user wrote has no effect."""
+    from divclip.engines.pitfalls import Pitfall
+
+    return [
+        Pitfall(
+            "ignored_key",
+            f"{key} = {s.keys[key]['value']!r} is ignored: the {s.engine} loss {s.loss_mode!r} does not read it",
+            key,
+            cite,
+        )
+        for key in ignored.get(s.loss_mode, ())
+        if s.explicit(key)
+    ]
 
 
 # ----------------------------------------------------------------------------------------- unknown keys

@@ -17,15 +17,26 @@ _REF = re.compile(r"^\$\{([A-Za-z_][\w.]*)\}$")
 
 
 def resolve_interpolations(settings: Mapping) -> dict:
-    """`settings` with every `${a.b}` value replaced by the value of a.b (module doc string)."""
-    out = dict(settings)
+    """`settings` with every `${a.b}` value replaced by the value of a.b (module doc string).
+
+    Each key is resolved once and remembered, so a chain of n references costs n steps in all (walked afresh
+    from every key, with a scan of the chain for a cycle at each step, a 5000-link chain took n³)."""
+    out, done = dict(settings), set()
     for key in settings:
-        seen = [key]
-        value = settings[key]
-        while isinstance(value, str) and (m := _REF.match(value)) and m.group(1) in settings:
-            if m.group(1) in seen:
-                raise ConfigError(f"{key} interpolates itself through {' -> '.join([*seen, m.group(1)])}")
-            seen.append(m.group(1))
-            value = settings[m.group(1)]
-        out[key] = value
+        chain, on_chain, at = [], set(), key
+        while at not in done:
+            value = out[at]
+            m = _REF.match(value) if isinstance(value, str) else None
+            if m is None or m.group(1) not in settings:
+                break
+            chain.append(at)
+            on_chain.add(at)
+            at = m.group(1)
+            if at in on_chain:
+                shown = [*chain, at] if len(chain) < 8 else [*chain[:3], "...", *chain[-3:], at]
+                raise ConfigError(f"{key} interpolates itself through {' -> '.join(shown)}")
+        for link in chain:
+            out[link] = out[at]
+        done.update(chain)
+        done.add(at)
     return out

@@ -42,6 +42,7 @@ from divclip.engines.base import (
     as_ratio_clip,
     check_spec,
     dotted_key_score,
+    ignored_key_advice,
     name_loss_terms,
     recipe_aggregation,
     typed_values,
@@ -219,6 +220,7 @@ def read(settings: Mapping, **_options) -> EngineRead:
     if s.form in ("clip", "cispo") and s.measure == "ratio" and s.budget_low is not None:
         s.ratio_bounds = [max(1.0 - s.budget_low, 0.0), 1.0 + s.budget_high]
     _pitfalls(s, g)
+    s.advice += ignored_key_advice(s, IGNORED_BY_LOSS, f"skyrl {VERSION} ppo_utils (sapo_policy_loss)")
     name_loss_terms(s, loss_terms(g))
     return s
 
@@ -249,6 +251,10 @@ def loss_terms(g: dict) -> list[tuple[str, str]]:
             )
         )
     return out
+
+
+IGNORED_BY_LOSS = {"sapo": (A + "eps_clip_low", A + "eps_clip_high", A + "clip_ratio_c")}
+"""Keys SkyRL's sapo loss never reads (the gate takes sapo.tau_pos / tau_neg only)."""
 
 
 def _ratio(s, g, settings, keys):

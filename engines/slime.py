@@ -38,6 +38,7 @@ from divclip.engines.base import (
     Key,
     as_ratio_clip,
     check_spec,
+    ignored_key_advice,
     name_loss_terms,
     recipe_aggregation,
     typed_values,
@@ -155,6 +156,7 @@ def read(settings: Mapping, **_options) -> EngineRead:
             + (f" (custom loss {g['--custom-loss-function-path']})" if loss_type == "custom_loss" else "")
         )
     _pitfalls(s, g)
+    s.advice += ignored_key_advice(s, IGNORED_BY_LOSS, f"slime {VERSION} slime/utils/ppo_utils.py compute_cispo_loss")
     name_loss_terms(s, loss_terms(g))
     return s
 
@@ -181,6 +183,10 @@ def loss_terms(g: dict) -> list[tuple[str, str]]:
     if g["--entropy-coef"]:
         out.append((f"--entropy-coef {g['--entropy-coef']:g}", "an entropy bonus, the loss less entropy_coef·H"))
     return out
+
+
+IGNORED_BY_LOSS = {"cispo": ("--eps-clip-c",)}
+"""Flags slime's cispo loss never reads (compute_cispo_loss has no dual clip)."""
 
 
 def _typos(settings: Mapping) -> list:

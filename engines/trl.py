@@ -27,7 +27,9 @@ from divclip.engines.base import (
     EngineRead,
     EngineWrite,
     Key,
+    check_keys,
     check_spec,
+    ignored_key_advice,
     name_loss_terms,
     recipe_for,
     typed_values,
@@ -146,6 +148,7 @@ def field_name(key: str) -> str:
 
 
 def _fields(settings: Mapping) -> dict:
+    check_keys(settings)
     out: dict = {}
     for key, v in settings.items():
         name = field_name(key)
@@ -213,6 +216,7 @@ def read(settings: Mapping, *, num_processes: int = 1, **_options) -> EngineRead
     _read_spec(s, g)
     name_loss_terms(s, loss_terms(g))
     s.advice[:0] = pitfalls(s)  # before the plug-in's own advice, as `divclip check` has always listed them
+    s.advice += ignored_key_advice(s, IGNORED_BY_LOSS, f"TRL {VERSION} grpo_trainer.py GRPOTrainer._compute_loss")
     return s
 
 
@@ -245,6 +249,10 @@ def loss_terms(g: dict) -> list[tuple[str, str]]:
             )
         )
     return out
+
+
+IGNORED_BY_LOSS = {"sapo": ("epsilon", "epsilon_high", "delta"), "cispo": ("delta",)}
+"""Fields a TRL loss_type never reads in its loss (sapo: the temperatures only; cispo: epsilon_high as its cap)."""
 
 
 def _form(loss_type: str, eps: float, eps_high: float):
@@ -530,9 +538,11 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
     notes = [_ON_POLICY]
     diffs: list = []
     agg = loss_agg_mode if loss_agg_mode is not None else _recipe_agg(spec, recipe, notes)
-    if _combined(spec):  # intersections and adaptive δ: DivClipGRPOConfig(clip_method=...)
+    if _combined(spec) or _dual_below_upper(spec):  # DivClipGRPOConfig(clip_method=...): divclip's own loss
         from divclip.theory.spec import method_string
 
+        if not _combined(spec):
+            notes.append(_DUAL_NOTE.format(c=spec.dual_clip_c, hi=1.0 + spec.eps_high))
         notes.append("clip_method replaces clip_measure/clip_delta/epsilon_high; TRL's epsilon is ignored")
         fields = {"loss_type": _clip_loss_type(agg, diffs), "clip_method": method_string(spec)}
         return EngineWrite(NAME, label, {}, fields, tuple(notes), "DivClipGRPOConfig", tuple(diffs))
@@ -673,6 +683,27 @@ WRITERS = {
     "vespo": _write_vespo,
 }
 """{ClipSpec.mode: fn(spec, aggregation, notes, differences) -> (fields, config class)}."""
+
+
+_DUAL_NOTE = (
+    "a dual clip c = {c:g} below 1 + ε_high = {hi:g}: TRL's delta would cap the ratio of every token at c (A > 0 "
+    "too), so the method is written as divclip's clip_method, which caps only A < 0"
+)
+
+
+def _dual_below_upper(spec) -> bool:
+    """A ratio clip whose dual-clip cap c is below 1 + ε_high: TRL's `delta` is min(r, delta) on every token, the
+    same as a dual clip only when delta >= 1 + ε_high (for A > 0 the clip already caps r there)."""
+    c = spec.dual_clip_c
+    if c is None or spec.mode != "clip" or spec.measure_name != "ratio" or not c < 1.0 + spec.eps_high:
+        return False
+    if spec.level != "token":  # the plug-in's clip_method runs token-level clips only
+        raise ValueError(
+            f"TRL's delta caps the ratio of every token at delta (A > 0 too), and a dual clip c = {c:g} is below "
+            f"1 + ε_high = {1.0 + spec.eps_high:g}, where the two differ; divclip's clip_method, which would say "
+            f"it exactly, runs token-level clips only, and this is the {spec.level}-level ratio"
+        )
+    return True
 
 
 def _combined(spec) -> bool:

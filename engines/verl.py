@@ -28,6 +28,7 @@ from divclip.engines.base import (
     EngineRead,
     EngineWrite,
     Key,
+    ignored_key_advice,
     name_loss_terms,
     recipe_aggregation,
     typed_values,
@@ -274,6 +275,7 @@ def read(settings: Mapping, **_options) -> EngineRead:
     _read_spec(s, settings, g, keys)
     name_loss_terms(s, loss_terms(g))
     s.advice = [*pitfalls(s), *map(_cited, s.advice)]  # the pitfalls first, as `divclip check` has listed them
+    s.advice += ignored_key_advice(s, IGNORED_BY_LOSS, f"verl {VERSION} core_algos.compute_policy_loss_{s.loss_mode}")
     return s
 
 
@@ -301,6 +303,11 @@ def loss_terms(g: dict) -> list[tuple[str, str]]:
             )
         )
     return out
+
+
+_WIDTHS = (A + "clip_ratio", A + "clip_ratio_low", A + "clip_ratio_high")
+IGNORED_BY_LOSS = {"sapo": (*_WIDTHS, A + "clip_ratio_c"), "gspo": (A + "clip_ratio_c",)}
+"""Keys a verl loss_mode never reads (compute_policy_loss_sapo takes tau_pos/tau_neg only; gspo has no dual clip)."""
 
 
 def _read_spec(s: EngineRead, settings, g: dict, keys: dict) -> None:
@@ -915,6 +922,13 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
     keys["loss_agg_mode"] = agg
     if spec.mode == "sapo" and agg != "seq-mean-token-mean" and loss_agg_mode is not None:
         diffs.append(Difference(f"aggregation {agg}", "verl's sapo always aggregates seq-mean-token-mean"))
+    if keys.get("policy_loss.loss_mode") == "gspo" and spec.dual_clip_c is not None:
+        diffs.append(
+            Difference(
+                f"the dual clip c = {spec.dual_clip_c:g}",
+                "verl's gspo has none (compute_policy_loss_gspo reads no clip_ratio_c): written without it",
+            )
+        )
     settings = {(k if k.startswith("algorithm.") else A + k): v for k, v in keys.items()}
     return EngineWrite(NAME, label, env, settings, tuple(notes), differences=tuple(diffs))
 

@@ -105,6 +105,7 @@ def _read_npz(data: bytes, name: str, limits: Limits):
                     f"rollout file {name!r} unpacks to {total} bytes, over the {limits.max_bytes}-byte limit"
                 )
             keys = [info.filename.removesuffix(".npy") for info in zf.infolist()]
+            _refuse_repeated_members(zf, keys, name)
             wanted = field_names(keys)
             for info in zf.infolist():
                 if info.filename.removesuffix(".npy") in wanted.values():
@@ -123,6 +124,19 @@ def _read_npz(data: bytes, name: str, limits: Limits):
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, KeyError, NotImplementedError) as exc:
         raise RolloutFileError(f"rollout file {name!r} is not a readable .npz archive: {exc}") from None
     return out, False, keys
+
+
+def _refuse_repeated_members(zf: zipfile.ZipFile, keys: list[str], name: str) -> None:
+    """An archive holding one array name twice (`x.npy` twice, or `x` and `x.npy`): np.load would use one of
+    them in silence."""
+    seen: dict = {}
+    for info, key in zip(zf.infolist(), keys):
+        if key in seen:
+            raise RolloutFileError(
+                f"rollout file {name!r} holds the array {key!r} twice (members {seen[key]!r} and "
+                f"{info.filename!r}): refused, since only one of them would be read; keep one"
+            )
+        seen[key] = info.filename
 
 
 def _check_zip_member_count(data: bytes, name: str) -> None:

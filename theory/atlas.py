@@ -227,14 +227,22 @@ def catalogue_names() -> list[str]:
     return names
 
 
+MAX_METHODS = 100
+"""Most methods one atlas call takes (the whole catalogue is a few dozen; each row fits a nearest budget)."""
+
+
 def catalogue(names=None, with_nearest: bool = True) -> list[dict]:
     """One JSON-ready row per method (`atlas_row`): every catalogue method, or `names` (names or strings)."""
     if names is None:
         names = catalogue_names()
     elif isinstance(names, str):
+        if names.count(",") >= MAX_METHODS:  # counted before splitting: a list of 3000 is refused at once
+            raise ValueError(f"methods must name at most {MAX_METHODS} methods, got {names.count(',') + 1}")
         names = [n.strip() for n in names.split(",") if n.strip()]
     if not names:
         raise ValueError("methods must name at least one method, e.g. 'grpo,dapo'")
+    if len(names) > MAX_METHODS:
+        raise ValueError(f"methods must name at most {MAX_METHODS} methods, got {len(names)}")
     return [atlas_row(find_method(n), with_nearest) for n in names]
 
 

@@ -487,8 +487,28 @@ def _number(text: str, what: str, method: str) -> float:
     return x
 
 
+# The field each option sets: a second option setting the same field is refused, as a repeated form parameter is
+# (`grpo/dual=2/dual=3` and `kl3/gated/clip` would otherwise keep the last in silence).
+_OPTION_FIELDS = {"seq": "level", "noclamp": "clamp_log_ratio", "dual": "dual_clip_c", "tis": "tis_cap"}
+
+
+def _option_field(key: str, eq: str) -> str | None:
+    if not eq and key in MODE_NAMES:
+        return "mode"
+    if eq and key == "tau":
+        return "tau_pos"
+    return _OPTION_FIELDS.get(key) if bool(eq) == (key in ("dual", "tis")) else None
+
+
 def _apply_option(fields: dict, option: str, method: str) -> None:
     key, eq, value = option.partition("=")
+    slot = _option_field(key, eq)
+    if slot is not None and slot in fields:
+        what = "a loss form ('/MODE')" if slot == "mode" else repr("/" + key)
+        raise ValueError(
+            f"method {_echo(method)}: {what} is given twice (at {_echo('/' + option)}): keep one, since the last "
+            "would silently win"
+        )
     if not eq and key in MODE_NAMES:
         fields["mode"] = key
     elif not eq and key == "seq":
@@ -554,6 +574,8 @@ def _base_fields(base: str, method: str, mode: str | None) -> dict | ClipSpec:
 
 MAX_METHOD_CHARS = 2000
 """Longest method string accepted (an intersection of a dozen parts fits in a few hundred)."""
+MAX_METHODS = 100
+"""Most methods one list of method strings (`parse_methods`) takes."""
 
 
 def _echo(value) -> str:
@@ -643,10 +665,14 @@ def parse_methods(methods) -> dict[str, ClipSpec]:
     (label, spec) pairs, or a {label: spec} mapping. A string is its own label; a ClipSpec gets `spec_label`.
     A ValueError names the entry it cannot read, or the repeated label."""
     if isinstance(methods, str):
+        if methods.count(",") >= MAX_METHODS:
+            raise ValueError(f"methods must name at most {MAX_METHODS} methods, got {methods.count(',') + 1}")
         methods = [m.strip() for m in methods.split(",") if m.strip()]
     items = list(methods.items()) if isinstance(methods, Mapping) else list(methods or [])
     if not items:
         raise ValueError(f"methods must name at least one method (e.g. 'grpo,dapo,atr'), got {_echo(methods)}")
+    if len(items) > MAX_METHODS:
+        raise ValueError(f"methods must name at most {MAX_METHODS} methods, got {len(items)}")
     out: dict[str, ClipSpec] = {}
     for item in items:
         if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):

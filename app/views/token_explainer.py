@@ -99,9 +99,15 @@ with from_file:
             counted = bool(ro.response_mask[i, t] > 0)
             note = "" if ro.log_prob is not None else " (the file has no log_prob: r = 1)"
             st.caption(
-                f"Token ({i}, {t}): q = {token['q']:.6g}, r = {token['r']:.6g}{note}, A = {token['adv']:.6g}"
+                f"Token ({i}, {t}): q = {token['q']:.6g}, r = {token['r']:.6g} (log r = {token['log_r']:.6g})"
+                f"{note}, A = {token['adv']:.6g}"
                 + ("" if counted else "; outside the response mask, no trainer counts it")
             )
+            if not (R_MIN <= token["r"] <= R_MAX and Q_MIN <= token["q"] and abs(token["adv"]) <= A_MAX):
+                st.info(
+                    f"This token is outside the explainer's range (q >= {Q_MIN:g}, r in [{R_MIN:g}, {R_MAX:g}], "
+                    f"|A| <= {A_MAX:g}): the button explains it at the nearest point of that range."
+                )
             st.button(
                 "Explain this token",
                 on_click=use_token,

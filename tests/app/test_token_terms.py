@@ -70,3 +70,22 @@ def test_example_token_from_the_shipped_rollouts():
     path = Path(__file__).resolve().parents[2] / "app" / "examples" / "rollouts_example.jsonl"
     token = example_token(path.name, path.read_bytes())
     assert token is not None and 0 < token["q"] <= 1 and token["r"] > 0
+
+
+def test_a_token_with_log_r_1000_is_reported_not_a_traceback():
+    """Issue 36: log r = 1000 (log-probabilities 0 and -1000, both valid) raised OverflowError in math.exp."""
+    import io
+
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.savez(
+        buf,
+        old_log_prob=np.array([[-1000.0, -0.1]]),
+        log_prob=np.array([[0.0, -0.1]]),
+        advantages=np.array([[1.0, 1.0]]),
+        response_mask=np.array([[1.0, 1.0]]),
+    )
+    token = example_token("r.npz", buf.getvalue())
+    assert (token["i"], token["t"], token["log_r"]) == (0, 0, 1000.0)
+    assert token["r"] == math.inf and token["q"] == 0.0 and token["adv"] == 1.0

@@ -472,6 +472,23 @@ def _npz_many_members() -> bytes:
     return buf.getvalue()
 
 
+def _npz_repeated_member(second: str = "old_log_prob.npy") -> bytes:
+    """A valid .npz plus a second member of the same array name (issue 36: np.load used one in silence)."""
+    good = _good()
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf, zipfile.ZipFile(io.BytesIO(npz_bytes(**good))) as src:
+        for info in src.infolist():
+            zf.writestr(info.filename, src.read(info.filename))
+        shifted = io.BytesIO()
+        np.save(shifted, good["old_log_prob"] - 5.0)
+        if second in src.namelist():
+            with pytest.warns(UserWarning, match="Duplicate name"):
+                zf.writestr(second, shifted.getvalue())
+        else:
+            zf.writestr(second, shifted.getvalue())
+    return buf.getvalue()
+
+
 def _jsonl_long_line() -> bytes:
     return b'{"old_log_prob": [' + b"-0.1," * (7 * 2**20) + b'-0.1], "advantages": 1.0}\n'
 
@@ -481,6 +498,20 @@ BUDGET_CASES = [
     Case("parquet_rle_bomb", "rollouts", "r.parquet", _parquet_rle_bomb(), f"stores {CAP + 1} values of old_log_prob"),
     Case("npz_compressed_bomb", "rollouts", "r.npz", _npz_compressed_bomb(), "declares old_log_prob of shape (1024,"),
     Case("npz_many_members", "rollouts", "r.npz", _npz_many_members(), "holds more than 64 archive members"),
+    Case(
+        "npz_repeated_member",
+        "rollouts",
+        "r.npz",
+        _npz_repeated_member(),
+        "holds the array 'old_log_prob' twice (members 'old_log_prob.npy' and 'old_log_prob.npy')",
+    ),
+    Case(
+        "npz_member_with_and_without_suffix",
+        "rollouts",
+        "r.npz",
+        _npz_repeated_member("old_log_prob"),
+        "holds the array 'old_log_prob' twice (members 'old_log_prob.npy' and 'old_log_prob')",
+    ),
     Case("jsonl_long_line", "rollouts", "r.jsonl", LONG_LINE, f"line 1 of 'r.jsonl' is {len(LONG_LINE) - 1} bytes"),
     Case("jsonl_many_empty_objects", "rollouts", "r.jsonl", b"{}\n" * (2**20 + 1), "over the 1048576-line limit"),
     Case(

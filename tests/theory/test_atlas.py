@@ -299,3 +299,14 @@ def test_a_method_without_interval_has_no_nearest_budget():
     sapo, cispo = catalogue(["sapo", "cispo"])
     assert sapo["intervals"] is None and sapo["nearest"] is None and "gate" in sapo["weight_note"]
     assert cispo["intervals"]["A>0"][0] == [0.0, np.inf] and cispo["nearest"] is None  # keeps every gradient
+
+
+def test_the_atlas_refuses_a_list_of_3000_methods_before_any_row():
+    """Issue 36: `divclip atlas --methods` with 3000 methods fitted 3000 nearest budgets first."""
+    from divclip.theory.atlas import MAX_METHODS, catalogue
+
+    with pytest.raises(ValueError, match=rf"at most {MAX_METHODS} methods, got 3000"):
+        catalogue(",".join([f"kl3:0.0{i % 9 + 1}" for i in range(3000)]))
+    with pytest.raises(ValueError, match=rf"at most {MAX_METHODS} methods, got {MAX_METHODS + 1}"):
+        catalogue(["grpo"] * (MAX_METHODS + 1))
+    assert [r["name"] for r in catalogue("grpo,dapo", with_nearest=False)] == ["grpo", "dapo"]

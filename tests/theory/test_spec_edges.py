@@ -54,3 +54,38 @@ def test_export_names_the_users_delta_not_a_key_they_never_gave():
     assert out.returncode == 2
     assert "kl3:1e-320" in out.stderr and "delta=1e-320" in out.stderr
     assert "clip_ratio_low" not in out.stderr
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("grpo/dual=2/dual=3", r"'/dual' is given twice \(at '/dual=3'\)"),
+        ("kl3/gated/clip", r"a loss form \('/MODE'\) is given twice \(at '/clip'\)"),
+        ("sapo/tau=1:2/tau=3:4", r"'/tau' is given twice \(at '/tau=3:4'\)"),
+        ("kl3/gated/tis=2/tis=3", r"'/tis' is given twice"),
+        ("gspo/seq/seq", r"'/seq' is given twice"),
+        ("grpo/noclamp/noclamp", r"'/noclamp' is given twice"),
+        ("kl3:0.02&grpo/dual=2/dual=3", r"'/dual' is given twice"),
+    ],
+)
+def test_a_repeated_option_is_refused_as_a_repeated_form_parameter_is(text, match):
+    """Issue 36: the last of a repeated option used to win in silence."""
+    with pytest.raises(ValueError, match=match):
+        parse_method(text)
+
+
+def test_options_given_once_still_combine():
+    spec = parse_method("kl3/gated/tis=2/noclamp")
+    assert (spec.mode, spec.tis_cap, spec.clamp_log_ratio) == ("gated", 2.0, False)
+    assert parse_method("ratio:0.2/seq/dual=3").level == "sequence"
+    assert parse_method("sapo/tau=1:2").tau_neg == 2.0 and parse_method("grpo/dual=3").dual_clip_c == 3.0
+
+
+def test_a_list_of_methods_is_capped_before_parsing():
+    from divclip.theory.spec import MAX_METHODS
+
+    with pytest.raises(ValueError, match=rf"at most {MAX_METHODS} methods, got 3000"):
+        parse_methods(",".join(["grpo"] * 3000))
+    with pytest.raises(ValueError, match=rf"at most {MAX_METHODS} methods, got {MAX_METHODS + 1}"):
+        parse_methods([(f"m{i}", "grpo") for i in range(MAX_METHODS + 1)])
+    assert len(parse_methods(",".join(f"ratio:0.{i + 1}" for i in range(9)))) == 9
