@@ -125,6 +125,8 @@ KEYS: dict[str, Key] = {
     A + "use_kl_loss": Key("bool", True, doc="KL to the reference as a loss term"),
     A + "kl_loss_coef": Key("float", 0.001, above=-math.inf, doc="its coefficient"),
     A + "kl_estimator_type": Key("str", "k3", doc="its estimator"),
+    A + "max_seq_len": Key("int", None, nullable=True, above=0, doc="seq_mean_token_sum_norm's length normaliser"),
+    "trainer.micro_train_batch_size_per_gpu": Key("int", 1, above=0, doc="sequences per micro-batch"),
     A + "use_kl_in_reward": Key("bool", False, doc="KL penalty in the reward (exclusive with use_kl_loss)"),
     A + "use_entropy_loss": Key("bool", False, doc="entropy bonus in the loss"),
     A + "entropy_loss_coef": Key("float", 0.01, above=-math.inf, doc="its coefficient"),
@@ -433,6 +435,7 @@ def _pitfalls(s: EngineRead, g: dict) -> None:
                 f"skyrl {VERSION} ppo_utils.{s.loss_mode}_policy_loss",
             )
         )
+    _reduction_pitfalls(s, g)
     tis = g[OPC + "tis_ratio_type"] or ("token" if g[A + "use_tis"] else None)
     masks = [
         k
@@ -455,6 +458,49 @@ def _pitfalls(s: EngineRead, g: dict) -> None:
                 "divclip's method strings do not carry it, so a translation drops it",
                 OPC + "tis_ratio_type",
                 f"skyrl {VERSION} skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py",
+            )
+        )
+
+
+def _reduction_pitfalls(s: EngineRead, g: dict) -> None:
+    """Where SkyRL's loss_reduction (ppo_utils.apply_loss_reduction_to_advantages_minibatch, which pre-scales the
+    advantages so that a sum gives the reduction) differs from the verl aggregation divclip reads it as."""
+    reduction, where = (
+        g[A + "loss_reduction"],
+        f"skyrl {VERSION} ppo_utils.apply_loss_reduction_to_advantages_minibatch",
+    )
+    micro = g["trainer.micro_train_batch_size_per_gpu"]
+    if reduction == "token_mean_legacy":
+        s.advice.append(
+            Pitfall(
+                "skyrl_reduction_differs",
+                f"loss_reduction=token_mean_legacy takes a token mean within each micro-batch of "
+                f"micro_train_batch_size_per_gpu = {micro} sequences, then the mean over micro-batches: a token mean "
+                "of the mini-batch only when every micro-batch holds as many tokens; divclip reads it as token-mean",
+                A + "loss_reduction",
+                where,
+            )
+        )
+    elif reduction == "seq_mean_token_sum_norm":
+        n = g[A + "max_seq_len"]
+        s.advice.append(
+            Pitfall(
+                "skyrl_reduction_differs",
+                "loss_reduction=seq_mean_token_sum_norm divides each sequence's token sum by max_seq_len = "
+                + (f"{n}" if n is not None else "(unset: SkyRL requires it)")
+                + ", not by the padded width of the batch, and the sum over sequences by the mini-batch's row count",
+                A + "max_seq_len",
+                where,
+            )
+        )
+    elif reduction == "sequence_mean":
+        s.advice.append(
+            Pitfall(
+                "skyrl_reduction_differs",
+                "loss_reduction=sequence_mean divides by every row of the mini-batch, empty rows (no loss token) "
+                "included, where verl's seq-mean-token-mean averages only the rows that have a token",
+                A + "loss_reduction",
+                where,
             )
         )
 
