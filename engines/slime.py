@@ -82,6 +82,7 @@ KEYS: dict[str, Key] = {
     "--kl-loss-coef": Key("float", 0.0, above=-math.inf, doc="its coefficient"),
     "--kl-loss-type": Key("str", "k1", choices=("k1", "k2", "k3", "low_var_kl"), doc="its estimator"),
     "--use-unbiased-kl": Key("bool", False, doc="the KL loss's unbiased estimate"),
+    "--custom-pg-loss-reducer-function-path": Key("str", None, nullable=True, doc="a user function reduces pg_loss"),
     "--kl-coef": Key("float", 0.0, above=-math.inf, doc="KL penalty in the reward"),
     "--entropy-coef": Key("float", 0.0, above=-math.inf, doc="entropy bonus: the loss less entropy_coef·H"),
 }
@@ -254,6 +255,18 @@ def _pitfalls(s: EngineRead, g: dict) -> None:
                 f"slime {SOURCE} (global_batch_size: 'if you hope to train 1 "
                 "step for each rollout, the global_bach_size should be set as rollout_batch_size * "
                 "n_samples_per_prompt'); docs/theory.md §5",
+            )
+        )
+    if g["--custom-pg-loss-reducer-function-path"]:
+        s.advice.append(
+            Pitfall(
+                "custom_reducer_not_modelled",
+                f"--custom-pg-loss-reducer-function-path {g['--custom-pg-loss-reducer-function-path']}: the policy "
+                "loss is reduced by that user function (clip fractions and the KL metric keep slime's "
+                "sum_of_sample_mean), so divclip's aggregation "
+                f"{s.loss_agg_mode} is not what the run computes; divclip never loads or runs it",
+                "--custom-pg-loss-reducer-function-path",
+                f"slime {COMMIT[:8]} {loss} (pg_loss_reducer)",
             )
         )
     if g["--use-tis"] or g["--custom-tis-function-path"]:

@@ -72,3 +72,12 @@ def test_write_then_read_back_through_the_launch_text(method):
 def test_what_slime_cannot_express_is_named(method, missing):
     with pytest.raises(ValueError, match=missing):
         slime.write(parse_method(method))
+
+
+def test_a_custom_pg_loss_reducer_is_named_not_loaded():
+    """issue 35: `--custom-pg-loss-reducer-function-path` replaced slime's reducer with "Warnings: none"."""
+    r = slime.read({"--custom-pg-loss-reducer-function-path": "my_pkg.reducers:token_sum"})
+    (found,) = [a for a in r.advice if a.code == "custom_reducer_not_modelled"]
+    assert "my_pkg.reducers:token_sum" in found.message and "never loads or runs it" in found.message
+    assert found.key == "--custom-pg-loss-reducer-function-path" and slime.COMMIT[:8] in found.source
+    assert "custom_reducer_not_modelled" not in {a.code for a in slime.read({}).advice}
