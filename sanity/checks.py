@@ -55,6 +55,10 @@ SOURCES["override_without_equals"] = (
     "hydra's override grammar is key=value (hydra.cc, 'Override grammar'); a "
     "word without '=' is no setting, so divclip (and the engine) never read it"
 )
+SOURCES["setting_not_read"] = (
+    "divclip reads configs without running them (docs/sanity_check.md): a value that needs code to compute, or text "
+    "the shell would not pass to the command, is named here rather than replaced by the engine's default"
+)
 MAX_UNKNOWN_SHOWN = 50  # unknown keys reported one by one; more are counted in one warning
 
 # "Far outside" published values: a factor of about 2 beyond PPO's 0.1–0.3 for token widths, 3 around GSPO.
@@ -266,6 +270,9 @@ def input_findings(raw, s: ClipSettings) -> list[Finding]:
                 None,
             )
         )
+    for line, text in getattr(raw, "unread", [])[:MAX_UNKNOWN_SHOWN]:
+        where = f"line {line}: " if line is not None else ""
+        out.append(finding("setting_not_read", f"{where}{text}"))
     for line, text in raw.stray_tokens[:MAX_UNKNOWN_SHOWN]:
         where = f"line {line}: " if line is not None else ""
         word, _, value = text.partition(" ")

@@ -67,6 +67,7 @@ class RawConfig:
     ignored_tokens: list = field(default_factory=list)  # command words of a launch command
     stray_tokens: list = field(default_factory=list)  # [(line, text)]: a config key written without '='
     added: set = field(default_factory=set)  # keys given as +key=value (hydra adds them)
+    unread: list = field(default_factory=list)  # [(line, text)]: what looks like a setting but was not read
 
 
 # ------------------------------------------------------------------------------------------- entry points
@@ -129,6 +130,9 @@ def parse_config_text(text: str, name: str) -> RawConfig:
     kind = config_kind(name, text)
     if kind in ("overrides", "python"):
         found = read_script(text, name) if kind == "overrides" else read_python(text, name)
+        if not found.values and found.unread:
+            line, text = found.unread[0]
+            raise ConfigError(f"config {name!r} has no settings divclip can read: line {line}: {text}")
         if not found.values:
             raise ConfigError(
                 f"config {name!r} has no settings: no key=value overrides, --flag value arguments or, in Python, "
@@ -152,6 +156,7 @@ def _merge(raw: RawConfig, found: Tokens) -> None:
     raw.values.update(found.values)
     raw.ignored_tokens.extend(found.ignored)
     raw.stray_tokens.extend(found.stray)
+    raw.unread.extend(found.unread)
     raw.added |= found.added
 
 

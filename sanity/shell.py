@@ -46,6 +46,7 @@ class Tokens:
     ignored: list = field(default_factory=list)  # command words
     stray: list = field(default_factory=list)  # [(line, text)]: a key without '=' (an override that was not read)
     flags: bool = False  # any --flag seen
+    unread: list = field(default_factory=list)  # [(line, text)]: something that looks like a setting, not read
 
 
 def logical_lines(text: str) -> list[tuple[int, str]]:

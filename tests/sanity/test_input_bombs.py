@@ -25,6 +25,10 @@ try:
         from divclip.sanity.loaders import load_rollouts
         load_rollouts(path)
         message = None
+    elif kind == "config":
+        from divclip.sanity.config import read_config
+        read_config(path)
+        message = None
     else:
         raise SystemExit("unknown kind " + kind)
 except SanityInputError as exc:
@@ -102,3 +106,12 @@ def test_compressed_parquet_string_is_refused_before_decoding(tmp_path):
     got = _run("rollouts", path)
     assert got["error"] == ("advantages in 'bomb.parquet' must hold numbers, got string (refused before decoding)")
     assert got["maxrss_kb"] < 400 * 1024  # the 64 MB string was never decoded
+
+
+def test_a_4_mb_python_list_literal_is_refused_before_ast_parse(tmp_path):
+    """Issue 36: ast.parse of a 4 MB list literal peaked at 2 GB before the node cap refused it."""
+    path = tmp_path / "c.py"
+    path.write_bytes(b"x = [" + b"1," * (2 * 2**20 - 8) + b"]\n")
+    got = _run("config", path)
+    assert "over the 262144-byte limit for a Python config (refused before parsing)" in got["error"]
+    assert got["maxrss_kb"] < 400 * 2**10  # the interpreter and divclip's imports, no parse tree

@@ -46,7 +46,7 @@ def test_every_fixture_file_is_covered():
 
 def test_every_warning_code_is_exercised_or_has_its_own_test():
     seen = {c for codes in EXPECTED.values() for c in codes}
-    own_tests = {"minibatch_larger_than_batch", "rollouts_on_policy", "override_without_equals"}
+    own_tests = {"minibatch_larger_than_batch", "rollouts_on_policy", "override_without_equals", "setting_not_read"}
     assert set(SOURCES) == seen | own_tests
 
 
