@@ -13,6 +13,7 @@ import importlib
 from divclip.theory.atlas import gradient_weight, interval
 from divclip.theory.bounds import kl3_bounds
 from divclip.theory.conversions import delta_for_eps, equivalent_ratio_clip
+from divclip.theory.correction import Correction, Rejection, correction_string, parse_correction
 from divclip.theory.formula import measure_from_formula
 from divclip.theory.measures import MEASURES, Measure, get_measure
 from divclip.theory.registry import on_register, register_measure, unregister_measure
@@ -31,6 +32,7 @@ _LAZY = {
         "clipped_surrogate",
     ),
     "divclip.theory.loss_metrics": ("kl_penalty",),
+    "divclip.theory.rollout_correction": ("rollout_correction",),
     "divclip.theory.advantages": ("group_advantages",),
     "divclip.theory.reallocation": (
         "FeasibleRegion",
@@ -70,7 +72,10 @@ __all__ = [
     "MEASURES",
     "PRESETS",
     "ClipSpec",
+    "Correction",
     "Measure",
+    "Rejection",
+    "correction_string",
     "delta_for_eps",
     "equivalent_ratio_clip",
     "get_measure",
@@ -81,6 +86,7 @@ __all__ = [
     "method_string",
     "parse_method",
     "parse_methods",
+    "parse_correction",
     "on_register",
     "preset",
     "register_measure",

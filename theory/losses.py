@@ -16,6 +16,7 @@ module holds the validated entry point.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -156,6 +157,8 @@ def policy_loss(
     *,
     loss_scale_factor=None,
     metrics: bool = True,
+    rollout_log_prob=None,
+    correction=None,
 ):
     """Clipped policy loss and diagnostics; all tensors (B, T), `spec` a ClipSpec or a method string
     (`divclip.theory.spec.parse_method`: a preset name such as 'grpo', or e.g. 'kl3:0.02').
@@ -188,10 +191,32 @@ def policy_loss(
     that raises with metrics=True; test it where a host read is cheap (`torch.isfinite(loss)`, or a training
     loop's own non-finite check). The loss and its gradient are bit for bit the same either way. Exception on
     the CPU only: p-dependent clip bounds pick the clipped tokens on the host (`loss_modes._compact_on_host`).
+
+    rollout_log_prob and correction (a `divclip.theory.correction.Correction` or its string) apply the rollout
+    correction (`divclip.theory.rollout_correction`): its weights multiply the per-token loss as
+    rollout_is_weights do and its rejected tokens leave response_mask. Decoupled (verl's default): the correction
+    is of π_old/π_rollout. Bypass (`bypass` in the correction; old_log_prob is then the rollout's, as verl sets
+    it): of π_θ/π_rollout from log_prob, detached; a REINFORCE loss (mode gpg) takes its weights, any other form
+    only its rejection (verl's loss_type=ppo_clip, whose ratio is already to π_rollout). An off-policy sequence
+    mask (opsm=) compares π_θ with π_rollout in either mode, as TRL does. Its metrics join the others with the
+    prefix 'rollout_corr/'.
     """
     check_agg(loss_agg_mode, loss_scale_factor)
     if not isinstance(metrics, bool):
         raise ValueError(f"metrics must be True or False, got {metrics!r}")
+    if correction is not None or rollout_log_prob is not None:
+        return _corrected_loss(
+            log_prob,
+            old_log_prob,
+            advantages,
+            response_mask,
+            spec,
+            loss_agg_mode,
+            rollout_is_weights,
+            dict(loss_scale_factor=loss_scale_factor, metrics=metrics),
+            rollout_log_prob,
+            correction,
+        )
     named = {
         "log_prob": log_prob,
         "old_log_prob": old_log_prob,
@@ -221,4 +246,35 @@ def policy_loss(
     parts = stats[len(METRIC_NAMES) + 1 : -1]
     for i in range(len(by_part)):
         out[f"clipfrac_low_part{i}"], out[f"clipfrac_high_part{i}"] = parts[2 * i] + 0.0, parts[2 * i + 1] + 0.0
+    return loss, out
+
+
+def _corrected_loss(lp, old, adv, mask, spec, agg, weights, kw, rollout_log_prob, correction):
+    """policy_loss with the rollout correction applied (see its docstring)."""
+    from divclip.theory.correction import Correction, parse_correction
+    from divclip.theory.rollout_correction import rollout_correction
+
+    if correction is None or rollout_log_prob is None:
+        given = "correction" if rollout_log_prob is None else "rollout_log_prob"
+        missing = "rollout_log_prob" if rollout_log_prob is None else "correction"
+        raise ValueError(f"policy_loss: {given} was given without {missing}; pass both (or neither)")
+    if weights is not None:
+        raise ValueError(
+            "policy_loss: pass rollout_is_weights or a correction, not both (the weight would count twice)"
+        )
+    c = parse_correction(correction)
+    spec = spec if isinstance(spec, ClipSpec) else as_spec(spec)
+    if not isinstance(lp, torch.Tensor):
+        raise ValueError(f"log_prob must be a torch.Tensor of shape (batch, length), got {type(lp).__name__}")
+    anchor = lp.detach() if c.bypass else old
+    w, keep, cmetrics = rollout_correction(
+        anchor, rollout_log_prob, mask, dataclasses.replace(c, opsm=None), metrics=kw["metrics"]
+    )
+    if c.bypass and spec.mode != "gpg":
+        w = None  # verl bypass ppo_clip: the ratio π_θ/π_rollout already carries the weight
+    if c.opsm is not None:  # TRL's off-policy mask compares π_θ (its per_token_logps) with π_rollout
+        gate = rollout_correction(lp.detach(), rollout_log_prob, mask, Correction(opsm=c.opsm), advantages=adv)[0]
+        w = gate if w is None else w * gate
+    loss, out = policy_loss(lp, old, adv, keep, spec, agg, w, **kw)
+    out.update({f"rollout_corr/{k}": v for k, v in cmetrics.items()})
     return loss, out

@@ -1,0 +1,322 @@
+"""The third policy: what a trainer does about the inference engine's log-probs, without torch.
+
+A rollout is sampled by an inference engine (vLLM/SGLang, often in bf16) whose log-probs π_rollout differ from
+the trainer's π_old even at the same weights. With ρ = π_old/π_rollout per token, every engine since late 2025
+corrects for it twice over: an importance weight w(ρ) that multiplies the per-token loss, and a rejection that
+drops tokens or sequences whose divergence exceeds a threshold. Both are divergence clips of the seed paper's
+kind applied to a third policy (docs/theory.md, "The three policies"). `Correction` says which; the torch code
+that applies it is `divclip.theory.rollout_correction.rollout_correction`.
+
+Correction strings (beside the method strings of `divclip.theory.spec`; whitespace around the whole string is
+ignored, nothing else is; "none" is the empty correction):
+
+    correction := part ("/" part)*
+    part  := "is=" LEVEL [":" BOUND]          importance weight, LEVEL token | sequence (ρ_seq = Π_t ρ_t);
+                                              BOUND defaults to tis=2.0 (verl's rollout_is_threshold)
+           | "rs=" OPTION ":" THRESHOLD        a rejection rule; several rs= parts must all pass (AND)
+           | "norm"                            divide the weights by their batch mean (verl's batch normalisation)
+           | "opsm=" NUMBER                    DeepSeek-V3.2's off-policy sequence mask (TRL's
+                                              off_policy_mask_threshold): a sequence with A < 0 whose mean
+                                              log π_rollout - log π_train exceeds NUMBER gets weight 0
+           | "noclamp"                         exp of the raw log-ratio (TRL); default: log ρ clamped to ±20 (verl)
+           | "bypass"                          verl's bypass mode: π_old is π_rollout, ρ = π_θ/π_rollout in the loss
+    BOUND := "tis=" C | "tis=" c "_" C         truncate: w = clamp(ρ, c, C) (c omitted: no lower clamp)
+           | "mask=" C | "mask=" c "_" C       mask: w = ρ inside [c, C], else 0 (IcePop; TRL's *_mask)
+                                              (C may be "inf" after a floor: c "_inf" bounds w from below only)
+    OPTION := token_k1 | token_k2 | token_k3 | seq_sum_k1 | seq_sum_k2 | seq_sum_k3
+           | seq_mean_k1 | seq_mean_k2 | seq_mean_k3 | seq_max_k2 | seq_max_k3       (verl's rollout_rs)
+    THRESHOLD := NUMBER                        upper bound on the statistic (k2, k3)
+           | lo "_" hi                         k1 only: bounds on exp(statistic); a bare NUMBER C means 1/C "_" C
+
+Examples: `is=token:tis=2.0`, `is=sequence:mask=0.5_5.0/norm`, `rs=seq_mean_k1:0.999_1.001`,
+`is=token/rs=token_k3:0.01/rs=seq_max_k2:0.5`, `is=sequence:mask=3.0/noclamp` (TRL's default sequence_mask).
+
+The statistics are verl's: with l = log ρ (clamped to ±20), k1 = -l, k2 = l²/2, k3 = e^l - 1 - l; a seq_sum /
+seq_mean / seq_max option sums / averages / maximises the token statistic over the sequence and keeps or drops the
+whole sequence. A k1 threshold lo_hi keeps log lo <= k1 <= log hi, i.e. lo <= π_rollout/π_old <= hi (verl
+bounds the inverse ratio; the default geometric band 0.999_1.001 is symmetric enough not to notice).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+__all__ = [
+    "IS_LEVELS",
+    "IS_MODES",
+    "RS_OPTIONS",
+    "Correction",
+    "Rejection",
+    "correction_string",
+    "parse_correction",
+]
+
+IS_LEVELS = ("token", "sequence")
+IS_MODES = ("truncate", "mask")
+RS_OPTIONS = (
+    "token_k1",
+    "token_k2",
+    "token_k3",
+    "seq_sum_k1",
+    "seq_sum_k2",
+    "seq_sum_k3",
+    "seq_mean_k1",
+    "seq_mean_k2",
+    "seq_mean_k3",
+    "seq_max_k2",
+    "seq_max_k3",
+)
+"""verl 0.9.1's `SUPPORTED_ROLLOUT_RS_OPTIONS` (verl has no seq_max_k1: a max of -log ρ bounds only one side)."""
+DEFAULT_IS_CAP = 2.0
+"""verl's `rollout_is_threshold` default, used when an `is=` part names no bound."""
+MAX_ECHO = 80
+
+
+def _number(owner: str, name: str, value, *, positive: bool = True, zero_ok: bool = False) -> float:
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and positive:
+        ok = value > 0 or (zero_ok and value == 0)
+    if not ok:
+        allowed = "a finite number" + ((" >= 0" if zero_ok else " > 0") if positive else "")
+        raise ValueError(f"{owner}.{name} must be {allowed}, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """One rejection rule (verl's `rollout_rs` option with its `rollout_rs_threshold` entry)."""
+
+    option: str
+    """A name in `RS_OPTIONS`: token_k3 drops a token, seq_mean_k1 a whole sequence, and so on."""
+    upper: float
+    """Upper bound: on the statistic for k2/k3; on exp(k1) = π_rollout/π_old (token) or its sum/mean in log
+    space (sequence) for k1."""
+    lower: float | None = None
+    """k1 only (required there): lower bound, in the same units as `upper`; None for k2/k3."""
+
+    def __post_init__(self):
+        if self.option not in RS_OPTIONS:
+            raise ValueError(f"Rejection.option must be one of {list(RS_OPTIONS)}, got {self.option!r}")
+        object.__setattr__(self, "upper", _number("Rejection", "upper", self.upper))
+        if self.is_k1:
+            if self.lower is None:
+                raise ValueError(f"Rejection.lower is required for the k1 option {self.option!r} (got None)")
+            object.__setattr__(self, "lower", _number("Rejection", "lower", self.lower))
+            if self.lower > self.upper:
+                raise ValueError(f"Rejection.lower must be <= upper, got lower={self.lower!r} upper={self.upper!r}")
+        elif self.lower is not None:
+            raise ValueError(f"Rejection.lower applies to k1 options only, got {self.option!r} with {self.lower!r}")
+
+    @property
+    def is_k1(self) -> bool:
+        return self.option.endswith("k1")
+
+    @property
+    def level(self) -> str:
+        """'token' or 'sequence': what one failure drops."""
+        return "token" if self.option.startswith("token_") else "sequence"
+
+    @property
+    def aggregation(self) -> str:
+        """'token', 'sum', 'mean' or 'max': how the token statistic is pooled over a sequence."""
+        return self.option.split("_")[1] if self.level == "sequence" else "token"
+
+    @property
+    def estimator(self) -> str:
+        """'k1', 'k2' or 'k3'."""
+        return self.option.rsplit("_", 1)[1]
+
+    @property
+    def threshold(self) -> str:
+        """verl's `rollout_rs_threshold` entry for this rule ('lo_hi' for k1, the number otherwise)."""
+        return f"{self.lower!r}_{self.upper!r}" if self.is_k1 else repr(self.upper)
+
+
+@dataclass(frozen=True)
+class Correction:
+    """How the trainer corrects for π_rollout ≠ π_old: an importance weight and/or rejection rules."""
+
+    is_level: str | None = None
+    """'token' (w per token), 'sequence' (one w = Π_t ρ_t per sequence), or None: no importance weight."""
+    is_mode: str = "truncate"
+    """'truncate': w = clamp(ρ, is_floor, is_cap) (TIS); 'mask': w = ρ inside [is_floor, is_cap], else 0 (IcePop,
+    TRL's *_mask; the token stays in the loss's denominator with weight 0)."""
+    is_cap: float | None = DEFAULT_IS_CAP
+    """Upper bound C on w (token TIS: 1.5-5 is sane; sequence: 2-10); None: no upper bound."""
+    is_floor: float | None = None
+    """Lower bound c on w; None: none (verl's TIS has none; IcePop's default band is 0.5_5.0)."""
+    batch_normalize: bool = False
+    """Divide the weights by their batch mean (token: over tokens; sequence: over sequences), as verl can."""
+    rejections: tuple[Rejection, ...] = ()
+    """Rejection rules; a token is kept when every rule keeps it (verl's comma-combined rollout_rs)."""
+    opsm: float | None = None
+    """Off-policy sequence mask threshold δ (DeepSeek-V3.2 eq. 9; TRL off_policy_mask_threshold): weight 0 for a
+    sequence with A < 0 and mean(log π_rollout - log π_train) > δ. Needs the advantages."""
+    clamp_log_ratio: bool = True
+    """True: log ρ is clamped to ±20 before exp (verl, SkyRL); False: raw exp (TRL)."""
+    bypass: bool = False
+    """verl's bypass mode: old_log_prob is the rollout's, so ρ = π_θ/π_rollout is computed inside the loss from the
+    current log-probs; a ratio-clipped loss then applies only the rejection (verl's loss_type=ppo_clip)."""
+
+    def __post_init__(self):
+        if self.is_level is not None and self.is_level not in IS_LEVELS:
+            raise ValueError(f"Correction.is_level must be one of {list(IS_LEVELS)} or None, got {self.is_level!r}")
+        if self.is_mode not in IS_MODES:
+            raise ValueError(f"Correction.is_mode must be one of {list(IS_MODES)}, got {self.is_mode!r}")
+        for name in ("is_cap", "is_floor"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, _number("Correction", name, value, zero_ok=name == "is_floor"))
+        if self.is_level is not None and self.is_cap is None and self.is_floor is None:
+            raise ValueError(
+                "Correction.is_cap and is_floor are both None: an importance weight needs at least one bound "
+                "(an unbounded ρ_seq overflows)"
+            )
+        if self.is_cap is not None and self.is_floor is not None and self.is_floor > self.is_cap:
+            raise ValueError(
+                f"Correction.is_floor must be <= is_cap, got is_floor={self.is_floor!r} is_cap={self.is_cap!r}"
+            )
+        for name in ("batch_normalize", "clamp_log_ratio", "bypass"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"Correction.{name} must be True or False, got {getattr(self, name)!r}")
+        rejections = self.rejections
+        if isinstance(rejections, Rejection):
+            rejections = (rejections,)
+        if not isinstance(rejections, (tuple, list)) or not all(isinstance(r, Rejection) for r in rejections):
+            raise ValueError(f"Correction.rejections must be a tuple of Rejection, got {self.rejections!r}")
+        options = [r.option for r in rejections]
+        if len(set(options)) != len(options):
+            raise ValueError(f"Correction.rejections names an option twice: {options}")
+        object.__setattr__(self, "rejections", tuple(rejections))
+        if self.opsm is not None:
+            object.__setattr__(self, "opsm", _number("Correction", "opsm", self.opsm, zero_ok=True))
+
+    @property
+    def active(self) -> bool:
+        """False for the empty correction (no weight, no rejection, no mask): the loss is unchanged."""
+        return self.is_level is not None or bool(self.rejections) or self.opsm is not None
+
+    def rejection(self, option: str) -> Rejection | None:
+        return next((r for r in self.rejections if r.option == option), None)
+
+    def __str__(self) -> str:
+        return correction_string(self)
+
+
+# ----------------------------------------------------------------------------------------- strings
+def _echo(text: str) -> str:
+    return repr(text) if len(text) <= MAX_ECHO else f"{text[:MAX_ECHO]!r}... ({len(text)} characters)"
+
+
+def _float(text: str, what: str, source: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"correction {_echo(source)}: {what} must be a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"correction {_echo(source)}: {what} must be finite, got {text!r}")
+    return value
+
+
+def _band(text: str, what: str, source: str) -> tuple[float | None, float | None]:
+    """'C' -> (None, C); 'c_C' -> (c, C); 'c_inf' -> (c, None)."""
+    if "_" in text:
+        lo, hi = text.split("_", 1)
+        upper = None if hi == "inf" else _float(hi, what + " upper bound", source)  # 'c_inf': a floor alone
+        return _float(lo, what + " lower bound", source), upper
+    return None, _float(text, what, source)
+
+
+def _is_part(value: str, fields: dict, source: str) -> None:
+    level, _, bound = value.partition(":")
+    if level not in IS_LEVELS:
+        raise ValueError(f"correction {_echo(source)}: is= takes one of {list(IS_LEVELS)}, got {level!r}")
+    fields["is_level"] = level
+    if not bound:
+        return
+    kind, eq, band = bound.partition("=")
+    if not eq or kind not in ("tis", "mask"):
+        raise ValueError(
+            f"correction {_echo(source)}: an is= bound is tis=C, tis=c_C, mask=C or mask=c_C; got {bound!r}"
+        )
+    fields["is_mode"] = "truncate" if kind == "tis" else "mask"
+    fields["is_floor"], fields["is_cap"] = _band(band, f"{kind}=", source)
+
+
+def _rs_part(value: str, source: str) -> Rejection:
+    option, sep, threshold = value.partition(":")
+    if option not in RS_OPTIONS:
+        raise ValueError(f"correction {_echo(source)}: rs= takes one of {list(RS_OPTIONS)}, got {option!r}")
+    if not sep:
+        raise ValueError(f"correction {_echo(source)}: rs={option} needs a threshold (rs={option}:NUMBER)")
+    lower, upper = _band(threshold, f"rs={option} threshold", source)
+    if upper is None:
+        raise ValueError(f"correction {_echo(source)}: rs={option} needs a finite upper bound, got {threshold!r}")
+    if option.endswith("k1") and lower is None:
+        lower = 1.0 / upper if upper > 0 else upper  # verl's rule for a bare k1 number; upper <= 0 fails below
+    if not option.endswith("k1") and lower is not None:
+        raise ValueError(f"correction {_echo(source)}: rs={option} takes one upper bound, not lo_hi ({threshold!r})")
+    return Rejection(option, upper, lower)
+
+
+def parse_correction(text: str) -> Correction:
+    """A `Correction` from its string (module docstring); 'none' or '' is the empty correction."""
+    if isinstance(text, Correction):
+        return text
+    if not isinstance(text, str):
+        raise ValueError(f"a correction must be a string or a Correction, got {type(text).__name__}")
+    source = text.strip()
+    if source in ("", "none"):
+        return Correction()
+    fields: dict = {}
+    rejections: list[Rejection] = []
+    for part in source.split("/"):
+        key, eq, value = part.partition("=")
+        if key == "is" and eq:
+            if "is_level" in fields:
+                raise ValueError(f"correction {_echo(source)}: is= given twice")
+            _is_part(value, fields, source)
+        elif key == "rs" and eq:
+            rejections.append(_rs_part(value, source))
+        elif key == "opsm" and eq:
+            fields["opsm"] = _float(value, "opsm=", source)
+        elif part in ("norm", "noclamp", "bypass") and not eq:
+            name = {"norm": "batch_normalize", "noclamp": "clamp_log_ratio", "bypass": "bypass"}[part]
+            fields[name] = part != "noclamp"
+        else:
+            raise ValueError(
+                f"correction {_echo(source)}: unknown part {part!r}; parts are is=LEVEL[:tis=C|:mask=c_C], "
+                "rs=OPTION:THRESHOLD, norm, opsm=NUMBER, noclamp, bypass"
+            )
+    try:
+        return Correction(**fields, rejections=tuple(rejections))
+    except ValueError as exc:
+        raise ValueError(f"correction {_echo(source)}: {exc}") from None
+
+
+def correction_string(c: Correction) -> str:
+    """The string that `parse_correction` reads back to `c` (floats written with repr, so exactly)."""
+    if not isinstance(c, Correction):
+        raise ValueError(f"correction_string takes a Correction, got {type(c).__name__}")
+    parts = []
+    if c.is_level is not None:
+        band = (
+            repr(c.is_cap)
+            if c.is_floor is None
+            else f"{c.is_floor!r}_{c.is_cap!r}"
+            if c.is_cap is not None
+            else f"{c.is_floor!r}_inf"
+        )
+        parts.append(f"is={c.is_level}:{'tis' if c.is_mode == 'truncate' else 'mask'}={band}")
+    parts += [f"rs={r.option}:{r.threshold}" for r in c.rejections]
+    if c.batch_normalize:
+        parts.append("norm")
+    if c.opsm is not None:
+        parts.append(f"opsm={c.opsm!r}")
+    if not c.clamp_log_ratio:
+        parts.append("noclamp")
+    if c.bypass:
+        parts.append("bypass")
+    return "/".join(parts) or "none"
