@@ -339,7 +339,7 @@ def _gspo(s, settings, g, keys):
     return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, level="sequence")
 
 
-def _dppo(s, settings, g, keys):
+def _dppo_spec(s, settings, g, keys):
     from divclip.theory.spec import ClipSpec
 
     if s.budget_low != s.budget_high:
@@ -494,8 +494,8 @@ def _is_threshold(settings, keys):
 SPEC_FROM_MODE = {
     "vanilla": _vanilla,
     "gspo": _gspo,
-    "dppo_kl": _dppo,
-    "dppo_tv": _dppo,
+    "dppo_kl": _dppo_spec,
+    "dppo_tv": _dppo_spec,
     "cispo": _cispo,
     "sapo": _sapo,
     "gpg": _gpg,
@@ -638,7 +638,7 @@ def _cited(found: advice.Advice) -> advice.Advice:
 def pitfalls(s: EngineRead) -> list[Pitfall]:
     """What verl's own settings get wrong: the always-on dual clip, clip_ratio shadowed by its sides' defaults,
     DPPO's budget and IS cap read from PPO's keys, a mini-batch larger than the batch."""
-    return [*_dppo(s), *_dual_clip(s), *_shadowed(s), *_minibatch(s)]
+    return [*_dppo_pitfalls(s), *_dual_clip(s), *_shadowed(s), *_minibatch(s)]
 
 
 def _dual_clip(s: EngineRead) -> list[Pitfall]:
@@ -670,7 +670,7 @@ def _dual_clip(s: EngineRead) -> list[Pitfall]:
     return out
 
 
-def _dppo(s: EngineRead) -> list[Pitfall]:
+def _dppo_pitfalls(s: EngineRead) -> list[Pitfall]:
     if s.form != "gated":
         return []
     out = []
