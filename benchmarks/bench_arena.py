@@ -29,7 +29,8 @@ import time
 
 import torch
 
-from divclip.toy_envs import make_env, resolve_methods, run_arena
+from divclip.theory.spec import parse_methods as resolve_methods
+from divclip.toy_envs import make_env, run_arena
 from divclip.toy_envs.reference import reference_run
 from divclip.toy_envs.registry import ENVS
 

@@ -100,10 +100,6 @@ class EngineRead:
     # tis_cap, cap, epochs, mini_batch, train_batch (what the checks name in their warnings)
     on_policy_fix: str = ""  # the settings that make the update off-policy, in the engine's words
 
-    @property
-    def framework(self) -> str:  # the name `divclip check` has always used
-        return self.engine
-
     def role(self, name: str) -> str | None:
         """The engine's key for a role ('eps_low', 'dual_clip', ...), or None where it has none."""
         return self.roles.get(name)

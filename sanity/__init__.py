@@ -5,7 +5,7 @@ Public API (imported lazily, so that `divclip --help` stays cheap):
   report_from_uploads(config=(name, bytes), ...) -> dict  the app page's entry to the same
   format_report(report) -> str                            plain-text rendering
   jsonable(report) -> dict                                the report with non-finite floats as null (strict JSON)
-  read_config / clip_settings / check_settings            config -> ClipSettings -> [Finding]
+  read_config / clip_settings / check_settings            config -> EngineRead -> [Finding]
   load_rollouts / analyse_rollouts                         rollout file -> Rollouts -> rollout section
   SanityInputError, ConfigError, RolloutFileError          every bad input (all ValueError)
 """
@@ -13,7 +13,6 @@ Public API (imported lazily, so that `divclip --help` stays cheap):
 from importlib import import_module
 
 _EXPORTS = {
-    "ClipSettings": "settings",
     "ConfigError": "errors",
     "Finding": "checks",
     "Limits": "validation",

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from divclip.engines import available_engines, get_engine
+from divclip.engines.base import EngineRead
 from divclip.sanity.advice import DPPO_DELTA_RANGE, DPPO_VALIDATED, PUBLISHED_RANGES
 from divclip.sanity.budget import implied_eps_high
-from divclip.sanity.settings import ClipSettings
 from divclip.theory import get_measure
 
 
@@ -68,7 +68,7 @@ SEQUENCE_SCALE_BELOW = 2e-3  # a token ε this small looks like GSPO's sequence 
 TOKEN_SCALE_ABOVE = 1e-2  # a sequence ε this large looks like a token ε
 MEASURE_TOLERANCE = 0.05  # relative gap between the config's ε_high and the one the intended measure implies
 
-CHECKS: list[Callable[[ClipSettings, str | None], list[Finding]]] = []
+CHECKS: list[Callable[[EngineRead, str | None], list[Finding]]] = []
 
 
 def check(fn):
@@ -80,7 +80,7 @@ def finding(code: str, message: str, key: str | None = None) -> Finding:
     return Finding(code, message, SOURCES[code], key)
 
 
-def check_settings(s: ClipSettings, intended_measure: str | None = None) -> list[Finding]:
+def check_settings(s: EngineRead, intended_measure: str | None = None) -> list[Finding]:
     """All warnings for `s`; `intended_measure` is the divergence the user means their clip to express."""
     if intended_measure is not None:
         get_measure(intended_measure)  # a ValueError lists the names
@@ -90,7 +90,7 @@ def check_settings(s: ClipSettings, intended_measure: str | None = None) -> list
     return out
 
 
-def _k(s: ClipSettings, role: str) -> str | None:
+def _k(s: EngineRead, role: str) -> str | None:
     """The engine's key for a role (divclip.engines: EngineRead.roles), e.g. verl's lower clip width for eps_low."""
     return s.role(role)
 
@@ -243,7 +243,7 @@ def _engine_advice(s, _):
 
 
 # ------------------------------------------------------------------------------------------ input checks
-def input_findings(raw, s: ClipSettings) -> list[Finding]:
+def input_findings(raw, s: EngineRead) -> list[Finding]:
     """Keys the engine does not know (with the nearest known key) and config keys written without '=': each a
     warning, never silent (the engine itself would refuse the first, and ignore or choke on the second)."""
     from divclip.engines import get_engine

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import math
 
+from divclip.engines.base import EngineRead
 from divclip.sanity.budget import divergence_intervals, equivalent_budgets
 from divclip.sanity.checks import check_settings, finding, input_findings, scale_findings
 from divclip.sanity.config import read_config, split_overrides
 from divclip.sanity.errors import SanityInputError
 from divclip.sanity.loaders import Limits, load_rollouts
 from divclip.sanity.rollouts import RolloutOptions, analyse_rollouts
-from divclip.sanity.settings import ClipSettings, clip_settings
+from divclip.sanity.settings import clip_settings
 
 SCHEMA = "divclip.check/1"
 DEFAULT_EPS = 0.2  # GRPO's ε and verl's/TRL's default ratio width, used when nothing else says
@@ -189,7 +190,7 @@ def _measured_spread(warnings: list, section: dict) -> None:
             w["message"] = w["message"].replace(SPREAD_HINT, measured)
 
 
-def _rollout_options(s: ClipSettings | None, eps_low, eps_high, deltas, sigma, seed, notes) -> RolloutOptions:
+def _rollout_options(s: EngineRead | None, eps_low, eps_high, deltas, sigma, seed, notes) -> RolloutOptions:
     low, high, dual, level = DEFAULT_EPS, DEFAULT_EPS, None, "token"
     deltas = dict(deltas)
     if s is not None:
@@ -228,7 +229,7 @@ def _rollout_options(s: ClipSettings | None, eps_low, eps_high, deltas, sigma, s
     )
 
 
-def _budget(s: ClipSettings | None, opts: RolloutOptions, eps_given: bool) -> dict:
+def _budget(s: EngineRead | None, opts: RolloutOptions, eps_given: bool) -> dict:
     out = {
         "level": opts.level,
         "eps_low": opts.eps_low,
@@ -245,7 +246,7 @@ def _budget(s: ClipSettings | None, opts: RolloutOptions, eps_given: bool) -> di
             intervals=divergence_intervals(s.measure, s.budget_low, s.budget_high),
             reference="eps_low/eps_high are the widths this δ allows a p = 0.5 token",
         )
-    elif s is not None and s.form == "cispo" and s.framework == "trl" and not eps_given:
+    elif s is not None and s.form == "cispo" and s.engine == "trl" and not eps_given:
         out.update(kind="cap", cap=s.cap, eps_low=None, eps_high=s.budget_high)
     elif s is not None and s.form in ("sapo", "other") and not eps_given:
         out.update(kind="none", eps_low=None, eps_high=None)

@@ -2,7 +2,7 @@
 
 This is the sanity check's thin layer over the engines: it picks the engine (from the keys, or as told), reads
 the settings with that engine's `read` (its key names, types and defaults; `divclip.engines.base.EngineRead`,
-which the checks call `ClipSettings`), and drops from the unknown keys those a hydra `+key=` adds on purpose.
+what the checks read), and drops from the unknown keys those a hydra `+key=` adds on purpose.
 """
 
 from __future__ import annotations
@@ -14,10 +14,7 @@ from divclip.engines.base import EngineRead, Key
 from divclip.sanity.config import RawConfig
 from divclip.sanity.errors import ConfigError
 
-ClipSettings = EngineRead
-"""The clip settings of one config (an engine's `EngineRead`): what the checks read."""
-
-__all__ = ["ClipSettings", "Key", "clip_settings", "detect_framework"]
+__all__ = ["Key", "clip_settings", "detect_framework"]
 
 # The engine versions and tables, as this module has always named them (the engines own them).
 VERL_VERSION, TRL_VERSION, TRANSFORMERS_VERSION = _verl.VERSION, _trl.VERSION, _trl.TRANSFORMERS_VERSION

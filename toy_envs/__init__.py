@@ -29,8 +29,6 @@ _EXPORTS = {
     "iter_arena": "divclip.toy_envs.arena",
     "ArenaResult": "divclip.toy_envs.result",
     "METRICS": "divclip.toy_envs.result",
-    "resolve_methods": "divclip.toy_envs.methods",
-    "method_spec": "divclip.toy_envs.methods",
     "summarize": "divclip.toy_envs.report",
     "claims": "divclip.toy_envs.report",
     "claims_markdown": "divclip.toy_envs.report",

@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 from divclip.theory import compare_measures, constrained_optimum
 from divclip.theory.reallocation import DEFAULT_COMPARE_SPECS
-from divclip.toy_envs.methods import method_spec
+from divclip.theory.spec import parse_method as method_spec
 
 PAGE = PAGES_DIR / "reallocation.py"
 

@@ -52,7 +52,7 @@ def test_every_warning_code_is_exercised_or_has_its_own_test():
 
 def test_verl_settings_from_the_onpolicy_script():
     s = settings_of("verl_grpo_onpolicy.sh")
-    assert (s.framework, s.loss_mode, s.form, s.measure, s.level) == ("verl", "vanilla", "clip", "ratio", "token")
+    assert (s.engine, s.loss_mode, s.form, s.measure, s.level) == ("verl", "vanilla", "clip", "ratio", "token")
     assert (s.budget_low, s.budget_high, s.dual_clip_c) == (0.2, 0.2, 3.0)
     assert (s.updates_per_batch, s.on_policy, s.group_size) == (1, True, 5)
     assert s.keys["data.train_batch_size"] == {"value": 1024, "origin": "set"}
@@ -183,4 +183,4 @@ def test_framework_detection_and_forcing():
     raw = read_config(None, overrides=["epsilon=0.2", "actor_rollout_ref.actor.clip_ratio=0.2"])
     with pytest.raises(ConfigError, match="mixes verl keys"):
         clip_settings(raw)
-    assert clip_settings(raw, framework="trl").framework == "trl"
+    assert clip_settings(raw, framework="trl").engine == "trl"

@@ -147,13 +147,6 @@ def test_parse_methods_keeps_order_and_labels():
         parse_methods(" , ")
 
 
-def test_toy_methods_module_is_the_same_parser():
-    from divclip.toy_envs import methods
-
-    assert methods.method_spec is parse_method and methods.resolve_methods is parse_methods
-    assert methods.spec_label is spec_label
-
-
 def _theory_imports() -> dict[str, set[str]]:
     """module -> the divclip.theory modules it imports anywhere in its source (function-level imports too)."""
     import ast
