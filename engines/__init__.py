@@ -34,10 +34,12 @@ __all__ = [
     "from_engine",
     "get_engine",
     "read",
+    "read_correction",
     "to_engine",
     "translate",
     "translation_differences",
     "write",
+    "write_correction",
 ]
 
 ENGINES = ("verl", "trl", "openrlhf", "areal", "skyrl", "slime")
@@ -90,9 +92,33 @@ def from_engine(engine: str, settings: Mapping, **options):
     return found.spec
 
 
-def to_engine(spec, engine: str, **options) -> dict:
-    """`spec` as one flat mapping of `engine`'s settings (environment variables included), as `read` takes them."""
-    return write(spec, engine, **options).flat()
+def to_engine(spec, engine: str, *, correction=None, **options) -> dict:
+    """`spec` as one flat mapping of `engine`'s settings (environment variables included), as `read` takes them;
+    with `correction` (a `divclip.theory.correction.Correction` or its string) its keys too, and a ValueError
+    naming what `engine` cannot express of it."""
+    out = write(spec, engine, **options).flat()
+    if correction is not None:
+        keys, cannot = write_correction(correction, engine)
+        if cannot:
+            raise ValueError(f"{engine} cannot express the correction {correction}: " + "; ".join(cannot))
+        out.update(keys)
+    return out
+
+
+def read_correction(engine: str, settings: Mapping):
+    """The rollout correction (`divclip.theory.correction.Correction`) `settings` of `engine` apply, or None."""
+    from divclip.engines.correction import read_correction as read_one
+
+    get_engine(engine)
+    return read_one(engine, _mapping(settings))
+
+
+def write_correction(correction, engine: str) -> tuple[dict, list[str]]:
+    """(settings, cannot): `correction` in `engine`'s keys and what `engine` cannot say of it."""
+    from divclip.engines.correction import write_correction as write_one
+
+    get_engine(engine)
+    return write_one(correction, engine)
 
 
 def translate(settings: Mapping, src: str, dst: str, **options) -> tuple[dict, list]:
@@ -103,7 +129,13 @@ def translate(settings: Mapping, src: str, dst: str, **options) -> tuple[dict, l
     found = read(src, settings, **options)
     spec = from_engine(src, settings, **options) if found.spec is None else found.spec
     out = get_engine(dst).write(spec, recipe=False, loss_agg_mode=found.loss_agg_mode)
-    return out.flat(), translation_differences(found, out)
+    flat, diffs = out.flat(), translation_differences(found, out)
+    correction = read_correction(src, settings)  # the third policy travels too (docs/engines.md)
+    if correction is not None:
+        keys, cannot = write_correction(correction, dst)
+        flat.update(keys)
+        diffs += [Difference(f"rollout correction {correction}", f"{dst}: {why}") for why in cannot]
+    return flat, diffs
 
 
 STRUCTURE = (

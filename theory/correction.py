@@ -24,7 +24,7 @@ ignored, nothing else is; "none" is the empty correction):
            | "mask=" C | "mask=" c "_" C       mask: w = ρ inside [c, C], else 0 (IcePop; TRL's *_mask)
                                               (C may be "inf" after a floor: c "_inf" bounds w from below only)
     OPTION := token_k1 | token_k2 | token_k3 | seq_sum_k1 | seq_sum_k2 | seq_sum_k3
-           | seq_mean_k1 | seq_mean_k2 | seq_mean_k3 | seq_max_k2 | seq_max_k3       (verl's rollout_rs)
+           | seq_mean_k1 | seq_mean_k2 | seq_mean_k3 | seq_max_k2 | seq_max_k3       (verl's rejection options)
     THRESHOLD := NUMBER                        upper bound on the statistic (k2, k3)
            | lo "_" hi                         k1 only: bounds on exp(statistic); a bare NUMBER C means 1/C "_" C
 
@@ -86,7 +86,7 @@ def _number(owner: str, name: str, value, *, positive: bool = True, zero_ok: boo
 
 @dataclass(frozen=True)
 class Rejection:
-    """One rejection rule (verl's `rollout_rs` option with its `rollout_rs_threshold` entry)."""
+    """One rejection rule (one of verl's rejection options with its threshold)."""
 
     option: str
     """A name in `RS_OPTIONS`: token_k3 drops a token, seq_mean_k1 a whole sequence, and so on."""
@@ -150,7 +150,8 @@ class Correction:
     batch_normalize: bool = False
     """Divide the weights by their batch mean (token: over tokens; sequence: over sequences), as verl can."""
     rejections: tuple[Rejection, ...] = ()
-    """Rejection rules; a token is kept when every rule keeps it (verl's comma-combined rollout_rs)."""
+    """Rejection rules; a token is kept when every rule keeps it (verl's comma-combined options); stored in
+    the order of `RS_OPTIONS`."""
     opsm: float | None = None
     """Off-policy sequence mask threshold δ (DeepSeek-V3.2 eq. 9; TRL off_policy_mask_threshold): weight 0 for a
     sequence with A < 0 and mean(log π_rollout - log π_train) > δ. Needs the advantages."""
@@ -158,7 +159,7 @@ class Correction:
     """True: log ρ is clamped to ±20 before exp (verl, SkyRL); False: raw exp (TRL)."""
     bypass: bool = False
     """verl's bypass mode: old_log_prob is the rollout's, so ρ = π_θ/π_rollout is computed inside the loss from the
-    current log-probs; a ratio-clipped loss then applies only the rejection (verl's loss_type=ppo_clip)."""
+    current log-probs; a ratio-clipped loss then applies only the rejection (verl's PPO-clip bypass)."""
 
     def __post_init__(self):
         if self.is_level is not None and self.is_level not in IS_LEVELS:
@@ -189,7 +190,8 @@ class Correction:
         options = [r.option for r in rejections]
         if len(set(options)) != len(options):
             raise ValueError(f"Correction.rejections names an option twice: {options}")
-        object.__setattr__(self, "rejections", tuple(rejections))
+        # AND is order-free: one canonical order (RS_OPTIONS') makes equal corrections compare equal
+        object.__setattr__(self, "rejections", tuple(sorted(rejections, key=lambda r: RS_OPTIONS.index(r.option))))
         if self.opsm is not None:
             object.__setattr__(self, "opsm", _number("Correction", "opsm", self.opsm, zero_ok=True))
 

@@ -197,7 +197,7 @@ def policy_loss(
     rollout_is_weights do and its rejected tokens leave response_mask. Decoupled (verl's default): the correction
     is of π_old/π_rollout. Bypass (`bypass` in the correction; old_log_prob is then the rollout's, as verl sets
     it): of π_θ/π_rollout from log_prob, detached; a REINFORCE loss (mode gpg) takes its weights, any other form
-    only its rejection (verl's loss_type=ppo_clip, whose ratio is already to π_rollout). An off-policy sequence
+    only its rejection (verl's PPO-clip bypass, whose ratio is already to π_rollout). An off-policy sequence
     mask (opsm=) compares π_θ with π_rollout in either mode, as TRL does. Its metrics join the others with the
     prefix 'rollout_corr/'.
     """
