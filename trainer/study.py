@@ -287,7 +287,13 @@ def run_study(study: Study) -> dict:
     start = time.perf_counter()
     bar = _Bar(len(warm) + len(runs), study.progress)
     try:
-        results = _dispatch(warm, study, bar) + _dispatch(runs, study, bar)
+        if study.workers == 1 and study.ray_address is None:
+            # one at a time, seed by seed: a study stopped early has complete seeds to summarise
+            per_task_seed = len(study.methods)
+            order = [[w, *runs[i * per_task_seed : (i + 1) * per_task_seed]] for i, w in enumerate(warm)]
+            results = _dispatch([job for group in order for job in group], study, bar)
+        else:
+            results = _dispatch(warm, study, bar) + _dispatch(runs, study, bar)
     finally:
         bar.close()
     summary = summarize(study)

@@ -157,16 +157,18 @@ def holm(pvalues) -> np.ndarray:
 
 def min_detectable_effect(sd: float, n: int, alpha: float = 0.05, power: float = 0.8) -> float:
     """Smallest true mean difference a two-sided paired t-test at level `alpha` detects with probability `power`
-    from n pairs whose differences have standard deviation `sd` (noncentral t, df = n − 1). NaN for n < 2."""
+    from n pairs whose differences have standard deviation `sd` (noncentral t, df = n − 1). NaN for n < 2 or sd = 0."""
     if n < 2 or not math.isfinite(sd):
         return math.nan
-    if sd == 0:
-        return 0.0
+    if sd == 0:  # identical differences: no spread to size an effect against
+        return math.nan
     df = n - 1
     crit = stats.t.ppf(1 - alpha / 2, df)
 
     def power_at(effect):
         nc = effect * math.sqrt(n) / sd
+        if df > 1000:  # scipy's nct is NaN there; the t statistic is normal to ~1e-3
+            return stats.norm.sf(crit - nc) + stats.norm.cdf(-crit - nc) - power
         return stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc) - power
 
     from scipy.optimize import brentq
