@@ -381,6 +381,7 @@ def _task_summary(study: Study, per: dict, seeds: list[int], steps: int) -> dict
         if m != base and seeds:
             variance[m] = st.variance_ratio(acc[m], acc[base])
     return {
+        "claims": {m: paper_claims(methods, comparisons, variance, m, base, study.alpha) for m in variance},
         "seeds": seeds,
         "steps": steps,
         "baseline": base,
@@ -389,6 +390,55 @@ def _task_summary(study: Study, per: dict, seeds: list[int], steps: int) -> dict
         "comparisons": comparisons,
         "variance_ratio": variance,
     }
+
+
+# The seed paper's three claims for ATR-GRPO against GRPO (at 1.7B/8B), each as the number this study measures.
+PAPER_CLAIMS = {
+    "variance": ("variance over seeds of the final accuracy, ratio to GRPO's", 0.8),
+    "convergence": ("mean steps to 90 % of the gain, ratio to GRPO's", 0.85),
+    "accuracy": ("final held-out accuracy, difference to GRPO in points", 8.0),
+}
+
+
+def _claim_verdict(lo, hi, claimed, null) -> str:
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return "not measurable at this n"
+    inside_null = lo <= null <= hi
+    inside_claim = lo <= claimed <= hi
+    if inside_null and not inside_claim:
+        return "no difference detectable; the claimed effect lies outside the interval"
+    if inside_null:
+        return "no difference detectable; the interval also holds the claimed effect (too few seeds to tell)"
+    if inside_claim:
+        return "an effect is detected and the claimed size lies in its interval"
+    return "an effect is detected but the claimed size lies outside its interval"
+
+
+def paper_claims(methods, comparisons, variance, method, base, alpha) -> dict:
+    """The paper's three claims (`PAPER_CLAIMS`) for `method` against `base`, each with its estimate, a
+    (1 − α) paired bootstrap interval and a plain verdict. Informative for any method; the paper's are ATR's."""
+    x = np.array(methods[method]["final_accuracy"]["values"], dtype=float)
+    y = np.array(methods[base]["final_accuracy"]["values"], dtype=float)
+    sx = np.array(methods[method]["steps_to_90"]["values"], dtype=float)
+    sy = np.array(methods[base]["steps_to_90"]["values"], dtype=float)
+    level = 1 - alpha
+    v = variance[method]
+    lo, hi = st.paired_bootstrap_ci(x * 100, y * 100, level)
+    rlo, rhi = st.paired_ratio_ci(sx, sy, level)
+    out = {
+        "variance": {"estimate": v["ratio"], "ci_low": v["ci_low"], "ci_high": v["ci_high"], "p": v["p"]},
+        "convergence": {
+            "estimate": float(sx.mean() / sy.mean()) if len(sy) and sy.mean() else math.nan,
+            "ci_low": rlo,
+            "ci_high": rhi,
+        },
+        "accuracy": {"estimate": float((x - y).mean() * 100) if len(x) else math.nan, "ci_low": lo, "ci_high": hi},
+    }
+    for key, (what, claimed) in PAPER_CLAIMS.items():
+        null = 0.0 if key == "accuracy" else 1.0
+        out[key].update(what=what, claimed=claimed, ci_level=level)
+        out[key]["verdict"] = _claim_verdict(out[key]["ci_low"], out[key]["ci_high"], claimed, null)
+    return out
 
 
 def _nanmean(v) -> float:
@@ -440,6 +490,18 @@ def summary_table(summary: dict) -> str:
                     f"| {metric} | {ts['methods'][r['method']]['label']} | {_fmt(r['diff'], '+.3f')} | "
                     f"[{_fmt(r['ci_low'], '+.3f')}, {_fmt(r['ci_high'], '+.3f')}] | {_fmt(r['p_holm'])} | "
                     f"{_fmt(r['mde'])} | {r['verdict']} |"
+                )
+        for m, claims in ts.get("claims", {}).items():
+            lines += [
+                "",
+                f"The paper's three claims (made for ATR-GRPO), measured for {ts['methods'][m]['label']} against "
+                f"{ts['methods'][base]['label']} (95 % paired bootstrap intervals):",
+                "",
+            ]
+            for c in claims.values():
+                lines.append(
+                    f"* {c['what']}: {_fmt(c['estimate'], '.3f')} [{_fmt(c['ci_low'], '.3f')}, "
+                    f"{_fmt(c['ci_high'], '.3f')}] (paper: {c['claimed']:g}) — {c['verdict']}"
                 )
         lines.append("")
     return "\n".join(lines)

@@ -205,6 +205,23 @@ def variance_ratio(x, y, level: float = 0.95, n_resamples: int = 10_000, seed: i
     return out
 
 
+def paired_ratio_ci(x, y, level: float = 0.95, n_resamples: int = 10_000, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of mean(x)/mean(y), resampling the pairs (NaN where a resample's mean(y)
+    is 0 everywhere)."""
+    _paired(x, y)
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if len(x) < 2:
+        return math.nan, math.nan
+    idx = np.random.default_rng(seed).integers(0, len(x), size=(n_resamples, len(x)))
+    mx, my = x[idx].mean(axis=1), y[idx].mean(axis=1)
+    ok = my != 0
+    if not ok.any():
+        return math.nan, math.nan
+    tail = (1 - level) / 2
+    lo, hi = np.quantile(mx[ok] / my[ok], [tail, 1 - tail])
+    return float(lo), float(hi)
+
+
 def compare_to_baseline(
     values: dict[str, np.ndarray], baseline: str, alpha: float = 0.05, n_resamples: int = 10_000, seed: int = 0
 ) -> list[dict]:
@@ -255,6 +272,7 @@ __all__ = [
     "holm",
     "min_detectable_effect",
     "paired_bootstrap_ci",
+    "paired_ratio_ci",
     "run_metrics",
     "sign_flip_pvalue",
     "steps_to_fraction",

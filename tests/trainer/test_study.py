@@ -111,6 +111,13 @@ def test_every_summary_number_recomputes_from_the_logs(finished):
         for a, b in zip(comparisons, again):
             assert a["verdict"] == b["verdict"]
             assert all(close(a[k], b[k]) for k in ("diff", "ci_low", "ci_high", "p", "p_holm", "mde")), metric
+    claims = task["claims"]["atr"]
+    diff_points = 100 * (
+        np.array(task["methods"]["atr"]["final_accuracy"]["values"]) - np.array(base["final_accuracy"]["values"])
+    )
+    assert close(claims["accuracy"]["estimate"], diff_points.mean())
+    assert close(claims["variance"]["estimate"], task["variance_ratio"]["atr"]["ratio"])
+    assert {c["claimed"] for c in claims.values()} == {0.8, 0.85, 8.0}
     for run in saved["runs"]:
         recomputed = st.run_metrics(logs[(run["method"], run["seed"])])
         assert all(close(run[k], recomputed[k]) for k in st.RUN_METRICS)
@@ -186,3 +193,19 @@ def test_bad_arguments_fail_before_any_work(argv, message, capsys, tmp_path):
     assert main(["study", "--output-dir", str(tmp_path / "s"), *argv]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize(
+    "lo, hi, verdict",
+    [
+        (-1.0, 2.0, "the claimed effect lies outside"),
+        (-1.0, 9.0, "too few seeds to tell"),
+        (5.0, 9.0, "claimed size lies in its interval"),
+        (1.0, 3.0, "claimed size lies outside its interval"),
+        (math.nan, 3.0, "not measurable"),
+    ],
+)
+def test_claim_verdicts(lo, hi, verdict):
+    from divclip.trainer.study import _claim_verdict
+
+    assert verdict in _claim_verdict(lo, hi, claimed=8.0, null=0.0)

@@ -151,3 +151,19 @@ def test_compare_to_baseline_verdicts_and_levels():
         st.compare_to_baseline(values, "dapo")
     with pytest.raises(ValueError, match="finite"):
         st.compare_to_baseline({"grpo": base, "x": np.full(10, np.nan)}, "grpo")
+
+
+def test_ratio_interval_matches_scipys_paired_bootstrap():
+    x, y = paired_sample(10, 0.2, seed=9, sd=0.1)
+    x, y = x + 2, y + 2  # means well away from 0
+    ours = st.paired_ratio_ci(x, y, level=0.95, n_resamples=100_000, seed=1)
+    ref = stats.bootstrap(
+        (x, y),
+        lambda a, b, axis=-1: np.mean(a, axis=axis) / np.mean(b, axis=axis),
+        paired=True,
+        vectorized=True,
+        method="percentile",
+        n_resamples=100_000,
+        rng=np.random.default_rng(2),
+    ).confidence_interval
+    assert ours == pytest.approx((ref.low, ref.high), abs=2e-3)
