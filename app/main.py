@@ -20,6 +20,7 @@ PAGES = [
     st.Page("views/sanity_check.py", title="Sanity check", icon=":material/fact_check:"),
     st.Page("views/token_explainer.py", title="Token explainer", icon=":material/token:"),
     st.Page("views/atlas.py", title="Atlas", icon=":material/grid_on:"),
+    st.Page("views/study.py", title="Study", icon=":material/query_stats:"),
 ]
 
 page = st.navigation(PAGES)

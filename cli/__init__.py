@@ -1,6 +1,6 @@
 """The `divclip` command line: one parser, one error path, one module per subcommand.
 
-    divclip measures | bounds | derive | realloc | check | export | translate | toy | train | atlas  [options]
+    divclip measures | bounds | derive | realloc | check | export | translate | toy | train | atlas | study  [options]
 
 Each subcommand is a module here with the same two functions: `add_parser(subparsers)` adds its argparse
 parser, `run(args) -> int` runs it and returns the exit status. `SUBCOMMANDS` below lists them; follow a flag
@@ -17,9 +17,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from divclip.cli import atlas, bounds, check, derive, export, measures, realloc, toy, train, translate
+from divclip.cli import atlas, bounds, check, derive, export, measures, realloc, study, toy, train, translate
 
-SUBCOMMANDS = (measures, bounds, derive, realloc, check, export, translate, toy, train, atlas)
+SUBCOMMANDS = (measures, bounds, derive, realloc, check, export, translate, toy, train, atlas, study)
 
 
 class Parser(argparse.ArgumentParser):

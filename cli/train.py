@@ -16,7 +16,7 @@ import time
 # CLI flag -> TrainerConfig field, and its parser. Only flags the user gives override the preset.
 _OPTIONS: dict[str, tuple[str, type, str]] = {
     "--model": ("model", str, "'tiny' or a local Hugging Face causal-LM directory"),
-    "--task": ("task", str, '\'arith\' or a JSONL file of {"prompt", "answer"} lines'),
+    "--task": ("task", str, 'arith, mult, countdown, or a JSONL file of {"prompt", "answer"} lines'),
     "--method": ("method", str, "a preset grpo, dapo, atr, dppo_kl, dppo_tv, gspo, sapo, or e.g. kl3:0.02"),
     "--measure": ("measure", str, "replace the preset's divergence measure (needs --delta)"),
     "--delta": ("delta", float, "divergence budget δ (KL3: 0.01-0.05)"),
@@ -70,7 +70,12 @@ def add_parser(subparsers):
         description="Warm-start (optional) and train a causal LM with GRPO-family RL and any divclip clip spec.",
         formatter_class=_RangeHelp,
     )
-    p.add_argument("--preset", default=None, help="a bundle of settings: tiny-arith (flags override it)")
+    p.add_argument(
+        "--preset",
+        default=None,
+        help="a bundle of settings: tiny-arith, or the off-policy study presets tiny-arith-offpolicy, "
+        "tiny-mult-offpolicy, tiny-countdown-offpolicy (flags override it)",
+    )
     for flag, (dest, kind, help_) in _OPTIONS.items():
         p.add_argument(flag, dest=dest, type=kind, default=None, help=help_)
     p.add_argument(

@@ -354,3 +354,34 @@ def load_checkpoint(path: Path, model, optimizer, device) -> tuple[int, list[dic
 def load_extra_state(path: Path) -> dict:
     """The `extra` trainer state saved with checkpoint `path` ({} for checkpoints written without it)."""
     return dict(_load_state(Path(path), "cpu").get("extra") or {})
+
+
+def load_warm_start(path, model, config: dict, fields: tuple[str, ...]) -> dict:
+    """Load the weights of the step-0 checkpoint at `path` into `model` and return its row 0 (sft/*, eval/*).
+    ValueError when it is damaged, not a step-0 checkpoint, or was made with other `fields` than `config`."""
+    from transformers import AutoModelForCausalLM
+
+    path = Path(path)
+    why = verify_checkpoint(path)
+    if why is not None:
+        raise ValueError(f"TrainerConfig.warm_start_from={str(path)!r} is not an intact checkpoint ({why})")
+    state = _load_state(path)
+    if state["step"] != 0:
+        raise ValueError(
+            f"TrainerConfig.warm_start_from={str(path)!r} is the checkpoint of step {state['step']}; it must be a "
+            "step-0 checkpoint (checkpoints/step-000000, written right after the warm start)"
+        )
+    saved = state["config"]
+    changed = sorted(k for k in fields if k in saved and saved[k] != config[k])
+    if changed:
+        diffs = ", ".join(f"{k}={config[k]!r} (warm start: {saved[k]!r})" for k in changed)
+        raise ValueError(f"TrainerConfig.warm_start_from={str(path)!r} was made with other settings: {diffs}")
+    try:
+        with quiet_saving():  # no 'Loading weights' bar for every run of a study
+            weights = AutoModelForCausalLM.from_pretrained(path, dtype=next(model.parameters()).dtype).state_dict()
+        model.load_state_dict(weights)
+    except Exception as exc:  # noqa: BLE001 - one clear message, whatever the loader raised
+        raise ValueError(
+            f"TrainerConfig.warm_start_from={str(path)!r}: its weights do not fit this model ({type(exc).__name__})"
+        ) from None
+    return dict(state["history"][0])

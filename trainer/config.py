@@ -16,6 +16,7 @@ from types import MappingProxyType
 from divclip.theory.advantages import NORMS
 from divclip.theory.loss_metrics import KL_ESTIMATORS, LOSS_AGG_MODES
 from divclip.theory.spec import PRESETS, ClipSpec, parse_method
+from divclip.trainer.tasks import BUILTIN_TASKS
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -29,14 +30,18 @@ class TrainerConfig:
     """'tiny' builds a tiny GPT-2 and a character tokenizer in code; otherwise a local Hugging Face causal-LM
     directory (config.json + weights + tokenizer files). Nothing is ever downloaded."""
     task: str = "arith"
-    """'arith' (built-in addition with an exact verifier) or a path to a JSONL file of {"prompt", "answer"} lines
+    """Generated in code: 'arith' (addition), 'mult' (multiplication), 'countdown' (four numbers 1-9, reach the
+    target with + - *; any correct expression scores); or a path to a JSONL file of {"prompt", "answer"} lines
     scored by the numeric / \\boxed{} verifier."""
     arith_digits: int = 2
-    """'arith' only: operands have this many digits (zero-padded), so 2 gives 10^4 problems "07+35=" -> "42"."""
+    """'arith' and 'mult': operands have this many digits (zero-padded), so 2 gives 10^4 problems "07+35=" -> "42"."""
     eval_size: int = 200
     """Held-out problems (never trained on) for greedy-decoding accuracy; 0 disables evaluation."""
     eval_every: int = 25
     """Evaluate every this many RL steps (and always before the first and after the last step)."""
+    pass_k: int = 0
+    """k > 0: at the warm start and after the last step also sample k completions per held-out problem (at
+    `temperature`) and log eval/pass@k (any of the k correct) and eval/pass@1_sampled (their mean); 0 skips it."""
     # -- tiny model ('tiny' only)
     tiny_n_layer: int = 2
     """Transformer blocks of the tiny GPT-2."""
@@ -47,6 +52,10 @@ class TrainerConfig:
     # -- supervised warm start
     sft_steps: int = 0
     """Supervised steps on the task's reference answers before RL (a warm start); 0 skips it."""
+    warm_start_from: str | None = None
+    """A step-0 checkpoint directory (checkpoints/step-000000 of a run with the same model, task, seed and sft_*
+    settings): its weights and its row 0 replace running the warm start, so many methods share one warm start.
+    The result is the same as running the warm start here (same seed, device and threads)."""
     sft_batch_size: int = 64
     """Examples per supervised step."""
     sft_lr: float = 3e-3
@@ -165,10 +174,15 @@ def _check_paths(cfg: TrainerConfig):
             _fail("model", cfg.model, "'tiny' or an existing local Hugging Face model directory (no such directory)")
         if not (path / "config.json").is_file():
             _fail("model", cfg.model, "a Hugging Face model directory containing config.json (none found there)")
+    builtin = " or ".join(map(repr, BUILTIN_TASKS))
     if not isinstance(cfg.task, str) or not cfg.task:
-        _fail("task", cfg.task, "'arith' or the path of a .jsonl file")
-    if cfg.task != "arith" and not Path(cfg.task).is_file():
-        _fail("task", cfg.task, "'arith' or the path of an existing .jsonl file (no such file)")
+        _fail("task", cfg.task, f"{builtin} or the path of a .jsonl file")
+    if cfg.task not in BUILTIN_TASKS and not Path(cfg.task).is_file():
+        _fail("task", cfg.task, f"{builtin} or the path of an existing .jsonl file (no such file)")
+    if cfg.warm_start_from is not None:
+        where = "None or a step-0 checkpoint directory (checkpoints/step-000000 of a run)"
+        if not isinstance(cfg.warm_start_from, str) or not Path(cfg.warm_start_from).is_dir():
+            _fail("warm_start_from", cfg.warm_start_from, f"{where}; no such directory")
     if cfg.output_dir is not None:
         if not isinstance(cfg.output_dir, str) or not cfg.output_dir:
             _fail("output_dir", cfg.output_dir, "None or a directory path")
@@ -183,6 +197,7 @@ INT_RANGES: Mapping[str, tuple[int, int]] = MappingProxyType(
         "arith_digits": (1, 4),
         "eval_size": (0, 100_000),
         "eval_every": (1, 10**6),
+        "pass_k": (0, 1024),
         "tiny_n_layer": (1, 48),
         "tiny_n_embd": (1, 4096),
         "tiny_n_head": (1, 64),
@@ -304,6 +319,31 @@ TRAIN_PRESETS: Mapping[str, Mapping] = MappingProxyType(
         ),
     }
 )
+# The off-policy regime of the study (`divclip study`): μ = 4 epochs x 4 minibatches at a 3x larger rate, so every
+# rollout batch takes 16 (or 32) optimizer steps and GRPO clips about 5-6 % of tokens (measured: `divclip study` prints
+# each task's GRPO clip fraction), where the choice of clip can matter. Multiplication and Countdown are harder:
+# after the same 1000-step warm start the greedy held-out accuracy is a few percent (mult, 2 digits) and the
+# reward is sparse but reachable by sampling.
+_OFF_POLICY = dict(ppo_epochs=4, minibatches=4, lr=3e-4, steps=60, eval_every=10, eval_size=300, pass_k=8)
+_STUDY_PRESETS = {
+    "tiny-arith-offpolicy": {**TRAIN_PRESETS["tiny-arith"], **_OFF_POLICY},
+    # longer answers and a sparser reward clip less at 4 minibatches (Countdown: 3.7 % measured), so 8
+    "tiny-mult-offpolicy": {
+        **TRAIN_PRESETS["tiny-arith"],
+        **_OFF_POLICY,
+        "task": "mult",
+        "max_new_tokens": 5,
+        "minibatches": 8,
+    },
+    "tiny-countdown-offpolicy": {
+        **TRAIN_PRESETS["tiny-arith"],
+        **_OFF_POLICY,
+        "task": "countdown",
+        "max_new_tokens": 8,
+        "minibatches": 8,
+    },
+}
+TRAIN_PRESETS = MappingProxyType({**TRAIN_PRESETS, **{k: MappingProxyType(v) for k, v in _STUDY_PRESETS.items()}})
 
 
 def default_output_dir(preset: str | None, method: str, seed: int) -> str:

@@ -33,6 +33,7 @@ from divclip.trainer.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
     load_extra_state,
+    load_warm_start,
     quiet_saving,
     save_checkpoint,
     say,
@@ -42,6 +43,7 @@ from divclip.trainer.checkpoint import (
     write_manifest,
 )
 from divclip.trainer.config import TrainerConfig
+from divclip.trainer.puzzles import PUZZLE_ALPHABET
 from divclip.trainer.rollout import autocast, completion_mask, decode, encode_prompts, sample, token_log_probs
 from divclip.trainer.runlog import MetricsLog, Progress, jsonl_text
 from divclip.trainer.sft import warm_start
@@ -49,6 +51,26 @@ from divclip.trainer.tasks import Task, load_task
 from divclip.trainer.tiny import ARITH_ALPHABET, TEXT_ALPHABET, char_tokenizer, tiny_gpt2
 
 EVAL_BATCH = 512
+PASS_K_STREAM = 500_009  # pass@k sampling's torch seed offset, apart from the RL steps' seeds
+# What a shared warm start must agree on with the run that loads it (everything the warm start depends on).
+WARM_START_FIELDS = (
+    "model",
+    "task",
+    "arith_digits",
+    "eval_size",
+    "tiny_n_layer",
+    "tiny_n_embd",
+    "tiny_n_head",
+    "sft_steps",
+    "sft_batch_size",
+    "sft_lr",
+    "max_grad_norm",
+    "max_new_tokens",
+    "temperature",
+    "pass_k",
+    "seed",
+    "bf16",
+)
 _MEAN_KEYS = ("clipfrac", "clipfrac_low", "clipfrac_high", "dual_clipfrac", "ppo_kl", "kl3", "ratio_mean")
 
 
@@ -78,7 +100,8 @@ def resolve_device(name: str) -> torch.device:
 def build_model(cfg: TrainerConfig, task: Task):
     """(model, tokenizer): the tiny GPT-2 + char tokenizer, or a local Hugging Face directory."""
     if cfg.model == "tiny":
-        tokenizer = char_tokenizer(ARITH_ALPHABET if cfg.task == "arith" else TEXT_ALPHABET)
+        alphabet = {"arith": ARITH_ALPHABET, "mult": PUZZLE_ALPHABET, "countdown": PUZZLE_ALPHABET}
+        tokenizer = char_tokenizer(alphabet.get(cfg.task, TEXT_ALPHABET))
         longest = max(len(e.prompt) for e in task.train + task.eval)  # one token per character
         model = tiny_gpt2(
             len(tokenizer),
@@ -151,7 +174,19 @@ class GRPOTrainer:
         finally:
             torch.set_num_threads(threads)
 
-    def _train(self, on_step) -> TrainResult:
+    def prepare(self) -> list[dict]:
+        """Resume from output_dir, or run (or load) the warm start and save it as checkpoint 0; returns the
+        history so far. `train` calls it first; alone it makes a warm start that runs can share
+        (`warm_start_from`)."""
+        threads = torch.get_num_threads()
+        if self.cfg.threads:
+            torch.set_num_threads(self.cfg.threads)
+        try:
+            return self._prepare()
+        finally:
+            torch.set_num_threads(threads)
+
+    def _prepare(self) -> list[dict]:
         cfg, out = self.cfg, self.cfg.output_dir
         history = self._resume() if out is not None else None
         if history is None:
@@ -168,6 +203,11 @@ class GRPOTrainer:
                     cfg.keep_checkpoints,
                     extra=self._extra_state(),
                 )
+        return history
+
+    def _train(self, on_step) -> TrainResult:
+        cfg, out = self.cfg, self.cfg.output_dir
+        history = self._prepare()
         log = MetricsLog(out, history)
         progress = Progress(cfg.steps, self.step, cfg.progress)
         try:
@@ -175,7 +215,7 @@ class GRPOTrainer:
                 self.step += 1
                 row = self.rl_step(self.step)
                 if self.step % cfg.eval_every == 0 or self.step == cfg.steps:
-                    row.update(self.evaluate())
+                    row.update(self.evaluate(with_pass_k=self.step == cfg.steps))
                 log.log(row)
                 progress.update(row)
                 every = cfg.checkpoint_every
@@ -228,6 +268,12 @@ class GRPOTrainer:
     def _warm_start(self) -> dict:
         cfg = self.cfg
         torch.manual_seed(_step_seed(cfg.seed, 0))
+        if cfg.warm_start_from is not None:
+            row = load_warm_start(cfg.warm_start_from, self.model, cfg.to_dict(), WARM_START_FIELDS)
+            if cfg.progress:
+                say(f"warm start loaded from {cfg.warm_start_from} (held-out accuracy {row.get('eval/accuracy')})")
+            self._reference_after_warm_start()
+            return row
         row = {"step": 0}
         bar = Progress(cfg.sft_steps, 0, cfg.progress and cfg.sft_steps > 0, desc="warm start")
         try:
@@ -250,12 +296,15 @@ class GRPOTrainer:
             bar.close()
         if cfg.progress and self.task.eval:
             say(f"evaluating the warm start on {len(self.task.eval)} held-out problems")
-        row.update(self.evaluate())
-        if cfg.kl_coef > 0:
-            self.ref_model = self._frozen_copy()
-            if cfg.output_dir is not None:
-                self._save_reference()
+        row.update(self.evaluate(with_pass_k=True))
+        self._reference_after_warm_start()
         return row
+
+    def _reference_after_warm_start(self):
+        if self.cfg.kl_coef > 0:
+            self.ref_model = self._frozen_copy()
+            if self.cfg.output_dir is not None:
+                self._save_reference()
 
     def _extra_state(self) -> dict:
         return {} if self.controller is None else {"delta_controller": self.controller.state_dict()}
@@ -439,22 +488,42 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------------------------------ eval
     @torch.no_grad()
-    def evaluate(self) -> dict:
-        """Greedy-decoding accuracy on the held-out split (empty when eval_size is 0)."""
+    def evaluate(self, with_pass_k: bool = False) -> dict:
+        """Greedy-decoding accuracy on the held-out split (empty when eval_size is 0); with `with_pass_k` and
+        pass_k = k > 0 also eval/pass@k and eval/pass@1_sampled from k samples per problem at `temperature`."""
         examples = self.task.eval
         if not examples:
             return {}
-        correct = 0
+        row = {"eval/accuracy": float(self._held_out_scores(examples, greedy=True).mean())}
+        k = self.cfg.pass_k
+        if with_pass_k and k > 0:
+            with torch.random.fork_rng(devices=[]):  # the samples leave the run's random stream untouched
+                torch.manual_seed(_step_seed(self.cfg.seed, self.step) + PASS_K_STREAM)
+                scores = self._held_out_scores([e for e in examples for _ in range(k)], greedy=False)
+            per_problem = scores.reshape(len(examples), k)  # (problems, k)
+            # with n = k samples the unbiased estimator 1 - C(n-c, k)/C(n, k) is 1 exactly when c > 0
+            row[f"eval/pass@{k}"] = float((per_problem.max(axis=1) > 0).mean())
+            row["eval/pass@1_sampled"] = float(per_problem.mean())
+        return row
+
+    def _held_out_scores(self, examples, greedy: bool) -> np.ndarray:
+        scores = []
         for i in range(0, len(examples), EVAL_BATCH):
             chunk = examples[i : i + EVAL_BATCH]
             ids, mask = encode_prompts(self.tokenizer, [e.prompt for e in chunk], self.device)
             with autocast(self.device, self.cfg.bf16):
                 comp = sample(
-                    self.model, self.tokenizer, ids, mask, max_new_tokens=self.cfg.max_new_tokens, greedy=True
+                    self.model,
+                    self.tokenizer,
+                    ids,
+                    mask,
+                    max_new_tokens=self.cfg.max_new_tokens,
+                    temperature=self.cfg.temperature,
+                    greedy=greedy,
                 )
             texts = decode(self.tokenizer, comp, completion_mask(comp, self.tokenizer.eos_token_id))
-            correct += sum(self.task.score(t, e.answer) for t, e in zip(texts, chunk))
-        return {"eval/accuracy": correct / len(examples)}
+            scores += [self.task.score(t, e.answer) for t, e in zip(texts, chunk)]
+        return np.asarray(scores, dtype=float)
 
 
 def train(config: TrainerConfig, **kwargs) -> TrainResult:

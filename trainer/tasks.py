@@ -189,8 +189,18 @@ def jsonl_task(path: str | Path, eval_size: int = 200, seed: int = 0) -> Task:
     return Task(Path(path).stem, train, tuple(examples[i] for i in sorted(held)), numeric_match)
 
 
+BUILTIN_TASKS = ("arith", "mult", "countdown")
+"""Tasks generated in code: addition (here), multiplication and Countdown (`divclip.trainer.puzzles`)."""
+
+
 def load_task(task: str, *, arith_digits: int = 2, eval_size: int = 200, seed: int = 0) -> Task:
-    """'arith' or a JSONL path (see TrainerConfig.task)."""
+    """A `BUILTIN_TASKS` name or a JSONL path (see TrainerConfig.task)."""
     if task == "arith":
         return arithmetic_task(arith_digits, eval_size, seed)
+    if task in BUILTIN_TASKS:
+        from divclip.trainer import puzzles
+
+        if task == "mult":
+            return puzzles.multiplication_task(arith_digits, eval_size, seed)
+        return puzzles.countdown_task(eval_size, seed)
     return jsonl_task(task, eval_size, seed)

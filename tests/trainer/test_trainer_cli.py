@@ -53,7 +53,11 @@ def test_tiny_arith_smoke_run(capsys, tmp_path):
         (["--group-size", "1"], "TrainerConfig.group_size must be an integer in [2, 1024]"),
         (["--model", "/no/such/model"], "TrainerConfig.model must be 'tiny' or an existing local Hugging Face"),
         (["--method", "trpo"], "TrainerConfig.method must be one of"),
-        (["--preset", "big"], "preset must be one of ['tiny-arith'], got 'big'"),
+        (
+            ["--preset", "big"],
+            "preset must be one of ['tiny-arith', 'tiny-arith-offpolicy', 'tiny-countdown-offpolicy', "
+            "'tiny-mult-offpolicy'], got 'big'",
+        ),
     ],
 )
 def test_bad_input_is_a_clear_error(capsys, argv, message):

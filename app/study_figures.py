@@ -1,0 +1,158 @@
+"""The Study page's figure and tables, from a committed `divclip study` summary (no training, no statistics here:
+every number is read from the file the study wrote).
+
+`load_results(path)` reads and checks the file; `curves_figure(task)` draws held-out accuracy against the RL
+step, one line per method (the mean over seeds) inside a band of ± one standard deviation over seeds;
+`method_rows(task)` and `comparison_rows(task)` are the two tables; `claim_lines(task)` the paper's claims.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import plotly.graph_objects as go
+
+RESULTS = Path(__file__).resolve().parent / "examples" / "study_results.json"
+"""The committed results of the study docs/evidence.md describes."""
+MAX_RESULTS_BYTES = 8 * 2**20
+COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22")
+_METRIC_NAMES = {
+    "final_accuracy": "final accuracy",
+    "final_pass_at_k": "final pass@k",
+    "auc": "area under curve",
+    "steps_to_90": "steps to 90 %",
+    "entropy_mean": "entropy (mean)",
+}
+
+
+def load_results(path=RESULTS) -> dict:
+    """The summary JSON at `path`; ValueError (naming the file) when it is missing, too large or not a summary.
+    Read as JSON only, never evaluated."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"study results {str(path)!r} do not exist; `divclip study` writes summary.json")
+    if path.stat().st_size > MAX_RESULTS_BYTES:
+        raise ValueError(f"study results {str(path)!r} are over {MAX_RESULTS_BYTES} bytes")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"study results {str(path)!r} are not JSON ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("tasks"), dict) or not data["tasks"]:
+        raise ValueError(f"study results {str(path)!r} have no 'tasks': not a `divclip study` summary")
+    return data
+
+
+def _band_colour(hex_colour: str, alpha: float = 0.18) -> str:
+    r, g, b = (int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def curves_figure(task: dict, title: str = "") -> go.Figure:
+    """Held-out greedy accuracy against the RL step: mean over seeds (line) and ± one sd (band), per method."""
+    fig = go.Figure()
+    for i, row in enumerate(task["methods"].values()):
+        curve = row.get("curve")
+        if not curve:
+            continue
+        colour = COLOURS[i % len(COLOURS)]
+        steps = curve["steps"]
+        fig.add_trace(
+            go.Scatter(
+                x=steps + steps[::-1],
+                y=curve["hi"] + curve["lo"][::-1],
+                fill="toself",
+                mode="lines",
+                fillcolor=_band_colour(colour),
+                line=dict(width=0),
+                hoverinfo="skip",
+                showlegend=False,
+                name=f"{row['label']} ± sd",
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=steps,
+                y=curve["mean"],
+                mode="lines+markers",
+                line=dict(color=colour, width=2),
+                name=f"{row['label']} (n = {row['n_seeds']})",
+                hovertemplate="step %{x}: accuracy %{y:.3f}<extra>" + row["label"] + "</extra>",
+            )
+        )
+    fig.update_layout(
+        title=title or None,
+        xaxis_title="RL step",
+        yaxis_title="held-out accuracy (greedy)",
+        height=420,
+        margin=dict(l=60, r=20, t=50 if title else 20, b=50),
+        legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0),
+    )
+    return fig
+
+
+def _round(v, digits: int = 4):
+    return None if v is None else round(v, digits)
+
+
+def _show(v) -> str:
+    return "n/a" if v is None else f"{v:+.3g}"
+
+
+def method_rows(task: dict) -> list[dict]:
+    """One row per method: means (and the final accuracy's sd) over seeds, clip fractions by side."""
+    rows = []
+    for row in task["methods"].values():
+        rows.append(
+            {
+                "method": row["label"],
+                "seeds": row["n_seeds"],
+                "final accuracy": row["final_accuracy"]["mean"],
+                "sd over seeds": row["final_accuracy"]["std"],
+                "final pass@k": row["final_pass_at_k"]["mean"],
+                "area under curve": row["auc"]["mean"],
+                "steps to 90 %": row["steps_to_90"]["mean"],
+                "entropy (mean)": row["entropy_mean"]["mean"],
+                "clipped, A<0 side": row["clipfrac_low"]["mean"],
+                "clipped, A>0 side": row["clipfrac_high"]["mean"],
+            }
+        )
+    return rows
+
+
+def comparison_rows(task: dict) -> list[dict]:
+    """One row per (metric, method): the paired difference to the baseline, its interval, p (Holm), MDE, verdict."""
+    labels = {k: v["label"] for k, v in task["methods"].items()}
+    rows = []
+    for metric, comparisons in task["comparisons"].items():
+        for c in comparisons:
+            rows.append(
+                {
+                    "metric": _METRIC_NAMES.get(metric, metric),
+                    "method": labels.get(c["method"], c["method"]),
+                    "verdict": c["verdict"],
+                    f"minus {labels[task['baseline']]}": _round(c["diff"]),
+                    "interval": f"[{_show(c['ci_low'])}, {_show(c['ci_high'])}]",
+                    "p (Holm)": _round(c["p_holm"]),
+                    "smallest detectable": _round(c["mde"]),
+                }
+            )
+    return rows
+
+
+def claim_lines(task: dict) -> list[str]:
+    """The paper's three claims as measured, one Markdown line each, per compared method."""
+    lines = []
+    for method, claims in task.get("claims", {}).items():
+        label = task["methods"][method]["label"]
+        for c in claims.values():
+            est, lo, hi = (c[k] for k in ("estimate", "ci_low", "ci_high"))
+            show = lambda v: "n/a" if v is None else f"{v:.3g}"  # noqa: E731
+            lines.append(
+                f"**{label}**, {c['what']}: {show(est)} (95 % interval {show(lo)} to {show(hi)}; paper: "
+                f"{c['claimed']:g}). {c['verdict'].capitalize()}."
+            )
+    return lines
+
+
+__all__ = ["RESULTS", "claim_lines", "comparison_rows", "curves_figure", "load_results", "method_rows"]

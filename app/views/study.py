@@ -1,0 +1,57 @@
+"""Study: methods trained side by side on a tiny LM over many seeds, read from the committed results file."""
+
+import streamlit as st
+
+from divclip.app.page_parts import figure, show_messages
+from divclip.app.study_figures import RESULTS, claim_lines, comparison_rows, curves_figure, load_results, method_rows
+
+st.title("Study: does the clip matter here?")
+st.markdown(
+    "Each method trained with divclip's own trainer on the same tasks and seeds: seed *k* gives every method "
+    "the same warm start, held-out split and prompts, so every comparison is **paired**. The numbers come from "
+    "the committed results of one `divclip study` command (docs/evidence.md); this page computes nothing."
+)
+
+try:
+    results = load_results(RESULTS)
+except ValueError as exc:
+    show_messages([str(exc)], kind="error")
+    st.stop()
+
+tasks = list(results["tasks"])
+task_name = st.selectbox("task", tasks) if len(tasks) > 1 else tasks[0]
+task = results["tasks"][task_name]
+base = task["methods"][task["baseline"]]
+clip = task.get("baseline_clipfrac")
+cost = results.get("cost", {})
+st.markdown(
+    f"**{task_name}**: {len(task['seeds'])} seeds × {len(task['methods'])} methods, {task['steps']} RL steps each. "
+    + (f"{base['label']} clips **{100 * clip:.1f} %** of tokens on average (the off-policy regime). " if clip else "")
+    + (f"Wall time of the study: {cost['wall_s'] / 60:.0f} min." if cost.get("wall_s") else "")
+)
+
+figure(curves_figure(task), "study_curves", use_container_width=True)
+st.caption("Line: mean held-out greedy accuracy over seeds; band: ± one standard deviation over seeds.")
+
+st.subheader("Per method (mean over seeds)")
+st.dataframe(method_rows(task), hide_index=True, use_container_width=True)
+st.caption(
+    "Method strings: " + ", ".join(f"{row['label']} `{row['method_string']}`" for row in task["methods"].values())
+)
+
+st.subheader(f"Against {base['label']}, paired by seed")
+alpha = results["study"]["alpha"]
+level = 1 - alpha / max(1, len(task["methods"]) - 1)
+st.markdown(
+    "Difference of means with a percentile bootstrap interval over seeds at the Bonferroni level "
+    f"{100 * level:.4g} % (all intervals of a metric hold together with {100 * (1 - alpha):.4g} % probability); "
+    "p from the exact sign-flip test, Holm-adjusted; "
+    "*smallest detectable* is the effect a paired t-test finds with 80 % power at this n. "
+    "**No difference detectable** is a verdict, not a missing value."
+)
+st.dataframe(comparison_rows(task), hide_index=True, use_container_width=True)
+
+lines = claim_lines(task)
+if lines:
+    st.subheader("The paper's three claims at this scale")
+    st.markdown("\n".join(f"* {line}" for line in lines))

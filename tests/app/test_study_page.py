@@ -1,0 +1,55 @@
+"""The Study page through AppTest: it renders the committed results file, its tables carry the file's numbers,
+and a missing or broken file is one clear error, never a traceback."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from apptest_helpers import PAGES_DIR, rendered, start_page
+
+from divclip.app import study_figures
+from divclip.app.study_figures import RESULTS, comparison_rows, curves_figure, load_results, method_rows
+
+PAGE = PAGES_DIR / "study.py"
+
+
+def test_committed_results_are_a_study_summary():
+    data = load_results(RESULTS)
+    for task in data["tasks"].values():
+        assert task["baseline"] in task["methods"] and task["seeds"]
+        assert len(task["seeds"]) == task["methods"][task["baseline"]]["n_seeds"]
+        assert set(task["comparisons"]) >= {"final_accuracy", "auc", "steps_to_90"}
+
+
+def test_figure_draws_each_method_with_its_band():
+    task = next(iter(load_results(RESULTS)["tasks"].values()))
+    fig = curves_figure(task)
+    lines = [t for t in fig.data if t.mode == "lines+markers"]
+    bands = [t for t in fig.data if t.fill == "toself"]
+    assert len(lines) == len(bands) == len(task["methods"])
+    for line, row in zip(lines, task["methods"].values()):
+        assert list(line.y) == row["curve"]["mean"] and list(line.x) == row["curve"]["steps"]
+
+
+def test_page_tables_show_the_files_numbers():
+    at = rendered(start_page(PAGE))
+    assert at.title[0].value.startswith("Study")
+    task = next(iter(load_results(RESULTS)["tasks"].values()))
+    methods, comparisons = at.dataframe[0].value, at.dataframe[1].value
+    assert methods["final accuracy"].tolist() == [r["final accuracy"] for r in method_rows(task)]
+    assert comparisons["verdict"].tolist() == [r["verdict"] for r in comparison_rows(task)]
+    assert len(at.get("plotly_chart")) == 1
+
+
+@pytest.mark.parametrize("content", [None, "not json", json.dumps({"tasks": {}}), json.dumps([1, 2])])
+def test_a_missing_or_broken_file_is_one_error(content, tmp_path, monkeypatch):
+    path = tmp_path / "results.json"
+    if content is not None:
+        path.write_text(content)
+    monkeypatch.setattr(study_figures, "RESULTS", Path(path))
+    at = rendered(start_page(PAGE))
+    assert len(at.error) == 1 and at.error[0].value.startswith("study results")  # shown as Markdown, escaped
+    with pytest.raises(ValueError, match="study results"):
+        load_results(path)
