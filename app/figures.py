@@ -45,7 +45,9 @@ TOOLBAR = 36  # px above the title for plotly's toolbar, so that it never sits o
 def _layout(title: str, height: int, panels: bool = False, subtitle: str = "", **kwargs) -> dict:
     """A short title top left under the toolbar's row, the explanation as a smaller subtitle (long lines would
     be cut off on a phone); the legend under the plot, where any number of measures fits without covering it."""
-    top = TOOLBAR + (48 if subtitle else 30) + (30 if panels else 0)
+    top = TOOLBAR + (56 if subtitle else 30) + (30 if panels else 0)  # the subtitle clear of the top tick
+    total = height + top - (80 if panels else 50)
+    plot = max(total - top - 10, 120)  # the plot area's height in px
     return dict(
         title=dict(
             text=title,
@@ -58,9 +60,10 @@ def _layout(title: str, height: int, panels: bool = False, subtitle: str = "", *
             font=dict(size=15),
             subtitle=dict(text=subtitle, font=dict(size=12, color="#555555")),
         ),
-        height=height + top - (80 if panels else 50),
+        height=total,
         margin=dict(l=10, r=10, t=top, b=10),
-        legend=dict(orientation="h", yanchor="top", y=-0.22, xanchor="left", x=0.0, font=dict(size=12)),
+        # 75 px under the plot, clear of the tick labels and the axis title whatever the figure's height
+        legend=dict(orientation="h", yanchor="top", y=-75 / plot, xanchor="left", x=0.0, font=dict(size=12)),
         font=dict(size=13),
         **kwargs,
     )

@@ -19,7 +19,7 @@ from divclip.app import figures
 from divclip.app.illustration import SymbolicRoots
 from divclip.app.methods import colour_for
 from divclip.app.sign_of_a import SignCurves
-from divclip.theory.symbolic import DELTA, S
+from divclip.theory.symbolic import DELTA, S, measure_expression
 
 N_POINTS = 300
 DELTA_RANGE = (1e-4, 0.5)  # δ axis of the figures drawn against δ (widened to include the page's δ)
@@ -120,7 +120,7 @@ def roots_figure(name: str, delta: float, height: int = 420, regions: bool = Fal
             delta,
             xref="x domain",
             xanchor="right",
-            yanchor="bottom",
+            yanchor="top",  # under the line: the roots' labels sit above it
             font=dict(color=_DELTA_LINE),
         )
     ]
@@ -161,6 +161,115 @@ def roots_figure(name: str, delta: float, height: int = 420, regions: bool = Fal
             showlegend=False,
             xaxis=dict(range=[x_lo, x_hi], title=dict(text="r = π_θ(a) / π_old(a)")),
             yaxis=dict(range=[0, y_max], title=dict(text="D(r)")),
+        ),
+    )
+
+
+def convexity_figure(name: str, delta: float, height: int = 420) -> go.Figure:
+    """The minimum at r = 1: D(r) against its quadratic D″(1)(r − 1)²/2 (D″ from SymPy's exact second derivative),
+    the two meeting at 1, where D and D′ vanish. Near 1 the clip's half-width is about √(2δ/D″(1)), which the
+    figure marks, next to theory's roots."""
+    m = theory.get_measure(name)
+    lo, hi = m.bounds(delta)
+    r_sym = sp.Symbol("r", positive=True)
+    curvature = float(sp.diff(measure_expression(name).subs(sp.Symbol("r"), r_sym), r_sym, 2).subs(r_sym, 1))
+    half = math.sqrt(2 * delta / curvature)
+    span = max(hi - lo, 2 * half)
+    r = np.linspace(max(1 - 1.2 * span, 1e-3), 1 + 1.2 * span, N_POINTS)
+    d = _finite(m.value(r))
+    quad = curvature * (r - 1) ** 2 / 2
+    y_max = 2.6 * delta
+    traces = [
+        dict(
+            type="scatter",
+            x=r,
+            y=d,
+            mode="lines",
+            name="D(r)",
+            line=dict(color=colour_for(name), width=3),
+            hovertemplate="D(%{x:.4f}) = %{y:.5g}<extra></extra>",
+        ),
+        dict(
+            type="scatter",
+            x=r,
+            y=quad,
+            mode="lines",
+            name=f"D″(1)(r − 1)²/2, D″(1) = {curvature:.4g}",
+            line=dict(color=_DELTA_LINE, width=2, dash="dash"),
+            hovertemplate="quadratic %{y:.5g} at r = %{x:.4f}<extra></extra>",
+        ),
+        dict(
+            type="scatter",
+            x=[1 - half, 1 + half],
+            y=[delta, delta],
+            mode="markers",
+            name=f"1 ± √(2δ/D″(1)) = 1 ± {half:.4f}",
+            marker=dict(size=10, color="white", line=dict(color=_DELTA_LINE, width=2)),
+            meta=dict(kind="convexity", measure=name, curvature=curvature, delta=delta),
+        ),
+        dict(
+            type="scatter",
+            x=[lo, hi],
+            y=[delta, delta],
+            mode="markers",
+            name=f"l_δ, u_δ = {lo:.4f}, {hi:.4f}",
+            marker=dict(size=9, color=[LOWER, UPPER]),
+        ),
+    ]
+    return figures._figure(
+        traces,
+        _layout(
+            "A strict minimum at r = 1: D is quadratic there",
+            height,
+            "D(1) = D′(1) = 0, D″ > 0; near 1 the roots sit at about 1 ± √(2δ/D″(1))",
+            shapes=[_hline(delta), _vline(1.0)],
+            hovermode="closest",
+            xaxis=dict(range=[r[0], r[-1]], title=dict(text="r = π_θ(a) / π_old(a)")),
+            yaxis=dict(range=[0, y_max], title=dict(text="D(r)")),
+        ),
+    )
+
+
+def branches_figure(delta: float, height: int = 420) -> go.Figure:
+    """Bracketing l_δ < 1 < u_δ for KL3: the two real branches of Lambert W on (−1/e, 0), W₀ ≥ −1 and W₋₁ ≤ −1,
+    meeting at the branch point (−1/e, −1); at x = −e^{−1−δ} (inside the interval for every δ > 0) the roots
+    −W₀(x) and −W₋₁(x) sit on either side of 1. W from scipy.special.lambertw; the dots are theory's bounds."""
+    from scipy.special import lambertw
+
+    lo, hi = theory.kl3_bounds(delta)
+    x = -np.exp(-1.0 - np.geomspace(1e-6, 4.0, N_POINTS))  # (−1/e, 0), dense near the branch point
+    w0, wm1 = np.real(lambertw(x, 0)), np.real(lambertw(x, -1))
+    at = -math.exp(-1.0 - delta)
+    traces = [
+        dict(type="scatter", x=x, y=-w0, mode="lines", name="−W₀(x): l_δ", line=dict(color=LOWER, width=3)),
+        dict(type="scatter", x=x, y=-wm1, mode="lines", name="−W₋₁(x): u_δ", line=dict(color=UPPER, width=3)),
+        dict(
+            type="scatter",
+            x=[at, at],
+            y=[lo, hi],
+            mode="markers+text",
+            text=[f"l_δ = {lo:.6f}", f"u_δ = {hi:.6f}"],
+            textposition=["bottom right", "middle right"],
+            textfont=dict(size=14, color=[LOWER, UPPER]),
+            cliponaxis=False,
+            showlegend=False,
+            marker=dict(size=12, color=[LOWER, UPPER], line=dict(color="white", width=1.5)),
+            meta=dict(kind="branches", lo=lo, hi=hi, delta=delta, x=at),
+            hovertemplate="%{y:.6f}<extra></extra>",
+        ),
+    ]
+    notes = [_text(f"x = −e^(−1−δ) = {at:.5f}", at, 0.02, yref="y domain", xanchor="left", yanchor="bottom")]
+    return figures._figure(
+        traces,
+        _layout(
+            "Two branches of W, one on each side of 1",
+            height,
+            "they meet at the branch point (−1/e, 1); on (−1/e, 0), −W₀(x) < 1 < −W₋₁(x)",
+            shapes=[_hline(1.0, colour=_GREY), _vline(at, dash="dot")],
+            annotations=notes,
+            hovermode="closest",
+            xaxis=dict(range=[-math.exp(-1.0) - 0.004, max(-0.2, at + 0.05)], title=dict(text="x")),
+            yaxis=dict(range=[0, max(2.8, hi * 1.15)], title=dict(text="−W(x)")),
         ),
     )
 
@@ -468,7 +577,7 @@ def sign_figure(curves: SignCurves, height: int = 520) -> go.Figure:
         annotations=notes
         + [
             figures._panel_title(f"A > 0: clipped above u_δ = {curves.hi:.4f}", _LEFT),
-            figures._panel_title(f"A < 0: clipped below l_δ = {curves.lo:.4f} (and above c)", _RIGHT),
+            figures._panel_title(f"A < 0: clipped below l_δ = {curves.lo:.4f}", _RIGHT),
             _text(
                 "∂loss/∂log π",
                 0.0,

@@ -343,6 +343,60 @@ def closed_form_latex(expr: sp.Expr) -> str:
     return statement_latex(expr)
 
 
+# ------------------------------------------------------------------------------------ formulas that fit
+# tried in this order: a row is cut before the last of the first kind that leaves a head that fits
+_BREAK_AT = (r"\iff", r"\vee", "=", r"\quad", " + ", " - ")
+_WIDE = re.compile(r"\\(?:left|right|middle|bigl|bigr|Bigl|Bigr|substack|mathrm|operatorname)\b|[{}]|\\[,;! ]")
+
+
+def _visible_length(tex: str) -> int:
+    """About how many glyphs a row of TeX draws: a command counts as one, braces and sizing as none."""
+    return len(re.sub(r"\\[A-Za-z]+", "x", _WIDE.sub("", tex)).replace(" ", ""))
+
+
+def _top_level_cuts(row: str, token: str) -> list[int]:
+    """Offsets of `token` in `row` outside every brace and \\left…\\right pair."""
+    cuts, depth, i = [], 0, 0
+    while i < len(row):
+        if row.startswith(r"\left", i) or row[i] == "{":
+            depth += 1
+        elif row.startswith(r"\right", i) or row[i] == "}":
+            depth -= 1
+        elif depth == 0 and row.startswith(token, i) and i > 0:
+            after = row[i + len(token) : i + len(token) + 1]
+            if not (token[0] == "\\" and after.isalpha()):  # \iff, not \iffoo
+                cuts.append(i)
+        i += 1
+    return cuts
+
+
+def wrap_rows(latex: str, width: int = 38) -> str:
+    """`latex` (rows split by \\\\, for a gathered block) with every row longer than about `width` glyphs cut
+    before a top-level ⟺, ∨, = or \\quad, the row's first half kept as long as fits. KaTeX does not break a
+    display formula, and a row wider than the column is cut at its edge (issue 34: the theorem's gradient half
+    was never seen)."""
+    out = []
+    for row in (r.strip() for r in latex.split(r"\\")):
+        while _visible_length(row) > width:
+            cut = None
+            for token in _BREAK_AT:
+                fits = [c for c in _top_level_cuts(row, token) if 4 <= _visible_length(row[:c]) <= width]
+                cut = cut or (fits[-1] if fits else None)
+                if cut:
+                    break
+            if cut is None:  # nothing fits: take the first top-level break at all
+                every = sorted(c for token in _BREAK_AT for c in _top_level_cuts(row, token))
+                cut = every[0] if every else None
+            if cut is None:
+                break
+            head, row = row[:cut].strip(), row[cut:].strip()
+            out.append(head)
+            if row.startswith(r"\quad"):
+                row = row[len(r"\quad") :].strip()
+        out.append(row)
+    return r" \\ ".join(out)
+
+
 # ------------------------------------------------------------------------------------ the sign of A
 SIGN_TITLE = "The sign of A: which bound binds"
 _TITLES[SIGN_TITLE] = "The sign of $A$: which bound binds"
@@ -362,7 +416,7 @@ def sign_prose(name: str, lo: float, hi: float) -> str:
 
 
 _THEOREM = (
-    r"\max\bigl(-A\,r,\; -A\,\mathrm{clip}_{D(r) \le \delta}(r)\bigr) = "
+    r"\max\bigl(-A\,r,\; -A\,\mathrm{clip}_{D \le \delta}(r)\bigr) = "
     r"\max\bigl(-A\,r,\; -A\,\mathrm{clip}(r, l_\delta, u_\delta)\bigr) \quad \text{and the same }"
     r"\nabla_{\log\pi} \text{ for every } (r, A)"
 )
@@ -433,8 +487,24 @@ def step_question(title: str, name: str, delta: float) -> tuple[str, str]:
             f"Width at this δ: {hi - lo:.4g}; √(2δ)·2 = {2 * math.sqrt(2 * delta):.4g}.",
         )
     if title == "Lambert-W form of D = δ":
-        return ("The line e^(−(1+δ)) falls as δ grows. Which crossing moves faster, the left or the right?", moves)
-    if title in ("Roots of D(r) = δ", "Asymmetry ε_high − ε_low"):
+        return (
+            "For δ > 0 the line e^(−(1+δ)) lies below r·e^(−r)'s peak 1/e. How many r solve r·e^(−r) = e^(−(1+δ))?",
+            f"**Two**: r·e^(−r) rises on (0, 1) to 1/e at r = 1 and falls after it, so a level below 1/e is "
+            f"crossed once on each side: r = {lo:.6f} and r = {hi:.6f}.",
+        )
+    if title == "Roots of D(r) = δ":
+        l_small, u_small = m.bounds(1e-6)
+        return (
+            "Let δ shrink to 0. Where do the two roots go"
+            + (", and where do the two branches of W meet?" if name == "kl3" else "?"),
+            (
+                "**Both to 1**: −e^(−1−δ) tends to −1/e, the branch point where W₀ = W₋₁ = −1."
+                if name == "kl3"
+                else "**Both to 1**: D(1) = 0 is the only zero of D."
+            )
+            + f" At δ = 1e-6 the roots are {l_small:.6f} and {u_small:.6f}; at this δ, {lo:.6f} and {hi:.6f}.",
+        )
+    if title == "Asymmetry ε_high − ε_low":
         return ("Before you move δ: which bound moves more, l_δ or u_δ?", moves)
     if title == "Bracketing l < 1 < u":
         d0 = float(m.value(1e-300))

@@ -24,6 +24,7 @@ from divclip.app.proof_text import (
     step_prose,
     step_question,
     step_title,
+    wrap_rows,
 )
 from divclip.app.sign_of_a import sign_curves
 from divclip.app.state import BoolParam, ChoiceParam, FloatParam, IntParam, PageState, format_number
@@ -41,6 +42,9 @@ PROOF_SPEC = (
     BoolParam("presenter", "presenter mode"),
 )
 PARAM = {param.key: param for param in PROOF_SPEC}
+# The steps' display formulas a little smaller than Streamlit's 1.21em, so that a row fits a half-width column
+# at 1024 px (wrap_rows cuts the rows; KaTeX itself never breaks a display formula).
+STEP_CSS = "<style>.st-key-proof-step .katex-display > .katex { font-size: 1.08em; }</style>"
 state = PageState("proof", PROOF_SPEC)
 url_warnings = state.init()
 BADGE = {
@@ -95,8 +99,7 @@ def fitted_step_warnings(warnings: list[str], n_pages: int) -> list[str]:
 # ------------------------------------------------------------------------------------------ the header
 values = state.values()
 presenter = values["presenter"]
-if presenter:
-    st.html(PRESENTER_CSS)
+st.html(PRESENTER_CSS if presenter else STEP_CSS)
 name = values["measure"]
 with st.container(key="proof-title"):
     st.title("The proof" if not presenter else f"The proof: {label_for(name)}")
@@ -127,7 +130,7 @@ def controls(lecture: bool) -> None:
     presenter mode, so nothing needs scrolling)."""
     with st.container(border=not presenter, key="proof-controls"):
         if presenter:
-            cols = st.columns([1.6, 3.4, 0.9, 0.9, 1.2], vertical_alignment="bottom")
+            cols = st.columns([1.5, 2.9, 1.15, 1.0, 1.25], vertical_alignment="bottom")
             measure_col, delta_col, prev_col, next_col, toggle_col = cols
         else:
             measure_col, view_col, toggle_col = st.columns([3, 2, 1.3], vertical_alignment="bottom")
@@ -193,7 +196,7 @@ view = values["view"]
 controls(lecture=view == "lecture" and bool(steps))
 state.sync()
 delta = state.values()["delta"]
-FIG_HEIGHT = 400
+FIG_HEIGHT = 310 if presenter else 400  # presenter: figure, question and answer within 800 px
 
 
 # ------------------------------------------------------------------------------------------ one step
@@ -202,6 +205,10 @@ def step_figure(title: str, i: int) -> None:
     key = f"proof.figure.{i}"
     if title == "Lambert-W form of D = δ":
         fig = proof_figures.lambert_figure(delta, FIG_HEIGHT)
+    elif title.startswith("Minimum at r = 1") and "kink" not in title:
+        fig = proof_figures.convexity_figure(name, delta, FIG_HEIGHT)
+    elif title == "Bracketing l < 1 < u" and name == "kl3":
+        fig = proof_figures.branches_figure(delta, FIG_HEIGHT)
     elif title.startswith("Series of the roots"):
         fig = proof_figures.series_figure(cached_symbolic_roots(name), delta, FIG_HEIGHT)
     elif title == "Asymmetry ε_high − ε_low":
@@ -221,7 +228,7 @@ def step_figure(title: str, i: int) -> None:
         )
         return
     elif title == SIGN_TITLE:
-        fig = proof_figures.sign_figure(checked_sign_step(name, delta)[2], FIG_HEIGHT + 40)
+        fig = proof_figures.sign_figure(checked_sign_step(name, delta)[2], FIG_HEIGHT + (20 if presenter else 40))
     else:
         fig = proof_figures.roots_figure(
             name, delta, FIG_HEIGHT, regions=title == "Gradient rule = ratio clipping on [l, u]"
@@ -229,7 +236,9 @@ def step_figure(title: str, i: int) -> None:
     figure(fig, f"divclip_proof_{name}_step{i}", key=key)
 
 
-def step_check(result) -> None:
+def step_check(result, i: int, table: str = "") -> None:
+    """The check's verdict; in presenter mode one line, with how it was checked (and `table`, markdown) in an
+    expander whose key is the step's, so that it opens closed on every step."""
     kind = check_kind(result)
     words = "\n".join(f"- {BADGE[part.kind]} {part.words}" for part in check_parts(result))
     passed = bool(result.passed)  # theory may hand back SymPy booleans
@@ -239,9 +248,12 @@ def step_check(result) -> None:
             f"**Check {'passed' if passed else 'failed'}** ({kind})",
             icon=":material/check_circle:" if passed else ":material/cancel:",
         )
-        with st.expander("How it was checked"):
+        label = "How it was checked" + (", and the table of docs/theory.md §1.1" if table else "")
+        with st.expander(label, key=f"proof.how.{name}.{i}"):
             st.markdown(words)
             st.code(f"method: {result.method}\n\n{result.detail}", language=None, wrap_lines=True)
+            if table:
+                st.markdown(table)
         return
     alert(
         f"**Check {'passed' if passed else 'failed'}** ({kind})\n\n{words}",
@@ -258,7 +270,8 @@ def step_check(result) -> None:
 def question(title: str, i: int) -> None:
     ask, answer = step_question(title, name, delta)
     st.markdown(f"**Predict:** {ask}")
-    with st.expander("Reveal", icon=":material/visibility:"):
+    # a key per step and measure: Streamlit would otherwise keep the previous step's expander open
+    with st.expander("Reveal", icon=":material/visibility:", key=f"proof.reveal.{name}.{i}"):
         st.markdown(answer)
 
 
@@ -268,13 +281,10 @@ def show_step(i: int, step, result, lecture: bool) -> None:
     with text_col:
         st.markdown(f"#### {i}\\. {step_title(step)}")
         st.markdown(step_prose(step, name))
-        st.latex(rf"\begin{{gathered}}{step.latex}\end{{gathered}}")
+        st.latex(rf"\begin{{gathered}}{wrap_rows(step.latex, 34 if presenter else 18)}\end{{gathered}}")
         if step.title == SIGN_TITLE and not presenter:
             st.markdown(sign_table(lo, hi))
-        step_check(result)
-        if step.title == SIGN_TITLE and presenter:
-            with st.expander("The table of docs/theory.md §1.1"):
-                st.markdown(sign_table(lo, hi))
+        step_check(result, i, sign_table(lo, hi) if step.title == SIGN_TITLE and presenter else "")
     with figure_col:
         step_figure(step.title, i)
         if lecture:
@@ -290,10 +300,11 @@ def numbers(lecture: bool) -> None:
         st.error(f"No numeric illustration for {name} at δ = {delta:g}: {exc}")
         return
     st.table(rows, hide_index=True)
-    st.caption(
-        f"Closed forms: l_δ and u_δ as SymPy derived them; series variable {roots.series_variable_text}. "
-        "The first row is the closed form evaluated with 30-digit arithmetic."
-    )
+    if not presenter:  # presenter: the table, the closed forms and the question within 800 px
+        st.caption(
+            f"Closed forms: l_δ and u_δ as SymPy derived them; series variable {roots.series_variable_text}. "
+            "The first row is the closed form evaluated with 30-digit arithmetic."
+        )
     st.latex(rf"l_\delta = {closed_form_latex(roots.lower)}, \qquad u_\delta = {closed_form_latex(roots.upper)}")
     if lecture:
         question("numbers", n_pages)

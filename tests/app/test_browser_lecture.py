@@ -76,7 +76,8 @@ def test_one_delta_moves_the_steps_figure(page, app_url):
     page.get_by_role("button", name="Next").click()  # the next step's figure follows the same δ
     page.wait_for_function("() => new URLSearchParams(location.search).get('step') === '5'")
     wait_idle(page)
-    assert page.evaluate(FIGURE_META, "roots")[0]["delta"] == 0.1
+    (meta,) = page.evaluate(FIGURE_META, "branches")  # step 5 draws the two branches of W at the same δ
+    assert meta["delta"] == 0.1 and [meta["lo"], meta["hi"]] == list(theory.kl3_bounds(0.1))
 
 
 def test_sanity_check_opens_the_token_explainer_with_a_token(page, app_url, artifacts):

@@ -127,12 +127,40 @@ def test_every_step_has_a_question_and_the_roots_answer_follows_theory():
         for title in [s.title for s in derivation(name)] + [SIGN_TITLE, "numbers"]:
             ask, answer = step_question(title, name, 0.02)
             assert ask.endswith("?") and answer.startswith("**")
-    _, answer = step_question("Roots of D(r) = δ", "kl3", 0.02)
+        asked = [step_question(t, name, 0.02)[0] for t in [s.title for s in derivation(name)] + [SIGN_TITLE]]
+        assert len(set(asked)) == len(asked), asked  # issue 34: steps 4 and 7 asked the same question
+    _, answer = step_question("Asymmetry ε_high − ε_low", "kl3", 0.02)
     lo, hi = theory.kl3_bounds(0.02)
     lo2, hi2 = theory.kl3_bounds(0.022)
     assert answer.startswith("**u_δ**") and (hi2 - hi) > (lo - lo2)
-    _, chi2 = step_question("Roots of D(r) = δ", "chi2", 0.02)
+    _, chi2 = step_question("Asymmetry ε_high − ε_low", "chi2", 0.02)
     assert "1 times as far" in chi2  # χ² is symmetric: both bounds move by √δ
+    _, roots = step_question("Roots of D(r) = δ", "kl3", 0.02)
+    assert f"{lo:.6f}" in roots and f"{hi:.6f}" in roots and roots.startswith("**Both to 1**")
+
+
+@pytest.mark.parametrize(("name", "curvature"), [("kl3", 1.0), ("chi2", 2.0), ("k2", 1.0), ("hellinger", 0.5)])
+def test_convexity_figure_draws_the_quadratic_with_the_exact_second_derivative(name, curvature):
+    # D″(1) by hand: kl3 r − 1 − log r → 1/r²; chi2 (r − 1)² → 2; k2 (log r)²/2 → 1; hellinger (√r − 1)² → 1/2
+    fig = proof_figures.convexity_figure(name, 0.02)
+    (meta,) = [t.meta for t in fig.data if t.meta and t.meta.get("kind") == "convexity"]
+    assert meta["curvature"] == pytest.approx(curvature, rel=1e-12)
+    quad = fig.data[1]
+    assert np.allclose(quad.y, curvature * (np.asarray(quad.x) - 1) ** 2 / 2)
+
+
+def test_branches_figure_puts_theory_roots_on_the_two_branches_of_w():
+    from scipy.special import lambertw
+
+    fig = proof_figures.branches_figure(0.05)
+    lo, hi = theory.kl3_bounds(0.05)
+    (meta,) = [t.meta for t in fig.data if t.meta and t.meta.get("kind") == "branches"]
+    x = -math.exp(-1.05)
+    assert meta["x"] == pytest.approx(x) and [meta["lo"], meta["hi"]] == [lo, hi]
+    assert -lambertw(x, 0).real == pytest.approx(lo, rel=1e-12) and -lambertw(x, -1).real == pytest.approx(
+        hi, rel=1e-12
+    )
+    assert np.all(np.asarray(fig.data[0].y) <= 1 + 1e-12) and np.all(np.asarray(fig.data[1].y) >= 1 - 1e-12)
 
 
 @pytest.mark.parametrize(

@@ -77,3 +77,14 @@ def test_prose_keeps_its_maths_in_dollars(name):
         assert prose.count("$") % 2 == 0, prose
         outside = re.sub(r"\$[^$]*\$|`[^`]*`", "", prose)
         assert not re.search(r"\\[a-z]|\^|_\{|W_", outside), (step.title, outside)
+
+
+def test_wrap_rows_cuts_long_rows_at_top_level_relations_only():
+    from divclip.app.proof_text import wrap_rows
+
+    row = r"A \left(r - 1\right) > 0 \wedge D > \delta \iff \left(A > 0 \wedge r > u\right) \vee \left(A < 0\right)"
+    rows = wrap_rows(row, 20).split(r" \\ ")
+    assert rows[0] == r"A \left(r - 1\right) > 0 \wedge D > \delta" and rows[1].startswith(r"\iff")
+    assert "".join(rows).replace(" ", "") == row.replace(" ", "")  # nothing lost, nothing added
+    assert wrap_rows(r"\left(a = b\right)", 3) == r"\left(a = b\right)"  # never inside a \left…\right pair
+    assert wrap_rows("x = 1", 40) == "x = 1"
