@@ -7,8 +7,10 @@ turns it into an XPASS failure, and the entry comes out of KNOWN_GAPS. The truth
 """
 
 import dataclasses
+import functools
 import json
 import re
+from pathlib import Path
 
 import pytest
 from corpus_report import (
@@ -27,6 +29,7 @@ from corpus_report import (
 from divclip.theory.spec import parse_method
 
 ENTRIES = load_manifest()
+DOC = Path(__file__).parents[2] / "docs" / "engines.md"
 TRUTH_FIELDS = {
     "engine",
     "loss_mode",
@@ -111,10 +114,23 @@ def _param(entry):
     return pytest.param(entry, id=entry["file"], marks=marks)
 
 
+@functools.cache
+def _outcome(file: str):
+    return read_entry(next(e for e in ENTRIES if e["file"] == file))
+
+
 @pytest.mark.parametrize("entry", [_param(e) for e in ENTRIES])
 def test_corpus_file_is_read_as_the_engine_runs_it(entry):
-    got = read_entry(entry)
+    got = _outcome(entry["file"])
     assert got.outcome == "right", got.line()
+
+
+def test_docs_quote_the_counts_the_report_prints():
+    table = render(counts([_outcome(e["file"]) for e in ENTRIES]))
+    section = DOC.read_text().split("## Tested on the engines' own examples")[1]
+    quoted = section.split("prints, today:")[1].split("```")[1].strip("\n").splitlines()
+    assert quoted == table, "docs/engines.md: rerun tests/engines/corpus_report.py and paste its table"
+    assert f"holds {len(ENTRIES)} launch scripts" in section
 
 
 def test_the_corpus_is_a_spread_of_every_engine():
