@@ -177,6 +177,8 @@ def test_every_file_names_its_source_and_is_listed_once():
 def test_every_truth_is_whole_and_writable():
     about = json.loads(MANIFEST.read_text())
     assert set(about["truth_from"]) == set(ENGINES) == set(about["versions"])
+    assert {e["repo"] for e in ENTRIES} <= set(about["licences"])
+    assert all(text.startswith("Apache-2.0") for text in about["licences"].values())
     for e in ENTRIES:
         truth = e["truth"]
         assert set(truth) <= TRUTH_FIELDS and ("method" in truth or "form" in truth), e["file"]
