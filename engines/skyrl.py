@@ -125,7 +125,6 @@ KEYS: dict[str, Key] = {
     A + "use_kl_loss": Key("bool", True, doc="KL to the reference as a loss term"),
     A + "kl_loss_coef": Key("float", 0.001, above=-math.inf, doc="its coefficient"),
     A + "kl_estimator_type": Key("str", "k3", doc="its estimator"),
-    A + "max_seq_len": Key("int", None, nullable=True, above=0, doc="seq_mean_token_sum_norm's length normaliser"),
     "trainer.micro_train_batch_size_per_gpu": Key("int", 1, above=0, doc="sequences per micro-batch"),
     A + "use_kl_in_reward": Key("bool", False, doc="KL penalty in the reward (exclusive with use_kl_loss)"),
     A + "use_entropy_loss": Key("bool", False, doc="entropy bonus in the loss"),
@@ -221,6 +220,7 @@ def read(settings: Mapping, **_options) -> EngineRead:
     READERS.get(loss, _other)(s, g, settings, keys)
     if s.form in ("clip", "cispo") and s.measure == "ratio" and s.budget_low is not None:
         s.ratio_bounds = [max(1.0 - s.budget_low, 0.0), 1.0 + s.budget_high]
+    g[A + "max_seq_len"] = settings.get(A + "max_seq_len")  # only named in a warning: as written (often `$((...))`)
     _pitfalls(s, g)
     s.advice += ignored_key_advice(s, IGNORED_BY_LOSS, f"skyrl {VERSION} ppo_utils (sapo_policy_loss)")
     name_loss_terms(s, loss_terms(g))
@@ -487,7 +487,7 @@ def _reduction_pitfalls(s: EngineRead, g: dict) -> None:
             Pitfall(
                 "skyrl_reduction_differs",
                 "loss_reduction=seq_mean_token_sum_norm divides each sequence's token sum by max_seq_len = "
-                + (f"{n}" if n is not None else "(unset: SkyRL requires it)")
+                + (f"{n!s}" if n is not None else "(unset: SkyRL requires it)")
                 + ", not by the padded width of the batch, and the sum over sequences by the mini-batch's row count",
                 A + "max_seq_len",
                 where,
