@@ -304,7 +304,7 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
     notes: list = []
     diffs: list = []
     if spec.mode == "cispo_cap":  # TRL's cispo: slime's cispo at --eps-clip 1 (no lower bound)
-        from divclip.theory.forms_trl import cispo_cap_as_cispo
+        from divclip.theory.forms.cispo_cap import cispo_cap_as_cispo
 
         spec = cispo_cap_as_cispo(spec)
     if spec.mode == "cispo":

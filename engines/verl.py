@@ -814,7 +814,7 @@ def _write_sapo(spec, env: dict, notes: list) -> dict:
 
 def _write_cispo_cap(spec, env: dict, notes: list) -> dict:
     """TRL's cispo (`cispo_cap`: the IS weight capped at c, no lower bound) is verl's cispo at clip_ratio_low = 1."""
-    from divclip.theory.forms_trl import cispo_cap_as_cispo
+    from divclip.theory.forms.cispo_cap import cispo_cap_as_cispo
 
     return _write_cispo(cispo_cap_as_cispo(spec), env, notes)
 

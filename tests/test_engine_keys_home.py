@@ -20,6 +20,7 @@ import re
 import tokenize
 from pathlib import Path
 
+import divclip.theory
 from divclip.engines import ENGINES, EngineRead, get_engine
 from divclip.theory import policy_loss
 from divclip.theory.forms import FORMS
@@ -39,9 +40,25 @@ PENDING: set = set()
 """(file, key) pairs waiting for a rewording in a file another branch is editing (none now)."""
 
 
+def _cli_flags() -> set:
+    """Every long option of divclip's own command line (each subcommand's), without its dashes."""
+    from divclip.cli import build_parser
+
+    out, parsers = set(), [build_parser()]
+    while parsers:
+        parser = parsers.pop()
+        for action in parser._actions:
+            out |= {o.lstrip("-") for o in action.option_strings if o.startswith("--")}
+            if isinstance(action.choices, dict):  # the subcommands' parsers
+                parsers += [p for p in action.choices.values() if hasattr(p, "_actions")]
+    return out
+
+
 def _divclip_names() -> set:
     """divclip's own names: fields of its specs, forms, loss, trainer config and engine read, and role names."""
     names = {f.name for cls in (ClipSpec, AdaptiveSpec, TrainerConfig, EngineRead) for f in dataclasses.fields(cls)}
+    names |= set(divclip.theory.__all__)  # divclip's own public names (`kl_penalty`, the k1/k2/k3 penalty)
+    names |= _cli_flags()  # divclip's own command-line flags (`divclip train --kl-coef`)
     names |= {p.name for form in FORMS.values() for p in form.params}
     names |= set(inspect.signature(policy_loss).parameters)
     for engine in ENGINES:

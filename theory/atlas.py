@@ -7,8 +7,8 @@ per-token loss ℓ has
 
 so w is what the method does to the token's policy gradient: 0 where the gradient is clipped away, r for an
 unclipped PPO token (the importance weight), r times the gate's slope for SAPO, 1 for GPG (docs/theory.md §8).
-`gradient_weight` dispatches to the loss form's `Form.weight` (`divclip.theory.forms`), so a form declared
-anywhere (the core forms, `forms_verl`, `forms_trl`, `forms_published`) is in the frame once declared.
+`gradient_weight` dispatches to the loss form's `Form.weight` (`divclip.theory.forms`, one module per form), so
+a form is in the frame once declared.
 tests/theory/test_atlas.py checks w against autograd through `policy_loss` for every token-level form.
 
 Sequence-level and batch-selective forms: GSPO (mode 'clip' at level='sequence') reads r as the sequence's
@@ -21,8 +21,8 @@ uses (verl `vanilla` is 'grpo/dual=3' with token-mean; TRL `dapo` is 'grpo' with
 `catalogue()` is the atlas: every named method and every declared form, with family, sources, parameters and
 intervals (`divclip atlas`, the app's Atlas page, the method table in README.md and docs/theory.md §8).
 
-Torch-free: this module imports `divclip.theory.spec` inside functions only, so a `forms_*` module may call
-`declare_method` while spec is still importing it.
+Torch-free: this module imports `divclip.theory.spec` inside functions only (spec is the parser of the method
+strings the rows hold, and imports nothing of the atlas).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from divclip.theory.agg_modes import LOSS_AGG_MODES
 from divclip.theory.forms import FORMS, Form
 
 __all__ = [
@@ -47,8 +48,6 @@ __all__ = [
 
 Q_GRID = (0.001, 0.01, 0.1, 0.5, 0.9, 0.99)
 """The old probabilities at which the atlas lists every method's interval."""
-AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
-"""verl's loss_agg_mode names (`divclip.theory.loss_metrics.LOSS_AGG_MODES`, which imports torch)."""
 
 
 # ------------------------------------------------------------------------------------------ the frame
@@ -151,15 +150,15 @@ class Method:
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name or "," in self.name or self.name != self.name.strip():
             raise ValueError(f"Method.name must be a non-empty comma-free name, got {self.name!r}")
-        if self.agg is not None and self.agg not in AGG_MODES:
-            raise ValueError(f"Method.agg must be None or one of {list(AGG_MODES)}, got {self.agg!r}")
+        if self.agg is not None and self.agg not in LOSS_AGG_MODES:
+            raise ValueError(f"Method.agg must be None or one of {list(LOSS_AGG_MODES)}, got {self.agg!r}")
         if not isinstance(self.sources, tuple) or not self.sources:
             raise ValueError(f"Method.sources must be a non-empty tuple of strings, got {self.sources!r}")
 
 
 _METHODS: dict[str, Method] = {}
 METHODS = MappingProxyType(_METHODS)
-"""{name: Method}, read-only; `declare_method` adds to it (the forms_* modules add their engines' modes)."""
+"""{name: Method}, read-only; `declare_method` adds to it."""
 
 
 def declare_method(method: Method) -> Method:
@@ -189,6 +188,49 @@ for _m in (
     Method("trl:bnpo", "grpo", ("trl:bnpo",), "token-mean", "token mean over the local batch"),
     Method("trl:dr_grpo", "grpo", ("arXiv:2503.20783", "trl:dr_grpo"), "seq-mean-token-sum-norm"),
     Method("trl:cispo", "ratio:1:4/cispo", ("trl:cispo",), "token-mean", _TRL_CISPO),
+):
+    declare_method(_m)
+
+# ------------------------------------------------------------------------------ the atlas's verl rows
+for _m in (  # verl's own defaults (actor.yaml): ratio width 0.2, loss_agg_mode token-mean
+    Method("verl:gpg", "ratio/gpg", ("arXiv:2504.02546", "verl:gpg"), "token-mean"),
+    Method(
+        "verl:dro",
+        "ratio/dro",
+        ("arXiv:2405.19107", "verl:dro"),
+        "token-mean",
+        "verl requires policy_loss.dro_beta; β = 0.05 here",
+    ),
+    Method("verl:clip_cov", "ratio:0.2:0.2/clip_cov", ("arXiv:2505.22617", "verl:clip_cov"), "token-mean"),
+    Method("verl:kl_cov", "ratio/kl_cov", ("arXiv:2505.22617", "verl:kl_cov"), "token-mean"),
+    Method(
+        "verl:geo_mean",
+        "ratio/geo_mean/gmpo_eps_low=0.2/gmpo_eps_high=0.2",
+        ("arXiv:2507.20673", "verl:geo_mean"),
+        None,
+        "verl's default width 0.2 as log-space widths; the mean over sequences whatever loss_agg_mode says",
+    ),
+    Method(
+        "verl:bypass_ppo_clip",
+        "grpo/dual=3",
+        ("verl:bypass_mode",),
+        "token-mean",
+        "its PPO-clip branch: vanilla on the rollout log-probs",
+    ),
+    Method(
+        "verl:bypass_reinforce_token",
+        "ratio/reinforce_is",
+        ("verl:bypass_mode",),
+        "token-mean",
+        "REINFORCE, IS weight per token, threshold 2",
+    ),
+    Method(
+        "verl:bypass_reinforce_sequence",
+        "ratio/reinforce_seq_is",
+        ("verl:bypass_mode",),
+        "token-mean",
+        "REINFORCE, IS weight per sequence, threshold 2",
+    ),
 ):
     declare_method(_m)
 

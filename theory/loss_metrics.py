@@ -11,14 +11,12 @@ import math
 
 import torch
 
-from divclip.theory.loss_modes import sequence_column
+from divclip.theory.agg_modes import LOSS_AGG_MODES, TRL_AGG_MODES
+from divclip.theory.forms._kernels import LOG_RATIO_CLAMP, sequence_column
 
-LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
-TRL_AGG_MODES = ("seq-mean-token-mean-all", "seq-mean-token-sum-all", "token-sum-norm")
-"""TRL 1.16's normalisations that verl's five (LOSS_AGG_MODES) do not give exactly; `agg_loss` takes both."""
 KL_ESTIMATORS = {"k1": "k1", "kl": "k1", "k2": "k2", "mse": "k2", "k3": "k3", "low_var_kl": "k3", "abs": "abs"}
 """verl's `kl_penalty` names; each also takes a '+' suffix (`kl_penalty`: k2's gradient, straight through)."""
-KL3_CLAMP = 10.0  # verl clamps the k3 penalty to ±10 (and its log-ratio to ±20)
+KL3_CLAMP = 10.0  # verl clamps the k3 penalty to ±10 (and its log-ratio to ±LOG_RATIO_CLAMP = ±20)
 _FAR = 1e30  # moves masked-out ratios out of reach of min/max (a ratio is at most e^20)
 
 
@@ -32,27 +30,6 @@ def masked_sum_verl(values, mask, dim=None):
 def masked_mean_verl(values, mask):
     """verl's `masked_mean` over all entries: Σ m·x / (Σ m + 1e-8), so an empty mask gives 0."""
     return masked_sum_verl(values, mask) / (mask.sum() + 1e-8)
-
-
-_masked_sum_verl = masked_sum_verl  # the name `agg_loss` below uses
-
-
-FORM_AGGREGATIONS: dict = {}
-"""{mode: fn(terms, mask, rollout_is_weights, spec) -> scalar or None}: loss forms that aggregate themselves,
-whatever loss_agg_mode says, because their engine does (verl's geo_mean: the mean over sequences; verl's sapo,
-`sapo_seq_mean=1`: seq-mean-token-mean). `policy_loss` calls fn instead of `aggregate`; None from fn means this
-spec honours loss_agg_mode after all (a plain sapo). `register_aggregation` adds one."""
-
-
-def register_aggregation(mode: str):
-    """Register `fn(terms, mask, rollout_is_weights, spec) -> scalar loss or None` as the aggregation of loss form
-    `mode` (None: aggregate by loss_agg_mode as usual)."""
-
-    def deco(fn):
-        FORM_AGGREGATIONS[mode] = fn
-        return fn
-
-    return deco
 
 
 def masked_sum_finite(values, mask):
@@ -92,11 +69,11 @@ def aggregate(loss_mat, loss_mask, loss_agg_mode, loss_scale_factor, masked_sum)
         seq_tokens = torch.sum(loss_mask, dim=-1)  # (B,)
         seq_losses = torch.sum(loss_mat * loss_mask, dim=-1) / (seq_tokens + 1e-8)  # (B,) token-mean
         seq_mask = (seq_tokens > 0).float()  # fully masked sequences do not count
-        return _masked_sum_verl(seq_losses, seq_mask) / _nonzero(seq_mask.sum())
+        return masked_sum_verl(seq_losses, seq_mask) / _nonzero(seq_mask.sum())
     # seq-mean-token-sum[-norm]
     seq_losses = torch.sum(loss_mat * loss_mask, dim=-1)  # (B,) token-sum
     seq_mask = (torch.sum(loss_mask, dim=-1) > 0).float()
-    loss = _masked_sum_verl(seq_losses, seq_mask) / _nonzero(seq_mask.sum())
+    loss = masked_sum_verl(seq_losses, seq_mask) / _nonzero(seq_mask.sum())
     if loss_agg_mode == "seq-mean-token-sum-norm":
         loss = loss / (loss_mask.shape[-1] if loss_scale_factor is None else loss_scale_factor)
     return loss
@@ -129,7 +106,7 @@ def agg_loss(loss_mat, loss_mask, loss_agg_mode: str, loss_scale_factor=None):
     if loss_mat.shape != loss_mask.shape:
         raise ValueError(f"loss_mask has shape {tuple(loss_mask.shape)} but loss_mat has {tuple(loss_mat.shape)}")
     # TRL sums the plain product (ℓ·m).sum(); verl's masked_sum keeps NaN outside the mask out
-    masked_sum = masked_sum_finite if loss_agg_mode in TRL_AGG_MODES else _masked_sum_verl
+    masked_sum = masked_sum_finite if loss_agg_mode in TRL_AGG_MODES else masked_sum_verl
     return aggregate(loss_mat, loss_mask, loss_agg_mode, loss_scale_factor, masked_sum)
 
 
@@ -157,6 +134,11 @@ def clip_stats(terms, mask, extra=()):
     Each masked sum is a dot product with the mask. ratio None means exp(log_ratio) (`PolicyTerms`): its sums come
     from the expm1(log r) that kl3 needs anyway; a ratio that is one value per sequence (a stride-0 view,
     `sequence_column`) is reduced on its (B, 1) column.
+
+    Those two are fast paths of the plain masked sums over a materialised (B, T) ratio; held equal to them (to
+    rounding: the sums run in another order) by tests/theory/test_loss_fast_paths.py::
+    test_clip_stats_fast_paths_equal_the_plain_sums; the metrics themselves against numpy by
+    tests/theory/test_losses.py::test_metrics_against_numpy.
     """
     m = mask.reshape(-1)
 
@@ -254,6 +236,6 @@ def _kl_forward(log_prob, ref_log_prob, kind: str):
         return (log_prob - ref_log_prob).abs()
     if kind == "k2":
         return 0.5 * (log_prob - ref_log_prob).square()
-    log_ratio = torch.clamp(ref_log_prob - log_prob, min=-20, max=20)  # log(π_ref/π)
+    log_ratio = torch.clamp(ref_log_prob - log_prob, min=-LOG_RATIO_CLAMP, max=LOG_RATIO_CLAMP)  # log(π_ref/π)
     k3 = (torch.exp(log_ratio) - log_ratio - 1).contiguous()
     return torch.clamp(k3, min=-KL3_CLAMP, max=KL3_CLAMP)

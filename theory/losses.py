@@ -9,7 +9,8 @@ measure (D(r[, p]) <= δ  <=>  lo <= r <= hi, the gradient-equivalence theorem),
   at -A·c, so a token whose ratio already exploded (r > c) stops pushing.
 * A token that moved against its advantage ((r - 1)·A < 0) is never clipped: its gradient pulls it back.
 
-The loss forms (clip, gated, cispo, sapo) and PPO's surrogate live in `divclip.theory.loss_modes`; the spec,
+The loss forms (clip, gated, cispo, sapo, ...) live in `divclip.theory.forms`, one module each, and PPO's
+surrogate with the kernels they share in `divclip.theory.forms._kernels`; the spec,
 its presets and the method strings live in the torch-free `divclip.theory.spec` (re-exported here); this
 module holds the validated entry point.
 """
@@ -21,10 +22,19 @@ import math
 
 import torch
 
-# The loss forms declared in divclip.theory.forms_* register their torch implementations on import.
-from divclip.theory import modes_published, modes_trl, modes_verl  # noqa: E402, F401, I001
+from divclip.theory.forms import FORM_AGGREGATIONS, MODES, register_mode
+from divclip.theory.forms._kernels import (
+    LOG_RATIO_CLAMP,
+    SEQ_LOG_RATIO_MAX,
+    PolicyTerms,
+    Surrogate,
+    _const,
+    clip_loss_with_bounds,
+    clipped_surrogate,
+    masked_sum_closed_form,
+    with_token_ratio,
+)
 from divclip.theory.loss_metrics import (
-    FORM_AGGREGATIONS,
     LOSS_AGG_MODES,
     METRIC_NAMES,
     agg_loss,
@@ -33,19 +43,6 @@ from divclip.theory.loss_metrics import (
     clip_stats,
     masked_sum_finite,
     metrics_from_stats,
-)
-from divclip.theory.loss_modes import (
-    LOG_RATIO_CLAMP,
-    MODES,
-    SEQ_LOG_RATIO_MAX,
-    PolicyTerms,
-    Surrogate,
-    _const,
-    clip_loss_with_bounds,
-    clipped_surrogate,
-    masked_sum_closed_form,
-    register_mode,
-    with_token_ratio,
 )
 from divclip.theory.spec import LEVELS, PRESETS, ClipSpec, as_spec, preset  # noqa: F401  (re-exported)
 

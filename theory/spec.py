@@ -55,8 +55,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from divclip.theory import forms_published, forms_trl, forms_verl  # noqa: F401  (declare their loss forms)
-from divclip.theory.forms import FORMS, MODE_NAMES, param_names
+from divclip.theory.forms import FORMS, LEVELS, MODE_NAMES, modes_with, param_names
 from divclip.theory.measures import MEASURES, Measure, get_measure
 
 __all__ = [
@@ -75,7 +74,6 @@ __all__ = [
     "spec_label",
 ]
 
-LEVELS = ("token", "sequence")
 TAU_MIN, TAU_MAX = 1e-6, 1e6
 """Allowed SAPO gate temperatures (the paper's defaults are 1 and 1.05)."""
 MAX_METHOD_ECHO = 80
@@ -84,12 +82,9 @@ DEFAULT_EPS_LOW = 0.2
 """A bare measure name means the budget whose lower bound is 1 - DEFAULT_EPS_LOW (GRPO's ε_low), as ATR-GRPO."""
 
 # Loss-form names (`divclip.theory.forms.MODE_NAMES`): the declared forms; `register_mode` adds to this set too.
-# p-dependent measures the torch loss can solve per-token bounds for (`divclip.theory.loss_modes._TORCH_BOUNDS`).
+# What a form accepts (level='sequence', a dual clip) is its Form's `levels` and `dual_clip` (`modes_with`).
+# p-dependent measures the torch loss can solve per-token bounds for (`divclip.theory.forms._kernels._TORCH_BOUNDS`).
 LOSS_P_DEPENDENT = frozenset({"binary_kl", "binary_tv"})
-# Loss forms that take GSPO's sequence ratio at level='sequence' (TRL's sequence-level importance sampling works
-# with every loss type; divclip.theory.modes_trl), and those with a dual clip (TRL's `delta` for luspo too).
-SEQUENCE_MODES = frozenset({"clip", "luspo", "sapo", "cispo_cap"})
-DUAL_CLIP_MODES = frozenset({"clip", "luspo"})
 
 
 # ------------------------------------------------------------------------------------------------ spec
@@ -120,7 +115,7 @@ class ClipSpec:
     level: str = "token"
     """'token', or 'sequence' for GSPO's length-normalised sequence ratio (mode 'clip', p-free measures)."""
     mode: str = "clip"
-    """Loss form: 'clip' (PPO), 'gated' (DPPO mask), 'cispo' or 'sapo'; see `divclip.theory.losses.MODES`."""
+    """Loss form: 'clip' (PPO), 'gated' (DPPO mask), 'cispo', 'sapo', ...: a module of `divclip.theory.forms`."""
     tis_cap: float | None = None
     """mode 'gated': truncate the stop-gradient IS weight at this value (verl dppo's IS cap); None = off."""
     tau_pos: float = 1.0
@@ -146,7 +141,7 @@ class ClipSpec:
         if not isinstance(self.clamp_log_ratio, bool):
             raise ValueError(f"ClipSpec.clamp_log_ratio must be True or False, got {self.clamp_log_ratio!r}")
         if self.dual_clip_c is not None:
-            if self.mode not in DUAL_CLIP_MODES:
+            if self.mode not in modes_with("dual_clip"):
                 raise ValueError(
                     f"ClipSpec.dual_clip_c applies to mode='clip' only (and 'luspo', the clip form "
                     f"LUSPO aggregates), got mode={self.mode!r}"
@@ -166,9 +161,9 @@ class ClipSpec:
         if self.mode != "sapo" and (self.tau_pos, self.tau_neg) != (1.0, 1.05):
             raise ValueError(f"ClipSpec.tau_pos/tau_neg apply to mode='sapo' only, got mode={self.mode!r}")
         if self.level == "sequence":
-            if self.mode not in SEQUENCE_MODES:
+            if self.mode not in modes_with("sequence"):
                 raise ValueError(
-                    f"ClipSpec.level='sequence' (GSPO) needs a mode in {sorted(SEQUENCE_MODES)}, got mode={self.mode!r}"
+                    f"ClipSpec.level='sequence' (GSPO) needs a mode in {modes_with('sequence')}, got mode={self.mode!r}"
                 )
             if self.p_dependent:
                 raise ValueError(

@@ -62,7 +62,6 @@ SUMMARY_METRICS = ("final_accuracy", "final_pass_at_k", "auc", "steps_to_90", "e
 
 def method_string(name: str) -> str:
     """The method string of an atlas name ('verl:geo_mean' -> 'ratio/geo_mean/...') or of a method string."""
-    import divclip.theory.forms_verl  # noqa: F401 - declares the verl rows of the atlas
     from divclip.theory.atlas import find_method
 
     return find_method(name).method

@@ -4,7 +4,7 @@ The claim tested here (README, "Numerical guarantees"): for δ in [1e-12, 1e3] a
 two roots lo < 1 < hi of D(r, p) = p log(1/r) + (1-p) log((1-p)/(1-rp)) = δ come back within 4 ulps (relative)
 of the exact roots wherever those are normal floats, with hi·p < 1 always (D(hi) finite); a lower root below
 the smallest normal float comes back as a subnormal or 0 within one subnormal step (2^-1074) of it. The
-torch float64 path the loss uses (`theory/loss_modes.py`) runs the same solver and is held to the same claim.
+torch float64 path the loss uses (`theory/forms/_kernels.py`) runs the same solver and is held to the same claim.
 
 Reference: Newton's method at 50 digits (plus the digits of |log lo|) in variables where each root is well posed:
 z = log((1-p)/(1-rp)) >= 0 for hi (r = (1 - (1-p)e^{-z})/p, no singularity at r = 1/p) and u = log r for lo.
@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from divclip.theory import get_measure
 from divclip.theory.bounds import binary_kl_bounds_array
-from divclip.theory.loss_modes import _binary_kl_bound
+from divclip.theory.forms._kernels import _binary_kl_bound
 
 ULPS = 4
 NORMAL_MIN = mpmath.mpf(2) ** -1022

@@ -1,4 +1,4 @@
-"""Published loss forms without engine code (divclip.theory.forms_published / modes_published, docs/theory.md §7).
+"""Published loss forms without engine code (divclip.theory.forms: dcpo, gppo, cegppo, aspo, topr, bapo; §7).
 
 For each method: (1) the numbers its paper states, pinned; (2) `policy_loss`'s loss and gradient against a
 reference written in this file straight from the paper's equation (plain torch autograd, stop-gradients as
@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from divclip.theory import parse_method
-from divclip.theory.forms import get_form
-from divclip.theory.forms_published import PUBLISHED_METHODS, bapo_path, dcpo_bounds
+from divclip.theory.forms import PUBLISHED_METHODS, get_form
+from divclip.theory.forms.bapo import bapo_path
+from divclip.theory.forms.dcpo import dcpo_bounds
 from divclip.theory.losses import LOSS_AGG_MODES, MODES, policy_loss
 
 GRID_Q = (0.001, 0.01, 0.1, 0.5, 0.9, 0.99)

@@ -1,4 +1,4 @@
-"""The policy loss's fast paths give the numbers of the code they shortcut (theory/loss_modes.py, theory/losses.py).
+"""The policy loss's fast paths give the numbers of the code they shortcut (theory/forms/clip.py, theory/losses.py).
 
 * `_interval_clip_mode` (token level, one p-free interval: PPO, GRPO, DAPO, KL3, with or without dual clip, with or
   without verl's log-ratio clamp) and `_sequence_clip_mode` (GSPO) against `_general_clip_mode`, the path that
@@ -17,8 +17,9 @@ import pytest
 import torch
 from test_loss_nosync import SPECS, make_inputs
 
-from divclip.theory import loss_modes
-from divclip.theory.loss_metrics import FORM_AGGREGATIONS, aggregate, masked_sum_finite
+from divclip.theory.forms import FORM_AGGREGATIONS
+from divclip.theory.forms import clip as clip_form
+from divclip.theory.loss_metrics import aggregate, masked_sum_finite
 from divclip.theory.losses import policy_loss, policy_terms
 from divclip.theory.spec import parse_method
 
@@ -63,8 +64,8 @@ def test_interval_fast_path_equals_the_general_clip(method, dtype):
     assert spec.mode == "clip" and spec.level == "token" and not spec.p_dependent
     for seed in range(3):
         lp, old, adv, mask = _inputs(dtype, seed)
-        fast = loss_modes._interval_clip_mode(lp, old, adv, spec)
-        ref = loss_modes._general_clip_mode(lp, old, adv, mask, spec)
+        fast = clip_form._interval_clip_mode(lp, old, adv, spec)
+        ref = clip_form._general_clip_mode(lp, old, adv, mask, spec)
         _assert_terms_equal(fast, ref, f"{method} {dtype} seed {seed}")
         assert float(fast.clipped.sum()) > 0, "the inputs must clip some tokens"  # the test exercises the clip
 
@@ -74,8 +75,8 @@ def test_sequence_fast_path_equals_the_general_clip(method):
     spec = parse_method(method)
     lp, old, adv, mask = _inputs(torch.float64)
     adv = adv[:, :1].expand_as(adv).contiguous()  # sequence level: one advantage per sequence
-    fast = loss_modes._sequence_clip_mode(lp, old, adv, mask, spec)
-    ref = loss_modes._general_clip_mode(lp, old, adv, mask, spec)
+    fast = clip_form._sequence_clip_mode(lp, old, adv, mask, spec)
+    ref = clip_form._general_clip_mode(lp, old, adv, mask, spec)
     _assert_terms_equal(fast, ref, method)
 
 
@@ -85,7 +86,7 @@ def test_the_clip_mode_takes_the_fast_paths(monkeypatch):
     def fail(*args):
         raise AssertionError("general path taken")
 
-    monkeypatch.setattr(loss_modes, "_general_clip_mode", fail)
+    monkeypatch.setattr(clip_form, "_general_clip_mode", fail)
     lp, old, adv, mask = _inputs(torch.float32)
     for method in INTERVAL_SPECS + ["gspo"]:
         policy_loss(lp, old, adv, mask, method, metrics=False)
@@ -153,3 +154,43 @@ def test_the_closed_form_sum_saves_one_tensor():
     terms = policy_terms(lp.clone().requires_grad_(), old, adv, mask, "atr")
     plain = aggregate(terms.loss, mask, "token-mean", None, masked_sum_finite)
     assert len([t for t in _saved_by_graph(plain) if t.shape == lp.shape]) == 2  # the detector sees both there
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("method", ["sapo/seq", "sapo/seq/noclamp", "sapo/seq/tau=0.5:2"])
+def test_sapo_sequence_path_equals_the_token_path(method, dtype):
+    """`_sapo_sequence` (the gate once per sequence, (B, 1)) against `_sapo_token` on the (B, T) expansion of s."""
+    from divclip.theory.forms import sapo
+
+    spec = parse_method(method)
+    lp, old, adv, mask = _inputs(dtype)
+    terms = policy_terms(lp, old, adv, mask, spec)
+    s = terms.ratio[:, :1]  # (B, 1): the sequence ratio's column (terms.ratio is its stride-0 view)
+    in_range = None if method.endswith("noclamp") else (s.log() <= 10.0).to(dtype)
+    pos, rest = (adv > 0).to(dtype), (adv <= 0).to(dtype)
+    with torch.no_grad():
+        value, grad = sapo._sapo_sequence(spec, s, in_range, pos, rest)
+        ref_value, ref_grad = sapo._sapo_token(
+            spec, s.expand_as(adv).contiguous(), None if in_range is None else in_range.expand_as(adv), pos, rest
+        )
+    assert torch.equal(value, ref_value)
+    torch.testing.assert_close(grad, ref_grad, rtol=4 * torch.finfo(dtype).eps, atol=0.0)
+    assert float(grad.abs().sum()) > 0
+
+
+@pytest.mark.parametrize("method", ["gspo", "sapo/seq", "ratio/gpg", "grpo"])
+def test_clip_stats_fast_paths_equal_the_plain_sums(method):
+    """`clip_stats` on a one-per-sequence (stride-0) ratio or on ratio None (the token ratio, exp(log_ratio))
+    against the same terms with the ratio materialised as a plain (B, T) tensor."""
+    from divclip.theory.loss_metrics import clip_stats
+
+    lp, old, adv, mask = _inputs(torch.float64)
+    terms = policy_terms(lp, old, adv, mask, method)
+    plain = terms._replace(ratio=terms.ratio.contiguous().clone())
+    assert plain.ratio.stride(-1) == 1
+    fast = terms if terms.ratio.stride(-1) == 0 else terms._replace(ratio=None)
+    if fast.ratio is None:
+        torch.testing.assert_close(plain.ratio, terms.log_ratio.exp(), rtol=0.0, atol=0.0)
+    got, want = clip_stats(fast, mask), clip_stats(plain, mask)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-15)
+    assert float(want[6]) > 0  # ratio_mean

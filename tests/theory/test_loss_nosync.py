@@ -11,7 +11,7 @@ EXAMPLE_SPECS; a mode with no example at all fails `test_every_registered_mode_h
 Host reads are caught two ways: on the meta device (tensors without data, where `.item()`, `bool(t)`,
 `float(t)`, `.tolist()` and `nonzero` raise), and on CPU tensors under a dispatch mode that fails on
 `_local_scalar_dense` (behind `.item()`, `bool`, `float`, `int`) and on ops whose output shape depends on the
-data. The CPU-only compaction of the p-dependent bounds (`loss_modes.HOST_COMPACTION_DEVICES`) is switched off
+data. The CPU-only compaction of the p-dependent bounds (`forms._kernels.HOST_COMPACTION_DEVICES`) is switched off
 for the CPU checks, so they run the code an accelerator runs.
 """
 
@@ -25,7 +25,7 @@ import torch
 from test_binary_kl_exact import EDGE, check_pair
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import divclip.theory.loss_modes as loss_modes
+import divclip.theory.forms._kernels as loss_modes
 from divclip.theory.bounds import binary_kl_bounds_array
 from divclip.theory.loss_bounds import NEWTON_STEPS, binary_kl_root_nosync
 from divclip.theory.losses import MODES, policy_loss, policy_terms
@@ -81,7 +81,7 @@ def example_specs(mode: str) -> list[str]:
 # fail (strict: a mode that stops reading must leave this list). They still must compile whole (slow test).
 KNOWN_HOST_READS = {
     "clip_cov": "eager draws verl's random pick (randperm over a data-dependent count) for bit parity with verl; "
-    "compiled it picks without a host read (theory/modes_verl.py)",
+    "compiled it picks without a host read (theory/forms/clip_cov.py)",
 }
 
 
@@ -221,7 +221,7 @@ def test_intersection_part_metrics_match_their_flags():
     inputs = make_inputs(shape=(16, 64), seed=2)
     spec = parse_method("kl3:0.05&binary_kl:0.02")
     _, _, metrics = run("kl3:0.05&binary_kl:0.02", inputs)
-    terms = loss_modes.MODES["clip"](inputs[0], *inputs[1:], spec)
+    terms = MODES["clip"](inputs[0], *inputs[1:], spec)
     mask = inputs[3]
     for i, (low, high) in enumerate(terms.by_part):
         assert metrics[f"clipfrac_low_part{i}"] == pytest.approx(float((low * mask).sum() / mask.sum()), rel=1e-6)

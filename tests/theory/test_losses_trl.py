@@ -365,7 +365,7 @@ def test_trl_forms_are_finite_on_hostile_inputs(method):
 def test_cispo_cap_above_1_is_two_sided_cispo_at_lower_width_1():
     """How verl and slime write TRL's cispo: cispo at ε_low = 1 (bound 0) and ε_high = c − 1 is the same loss, bit
     for bit; a cap at or below 1, or the sequence ratio, has no such form."""
-    from divclip.theory.forms_trl import cispo_cap_as_cispo
+    from divclip.theory.forms.cispo_cap import cispo_cap_as_cispo
 
     log_prob, old, adv, mask = batch(torch.float64, seed=9, extreme=((3.0, 1.0), (-2.0, -1.0)))
     for cap in (1.3, 5.0, 7.77):

@@ -314,7 +314,7 @@ def test_gated_at_new_probability_one_is_exact_where_verl_adds_1e_8(ca):
     _, v_grad, _ = run_verl(ca.compute_policy_loss_dppo_kl, old, lp, adv, mask, config, "token-mean")
     assert grad[0, 0] == 0 and v_grad[0, 0] != 0  # exact D = ∞ masks; verl's D ≈ 5.6e-6 keeps
     assert grad[0, 1] == 0 and v_grad[0, 1] == 0  # p = 0.5: D is large either way (verl: 9.2)
-    from divclip.theory.loss_modes import _divergence
+    from divclip.theory.forms._kernels import _divergence
 
     d, _ = _divergence(spec, (lp - old).exp(), old, lp)
     assert torch.isinf(d).all()  # from the log-probs, no ratio formed: 1 - q = -expm1(0) = 0 exactly

@@ -372,7 +372,7 @@ def test_clip_cov_draws_verls_tokens_and_leaves_the_generator_where_verl_does(ca
 def test_clip_cov_without_host_reads_picks_every_candidate_when_verl_does(ca):
     """The compile path (`_pick_without_sync`) draws other keys than verl's randperm; when ⌊ρ·N⌋ covers every
     candidate both take them all, and otherwise it takes the same number, all of them candidates."""
-    from divclip.theory.modes_verl import _pick_like_verl, _pick_without_sync
+    from divclip.theory.forms.clip_cov import _pick_like_verl, _pick_without_sync
 
     g = torch.Generator().manual_seed(3)
     mask = (torch.rand(16, 50, generator=g) < 0.8).double()
@@ -515,7 +515,7 @@ def test_verl_forms_are_finite_on_empty_masks_and_extreme_ratios(method):
 def test_verl_forms_trace_without_graph_breaks(method):
     """torch.compile(fullgraph=True) traces every verl form (no host read); Clip-Cov then takes its sync-free
     draw, of the same size as verl's; the others give the eager numbers."""
-    from divclip.theory.modes_verl import _batch_covariance
+    from divclip.theory.forms.clip_cov import _batch_covariance
     from divclip.theory.spec import parse_method
 
     spec = parse_method(method)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from divclip.theory.adaptive import DeltaController, delta_update
-from divclip.theory.loss_modes import MODES
+from divclip.theory.forms import MODES
 from divclip.theory.losses import policy_loss
 from divclip.theory.measures import get_measure
 from divclip.theory.spec import (

@@ -33,7 +33,7 @@ def test_clipspec_is_one_class_wherever_it_is_imported():
 
 
 def test_loss_p_dependent_measures_match_the_torch_solvers():
-    from divclip.theory.loss_modes import _TORCH_BOUNDS
+    from divclip.theory.forms._kernels import _TORCH_BOUNDS
 
     assert set(_TORCH_BOUNDS) == set(LOSS_P_DEPENDENT)
 

@@ -1,12 +1,10 @@
-"""The loss forms behind `divclip.theory.losses.policy_loss`: PPO's clipped surrogate and a registry of modes.
+"""The torch kernels the loss forms share: PPO's clipped surrogate, the ratios, the exact per-token bounds, the
+closed-form gradient, and `PolicyTerms`, what every form's `loss` returns (torch is imported here, and only
+imported by a form's `loss` when it runs: `divclip.theory.forms` itself stays torch-free).
 
-Modes (a registry: a new mode is one `@register_mode` function returning `_Terms`):
-  clip   PPO/GRPO   max(-A·r, -A·clip(r, lo, hi))            (verl `vanilla`, `gspo` at level="sequence")
-  gated  DPPO       -A·sg(min(r, c))·log π · 1[not clipped]  (verl `dppo_kl` / `dppo_tv`, any measure)
-  cispo  CISPO      -sg(clip(r, lo, hi))·A·log π            (verl `cispo`; the bound binds whatever A's sign)
-  sapo   SAPO       -A·σ(τ(r - 1))·4/τ, τ by the sign of A  (verl `sapo`; no hard clip)
-Each takes (B, T) tensors log π (differentiable), log π_old, A, mask and a `ClipSpec`, and returns per-token
-terms; `policy_loss` validates, aggregates and adds the diagnostics.
+Each form's `loss` (one module per form in `divclip.theory.forms`) takes (B, T) tensors log π (differentiable),
+log π_old, A, mask and a `ClipSpec`, and returns per-token terms; `policy_loss` validates, aggregates and adds
+the diagnostics.
 
 p-independent measures give one scalar (lo, hi) per spec (KL3 by Lambert W), then plain clamps: the same code
 as PPO, so KL3 at δ is ratio clipping at the float bounds [l_δ, u_δ] bit for bit. p-dependent measures
@@ -17,17 +15,18 @@ No host synchronisation: a mode must not read a tensor on the host (`.item()`, `
 a Python `if` on a tensor value, `nonzero` or boolean indexing): on a GPU each is a stream synchronisation, and
 `torch.compile(fullgraph=True)` cannot trace it. Select with 0/1 flags, clamp and `torch.where` instead, and
 read a spec's float bounds with `ratio_bounds(spec)` (a compile-time constant), not `spec.ratio_bounds()`.
-tests/theory/test_loss_nosync.py runs every registered mode on the meta device (where any such read raises)
+tests/theory/test_loss_nosync.py runs every form's loss on the meta device (where any such read raises)
 and compiles it; a mode that needs parameters beyond a bare `ClipSpec(mode=...)` adds an example there
 (`example_specs`). The one exception is the CPU-only compaction of `_per_token_clip`.
 
-Speed: the modes compute the loss value without autograd and attach its known gradient (`_WithGradient`), e.g.
+Speed: the forms compute the loss value without autograd and attach its known gradient (`_WithGradient`), e.g.
 -A·r·∇log π on kept tokens and 0 on clipped ones, and hand that gradient to `policy_loss` (`PolicyTerms.grad`),
 whose token-level sums then save mask·grad as the one (B, T) tensor of the backward (`masked_sum_closed_form`).
 On CPU each autograd max/clamp/where backward allocates several (B, T) temporaries; compiled, the forward is one
-fused pass and the backward one multiply. The hot paths (`_interval_clip_mode`, the gated decisions) keep their
-decisions bool and select the gradient with `torch.where`, converting to 0/1 float flags only for the metrics:
-compiled on a CPU the loss is bound by its arithmetic, and each float flag costs a conversion and a multiply.
+fused pass and the backward one multiply. The hot paths (the clip form's `_interval_clip_mode`, the gated
+decisions) keep their decisions bool and select the gradient with `torch.where`, converting to 0/1 float flags
+only for the metrics: compiled on a CPU the loss is bound by its arithmetic, and each float flag costs a
+conversion and a multiply.
 """
 
 from __future__ import annotations
@@ -36,19 +35,15 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
-import numpy as np
 import torch
 
 from divclip.theory.bounds import binary_kl_root
+from divclip.theory.forms._numpy import LOG_RATIO_CLAMP, SEQ_LOG_RATIO_MAX
 from divclip.theory.loss_bounds import binary_kl_root_nosync
 from divclip.theory.measures import get_measure
-from divclip.theory.spec import MODE_NAMES, AllOf
 
 if TYPE_CHECKING:
     from divclip.theory.spec import ClipSpec
-
-LOG_RATIO_CLAMP = 20.0  # verl clamps log r to ±20 before exp (token level)
-SEQ_LOG_RATIO_MAX = 10.0  # verl's gspo clamps the sequence log-ratio above only
 
 
 # ------------------------------------------------------------------------------------ surrogate pieces
@@ -108,6 +103,13 @@ class _WithGradient(torch.autograd.Function):
 
     Autograd through max/clamp/where costs several (B, T) temporaries per op on the way back; the gradient
     of a clipped loss is known in closed form (docs/theory.md §1), so the loss modes hand it over directly.
+
+    Replaces autograd through each form's plain expression. Held equal to it by the tests that differentiate
+    the plain form: tests/theory/test_losses.py (test_gradient_rule_matches_autograd_with_dual_clip_and_saturated_
+    log_ratios, test_sapo_and_cispo_gradients_match_their_formulas), the engine parity tests (verl's and TRL's own
+    functions differentiated by autograd: tests/theory/test_losses_verl.py, test_losses_verl_atlas.py,
+    test_losses_trl.py), tests/theory/test_forms_published.py (each paper's equation) and
+    tests/theory/test_atlas.py (every token-level form's numpy weight).
     """
 
     @staticmethod
@@ -129,6 +131,11 @@ class _MaskedSumWithGradient(torch.autograd.Function):
     (g·mask)·grad and g·(grad·mask) are the same floats), with one (B, T) tensor saved instead of two: the
     backward reads mask·grad once and writes the gradient, where autograd through the product reads the
     mask and the derivative. That pass is most of what a compiled loss costs beyond its forward.
+
+    Replaces autograd through `aggregate`'s plain masked sum of `terms.loss`; held equal to it (loss and gradient,
+    torch.equal, every form with a closed-form gradient) by tests/theory/test_loss_fast_paths.py::
+    test_closed_form_masked_sum_equals_autograd_through_the_terms (test_the_closed_form_sum_saves_one_tensor: what
+    it saves).
     """
 
     @staticmethod
@@ -248,7 +255,11 @@ def _compact_on_host(t) -> bool:
     drops converged entries). On the CPU those host reads cost nothing and skip most of the float64 work (six
     Newton steps of float64 expm1/log1p for every token otherwise); on an accelerator each is a stream
     synchronisation, and torch.compile cannot trace them, so there every token is solved with a fixed number of
-    Newton steps (`divclip.theory.loss_bounds`). The two agree within 4 ulps (float64) per bound."""
+    Newton steps (`divclip.theory.loss_bounds`). The two agree within 4 ulps (float64) per bound.
+
+    The compaction is the fast path, replacing the every-token solve on the CPU; held equal to it (within those
+    4 ulps) by tests/theory/test_loss_nosync.py::test_sync_free_bounds_agree_with_host_compaction and
+    test_sync_free_roots_are_exact_to_4_ulps."""
     return t.device.type in HOST_COMPACTION_DEVICES and not torch.compiler.is_compiling()
 
 
@@ -267,6 +278,10 @@ def _decision_ratio(spec: ClipSpec, ratio, log_prob, old_log_prob):
 
     Out of the clamp (|log r| > 20) the clamped ratio is e^±20: beyond any p-independent bound inside
     [e^-19, e^19], and on the same side of 1. Binary KL evaluates D from the log-probs and only asks r > 1.
+
+    Replaces `_true_ratio` where it cannot change a decision; the decisions are held to verl's, which always
+    decides on the true ratio, by tests/theory/test_losses_verl.py::test_gated_decides_on_the_true_log_ratio_like_verl
+    and test_gated_kl3_decides_on_the_true_ratio.
     """
     if spec.level == "sequence" or not spec.clamp_log_ratio:
         return ratio  # the sequence ratio (verl's gspo decides on its clamped value), or already unclamped
@@ -336,9 +351,6 @@ class PolicyTerms(NamedTuple):
         return None if self.clipped is None else self.clipped - self.clipped_low
 
 
-_Terms = PolicyTerms  # the name the modes below use
-
-
 @torch.no_grad()
 def with_token_ratio(terms: PolicyTerms, log_prob, old_log_prob, ratio: bool = True) -> PolicyTerms:
     """`terms` with log_ratio (clamped to ±20) filled in where the mode left it None, and with ratio = its exp when
@@ -348,20 +360,6 @@ def with_token_ratio(terms: PolicyTerms, log_prob, old_log_prob, ratio: bool = T
     if ratio and terms.ratio is None:
         terms = terms._replace(ratio=terms.log_ratio.exp())
     return terms
-
-
-MODES: dict[str, Callable[..., _Terms]] = {}
-
-
-def register_mode(name: str):
-    """Register `fn(log_prob, old_log_prob, advantages, mask, spec) -> _Terms` as loss mode `name`."""
-
-    def deco(fn):
-        MODES[name] = fn
-        MODE_NAMES.add(name)  # so that a torch-free ClipSpec accepts the new mode
-        return fn
-
-    return deco
 
 
 def part_bounds(part: ClipSpec, old_log_prob):
@@ -415,219 +413,46 @@ def _by_sign(pos, neg, when_pos, when_neg):
     return torch.mul(pos, when_pos).addcmul_(neg, when_neg)
 
 
-def _sequence_clip_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Terms:
-    """`_clip_mode` at level='sequence' for one p-free interval and no dual clip (GSPO; TRL's sequence-level
-    importance sampling), from (B, 1) quantities: with s the sequence ratio, the token's loss is −A·w with
-    w = min(s, hi) for A > 0 and max(s, lo) for A < 0 (the same floats as max(−A·s, −A·clip(s)): rounding is
-    monotone), kept (gradient −A·s) where s <= hi, resp. s >= lo. Per token only the sign of A is read, so the
-    (B, T) work is a few multiplies instead of a clamp, a max and the flags of every token. An s beyond the
-    largest float (log s > 88 in float32, TRL without the clamp) counts as that largest float."""
+# --------------------------------------------------------------------- pieces of several forms
+@torch.no_grad()
+def _metric_ratio(log_prob, old_log_prob):
+    """(log r clamped to ±20, r) for the diagnostics (ppo_kl, kl3, ratio_*), without a host read."""
+    log_ratio = (log_prob - old_log_prob).clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # (B, T)
+    return log_ratio, log_ratio.exp()
+
+
+@torch.no_grad()
+def _clamped_ratio(log_prob, old_log_prob):
+    """(log r clamped to ±20, r, in_range): in_range is 1.0 where |log r| <= 20, where dr/d log π = r."""
+    log_ratio = log_prob - old_log_prob  # (B, T)
+    in_range = _flag(torch.le, log_ratio.abs(), LOG_RATIO_CLAMP)
+    log_ratio.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    return log_ratio, log_ratio.exp(), in_range
+
+
+def _signs(advantages):
+    """(1.0 where A > 0, 1.0 where A < 0), each (B, T)."""
+    return _flag(torch.gt, advantages, 0.0), _flag(torch.lt, advantages, 0.0)
+
+
+def _p_free_bounds(spec):
+    if spec.p_dependent:
+        raise ValueError(
+            f"mode {spec.mode!r} clips with one scalar interval: it needs a p-independent measure, "
+            f"got measure={spec.measure_name!r}"
+        )
+    return ratio_bounds(spec)  # a compile-time constant under torch.compile
+
+
+def _ppo_terms(log_prob, log_ratio, ratio, in_range, advantages, lo, hi, dual_c=None) -> PolicyTerms:
+    """PPO's clipped surrogate at bounds lo, hi (floats, 0-d or (B, T) tensors), with an optional dual clip:
+    the loss of the clip mode, gradient −A·r on kept tokens and 0 on clipped ones."""
     with torch.no_grad():
-        log_ratio, ratio, in_range = _sequence_ratio(log_prob, old_log_prob, mask, spec.clamp_log_ratio)
-        s = sequence_column(ratio)  # (B, 1)
-        lo, hi = ratio_bounds(spec)
-        big = torch.finfo(s.dtype).max
-        pos, neg = _flag(torch.gt, advantages, 0.0), _flag(torch.lt, advantages, 0.0)  # (B, T)
-        value = _by_sign(pos, neg, -torch.clamp(s, max=hi), -torch.clamp(s, min=lo, max=big)).mul_(advantages)
-        above, below = _flag(torch.gt, s, hi), _flag(torch.lt, s, lo)  # (B, 1) clipped for A > 0, A < 0
-        kept = s.clamp(max=big) if in_range is None else s.clamp(max=big) * in_range  # (B, 1) dr/d log π
-        grad = _by_sign(pos, neg, (above - 1.0) * kept, (below - 1.0) * kept).mul_(advantages)  # −A·s where kept
-        clipped_low = neg.mul_(below)  # (B, T)
-        clipped = torch.addcmul(clipped_low, pos, above)
-    loss = _WithGradient.apply(log_prob, value, grad)
-    return _Terms(loss, log_ratio, ratio, clipped, clipped_low, grad=grad)
-
-
-def _interval_clip_mode(log_prob, old_log_prob, advantages, spec: ClipSpec) -> _Terms:
-    """`_clip_mode` at token level for one p-free interval [lo, hi] (PPO, GRPO, DAPO, KL3, every ratio-clip
-    method), dual clip or not: `clipped_surrogate`'s floats in the fewest (B, T) operations. The decisions stay
-    bool and the gradient is one select, -A·r where kept and 0 elsewhere; compiled, this is one fused pass whose
-    cost is its arithmetic on a CPU (0/1 float flags cost a conversion and a multiply each). The float flags the
-    metrics read are converted at the end (dropped as dead code when a compiled loss does not return them)."""
-    with torch.no_grad():
-        raw = log_prob - old_log_prob  # (B, T)
-        log_ratio = raw.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-        out_of_range = (log_ratio != raw) if spec.clamp_log_ratio else None  # verl's clamp stops the gradient
-        ratio = log_ratio.exp() if spec.clamp_log_ratio else raw.exp()
-        del raw
-        lo, hi = ratio_bounds(spec)
-        # -(A·r) is (-A)·r to the bit (a float product's sign is the XOR of its factors'), without a -A tensor
-        loss_unclipped = torch.mul(advantages, ratio).neg_()  # -A·r
-        loss_clipped = ratio.clamp(lo, hi).mul_(advantages).neg_()  # -A·clip(r)
-        loss = torch.maximum(loss_unclipped, loss_clipped)
-        clipped = loss_clipped > loss_unclipped  # the clipped branch is strictly larger: gradient 0
-        del loss_clipped
-        negative = advantages < 0
-        drop = clipped
-        dual = None
-        if spec.dual_clip_c is not None:
-            cap = advantages * -spec.dual_clip_c  # -A·c
-            dual = (loss > cap) & negative
-            loss = torch.where(dual, cap, loss)
-            drop = drop | dual
-        if out_of_range is not None:
-            drop = drop | out_of_range  # (NaN drops too)
-        grad = loss_unclipped.masked_fill_(drop, 0.0)  # d(-A·r)/d log π = -A·r where kept, else 0
-        dtype = ratio.dtype
-        flags = clipped.to(dtype), (clipped & negative).to(dtype), None if dual is None else dual.to(dtype)
-    return _Terms(_WithGradient.apply(log_prob, loss, grad), log_ratio, ratio, *flags, None, grad)
-
-
-@register_mode("clip")
-def _clip_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Terms:
-    """PPO: max(-A·r, -A·clip(r, lo, hi)); GSPO's sequence ratio at level='sequence'.
-
-    The value is `clipped_surrogate`'s; the gradient is the rule it implies, -A·r·∇log π on kept tokens.
-    """
-    simple = not isinstance(spec, AllOf) and not spec.p_dependent  # one p-free interval
-    if simple and spec.level == "sequence" and spec.dual_clip_c is None:
-        return _sequence_clip_mode(log_prob, old_log_prob, advantages, mask, spec)
-    if simple and spec.level == "token":
-        return _interval_clip_mode(log_prob, old_log_prob, advantages, spec)
-    return _general_clip_mode(log_prob, old_log_prob, advantages, mask, spec)
-
-
-def _general_clip_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Terms:
-    """`_clip_mode` for any spec: intersections, p-dependent bounds, a dual-clipped sequence ratio; the reference
-    the two fast paths above are tested against (tests/theory/test_loss_fast_paths.py)."""
-    with torch.no_grad():
-        log_ratio, ratio, in_range = _ratio(spec, log_prob, old_log_prob, mask)
-        each = None
-        if isinstance(spec, AllOf):
-            clipped_ratio, each, lo, hi = _intersection_clip(spec, ratio, old_log_prob)
-        elif spec.p_dependent:
-            moved = (ratio - 1.0) * advantages > 0  # only a token pushed past a bound by its own A is clipped
-            true_ratio = _decision_ratio(spec, ratio, log_prob, old_log_prob)
-            clipped_ratio = _per_token_clip(spec, ratio, old_log_prob, moved, true_ratio, log_prob)
-        else:
-            clipped_ratio = torch.clamp(ratio, *ratio_bounds(spec))
-        sur = clipped_surrogate(ratio, clipped_ratio, advantages, spec.dual_clip_c)
-        keep = 1.0 - sur.clipped  # (B, T) 1.0 where the token keeps its gradient
+        sur = clip_loss_with_bounds(ratio, advantages, lo, hi, dual_c)
+        keep = (1.0 - sur.clipped).mul_(in_range)  # (B, T)
         if sur.dual is not None:
-            keep.sub_(sur.dual)
-        if in_range is not None:  # None only where the spec does not clamp (TRL): a static choice
-            keep.mul_(in_range)  # verl's log-ratio clamp also stops the gradient
-        grad = sur.loss_unclipped.mul_(keep)  # d(-A·r)/d log π = -A·r where kept, else 0
+            keep.sub_(sur.dual * in_range)
+        grad = sur.loss_unclipped * keep  # d(−A·r)/d log π = −A·r where kept
         clipped_low = _flag(torch.lt, advantages, 0.0).mul_(sur.clipped)
-        by_part = None
-        if each is not None:  # which part's bound bound: its lo is the max / its hi the min
-            clipped_high = sur.clipped - clipped_low
-            by_part = tuple(
-                (
-                    clipped_low * torch.as_tensor(lo_i >= lo, dtype=ratio.dtype, device=ratio.device),
-                    clipped_high * torch.as_tensor(hi_i <= hi, dtype=ratio.dtype, device=ratio.device),
-                )
-                for lo_i, hi_i in each
-            )
     loss = _WithGradient.apply(log_prob, sur.loss, grad)
-    return _Terms(loss, log_ratio, ratio, sur.clipped, clipped_low, sur.dual, by_part, grad)
-
-
-@register_mode("gated")
-def _gated_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Terms:
-    """DPPO (verl `dppo_kl`/`dppo_tv`): -A·sg(min(r, c))·log π, zeroed where the bound is crossed in A's
-    direction. Its gradient, -A·min(r, c)·∇log π = -A·∇r for r < c, is the clip mode's, token by token."""
-    with torch.no_grad():
-        log_ratio, ratio, _ = _ratio(spec, log_prob, old_log_prob, mask)
-        # The decision sees the true ratio (as verl's dppo, which never clamps its D); the IS weight below keeps
-        # verl's clamped one. `_decision_ratio` returns the clamped one where no decision can tell them apart.
-        true_ratio = _decision_ratio(spec, ratio, log_prob, old_log_prob)
-        adv_pos, adv_neg = advantages > 0, advantages < 0  # bool decisions; 0/1 floats only for the metrics
-        if spec.measure_name == "binary_tv":
-            # Binary TV is |q − p|: decided on q − p as verl's dppo_tv computes it, so a token within an ulp of δ
-            # gets verl's verdict (p·|r − 1| rounds differently); NaN counts as outside, as there.
-            moved = log_prob.exp().sub_(old_log_prob.exp())  # (B, T) q − p
-            high = ~(moved <= spec.delta) & adv_pos
-            low = ~(moved >= -spec.delta) & adv_neg
-        elif spec.p_dependent:
-            divergence, _ = _divergence(spec, true_ratio, old_log_prob, log_prob)
-            exceeded = ~(divergence <= spec.delta)  # NaN (a "probability" above 1) counts
-            high = (true_ratio > 1.0) & exceeded & adv_pos
-            low = (true_ratio < 1.0) & exceeded & adv_neg
-        else:
-            lo, hi = ratio_bounds(spec)
-            high = (true_ratio > hi) & adv_pos
-            low = (true_ratio < lo) & adv_neg
-        dropped = high | low  # the two are disjoint
-        weight = ratio if spec.tis_cap is None else ratio.clamp(max=spec.tis_cap)  # truncated IS weight
-        # verl's −A·w·log π·valid in its product order (bit-equal losses, NaN where log π = −inf as there); the
-        # gradient −A·w where valid, 0 elsewhere, in closed form (what autograd gives through that product)
-        scale = torch.mul(advantages, weight).neg_()  # (−A)·w, as −A then ·w rounds: negation is exact
-        value = torch.mul(scale, _const(log_prob)).mul_((~dropped).to(scale.dtype))
-        clipped, clipped_low = dropped.to(scale.dtype), low.to(scale.dtype)
-        grad = scale.masked_fill_(dropped, 0.0)
-    loss = _WithGradient.apply(log_prob, value, grad)
-    return _Terms(loss, log_ratio, ratio, clipped, clipped_low, grad=grad)
-
-
-@register_mode("cispo")
-def _cispo_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Terms:
-    """CISPO (verl `cispo`): -sg(clip(r, lo, hi))·A·log π. Clipping bounds the IS weight only, on both sides
-    whatever the sign of A, so every token keeps a gradient."""
-    with torch.no_grad():
-        log_ratio, ratio, _ = _ratio(spec, log_prob, old_log_prob, mask)
-        if spec.p_dependent:
-            clipped_ratio = _per_token_clip(spec, ratio, old_log_prob, None)
-        else:
-            clipped_ratio = torch.clamp(ratio, *ratio_bounds(spec))
-        clipped, clipped_low = _flag(torch.ne, clipped_ratio, ratio), _flag(torch.gt, clipped_ratio, ratio)
-        grad = torch.mul(clipped_ratio, advantages).neg_()  # (−clip(r))·A: verl's product order, its gradient
-        value = grad * _const(log_prob)
-    loss = _WithGradient.apply(log_prob, value, grad)
-    return _Terms(loss, log_ratio, ratio, clipped, clipped_low, grad=grad)
-
-
-@register_mode("sapo")
-def _sapo_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> _Terms:
-    """SAPO (verl `sapo`): -A·f(r), f(r) = σ(τ(r - 1))·4/τ with τ = tau_pos for A > 0 else tau_neg. The soft
-    gate's slope f'(r) = 4σ(1 - σ) is 1 at r = 1 and decays smoothly: no hard clip, so no clip fractions.
-    verl's `sapo` always aggregates with seq-mean-token-mean, whatever loss_agg_mode says; here it is honoured,
-    unless `sapo_seq_mean=1` (the spec read from verl; `divclip.theory.modes_verl._sapo_aggregate`)."""
-    with torch.no_grad():
-        log_ratio, ratio, in_range = _ratio(spec, log_prob, old_log_prob, mask)
-        pos, rest = _flag(torch.gt, advantages, 0.0), _flag(torch.le, advantages, 0.0)  # (B, T) τ+ / τ− tokens
-        column = sequence_column(ratio)
-        if column is not None:
-            value, grad = _sapo_sequence(spec, column, in_range, pos, rest)
-        else:
-            value, grad = _sapo_token(spec, ratio, in_range, pos, rest)
-        value.mul_(advantages)  # (−gate)·A, verl's −gate·A bit for bit
-        grad.mul_(advantages)
-    loss = _WithGradient.apply(log_prob, value, grad)
-    return _Terms(loss, log_ratio, ratio, None, None, grad=grad)
-
-
-def _sapo_constants(spec, dtype, device):
-    """(τ+, τ−, 4/τ+, 4/τ−) as Python floats holding values of the compute dtype, τ and 4/τ rounded as verl's (B, T)
-    tensors of them are (float32: numpy's IEEE float32 division). Python numbers, not tensors: a tensor given as
-    a scalar argument (alpha) would be read on the host."""
-    if dtype == torch.float64:
-        return spec.tau_pos, spec.tau_neg, 4.0 / spec.tau_pos, 4.0 / spec.tau_neg
-    tau_pos, tau_neg = np.float32(spec.tau_pos), np.float32(spec.tau_neg)
-    return float(tau_pos), float(tau_neg), float(np.float32(4.0) / tau_pos), float(np.float32(4.0) / tau_neg)
-
-
-@torch.no_grad()
-def _sapo_token(spec, ratio, in_range, pos, rest):
-    """(−σ(τ(r − 1))·(4/τ), −4σ(1 − σ)·dr/d log π) per token, both (B, T), τ by the 0/1 flags pos / rest; verl's
-    floating-point operations for the value (τ·(r − 1), sigmoid, times 4/τ), the gate's slope in closed form."""
-    tau_pos, tau_neg, q_pos, q_neg = _sapo_constants(spec, ratio.dtype, ratio.device)
-    per_token = torch.mul(pos, tau_pos).add_(rest, alpha=tau_neg)  # (B, T) exactly τ+ or τ−
-    sig = torch.sub(ratio, 1.0).mul_(per_token).sigmoid_()  # σ(τ(r − 1))
-    grad = torch.addcmul(sig, sig, sig, value=-1.0).mul_(ratio).mul_(-4.0)  # −4σ(1 − σ)·r
-    if in_range is not None:
-        grad.mul_(in_range)  # verl's log-ratio clamp stops the gradient
-    torch.mul(pos, q_pos, out=per_token).add_(rest, alpha=q_neg)  # (B, T) exactly 4/τ+ or 4/τ−
-    return sig.mul_(per_token).neg_(), grad
-
-
-@torch.no_grad()
-def _sapo_sequence(spec, s, in_range, pos, rest):
-    """`_sapo_token` at level='sequence': the gate and its slope once per sequence and sign of A, (B, 1), then
-    picked per token by the sign flags (`_by_sign`). An s beyond the largest float counts as that float."""
-    tau_pos, tau_neg, q_pos, q_neg = _sapo_constants(spec, s.dtype, s.device)
-    dr = s.clamp(max=torch.finfo(s.dtype).max) if in_range is None else s * in_range  # (B, 1)
-    sig_pos, sig_neg = torch.sigmoid(tau_pos * (s - 1.0)), torch.sigmoid(tau_neg * (s - 1.0))
-    value = _by_sign(pos, rest, -(sig_pos * q_pos), -(sig_neg * q_neg))
-    grad = _by_sign(pos, rest, (sig_pos * (1.0 - sig_pos)) * dr * -4.0, (sig_neg * (1.0 - sig_neg)) * dr * -4.0)
-    return value, grad
+    return PolicyTerms(loss, log_ratio, ratio, sur.clipped, clipped_low, sur.dual, grad=grad)

@@ -1,0 +1,12 @@
+"""The names of the loss aggregations (`loss_agg_mode`), torch-free: the one list `agg_loss`, `policy_loss`, the
+atlas's methods and the trainer's config check against (`divclip.theory.loss_metrics.agg_loss` says what each does).
+"""
+
+from __future__ import annotations
+
+__all__ = ["LOSS_AGG_MODES", "TRL_AGG_MODES"]
+
+LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+"""verl 0.9.1's five `loss_agg_mode` names."""
+TRL_AGG_MODES = ("seq-mean-token-mean-all", "seq-mean-token-sum-all", "token-sum-norm")
+"""TRL 1.16's normalisations that verl's five (LOSS_AGG_MODES) do not give exactly; `agg_loss` takes both."""
