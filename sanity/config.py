@@ -51,10 +51,10 @@ CONFIG_SUFFIXES = {
     ".sh": "overrides",
     ".py": "python",
 }
-_YAML_KEY_LINE = re.compile(r"^\s*[\w.\-\"']+\s*:(\s|$)", re.MULTILINE)
+_YAML_KEY_LINE = re.compile(r"^[ \t]*[\w.\-\"']+[ \t]*:(\s|$)", re.MULTILINE)  # [ \t], not \s: one line each
 _OVERRIDE_TOKEN = re.compile(r"(^|\s)[+~]*[A-Za-z_][\w\-@/.]*=|(^|\s)--[A-Za-z]")
 _PYTHON_LINE = re.compile(r"^(import [\w.]+|from [\w.]+ import |[A-Za-z_]\w* = [\[{(\w'\"])", re.MULTILINE)
-_ENV_COMMENT = re.compile(r"^#\s*environment:\s*([A-Z][A-Z0-9_]*)=(.*)$", re.MULTILINE)
+_ENV_COMMENT = re.compile(r"^#[ \t]*environment:[ \t]*([A-Z][A-Z0-9_]*)=(.*)$", re.MULTILINE)
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """Read a launch command (a shell script, an override list, a flag line) into flat settings, safely.
 
-Nothing is executed: the text is split with `shlex` (`#` comments, quotes, `\\` line continuations), one
-logical line at a time, and each token is classified:
+Nothing is executed. The text is split into commands of words as bash would (`divclip.sanity.shellwords`: `#`
+comments only at the start of a word, quotes, `\\` continuations, heredoc bodies skipped as data, arrays,
+`$V` / `${V:-d}` expanded from the script's own variables, within a byte budget), and each word is classified:
 
 * `key=value` (with `+`/`++` in front: a key hydra adds) — a hydra override or an environment variable
   (`VERL_USE_EXTERNAL_MODULES=...`) that the command sets; `~key` deletes.
@@ -11,28 +12,33 @@ logical line at a time, and each token is classified:
   that looks like a config key (`section.group.key 0.28`: no '=') is listed as a stray,
   which `divclip check` reports as a warning.
 
-`NAME=value` assignments define shell variables that later `$NAME` / `${NAME}` take (the only expansion done);
-slime's `ARGS=( --flag value ... )` arrays read as their flags.
+A `NAME=( ... )` array is read only where `${NAME[@]}` passes it to a command (as bash does: the definition in
+force there); one that never reaches a command, and a heredoc body that holds what looks like settings, are
+listed in `Tokens.unread` (a warning), as neither reaches the engine.
 """
 
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass, field
 
 from divclip.sanity.errors import ConfigError
+from divclip.sanity.shellwords import Variables, expand, split_commands
 
 OVERRIDE_KEY = re.compile(r"^[A-Za-z_][\w\-@/.]*$")
 FLAG = re.compile(r"^--[A-Za-z][\w\-.]*$")
 _INT = re.compile(r"^[-+]?\d+$")
-# Floats as hydra/OmegaConf read them, including "3e-4", which plain YAML 1.1 leaves as a string.
-_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^[-+]?(inf|nan)$", re.IGNORECASE)
+# Floats as hydra/OmegaConf read them, including "3e-4", which plain YAML 1.1 leaves as a string. Each digit run
+# can be split one way only (\d+ then an optional '.\d*'), so a failed match backtracks in linear time (the
+# former \d+\.?\d* tried every split of 60 000 digits before a letter: 70 s).
+_FLOAT = re.compile(r"^[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?$|^[-+]?(?:inf|nan)$", re.IGNORECASE)
 _VARIABLE = re.compile(r"^[A-Za-z_]\w*$")
 _EXPANSION = re.compile(r"\$\{([A-Za-z_]\w*)\}|\$([A-Za-z_]\w*)")
 _DOTTED = re.compile(r"^[A-Za-z_][\w\-]*(\.[\w\-]+)+$")  # a config key written without '=' (not a file name)
+_SETTING_LINE = re.compile(r"^[ \t]*(?:[+~]*[A-Za-z_][\w\-@/.]*=|--[A-Za-z])", re.MULTILINE)
 _FILE_SUFFIXES = (".py", ".sh", ".yaml", ".yml", ".json", ".txt", ".parquet", ".jsonl")
 _MODULE_FLAGS = ("-m", "--module")
+_DECLARE = ("export", "declare", "local", "readonly", "typeset")
 MAX_FLAG_VALUES = 8  # values one flag takes (argparse nargs); the rest of a line is command words
 
 
@@ -49,44 +55,76 @@ class Tokens:
     unread: list = field(default_factory=list)  # [(line, text)]: something that looks like a setting, not read
 
 
-def logical_lines(text: str) -> list[tuple[int, str]]:
-    """[(first line number, text)], backslash-newline continuations joined."""
-    out, start, parts = [], None, []
-    for number, line in enumerate(text.splitlines(), 1):
-        start = number if start is None else start
-        if line.endswith("\\") and not line.endswith("\\\\"):
-            parts.append(line[:-1])
-            continue
-        parts.append(line)
-        out.append((start, " ".join(parts)))
-        start, parts = None, []
-    if parts:
-        out.append((start, " ".join(parts)))
-    return out
-
-
 def split_line(line: str, name: str, number: int | None = None) -> list[str]:
-    try:
-        return [t for t in shlex.split(line, comments=True, posix=True) if t.strip()]
-    except ValueError as exc:  # "No closing quotation", "No escaped character"
-        where = f" (line {number})" if number is not None else ""
-        raise ConfigError(f"config {name!r} cannot be split into override tokens{where}: {exc}") from None
+    """The words of a line of overrides (the app's text box), split and expanded as the shell would."""
+    env = Variables(name)
+    return [f for command in split_commands(line, name) for w in command.words for f in _fields(w, env)]
 
 
 def read_script(text: str, name: str) -> Tokens:
     """The settings of a launch script or override list (see the module doc string)."""
-    out, variables = Tokens(), {}
-    for number, line in logical_lines(text):
-        read_tokens(split_line(line, name, number), out, variables, f"line {number} of {name!r}", number)
+    out, env, arrays = Tokens(), Variables(name), {}
+    for command in split_commands(text, name):
+        words, prefix = [], True  # prefix: only assignments (or export/declare ...) so far, so NAME=v sets a variable
+        for word in command.words:
+            if word.array is not None:
+                arrays[_array(word, env)] = word.line
+                continue
+            fields = _fields(word, env)
+            head = word.literal()
+            if prefix and fields and "=" in fields[0] and _VARIABLE.match(fields[0].split("=", 1)[0]):
+                key, value = fields[0].split("=", 1)
+                env.values[key] = value
+            elif head not in _DECLARE:
+                prefix = False
+            words += fields
+        read_tokens(words, out, None, f"line {command.line} of {name!r}", command.line, expand=False)
+        for first, last, body in command.heredocs:
+            if _SETTING_LINE.search(body):
+                out.unread.append(
+                    (
+                        first,
+                        f"the heredoc body (lines {first}-{last}) is data the command reads, not settings passed "
+                        "to it: not read",
+                    )
+                )
+    for array, line in arrays.items():
+        if array not in env.arrays_used:
+            out.unread.append(
+                (line, f"the array {array} never reaches a command (no ${{{array}[@]}}): its words were not read")
+            )
     return out
 
 
+def _fields(word, env: Variables) -> list[str]:
+    """A word's fields; an assignment's value (NAME=$V) is not split on blanks, as in bash."""
+    head = word.parts[0] if word.parts and isinstance(word.parts[0], str) else ""
+    return expand(word, env, split=not re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", head))
+
+
+def _array(word, env: Variables) -> str:
+    """Define NAME=( ... ) (or append for +=) in `env`; returns NAME."""
+    head = word.parts[0]
+    name, append = head.rstrip("=").rstrip("+"), head.endswith("+=")
+    items = [f for element in word.array for f in expand(element, env)]
+    old = env.values.get(name) if append else None
+    env.values[name] = (old if isinstance(old, list) else [old] if old else []) + items
+    return name
+
+
 def read_tokens(
-    tokens: list, out: Tokens, variables: dict | None = None, what: str = "override", number: int | None = None
+    tokens: list,
+    out: Tokens,
+    variables: dict | None = None,
+    what: str = "override",
+    number: int | None = None,
+    expand: bool = True,
 ) -> Tokens:
-    """Classify one line's tokens into `out` (see the module doc string)."""
+    """Classify one line's tokens into `out` (see the module doc string); `expand=False` for words the shell
+    splitter has expanded already."""
     variables = {} if variables is None else variables
-    tokens = [_expand(t, variables) for t in tokens]
+    if expand:
+        tokens = [_expand(t, variables) for t in tokens]
     i = 0
     while i < len(tokens):
         tok = tokens[i]
