@@ -218,3 +218,51 @@ def test_a_dashed_flag_in_a_verl_command_is_named():
 def test_a_script_the_shell_cannot_split_is_named(script, match):
     with pytest.raises(ConfigError, match=r"config 'r\.sh' cannot be split into shell words \(" + match):
         read_config(script.encode(), name="r.sh")
+
+
+# ---------------------------------------------------------------------------------------------- Unicode
+def test_a_file_name_that_is_not_utf8_prints_in_every_output(tmp_path):
+    """Issue 36: a non-UTF-8 file name ended in "'utf-8' codec can't encode", naming nothing (a strict UTF-8
+    stdout, as under an en_US.UTF-8 locale)."""
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / os.fsdecode(b"c\xff.json")
+    path.write_bytes(b'{"loss_type": "dapo", "epsilon": 0.2}')
+    empty = tmp_path / os.fsdecode(b"e\xff.json")
+    empty.write_bytes(b"")
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8:strict"}
+    for argv, code in [
+        (["check", str(path)], 0),
+        (["check", str(path), "--json"], 0),
+        (["translate", str(path), "--to", "verl"], 0),
+        (["check", str(empty)], 2),
+    ]:
+        run = subprocess.run([sys.executable, "-m", "divclip.cli", *argv], capture_output=True, text=True, env=env)
+        assert run.returncode == code and "codec" not in run.stderr and "Traceback" not in run.stderr, argv
+        assert "\\xff.json" in run.stdout + run.stderr, argv  # the byte shown, escaped as each output escapes
+
+
+def test_the_display_name_shows_the_bytes():
+    import os
+
+    from divclip.sanity.files import display_name
+
+    assert display_name(os.fsdecode(b"run\xff\xfe.sh")) == "run\\xff\\xfe.sh"
+    assert display_name("plain-é.yaml") == "plain-é.yaml" and display_name("x\ud800") == "x\\ud800"
+
+
+def test_the_cli_names_unprintable_output_instead_of_the_codec(monkeypatch, capsys):
+    import io
+    import sys
+
+    from divclip.cli import main
+
+    strict = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="strict")
+    monkeypatch.setattr(sys, "stdout", strict)
+    assert main(["export", "--method", "grpo", "--engine", "verl"]) == 0
+    monkeypatch.setattr("divclip.engines.base.describe", lambda spec: "odd \udcff label")
+    assert main(["export", "--method", "grpo", "--engine", "verl"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("divclip: error: cannot print ") and "\\udcff" in err and "codec" not in err
