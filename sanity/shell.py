@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 
 from divclip.sanity.errors import ConfigError
-from divclip.sanity.shellwords import Variables, expand, split_commands
+from divclip.sanity.shellwords import expand_script
 
 OVERRIDE_KEY = re.compile(r"^[A-Za-z_][\w\-@/.]*$")
 FLAG = re.compile(r"^--[A-Za-z][\w\-.]*$")
@@ -38,7 +38,6 @@ _DOTTED = re.compile(r"^[A-Za-z_][\w\-]*(\.[\w\-]+)+$")  # a config key written 
 _SETTING_LINE = re.compile(r"^[ \t]*(?:[+~]*[A-Za-z_][\w\-@/.]*=|--[A-Za-z])", re.MULTILINE)
 _FILE_SUFFIXES = (".py", ".sh", ".yaml", ".yml", ".json", ".txt", ".parquet", ".jsonl")
 _MODULE_FLAGS = ("-m", "--module")
-_DECLARE = ("export", "declare", "local", "readonly", "typeset")
 MAX_FLAG_VALUES = 8  # values one flag takes (argparse nargs); the rest of a line is command words
 
 
@@ -57,29 +56,16 @@ class Tokens:
 
 def split_line(line: str, name: str, number: int | None = None) -> list[str]:
     """The words of a line of overrides (the app's text box), split and expanded as the shell would."""
-    env = Variables(name)
-    return [f for command in split_commands(line, name) for w in command.words for f in _fields(w, env)]
+    return [word for _, words, _ in expand_script(line, name).commands for word in words]
 
 
 def read_script(text: str, name: str) -> Tokens:
     """The settings of a launch script or override list (see the module doc string)."""
-    out, env, arrays = Tokens(), Variables(name), {}
-    for command in split_commands(text, name):
-        words, prefix = [], True  # prefix: only assignments (or export/declare ...) so far, so NAME=v sets a variable
-        for word in command.words:
-            if word.array is not None:
-                arrays[_array(word, env)] = word.line
-                continue
-            fields = _fields(word, env)
-            head = word.literal()
-            if prefix and fields and "=" in fields[0] and _VARIABLE.match(fields[0].split("=", 1)[0]):
-                key, value = fields[0].split("=", 1)
-                env.values[key] = value
-            elif head not in _DECLARE:
-                prefix = False
-            words += fields
-        read_tokens(words, out, None, f"line {command.line} of {name!r}", command.line, expand=False)
-        for first, last, body in command.heredocs:
+    out = Tokens()
+    script = expand_script(text, name)
+    for line, words, heredocs in script.commands:
+        read_tokens(words, out, None, f"line {line} of {name!r}", line, expand=False)
+        for first, last, body in heredocs:
             if _SETTING_LINE.search(body):
                 out.unread.append(
                     (
@@ -88,28 +74,11 @@ def read_script(text: str, name: str) -> Tokens:
                         "to it: not read",
                     )
                 )
-    for array, line in arrays.items():
-        if array not in env.arrays_used:
-            out.unread.append(
-                (line, f"the array {array} never reaches a command (no ${{{array}[@]}}): its words were not read")
-            )
+    for array, line in script.unused_arrays.items():
+        out.unread.append(
+            (line, f"the array {array} never reaches a command (no ${{{array}[@]}}): its words were not read")
+        )
     return out
-
-
-def _fields(word, env: Variables) -> list[str]:
-    """A word's fields; an assignment's value (NAME=$V) is not split on blanks, as in bash."""
-    head = word.parts[0] if word.parts and isinstance(word.parts[0], str) else ""
-    return expand(word, env, split=not re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", head))
-
-
-def _array(word, env: Variables) -> str:
-    """Define NAME=( ... ) (or append for +=) in `env`; returns NAME."""
-    head = word.parts[0]
-    name, append = head.rstrip("=").rstrip("+"), head.endswith("+=")
-    items = [f for element in word.array for f in expand(element, env)]
-    old = env.values.get(name) if append else None
-    env.values[name] = (old if isinstance(old, list) else [old] if old else []) + items
-    return name
 
 
 def read_tokens(

@@ -545,3 +545,51 @@ def expand(word: Word, env: Variables, split: bool = True) -> list[str]:
                 close()
     close()
     return fields
+
+
+# ---------------------------------------------------------------------------------------------- a script
+_DECLARE = ("export", "declare", "local", "readonly", "typeset")
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+@dataclass
+class Script:
+    """A script's commands as the words each receives, top to bottom, and the arrays no command received."""
+
+    commands: list  # [(line, [word], [(first line, last line, heredoc body)])]
+    variables: dict  # {name: value or [values]} at the end
+    unused_arrays: dict  # {name: line of its definition}
+
+
+def expand_script(text: str, name: str) -> Script:
+    """Split `text` (split_commands) and expand each command's words as bash would running it top to bottom:
+    `NAME=value` before the command word (or after export/declare/...) sets a variable for what follows,
+    `NAME=( ... )` defines an array, `${NAME[@]}` passes one (module doc string)."""
+    env, arrays, out = Variables(name), {}, []
+    for command in split_commands(text, name):
+        words, prefix = [], True  # prefix: only assignments (or export ...) so far
+        for word in command.words:
+            if word.array is not None:
+                arrays[_define_array(word, env)] = word.line
+                continue
+            head = word.parts[0] if word.parts and isinstance(word.parts[0], str) else ""
+            fields = expand(word, env, split=not _ASSIGNMENT.match(head))  # NAME=$V is not split
+            if prefix and fields and _ASSIGNMENT.match(fields[0]):
+                key, value = fields[0].split("=", 1)
+                env.values[key] = value
+            elif word.literal() not in _DECLARE:
+                prefix = False
+            words += fields
+        out.append((command.line, words, command.heredocs))
+    unused = {a: line for a, line in arrays.items() if a not in env.arrays_used}
+    return Script(out, env.values, unused)
+
+
+def _define_array(word: Word, env: Variables) -> str:
+    """NAME=( ... ) (or NAME+=( ... ), appending) into `env`; returns NAME."""
+    head = word.parts[0]
+    name, append = head.rstrip("=").rstrip("+"), head.endswith("+=")
+    items = [f for element in word.array for f in expand(element, env)]
+    old = env.values.get(name) if append else None
+    env.values[name] = (old if isinstance(old, list) else [old] if old else []) + items
+    return name
