@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from divclip.sanity.config import MAX_CONFIG_BYTES
 from divclip.sanity.errors import ConfigError
+from divclip.sanity.launchers import engine_words
 from divclip.sanity.shellwords import expand_script
 
 _FLAG = re.compile(r"^--[A-Za-z][\w.\-]*(=.*)?$", re.DOTALL)
@@ -57,7 +58,8 @@ def read_launch(text: str, name: str = "launch script") -> Launch:
         raise ConfigError(f"{name} is over the {MAX_CONFIG_BYTES}-byte limit for a config")
     out = Launch()
     for _, words, _ in expand_script(text, name).commands:
-        _read_tokens(words, out)
+        launch = engine_words(words)  # torchrun's, ray's or uv's own flags are not the engine's
+        _read_tokens(launch.env + launch.args, out)
     return out
 
 

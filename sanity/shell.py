@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass, field
 
 from divclip.sanity.errors import ConfigError
+from divclip.sanity.launchers import engine_words
 from divclip.sanity.shellwords import expand_script
 
 OVERRIDE_KEY = re.compile(r"^[A-Za-z_][\w\-@/.]*$")
@@ -38,6 +39,8 @@ _DOTTED = re.compile(r"^[A-Za-z_][\w\-]*(\.[\w\-]+)+$")  # a config key written 
 _SETTING_LINE = re.compile(r"^[ \t]*(?:[+~]*[A-Za-z_][\w\-@/.]*=|--[A-Za-z])", re.MULTILINE)
 _FILE_SUFFIXES = (".py", ".sh", ".yaml", ".yml", ".json", ".txt", ".parquet", ".jsonl")
 _MODULE_FLAGS = ("-m", "--module")
+_ENV_WORD = re.compile(r"^[A-Z][A-Z0-9_]*=")
+MAX_SCRIPT_DEPTH = 2  # bash -c inside bash -c
 MAX_FLAG_VALUES = 8  # values one flag takes (argparse nargs); the rest of a line is command words
 
 
@@ -59,12 +62,20 @@ def split_line(line: str, name: str, number: int | None = None) -> list[str]:
     return [word for _, words, _ in expand_script(line, name).commands for word in words]
 
 
-def read_script(text: str, name: str) -> Tokens:
+def read_script(text: str, name: str, out: Tokens | None = None, depth: int = 0) -> Tokens:
     """The settings of a launch script or override list (see the module doc string)."""
-    out = Tokens()
+    out = Tokens() if out is None else out
     script = expand_script(text, name)
-    for line, words, heredocs in script.commands:
-        read_tokens(words, out, None, f"line {line} of {name!r}", line, expand=False)
+    launches = [(line, engine_words(words), heredocs) for line, words, heredocs in script.commands]
+    scripted = any(launch.entry for _, launch, _ in launches)
+    for line, launch, heredocs in launches:
+        out.ignored += launch.skipped  # the launcher's and the shell's own words are not settings
+        if launch.script is not None and depth < MAX_SCRIPT_DEPTH:  # bash -c '...': a script of its own
+            read_script(launch.script, name, out, depth + 1)
+        # in a script that launches a program, `clip_low=0.2` is a shell variable (its value reached the command
+        # through $clip_low, if at all); NAME=value in capitals is the environment the engine may read
+        env = [w for w in launch.env if not scripted or _ENV_WORD.match(w)]
+        read_tokens(env + launch.args, out, None, f"line {line} of {name!r}", line, expand=False)
         for first, last, body in heredocs:
             if _SETTING_LINE.search(body):
                 out.unread.append(
