@@ -68,6 +68,7 @@ class RawConfig:
     stray_tokens: list = field(default_factory=list)  # [(line, text)]: a config key written without '='
     added: set = field(default_factory=set)  # keys given as +key=value (hydra adds them)
     unread: list = field(default_factory=list)  # [(line, text)]: what looks like a setting but was not read
+    notes: list = field(default_factory=list)  # how a script's if/elif were decided
 
 
 # ------------------------------------------------------------------------------------------- entry points
@@ -176,6 +177,7 @@ def _merge(raw: RawConfig, found: Tokens) -> None:
     raw.ignored_tokens.extend(found.ignored)
     raw.stray_tokens.extend(found.stray)
     raw.unread.extend(found.unread)
+    raw.notes.extend(found.notes)
     raw.added |= found.added
 
 

@@ -55,6 +55,7 @@ class Tokens:
     stray: list = field(default_factory=list)  # [(line, text)]: a key without '=' (an override that was not read)
     flags: bool = False  # any --flag seen
     unread: list = field(default_factory=list)  # [(line, text)]: something that looks like a setting, not read
+    notes: list = field(default_factory=list)  # how the script's if/elif were decided
 
 
 def split_line(line: str, name: str, number: int | None = None) -> list[str]:
@@ -68,6 +69,7 @@ def read_script(text: str, name: str, out: Tokens | None = None, depth: int = 0)
     script = expand_script(text, name)
     launches = [(line, engine_words(words), heredocs) for line, words, heredocs in script.commands]
     scripted = any(launch.entry for _, launch, _ in launches)
+    out.notes += script.notes
     for line, launch, heredocs in launches:
         out.ignored += launch.skipped  # the launcher's and the shell's own words are not settings
         if launch.script is not None and depth < MAX_SCRIPT_DEPTH:  # bash -c '...': a script of its own

@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass, field
 
 from divclip.sanity.errors import ConfigError
+from divclip.sanity.shellbranches import Branches
 
 MAX_EXPANSION_BYTES = 4 * 2**20  # what a script's expansions may produce in all: a config's own size limit
 MAX_NESTING = 32  # ${a:-${b:-${c...}}} levels
@@ -559,16 +560,23 @@ class Script:
     commands: list  # [(line, [word], [(first line, last line, heredoc body)])]
     variables: dict  # {name: value or [values]} at the end
     unused_arrays: dict  # {name: line of its definition}
+    notes: list = field(default_factory=list)  # how each if/elif was decided (sanity.shellbranches)
 
 
 def expand_script(text: str, name: str) -> Script:
     """Split `text` (split_commands) and expand each command's words as bash would running it top to bottom:
     `NAME=value` before the command word (or after export/declare/...) sets a variable for what follows,
     `NAME=( ... )` defines an array, `${NAME[@]}` passes one (module doc string)."""
-    env, arrays, out = Variables(name), {}, []
+    env, arrays, out, branches = Variables(name), {}, [], Branches()
     for command in split_commands(text, name):
+        first = command.words[0].literal() if command.words else None
+        handled, drop = branches.keyword(
+            first, lambda c=command: [f for w in c.words for f in expand(w, env)], command.line
+        )
+        if not branches.active() or drop is None:
+            continue  # a branch bash would not take, or an if/elif condition or fi
         words, prefix = [], True  # prefix: only assignments (or export ...) so far
-        for word in command.words:
+        for word in command.words[drop:]:
             if word.array is not None:
                 arrays[_define_array(word, env)] = word.line
                 continue
@@ -582,7 +590,7 @@ def expand_script(text: str, name: str) -> Script:
             words += fields
         out.append((command.line, words, command.heredocs))
     unused = {a: line for a, line in arrays.items() if a not in env.arrays_used}
-    return Script(out, env.values, unused)
+    return Script(out, env.values, unused, branches.notes)
 
 
 def _define_array(word: Word, env: Variables) -> str:

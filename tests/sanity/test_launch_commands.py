@@ -81,3 +81,52 @@ def test_engine_words_names_what_it_skipped():
         True,
     )
     assert engine_words(["echo", "epsilon=0.9"]).args == [] and engine_words(["A=1"]).env == ["A=1"]
+
+
+# ------------------------------------------------------------------------------------------- if / elif / else
+IF_SCRIPT = """DEVICE=${{DEVICE:-{device}}}
+if [ "$DEVICE" = "npu" ]; then
+  python3 -m verl.trainer.main_ppo {V}clip_ratio_high=0.4
+elif [ "$DEVICE" == "gpu" ]; then
+  python3 -m verl.trainer.main_ppo {V}clip_ratio_high=0.28
+else
+  python3 -m verl.trainer.main_ppo {V}clip_ratio_high=0.5
+fi
+"""
+
+
+@pytest.mark.parametrize("device, high", [("gpu", 0.28), ("npu", 0.4), ("cpu", 0.5)])
+def test_an_if_on_the_scripts_own_default_reads_the_branch_bash_takes(device, high):
+    script = IF_SCRIPT.format(device=device, V=V)
+    assert _values(script)[f"{V}clip_ratio_high"] == high
+    notes = build_report(script.encode(), config_name="run.sh")["notes"]
+    assert f"line 2: `[ {device} = npu ]` is {str(device == 'npu').lower()} with the script's own values" in " ".join(
+        notes
+    )
+
+
+def test_an_if_that_needs_running_the_script_reads_every_branch_and_says_so():
+    script = f"if [ -f /data/x ]; then\n  A=1\nfi\npython3 -m verl.trainer.main_ppo {V}clip_ratio_high=0.28\n"
+    notes = build_report(script.encode(), config_name="run.sh")["notes"]
+    assert any("`[ -f /data/x ]` depends on what only running the script knows" in n for n in notes)
+
+
+@pytest.mark.parametrize(
+    "words, value",
+    [
+        (["[", "a", "=", "a", "]"], True),
+        (["[", "a", "!=", "a", "]"], False),
+        (["[[", "a", "==", "b", "]]"], False),
+        (["[", "-z", "", "]"], True),
+        (["[", "-n", "", "]"], False),
+        (["!", "[", "x", "]"], False),
+        (["test", "a", "=", "a"], True),
+        (["[", "$X", "=", "a", "]"], None),
+        (["[", "-f", "file", "]"], None),
+        (["grep", "-q", "x", "f"], None),
+    ],
+)
+def test_conditions(words, value):
+    from divclip.sanity.shellbranches import evaluate
+
+    assert evaluate(words) is value
