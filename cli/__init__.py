@@ -46,6 +46,14 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `divclip derive | head`: the reader left, nothing is wrong
         sys.stderr.close()
         return 0
+    except UnicodeEncodeError as exc:  # output that cannot be printed: name the text, not the codec
+        bad = ascii(exc.object[max(exc.start - 20, 0) : exc.end + 20]) if isinstance(exc.object, str) else "?"
+        print(
+            f"divclip: error: cannot print {bad}: it holds a lone surrogate, not valid Unicode (from a file name "
+            "that is not UTF-8, or a \\ud800-style escape in the input); rename the file or fix the text",
+            file=sys.stderr,
+        )
+        return 2
     except ValueError as exc:
         print(f"divclip: error: {exc}", file=sys.stderr)
         return 2

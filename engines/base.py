@@ -355,6 +355,9 @@ def ignored_key_advice(s: EngineRead, ignored: dict, cite: str) -> list:
 
 
 # ----------------------------------------------------------------------------------------- unknown keys
+MAX_NEAREST = 50  # unknown keys matched to a nearest known one (divclip check lists 50 one by one)
+
+
 def nearest_key(key: str, known) -> str | None:
     """The known key closest to a misspelled one (difflib's ratio >= 0.75), or None."""
     found = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
@@ -368,7 +371,8 @@ def unknown_keys(values, is_known, candidates) -> list[tuple[str, str | None]]:
     for key in values:
         if ENV_NAME.match(key) or is_known(key):
             continue
-        out.append((key, nearest_key(key, candidates)))
+        # difflib against hundreds of known keys is ~4 ms a key: only the keys a report lists get their nearest
+        out.append((key, nearest_key(key, candidates) if len(out) < MAX_NEAREST else None))
     return out
 
 

@@ -8,13 +8,13 @@ OpenRLHF runs `python3 -m openrlhf.cli.train_ppo_ray --actor.eps_clip 0.2 ...` a
   values: none (a `store_true` switch, read as True), one (a string, typed later by the engine's Key), or several
   (`nargs`, kept as a list: `--actor.eps_clip_low_high 0.2 0.27`);
 * a flag given twice keeps its last value, as argparse does (`repeated` lists it);
-* `\\` line continuations join lines, `#` starts a comment, quotes are the shell's; a quoted string that spans
-  lines (a JSON runtime environment) is one token;
-* shell words around the flags (`python3`, `-m`, `ray job submit`, `X=(`, `)`, `${X[@]}`) are skipped, and
-  `VAR=value` assignments (with or without `export`) become environment entries `{VAR: value}` when VAR is in
-  capitals, so a plug-in hook (`DIVCLIP_METHOD=...`) reads like a setting;
-* `$VAR` / `${VAR}` / `${VAR:-default}` in a flag's value are replaced by the script's own assignment of VAR
-  (or the default) where there is one; otherwise the text stays as written and typing names it.
+* the words are the shell's (`divclip.sanity.shellwords`, no shlex): `\\` continuations, `#` comments only at
+  a word start, quotes (a quoted string that spans lines, a JSON runtime environment, is one word), heredoc
+  bodies skipped as data, arrays passed with `${X[@]}` spliced in, `$VAR` / `${VAR:-default}` expanded from
+  the script's own variables as it runs top to bottom (otherwise the text stays as written and typing names it);
+* shell words around the flags (`python3`, `-m`, `ray job submit`) are skipped, and `VAR=value` assignments
+  (with or without `export`) become environment entries `{VAR: value}` when VAR is in capitals, so a plug-in
+  hook (`DIVCLIP_METHOD=...`) reads like a setting.
 
 Nothing is executed. `parse_launch` returns `{flag or VAR: value}`; `looks_like_launch` says whether a text is
 such a script (used to pick the reader before an engine is known).
@@ -28,13 +28,13 @@ from dataclasses import dataclass, field
 
 from divclip.sanity.config import MAX_CONFIG_BYTES
 from divclip.sanity.errors import ConfigError
+from divclip.sanity.launchers import engine_words
+from divclip.sanity.shellwords import expand_script
 
 _FLAG = re.compile(r"^--[A-Za-z][\w.\-]*(=.*)?$", re.DOTALL)
 _ASSIGN = re.compile(r"^([A-Za-z_]\w*)=(.*)$", re.DOTALL)
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
-_VAR_REF = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}|\$(\w+)")
 _SHELL_WORDS = {")", "(", "|", "||", "&&", ";", "&", "\\"}
-MAX_JOINED_LINES = 200  # a quoted string spanning more lines than this is not a launch script's
 
 
 @dataclass
@@ -57,12 +57,9 @@ def read_launch(text: str, name: str = "launch script") -> Launch:
     if len(text.encode("utf-8", "surrogatepass")) > MAX_CONFIG_BYTES:
         raise ConfigError(f"{name} is over the {MAX_CONFIG_BYTES}-byte limit for a config")
     out = Launch()
-    assigned: dict = {}  # every VAR=value of the script, for $VAR in flag values
-    for tokens in _logical_lines(text, name):
-        _read_tokens(tokens, out, assigned)
-    for key, value in out.values.items():
-        if key.startswith("--"):
-            out.values[key] = _substitute(value, assigned)
+    for _, words, _ in expand_script(text, name).commands:
+        launch = engine_words(words)  # torchrun's, ray's or uv's own flags are not the engine's
+        _read_tokens(launch.env + launch.args, out)
     return out
 
 
@@ -75,26 +72,7 @@ def looks_like_launch(text: str) -> bool:
     return sum(1 for k in values if k.startswith("--")) >= 2
 
 
-# -------------------------------------------------------------------------------------------- splitting
-def _logical_lines(text: str, name: str):
-    """Token lists, one per shell line (continuations joined; a quote left open joins the following lines)."""
-    lines = text.replace("\\\r\n", " ").replace("\\\n", " ").splitlines()
-    i = 0
-    while i < len(lines):
-        chunk, start = lines[i], i
-        while True:
-            try:
-                yield shlex.split(chunk, comments=True, posix=True)
-                break
-            except ValueError as exc:  # an open quote: the string goes on on the next line
-                i += 1
-                if i >= len(lines) or i - start > MAX_JOINED_LINES:
-                    raise ConfigError(f"{name} line {start + 1} cannot be split into shell words: {exc}") from None
-                chunk += "\n" + lines[i]
-        i += 1
-
-
-def _read_tokens(tokens: list, out: Launch, assigned: dict) -> None:
+def _read_tokens(tokens: list, out: Launch) -> None:
     flag = None
     for tok in tokens:
         if _FLAG.match(tok):
@@ -102,16 +80,14 @@ def _read_tokens(tokens: list, out: Launch, assigned: dict) -> None:
             _set(out, key, value if eq else True)
             flag = None if eq else key
             continue
-        if tok in _SHELL_WORDS or tok.startswith("${") and tok.endswith("[@]}"):
-            flag = None  # the end of a command, an array's brackets or its expansion: no flag takes these
+        if tok in _SHELL_WORDS:
+            flag = None
             continue
         m = _ASSIGN.match(tok)
         if m and flag is None:
             var, value = m.groups()
-            if not value.startswith("("):  # NAME=( opens a bash array: its flags follow
-                assigned[var] = value
-                if _ENV_NAME.match(var):
-                    out.values[var] = value
+            if _ENV_NAME.match(var):
+                out.values[var] = value
             continue
         if flag is not None:  # a value of the flag before it
             current = out.values[flag]
@@ -129,23 +105,6 @@ def _as_list(value) -> list:
     return list(value) if isinstance(value, list) else [value]
 
 
-def _substitute(value, assigned: dict, depth: int = 0):
-    """$VAR / ${VAR} / ${VAR:-default} in a flag's value(s), from the script's own assignments."""
-    if isinstance(value, list):
-        return [_substitute(v, assigned, depth) for v in value]
-    if not isinstance(value, str) or "$" not in value or depth > 8:
-        return value
-
-    def one(m):
-        var = m.group(1) or m.group(3)
-        if var in assigned:
-            return _substitute(assigned[var], assigned, depth + 1)
-        return m.group(2) if m.group(2) is not None else m.group(0)
-
-    return _VAR_REF.sub(one, value)
-
-
-# ---------------------------------------------------------------------------------------------- writing
 def flag_words(key: str, value) -> list[str]:
     """The shell words of one flag: `--switch` for True, nothing for False/None (argparse's default stands),
     `--flag a b` for a list, else `--flag value` (floats as repr, so they read back exactly)."""

@@ -190,16 +190,19 @@ IGNORED_BY_LOSS = {"cispo": ("--eps-clip-c",)}
 """Flags slime's cispo loss never reads (compute_cispo_loss has no dual clip)."""
 
 
+MAX_TYPO_SCAN = 2000  # undeclared flags matched against KEYS for a typo
+
+
 def _typos(settings: Mapping) -> list:
     """Flags that slime does not declare but that are one slip away from a flag divclip reads (KEYS): a flag
     far from those may be one of Megatron-LM's, which slime passes through, so it is not reported."""
     known = known_flags()
     out = []
-    for key in settings:
-        if isinstance(key, str) and key.startswith("--") and key not in known:
-            near = difflib.get_close_matches(key, list(KEYS), n=1, cutoff=TYPO_CUTOFF)
-            if near:
-                out.append((key, near[0]))
+    unknown = [k for k in settings if isinstance(k, str) and k.startswith("--") and k not in known]
+    for key in unknown[:MAX_TYPO_SCAN]:  # difflib per flag: a script of 50 000 made-up flags is not scanned whole
+        near = difflib.get_close_matches(key, list(KEYS), n=1, cutoff=TYPO_CUTOFF)
+        if near:
+            out.append((key, near[0]))
     return out
 
 

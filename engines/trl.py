@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -741,4 +742,5 @@ def render(w: EngineWrite, fmt: str) -> list[str]:
     out = [f"# command-line flags of a script that parses {w.config_class} with transformers' HfArgumentParser"]
     if unset:  # HfArgumentParser cannot take None: these must not be given at all
         out.append(f"# leave unset (None): {', '.join(unset)}")
-    return out + [" ".join(f"--{k} {_value(v, 'inf')}" for k, v in w.settings.items() if v is not None)]
+    # quoted for the shell: a clip_method's '&' would otherwise end the command there
+    return out + [" ".join(f"--{k} {shlex.quote(_value(v, 'inf'))}" for k, v in w.settings.items() if v is not None)]

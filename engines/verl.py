@@ -189,11 +189,19 @@ def known_keys_from(generated_yaml: str) -> set:
     return out
 
 
+HYDRA_FLAGS = frozenset(
+    "--help -h --hydra-help --version --cfg -c --resolve --package -p --run -r --multirun -m --shell-completion -sc "
+    "--config-path -cp --config-name -cn --config-dir -cd --experimental-rerun --info -i".split()
+)
+"""The flags of verl's entry point, a hydra app (hydra/_internal/utils.py get_args_parser): any other dashed flag
+is refused by its argparse ("unrecognized arguments")."""
+
+
 def is_known(key: str) -> bool:
     """A key verl's Hydra accepts: a leaf of its config, or a key below an open (empty/null) leaf, or one of
     hydra's own options (`--config-name`, `hydra.*`)."""
     known = known_keys()
-    if key in known or key.startswith(("-", "hydra.")):
+    if key in known or key in HYDRA_FLAGS or key.startswith("hydra."):
         return True
     parts = key.split(".")
     return any(".".join(parts[:i]) in known for i in range(1, len(parts)))

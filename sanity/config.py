@@ -31,7 +31,7 @@ from pathlib import Path
 import yaml
 
 from divclip.sanity.errors import ConfigError
-from divclip.sanity.files import DuplicateKeyError, json_loads_unique, read_capped
+from divclip.sanity.files import DuplicateKeyError, display_name, json_loads_unique, read_capped
 from divclip.sanity.pyconfig import read_python
 from divclip.sanity.shell import Tokens, looks_like_float, read_script, read_tokens, split_line
 from divclip.sanity.shell import parse_value as parse_override_value
@@ -51,10 +51,10 @@ CONFIG_SUFFIXES = {
     ".sh": "overrides",
     ".py": "python",
 }
-_YAML_KEY_LINE = re.compile(r"^\s*[\w.\-\"']+\s*:(\s|$)", re.MULTILINE)
+_YAML_KEY_LINE = re.compile(r"^[ \t]*[\w.\-\"']+[ \t]*:(\s|$)", re.MULTILINE)  # [ \t], not \s: one line each
 _OVERRIDE_TOKEN = re.compile(r"(^|\s)[+~]*[A-Za-z_][\w\-@/.]*=|(^|\s)--[A-Za-z]")
 _PYTHON_LINE = re.compile(r"^(import [\w.]+|from [\w.]+ import |[A-Za-z_]\w* = [\[{(\w'\"])", re.MULTILINE)
-_ENV_COMMENT = re.compile(r"^#\s*environment:\s*([A-Z][A-Z0-9_]*)=(.*)$", re.MULTILINE)
+_ENV_COMMENT = re.compile(r"^#[ \t]*environment:[ \t]*([A-Z][A-Z0-9_]*)=(.*)$", re.MULTILINE)
 
 
 @dataclass
@@ -68,6 +68,7 @@ class RawConfig:
     stray_tokens: list = field(default_factory=list)  # [(line, text)]: a config key written without '='
     added: set = field(default_factory=set)  # keys given as +key=value (hydra adds them)
     unread: list = field(default_factory=list)  # [(line, text)]: what looks like a setting but was not read
+    notes: list = field(default_factory=list)  # how a script's if/elif were decided
 
 
 # ------------------------------------------------------------------------------------------- entry points
@@ -98,7 +99,7 @@ def _read_bytes(source, name, max_bytes) -> tuple[bytes, str]:
             raise ConfigError("a config given as bytes needs a file name (its suffix picks YAML, JSON or overrides)")
     elif isinstance(source, (str, Path)):
         path = Path(source)
-        name = name or path.name
+        name = display_name(name or path.name)
         data = read_capped(path, max_bytes, "config file", ConfigError, " for a config")
     else:
         raise ConfigError(f"config source must be a path or bytes, got {type(source).__name__}")
@@ -141,15 +142,34 @@ def parse_config_text(text: str, name: str) -> RawConfig:
             )
         raw = RawConfig(name, "flags" if kind == "overrides" and found.flags else kind)
         _merge(raw, found)
+        refuse_invalid_unicode(raw.values, name)
         return raw
     tree = _load_json(text, name) if kind == "json" else _load_yaml(text, name)
     if not isinstance(tree, dict):
         raise ConfigError(f"config {name!r} must be a mapping of settings at the top level, got {_kind_of(tree)}")
     raw = RawConfig(name, kind, flatten(tree, name))
+    refuse_invalid_unicode(raw.values, name)
     if kind == "yaml":
         for var, value in _ENV_COMMENT.findall(text):
             raw.values.setdefault(var, value.strip())
     return raw
+
+
+def refuse_invalid_unicode(values: dict, name: str) -> None:
+    """A key or string value holding a lone surrogate (a JSON or YAML "\\ud800" escape, not a character) is
+    refused naming it, before any report tries to print it ("utf-8 codec can't encode", naming nothing)."""
+    for key, value in values.items():
+        items = value if isinstance(value, (list, tuple)) else (value,)
+        for what, text in (("key", key), *((f"value of {ascii(key)}", v) for v in items[:MAX_NODES])):
+            if isinstance(text, str) and not text.isascii():
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError as exc:
+                    raise ConfigError(
+                        f"config {name!r} has a {what} {ascii(text)[:80]} that is not valid Unicode: "
+                        f"{text[exc.start]!r} at position {exc.start} is a lone surrogate (an escape such as "
+                        "\\ud800 without its pair); write the character itself"
+                    ) from None
 
 
 def _merge(raw: RawConfig, found: Tokens) -> None:
@@ -157,6 +177,7 @@ def _merge(raw: RawConfig, found: Tokens) -> None:
     raw.ignored_tokens.extend(found.ignored)
     raw.stray_tokens.extend(found.stray)
     raw.unread.extend(found.unread)
+    raw.notes.extend(found.notes)
     raw.added |= found.added
 
 

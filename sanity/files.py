@@ -37,6 +37,22 @@ def read_capped(path: Path, max_bytes: int, what: str, error: type[SanityInputEr
     return data
 
 
+def display_name(name: str) -> str:
+    """A file name as text every output can print: a name that is not UTF-8 (Python holds its bytes as lone
+    surrogates, '\\udcff') shows each such byte as \\xff, and any other lone surrogate as \\udXXX."""
+    try:
+        name.encode("utf-8")
+        return name
+    except UnicodeEncodeError:
+        return name.encode("utf-8", "surrogateescape" if _only_escaped(name) else "backslashreplace").decode(
+            "utf-8", "backslashreplace"
+        )
+
+
+def _only_escaped(name: str) -> bool:
+    return all(not 0xD800 <= ord(c) <= 0xDFFF or 0xDC80 <= ord(c) <= 0xDCFF for c in name)
+
+
 class DuplicateKeyError(ValueError):
     """A JSON object or YAML mapping that sets one key twice (the last would silently win)."""
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from divclip.sanity.errors import RolloutFileError
-from divclip.sanity.files import json_loads_unique, json_object_line, read_capped
+from divclip.sanity.files import display_name, json_loads_unique, json_object_line, read_capped
 from divclip.sanity.validation import FIELDS, Limits, Rollouts, field_names, too_many_tokens, validate
 
 FORMATS = {".npz": "npz", ".safetensors": "safetensors", ".parquet": "parquet", ".jsonl": "jsonl"}
@@ -74,7 +74,7 @@ def _read(source, name, limits: Limits) -> tuple[bytes, str]:
         data = bytes(source)
     elif isinstance(source, (str, Path)):
         path = Path(source)
-        name = name or path.name
+        name = display_name(name or path.name)
         rollout_format(name)
         data = read_capped(path, limits.max_bytes, "rollout file", RolloutFileError, " (raise it with --max-bytes)")
     else:

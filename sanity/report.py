@@ -138,7 +138,7 @@ def _build(
             **settings.to_dict(),
         }
         report["warnings"] = [w.to_dict() for w in input_findings(raw, settings) + check_settings(settings, intended)]
-        report["notes"] += settings.notes
+        report["notes"] += settings.notes + raw.notes
         if raw.ignored_tokens:
             report["notes"].append(f"ignored command words (not settings): {raw.ignored_tokens[:8]}")
     elif intended is not None:

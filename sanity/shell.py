@@ -1,7 +1,8 @@
 """Read a launch command (a shell script, an override list, a flag line) into flat settings, safely.
 
-Nothing is executed: the text is split with `shlex` (`#` comments, quotes, `\\` line continuations), one
-logical line at a time, and each token is classified:
+Nothing is executed. The text is split into commands of words as bash would (`divclip.sanity.shellwords`: `#`
+comments only at the start of a word, quotes, `\\` continuations, heredoc bodies skipped as data, arrays,
+`$V` / `${V:-d}` expanded from the script's own variables, within a byte budget), and each word is classified:
 
 * `key=value` (with `+`/`++` in front: a key hydra adds) — a hydra override or an environment variable
   (`VERL_USE_EXTERNAL_MODULES=...`) that the command sets; `~key` deletes.
@@ -11,28 +12,35 @@ logical line at a time, and each token is classified:
   that looks like a config key (`section.group.key 0.28`: no '=') is listed as a stray,
   which `divclip check` reports as a warning.
 
-`NAME=value` assignments define shell variables that later `$NAME` / `${NAME}` take (the only expansion done);
-slime's `ARGS=( --flag value ... )` arrays read as their flags.
+A `NAME=( ... )` array is read only where `${NAME[@]}` passes it to a command (as bash does: the definition in
+force there); one that never reaches a command, and a heredoc body that holds what looks like settings, are
+listed in `Tokens.unread` (a warning), as neither reaches the engine.
 """
 
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass, field
 
 from divclip.sanity.errors import ConfigError
+from divclip.sanity.launchers import engine_words
+from divclip.sanity.shellwords import expand_script
 
 OVERRIDE_KEY = re.compile(r"^[A-Za-z_][\w\-@/.]*$")
 FLAG = re.compile(r"^--[A-Za-z][\w\-.]*$")
 _INT = re.compile(r"^[-+]?\d+$")
-# Floats as hydra/OmegaConf read them, including "3e-4", which plain YAML 1.1 leaves as a string.
-_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^[-+]?(inf|nan)$", re.IGNORECASE)
+# Floats as hydra/OmegaConf read them, including "3e-4", which plain YAML 1.1 leaves as a string. Each digit run
+# can be split one way only (\d+ then an optional '.\d*'), so a failed match backtracks in linear time (the
+# former \d+\.?\d* tried every split of 60 000 digits before a letter: 70 s).
+_FLOAT = re.compile(r"^[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?$|^[-+]?(?:inf|nan)$", re.IGNORECASE)
 _VARIABLE = re.compile(r"^[A-Za-z_]\w*$")
 _EXPANSION = re.compile(r"\$\{([A-Za-z_]\w*)\}|\$([A-Za-z_]\w*)")
 _DOTTED = re.compile(r"^[A-Za-z_][\w\-]*(\.[\w\-]+)+$")  # a config key written without '=' (not a file name)
+_SETTING_LINE = re.compile(r"^[ \t]*(?:[+~]*[A-Za-z_][\w\-@/.]*=|--[A-Za-z])", re.MULTILINE)
 _FILE_SUFFIXES = (".py", ".sh", ".yaml", ".yml", ".json", ".txt", ".parquet", ".jsonl")
 _MODULE_FLAGS = ("-m", "--module")
+_ENV_WORD = re.compile(r"^[A-Z][A-Z0-9_]*=")
+MAX_SCRIPT_DEPTH = 2  # bash -c inside bash -c
 MAX_FLAG_VALUES = 8  # values one flag takes (argparse nargs); the rest of a line is command words
 
 
@@ -47,46 +55,58 @@ class Tokens:
     stray: list = field(default_factory=list)  # [(line, text)]: a key without '=' (an override that was not read)
     flags: bool = False  # any --flag seen
     unread: list = field(default_factory=list)  # [(line, text)]: something that looks like a setting, not read
-
-
-def logical_lines(text: str) -> list[tuple[int, str]]:
-    """[(first line number, text)], backslash-newline continuations joined."""
-    out, start, parts = [], None, []
-    for number, line in enumerate(text.splitlines(), 1):
-        start = number if start is None else start
-        if line.endswith("\\") and not line.endswith("\\\\"):
-            parts.append(line[:-1])
-            continue
-        parts.append(line)
-        out.append((start, " ".join(parts)))
-        start, parts = None, []
-    if parts:
-        out.append((start, " ".join(parts)))
-    return out
+    notes: list = field(default_factory=list)  # how the script's if/elif were decided
 
 
 def split_line(line: str, name: str, number: int | None = None) -> list[str]:
-    try:
-        return [t for t in shlex.split(line, comments=True, posix=True) if t.strip()]
-    except ValueError as exc:  # "No closing quotation", "No escaped character"
-        where = f" (line {number})" if number is not None else ""
-        raise ConfigError(f"config {name!r} cannot be split into override tokens{where}: {exc}") from None
+    """The words of a line of overrides (the app's text box), split and expanded as the shell would."""
+    return [word for _, words, _ in expand_script(line, name).commands for word in words]
 
 
-def read_script(text: str, name: str) -> Tokens:
+def read_script(text: str, name: str, out: Tokens | None = None, depth: int = 0) -> Tokens:
     """The settings of a launch script or override list (see the module doc string)."""
-    out, variables = Tokens(), {}
-    for number, line in logical_lines(text):
-        read_tokens(split_line(line, name, number), out, variables, f"line {number} of {name!r}", number)
+    out = Tokens() if out is None else out
+    script = expand_script(text, name)
+    launches = [(line, engine_words(words), heredocs) for line, words, heredocs in script.commands]
+    scripted = any(launch.entry for _, launch, _ in launches)
+    out.notes += script.notes
+    for line, launch, heredocs in launches:
+        out.ignored += launch.skipped  # the launcher's and the shell's own words are not settings
+        if launch.script is not None and depth < MAX_SCRIPT_DEPTH:  # bash -c '...': a script of its own
+            read_script(launch.script, name, out, depth + 1)
+        # in a script that launches a program, `clip_low=0.2` is a shell variable (its value reached the command
+        # through $clip_low, if at all); NAME=value in capitals is the environment the engine may read
+        env = [w for w in launch.env if not scripted or _ENV_WORD.match(w)]
+        read_tokens(env + launch.args, out, None, f"line {line} of {name!r}", line, expand=False)
+        for first, last, body in heredocs:
+            if _SETTING_LINE.search(body):
+                out.unread.append(
+                    (
+                        first,
+                        f"the heredoc body (lines {first}-{last}) is data the command reads, not settings passed "
+                        "to it: not read",
+                    )
+                )
+    for array, line in script.unused_arrays.items():
+        out.unread.append(
+            (line, f"the array {array} never reaches a command (no ${{{array}[@]}}): its words were not read")
+        )
     return out
 
 
 def read_tokens(
-    tokens: list, out: Tokens, variables: dict | None = None, what: str = "override", number: int | None = None
+    tokens: list,
+    out: Tokens,
+    variables: dict | None = None,
+    what: str = "override",
+    number: int | None = None,
+    expand: bool = True,
 ) -> Tokens:
-    """Classify one line's tokens into `out` (see the module doc string)."""
+    """Classify one line's tokens into `out` (see the module doc string); `expand=False` for words the shell
+    splitter has expanded already."""
     variables = {} if variables is None else variables
-    tokens = [_expand(t, variables) for t in tokens]
+    if expand:
+        tokens = [_expand(t, variables) for t in tokens]
     i = 0
     while i < len(tokens):
         tok = tokens[i]

@@ -40,3 +40,26 @@ def test_an_unclosed_quote_is_named():
 def test_flag_words_round_trip():
     assert flag_words("--a", True) == ["--a"] and flag_words("--a", None) == [] and flag_words("--a", False) == []
     assert flag_words("--a", [0.1, 0.2]) == ["--a", "0.1", "0.2"] and flag_words("--a", "x y") == ["--a", "'x y'"]
+
+
+def test_the_launch_reader_splits_words_as_bash():
+    """Issue 36: parse_launch shares the shell splitter of `divclip check` (no shlex): '#' inside a word,
+    heredoc bodies as data, arrays spliced where `${A[@]}` passes them, variables as the script runs."""
+    script = (
+        "CLIP=( --eps-clip 0.3 )\n"
+        "EPS_HIGH=0.28\n"
+        "cat <<EOF > notes.txt\n--eps-clip 0.9\nEOF\n"
+        'python3 train.py --save /ckpt/run#1 "${CLIP[@]}" --eps-clip-high ${EPS_HIGH} --lr ${LR:-1e-6} # --x 1\n'
+    )
+    assert parse_launch(script) == {
+        "EPS_HIGH": "0.28",
+        "--save": "/ckpt/run#1",
+        "--eps-clip": "0.3",
+        "--eps-clip-high": "0.28",
+        "--lr": "1e-6",
+    }
+
+
+def test_one_3_9_mb_word_is_read_not_a_hang():
+    values = parse_launch("python3 train.py --save /ckpt/" + "a" * (39 * 2**20 // 10) + " --eps-clip 0.3\n")
+    assert values["--eps-clip"] == "0.3" and len(values["--save"]) == 6 + 39 * 2**20 // 10

@@ -9,6 +9,7 @@ import json
 import struct
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -115,3 +116,39 @@ def test_a_4_mb_python_list_literal_is_refused_before_ast_parse(tmp_path):
     got = _run("config", path)
     assert "over the 262144-byte limit for a Python config (refused before parsing)" in got["error"]
     assert got["maxrss_kb"] < 400 * 2**10  # the interpreter and divclip's imports, no parse tree
+
+
+def test_nested_shell_variables_are_refused_before_they_expand(tmp_path):
+    """Issue 36: a 7 kB script whose variables each repeat the last ten times, six deep, peaked at 3 GB."""
+    path = tmp_path / "run.sh"
+    lines = ["V0=" + "x" * 1000]
+    lines += [f"V{i}=" + f"${{V{i - 1}}}" * 10 for i in range(1, 7)]
+    path.write_text("\n".join(lines) + "\nactor_rollout_ref.actor.clip_ratio_high=$V6\n")
+    got = _run("config", path)
+    assert "expands to more than" in got["error"] and "run.sh" in got["error"]
+    assert got["maxrss_kb"] < 400 * 2**10
+
+
+def test_one_3_9_mb_word_is_split_in_linear_work(tmp_path):
+    """Issue 36: shlex built one 3.9 MB word by concatenation (a hang); the splitter reads it in one regex match."""
+    path = tmp_path / "run.sh"
+    path.write_bytes(b"python3 train.py --eps-clip 0.3 --save /ckpt/" + b"a" * (39 * 2**20 // 10) + b"\n")
+    got = _run("config", path)
+    assert got["error"] is None and got["maxrss_kb"] < LIMIT_KB
+
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_readers.py"
+
+
+def test_every_reader_finishes_on_each_1_mb_adversarial_input():
+    """The structural half of issue 36's 'each reader on 1 MB adversarial inputs': under a generous hang guard
+    (the process's timeout) every input of benchmarks/bench_readers.py gets its row; the 2 s goal is the
+    benchmark's, measured against str.split there."""
+    run = subprocess.run(
+        [sys.executable, str(BENCH), "--repeats", "1"], capture_output=True, text=True, timeout=600, check=True
+    )
+    rows = {line[:36].strip(): line for line in run.stdout.splitlines()[1:-1]}
+    assert len(rows) == 13 and "Traceback" not in run.stderr
+    assert "more than 100000 words" in rows["operators"] and "actor.eps_clip = 0.3" in rows["YAML interpolation chain"]
+    assert "1 settings read" in rows["float: digits then a letter"]
+    assert "over the 262144-byte limit" in rows["Python list literal"]

@@ -1,0 +1,115 @@
+"""Which words of one shell command reach the training engine: the arguments after its entry point.
+
+A launch script runs the engine behind a launcher, and the launcher's own flags are not the engine's settings:
+`torchrun --nproc_per_node 8 -m verl.trainer.main_ppo a.b=1` passes `a.b=1` only, `python3 -u -m pkg.mod`,
+`uv run --with x python3 train.py`, `ray job submit --address A -- python3 -m ...`, `accelerate launch
+--num_processes 8 train.py`, `deepspeed --num_gpus 8 train.py` the same; `nohup`, `env`, `exec`, `time` wrap a
+command; `bash -c '...'` runs a script of its own (read like the file). Shell keywords (`if`, `then`, `do`, `{`)
+lead into the command after them; the arguments of shell builtins and utilities (`[`, `echo`, `exit`, `mkdir`,
+`cat`, ...) are never settings. A command with no recognised launcher (an override list, `./train.sh --x 1`)
+passes all its words, as before.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+SHELL_COMMANDS = frozenset(
+    "[ [[ test echo printf exit return set unset cd pushd popd mkdir rm rmdir cp mv ln cat tee touch chmod chown "
+    "source . wait sleep trap shift true false kill pkill ulimit umask read eval ls find grep egrep sed awk cut tr "
+    "head tail sort uniq wc xargs date hostname whoami nvidia-smi pip pip3 git wget curl tar unzip du df free "
+    "basename dirname realpath readlink which command type alias hash shopt getopts let case esac fi done "
+    "function break continue logger mktemp seq yes".split()
+)
+"""Commands whose arguments are never an engine's settings."""
+KEYWORD_PREFIXES = frozenset("if elif then else do while until ! { } time".split())  # lead into a command
+WRAPPERS = frozenset("nohup env exec sudo stdbuf numactl taskset nice ionice srun mpirun".split())
+_INTERPRETER = re.compile(r"^python(\d+(\.\d+)*)?$")
+_DISTRIBUTED = frozenset(("torchrun", "deepspeed"))
+_INTERPRETER_VALUE_OPTIONS = frozenset(("-X", "-W", "-c"))
+_UV_VALUE_OPTIONS = frozenset(
+    "--with --python -p --project --directory --env-file --group --extra --package --index-url --from".split()
+)
+_ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+@dataclass
+class Launch:
+    """The words of a command that reach the engine: `env` (NAME=value before the command), `args` (after the
+    entry point), the launcher's own `skipped` words, and `script` (the text of `bash -c`)."""
+
+    env: list
+    args: list
+    skipped: list
+    script: str | None = None
+    entry: bool = False  # an interpreter or launcher was found: `args` are an entry point's arguments
+
+
+def engine_words(words: list[str]) -> Launch:
+    """Split one expanded command into what reaches the engine and what the launcher or the shell keeps."""
+    env, skipped, i, n = [], [], 0, len(words)
+    while i < n:
+        word = words[i]
+        base = word.rsplit("/", 1)[-1]
+        if _ASSIGN.match(word):
+            env.append(word)
+            i += 1
+        elif base in KEYWORD_PREFIXES or base in WRAPPERS:
+            skipped.append(word)
+            i += 1
+            while base in WRAPPERS and i < n and words[i].startswith("-"):  # nohup/srun/env options
+                skipped.append(words[i])
+                i += 1
+        elif base in SHELL_COMMANDS:
+            return Launch(env, [], skipped + words[i:])
+        elif base in ("bash", "sh") and "-c" in words[i + 1 : i + 3]:
+            k = words.index("-c", i) + 1
+            return Launch(env, [], skipped + words[i:k], words[k] if k < n else "")
+        elif base == "uv" and words[i + 1 : i + 2] == ["run"]:
+            i = _skip_options(words, i + 2, skipped + words[i : i + 2], _UV_VALUE_OPTIONS, skipped)
+        elif base == "ray" and words[i + 1 : i + 3] == ["job", "submit"]:
+            if "--" not in words[i:]:
+                return Launch(env, [], skipped + words[i:])
+            k = words.index("--", i)
+            skipped += words[i : k + 1]
+            i = k + 1
+        elif _INTERPRETER.match(base) or base in _DISTRIBUTED or (base == "accelerate" and i + 1 < n):
+            return _entry_point(words, i, env, skipped)
+        else:  # an override list or an unknown program: every word, as before
+            return Launch(env, words[i:], skipped)
+    return Launch(env, [], skipped)
+
+
+def _skip_options(words, i, head, value_options, skipped) -> int:
+    skipped[:] = head
+    while i < len(words) and words[i].startswith("-"):
+        skipped.append(words[i])
+        takes_value = words[i] in value_options and i + 1 < len(words)
+        i += 2 if takes_value else 1
+        if takes_value:
+            skipped.append(words[i - 1])
+    return i
+
+
+def _entry_point(words, i, env, skipped) -> Launch:
+    """After an interpreter or a distributed launcher: its options, then `-m MODULE` or a script, then the
+    engine's arguments."""
+    n, start = len(words), i
+    interpreter = _INTERPRETER.match(words[i].rsplit("/", 1)[-1]) is not None
+    i += 2 if words[i].rsplit("/", 1)[-1] == "accelerate" and words[i + 1] == "launch" else 1
+    while i < n:
+        word = words[i]
+        if word in ("-m", "--module") and i + 1 < n:
+            return Launch(env, words[i + 2 :], skipped + words[start : i + 2], entry=True)
+        if not word.startswith("-"):
+            if interpreter or word.endswith(".py") or _INTERPRETER.match(word.rsplit("/", 1)[-1]):
+                if _INTERPRETER.match(word.rsplit("/", 1)[-1]):  # accelerate launch python3 ...: go on
+                    return _entry_point(words, i, env, skipped + words[start:i])
+                return Launch(env, words[i + 1 :], skipped + words[start : i + 1], entry=True)
+            i += 1  # a launcher option's value (`--nproc_per_node 8`)
+            continue
+        if interpreter and word in _INTERPRETER_VALUE_OPTIONS:
+            i += 1
+        i += 1
+    return Launch(env, [], skipped + words[start:])

@@ -1,0 +1,132 @@
+"""The launch command behind its launcher (issue 31 item 1): only the words after the engine's entry point are
+settings; torchrun's, ray's, uv's, accelerate's and the shell's own words are not; `bash -c` is read as a script."""
+
+from __future__ import annotations
+
+import pytest
+
+from divclip.engines.launch import parse_launch
+from divclip.sanity import build_report
+from divclip.sanity.config import read_config
+from divclip.sanity.launchers import engine_words
+
+V = "actor_rollout_ref.actor."
+
+
+def _values(script: str) -> dict:
+    return read_config(script.encode(), name="run.sh").values
+
+
+@pytest.mark.parametrize(
+    "script, values",
+    [
+        (
+            f"torchrun --nproc_per_node 8 --standalone -m verl.trainer.main_ppo {V}clip_ratio_high=0.28\n",
+            {f"{V}clip_ratio_high": 0.28},
+        ),
+        (
+            f"nohup python3 -u -m verl.trainer.main_ppo {V}clip_ratio_high=0.28 > log.txt 2>&1 &\n",
+            {f"{V}clip_ratio_high": 0.28},
+        ),
+        (
+            'ray job submit --address=http://127.0.0.1:8265 --runtime-env-json=\'{"working_dir": "/x"}\' '
+            "-- python3 -m openrlhf.cli.train_ppo_ray --actor.eps_clip 0.3\n",
+            {"--actor.eps_clip": 0.3},
+        ),
+        ("uv run --with vllm --python 3.11 python3 train.py --eps-clip 0.3\n", {"--eps-clip": 0.3}),
+        ("accelerate launch --num_processes 8 train_grpo.py --epsilon 0.3\n", {"--epsilon": 0.3}),
+        (f"bash -c 'python3 -m verl.trainer.main_ppo {V}clip_ratio_high=0.28'\n", {f"{V}clip_ratio_high": 0.28}),
+        (
+            'DEVICE=${DEVICE:-gpu}\nif [ "$DEVICE" != "gpu" ]; then\n  echo "only gpu=1 works" >&2\n  exit 1\nfi\n'
+            f"python3 -m verl.trainer.main_ppo {V}clip_ratio_high=0.28\n",
+            {"DEVICE": "gpu", f"{V}clip_ratio_high": 0.28},  # capitals: read as the environment (not judged)
+        ),
+    ],
+)
+def test_only_the_engines_words_are_settings(script, values):
+    assert _values(script) == values
+
+
+def test_a_lowercase_shell_variable_is_no_setting_and_an_environment_variable_is():
+    script = (
+        "clip_low=${ACTOR_CLIP_RATIO_LOW:-0.2}\nexport VERL_USE_EXTERNAL_MODULES=divclip.trainer.integrations.verl\n"
+        f"python3 -m verl.trainer.main_ppo {V}clip_ratio_low=$clip_low {V}clip_ratio_high=0.28\n"
+    )
+    assert _values(script) == {
+        "VERL_USE_EXTERNAL_MODULES": "divclip.trainer.integrations.verl",
+        f"{V}clip_ratio_low": 0.2,
+        f"{V}clip_ratio_high": 0.28,
+    }
+    report = build_report(script.encode(), config_name="run.sh")
+    assert not [w for w in report["warnings"] if w["code"] == "unknown_key"]
+
+
+def test_an_override_list_without_a_launcher_is_read_whole():
+    assert _values(f"{V}clip_ratio_high=0.28 data.train_batch_size=256\n") == {
+        f"{V}clip_ratio_high": 0.28,
+        "data.train_batch_size": 256,
+    }
+
+
+def test_the_launch_reader_skips_the_launchers_flags_too():
+    script = "ray job submit --address=http://x:8265 -- python3 -m openrlhf.cli.train_ppo_ray --actor.eps_clip 0.3\n"
+    assert parse_launch(script) == {"--actor.eps_clip": "0.3"}
+
+
+def test_engine_words_names_what_it_skipped():
+    launch = engine_words(["torchrun", "--nproc_per_node", "8", "-m", "verl.trainer.main_ppo", "a.b=1"])
+    assert (launch.args, launch.skipped, launch.entry) == (
+        ["a.b=1"],
+        ["torchrun", "--nproc_per_node", "8", "-m", "verl.trainer.main_ppo"],
+        True,
+    )
+    assert engine_words(["echo", "epsilon=0.9"]).args == [] and engine_words(["A=1"]).env == ["A=1"]
+
+
+# ------------------------------------------------------------------------------------------- if / elif / else
+IF_SCRIPT = """DEVICE=${{DEVICE:-{device}}}
+if [ "$DEVICE" = "npu" ]; then
+  python3 -m verl.trainer.main_ppo {V}clip_ratio_high=0.4
+elif [ "$DEVICE" == "gpu" ]; then
+  python3 -m verl.trainer.main_ppo {V}clip_ratio_high=0.28
+else
+  python3 -m verl.trainer.main_ppo {V}clip_ratio_high=0.5
+fi
+"""
+
+
+@pytest.mark.parametrize("device, high", [("gpu", 0.28), ("npu", 0.4), ("cpu", 0.5)])
+def test_an_if_on_the_scripts_own_default_reads_the_branch_bash_takes(device, high):
+    script = IF_SCRIPT.format(device=device, V=V)
+    assert _values(script)[f"{V}clip_ratio_high"] == high
+    notes = build_report(script.encode(), config_name="run.sh")["notes"]
+    assert f"line 2: `[ {device} = npu ]` is {str(device == 'npu').lower()} with the script's own values" in " ".join(
+        notes
+    )
+
+
+def test_an_if_that_needs_running_the_script_reads_every_branch_and_says_so():
+    script = f"if [ -f /data/x ]; then\n  A=1\nfi\npython3 -m verl.trainer.main_ppo {V}clip_ratio_high=0.28\n"
+    notes = build_report(script.encode(), config_name="run.sh")["notes"]
+    assert any("`[ -f /data/x ]` depends on what only running the script knows" in n for n in notes)
+
+
+@pytest.mark.parametrize(
+    "words, value",
+    [
+        (["[", "a", "=", "a", "]"], True),
+        (["[", "a", "!=", "a", "]"], False),
+        (["[[", "a", "==", "b", "]]"], False),
+        (["[", "-z", "", "]"], True),
+        (["[", "-n", "", "]"], False),
+        (["!", "[", "x", "]"], False),
+        (["test", "a", "=", "a"], True),
+        (["[", "$X", "=", "a", "]"], None),
+        (["[", "-f", "file", "]"], None),
+        (["grep", "-q", "x", "f"], None),
+    ],
+)
+def test_conditions(words, value):
+    from divclip.sanity.shellbranches import evaluate
+
+    assert evaluate(words) is value
