@@ -211,3 +211,9 @@ def test_combinations_round_trip():
                 continue
             c = parse_correction("/".join(combo))
             assert parse_correction(str(c)) == c, combo
+
+
+def test_a_mask_that_zeroes_every_weight_gives_ess_zero():
+    old, rollout, mask = batch()
+    w, keep, m = rollout_correction(old, rollout, mask, "is=token:mask=50_60")
+    assert float(w.abs().max()) == 0 and m["is_ess"] == 0.0 and m["kept_token_fraction"] == 0.0
