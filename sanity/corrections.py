@@ -34,6 +34,7 @@ DEFAULT_CORRECTIONS = {
 """What is checked when neither the config nor --corrections names a correction."""
 DEFAULT_MAX_MASKED = 0.5
 QUANTILES = (0.5, 0.9, 0.99)
+HISTOGRAM_BINS = 50
 SOURCES = {
     "correction_masks_everything": "verl 0.9.1 rollout_corr_helper: compute_offpolicy_metrics asserts 'Expected at "
     "least one valid token in response_mask'; docs/theory.md, 'The three policies'",
@@ -164,10 +165,32 @@ def analyse_corrections(
             },
             "crossing_length": crossing_lengths(c, mis["drift_mean_log_rho"], k_means, mis["std_log_rho"]),
         }
+        entry["per_sequence"] = _per_sequence(applied, keep, valid)
+        entry["weight_histogram"] = None if w is None else w[valid].numpy()  # binned below, on shared edges
         section["corrections"].append(entry)
         warnings += _entry_warnings(entry, mis, max_masked)
         warnings += _double_counting(label, c, spec)
+    _shared_histograms(section["corrections"])
     return section, warnings
+
+
+def _shared_histograms(entries: list[dict], bins: int = HISTOGRAM_BINS) -> None:
+    """Each entry's weights as counts on one set of edges, [0, the largest weight of any correction]."""
+    arrays = [e["weight_histogram"] for e in entries if e["weight_histogram"] is not None]
+    hi = max((float(a.max()) for a in arrays if a.size), default=1.0)
+    edges = np.linspace(0.0, hi if hi > 0 else 1.0, bins + 1)
+    for e in entries:
+        if e["weight_histogram"] is not None:
+            counts, _ = np.histogram(e["weight_histogram"], bins=edges)
+            e["weight_histogram"] = {"edges": edges.tolist(), "counts": counts.tolist()}
+
+
+def _per_sequence(applied, keep, valid) -> dict:
+    """{length, kept}: per valid sequence its length and the share of its tokens kept with a weight > 0."""
+    kept = (valid & (keep > 0) & (applied > 0)).sum(-1).double()
+    n = valid.sum(-1).double()
+    rows = n > 0
+    return {"length": n[rows].tolist(), "kept": (kept[rows] / n[rows]).tolist()}
 
 
 def _ess(w) -> float | None:
@@ -246,3 +269,24 @@ def _anchor_warnings(data: Rollouts, inside, old, rollout) -> list[dict]:
             )
         )
     return out
+
+
+def correction_rows(section: dict) -> list[dict]:
+    """One flat row per correction of the section, for a table (the Sanity page)."""
+    rows = []
+    for e in section["corrections"]:
+        w = e["weight"] or {}
+        rows.append(
+            {
+                "correction": e["label"],
+                "string": e["correction"],
+                "kept tokens": e["kept_token_fraction"],
+                "kept sequences": e["kept_seq_fraction"],
+                "ESS": w.get("ess"),
+                "w min": w.get("min"),
+                "w mean": w.get("mean"),
+                "w max": w.get("max"),
+                "crosses a bound at L": ", ".join(f"{k}: {v:.0f}" for k, v in e["crossing_length"].items()) or None,
+            }
+        )
+    return rows
