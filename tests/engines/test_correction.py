@@ -336,3 +336,32 @@ def test_openrlhf_token_ratio_gate_applies_as_openrlhf(mode, threshold):
         write_correction(c, "openrlhf")[1] == []
         and read_correction("openrlhf", write_correction(c, "openrlhf")[0]) == c
     )
+
+
+@pytest.mark.skipif(importlib.util.find_spec("skyrl") is None, reason="skyrl is not installed")
+@pytest.mark.parametrize("settings", SKYRL_SETTINGS)
+def test_skyrl_loss_with_its_correction_equals_skyrls(settings):
+    """SkyRL's ppo_policy_loss applies off_policy_correction itself; divclip's loss with the correction read
+    from the same settings is the same loss (SkyRL exponentiates in float32: its tolerance)."""
+    from omegaconf import OmegaConf
+
+    from divclip.theory.losses import policy_loss
+
+    helpers = pytest.importorskip("skyrl_helpers")
+    ppo_utils, algorithm_config = helpers.load()
+    kw = {"policy_loss_type": "regular", "off_policy_correction": settings}
+    cfg = algorithm_config.from_dict_config(OmegaConf.create(kw))
+    old, rollout, mask = batch(seed=7)
+    g = torch.Generator().manual_seed(8)
+    lp = old + 0.1 * torch.randn(old.shape, generator=g, dtype=torch.float64)
+    adv = torch.randn(old.shape[0], 1, generator=g, dtype=torch.float64).expand_as(old).contiguous()
+    c = read_correction("skyrl", {SKYRL + k: v for k, v in settings.items()})
+    leaf, ref_leaf = lp.clone().requires_grad_(), lp.clone().requires_grad_()
+    ref = ppo_utils.ppo_policy_loss(ref_leaf, old, adv, config=cfg, loss_mask=mask, rollout_logprobs=rollout)[0]
+    ours = policy_loss(leaf, old, adv, mask, "grpo", "token-sum", rollout_log_prob=rollout, correction=c)[0]
+    ref.backward()
+    ours.backward()
+    torch.testing.assert_close(ours.detach(), ref.detach().to(ours.dtype), rtol=2e-6, atol=1e-6)
+    torch.testing.assert_close(leaf.grad, ref_leaf.grad.to(leaf.grad.dtype), rtol=2e-6, atol=1e-6)
+    plain = policy_loss(lp, old, adv, mask, "grpo", "token-sum")[0]
+    assert not torch.allclose(plain, ours.detach(), rtol=1e-4)
