@@ -123,7 +123,7 @@ def analyse_corrections(
     """(the report's 'corrections' section, warnings) for `data`; (None, []) without rollout_log_prob."""
     import torch
 
-    from divclip.theory.rollout_correction import rollout_correction
+    from divclip.theory.correction_apply import rollout_correction
 
     if not (isinstance(max_masked, (int, float)) and 0 < max_masked <= 1):
         raise ValueError(f"max_masked must be a fraction in (0, 1], got {max_masked!r}")

@@ -18,7 +18,7 @@ import torch
 from divclip.engines import read_correction, to_engine, translate, write_correction
 from divclip.engines.correction import CORRECTION_KEYS, SKYRL, VERL
 from divclip.theory.correction import Correction, parse_correction
-from divclip.theory.rollout_correction import rollout_correction
+from divclip.theory.correction_apply import rollout_correction
 
 sys.path.insert(0, str(Path(__file__).parent))
 

@@ -13,8 +13,8 @@ import torch
 
 from divclip.cli import main
 from divclip.theory.correction import RS_OPTIONS, Rejection, parse_correction
+from divclip.theory.correction_apply import rollout_correction
 from divclip.theory.correction_bounds import correction_intervals, rejection_interval
-from divclip.theory.rollout_correction import rollout_correction
 
 LENGTHS = (1, 7, 100, 1000)
 
