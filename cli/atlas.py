@@ -3,6 +3,7 @@
     divclip atlas                                  # every named method and loss form
     divclip atlas --methods dcpo,grpo              # two of them side by side (names or method strings)
     divclip atlas --methods dapo,kl3:0.05 --at 0.01,1.5 --json
+    divclip atlas --correction is=sequence:tis=3.0/rs=token_k3:0.01   # a rollout correction's ρ intervals by length
 
 Per method: family, sources (arXiv id and/or engine:mode), loss aggregation, parameters with their defaults,
 the keep interval at q in {0.001, 0.01, 0.1, 0.5, 0.9, 0.99} for A > 0 and A < 0, and the divergence budget it
@@ -51,6 +52,18 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         default=[],
         metavar="Q,R",
         help="also print the gradient weight w of a token with old probability Q and ratio R (repeatable)",
+    )
+    p.add_argument(
+        "--correction",
+        metavar="STRING",
+        help="instead: the ρ = π_old/π_rollout interval each part of a rollout correction keeps, by sequence "
+        "length (e.g. is=sequence:tis=3.0/rs=token_k3:0.01; docs/theory.md, 'The three policies')",
+    )
+    p.add_argument(
+        "--lengths",
+        metavar="LIST",
+        default="1,10,100,1000",
+        help="with --correction: the sequence lengths (default 1,10,100,1000)",
     )
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print strict JSON")
@@ -176,6 +189,8 @@ def run(args: argparse.Namespace) -> int:
     from divclip.theory.atlas import Q_GRID, catalogue
     from divclip.theory.nearest_budget import CLAMP
 
+    if getattr(args, "correction", None) is not None:
+        return _run_correction(args)
     if args.methods is not None and not args.methods.strip(" ,"):
         raise ValueError(f"--methods must name at least one method (e.g. dcpo,grpo), got {args.methods!r}")
     if args.markdown:
@@ -197,3 +212,41 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_text(rows, args.at)
     return 0
+
+
+def _lengths(text: str) -> tuple[int, ...]:
+    try:
+        out = tuple(int(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        out = ()
+    if not out or any(n < 1 or n > 10**7 for n in out):
+        raise ValueError(f"--lengths must be comma-separated integers in [1, 1e7], e.g. 1,10,100, got {text!r}")
+    return out
+
+
+def _run_correction(args) -> int:
+    """`divclip atlas --correction`: `divclip.theory.correction_bounds.correction_intervals` as text or JSON."""
+    from divclip.theory.correction import parse_correction
+    from divclip.theory.correction_bounds import correction_intervals
+
+    if args.markdown or args.methods is not None or args.at:
+        raise ValueError("--correction prints a correction's intervals alone: drop --methods, --at and --markdown")
+    c = parse_correction(args.correction)
+    lengths = _lengths(args.lengths)
+    rows = correction_intervals(c, lengths)
+    if args.json:
+        doc = {"correction": str(c), "ratio": "π_old/π_rollout", "lengths": list(lengths), "parts": rows}
+        doc["parts"] = [{**r, "by_length": {str(n): list(v) for n, v in r["by_length"].items()}} for r in rows]
+        print(json.dumps(_jsonable(doc), indent=2, ensure_ascii=False, allow_nan=False))
+        return 0
+    print(f"Correction {c}: the per-token ρ = π_old/π_rollout it keeps, constant over a sequence of L tokens")
+    header = ["part", "bounds", *(f"L={n}" for n in lengths)]
+    table = [[r["part"], r["bounds"], *(_pair(*r["by_length"][n]) for n in lengths)] for r in rows]
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *table)]
+    for row in (header, ["-" * w for w in widths], *table):
+        print("  " + "  ".join(str(x).ljust(w) for x, w in zip(row, widths)).rstrip())
+    return 0
+
+
+def _pair(lo: float, hi: float) -> str:
+    return f"[{lo:.6g}, {'∞' if math.isinf(hi) else format(hi, '.6g')}]"

@@ -6,6 +6,8 @@
     divclip check overrides.txt --rollouts batch.npz --json  # plus predicted clip fractions on a batch
     divclip check --rollouts batch.parquet --sigma 0.05      # no config: ε 0.2/0.2, noise-model ratios
     divclip check --rollouts batch.npz --methods dcpo,grpo   # atlas methods compared on the file's tokens
+    divclip check run.yaml --rollouts batch.jsonl --corrections is=sequence:tis=3.0,rs=token_k3:0.01
+                                                             # rollout corrections on the file's rollout_log_prob
 
 Every bad input raises a ValueError (`divclip.sanity.SanityInputError`) naming the problem.
 
@@ -52,6 +54,18 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         metavar="LIST",
         help="with --rollouts: compare atlas methods (names or method strings, e.g. dcpo,grpo) on the "
         "file's tokens: clip fraction, share of |gradient| removed, entropy side",
+    )
+    p.add_argument(
+        "--corrections",
+        metavar="LIST",
+        help="with --rollouts holding rollout_log_prob: check these rollout corrections (comma-separated "
+        "correction strings, e.g. is=sequence:tis=3.0,rs=seq_mean_k1:0.999_1.001) beside the config's own",
+    )
+    p.add_argument(
+        "--max-masked",
+        type=finite_float("--max-masked", 0.0),
+        metavar="FRACTION",
+        help="warn when a correction drops more than this fraction of the tokens (default 0.5)",
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument(
@@ -145,6 +159,8 @@ def run(args: argparse.Namespace) -> int:
         num_processes=args.num_processes,
         limits=Limits(max_bytes=args.max_bytes),
         methods=args.methods,
+        corrections=args.corrections,
+        max_masked=args.max_masked,
     )
     if args.json:
         print(json.dumps(jsonable(report), indent=2, ensure_ascii=False))

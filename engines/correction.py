@@ -18,8 +18,11 @@ settings and the list of what the engine cannot say. Per engine (docs/engines.md
 * slime (624b824a): --use-tis is `vanilla_tis_function`, w = clamp(ρ, --tis-clip-low, --tis-clip) unclamped in
   log; a --custom-tis-function-path (ICEPOP's `icepop_function` among them) and --use-opsm are refused (a
   custom function is code; slime's OPSM compares π_old, not π_rollout).
-* OpenRLHF 0.11.2 `--algo.advantage.is_correction_*` and AReaL 1.0.4 `actor.rejection_sampling`: read as off
-  (None) when off; when on, refused with what they do (their gating statistics are not modelled yet).
+* OpenRLHF 0.11.2 `--algo.advantage.is_correction_*`: token level, ratio gating: clip is w = clamp(ρ, low,
+  high), mask w = ρ inside [low, high] else 0 (one threshold value: low 0), unclamped in log. Sequence level
+  (weights zeroed for a whole sequence that stays in the denominator) and the binary_kl/tv gates are refused.
+* AReaL 1.0.4 `actor.rejection_sampling`: read as off (None) when off or without use_decoupled_loss; when on,
+  refused with what it does (not modelled yet).
 """
 
 from __future__ import annotations
@@ -82,6 +85,10 @@ CORRECTION_KEYS: dict[str, dict[str, Key]] = {
     },
     "openrlhf": {
         "--algo.advantage.is_correction_level": Key("str", "off", choices=("off", "token", "seq"), doc="level"),
+        "--algo.advantage.is_correction_mode": Key("str", "mask", choices=("mask", "clip"), doc="mask or clamp"),
+        "--algo.advantage.is_correction_gating": Key(
+            "str", "ratio", choices=("ratio", "binary_kl", "tv"), doc="the gated statistic"
+        ),
     },
     "areal": {
         "actor.use_decoupled_loss": Key("bool", False, doc="π_prox anchor and behaviour weight"),
@@ -349,14 +356,47 @@ def _write_slime(c: Correction):
 
 
 # --------------------------------------------------------------------------------------- OpenRLHF, AReaL
+OPENRLHF = "--algo.advantage.is_correction_"
+
+
 def _read_openrlhf(g, settings):
-    level = g["--algo.advantage.is_correction_level"]
+    from divclip.engines import openrlhf
+
+    level, mode, gating = (g[OPENRLHF + k] for k in ("level", "mode", "gating"))
     if level == "off":
         return None
-    raise ConfigError(
-        f"--algo.advantage.is_correction_level {level}: OpenRLHF's IS correction (mode mask/clip, gating "
-        "ratio/binary_kl/tv) is reported, not modelled as a divclip correction"
-    )
+    if level != "token" or gating != "ratio":
+        raise ConfigError(
+            f"{OPENRLHF}level {level} with gating {gating}: OpenRLHF's sequence-level gate zeroes the weights of a "
+            "whole sequence (it stays in the denominator) and its binary_kl/tv gates read π(a) itself; neither is "
+            "modelled as a divclip correction (token-level ratio gating is)"
+        )
+    low, high = openrlhf._floats(settings, OPENRLHF + "threshold", "+", {})  # one value: (0, HIGH)
+    low = None if low == 0 else low  # clamp(min=0) and ρ >= 0 do nothing to a ratio
+    try:  # PolicyLoss: clip clamps ρ to [low, high]; mask keeps ρ inside it, else weight 0 (no log clamp)
+        return Correction("token", "truncate" if mode == "clip" else "mask", high, low, clamp_log_ratio=False)
+    except ValueError as exc:
+        raise ConfigError(f"{OPENRLHF}threshold: {exc}") from None
+
+
+def _write_openrlhf(c: Correction):
+    out: dict = {OPENRLHF + "level": "off"}
+    cannot = []
+    if c.is_level is not None:
+        if c.is_level == "token" and c.is_cap is not None:
+            out[OPENRLHF + "level"], out[OPENRLHF + "gating"] = "token", "ratio"
+            out[OPENRLHF + "mode"] = "clip" if c.is_mode == "truncate" else "mask"
+            out[OPENRLHF + "threshold"] = [0.0 if c.is_floor is None else c.is_floor, c.is_cap]
+        else:
+            cannot.append(f"OpenRLHF's ratio gate is per token with a cap: is={c.is_level} is not expressible")
+    if c.rejections:
+        cannot.append("OpenRLHF has no rejection rules: " + ", ".join(f"rs={r.option}" for r in c.rejections))
+    for flag, what in ((c.batch_normalize, "norm"), (c.opsm is not None, "opsm"), (c.bypass, "bypass")):
+        if flag:
+            cannot.append(f"OpenRLHF's is_correction has no {what}")
+    if c.clamp_log_ratio and c.is_level is not None:
+        cannot.append("OpenRLHF does not clamp log ρ to ±20: the weights differ only where |log ρ| > 20")
+    return out, cannot
 
 
 def _read_areal(g, settings):
@@ -392,6 +432,6 @@ _WRITERS = {
     "trl": _write_trl,
     "skyrl": _write_skyrl,
     "slime": _write_slime,
-    "openrlhf": _write_refused("OpenRLHF"),
+    "openrlhf": _write_openrlhf,
     "areal": _write_refused("AReaL"),
 }

@@ -455,7 +455,8 @@ def _pitfalls(s: EngineRead, g: dict) -> None:
                 "is_correction_threshold",
                 f"off-policy correction on ({what}): every token's "
                 f"loss is weighted by π_old/π_rollout beside the clip; "
-                "divclip's method strings do not carry it, so a translation drops it",
+                "divclip reads it as a rollout correction (divclip.engines.read_correction), which "
+                "translate carries or names",
                 OPC + "tis_ratio_type",
                 f"skyrl {VERSION} skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py",
             )

@@ -283,7 +283,8 @@ def _pitfalls(s: EngineRead, g: dict) -> None:
             Pitfall(
                 "is_correction_threshold",
                 f"TIS on: every token's loss is weighted by {what} (train/inference mismatch), beside the PPO clip; "
-                "divclip's method strings do not carry it, so a translation drops it",
+                "divclip reads it as a rollout correction (divclip.engines.read_correction), which "
+                "translate carries or names",
                 "--use-tis",
                 f"slime {COMMIT[:8]} {loss} (vanilla_tis_function, icepop_function)",
             )

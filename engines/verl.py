@@ -454,12 +454,13 @@ def _bypass(s, settings, g, keys):
     reinforce is −A·log π, weighted by the truncated rollout IS weight when rollout_is is set."""
     from divclip.theory.spec import ClipSpec
 
-    if g[RC + "rollout_rs"] is not None:
+    if g[RC + "rollout_rs"] is not None and g[RC + "loss_type"] != "ppo_clip":
         raise ValueError(
-            f"{RC}rollout_rs={g[RC + 'rollout_rs']!r} rejects tokens by the rollout ratio: "
-            "rejection sampling is not modelled"
+            f"{RC}rollout_rs={g[RC + 'rollout_rs']!r} with loss_type reinforce: divclip models the rejection as a "
+            "rollout correction (divclip.engines.read_correction) beside a ppo_clip bypass only; with reinforce, "
+            "policy_loss(..., correction=...) and method 'ratio/gpg' give verl's loss"
         )
-    if g[RC + "loss_type"] == "ppo_clip":
+    if g[RC + "loss_type"] == "ppo_clip":  # rollout_rs: the correction's mask (divclip.engines.read_correction)
         return _vanilla(s, settings, g, keys)
     threshold = _is_threshold(settings, keys)
     if g[RC + "rollout_is"] is None or threshold is None:  # verl computes no weights: plain REINFORCE

@@ -120,3 +120,65 @@ def budget_intervals_figure(budget: dict) -> go.Figure:
         height=120 + 30 * max(len(rows), 1),
     )
     return fig
+
+
+def correction_kept_figure(section: dict) -> go.Figure:
+    """Per sequence (a marker at its length), the share of its tokens a rollout correction keeps (weight > 0, not
+    rejected), as colour; one row per correction (report["corrections"], `divclip.sanity.corrections`)."""
+    fig = go.Figure()
+    for i, e in enumerate(section["corrections"]):
+        seq = e["per_sequence"]
+        fig.add_trace(
+            go.Scatter(
+                x=seq["length"],
+                y=[e["label"]] * len(seq["length"]),
+                mode="markers",
+                name=e["label"],
+                marker={
+                    "size": 9,
+                    "symbol": "line-ns-open",
+                    "line": {"width": 3},
+                    "color": seq["kept"],
+                    "cmin": 0.0,
+                    "cmax": 1.0,
+                    "colorscale": [[0.0, "#c0392b"], [0.5, "#f1c40f"], [1.0, "#27ae60"]],
+                    "showscale": i == 0,
+                    "colorbar": {"title": {"text": "share kept"}},
+                },
+                hovertemplate="length %{x}: %{marker.color:.3f} kept<extra>%{y}</extra>",
+            )
+        )
+    fig.update_layout(
+        title=f"Share of each sequence's tokens kept, by length ({section['file']})",
+        xaxis_title="sequence length (tokens)",
+        yaxis={"autorange": "reversed", "automargin": True},
+        showlegend=False,
+        margin={"l": 12 + 7 * max((len(e["label"]) for e in section["corrections"]), default=10)},
+    )
+    return fig
+
+
+def correction_weight_figure(section: dict) -> go.Figure:
+    """Histogram (as steps, on shared bins) of the importance weights each correction applies to the valid tokens."""
+    fig = go.Figure()
+    dashes = ("solid", "dash", "dot", "dashdot")
+    for i, e in enumerate(e for e in section["corrections"] if e["weight_histogram"] is not None):
+        h = e["weight_histogram"]
+        edges = h["edges"]
+        centres = [(a + b) / 2 for a, b in zip(edges[:-1], edges[1:])]
+        fig.add_trace(
+            go.Scatter(
+                x=centres,
+                y=h["counts"],
+                mode="lines",
+                line={"shape": "hvh", "dash": dashes[i % len(dashes)], "width": 2},
+                name=e["label"],
+            )
+        )
+    fig.update_layout(
+        title="Importance weights w(ρ) applied, ρ = π_old/π_rollout",
+        xaxis_title="weight",
+        yaxis_title="tokens per bin",
+        legend={"orientation": "h", "y": -0.25},
+    )
+    return fig

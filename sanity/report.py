@@ -44,9 +44,14 @@ def build_report(
     num_processes: int = 1,
     limits: Limits = Limits(),
     methods=None,
+    corrections=None,
+    max_masked: float | None = None,
 ) -> dict:
     """The full report; `config`/`rollouts` are paths or bytes (bytes need `*_name` for the suffix). `methods`
-    ('dcpo,grpo' or a list of atlas names / method strings) adds the "compare" section (`sanity.compare`)."""
+    ('dcpo,grpo' or a list of atlas names / method strings) adds the "compare" section (`sanity.compare`).
+    `corrections` (comma-separated correction strings, `divclip.theory.correction`) and the config's own
+    correction are checked on a rollout file with rollout_log_prob: the "corrections" section
+    (`sanity.corrections`); `max_masked` is the fraction of dropped tokens above which it warns (default 0.5)."""
     try:
         return _build(
             config,
@@ -64,6 +69,8 @@ def build_report(
             num_processes,
             limits,
             methods,
+            corrections,
+            max_masked,
         )
     except SanityInputError:
         raise
@@ -120,13 +127,18 @@ def _build(
     num_processes,
     limits,
     methods=None,
+    corrections=None,
+    max_masked=None,
 ) -> dict:
     if config is None and not overrides and rollouts is None:
         raise SanityInputError("nothing to check: give a config file, hydra overrides, or --rollouts FILE")
     if methods is not None and rollouts is None:
         raise SanityInputError("--methods compares methods on rollout tokens: give --rollouts FILE too")
+    if (corrections is not None or max_masked is not None) and rollouts is None:
+        raise SanityInputError("--corrections/--max-masked check a correction on rollout tokens: give --rollouts FILE")
     report = {"schema": SCHEMA, "config": None, "budget": None, "warnings": [], "rollouts": None, "notes": []}
-    settings = None
+    report["corrections"] = None
+    settings, raw = None, None
     if config is not None or overrides:
         raw = read_config(config, config_name, overrides)
         settings = clip_settings(raw, framework, num_processes)
@@ -161,6 +173,7 @@ def _build(
             from divclip.sanity.compare import compare_methods
 
             report["compare"] = compare_methods(data, methods, opts)
+        _check_corrections(report, data, settings, raw, corrections, max_masked)
         if section["on_policy"]:
             report["warnings"].append(
                 finding(
@@ -171,6 +184,50 @@ def _build(
                 ).to_dict()
             )
     return report
+
+
+def _check_corrections(report, data, settings, raw, corrections, max_masked) -> None:
+    """The "corrections" section: the config's correction, --corrections, or the engines' defaults."""
+    from divclip.engines import read_correction
+    from divclip.sanity.corrections import (
+        DEFAULT_CORRECTIONS,
+        DEFAULT_MAX_MASKED,
+        analyse_corrections,
+        parse_corrections,
+    )
+
+    chosen = {}
+    if settings is not None:
+        try:
+            found = read_correction(settings.engine, raw.values)
+        except ValueError as exc:
+            report["warnings"].append(finding_correction(str(exc)))
+        else:
+            if found is not None:
+                chosen[f"config ({settings.engine})"] = found
+    chosen.update(parse_corrections(corrections))
+    if data.rollout_log_prob is None:
+        if chosen:
+            report["notes"].append(
+                f"the rollout file has no rollout_log_prob (verl rollout_log_probs, TRL sampling_per_token_logps): "
+                f"the corrections {list(chosen)} are not checked"
+            )
+        return
+    if not chosen:
+        chosen = parse_corrections(",".join(DEFAULT_CORRECTIONS.values()))
+        chosen = {label: chosen[text] for label, text in DEFAULT_CORRECTIONS.items()}
+        report["notes"].append("no correction in the config or --corrections: the engines' usual ones are checked")
+    spec = None if settings is None else settings.spec
+    limit = DEFAULT_MAX_MASKED if max_masked is None else max_masked
+    report["corrections"], warnings = analyse_corrections(data, chosen, spec=spec, max_masked=limit)
+    report["warnings"] += warnings
+
+
+def finding_correction(message: str) -> dict:
+    from divclip.sanity.checks import Finding
+    from divclip.sanity.corrections import SOURCES
+
+    return Finding("correction_not_modelled", message, SOURCES["correction_not_modelled"]).to_dict()
 
 
 def _measured_spread(warnings: list, section: dict) -> None:

@@ -27,6 +27,8 @@ def format_report(report: dict) -> str:
         out += _rollout_lines(report["rollouts"])
     if report.get("compare"):
         out += _compare_lines(report["compare"])
+    if report.get("corrections"):
+        out += _correction_lines(report["corrections"])
     if report["notes"]:
         out += ["", "Notes:"] + [f"  - {n}" for n in report["notes"]]
     return "\n".join(out).lstrip("\n") + "\n"
@@ -225,3 +227,32 @@ def _sweep_lines(sweep: dict) -> list[str]:
         [(f"{grid[i]:.2g}",) + tuple(f"{sweep['measures'][n]['clipfrac'][i]:.3%}" for n in names) for i in picks],
     )
     return lines
+
+
+def _correction_lines(section: dict) -> list[str]:
+    """The rollout corrections on the file's rollout_log_prob (`divclip.sanity.corrections`)."""
+    m = section["mismatch"]
+    lines = [
+        "",
+        f"Rollout corrections on {section['file']!r} ({m['tokens']} tokens; ρ = π_old/π_rollout):",
+        f"  drift d = mean log ρ = {m['drift_mean_log_rho']:+.4g} per token (std {m['std_log_rho']:.4g}); "
+        f"k1 mean {m['k1']['mean']:.4g}, k3 mean {m['k3']['mean']:.4g} (q99 {m['k3']['q99']:.4g}, "
+        f"max {m['k3']['max']:.4g}); median length {m['median_length']:.0f}",
+    ]
+    rows = []
+    for e in section["corrections"]:
+        w = e["weight"] or {}
+        cross = ", ".join(f"{k} at L={v:.0f}" for k, v in e["crossing_length"].items()) or "—"
+        rows.append(
+            (
+                e["label"],
+                e["correction"] if e["correction"] != e["label"] else "",
+                f"{e['kept_token_fraction']:.3f}",
+                f"{e['kept_seq_fraction']:.3f}",
+                _g(w.get("ess")),
+                "—" if not w else f"{w['min']:.3g}/{w['mean']:.3g}/{w['max']:.3g}",
+                cross,
+            )
+        )
+    header = ("correction", "string", "kept tok", "kept seq", "ESS", "w min/mean/max", "crosses")
+    return lines + _table(header, rows)

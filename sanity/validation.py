@@ -14,7 +14,7 @@ import numpy as np
 
 from divclip.sanity.errors import RolloutFileError
 
-FIELDS = ("old_log_prob", "log_prob", "advantages", "response_mask")
+FIELDS = ("old_log_prob", "log_prob", "advantages", "response_mask", "rollout_log_prob")
 ALIASES = {
     # verl's DataProto batch keys (old_log_probs, response_mask, advantages) and TRL's GRPOTrainer tensors
     # (old_per_token_logps, per_token_logps, completion_mask, advantages), read as divclip's fields.
@@ -22,6 +22,8 @@ ALIASES = {
     "log_prob": ("log_probs", "per_token_logps"),
     "advantages": ("advantage",),
     "response_mask": ("completion_mask",),
+    # the inference engine's log-probs: verl's rollout_log_probs, TRL's sampling_per_token_logps
+    "rollout_log_prob": ("rollout_log_probs", "sampling_per_token_logps"),
 }
 """Other names a rollout file may give each field: the engines' own tensor names."""
 
@@ -86,6 +88,7 @@ class Rollouts:
     name: str
     format: str
     notes: list = field(default_factory=list)
+    rollout_log_prob: np.ndarray | None = None  # the inference engine's log-probs (the third policy), if given
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -129,14 +132,23 @@ def validate(arrays: dict, name: str, fmt: str, ragged: bool, limits: Limits = L
     mask = _check_mask(arrays["response_mask"], name)
     dtype = (
         np.float64
-        if any(arrays[k].dtype == np.float64 for k in ("old_log_prob", "log_prob") if k in arrays)
+        if any(arrays[k].dtype == np.float64 for k in ("old_log_prob", "log_prob", "rollout_log_prob") if k in arrays)
         else np.float32
     )
     out = {}
-    for key in ("old_log_prob", "log_prob", "advantages"):
+    for key in ("old_log_prob", "log_prob", "advantages", "rollout_log_prob"):
         if key in arrays:
             out[key] = _check_values(arrays[key], key, mask, name, dtype)
-    return Rollouts(out["old_log_prob"], out["advantages"], mask.astype(dtype), out.get("log_prob"), name, fmt, notes)
+    return Rollouts(
+        out["old_log_prob"],
+        out["advantages"],
+        mask.astype(dtype),
+        out.get("log_prob"),
+        name,
+        fmt,
+        notes,
+        rollout_log_prob=out.get("rollout_log_prob"),
+    )
 
 
 def too_many_tokens(name: str, what: str, limits: Limits) -> str:

@@ -32,7 +32,7 @@ _LAZY = {
         "clipped_surrogate",
     ),
     "divclip.theory.loss_metrics": ("kl_penalty",),
-    "divclip.theory.rollout_correction": ("rollout_correction",),
+    "divclip.theory.correction_apply": ("rollout_correction",),
     "divclip.theory.advantages": ("group_advantages",),
     "divclip.theory.reallocation": (
         "FeasibleRegion",

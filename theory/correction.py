@@ -5,7 +5,7 @@ the trainer's π_old even at the same weights. With ρ = π_old/π_rollout per t
 corrects for it twice over: an importance weight w(ρ) that multiplies the per-token loss, and a rejection that
 drops tokens or sequences whose divergence exceeds a threshold. Both are divergence clips of the seed paper's
 kind applied to a third policy (docs/theory.md, "The three policies"). `Correction` says which; the torch code
-that applies it is `divclip.theory.rollout_correction.rollout_correction`.
+that applies it is `divclip.theory.rollout_correction` (in `divclip.theory.correction_apply`).
 
 Correction strings (beside the method strings of `divclip.theory.spec`; whitespace around the whole string is
 ignored, nothing else is; "none" is the empty correction):

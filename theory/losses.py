@@ -249,7 +249,7 @@ def policy_loss(
 def _corrected_loss(lp, old, adv, mask, spec, agg, weights, kw, rollout_log_prob, correction):
     """policy_loss with the rollout correction applied (see its docstring)."""
     from divclip.theory.correction import Correction, parse_correction
-    from divclip.theory.rollout_correction import rollout_correction
+    from divclip.theory.correction_apply import rollout_correction
 
     if correction is None or rollout_log_prob is None:
         given = "correction" if rollout_log_prob is None else "rollout_log_prob"

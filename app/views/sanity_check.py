@@ -17,6 +17,7 @@ from divclip.engines import ENGINES
 from divclip.engines import verl as verl_engine
 from divclip.sanity import figures
 from divclip.sanity.compare import compare_bucket_rows, compare_rows
+from divclip.sanity.corrections import correction_rows
 from divclip.sanity.report import jsonable, report_from_uploads
 from divclip.theory import MEASURES
 
@@ -28,6 +29,7 @@ EXAMPLES = {
     "verl DAPO config + rollouts": ("verl_dapo.yaml", "rollouts_example.jsonl"),
     "TRL GSPO config + rollouts": ("trl_gspo.yaml", "rollouts_example.jsonl"),
     "Rollouts only": (None, "rollouts_example.jsonl"),
+    "Rollouts with a bf16 mismatch": (None, "rollouts_mismatch.jsonl"),
 }
 EXAMPLE_KEY = "sanity_example"
 LINK_KEY = "sanity._link"  # the ε/measure query a link brought, applied once per new link
@@ -280,6 +282,19 @@ if ro:
             f"r = {token['r']:.4g}, A = {token['adv']:.4g}",
             query_params={k: format_number(token[k]) for k in ("q", "r", "adv")},
         )
+
+if report.get("corrections"):  # the third policy: rollout_log_prob in the file (divclip.sanity.corrections)
+    corr = report["corrections"]
+    mis = corr["mismatch"]
+    st.subheader(f"Rollout corrections: {mis['tokens']} tokens with the inference engine's log-probs")
+    st.caption(
+        f"ρ = π_old/π_rollout: drift {mis['drift_mean_log_rho']:+.4g} log ρ per token (std {mis['std_log_rho']:.4g}), "
+        f"k3 mean {mis['k3']['mean']:.4g}, q99 {mis['k3']['q99']:.4g}; median length {mis['median_length']:.0f}."
+    )
+    st.dataframe(rounded_rows(correction_rows(corr)), hide_index=True)
+    figure(figures.correction_kept_figure(corr), "divclip_correction_kept", key="sanity.correction_kept")
+    if any(e["weight_histogram"] for e in corr["corrections"]):
+        figure(figures.correction_weight_figure(corr), "divclip_correction_weights", key="sanity.correction_w")
 
 if report.get("compare"):
     cmp = report["compare"]

@@ -18,7 +18,7 @@ import torch
 from divclip.engines import read_correction, to_engine, translate, write_correction
 from divclip.engines.correction import CORRECTION_KEYS, SKYRL, VERL
 from divclip.theory.correction import Correction, parse_correction
-from divclip.theory.rollout_correction import rollout_correction
+from divclip.theory.correction_apply import rollout_correction
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -248,8 +248,8 @@ def test_unmodelled_engine_corrections_are_refused_by_name():
         read_correction("skyrl", {SKYRL + "outlier_token_is_threshold_high": 5.0})
     with pytest.raises(ValueError, match="custom"):
         read_correction("slime", {"--use-tis": True, "--custom-tis-function-path": "x.icepop"})
-    with pytest.raises(ValueError, match="not modelled"):
-        read_correction("openrlhf", {"--algo.advantage.is_correction_level": "token"})
+    with pytest.raises(ValueError, match="is modelled as a divclip correction|neither is modelled"):
+        read_correction("openrlhf", {"--algo.advantage.is_correction_level": "seq"})
     assert read_correction("openrlhf", {}) is None
     assert read_correction("areal", {"actor.rejection_sampling.level": "token"}) is None  # ignored without decoupled
     with pytest.raises(ValueError, match="not modelled"):
@@ -258,3 +258,110 @@ def test_unmodelled_engine_corrections_are_refused_by_name():
         read_correction("verl", {VERL + "rollout_rs": "token_k1"})
     with pytest.raises(ValueError, match="engine must be one of"):
         read_correction("nope", {})
+
+
+def test_verl_bypass_with_rejection_reads_the_clip_and_the_correction():
+    from divclip.engines import from_engine
+
+    settings = {VERL + "bypass_mode": True, VERL + "rollout_rs": "token_k3", VERL + "rollout_rs_threshold": 0.02}
+    assert from_engine("verl", settings).mode == "clip"  # ppo_clip: vanilla on the rollout log-probs
+    assert read_correction("verl", settings) == parse_correction("rs=token_k3:0.02/bypass")
+    with pytest.raises(ValueError, match="loss_type reinforce"):
+        from_engine("verl", {**settings, VERL + "loss_type": "reinforce"})
+
+
+def openrlhf_loss_module():
+    """OpenRLHF 0.11.2's models/loss.py, loaded alone: its package imports flash_attn and its utils deepspeed, so
+    `masked_mean` (the one name loss.py takes from utils) is compiled from OpenRLHF's own utils.py source."""
+    import ast
+    import importlib.util
+    import types
+
+    spec = importlib.util.find_spec("openrlhf")
+    if spec is None:
+        pytest.skip("openrlhf is not installed")
+    folder = Path(list(spec.submodule_search_locations)[0]) / "models"
+    tree = ast.parse((folder / "utils.py").read_text())
+    wanted = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "masked_mean"]
+    utils = types.ModuleType("divclip_test_openrlhf.utils")
+    utils.__dict__.update(torch=torch, Optional=__import__("typing").Optional)
+    exec(compile(ast.Module(body=wanted, type_ignores=[]), str(folder / "utils.py"), "exec"), utils.__dict__)
+    pkg = types.ModuleType("divclip_test_openrlhf")
+    pkg.__path__ = [str(folder)]
+    saved = {k: sys.modules.get(k) for k in ("divclip_test_openrlhf", "divclip_test_openrlhf.utils")}
+    sys.modules.update({"divclip_test_openrlhf": pkg, "divclip_test_openrlhf.utils": utils})
+    try:
+        loss_spec = importlib.util.spec_from_file_location("divclip_test_openrlhf.loss", folder / "loss.py")
+        module = importlib.util.module_from_spec(loss_spec)
+        loss_spec.loader.exec_module(module)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+    return module
+
+
+OPENRLHF = "--algo.advantage.is_correction_"
+
+
+@pytest.mark.parametrize(
+    ("mode", "threshold"), [("mask", [0.5, 5.0]), ("mask", [0.9, 1.1]), ("clip", [0.8, 1.2]), ("clip", [1.5])]
+)
+def test_openrlhf_token_ratio_gate_applies_as_openrlhf(mode, threshold):
+    from divclip.theory.losses import policy_loss
+
+    loss_mod = openrlhf_loss_module()
+    old, rollout, mask = batch(seed=5)
+    g = torch.Generator().manual_seed(6)
+    lp = old + 0.1 * torch.randn(old.shape, generator=g, dtype=torch.float64)
+    adv = torch.randn(old.shape[0], 1, generator=g, dtype=torch.float64).expand_as(old).contiguous()
+    band = [0.0, *threshold] if len(threshold) == 1 else threshold
+    ref_fn = loss_mod.PolicyLoss(is_correction_level="token", is_correction_mode=mode, is_correction_threshold=band)
+    leaf = lp.clone().requires_grad_()
+    ref, *_ = ref_fn(leaf, old, adv, action_mask=mask, rollout_log_probs=rollout)
+    ref.backward()
+    settings = {OPENRLHF + "level": "token", OPENRLHF + "mode": mode, OPENRLHF + "threshold": threshold}
+    c = read_correction("openrlhf", settings)
+    ours_leaf = lp.clone().requires_grad_()
+    ours, _ = policy_loss(ours_leaf, old, adv, mask, "grpo", "token-mean", rollout_log_prob=rollout, correction=c)
+    ours.backward()
+    ours, ref = ours.detach(), ref.detach()
+    assert float(abs(ours - ref)) <= 1e-12 * max(1.0, float(abs(ref)))
+    assert torch.allclose(ours_leaf.grad, leaf.grad, rtol=1e-10, atol=1e-15)
+    plain = policy_loss(lp, old, adv, mask, "grpo", "token-mean")[0]
+    assert not torch.allclose(plain, ours.detach())
+    assert (
+        write_correction(c, "openrlhf")[1] == []
+        and read_correction("openrlhf", write_correction(c, "openrlhf")[0]) == c
+    )
+
+
+@pytest.mark.skipif(importlib.util.find_spec("skyrl") is None, reason="skyrl is not installed")
+@pytest.mark.parametrize("settings", SKYRL_SETTINGS)
+def test_skyrl_loss_with_its_correction_equals_skyrls(settings):
+    """SkyRL's ppo_policy_loss applies off_policy_correction itself; divclip's loss with the correction read
+    from the same settings is the same loss (SkyRL exponentiates in float32: its tolerance)."""
+    from omegaconf import OmegaConf
+
+    from divclip.theory.losses import policy_loss
+
+    helpers = pytest.importorskip("skyrl_helpers")
+    ppo_utils, algorithm_config = helpers.load()
+    kw = {"policy_loss_type": "regular", "off_policy_correction": settings}
+    cfg = algorithm_config.from_dict_config(OmegaConf.create(kw))
+    old, rollout, mask = batch(seed=7)
+    g = torch.Generator().manual_seed(8)
+    lp = old + 0.1 * torch.randn(old.shape, generator=g, dtype=torch.float64)
+    adv = torch.randn(old.shape[0], 1, generator=g, dtype=torch.float64).expand_as(old).contiguous()
+    c = read_correction("skyrl", {SKYRL + k: v for k, v in settings.items()})
+    leaf, ref_leaf = lp.clone().requires_grad_(), lp.clone().requires_grad_()
+    ref = ppo_utils.ppo_policy_loss(ref_leaf, old, adv, config=cfg, loss_mask=mask, rollout_logprobs=rollout)[0]
+    ours = policy_loss(leaf, old, adv, mask, "grpo", "token-sum", rollout_log_prob=rollout, correction=c)[0]
+    ref.backward()
+    ours.backward()
+    torch.testing.assert_close(ours.detach(), ref.detach().to(ours.dtype), rtol=2e-6, atol=1e-6)
+    torch.testing.assert_close(leaf.grad, ref_leaf.grad.to(leaf.grad.dtype), rtol=2e-6, atol=1e-6)
+    plain = policy_loss(lp, old, adv, mask, "grpo", "token-sum")[0]
+    assert not torch.allclose(plain, ours.detach(), rtol=1e-4)

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from divclip.theory.correction import Correction, parse_correction
-from divclip.theory.rollout_correction import rollout_correction
+from divclip.theory.correction_apply import rollout_correction
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="trl is not installed")
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from divclip.theory.correction import RS_OPTIONS, Correction, Rejection, parse_correction
-from divclip.theory.rollout_correction import METRIC_NAMES_VERL, rollout_correction
+from divclip.theory.correction_apply import METRIC_NAMES_VERL, rollout_correction
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("verl") is None, reason="verl is not installed")
 
@@ -211,3 +211,21 @@ def test_combinations_round_trip():
                 continue
             c = parse_correction("/".join(combo))
             assert parse_correction(str(c)) == c, combo
+
+
+def test_a_mask_that_zeroes_every_weight_gives_ess_zero():
+    old, rollout, mask = batch()
+    w, keep, m = rollout_correction(old, rollout, mask, "is=token:mask=50_60")
+    assert float(w.abs().max()) == 0 and m["is_ess"] == 0.0 and m["kept_token_fraction"] == 0.0
+
+
+def test_the_package_name_is_the_function_whatever_was_imported_first():
+    import subprocess
+    import sys
+
+    code = (
+        "from divclip.theory.correction_apply import METRIC_NAMES_VERL\n"
+        "import divclip.theory as t, sys\n"
+        "assert callable(t.rollout_correction) and t.rollout_correction.__name__ == 'rollout_correction'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

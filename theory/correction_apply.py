@@ -108,10 +108,12 @@ def _weight_metrics(w, raw, log_ratio, mask, c: Correction, metrics: dict) -> No
     metrics["is_weight_mean"] = float(_masked_mean(w, mask))
     metrics["is_weight_min"] = float(w[valid].min())
     metrics["is_weight_max"] = float(w[valid].max())
-    # verl's ESS: 1 / mean(ŵ²) with ŵ = w / mean(w) over tokens, a fraction in (0, 1]; w capped at C first
+    # verl's ESS: 1 / mean(ŵ²) with ŵ = w / mean(w) over tokens, a fraction in (0, 1]; w capped at C first.
+    # Every weight 0 (a mask that drops all): ESS 0, where verl divides by zero.
     capped = w if c.is_cap is None else w.clamp(min=0.0, max=c.is_cap)
     normalised = capped / (_masked_mean(capped, mask) + 1e-8)
-    metrics["is_ess"] = 1.0 / float(_masked_mean(normalised.square(), mask))
+    second = float(_masked_mean(normalised.square(), mask))
+    metrics["is_ess"] = 1.0 / second if second > 0 else 0.0
     cap = math.inf if c.is_cap is None else c.is_cap
     floor = c.is_floor if c.is_floor is not None else (1.0 / cap if c.is_cap is not None else 0.0)
     if c.is_level == "token":

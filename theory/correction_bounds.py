@@ -1,0 +1,93 @@
+"""Each rollout-correction option as an interval in ρ = π_old/π_rollout (docs/theory.md, "The three policies").
+
+A token option keeps (or leaves untruncated) the tokens whose ρ lies in an interval of the seed theorem: a k3
+threshold δ is KL3's [l_δ, u_δ] (Lambert W, `divclip.theory.bounds.kl3_bounds`, through the 'kl3' measure), a k2
+threshold is [e^{-√(2δ)}, e^{√(2δ)}] (the 'k2' measure), a k1 band lo_hi is [1/hi, 1/lo] (verl bounds
+-log ρ). A sequence option bounds a pooled quantity: seq_mean_k1 the geometric mean of ρ, seq_sum_k1 and the
+sequence weight the product Π ρ_t, seq_sum_k2/k3 the sum of the token divergences. For a sequence of L tokens
+that all drift by the same ρ these become intervals in ρ that depend on L: Π ρ_t = ρ^L ∈ [c, C] is
+ρ ∈ [c^{1/L}, C^{1/L}], and L·k3(ρ) <= δ is ρ ∈ [l_{δ/L}, u_{δ/L}] — the length trap: at fixed thresholds the
+interval closes on 1 as answers grow. seq_mean and seq_max options keep the token interval at every L.
+"""
+
+from __future__ import annotations
+
+import math
+
+from divclip.theory.correction import Correction, Rejection, parse_correction
+from divclip.theory.measures import get_measure
+
+__all__ = ["DEFAULT_LENGTHS", "correction_intervals", "rejection_interval"]
+
+DEFAULT_LENGTHS = (1, 10, 100, 1000)
+
+
+def _divergence_interval(estimator: str, delta: float) -> tuple[float, float]:
+    """The ρ interval of D(ρ) <= δ for k2 ('k2' measure) or k3 ('kl3' measure: Lambert W)."""
+    lo, hi = get_measure("k2" if estimator == "k2" else "kl3").bounds(delta)
+    return float(lo), float(hi)
+
+
+def _root(x: float, length: int) -> float:
+    return x ** (1.0 / length) if x > 0 else 0.0
+
+
+def rejection_interval(r: Rejection, length: int = 1) -> tuple[float, float]:
+    """(lo, hi): the per-token ρ, constant over a sequence of `length` tokens, that rule `r` keeps."""
+    if r.is_k1:  # verl's k1 statistic is -log ρ: exp(stat) in [lo, hi] is ρ in [1/hi, 1/lo]
+        lo, hi = 1.0 / r.upper, 1.0 / r.lower
+        return (_root(lo, length), _root(hi, length)) if r.aggregation == "sum" else (lo, hi)
+    delta = r.upper / length if r.aggregation == "sum" else r.upper
+    return _divergence_interval(r.estimator, delta)
+
+
+def _weight_interval(c: Correction, length: int) -> tuple[float, float]:
+    lo = 0.0 if c.is_floor is None else c.is_floor
+    hi = math.inf if c.is_cap is None else c.is_cap
+    if c.is_level == "sequence":
+        return _root(lo, length), (math.inf if hi == math.inf else _root(hi, length))
+    return lo, hi
+
+
+def correction_intervals(correction, lengths=DEFAULT_LENGTHS) -> list[dict]:
+    """One row per part of `correction` (a Correction or its string): what it bounds, and by length L the
+    interval of a constant per-token ρ it keeps ('weight': left untruncated/unmasked) and the whole part's
+    interval (for token options the same at every L)."""
+    c = parse_correction(correction)
+    lengths = tuple(lengths)
+    if not lengths or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in lengths):
+        raise ValueError(f"lengths must be integers >= 1, got {lengths!r}")
+    rows = []
+    if c.is_level is not None:
+        kind = "truncated to" if c.is_mode == "truncate" else "zeroed outside"
+        what = "ρ per token" if c.is_level == "token" else "Π ρ_t over the sequence"
+        rows.append(
+            {
+                "part": f"is={c.is_level}",
+                "bounds": f"{what}, {kind} [{c.is_floor or 0:g}, {c.is_cap if c.is_cap is not None else math.inf:g}]",
+                "by_length": {n: _weight_interval(c, n) for n in lengths},
+            }
+        )
+    for r in c.rejections:
+        pooled = {
+            "token": "ρ per token",
+            "mean": "the geometric mean of ρ" if r.is_k1 else f"the mean token {r.estimator}",
+            "sum": "Π ρ_t" if r.is_k1 else f"the sum of token {r.estimator}",
+            "max": f"every token's {r.estimator}",
+        }[r.aggregation]
+        rows.append(
+            {
+                "part": f"rs={r.option}:{r.threshold}",
+                "bounds": pooled,
+                "by_length": {n: rejection_interval(r, n) for n in lengths},
+            }
+        )
+    if c.opsm is not None:  # A < 0 only: mean(log π_rollout - log π_θ) <= δ is a geometric mean of ρ >= e^{-δ}
+        rows.append(
+            {
+                "part": f"opsm={c.opsm:g}",
+                "bounds": "the geometric mean of π_θ/π_rollout, for A < 0 only",
+                "by_length": {n: (math.exp(-c.opsm), math.inf) for n in lengths},
+            }
+        )
+    return rows
