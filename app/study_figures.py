@@ -43,6 +43,12 @@ def load_results(path=RESULTS) -> dict:
     return data
 
 
+def wall_seconds(results: dict) -> float:
+    """The study's wall time: its first invocation plus any reruns (`cost.earlier_invocations`)."""
+    cost = results.get("cost") or {}
+    return float(sum(c.get("wall_s") or 0.0 for c in [*cost.get("earlier_invocations", []), cost]))
+
+
 def _band_colour(hex_colour: str, alpha: float = 0.18) -> str:
     r, g, b = (int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
     return f"rgba({r},{g},{b},{alpha})"
@@ -155,4 +161,12 @@ def claim_lines(task: dict) -> list[str]:
     return lines
 
 
-__all__ = ["RESULTS", "claim_lines", "comparison_rows", "curves_figure", "load_results", "method_rows"]
+__all__ = [
+    "RESULTS",
+    "claim_lines",
+    "comparison_rows",
+    "curves_figure",
+    "load_results",
+    "method_rows",
+    "wall_seconds",
+]

@@ -3,7 +3,15 @@
 import streamlit as st
 
 from divclip.app.page_parts import figure, show_messages
-from divclip.app.study_figures import RESULTS, claim_lines, comparison_rows, curves_figure, load_results, method_rows
+from divclip.app.study_figures import (
+    RESULTS,
+    claim_lines,
+    comparison_rows,
+    curves_figure,
+    load_results,
+    method_rows,
+    wall_seconds,
+)
 
 st.title("Study: does the clip matter here?")
 st.markdown(
@@ -23,11 +31,10 @@ task_name = st.selectbox("task", tasks) if len(tasks) > 1 else tasks[0]
 task = results["tasks"][task_name]
 base = task["methods"][task["baseline"]]
 clip = task.get("baseline_clipfrac")
-cost = results.get("cost", {})
 st.markdown(
     f"**{task_name}**: {len(task['seeds'])} seeds × {len(task['methods'])} methods, {task['steps']} RL steps each. "
     + (f"{base['label']} clips **{100 * clip:.1f} %** of tokens on average (the off-policy regime). " if clip else "")
-    + (f"Wall time of the study: {cost['wall_s'] / 60:.0f} min." if cost.get("wall_s") else "")
+    + (f"Wall time of the study: {wall / 60:.0f} min." if (wall := wall_seconds(results)) else "")
 )
 
 figure(curves_figure(task), "study_curves", use_container_width=True)
