@@ -347,12 +347,19 @@ def write_summary(summary: dict, path):
 
 
 def _curves(histories: list[list[dict]]) -> dict:
-    """Held-out accuracy per eval step: mean over seeds and the band mean ± one standard deviation."""
+    """Held-out accuracy per eval step: mean over seeds, the band mean ± one standard deviation, and every
+    seed's curve (`per_seed`, the seeds in the study's order)."""
     curves = [dict(zip(*st.eval_curve(h))) for h in histories]
     steps = sorted(set.intersection(*(set(c) for c in curves)))
     acc = np.array([[c[s] for s in steps] for c in curves])  # (seeds, eval points)
     mean, sd = acc.mean(axis=0), acc.std(axis=0, ddof=1) if len(acc) > 1 else np.zeros(len(steps))
-    return {"steps": steps, "mean": mean.tolist(), "lo": (mean - sd).tolist(), "hi": (mean + sd).tolist()}
+    return {
+        "steps": steps,
+        "mean": mean.tolist(),
+        "lo": (mean - sd).tolist(),
+        "hi": (mean + sd).tolist(),
+        "per_seed": acc.tolist(),
+    }
 
 
 def summarize(study: Study) -> dict:

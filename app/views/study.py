@@ -8,6 +8,7 @@ from divclip.app.study_figures import (
     claim_lines,
     comparison_rows,
     curves_figure,
+    difference_figure,
     load_results,
     method_rows,
     wall_seconds,
@@ -38,9 +39,25 @@ st.markdown(
 )
 
 figure(curves_figure(task), "study_curves", use_container_width=True)
-st.caption("Line: mean held-out greedy accuracy over seeds; band: ± one standard deviation over seeds.")
+st.caption(
+    "Line: mean held-out greedy accuracy over seeds; band: ± one standard deviation over seeds, cut at 0 and 1. "
+    "A wide band is the seeds' warm starts differing (same for every method), not the methods."
+)
+
+if len(task["methods"]) > 1:
+    st.subheader(f"Paired: each seed's accuracy minus {base['label']}'s")
+    figure(difference_figure(task), "study_differences", use_container_width=True)
+    st.caption(
+        f"Thin lines: one seed each (same warm start and prompts for both methods); thick: the mean over seeds. "
+        f"Above 0 the method beats {base['label']} on that seed."
+    )
 
 st.subheader("Per method (mean over seeds)")
+st.caption(
+    "final accuracy and its sd over seeds; pass@k after the last step; AUC = mean accuracy over the evaluations; "
+    "steps to 90 % of the run's gain; entropy of π_old on sampled tokens; clip A<0 / A>0 = share of tokens "
+    "clipped on each side, mean over steps."
+)
 st.dataframe(method_rows(task), hide_index=True, use_container_width=True)
 st.caption(
     "Method strings: " + ", ".join(f"{row['label']} `{row['method_string']}`" for row in task["methods"].values())
