@@ -227,3 +227,18 @@ def test_claim_verdicts(lo, hi, verdict):
     from divclip.trainer.study import _claim_verdict
 
     assert verdict in _claim_verdict(lo, hi, claimed=8.0, null=0.0)
+
+
+@pytest.mark.slow
+def test_local_processes_give_the_sequential_runs(finished, tmp_path):
+    """--workers 2 (spawned processes) trains the same runs as one process: same seeds, same numbers."""
+    study, _ = finished
+    parallel = tiny_study(tmp_path, workers=2)
+    summary = run_study(parallel)
+    assert summary["cost"]["runs_trained"] == 4
+    for m in study.methods:
+        for s in study.seeds:
+            a = read_history(study.run_dir("tiny-arith-offpolicy", m, s))
+            b = read_history(parallel.run_dir("tiny-arith-offpolicy", m, s))
+            strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith(("time/", "perf/"))} for r in rows]  # noqa: E731
+            assert strip(a[: len(b)]) == strip(b)
