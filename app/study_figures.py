@@ -43,6 +43,12 @@ def load_results(path=RESULTS) -> dict:
     return data
 
 
+def wall_seconds(results: dict) -> float:
+    """The study's wall time: its first invocation plus any reruns (`cost.earlier_invocations`)."""
+    cost = results.get("cost") or {}
+    return float(sum(c.get("wall_s") or 0.0 for c in [*cost.get("earlier_invocations", []), cost]))
+
+
 def _band_colour(hex_colour: str, alpha: float = 0.18) -> str:
     r, g, b = (int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
     return f"rgba({r},{g},{b},{alpha})"
@@ -60,7 +66,8 @@ def curves_figure(task: dict, title: str = "") -> go.Figure:
         fig.add_trace(
             go.Scatter(
                 x=steps + steps[::-1],
-                y=curve["hi"] + curve["lo"][::-1],
+                # an accuracy lies in [0, 1]: the band is cut there (mean ± sd of a skewed spread can pass 1)
+                y=[min(1.0, v) for v in curve["hi"]] + [max(0.0, v) for v in curve["lo"][::-1]],
                 fill="toself",
                 mode="lines",
                 fillcolor=_band_colour(colour),
@@ -84,6 +91,7 @@ def curves_figure(task: dict, title: str = "") -> go.Figure:
         title=title or None,
         xaxis_title="RL step",
         yaxis_title="held-out accuracy (greedy)",
+        yaxis_range=[0, 1.02],
         height=420,
         margin=dict(l=60, r=20, t=50 if title else 20, b=50),
         legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0),
@@ -99,6 +107,53 @@ def _show(v) -> str:
     return "n/a" if v is None else f"{v:+.3g}"
 
 
+def difference_figure(task: dict) -> go.Figure:
+    """Each method's held-out accuracy minus the baseline's on the same seed, in points, against the RL step:
+    one thin line per seed and the mean over seeds (the paired view the statistics use)."""
+    fig = go.Figure()
+    base = task["methods"][task["baseline"]]
+    if not base.get("curve") or "per_seed" not in base["curve"]:
+        return fig
+    for i, (name, row) in enumerate(task["methods"].items()):
+        if name == task["baseline"] or not row.get("curve"):
+            continue
+        colour = COLOURS[i % len(COLOURS)]
+        steps = row["curve"]["steps"]
+        diffs = [
+            [100 * (a - b) for a, b in zip(x, y)] for x, y in zip(row["curve"]["per_seed"], base["curve"]["per_seed"])
+        ]
+        for seed, d in zip(task["seeds"], diffs):
+            fig.add_trace(
+                go.Scatter(
+                    x=steps,
+                    y=d,
+                    mode="lines",
+                    line=dict(color=_band_colour(colour, 0.35), width=1),
+                    showlegend=False,
+                    hovertemplate=f"seed {seed}, step %{{x}}: %{{y:+.1f}} points<extra>{row['label']}</extra>",
+                )
+            )
+        mean = [sum(col) / len(col) for col in zip(*diffs)]
+        fig.add_trace(
+            go.Scatter(
+                x=steps,
+                y=mean,
+                mode="lines+markers",
+                line=dict(color=colour, width=3),
+                name=f"{row['label']} − {base['label']}, mean of {len(diffs)} seeds",
+            )
+        )
+    fig.add_hline(y=0, line=dict(color="#444", width=1, dash="dot"))
+    fig.update_layout(
+        xaxis_title="RL step",
+        yaxis_title=f"accuracy minus {base['label']} (points)",
+        height=380,
+        margin=dict(l=60, r=20, t=20, b=50),
+        legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0),
+    )
+    return fig
+
+
 def method_rows(task: dict) -> list[dict]:
     """One row per method: means (and the final accuracy's sd) over seeds, clip fractions by side."""
     rows = []
@@ -107,14 +162,14 @@ def method_rows(task: dict) -> list[dict]:
             {
                 "method": row["label"],
                 "seeds": row["n_seeds"],
-                "final accuracy": row["final_accuracy"]["mean"],
-                "sd over seeds": row["final_accuracy"]["std"],
-                "final pass@k": row["final_pass_at_k"]["mean"],
-                "area under curve": row["auc"]["mean"],
-                "steps to 90 %": row["steps_to_90"]["mean"],
-                "entropy (mean)": row["entropy_mean"]["mean"],
-                "clipped, A<0 side": row["clipfrac_low"]["mean"],
-                "clipped, A>0 side": row["clipfrac_high"]["mean"],
+                "final accuracy": _round(row["final_accuracy"]["mean"]),
+                "sd": _round(row["final_accuracy"]["std"]),
+                "pass@k": _round(row["final_pass_at_k"]["mean"]),
+                "AUC": _round(row["auc"]["mean"]),
+                "steps to 90 %": _round(row["steps_to_90"]["mean"]),
+                "entropy": _round(row["entropy_mean"]["mean"]),
+                "clip A<0": _round(row["clipfrac_low"]["mean"]),
+                "clip A>0": _round(row["clipfrac_high"]["mean"]),
             }
         )
     return rows
@@ -155,4 +210,13 @@ def claim_lines(task: dict) -> list[str]:
     return lines
 
 
-__all__ = ["RESULTS", "claim_lines", "comparison_rows", "curves_figure", "load_results", "method_rows"]
+__all__ = [
+    "RESULTS",
+    "claim_lines",
+    "comparison_rows",
+    "curves_figure",
+    "difference_figure",
+    "load_results",
+    "method_rows",
+    "wall_seconds",
+]

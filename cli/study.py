@@ -99,7 +99,7 @@ def study_from_args(args):
 def run(args) -> int:
     """Handler of `divclip study`: run (or resume) the grid, print the summary table; returns 0."""
     study = study_from_args(args)  # every check runs here, before any training
-    from divclip.trainer.study import run_study, summary_table
+    from divclip.trainer.study import run_study, summary_table, total_wall_s
 
     n = len(study.methods) * len(study.seeds) * len(study.tasks)
     print(f"divclip study: {n} runs into {study.output_dir}", file=sys.stderr)
@@ -111,9 +111,11 @@ def run(args) -> int:
     print(summary_table(summary))
     cost = summary["cost"]
     per_run = cost["seconds_per_run"]
+    earlier = cost["earlier_invocations"]
     print(
         f"{cost['runs_trained']} runs trained, {cost['runs_skipped']} already done, "
         f"{cost['warm_starts_trained']} warm starts; wall {cost['wall_s']:.0f} s"
         + (f", {per_run:.1f} s per run" if per_run else "")
+        + (f"; with {len(earlier)} earlier invocation(s) {total_wall_s(summary):.0f} s in all" if earlier else "")
     )
     return 0

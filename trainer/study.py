@@ -298,6 +298,7 @@ def run_study(study: Study) -> dict:
     summary = summarize(study)
     ran = [r for r in results if not r["skipped"] and r["kind"] == "run"]
     summary["cost"] = {
+        "earlier_invocations": _earlier_costs(out / "summary.json"),
         "wall_s": time.perf_counter() - start,
         "runs_trained": len(ran),
         "runs_skipped": sum(r["skipped"] for r in results if r["kind"] == "run"),
@@ -306,6 +307,22 @@ def run_study(study: Study) -> dict:
     }
     write_summary(summary, out / "summary.json")
     return summary
+
+
+def _earlier_costs(path: Path) -> list[dict]:
+    """The cost records of the earlier invocations that wrote `path` (a rerun keeps the first run's wall time)."""
+    try:
+        cost = json.loads(path.read_text(encoding="utf-8")).get("cost") or {}
+    except (OSError, ValueError, AttributeError):
+        return []
+    earlier = cost.pop("earlier_invocations", []) if isinstance(cost, dict) else []
+    return [*earlier, cost] if cost else list(earlier)
+
+
+def total_wall_s(summary: dict) -> float:
+    """Wall time of every invocation of the study that wrote `summary` (the first plus any reruns)."""
+    cost = summary.get("cost") or {}
+    return sum(c.get("wall_s") or 0.0 for c in [*cost.get("earlier_invocations", []), cost])
 
 
 def _finite_or_none(value):
@@ -329,12 +346,19 @@ def write_summary(summary: dict, path):
 
 
 def _curves(histories: list[list[dict]]) -> dict:
-    """Held-out accuracy per eval step: mean over seeds and the band mean ± one standard deviation."""
+    """Held-out accuracy per eval step: mean over seeds, the band mean ± one standard deviation, and every
+    seed's curve (`per_seed`, the seeds in the study's order)."""
     curves = [dict(zip(*st.eval_curve(h))) for h in histories]
     steps = sorted(set.intersection(*(set(c) for c in curves)))
     acc = np.array([[c[s] for s in steps] for c in curves])  # (seeds, eval points)
     mean, sd = acc.mean(axis=0), acc.std(axis=0, ddof=1) if len(acc) > 1 else np.zeros(len(steps))
-    return {"steps": steps, "mean": mean.tolist(), "lo": (mean - sd).tolist(), "hi": (mean + sd).tolist()}
+    return {
+        "steps": steps,
+        "mean": mean.tolist(),
+        "lo": (mean - sd).tolist(),
+        "hi": (mean + sd).tolist(),
+        "per_seed": acc.tolist(),
+    }
 
 
 def summarize(study: Study) -> dict:
@@ -475,6 +499,22 @@ def summary_table(summary: dict) -> str:
                 f"{_fmt(row['steps_to_90']['mean'], '.1f')} | {_fmt(row['entropy_mean']['mean'])} | "
                 f"{_fmt(row['clipfrac_low']['mean'], '.4f')} | {_fmt(row['clipfrac_high']['mean'], '.4f')} |"
             )
+        curves = {row["label"]: row["curve"] for row in ts["methods"].values() if row.get("curve")}
+        if curves:
+            labels = list(curves)
+            lines += [
+                "",
+                "Held-out accuracy over training, mean ± sd over seeds:",
+                "",
+                "| step | " + " | ".join(labels) + " |",
+                "|---|" + "---|" * len(labels),
+            ]
+            for i, step in enumerate(curves[labels[0]]["steps"]):
+                cells = []
+                for label in labels:
+                    c = curves[label]
+                    cells.append(f"{_fmt(c['mean'][i])} ± {_fmt((c['hi'][i] - c['lo'][i]) / 2)}")
+                lines.append(f"| {step:g} | " + " | ".join(cells) + " |")
         lines += [
             "",
             f"Paired differences against {ts['methods'][base]['label']} (same seeds), bootstrap interval at the "
@@ -506,5 +546,15 @@ def summary_table(summary: dict) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["DEFAULT_METHODS", "LABELS", "Study", "method_string", "run_job", "run_study", "summarize", "summary_table"]
+__all__ = [
+    "DEFAULT_METHODS",
+    "LABELS",
+    "Study",
+    "method_string",
+    "run_job",
+    "run_study",
+    "summarize",
+    "summary_table",
+    "total_wall_s",
+]
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # one tokenizer thread per run process

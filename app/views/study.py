@@ -3,7 +3,16 @@
 import streamlit as st
 
 from divclip.app.page_parts import figure, show_messages
-from divclip.app.study_figures import RESULTS, claim_lines, comparison_rows, curves_figure, load_results, method_rows
+from divclip.app.study_figures import (
+    RESULTS,
+    claim_lines,
+    comparison_rows,
+    curves_figure,
+    difference_figure,
+    load_results,
+    method_rows,
+    wall_seconds,
+)
 
 st.title("Study: does the clip matter here?")
 st.markdown(
@@ -23,17 +32,32 @@ task_name = st.selectbox("task", tasks) if len(tasks) > 1 else tasks[0]
 task = results["tasks"][task_name]
 base = task["methods"][task["baseline"]]
 clip = task.get("baseline_clipfrac")
-cost = results.get("cost", {})
 st.markdown(
     f"**{task_name}**: {len(task['seeds'])} seeds × {len(task['methods'])} methods, {task['steps']} RL steps each. "
     + (f"{base['label']} clips **{100 * clip:.1f} %** of tokens on average (the off-policy regime). " if clip else "")
-    + (f"Wall time of the study: {cost['wall_s'] / 60:.0f} min." if cost.get("wall_s") else "")
+    + (f"Wall time of the study: {wall / 60:.0f} min." if (wall := wall_seconds(results)) else "")
 )
 
 figure(curves_figure(task), "study_curves", use_container_width=True)
-st.caption("Line: mean held-out greedy accuracy over seeds; band: ± one standard deviation over seeds.")
+st.caption(
+    "Line: mean held-out greedy accuracy over seeds; band: ± one standard deviation over seeds, cut at 0 and 1. "
+    "A wide band is the seeds' warm starts differing (same for every method), not the methods."
+)
+
+if len(task["methods"]) > 1:
+    st.subheader(f"Paired: each seed's accuracy minus {base['label']}'s")
+    figure(difference_figure(task), "study_differences", use_container_width=True)
+    st.caption(
+        f"Thin lines: one seed each (same warm start and prompts for both methods); thick: the mean over seeds. "
+        f"Above 0 the method beats {base['label']} on that seed."
+    )
 
 st.subheader("Per method (mean over seeds)")
+st.caption(
+    "final accuracy and its sd over seeds; pass@k after the last step; AUC = mean accuracy over the evaluations; "
+    "steps to 90 % of the run's gain; entropy of π_old on sampled tokens; clip A<0 / A>0 = share of tokens "
+    "clipped on each side, mean over steps."
+)
 st.dataframe(method_rows(task), hide_index=True, use_container_width=True)
 st.caption(
     "Method strings: " + ", ".join(f"{row['label']} `{row['method_string']}`" for row in task["methods"].values())

@@ -10,7 +10,14 @@ import pytest
 from apptest_helpers import PAGES_DIR, rendered, start_page
 
 from divclip.app import study_figures
-from divclip.app.study_figures import RESULTS, comparison_rows, curves_figure, load_results, method_rows
+from divclip.app.study_figures import (
+    RESULTS,
+    comparison_rows,
+    curves_figure,
+    difference_figure,
+    load_results,
+    method_rows,
+)
 
 PAGE = PAGES_DIR / "study.py"
 
@@ -39,8 +46,25 @@ def test_page_tables_show_the_files_numbers():
     task = next(iter(load_results(RESULTS)["tasks"].values()))
     methods, comparisons = at.dataframe[0].value, at.dataframe[1].value
     assert methods["final accuracy"].tolist() == [r["final accuracy"] for r in method_rows(task)]
+    assert method_rows(task)[0]["final accuracy"] == round(
+        task["methods"][task["baseline"]]["final_accuracy"]["mean"], 4
+    )
     assert comparisons["verdict"].tolist() == [r["verdict"] for r in comparison_rows(task)]
-    assert len(at.get("plotly_chart")) == 1
+    assert len(at.get("plotly_chart")) == 2  # the curves and the paired differences
+
+
+def test_difference_figure_is_each_seeds_paired_difference():
+    task = next(iter(load_results(RESULTS)["tasks"].values()))
+    base, other = task["baseline"], next(m for m in task["methods"] if m != task["baseline"])
+    fig = difference_figure(task)
+    seeds = [t for t in fig.data if t.mode == "lines"]
+    (mean,) = [t for t in fig.data if t.mode == "lines+markers"]
+    assert len(seeds) == len(task["seeds"])
+    b, o = task["methods"][base]["curve"]["per_seed"], task["methods"][other]["curve"]["per_seed"]
+    assert list(seeds[0].y) == pytest.approx([100 * (x - y) for x, y in zip(o[0], b[0])])
+    # the last point of the mean line is the final-accuracy difference the statistics compare, in points
+    final = task["comparisons"]["final_accuracy"][0]["diff"]
+    assert mean.y[-1] == pytest.approx(100 * final)
 
 
 @pytest.mark.parametrize("content", [None, "not json", json.dumps({"tasks": {}}), json.dumps([1, 2])])

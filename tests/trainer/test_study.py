@@ -7,15 +7,31 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TINY
 
 from divclip.cli import main
 from divclip.trainer import study_stats as st
 from divclip.trainer.grpo import GRPOTrainer
-from divclip.trainer.study import Study, method_string, read_history, run_study, slug, summarize
+from divclip.trainer.study import Study, method_string, read_history, run_study, slug, summarize, total_wall_s
 
-# the conftest's tiny run (1-digit sums, a 1-layer model) with pass@2, on the off-policy preset's loop
-GRID = {k: v for k, v in TINY.items() if k not in ("task", "progress")} | {"steps": 3, "pass_k": 2, "eval_size": 8}
+# conftest.TINY's run (1-digit sums, a 1-layer model) with pass@2, on the off-policy preset's loop
+GRID = dict(
+    arith_digits=1,
+    eval_size=8,
+    eval_every=2,
+    pass_k=2,
+    tiny_n_layer=1,
+    tiny_n_embd=32,
+    tiny_n_head=2,
+    sft_steps=5,
+    sft_batch_size=16,
+    steps=3,
+    prompts_per_step=4,
+    group_size=4,
+    max_new_tokens=3,
+    ppo_epochs=2,
+    minibatches=2,
+    lr=1e-3,
+)
 
 
 def tiny_study(tmp_path, **kw):
@@ -128,6 +144,8 @@ def test_rerun_skips_finished_runs_and_longer_runs_resume(finished, tmp_path):
     study, summary = finished
     again = run_study(study)
     assert again["cost"]["runs_trained"] == 0 and again["cost"]["runs_skipped"] == 4
+    (first,) = again["cost"]["earlier_invocations"]  # the rerun keeps the first invocation's cost
+    assert first["runs_trained"] == 4 and total_wall_s(again) == first["wall_s"] + again["cost"]["wall_s"]
     assert json.dumps(again["tasks"], sort_keys=True) == json.dumps(summary["tasks"], sort_keys=True)
     before = read_history(study.run_dir("tiny-arith-offpolicy", "atr", 1))
     longer = Study(**{**study.__dict__, "overrides": {**GRID, "steps": 4}})
@@ -209,3 +227,18 @@ def test_claim_verdicts(lo, hi, verdict):
     from divclip.trainer.study import _claim_verdict
 
     assert verdict in _claim_verdict(lo, hi, claimed=8.0, null=0.0)
+
+
+@pytest.mark.slow
+def test_local_processes_give_the_sequential_runs(finished, tmp_path):
+    """--workers 2 (spawned processes) trains the same runs as one process: same seeds, same numbers."""
+    study, _ = finished
+    parallel = tiny_study(tmp_path, workers=2)
+    summary = run_study(parallel)
+    assert summary["cost"]["runs_trained"] == 4
+    for m in study.methods:
+        for s in study.seeds:
+            a = read_history(study.run_dir("tiny-arith-offpolicy", m, s))
+            b = read_history(parallel.run_dir("tiny-arith-offpolicy", m, s))
+            strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith(("time/", "perf/"))} for r in rows]  # noqa: E731
+            assert strip(a[: len(b)]) == strip(b)
