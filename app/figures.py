@@ -40,8 +40,8 @@ def _plain(v: float) -> str:
 
 def log_ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:
     """Tick values and labels of a log axis over [lo, hi]: 1, 2, 5 per decade as plain decimals (0.1, 0.2, 0.5, 1,
-    2, 5, 10) over two decades, one per decade (0.001, 0.01) up to five, powers of ten (10⁻⁶) over more; never plotly's SI prefixes (100µ, 10n) or
-    its bare minor digits, odd in a maths lecture (issue 34)."""
+    2, 5, 10) over two decades, one per decade (0.001, 0.01) up to five, powers of ten (10⁻⁶) over more; never
+    plotly's SI prefixes (100µ, 10n) or its bare minor digits, odd in a maths lecture (issue 34)."""
     if not (0 < lo < hi and math.isfinite(hi)):
         raise ValueError(f"a log axis needs 0 < lo < hi, got lo={lo!r}, hi={hi!r}")
     k0, k1 = math.floor(math.log10(lo) + 1e-9), math.ceil(math.log10(hi) - 1e-9)

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import streamlit as st
 
+from divclip.app.figures import log_axis
 from divclip.app.page_parts import figure, rounded_rows
 from divclip.app.state import format_number
 from divclip.app.token_terms import example_token
 from divclip.engines import ENGINES
 from divclip.engines import verl as verl_engine
-from divclip.app.figures import log_axis
 from divclip.sanity import figures
 from divclip.sanity.compare import compare_bucket_rows, compare_rows
 from divclip.sanity.compare import parse_methods as parse_compare_methods

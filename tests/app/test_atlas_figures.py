@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from divclip.app import atlas_figures
 from divclip.app.atlas_figures import (
     cross_section_figure,
     heatmap_figure,
@@ -14,7 +15,6 @@ from divclip.app.atlas_figures import (
     r_axis,
     weight_panels,
 )
-from divclip.app import atlas_figures
 from divclip.theory import gradient_weight
 
 

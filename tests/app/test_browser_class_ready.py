@@ -77,8 +77,8 @@ def test_every_formula_fits_its_column(browser, app_url, width, height):
 
 
 # ------------------------------------------------------------------------------------------------ atlas
-TICKS = """(sel) => [...document.querySelectorAll('[data-testid="stPlotlyChart"]')].map(c => [...c.querySelectorAll(sel)]
-    .map(t => t.textContent))"""
+TICKS = """(sel) => [...document.querySelectorAll('[data-testid="stPlotlyChart"]')]
+    .map(c => [...c.querySelectorAll(sel)].map(t => t.textContent))"""
 
 
 def test_atlas_reads_at_a_glance(page, app_url):
