@@ -14,6 +14,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from divclip.app.figures import log_axis
 from divclip.theory.atlas import atlas_row, find_method, gradient_weight, interval
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")  # one per picked method (at most four)
@@ -58,6 +59,26 @@ def weight_panels(methods, q: np.ndarray, r: np.ndarray) -> tuple[list[Panel], l
     return panels, problems
 
 
+ZERO_COLOUR = "#d4d4d4"  # w = 0, clipped: a neutral grey, never a colour of the scale
+INFEASIBLE_COLOUR = "#ffffff"  # q·r > 1: no token, drawn white with a label
+_ZERO_EDGE = 1e-9  # of the colour range: w at or below it is drawn as zero
+
+
+def colour_scale(top: float) -> list[list]:
+    """Grey at w = 0 (clipped), then viridis on w > 0 with w = 1 (an unclipped token at r = 1, or w/r = 1) at the
+    scale's middle, so that 'kept' and 'clipped' differ at first sight however large the largest w is."""
+    from plotly.colors import sample_colorscale
+
+    one = min(max(1.0 / top, 0.05), 0.95) if top > 0 else 0.5
+    below = [one * k / 4 for k in range(1, 5)]  # (0, w = 1]
+    above = [one + (1 - one) * k / 4 for k in range(1, 5)]  # (1, top]
+    stops = [_ZERO_EDGE, *below, *above]
+    shades = sample_colorscale(
+        "Viridis", [0.15, *(0.15 + 0.35 * k / 4 for k in range(1, 5))] + [0.5 + 0.5 * k / 4 for k in range(1, 5)]
+    )
+    return [[0.0, ZERO_COLOUR], [_ZERO_EDGE, ZERO_COLOUR], *([x, c] for x, c in zip(stops, shades))]
+
+
 def _shown(w: np.ndarray, r: np.ndarray, colour: str) -> np.ndarray:
     return w / r[:, None] if colour == "w / r" else w
 
@@ -77,8 +98,8 @@ def heatmap_figure(
         subplot_titles=titles or None,
         shared_xaxes=True,
         shared_yaxes=True,
-        horizontal_spacing=0.06,
-        vertical_spacing=0.22 / rows,
+        horizontal_spacing=0.08,
+        vertical_spacing=0.3 / rows,
     )
     values = [_shown(w, r, colour) for p in panels for w in (p.pos, p.neg)]
     top = max((float(np.nanmax(v)) for v in values if np.isfinite(v).any()), default=1.0)
@@ -101,6 +122,23 @@ def heatmap_figure(
                 col=j + 1,
             )
             edge = q >= 1.0 / r.max()
+            if edge.any():  # name the blank corner where it is
+                qx = float(np.sqrt(q[edge].min() * q.max()))
+                fig.add_trace(
+                    go.Scatter(
+                        x=[qx],
+                        y=[r.max() / 1.6],
+                        mode="text",
+                        text=["q·r > 1"],
+                        textposition="middle center",
+                        textfont=dict(color="#666", size=11),
+                        showlegend=False,
+                        hoverinfo="skip",
+                        meta=dict(kind="infeasible"),
+                    ),
+                    row=i + 1,
+                    col=j + 1,
+                )
             fig.add_trace(
                 go.Scatter(
                     x=q[edge],
@@ -126,20 +164,40 @@ def heatmap_figure(
                     row=i + 1,
                     col=j + 1,
                 )
-    fig.update_xaxes(type="log", title_text="old probability q")
-    fig.update_yaxes(type="log", title_text="ratio r")
+    # every panel's q ticks labelled, plain log ticks (figures.log_axis); axis titles once per column / row
+    fig.update_xaxes(**log_axis(q.min(), q.max()), showticklabels=True)
+    fig.update_xaxes(title_text="old probability q", row=rows)
+    fig.update_yaxes(**log_axis(r.min(), r.max()))
+    fig.update_yaxes(title_text="ratio r", col=1)
+    ticks = sorted({0.0, 1.0, top} | ({round(top / 2)} if top > 4 else set()))
     fig.update_layout(
-        coloraxis=dict(colorscale="Viridis", cmin=0.0, cmax=top, colorbar=dict(title=colour)),
-        height=170 + 300 * rows,
+        coloraxis=dict(
+            colorscale=colour_scale(top),
+            cmin=0.0,
+            cmax=top,
+            colorbar=dict(
+                title=colour,
+                tickvals=ticks,
+                ticktext=[
+                    ("0 clipped" if t == 0 else "1 (unclipped at r = 1)" if t == 1 and colour == "w" else f"{t:g}")
+                    for t in ticks
+                ],
+            ),
+        ),
+        height=170 + 320 * rows,
+        plot_bgcolor=INFEASIBLE_COLOUR,
         margin=dict(t=90, l=60, r=20, b=50),
-        title=f"Gradient weight {colour} (∂ℓ/∂log π = −A·w; 0 = clipped)",
+        title=f"Gradient weight {colour} (∂ℓ/∂log π = −A·w; grey = 0, clipped; white = q·r > 1, no token)",
     )
     return fig
 
 
 def cross_section_figure(methods, q: float, r: np.ndarray) -> go.Figure:
     """w against r at one old probability q: a solid line for A > 0 and a dashed one for A < 0 per method,
-    beside the unclipped PPO weight w = r; methods without a per-token weight are left out."""
+    beside the unclipped PPO weight w = r; methods without a per-token weight are left out. Ratios above 1/q
+    (q·r > 1: no probability) are not drawn; their band is shaded and labelled."""
+    r_all = np.asarray(r, dtype=float)
+    r = r_all[q * r_all <= 1.0]
     fig = go.Figure()
     fig.add_trace(
         go.Scatter(
@@ -167,13 +225,31 @@ def cross_section_figure(methods, q: float, r: np.ndarray) -> go.Figure:
                     hovertemplate=f"<b>{label}</b> {side}<br>r = %{{x:.4g}}<br>w = %{{y:.4g}}<extra></extra>",
                 )
             )
-    fig.update_xaxes(type="log", title_text="ratio r")
+    fig.update_xaxes(**log_axis(r_all.min(), r_all.max()), title_text="ratio r")
     fig.update_yaxes(title_text="w", rangemode="tozero")
+    if r_all.max() * q > 1.0:
+        fig.add_vrect(
+            x0=1.0 / q,
+            x1=r_all.max(),
+            fillcolor="#bbbbbb",
+            opacity=0.25,
+            line_width=0,
+        )
+        fig.add_annotation(  # on a log axis an annotation's x is log10(r)
+            x=float(np.log10(1.0 / q)),
+            y=1.0,
+            yref="paper",
+            xanchor="left",
+            yanchor="top",
+            showarrow=False,
+            text=f" q·r > 1 (r > 1/q = {1 / q:.4g}):<br> not a probability",
+            font=dict(color="#555"),
+        )
     fig.update_layout(
         title=f"Cross-section at q = {q:.4g}",
-        height=420,
+        height=460,
         margin=dict(t=70, l=60, r=20, b=50),
-        legend=dict(orientation="h", y=-0.2),
+        legend=dict(orientation="h", y=-0.3),
     )
     return fig
 
@@ -192,19 +268,28 @@ def _nearest_text(near: dict | None) -> str:
     return f"{near['measure']} δ={near['delta']:.4g}{how}"
 
 
+def _moot_upper(bounds, q: float) -> str:
+    """'' or the note that at this q the upper bound cannot bind: r = π_θ/q ≤ 1/q < hi."""
+    if bounds is None:
+        return ""
+    hi = float(np.ravel(bounds[1])[0])
+    return f"; r ≤ 1/q = {1 / q:.4g} < {hi:.5g}: the upper clip cannot bind" if hi > 1.0 / q else ""
+
+
 def interval_rows(methods, q: float) -> list[dict]:
     """Per method at old probability q: family, sources, the ratio range kept for A > 0 and for A < 0, and the
-    nearest divergence budget (the `divclip atlas` numbers)."""
+    nearest divergence budget (the `divclip atlas` numbers); an upper bound above 1/q is said not to bind."""
     out = []
     for label in methods:
         row = atlas_row(find_method(label))
         near = row["nearest"]
+        pos = interval(label, q, 1)
         out.append(
             {
                 "method": label,
                 "family": row["family"],
                 "source": ", ".join(row["sources"]),
-                f"A > 0 keeps r in (q = {q:.4g})": _range(interval(label, q, 1)),
+                f"A > 0 keeps r in (q = {q:.4g})": _range(pos) + _moot_upper(pos, q),
                 f"A < 0 keeps r in (q = {q:.4g})": _range(interval(label, q, -1)),
                 "nearest budget": _nearest_text(near),
             }

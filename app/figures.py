@@ -29,6 +29,49 @@ _DELTA_LINE = "#444444"
 _LEFT, _RIGHT = (0.0, 0.46), (0.54, 1.0)
 
 
+# ------------------------------------------------------------------------------------ log axes
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+PLAIN_DECADES = 5  # up to this many decades the ticks are plain decimals; wider, powers of ten
+
+
+def _plain(v: float) -> str:
+    return f"{v:.10f}".rstrip("0").rstrip(".") if v < 1 else f"{v:.0f}"
+
+
+def log_ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:
+    """Tick values and labels of a log axis over [lo, hi]: 1, 2, 5 per decade as plain decimals (0.1, 0.2, 0.5, 1,
+    2, 5, 10) over two decades, one per decade (0.001, 0.01) up to five, powers of ten (10⁻⁶) over more; never
+    plotly's SI prefixes (100µ, 10n) or its bare minor digits, odd in a maths lecture (issue 34)."""
+    if not (0 < lo < hi and math.isfinite(hi)):
+        raise ValueError(f"a log axis needs 0 < lo < hi, got lo={lo!r}, hi={hi!r}")
+    k0, k1 = math.floor(math.log10(lo) + 1e-9), math.ceil(math.log10(hi) - 1e-9)
+    if k1 - k0 <= PLAIN_DECADES:
+        steps = (1, 2, 5) if k1 - k0 <= 2 else (1,)  # 1-2-5 over two decades, one tick a decade over more
+        vals = [m * 10.0**k for k in range(k0, k1 + 1) for m in steps]
+        vals = [float(f"{v:.12g}") for v in vals if lo * (1 - 1e-9) <= v <= hi * (1 + 1e-9)]
+        return vals, [_plain(v) for v in vals]
+    step = max(1, math.ceil((k1 - k0) / 8))  # at most about 8 labels
+    ks = [k for k in range(k0, k1 + 1) if k % step == 0 and lo * (1 - 1e-9) <= 10.0**k <= hi * (1 + 1e-9)]
+    return [10.0**k for k in ks], [
+        "1" if k == 0 else "10" if k == 1 else f"10{str(k).translate(_SUPERSCRIPT)}" for k in ks
+    ]
+
+
+def log_axis(lo: float, hi: float, **axis) -> dict:
+    """A plotly log axis over [lo, hi] with `log_ticks`' labels (the one log-tick style of every page's figures)
+    and no minor ticks; `axis` adds to it (title, domain, anchor …)."""
+    vals, text = log_ticks(lo, hi)
+    return dict(
+        type="log",
+        range=[math.log10(lo), math.log10(hi)],
+        tickmode="array",
+        tickvals=vals,
+        ticktext=text,
+        minor=dict(ticks="", showgrid=False),
+        **axis,
+    )
+
+
 # ------------------------------------------------------------------------------------ helpers
 VALIDATE = False  # tests switch plotly's (slow) property validation on; the app skips it
 

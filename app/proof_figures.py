@@ -62,6 +62,16 @@ def _finite(values) -> np.ndarray:
     return out
 
 
+def _positive_span(*arrays) -> tuple[float, float]:
+    """The smallest positive and the largest finite value of `arrays`, a little widened: a log axis's range."""
+    values = np.concatenate([np.ravel(np.asarray(a, dtype=float)) for a in arrays])
+    values = values[np.isfinite(values) & (values > 0)]
+    if values.size == 0:
+        return 1e-3, 1.0
+    lo, hi = float(values.min()), float(values.max())
+    return lo / 1.5, max(hi * 1.5, lo * 10)
+
+
 def delta_grid(delta: float, n: int = N_POINTS) -> np.ndarray:
     """Log-spaced δ over DELTA_RANGE, widened to include the page's δ."""
     lo, hi = min(DELTA_RANGE[0], delta / 3), max(DELTA_RANGE[1], delta)
@@ -400,10 +410,10 @@ def series_figure(roots: SymbolicRoots, delta: float, height: int = 420) -> go.F
                 figures._panel_title("l_δ and u_δ against δ", _LEFT),
                 figures._panel_title("|series − exact| (log scale)", _RIGHT),
             ],
-            xaxis=dict(domain=_LEFT, type="log", title=dict(text="δ")),
-            xaxis2=dict(domain=_RIGHT, type="log", title=dict(text="δ")),
+            xaxis=figures.log_axis(deltas[0], deltas[-1], domain=_LEFT, title=dict(text="δ")),
+            xaxis2=figures.log_axis(deltas[0], deltas[-1], domain=_RIGHT, title=dict(text="δ")),
             yaxis=dict(title=dict(text="r")),
-            yaxis2=dict(anchor="x2", type="log"),
+            yaxis2=figures.log_axis(*_positive_span(*(t["y"] for t in traces if t.get("yaxis") == "y2")), anchor="x2"),
         ),
     )
 
@@ -511,8 +521,12 @@ def asymmetry_figure(name: str, delta: float, leading: sp.Expr, height: int = 42
             f"ε_high − ε_low against δ, and its leading term {words}",
             hovermode="x unified",
             shapes=[_vline(delta, colour=_DELTA_LINE, dash="dash")],
-            xaxis=dict(type="log", title=dict(text="δ")),
-            yaxis=dict(type="log" if positive else "linear", title=dict(text="ε_high − ε_low")),
+            xaxis=figures.log_axis(deltas[0], deltas[-1], title=dict(text="δ")),
+            yaxis=(
+                figures.log_axis(*_positive_span(gap, lead), title=dict(text="ε_high − ε_low"))
+                if positive
+                else dict(title=dict(text="ε_high − ε_low"))
+            ),
         ),
     )
 

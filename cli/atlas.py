@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 
 
 def _token(text: str) -> tuple[float, float]:
@@ -89,7 +90,7 @@ def _weights(row: dict, tokens) -> list[dict]:
 
     out = []
     for q, r in tokens:
-        entry = {"q": q, "r": r}
+        entry = {"q": q, "r": r, "feasible": q * r <= 1.0}  # π_θ = q·r must be a probability
         try:
             entry["A>0"] = float(gradient_weight(row["method"], q, r, 1.0))
             entry["A<0"] = float(gradient_weight(row["method"], q, r, -1.0))
@@ -151,13 +152,18 @@ def print_text(rows: list[dict], tokens) -> None:
         ],
     )
     print("\nKeep interval of r by old probability q (A > 0: r may rise to hi; A < 0: r may fall to lo):")
-    lines = []
+    lines, moot = [], False
     for r in rows:
         iv = r["intervals"]
         for sign in ("A>0", "A<0"):
             cells = [_interval_text(*iv[sign][i]) for i in range(len(Q_GRID))] if iv else ["none"] * len(Q_GRID)
+            if iv and sign == "A>0":  # hi above 1/q: no probability reaches it, so the upper clip cannot bind
+                marks = [hi is not None and hi > 1.0 / q for q, (_, hi) in zip(Q_GRID, iv[sign])]
+                cells, moot = [c + "*" if m else c for c, m in zip(cells, marks)], moot or any(marks)
             lines.append((r["name"], sign, *cells))
     _print_table(("method", "A", *(f"q={q:g}" for q in Q_GRID)), lines)
+    if moot:
+        print("* hi > 1/q: r = π_θ/q is at most 1/q, so at that q the upper clip cannot bind")
     notes = [f"  {r['name']}: {r['weight_note'] or 'see docs/theory.md §8'}" for r in rows if not r["intervals"]]
     if notes:
         print("\nNo interval:\n" + "\n".join(notes))
@@ -167,8 +173,15 @@ def print_text(rows: list[dict], tokens) -> None:
         for r in rows:
             for w in r["weights"]:
                 cells = [w["error"]] * 2 if "error" in w else [f"{w['A>0']:.4g}", f"{w['A<0']:.4g}"]
-                wl.append((r["name"], f"{w['q']:g}", f"{w['r']:g}", *cells))
-        _print_table(("method", "q", "r", "w (A>0)", "w (A<0)"), wl)
+                wl.append((r["name"], f"{w['q']:g}", f"{w['r']:g}", *cells, "" if w["feasible"] else "q·r > 1"))
+        _print_table(("method", "q", "r", "w (A>0)", "w (A<0)", "note"), wl)
+        for q, r in tokens:
+            if q * r > 1.0:
+                print(
+                    f"warning: --at {q:g},{r:g}: q·r = {q * r:.4g} > 1, so π_θ = q·r is not a probability and no "
+                    "token has this ratio; its w is the formula's, not a token's",
+                    file=sys.stderr,
+                )
     print(
         f"\nnearest budget: the registered measure and δ minimising d = max over the q grid of |ln b − ln b'| on "
         f"the binding bounds (hi for A > 0, lo for A < 0), bounds clamped to [{CLAMP[0]:g}, {CLAMP[1]:g}]; "

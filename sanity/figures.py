@@ -15,25 +15,41 @@ def log_ratio_histogram_figure(rollouts: dict, measures=HIGHLIGHT) -> go.Figure:
     h = rollouts["histogram"]
     edges = h["edges"]
     centres = [(a + b) / 2 for a, b in zip(edges[:-1], edges[1:])]
-    fig = go.Figure(go.Bar(x=centres, y=h["counts"], width=edges[1] - edges[0], name="tokens", marker_color="#888"))
+    fig = go.Figure(
+        go.Bar(
+            x=centres, y=h["counts"], width=edges[1] - edges[0], name="tokens", marker_color="#888", showlegend=False
+        )
+    )
     dashes = ("solid", "dash", "dot", "dashdot")
+    top = max(h["counts"], default=1) * 1.08
     for i, name in enumerate(m for m in measures if m in h["log_bounds"]):
-        # Each label beside its line, outwards (left of the lower bound, right of the upper), one row per
-        # measure: two measures sharing a bound (ratio and KL3 at l = 1 − ε_low) never print on top of each other.
-        for x, side in zip(h["log_bounds"][name], ("left", "right")):
-            if x is not None:
-                fig.add_vline(
-                    x=x,
-                    line_dash=dashes[i % len(dashes)],
-                    annotation_text=name,
-                    annotation_position=f"top {side}",
-                    annotation_yshift=-16 * i,
-                )
+        # One legend entry per measure, its two bounds as one trace: labels beside the lines overlapped each other
+        # and the bars when two measures' bounds are close (ratio and KL3 share l = 1 − ε_low).
+        xs = [x for x in h["log_bounds"][name] if x is not None]
+        fig.add_trace(
+            go.Scatter(
+                x=[v for x in xs for v in (x, x, None)],
+                y=[v for _ in xs for v in (0, top, None)],
+                mode="lines",
+                name=f"{name}: "
+                + ", ".join(
+                    f"{side} at log r = {x:.3f}"
+                    for x, side in zip(h["log_bounds"][name], ("lower", "upper"))
+                    if x is not None
+                ),
+                line=dict(
+                    color=("#d62728", "#1f77b4", "#2ca02c", "#9467bd")[i % 4], dash=dashes[i % len(dashes)], width=2
+                ),
+                hoverinfo="skip",
+            )
+        )
     fig.update_layout(
         title=f"log r on {rollouts['n_tokens']} tokens ({rollouts['ratios']['source']})",
         xaxis_title="log r = log π_θ − log π_old",
         yaxis_title="tokens",
-        showlegend=False,
+        yaxis_range=[0, top],
+        showlegend=True,
+        legend=dict(orientation="h", yanchor="top", y=-0.25, xanchor="left", x=0.0),
     )
     return fig
 

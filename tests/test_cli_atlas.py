@@ -113,7 +113,7 @@ def test_intervals_and_weights_are_the_frames(capsys):
     lo, hi = interval("dppo_tv", list(Q_GRID), 1)
     assert tv["intervals"]["A>0"] == [[a, b] for a, b in zip(lo.tolist(), hi.tolist())]
     assert tv["intervals"]["A>0"][3][1] == pytest.approx(1.0 + 0.2 / 0.5)  # binary TV: 1 + δ/q
-    assert grpo["weights"] == [{"q": 0.01, "r": 1.5, "A>0": 0.0, "A<0": 1.5}]
+    assert grpo["weights"] == [{"q": 0.01, "r": 1.5, "feasible": True, "A>0": 0.0, "A<0": 1.5}]
     assert tv["weights"][0]["A>0"] == float(gradient_weight("dppo_tv", 0.01, 1.5, 1.0)) == 1.5
     assert tv["nearest"]["measure"] == "binary_tv" and tv["nearest"]["equal"]
     assert {"name": "eps_low", "value": 0.2, "default": None, "doc": "lower clip width"} in grpo["parameters"]
@@ -177,3 +177,30 @@ def test_subprocess_json():
     doc = _strict_json(proc.stdout)
     assert [m["name"] for m in doc["methods"]] == ["dapo", "kl3:0.05"]
     assert doc["methods"][1]["nearest"]["measure"] == "kl3" and doc["methods"][1]["nearest"]["equal"]
+
+
+def test_a_token_with_q_times_r_above_one_is_marked_and_warned(capsys):
+    """Issue 34: `--at 0.9,1.5` is q·r = 1.35, not a probability: the row says so and stderr warns; the keep
+    interval at q = 0.9 marks GRPO's upper bound 1.2 > 1/0.9 as one that cannot bind."""
+    assert main(["atlas", "--methods", "grpo", "--at", "0.9,1.5", "--at", "0.01,1.5"]) == 0
+    out, err = capsys.readouterr()
+    rows = {line.split()[1]: line for line in out.splitlines() if line.startswith("grpo ") and "1.5" in line}
+    assert rows["0.9"].rstrip().endswith("q·r > 1") and "q·r" not in rows["0.01"]
+    assert "--at 0.9,1.5: q·r = 1.35 > 1" in err and "0.01" not in err
+    (pos,) = [line for line in out.splitlines() if line.startswith("grpo") and "A>0" in line]
+    assert pos.count("[0, 1.2]*") == 2 and pos.count("[0, 1.2] ") == 4  # q = 0.9 and 0.99 only (1/q < 1.2)
+    assert "the upper clip cannot bind" in out
+    main(["atlas", "--methods", "grpo", "--json", "--at", "0.9,1.5"])
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["methods"][0]["weights"][0]["feasible"] is False
+
+
+def test_a_method_typo_gets_one_short_line_with_the_nearest_name(capsys):
+    for argv, near in (
+        (["atlas", "--methods", "grpo,dapoo"], "'dapo'"),
+        (["toy", "--methods", "grpo,atrr", "--out", "unused"], "'atr'"),
+    ):
+        code, _, err = run_main(capsys, argv)
+        err = err.strip()
+        assert code != 0
+        assert f"did you mean {near}?" in err and len(err) < 400 and "\n" not in err, err

@@ -245,15 +245,17 @@ def find_method(name: str) -> Method:
     if name in FORMS and FORMS[name].example:
         form = FORMS[name]
         return Method(name, form.example, form.sources or ("divclip",))
-    from divclip.theory.spec import parse_method
+    from divclip.theory.spec import MEASURES, PRESETS, did_you_mean, parse_method
 
     try:
         spec = parse_method(name)
     except ValueError as exc:
         why = str(exc).split("; allowed:")[0]  # the grammar's long list of choices: `divclip atlas` has them
+        head = name.split("/")[0].split(":")[0].split("&")[0].split("@")[0]
+        hint = did_you_mean(head, [*_METHODS, *FORMS, *PRESETS, *MEASURES]) if "neither a preset" in why else ""
         raise ValueError(
             f"method {name!r} is neither a named method nor a loss form (`divclip atlas` lists "
-            f"them), nor a method string: {why}"
+            f"them), nor a method string: {why}{hint}"
         ) from None
     return Method(name, name, _form_of(spec).sources or ("divclip",))
 

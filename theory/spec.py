@@ -539,8 +539,10 @@ def _base_fields(base: str, method: str, mode: str | None) -> dict | ClipSpec:
         return PRESETS[base]
     head, *nums = base.split(":")
     if head not in MEASURES:
+        # a typo gets one short line with the nearest name, not the whole grammar (issue 34)
         raise ValueError(
-            f"unknown method {_echo(method)}: {_echo(head)} is neither a preset nor a measure; allowed: {_allowed()}"
+            f"unknown method {_echo(method)}: {_echo(head)} is neither a preset nor a measure; allowed: a preset "
+            f"{sorted(PRESETS)} or a measure {sorted(MEASURES)}{did_you_mean(head, [*PRESETS, *MEASURES])}"
         )
     values = [_number(x, f"the budget after '{head}:'", method) for x in nums]
     if head == "ratio":
@@ -571,6 +573,17 @@ MAX_METHOD_CHARS = 2000
 """Longest method string accepted (an intersection of a dozen parts fits in a few hundred)."""
 MAX_METHODS = 100
 """Most methods one list of method strings (`parse_methods`) takes."""
+
+
+def did_you_mean(value, choices) -> str:
+    """ "; did you mean 'atr'?" for the choice nearest `value` (difflib's ratio ≥ 0.6), or "" when none is near:
+    the hint every unknown method name gets, from the CLI (`--methods`) and the app's method boxes alike."""
+    import difflib
+
+    if not isinstance(value, str) or len(value) > MAX_METHOD_ECHO:
+        return ""
+    near = difflib.get_close_matches(value.strip(), sorted(set(choices)), n=1, cutoff=0.6)
+    return f"; did you mean {near[0]!r}?" if near else ""
 
 
 def _echo(value) -> str:

@@ -291,13 +291,18 @@ def _steps(s: int | None) -> str:
     return "never" if s is None else str(s)
 
 
-def _yes(claim) -> str:
-    """'yes' only when the direction holds and its test (paired t-interval or bootstrap) excludes no effect."""
+def verdict(claim) -> str:
+    """'yes' or 'no' only when the test (paired t-interval or bootstrap) excludes no effect; a difference the test
+    cannot tell from none, whichever way its point estimate leans, is 'no detectable difference' (never 'yes':
+    a variance ratio of 1.000 [0.991, 1.022] is a tie). The arena page and `claims.md` both say it this way."""
     if claim.holds is None:
         return "undecided"
-    if not claim.holds:
-        return "no"
-    return "yes, but not significant" if "not significant" in claim.detail else "yes"
+    if "not significant" in claim.detail:
+        return "no detectable difference"
+    return "yes" if claim.holds else "no"
+
+
+_yes = verdict  # the name claims.md's writer used
 
 
 # ---------------------------------------------------------------------------------------- markdown

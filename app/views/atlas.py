@@ -139,8 +139,10 @@ if panels:
         key="atlas.heatmaps",
     )
     st.caption(
-        "Blank cells: q·r > 1, a new probability above 1. The dotted line is the cross-section's q; "
-        "the grey line is q·r = 1. Every number is `divclip.theory.gradient_weight` (docs/theory.md §8)."
+        "Grey cells: w = 0, the gradient is clipped away; colours: w > 0 (w = 1 mid-scale). White cells marked "
+        "q·r > 1: a new probability above 1, no token (the cross-section shades the same ratios). The dotted line "
+        "is the cross-section's q; the grey line is q·r = 1. Every number is `divclip.theory.gradient_weight` "
+        "(docs/theory.md §8)."
     )
 
 st.markdown("**Link to this view**")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from divclip.app.figures import log_axis
 from divclip.app.page_parts import figure, rounded_rows
 from divclip.app.state import format_number
 from divclip.app.token_terms import example_token
@@ -17,6 +18,7 @@ from divclip.engines import ENGINES
 from divclip.engines import verl as verl_engine
 from divclip.sanity import figures
 from divclip.sanity.compare import compare_bucket_rows, compare_rows
+from divclip.sanity.compare import parse_methods as parse_compare_methods
 from divclip.sanity.corrections import correction_rows
 from divclip.sanity.report import jsonable, report_from_uploads
 from divclip.theory import MEASURES
@@ -172,8 +174,13 @@ options = dict(
     sigma=sigma,
     seed=seed,
 )
+methods_error = None
 if rollouts is not None and methods_text.strip():
-    options["methods"] = methods_text
+    try:  # a typo in the box says so there, with the nearest name, and the rest of the report stays
+        parse_compare_methods(methods_text)
+        options["methods"] = methods_text
+    except ValueError as exc:
+        methods_error = str(exc).removeprefix("--methods: ").removeprefix("--methods ")
 try:
     report = report_from_uploads(config=config, rollouts=rollouts, overrides_text=overrides_text, **options)
 except ValueError as exc:
@@ -260,7 +267,7 @@ if ro:
                     "clipfrac_high",
                     "dual_clipfrac",
                     "interval",
-                    "problem",
+                    *(["problem"] if any(m.get("problem") for m in ro["measures"]) else []),  # not a column of Nones
                 )
             }
             for m in ro["measures"]
@@ -268,7 +275,10 @@ if ro:
         hide_index=True,
     )
     figure(figures.log_ratio_histogram_figure(ro), "divclip_log_ratio_histogram", key="sanity.histogram")
-    figure(figures.delta_sweep_figure(ro), "divclip_delta_sweep", key="sanity.sweep")
+    sweep = figures.delta_sweep_figure(ro)
+    grid = ro["sweep"]["grid"]
+    sweep.update_xaxes(**log_axis(min(grid), max(grid)))  # the app's one log-tick style
+    figure(sweep, "divclip_delta_sweep", key="sanity.sweep")
     usable = [m["measure"] for m in ro["measures"] if not m["problem"]]
     pick = st.selectbox(
         "Breakdown for", usable, index=usable.index("kl3") if "kl3" in usable else 0, key="sanity_bucket_measure"
@@ -296,6 +306,9 @@ if report.get("corrections"):  # the third policy: rollout_log_prob in the file 
     if any(e["weight_histogram"] for e in corr["corrections"]):
         figure(figures.correction_weight_figure(corr), "divclip_correction_weights", key="sanity.correction_w")
 
+if methods_error:
+    st.subheader("Methods compared on your tokens")
+    st.error(f"Compare methods: {methods_error}", icon=":material/error:")
 if report.get("compare"):
     cmp = report["compare"]
     st.subheader("Methods on these tokens")

@@ -77,6 +77,11 @@ _LAYOUT_FACTS = """() => {
     for (const t of main.querySelectorAll('[data-testid="stTable"]')) {
         if (visible(t) && t.scrollWidth > t.clientWidth + 1) out.push(`table wider than its box: ${label(t)}`);
     }
+    // an st.dataframe whose columns run past its box (its last column cut at the page's edge)
+    for (const grid of main.querySelectorAll('[data-testid="stDataFrame"] .dvn-scroller')) {
+        if (visible(grid) && grid.scrollWidth > grid.clientWidth + 1)
+            out.push(`dataframe wider than its box: ${label(grid.closest('[data-testid="stDataFrame"]'))}`);
+    }
     // plotly: any two text boxes of one chart overlapping
     for (const chart of main.querySelectorAll('.js-plotly-plot')) {
         if (!visible(chart)) continue;

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from divclip.app import atlas_figures
 from divclip.app.atlas_figures import (
     cross_section_figure,
     heatmap_figure,
@@ -98,3 +99,45 @@ def test_interval_rows_answer_the_newcomers_question():
     assert tv["A > 0 keeps r in (q = 0.01)"] == "[0, 21]"  # binary TV: 1 + δ/q = 1 + 0.2/0.01
     assert tv["nearest budget"] == "binary_tv δ=0.2 (equal)" and tv["family"] == "hard clip"
     assert interval_rows(["sapo"], 0.5)[0]["A > 0 keeps r in (q = 0.5)"] == "none (no hard clip)"
+
+
+def test_colour_scale_draws_zero_grey_and_puts_w_one_mid_scale():
+    """Issue 34: on the old 0-10 viridis scale the kept region (w ≤ 1.2) was nearly as dark as the clipped one."""
+    from plotly.colors import sample_colorscale
+
+    from divclip.app.atlas_figures import ZERO_COLOUR, colour_scale
+
+    scale = colour_scale(10.0)
+    assert scale[0] == [0.0, ZERO_COLOUR] and scale[1][1] == ZERO_COLOUR and scale[1][0] < 1e-6
+    positions = [x for x, _ in scale]
+    assert positions == sorted(positions) and positions[-1] == pytest.approx(1.0)
+    at_one = dict((round(x, 9), c) for x, c in scale)[0.1]  # w = 1 of a 0-10 scale
+    assert at_one == sample_colorscale("Viridis", [0.5])[0]
+
+
+def test_heatmap_ticks_are_plain_and_every_q_axis_is_labelled():
+    q, r = atlas_figures.q_axis(), atlas_figures.r_axis(10.0)
+    panels, _ = atlas_figures.weight_panels(["grpo", "dapo"], q, r)
+    fig = atlas_figures.heatmap_figure(panels, q, r)
+    layout = fig.layout
+    ys = [layout[a] for a in layout if a.startswith("yaxis")]
+    xs = [layout[a] for a in layout if a.startswith("xaxis")]
+    assert all(list(y.ticktext) == ["0.1", "0.2", "0.5", "1", "2", "5", "10"] for y in ys)
+    assert all(x.showticklabels and list(x.ticktext) == ["0.0001", "0.001", "0.01", "0.1", "1"] for x in xs)
+    assert [y.title.text for y in ys].count("ratio r") == 2  # the left column only: never over the left panel
+    assert sum(1 for t in fig.data if t.meta and t.meta.get("kind") == "infeasible") == 4
+
+
+def test_cross_section_never_draws_a_ratio_above_one_over_q():
+    r = atlas_figures.r_axis(10.0, 301)
+    fig = atlas_figures.cross_section_figure(["grpo", "dapo"], 0.9, r)
+    assert all(max(t.x) <= 1 / 0.9 for t in fig.data)
+    (band,) = fig.layout.shapes
+    assert band.x0 == pytest.approx(1 / 0.9) and "not a probability" in fig.layout.annotations[0].text
+
+
+def test_interval_table_says_when_the_upper_bound_cannot_bind():
+    rows = {row["method"]: row for row in atlas_figures.interval_rows(["grpo", "dapo"], 0.9)}
+    assert rows["grpo"]["A > 0 keeps r in (q = 0.9)"] == "[0, 1.2]; r ≤ 1/q = 1.111 < 1.2: the upper clip cannot bind"
+    low = atlas_figures.interval_rows(["grpo"], 0.5)[0]
+    assert low["A > 0 keeps r in (q = 0.5)"] == "[0, 1.2]"

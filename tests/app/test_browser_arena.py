@@ -11,6 +11,7 @@ from urllib.parse import urlencode
 
 import pytest
 from browser_helpers import X_RANGES, assert_no_exception, screenshot, wait_idle
+from layout_check import layout_problems
 
 from divclip.theory import compare_measures
 
@@ -76,3 +77,13 @@ def test_toy_arena_runs_to_completion_and_shows_the_threshold(page, app_url, art
     assert page.locator('[data-testid="stPlotlyChart"]').get_by_text(f"90 % threshold {value}").count() == 1
     assert page.evaluate(X_RANGES) == [[0, 40]] * 4
     screenshot(page, artifacts / "arena-finished.png")
+    # issue 34 at 1280 px: no summary column cut, and a difference the test cannot see is never a "yes"
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.locator("summary").filter(has_text="Does the paper's direction hold here?").click()
+    page.wait_for_timeout(600)
+    assert layout_problems(page) == []
+    lines = [line for line in page.locator('[data-testid="stExpander"] li').all_inner_texts() if line.strip()]
+    assert len(lines) == 8  # two methods against GRPO, four claims each
+    for line in lines:
+        if "not significant" in line:
+            assert ": no detectable difference (" in line, line

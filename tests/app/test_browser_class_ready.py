@@ -74,3 +74,48 @@ def test_every_formula_fits_its_column(browser, app_url, width, height):
         assert formula_problems(page) == []
     finally:
         context.close()
+
+
+# ------------------------------------------------------------------------------------------------ atlas
+TICKS = """(sel) => [...document.querySelectorAll('[data-testid="stPlotlyChart"]')]
+    .map(c => [...c.querySelectorAll(sel)].map(t => t.textContent))"""
+
+
+def test_atlas_reads_at_a_glance(page, app_url):
+    page.set_viewport_size({"width": 1280, "height": 800})
+    open_page(page, app_url, "atlas", {"methods": "grpo,dapo", "q": "0.9"})
+    assert_no_exception(page)
+    assert layout_problems(page) == []  # no label over another ("ratio r" over the left panel), none cut
+    cross, heat = page.evaluate(TICKS, 'g[class^="x"][class$="tick"] text')
+    assert "0.5" in cross and "5" in cross and not any(c in "".join(cross + heat) for c in "µnp")
+    assert heat.count("0.001") == 4  # every heatmap panel's q axis is labelled
+    ys = page.evaluate(TICKS, 'g[class^="y"][class$="tick"] text')[1]
+    assert ys[:7] == ["0.1", "0.2", "0.5", "1", "2", "5", "10"]
+    main = page.locator('[data-testid="stMain"]')
+    assert "r ≤ 1/q = 1.111 < 1.2: the upper clip cannot bind" in main.inner_text()
+    texts = page.evaluate(TICKS, "text")  # every svg text of each chart
+    assert sum("not a probability" in t for t in texts[0]) == 1  # the cross-section's shaded band
+    assert texts[1].count("q·r > 1") == 4  # each heatmap panel names its blank corner
+
+
+# ------------------------------------------------------------------------------------------------ sanity
+def test_a_method_typo_on_the_sanity_page_keeps_the_report(page, app_url):
+    page.set_viewport_size({"width": 1280, "height": 800})
+    open_page(page, app_url, "sanity_check")
+    page.get_by_role("button", name="verl DAPO config + rollouts").click()
+    wait_idle(page)
+    page.locator("summary").filter(has_text="Options").click()
+    box = page.get_by_label("Compare methods on the rollouts (atlas names or method strings)", exact=True)
+    box.fill("grpo,dapoo")
+    box.press("Enter")
+    wait_idle(page)
+    assert_no_exception(page)
+    headings = page.locator('[data-testid="stHeading"]').all_inner_texts()
+    assert {"Config: verl vanilla", "Rollouts: 1282 tokens"} <= set(headings), headings
+    (error,) = [a for a in page.locator('[data-testid="stAlert"]').all_inner_texts() if "dapoo" in a]
+    assert "did you mean 'dapo'?" in error and "--methods" not in error and len(error) < 400
+    headers = page.evaluate(
+        "() => [...document.querySelectorAll('[data-testid=stDataFrame] [role=columnheader]')].map(d => d.innerText)"
+    )
+    assert "clipfrac_high" in headers and "problem" not in headers  # no column of grey Nones
+    assert layout_problems(page) == []  # the histogram's bound labels no longer overlap

@@ -133,3 +133,21 @@ def test_interval_chart_shades_the_intersection_of_the_chosen_measures():
     assert (bands[0].x0, bands[0].x1) == (lo, hi) if bands[0].xref == "x" else (bands[1].x0, bands[1].x1) == (lo, hi)
     one = add_intersection(interval_chart(intervals[:1]), intervals[:1])
     assert not [sh for sh in one.layout.shapes if sh.type == "rect"]
+
+
+@pytest.mark.parametrize(
+    ("lo", "hi", "text"),
+    [
+        (0.1, 10.0, ["0.1", "0.2", "0.5", "1", "2", "5", "10"]),
+        (1e-4, 0.5, ["0.0001", "0.001", "0.01", "0.1"]),
+        (1e-12, 1.0, ["10⁻¹²", "10⁻¹⁰", "10⁻⁸", "10⁻⁶", "10⁻⁴", "10⁻²", "1"]),
+    ],
+)
+def test_log_ticks_are_plain_decimals_or_powers_of_ten_never_si(lo, hi, text):
+    vals, labels = figures.log_ticks(lo, hi)
+    assert labels == text and all(lo <= v <= hi for v in vals)
+    assert not any(c in "".join(labels) for c in "µnpmk")  # no SI prefix
+    axis = figures.log_axis(lo, hi, title=dict(text="δ"))
+    assert axis["type"] == "log" and axis["tickmode"] == "array" and axis["minor"]["ticks"] == ""
+    with pytest.raises(ValueError, match="0 < lo < hi"):
+        figures.log_ticks(0.0, 1.0)

@@ -92,6 +92,8 @@ def test_tables_show_rounded_numbers():
 
 @pytest.mark.slow
 def test_histogram_labels_do_not_overlap():
+    """The bounds are named in the legend, one entry per measure (issue 34: labels beside the lines overlapped the
+    bars and each other); no text is drawn inside the plot."""
     from divclip.sanity import figures
 
     rollouts = EXAMPLES / "rollouts_example.jsonl"
@@ -100,10 +102,9 @@ def test_histogram_labels_do_not_overlap():
         rollouts=(rollouts.name, rollouts.read_bytes()),
     )
     fig = figures.log_ratio_histogram_figure(report["rollouts"])
-    notes = [(a.x, a.xanchor, a.yshift or 0, a.text) for a in fig.layout.annotations]
-    assert len(notes) == 4  # ratio and KL3, each bound
-    # ratio and KL3 share the lower bound log 0.8: their labels differ in row (yshift), never in nothing
-    places = [(round(x, 9), anchor, shift) for x, anchor, shift, _ in notes]
-    assert len(set(places)) == len(places)
-    lower = [n for n in notes if n[0] == min(n[0] for n in notes)]
-    assert len(lower) == 2 and lower[0][2] != lower[1][2] and {n[1] for n in lower} == {"right"}
+    assert not fig.layout.annotations and fig.layout.showlegend
+    bounds = report["rollouts"]["histogram"]["log_bounds"]
+    named = [t for t in fig.data if t.showlegend is not False]
+    assert [t.name for t in named] == [
+        f"{m}: lower at log r = {bounds[m][0]:.3f}, upper at log r = {bounds[m][1]:.3f}" for m in ("ratio", "kl3")
+    ]

@@ -58,9 +58,10 @@ def test_histogram_figure_has_the_counts_and_bounds(report):
     fig = figures.log_ratio_histogram_figure(ro)
     assert isinstance(fig, go.Figure)
     assert list(fig.data[0].y) == ro["histogram"]["counts"]
-    xs = sorted(s.x0 for s in fig.layout.shapes)
+    xs = sorted(x for t in fig.data[1:] for x in set(t.x) - {None})  # each measure's two bounds as one line trace
     expected = sorted(x for m in ("ratio", "kl3") for x in ro["histogram"]["log_bounds"][m])
     assert xs == pytest.approx(expected)
+    assert [t.name.split(":")[0] for t in fig.data[1:]] == ["ratio", "kl3"]
 
 
 def test_sweep_figure_has_one_line_per_measure(report):

@@ -80,7 +80,7 @@ def test_markdown_table_has_one_row_per_method_and_plain_answers():
     assert len(rows) == 3 and rows[1].startswith("| grpo") and rows[2].startswith("| atr")
     assert "divclip toy --env bandit" in md
     answers = [line for line in md.splitlines() if line.startswith("- ")]
-    answer = re.compile(r"\*\*(yes|yes, but not significant|no|undecided)\*\*")
+    answer = re.compile(r"\*\*(yes|no detectable difference|no|undecided)\*\*")
     assert len(answers) == 4 and all(answer.search(a) for a in answers)
 
 
@@ -133,10 +133,16 @@ def test_a_direction_without_significance_is_not_a_plain_yes():
 
     assert _yes(Claim("atr", "x", True, "0.9 vs 0.8; paired difference +0.1 ± 0.01, significant")) == "yes"
     assert _yes(Claim("atr", "x", True, "0.9 vs 0.89; paired difference +0.01 ± 0.05, not significant")) == (
-        "yes, but not significant"
+        "no detectable difference"
     )
     assert _yes(Claim("atr", "x", False, "significant")) == "no"
     assert _yes(Claim("atr", "x", None, "")) == "undecided"
+    # issue 34: a tie (variance ratio 1.000 [0.991, 1.022]) was a "yes" on the arena page
+    tie = Claim("dapo", "x", True, "0.0004 vs 0.0004; variance ratio 1.000 [0.991, 1.022], not significant")
+    assert _yes(tie) == "no detectable difference"
+    assert _yes(Claim("atr", "x", False, "paired difference -0.01 ± 0.05, not significant")) == (
+        "no detectable difference"
+    )
 
 
 def test_readme_claims_tables_are_the_docs_sections_verbatim():
