@@ -438,6 +438,11 @@ def _method(s: EngineRead, text: str) -> None:
     s.notes.append(
         f"clip_method={text!r} is the whole method: epsilon, epsilon_high, delta and clip_measure are ignored"
     )
+    spec = s.spec
+    if not _combined(spec) and spec.mode == "clip" and spec.measure_name == "ratio":  # a dual clip below 1 + ε_high
+        s.form, s.measure, s.level, s.dual_clip_c = "clip", "ratio", spec.level, spec.dual_clip_c
+        s.budget_low, s.budget_high = spec.eps_low, spec.eps_high
+        s.ratio_bounds = [1.0 - spec.eps_low, 1.0 + spec.eps_high]
 
 
 # -------------------------------------------------------------------------------------------- pitfalls
@@ -460,7 +465,12 @@ CISPO_CAP_RECOMMENDED = 5.0  # ScaleRL's ε_max, GRPOConfig's help for epsilon_h
 def pitfalls(s: EngineRead) -> list[Pitfall]:
     """What TRL's own fields get wrong: `delta` at or below the upper clip bound, cispo's absolute cap."""
     out = []
-    if s.dual_clip_c is not None and s.budget_high is not None and s.dual_clip_c <= 1.0 + s.budget_high:
+    if (
+        s.explicit("delta")
+        and s.dual_clip_c is not None
+        and s.budget_high is not None
+        and s.dual_clip_c <= 1.0 + s.budget_high
+    ):
         out.append(
             Pitfall(
                 "trl_delta_below_upper_clip",

@@ -66,7 +66,7 @@ def random_methods(n=20, seed=14):
     return out
 
 
-METHODS = sorted(PRESETS) + random_methods()
+METHODS = sorted(PRESETS) + random_methods() + ["dapo/dual=1.2"]  # a dual clip below 1 + ε_high (issue 36)
 
 
 def expected_bounds(spec):
