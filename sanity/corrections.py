@@ -47,6 +47,8 @@ SOURCES = {
     "correction_double_counting": "verl 0.9.1 core_algos.compute_policy_loss_bypass_mode: with ppo_clip the ratio "
     "π_θ/π_rollout already carries the weight ('would be double-counting')",
     "correction_not_modelled": "docs/engines.md, 'Rollout corrections'",
+    "correction_default_differs": "TRL 1.16.0 trl/trainer/grpo_config.py: the field vllm_importance_sampling_mode "
+    "defaults to 'sequence_mask' while the class docstring marks 'token_truncate' as the default",
 }
 
 

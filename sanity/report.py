@@ -151,6 +151,7 @@ def _build(
         }
         report["warnings"] = [w.to_dict() for w in input_findings(raw, settings) + check_settings(settings, intended)]
         report["notes"] += settings.notes + raw.notes
+        _config_correction(report, settings, raw)
         if raw.ignored_tokens:
             report["notes"].append(f"ignored command words (not settings): {raw.ignored_tokens[:8]}")
     elif intended is not None:
@@ -221,6 +222,28 @@ def _check_corrections(report, data, settings, raw, corrections, max_masked) -> 
     limit = DEFAULT_MAX_MASKED if max_masked is None else max_masked
     report["corrections"], warnings = analyse_corrections(data, chosen, spec=spec, max_masked=limit)
     report["warnings"] += warnings
+
+
+def _config_correction(report, settings, raw) -> None:
+    """The config's rollout correction as a string in report["config"]["correction"], and TRL's silent default."""
+    from divclip.engines import read_correction
+    from divclip.sanity.corrections import SOURCES
+
+    try:
+        found = read_correction(settings.engine, raw.values)
+    except ValueError as exc:
+        report["config"]["correction"] = None
+        report["warnings"].append(finding_correction(str(exc)))
+        return
+    report["config"]["correction"] = None if found is None else str(found)
+    mode_key = "vllm_importance_sampling_mode"
+    if settings.engine == "trl" and found is not None and found.is_level is not None and mode_key not in raw.values:
+        report["notes"].append(
+            f"[correction_default_differs] TRL applies its vLLM importance-sampling correction by default, as "
+            f"{found}: {mode_key} defaults to sequence_mask with clip_max 3.0 (GRPOConfig's field), although "
+            "GRPOConfig's docstring calls token_truncate the default; a sequence whose Π ρ_t leaves [0, 3] gets "
+            f"weight 0. Set the mode you mean (source: {SOURCES['correction_default_differs']})"
+        )
 
 
 def finding_correction(message: str) -> dict:

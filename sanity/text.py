@@ -60,6 +60,8 @@ def _config_lines(c: dict) -> list[str]:
     if c["dual_clip_c"] is not None:
         lines.append(f"  dual clip: c = {_g(c['dual_clip_c'])} (A < 0 capped at -A·c)")
     lines.append(f"  aggregation: {c['loss_agg_mode'] or '—'}; group size: {_g(c['group_size'])}")
+    if c.get("correction"):
+        lines.append(f"  rollout correction: {c['correction']} (ρ = π_old/π_rollout; docs/theory.md §10)")
     lines.append(
         f"  updates per rollout batch: {_g(c['updates_per_batch'])} "
         f"({'on-policy' if c['on_policy'] else 'off-policy after the first'}): {c['on_policy_reason']}"

@@ -134,3 +134,26 @@ def test_text_output_has_the_corrections_table(capsys, tmp_path):
     assert main(["check", "--rollouts", str(drifting(tmp_path)), "--corrections", "is=sequence:mask=3.0"]) == 0
     out = capsys.readouterr().out
     assert "Rollout corrections on" in out and "is=sequence:mask=3.0" in out and "[correction_masks_everything]" in out
+
+
+@pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="trl is not installed")
+def test_trl_default_that_differs_from_its_docstring(tmp_path):
+    import inspect
+
+    from trl import GRPOConfig
+
+    doc = inspect.getdoc(GRPOConfig)
+    if '"token_truncate"`: Token-level truncated IS (default)' not in doc:
+        pytest.skip("this TRL's docstring no longer calls token_truncate the default")
+    assert GRPOConfig.__dataclass_fields__["vllm_importance_sampling_mode"].default == "sequence_mask"
+    config = tmp_path / "grpo.json"
+    config.write_text(json.dumps({"use_vllm": True, "loss_type": "dapo", "num_iterations": 2}))
+    report = build_report(config)
+    assert report["config"]["correction"] == "is=sequence:mask=3.0/noclamp"
+    assert any(n.startswith("[correction_default_differs]") for n in report["notes"])
+    config.write_text(json.dumps({"use_vllm": True, "vllm_importance_sampling_mode": "token_truncate"}))
+    report = build_report(config)
+    assert report["config"]["correction"] == "is=token:tis=3.0/noclamp"
+    assert not any("correction_default_differs" in n for n in report["notes"])
+    config.write_text(json.dumps({"loss_type": "dapo", "num_iterations": 2}))
+    assert build_report(config)["config"]["correction"] is None  # no vLLM, no correction
