@@ -61,12 +61,6 @@ KNOWN_GAPS = {
     "ClipSpec takes eps_low <= 1 (item 4: CISPO without a floor)",
     "verl/dapo__run_dapo_qwen2.5_32b_rollout_corr.sh": "algorithm.rollout_correction (sequence IS weights, geometric "
     "rejection) not named beside the clip (item 3)",
-    "verl/grpo_trainer__run_gptoss_20b.sh": "a Python heredoc in the script (`model_id = ...`) read as an override "
-    "(item 1: a real shell parser)",
-    "verl/grpo_trainer__run_qwen2-7b_seq_balance.sh": _IF,
-    "verl/gspo_trainer__run_qwen30b_gspo.sh": _MULTILINE,
-    "verl/gspo_trainer__test_gspo_3b_math.sh": _IF,
-    "verl/gspo_trainer__test_gspo_3b_math_slurm.sh": _IF,
     "verl/rollout_correction__run_with_rollout_corr_multi_rs.sh": "the echo lines after the launch read as overrides "
     "(item 1: a real shell parser)",
     "verl/sapo_trainer__run_qwen30b_sapo.sh": _IF,
@@ -85,7 +79,6 @@ KNOWN_GAPS = {
     "trl/trl__scripts__grpo.py": "the `trl grpo` entry point (GRPOConfig defaults) refused as 'no keys' (item 2)",
     "trl/paper_index__L18-37.py": "DeepSeekMath's epsilon 10 (a ratio clip [-9, 11]) read as not modelled: ClipSpec "
     "takes eps_low <= 1 (no item of issue 31 names it: a new gap)",
-    "trl/paper_index__L55-76.py": _VLLM_IS,
     "trl/paper_index__L145-152.py": "trl.experimental.gmpo GMPOConfig read as GRPO's ratio clip; its loss is GMPO's "
     "geometric mean of log-clipped ratios (no item of issue 31 names it: a new gap)",
     "trl/paper_index__L168-193.py": _MASK_TRUNCATED,
@@ -104,18 +97,14 @@ KNOWN_GAPS = {
     "skyrl/train__algorithms__dapo__run_dapo_gsm8k.sh": _LEGACY,
     "skyrl/train__algorithms__dapo__run_dapo_qwen3_1.7b_aime.sh": _LEGACY,
     "skyrl/train__algorithms__dapo__run_dapo_qwen3_1.7b_aime_fully_async.sh": _ASSIGN_DEFAULT,
-    "skyrl/train__algorithms__maxrl__run_maxrl_gsm8k.sh": _ASSIGN_DEFAULT,
     "skyrl/train__fully_async__fully_async_run_gsm8k.sh": _ASSIGN_DEFAULT,
     "skyrl/train__gsm8k__gsm8k-grpo-skypilot.yaml": _SKYPILOT,
-    "skyrl/train__gsm8k__run_gsm8k.sh": _ASSIGN_DEFAULT,
     "skyrl/train__search__run_search.sh": _ASSIGN_DEFAULT,
     # AReaL
     "areal/experimental__prox_approx__gsm8k_grpo_prox_approx.yaml": "prox_logp_method loglinear (pi_prox "
     "approximated, not recomputed) judged on-policy (item 3: async schedules judged right for AReaL)",
     "areal/math__gsm8k_m2po.yaml": "M2PO (eps_clip 0 with m2_threshold) refused as a width error instead of read as "
     "M2PO or refused as not modelled (item 4)",
-    # slime: every script writes its ray runtime-env JSON as a quoted string over several lines
-    **{e["file"]: _MULTILINE for e in ENTRIES if e["truth"]["engine"] == "slime"},
 }
 # truths divclip's method grammar cannot write yet (the reader must learn them, not the truth change)
 UNWRITABLE_TODAY = {"ratio:10:0.2/cispo", "ratio:0:5/cispo", "ratio:10:10"}
