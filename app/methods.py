@@ -14,9 +14,22 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 from divclip.theory.measures import MEASURES
+from divclip.theory.method_names import CUSTOM, DAPO, KL3_CLIP, RATIO_CLIP, RATIO_METHODS, method_for
 
-DAPO, DAPO_COLOUR = "DAPO", "#ff7f0e"
-CUSTOM, CUSTOM_COLOUR = "custom", "#111111"
+__all__ = [
+    "CUSTOM",
+    "DAPO",
+    "KL3_CLIP",
+    "METHOD_COLOURS",
+    "RATIO_CLIP",
+    "RATIO_METHODS",
+    "colour_for",
+    "label_for",
+    "method_for",
+]
+
+DAPO_COLOUR = "#ff7f0e"
+CUSTOM_COLOUR = "#111111"
 
 
 def _method_colours() -> dict[str, str]:
@@ -46,38 +59,6 @@ class _Live(Mapping):
 
 METHOD_COLOURS: Mapping[str, str] = _Live()
 """{method name: '#rrggbb'} for every registered measure's method, DAPO and 'custom'."""
-
-
-# The ratio clip's published settings (ε_low, ε_high) -> method; any other ε is a plain "ratio clip".
-RATIO_METHODS: dict[tuple[float, float], str] = {(0.2, 0.2): "GRPO", (0.2, 0.28): DAPO, (3e-4, 4e-4): "GSPO"}
-RATIO_CLIP = "ratio clip"
-# KL3 is ATR-GRPO only at ATR-GRPO's budget (the δ whose lower bound is GRPO's 0.8, docs/theory.md §2); any other
-# δ is a plain "KL3 clip", as the ratio measure is a plain "ratio clip" away from the published ε.
-KL3_CLIP = "KL3 clip"
-
-
-def _close(a: float, b: float) -> bool:
-    return abs(a - b) <= 1e-9 * max(abs(a), abs(b))
-
-
-def method_for(
-    measure_name: str, eps_low: float | None = None, eps_high: float | None = None, delta: float | None = None
-) -> str:
-    """The method a measure stands for; the ratio measure is named by its ε (GRPO, DAPO, GSPO or "ratio clip"),
-    KL3 given its δ by that δ (ATR-GRPO at ATR-GRPO's budget, else "KL3 clip"); unknown: 'custom'."""
-    m = MEASURES.get(measure_name)
-    if m is None:
-        return CUSTOM
-    if m.name == "kl3" and delta is not None:
-        from divclip.app.presets import ATR_DELTA
-
-        return m.method if _close(delta, ATR_DELTA) else KL3_CLIP
-    if m.name == "ratio" and eps_low is not None and eps_high is not None:
-        for (lo, hi), method in RATIO_METHODS.items():
-            if _close(eps_low, lo) and _close(eps_high, hi):
-                return method
-        return RATIO_CLIP
-    return m.method
 
 
 def colour_for(measure_name: str, eps_low: float | None = None, eps_high: float | None = None) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from divclip.sanity.config import read_config
+from divclip.engines.config import read_config
 from divclip.sanity.errors import ConfigError
 
 GOAL_S = 2.0

@@ -42,7 +42,7 @@ def add_parser(subparsers):
 
 def run(args) -> int:
     from divclip.engines import get_engine, translation_differences
-    from divclip.sanity.config import read_config
+    from divclip.engines.config import read_config
     from divclip.sanity.settings import clip_settings
 
     raw = read_config(args.config)

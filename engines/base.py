@@ -26,8 +26,8 @@ import re
 import reprlib
 from dataclasses import dataclass, field, fields
 
-from divclip.sanity.config import looks_like_float
-from divclip.sanity.errors import ConfigError
+from divclip.engines.config import looks_like_float
+from divclip.engines.errors import ConfigError
 
 MAX_INT = 2**31 - 1  # batch sizes, epochs, steps: anything larger is a typo (and overflows float division)
 ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")  # an environment variable a launch command sets in front
@@ -398,8 +398,8 @@ def check_spec(spec, label: str | None = None):
 
 def describe(spec) -> str:
     """'ATR-GRPO: PPO clip by kl3, δ = 0.0231436, r in [0.8, 1.230842]' — the method, its budget and its clip."""
-    from divclip.app.methods import method_for  # the measure -> method names (torch- and streamlit-free)
-    from divclip.sanity import advice
+    from divclip.engines import advice
+    from divclip.theory.method_names import method_for
     from divclip.theory.spec import AllOf, is_adaptive
 
     if isinstance(spec, AllOf):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from divclip.sanity.errors import ConfigError
+from divclip.engines.errors import ConfigError
 
 _REF = re.compile(r"^\$\{([A-Za-z_][\w.]*)\}$")
 

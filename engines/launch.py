@@ -8,7 +8,7 @@ OpenRLHF runs `python3 -m openrlhf.cli.train_ppo_ray --actor.eps_clip 0.2 ...` a
   values: none (a `store_true` switch, read as True), one (a string, typed later by the engine's Key), or several
   (`nargs`, kept as a list: `--actor.eps_clip_low_high 0.2 0.27`);
 * a flag given twice keeps its last value, as argparse does (`repeated` lists it);
-* the words are the shell's (`divclip.sanity.shellwords`, no shlex): `\\` continuations, `#` comments only at
+* the words are the shell's (`divclip.engines.shellwords`, no shlex): `\\` continuations, `#` comments only at
   a word start, quotes (a quoted string that spans lines, a JSON runtime environment, is one word), heredoc
   bodies skipped as data, arrays passed with `${X[@]}` spliced in, `$VAR` / `${VAR:-default}` expanded from
   the script's own variables as it runs top to bottom (otherwise the text stays as written and typing names it);
@@ -26,10 +26,10 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from divclip.sanity.config import MAX_CONFIG_BYTES
-from divclip.sanity.errors import ConfigError
-from divclip.sanity.launchers import engine_words
-from divclip.sanity.shellwords import expand_script
+from divclip.engines.config import MAX_CONFIG_BYTES
+from divclip.engines.errors import ConfigError
+from divclip.engines.launchers import engine_words
+from divclip.engines.shellwords import expand_script
 
 _FLAG = re.compile(r"^--[A-Za-z][\w.\-]*(=.*)?$", re.DOTALL)
 _ASSIGN = re.compile(r"^([A-Za-z_]\w*)=(.*)$", re.DOTALL)

@@ -40,10 +40,10 @@ from divclip.engines.base import (
     typed_values,
     unknown_keys,
 )
+from divclip.engines.errors import ConfigError
 from divclip.engines.launch import render_launch
 from divclip.engines.pitfalls import Pitfall, on_policy_note
 from divclip.engines.source import flag_pattern
-from divclip.sanity.errors import ConfigError
 
 NAME = "openrlhf"
 VERSION = "0.11.2"

@@ -1,6 +1,6 @@
 """An engine's own pitfalls as `divclip check` warnings: the same `Advice` the plug-ins log, with its source.
 
-`divclip.sanity.advice.Advice` looks its source up by code in one engine-neutral table; an engine's own warning
+`divclip.engines.advice.Advice` looks its source up by code in one engine-neutral table; an engine's own warning
 cites the engine's own file instead, so a `Pitfall` carries its source with it (verl's and TRL's checks, the
 verl plug-in's advice where verl's settings explain it, and every OpenRLHF, AReaL, SkyRL and slime warning).
 `divclip check` reports both the same way (code, message, key, source).
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from divclip.sanity.advice import Advice
+from divclip.engines.advice import Advice
 
 
 @dataclass(frozen=True)

@@ -49,9 +49,9 @@ from divclip.engines.base import (
     unknown_keys,
     yaml_tree,
 )
+from divclip.engines.errors import ConfigError
 from divclip.engines.hydra import resolve_interpolations
 from divclip.engines.pitfalls import Pitfall, on_policy_note
-from divclip.sanity.errors import ConfigError
 
 NAME = "skyrl"
 VERSION = "0.3.0"

@@ -23,6 +23,7 @@ import shlex
 from collections.abc import Mapping
 from pathlib import Path
 
+from divclip.engines import advice
 from divclip.engines.base import (
     Difference,
     EngineRead,
@@ -36,9 +37,8 @@ from divclip.engines.base import (
     typed_values,
     unknown_keys,
 )
+from divclip.engines.errors import ConfigError
 from divclip.engines.pitfalls import Pitfall
-from divclip.sanity import advice
-from divclip.sanity.errors import ConfigError
 from divclip.theory.conversions import delta_for_eps
 from divclip.theory.measures import MEASURES, get_measure
 

@@ -23,6 +23,7 @@ import shlex
 from collections.abc import Mapping
 from pathlib import Path
 
+from divclip.engines import advice
 from divclip.engines.base import (
     Difference,
     EngineRead,
@@ -35,9 +36,8 @@ from divclip.engines.base import (
     unknown_keys,
     yaml_tree,
 )
+from divclip.engines.errors import ConfigError
 from divclip.engines.pitfalls import Pitfall
-from divclip.sanity import advice
-from divclip.sanity.errors import ConfigError
 from divclip.theory.measures import MEASURES, get_measure
 
 NAME = "verl"

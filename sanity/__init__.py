@@ -5,7 +5,8 @@ Public API (imported lazily, so that `divclip --help` stays cheap):
   report_from_uploads(config=(name, bytes), ...) -> dict  the app page's entry to the same
   format_report(report) -> str                            plain-text rendering
   jsonable(report) -> dict                                the report with non-finite floats as null (strict JSON)
-  read_config / clip_settings / check_settings            config -> EngineRead -> [Finding]
+  read_config / clip_settings / check_settings            config -> EngineRead -> [Finding] (the readers:
+                                                           divclip.engines.config)
   load_rollouts / analyse_rollouts                         rollout file -> Rollouts -> rollout section
   SanityInputError, ConfigError, RolloutFileError          every bad input (all ValueError)
 """
@@ -16,7 +17,7 @@ _EXPORTS = {
     "ConfigError": "errors",
     "Finding": "checks",
     "Limits": "validation",
-    "RawConfig": "config",
+    "RawConfig": "divclip.engines.config",
     "RolloutFileError": "errors",
     "RolloutOptions": "rollouts",
     "Rollouts": "validation",
@@ -28,7 +29,7 @@ _EXPORTS = {
     "format_report": "text",
     "jsonable": "report",
     "load_rollouts": "loaders",
-    "read_config": "config",
+    "read_config": "divclip.engines.config",
     "report_from_uploads": "report",
 }
 
@@ -38,4 +39,5 @@ __all__ = sorted(_EXPORTS)
 def __getattr__(name: str):
     if name not in _EXPORTS:
         raise AttributeError(f"module 'divclip.sanity' has no attribute {name!r}")
-    return getattr(import_module(f"divclip.sanity.{_EXPORTS[name]}"), name)
+    module = _EXPORTS[name]
+    return getattr(import_module(module if "." in module else f"divclip.sanity.{module}"), name)

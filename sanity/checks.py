@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from divclip.engines import available_engines, get_engine
+from divclip.engines.advice import DPPO_DELTA_RANGE, DPPO_VALIDATED, PUBLISHED_RANGES
 from divclip.engines.base import EngineRead
-from divclip.sanity.advice import DPPO_DELTA_RANGE, DPPO_VALIDATED, PUBLISHED_RANGES
 from divclip.sanity.budget import implied_eps_high
 from divclip.theory import get_measure
 

@@ -1,19 +1,13 @@
-"""Errors of `divclip check`: every bad input becomes one of these, a ValueError whose message names the problem.
+"""Errors of `divclip check`: the readers' (`divclip.engines.errors`) and the rollout files'.
 
-The CLI prints the message and exits with status 2; the app shows it with `st.error`. Nothing a user can put
-in a file should escape as another exception type (a BadZipFile, a YAML error, a RecursionError …): the loaders
-catch those at the boundary and re-raise them as the subclasses below.
+The CLI prints the message and exits with status 2; the app shows it with `st.error`.
 """
 
 from __future__ import annotations
 
+from divclip.engines.errors import ConfigError, SanityInputError
 
-class SanityInputError(ValueError):
-    """A config or rollout file that `divclip check` cannot use."""
-
-
-class ConfigError(SanityInputError):
-    """A verl/TRL config (YAML, JSON or hydra overrides) that is unreadable, unsafe or of the wrong shape."""
+__all__ = ["ConfigError", "RolloutFileError", "SanityInputError"]
 
 
 class RolloutFileError(SanityInputError):

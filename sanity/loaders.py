@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from divclip.engines.files import display_name, json_loads_unique, json_object_line, read_capped
 from divclip.sanity.errors import RolloutFileError
-from divclip.sanity.files import display_name, json_loads_unique, json_object_line, read_capped
 from divclip.sanity.validation import FIELDS, Limits, Rollouts, field_names, too_many_tokens, validate
 
 FORMATS = {".npz": "npz", ".safetensors": "safetensors", ".parquet": "parquet", ".jsonl": "jsonl"}

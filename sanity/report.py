@@ -15,9 +15,9 @@ from __future__ import annotations
 import math
 
 from divclip.engines.base import EngineRead
+from divclip.engines.config import read_config, split_overrides
 from divclip.sanity.budget import divergence_intervals, equivalent_budgets
 from divclip.sanity.checks import check_settings, finding, input_findings, scale_findings
-from divclip.sanity.config import read_config, split_overrides
 from divclip.sanity.errors import SanityInputError
 from divclip.sanity.loaders import Limits, load_rollouts
 from divclip.sanity.rollouts import RolloutOptions, analyse_rollouts

@@ -11,7 +11,7 @@ from divclip.engines import ENGINES, available_engines, get_engine
 from divclip.engines import trl as _trl
 from divclip.engines import verl as _verl
 from divclip.engines.base import EngineRead, Key
-from divclip.sanity.config import RawConfig
+from divclip.engines.config import RawConfig
 from divclip.sanity.errors import ConfigError
 
 __all__ = ["Key", "clip_settings", "detect_framework"]

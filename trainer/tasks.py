@@ -143,7 +143,7 @@ def _show(value) -> str:
 def load_jsonl(path: str | Path) -> list[Example]:
     """Read {"prompt": str, "answer": str | number} lines; any bad line is a ValueError naming file and line.
     Duplicate keys in a line, prompts longer than MAX_PROMPT_CHARS and more than MAX_EXAMPLES lines are refused."""
-    from divclip.sanity.files import json_object_line
+    from divclip.engines.files import json_object_line
 
     path = Path(path)
     allowed = "a JSON object with 'prompt' (a non-empty string) and 'answer' (a string or a number)"

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from divclip.engines import areal
+from divclip.engines.config import parse_config_text, read_config
 from divclip.engines.source import dataclass_fields, installed_file, nested_keys
-from divclip.sanity.config import parse_config_text, read_config
 from divclip.theory.spec import parse_method
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "engines" / "areal"

@@ -68,7 +68,7 @@ class _CountingPattern:
 def test_a_5000_link_interpolation_chain_resolves_in_linear_work(monkeypatch):
     """Issue 36: a 150 kB YAML chaining 5000 `${...}` hung (each key walked the chain afresh)."""
     from divclip.engines import hydra
-    from divclip.sanity.config import read_config
+    from divclip.engines.config import read_config
 
     links = 5000
     raw = read_config(_chain_yaml(links), name="chain.yaml")

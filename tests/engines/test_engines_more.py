@@ -4,8 +4,8 @@ difference, translate A -> B -> A is the identity on what both express, and dete
 import pytest
 
 from divclip.engines import detect_engine, from_engine, get_engine, to_engine, translate
+from divclip.engines.config import parse_config_text
 from divclip.engines.launch import parse_launch
-from divclip.sanity.config import parse_config_text
 from divclip.theory.spec import parse_method
 
 MINE = ("openrlhf", "areal", "skyrl", "slime")

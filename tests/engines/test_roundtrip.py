@@ -15,8 +15,8 @@ import pytest
 
 from divclip import engines
 from divclip.cli import main
+from divclip.engines.advice import REFERENCE_P
 from divclip.sanity import build_report
-from divclip.sanity.advice import REFERENCE_P
 from divclip.theory.spec import PRESETS, parse_method
 
 METHODS = [

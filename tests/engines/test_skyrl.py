@@ -296,7 +296,7 @@ def test_detect_prefers_skyrl_over_verl_on_shared_prefixes():
 
 
 def test_fixture_run_gsm8k_reads_as_grpo_with_four_minibatches():
-    from divclip.sanity.config import read_config
+    from divclip.engines.config import read_config
 
     raw = read_config(FIXTURES / "run_gsm8k.sh")
     r = skyrl.read(raw.values)

@@ -7,8 +7,8 @@ import textwrap
 
 import pytest
 
+from divclip.engines.config import read_config
 from divclip.sanity import build_report
-from divclip.sanity.config import read_config
 from divclip.sanity.errors import ConfigError
 from divclip.sanity.settings import clip_settings
 
@@ -109,7 +109,7 @@ def test_what_python_or_the_run_would_refuse_is_refused(body, match):
 
 
 def test_a_python_config_is_capped_before_parsing():
-    from divclip.sanity.pyconfig import MAX_PYTHON_BYTES
+    from divclip.engines.pyconfig import MAX_PYTHON_BYTES
 
     data = b"x = [" + b"1," * (MAX_PYTHON_BYTES // 2) + b"]\n"
     with pytest.raises(ConfigError, match=rf"over the {MAX_PYTHON_BYTES}-byte limit for a Python config"):
@@ -247,7 +247,7 @@ def test_a_file_name_that_is_not_utf8_prints_in_every_output(tmp_path):
 def test_the_display_name_shows_the_bytes():
     import os
 
-    from divclip.sanity.files import display_name
+    from divclip.engines.files import display_name
 
     assert display_name(os.fsdecode(b"run\xff\xfe.sh")) == "run\\xff\\xfe.sh"
     assert display_name("plain-é.yaml") == "plain-é.yaml" and display_name("x\ud800") == "x\\ud800"

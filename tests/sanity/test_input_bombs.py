@@ -27,7 +27,7 @@ try:
         load_rollouts(path)
         message = None
     elif kind == "config":
-        from divclip.sanity.config import read_config
+        from divclip.engines.config import read_config
         read_config(path)
         message = None
     else:

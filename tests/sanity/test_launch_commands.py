@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from divclip.engines.config import read_config
 from divclip.engines.launch import parse_launch
+from divclip.engines.launchers import engine_words
 from divclip.sanity import build_report
-from divclip.sanity.config import read_config
-from divclip.sanity.launchers import engine_words
 
 V = "actor_rollout_ref.actor."
 
@@ -127,6 +127,6 @@ def test_an_if_that_needs_running_the_script_reads_every_branch_and_says_so():
     ],
 )
 def test_conditions(words, value):
-    from divclip.sanity.shellbranches import evaluate
+    from divclip.engines.shellbranches import evaluate
 
     assert evaluate(words) is value

@@ -3,9 +3,9 @@
 import pytest
 from sanity_helpers import FIXTURES
 
+from divclip.engines.config import parse_override_value
 from divclip.sanity import ConfigError, build_report, check_settings, clip_settings, read_config
 from divclip.sanity.checks import SOURCES
-from divclip.sanity.config import parse_override_value
 from divclip.theory import delta_for_eps, equivalent_ratio_clip
 
 EXPECTED = {

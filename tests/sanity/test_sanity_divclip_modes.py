@@ -1,7 +1,7 @@
 """`divclip check` reads divclip's own verl modes (atr_kl3, divclip_*) and the TRL plug-in's fields, reports the
 clip as `config.ratio_bounds`, and warns about ignored keys, verl's default 0.2 as a budget, ratio-scale budgets
 and clips that cannot bind. Bounds are checked against theory's root finders and closed forms, independently of
-divclip.sanity.advice."""
+divclip.engines.advice."""
 
 import json
 import math

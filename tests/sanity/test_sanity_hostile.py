@@ -22,7 +22,7 @@ import pytest
 from sanity_helpers import jsonl_bytes, npz_bytes, parquet_bytes, random_batch, safetensors_bytes, sanity_page
 
 from divclip.cli import main
-from divclip.sanity.config import MAX_CONFIG_BYTES
+from divclip.engines.config import MAX_CONFIG_BYTES
 from divclip.sanity.errors import SanityInputError
 from divclip.sanity.report import report_from_uploads
 from divclip.sanity.validation import Limits

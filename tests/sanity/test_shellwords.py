@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from divclip.engines.shellwords import MAX_EXPANSION_BYTES, expand_script, split_commands
 from divclip.sanity.errors import ConfigError
-from divclip.sanity.shellwords import MAX_EXPANSION_BYTES, expand_script, split_commands
 
 
 def words(text: str) -> list[list[str]]:
@@ -59,7 +59,7 @@ def test_a_60_000_digit_run_is_one_word_in_one_match():
 
 def test_the_float_regex_is_linear_on_a_failing_digit_run():
     """Issue 36: the former float regex tried every split of 60 000 digits before the letter (70 s)."""
-    from divclip.sanity.shell import looks_like_float, parse_value
+    from divclip.engines.shell import looks_like_float, parse_value
 
     assert not looks_like_float("9" * 60_000 + "x") and parse_value("9" * 60_000 + "x") == "9" * 60_000 + "x"
     assert [looks_like_float(t) for t in ("3e-4", "1.", ".5", "-2.5E+3", "inf", "1e", "e3", "1.2.3")] == [

@@ -25,8 +25,8 @@ from verl.workers.config.actor import ActorConfig, PolicyLossConfig  # noqa: E40
 import divclip.trainer.integrations.verl as verl_plugin  # noqa: E402
 from divclip.app.export import method_export  # noqa: E402
 from divclip.cli import main  # noqa: E402
+from divclip.engines.advice import REFERENCE_P  # noqa: E402
 from divclip.sanity import build_report  # noqa: E402
-from divclip.sanity.advice import REFERENCE_P  # noqa: E402
 from divclip.theory.losses import policy_loss  # noqa: E402
 from divclip.theory.measures import MEASURES, get_measure  # noqa: E402
 from divclip.theory.spec import PRESETS  # noqa: E402

@@ -45,8 +45,8 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import nanmax, nanmin
 
+from divclip.engines import advice
 from divclip.engines import trl as engine
-from divclip.sanity import advice
 from divclip.theory.adaptive import DeltaController
 from divclip.theory.conversions import delta_for_eps
 from divclip.theory.losses import ClipSpec, policy_terms

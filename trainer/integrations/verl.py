@@ -58,8 +58,8 @@ import warnings
 import torch
 from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, agg_loss, register_policy_loss
 
+from divclip.engines import advice
 from divclip.engines import verl as engine
-from divclip.sanity import advice
 from divclip.theory.adaptive import process_controller
 from divclip.theory.loss_metrics import clip_metrics
 from divclip.theory.losses import ClipSpec, policy_terms
@@ -109,7 +109,7 @@ def dual_clip_c(config) -> float | None:
 
 
 def atr_kl3_bounds(eps_low: float) -> tuple[float, float, float]:
-    """(lo, hi, δ) of atr_kl3 for ε_low = actor.clip_ratio_low (divclip.sanity.advice.atr_kl3_bounds)."""
+    """(lo, hi, δ) of atr_kl3 for ε_low = actor.clip_ratio_low (divclip.engines.advice.atr_kl3_bounds)."""
     return advice.atr_kl3_bounds(eps_low, "actor.clip_ratio_low")
 
 

@@ -26,8 +26,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from divclip.sanity.errors import ConfigError
-from divclip.sanity.shellbranches import Branches
+from divclip.engines.errors import ConfigError
+from divclip.engines.shellbranches import Branches
 
 MAX_EXPANSION_BYTES = 4 * 2**20  # what a script's expansions may produce in all: a config's own size limit
 MAX_NESTING = 32  # ${a:-${b:-${c...}}} levels

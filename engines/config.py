@@ -9,10 +9,10 @@ Three inputs are accepted, all as text (UTF-8):
   hand-written file.
 * a launch command (`.txt`, `.sh`, anything else that is neither YAML, JSON nor Python, or CLI arguments):
   hydra overrides `key=value`, flags `--name value`, environment variables `NAME=value`
-  (`divclip.sanity.shell`: kind "overrides", or "flags" when any `--flag` is set). Command words are ignored and
+  (`divclip.engines.shell`: kind "overrides", or "flags" when any `--flag` is set). Command words are ignored and
   listed; a config key without its `=` is listed as a stray (a warning in the report).
 * Python (`.py`, or text with `import`/`from` lines or `name = ...` assignments): read with `ast`, never run
-  (`divclip.sanity.pyconfig`): the literal keyword arguments and `os.environ[...]` assignments.
+  (`divclip.engines.pyconfig`): the literal keyword arguments and `os.environ[...]` assignments.
 In a YAML file, comment lines `# environment: NAME=value` (what `divclip export --format yaml` writes for a
 plug-in's variables) read as that environment variable.
 
@@ -30,11 +30,11 @@ from pathlib import Path
 
 import yaml
 
-from divclip.sanity.errors import ConfigError
-from divclip.sanity.files import DuplicateKeyError, display_name, json_loads_unique, read_capped
-from divclip.sanity.pyconfig import read_python
-from divclip.sanity.shell import Tokens, looks_like_float, read_script, read_tokens, split_line
-from divclip.sanity.shell import parse_value as parse_override_value
+from divclip.engines.errors import ConfigError
+from divclip.engines.files import DuplicateKeyError, display_name, json_loads_unique, read_capped
+from divclip.engines.pyconfig import read_python
+from divclip.engines.shell import Tokens, looks_like_float, read_script, read_tokens, split_line
+from divclip.engines.shell import parse_value as parse_override_value
 
 __all__ = ["RawConfig", "looks_like_float", "parse_override_value", "read_config", "split_overrides"]
 

@@ -1,6 +1,6 @@
 """Read a launch command (a shell script, an override list, a flag line) into flat settings, safely.
 
-Nothing is executed. The text is split into commands of words as bash would (`divclip.sanity.shellwords`: `#`
+Nothing is executed. The text is split into commands of words as bash would (`divclip.engines.shellwords`: `#`
 comments only at the start of a word, quotes, `\\` continuations, heredoc bodies skipped as data, arrays,
 `$V` / `${V:-d}` expanded from the script's own variables, within a byte budget), and each word is classified:
 
@@ -22,9 +22,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from divclip.sanity.errors import ConfigError
-from divclip.sanity.launchers import engine_words
-from divclip.sanity.shellwords import expand_script
+from divclip.engines.errors import ConfigError
+from divclip.engines.launchers import engine_words
+from divclip.engines.shellwords import expand_script
 
 OVERRIDE_KEY = re.compile(r"^[A-Za-z_][\w\-@/.]*$")
 FLAG = re.compile(r"^--[A-Za-z][\w\-.]*$")

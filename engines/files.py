@@ -7,7 +7,7 @@ import stat
 import sys
 from pathlib import Path
 
-from divclip.sanity.errors import SanityInputError
+from divclip.engines.errors import SanityInputError
 
 STDIN_NAMES = ("-", "/dev/stdin")
 

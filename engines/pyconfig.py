@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import ast
 
-from divclip.sanity.errors import ConfigError
-from divclip.sanity.shell import Tokens, read_tokens
+from divclip.engines.errors import ConfigError
+from divclip.engines.shell import Tokens, read_tokens
 
 MAX_NODES = 200_000
 MAX_PYTHON_BYTES = 256 * 1024  # a config snippet is a few kB; ast.parse of 256 kB of list literal peaks ~140 MB
