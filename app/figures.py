@@ -350,13 +350,13 @@ def interval_chart(intervals: Sequence[ClipInterval]) -> go.Figure:
             )
     layout = _layout(
         "The induced ratio clips",
-        130 + 60 * len(intervals),
+        130 + 84 * len(intervals),  # room for each bar's value labels above and below it (issue 34: overlaps)
         subtitle="left: r ∈ [l, u]; right: log r",
         hovermode="closest",
         xaxis=dict(domain=_LEFT, range=[r_lo, r_hi], title=dict(text="r ∈ [l, u]")),
         xaxis2=dict(domain=_RIGHT, range=[g_lo, g_hi], title=dict(text="log r ∈ [log l, log u]")),
         # Half a category of room above the first bar and below the last for the value labels.
-        yaxis=dict(type="category", range=[len(intervals) - 0.4, -0.6]),
+        yaxis=dict(type="category", range=[len(intervals) - 0.35, -0.75]),
         yaxis2=dict(anchor="x2", matches="y", showticklabels=False, type="category"),
         shapes=[_vline(1.0), _vline(0.0, "x2", "y2 domain")],
     )
@@ -453,7 +453,9 @@ def add_intersection(fig: go.Figure, intervals: Sequence[ClipInterval]) -> go.Fi
     lo, hi = bounds
     text = f"∩ all: [{format_bound(lo)}, {format_bound(hi)}]"
     style = dict(fillcolor="rgba(120, 120, 120, 0.18)", line_width=0, layer="below")
-    fig.add_vrect(x0=lo, x1=hi, xref="x", annotation_text=text, annotation_position="top left", **style)
+    fig.add_vrect(x0=lo, x1=hi, xref="x", **style)
+    # said in the subtitle: inside the plot the label sat on the top bar's value label (issue 34)
+    fig.layout.title.subtitle.text = f"{fig.layout.title.subtitle.text}; shaded: {text}"
     if lo > 0:
         fig.add_vrect(x0=math.log(lo), x1=math.log(hi), xref="x2", **style)
     fig.layout.meta = {**(fig.layout.meta or {}), "intersection": [lo, hi]}

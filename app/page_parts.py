@@ -16,15 +16,17 @@ def _text(s: str) -> str:
 
 
 def formula_latex(iv: ClipInterval) -> str:
-    """Two lines: `method: D(r) ≤ δ` and `⟺ r ∈ [l, u]` (the ratio clip as 1 − ε_low ≤ r ≤ 1 + ε_high)."""
+    """Three lines: `method:`, `D(r) ≤ δ` and `⟺ r ∈ [l, u]` (the ratio clip as 1 − ε_low ≤ r ≤ 1 + ε_high).
+    The name has its own line: on one line with a long D(r) (DPPO-Binary-KL) the row ran past a half-width
+    column, cutting "≤ 0.02" to "≤ 0" (issue 34)."""
     at_p = rf"\quad \text{{at }} p = {iv.p:g}" if iv.p is not None else ""
     interval = rf"\iff r \in [{format_bound(iv.lo)},\ {format_bound(iv.hi)}]{at_p}"
-    name = rf"\textbf{{{_text(iv.method)}}}:\quad "
+    name = rf"\textbf{{{_text(iv.method)}}}:"
     if iv.delta is None:
         condition = rf"1 - {iv.eps_low:g} \le r \le 1 + {iv.eps_high:g}"
     else:
         condition = rf"{iv.measure.latex} \le {iv.delta:.6g}"
-    return rf"\small\begin{{aligned}}&{name}{condition} \\ &{interval}\end{{aligned}}"
+    return rf"\small\begin{{aligned}}&{name} \\ &{condition} \\ &{interval}\end{{aligned}}"
 
 
 def share_link(query: Mapping[str, str], url: str | None = None) -> str:

@@ -590,8 +590,8 @@ def sign_figure(curves: SignCurves, height: int = 520) -> go.Figure:
         shapes=shapes,
         annotations=notes
         + [
-            figures._panel_title(f"A > 0: clipped above u_δ = {curves.hi:.4f}", _LEFT),
-            figures._panel_title(f"A < 0: clipped below l_δ = {curves.lo:.4f}", _RIGHT),
+            figures._panel_title(f"A > 0: u_δ = {curves.hi:.4f} binds", _LEFT),
+            figures._panel_title(f"A < 0: l_δ = {curves.lo:.4f} binds", _RIGHT),
             _text(
                 "∂loss/∂log π",
                 0.0,

@@ -49,18 +49,10 @@ def figure(traces: list[dict], layout: dict) -> go.Figure:
 
 
 def layout(title: str, height: int, panels: bool = False, **kwargs) -> dict:
-    """Title top left, legend in a row above the plot (above the panel titles with two panels)."""
-    return dict(
-        title=dict(text=title, x=0.0, xanchor="left", font=dict(size=15)),
-        height=height,
-        margin=dict(l=10, r=10, t=100 if panels else 80, b=10),
-        legend=dict(
-            orientation="h", yanchor="bottom", y=1.1 if panels else 1.02, xanchor="right", x=1.0, font=dict(size=12)
-        ),
-        font=dict(size=13),
-        template="plotly_white",
-        **kwargs,
-    )
+    """The app's figure layout (`divclip.app.figures._layout`): title top left under the toolbar, the legend
+    under the plot. Above the plot it sat on four figures' titles, and a long legend ran past the right edge
+    (the "dppo_tv" chip was cut, issue 34)."""
+    return {**figures._layout(title, height, panels=panels, **kwargs), "template": "plotly_white"}
 
 
 def panel_title(text: str, domain: tuple[float, float]) -> dict:

@@ -69,7 +69,8 @@ with st.container(border=True, key="explorer-controls"):
             help="Every measure except the ratio clip keeps D(r) ≤ δ. GRPO's ε_low = 0.2 is KL3 at "
             "δ ≈ 0.0231; any value from 1e-8 to 0.5, e.g. 4.5e-8.",
         )
-        low_col, high_col = st.columns(2)
+        # one above the other: side by side their labels were cut ("Match δ to ε_low unde…", issue 34)
+        low_col = high_col = st.container()
         low_col.button(
             "Match δ to ε_low under KL3",
             on_click=match_delta,
@@ -204,7 +205,9 @@ def export_section(intervals) -> None:
             except ValueError as exc:
                 st.info(str(exc))
                 continue
-            st.code(text, language=_LANGUAGE.get(own), wrap_lines=True)  # st.code has a copy button
+            # no wrapping: a key such as actor_rollout_ref.actor.policy_loss.loss_mode=atr_kl3 was cut mid-word;
+            # a long line scrolls inside its block instead (st.code has a copy button)
+            st.code(text, language=_LANGUAGE.get(own), wrap_lines=False)
             st.download_button(
                 f"{engine} settings",
                 text,

@@ -42,7 +42,8 @@ show_messages(url_warnings, kind="warning")
 
 with st.container(border=True, key="custom-controls"):
     st.markdown("**Examples**")
-    cols = st.columns(len(EXAMPLES) + 1)
+    # each example's column as wide as its label needs (at equal widths "Jensen–Shannon-like" was cut)
+    cols = st.columns([max(len(label), 10) for label in EXAMPLES] + [10])
     for col, (label, text) in zip(cols, EXAMPLES.items()):
         col.button(
             label,

@@ -145,7 +145,7 @@ with st.container(border=True, key="realloc-controls"):  # in the page: on a pho
             help=f"π_old = {example['probs']}, A = {example['adv']}, lr {example['lr']:g}, "
             f"{example['epochs']:.0f} epochs",
         )
-    specs_col, extra_col = st.columns(2)
+    specs_col, extra_col = st.columns([3, 2])  # room for every preset chip (at 1:1 the fifth, dppo_tv, was cut)
     specs_col.multiselect(
         "Clip specs",
         SPEC_CHOICES,

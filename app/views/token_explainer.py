@@ -160,10 +160,19 @@ for term in terms:
     with st.container(border=True, key=f"token-term-{term.method}"):
         verdict = ":red-badge[zero gradient]" if term.zero else ":green-badge[gradient kept]"
         st.markdown(f"**{markdown_text(term.method)}** — {markdown_text(term.label)} {verdict}")
+        spec = methods.get(term.method)
+        # a sequence-level method (GSPO) clips s = exp(mean log r) over a response: say what one token stands for
+        single = (
+            f"\n- **One token as a sequence.** {markdown_text(term.method)} clips the sequence ratio "
+            f"s = exp(mean of log r over the response's tokens); this token is taken as a one-token sequence, "
+            f"so s = r = {r:.6g}."
+            if spec is not None and getattr(spec, "level", "token") == "sequence"
+            else ""
+        )
         st.markdown(
             f"- **Loss term.** `{term.loss_text}`\n"
             f"- **Gradient weight.** w = {term.weight:.6g}, so ∂ℓ/∂log π = −A·w = {term.gradient:.6g}.\n"
-            f"- **Why.** {markdown_text(term.rule)}"
+            f"- **Why.** {markdown_text(term.rule)}{single}"
         )
 if terms:
     st.table(

@@ -36,6 +36,10 @@ PAGES = {
     "sanity_check": ("sanity_check", {}),
     "token_explainer": ("token_explainer", {}),
     "atlas": ("atlas", {}),
+    # the states issue 34 found broken: a long formula (DPPO-Binary-KL) beside the interval chart, five chips
+    "clip_explorer_binary_kl": ("", {"measures": "kl3,ratio,binary_kl,chi2"}),
+    "reallocation_five_specs": ("reallocation", {"specs": "grpo,dapo,atr,dppo_kl,dppo_tv"}),
+    "atlas_q_0.9": ("atlas", {"q": "0.9"}),
 }
 PRESENTER_STEPS = 10  # the KL3 lecture: 8 derivation steps, the sign of A, the numbers
 
@@ -64,6 +68,15 @@ _LAYOUT_FACTS = """() => {
         const cut = [btn, ...btn.querySelectorAll('*')].some(e => e.scrollWidth > e.clientWidth + 1
                         && ['hidden', 'clip'].includes(getComputedStyle(e).overflowX));
         if (cut) out.push(`button label cut: ${label(btn)}`);
+    }
+    // a multiselect chip cut ("dppo_t…") at its box's edge
+    for (const box of main.querySelectorAll('[data-testid="stMultiSelectTagsContainer"]')) {
+        const edge = box.getBoundingClientRect().right;
+        for (const chip of box.querySelectorAll(':scope > span > span')) {
+            const cut = [...chip.querySelectorAll('span')].some(e => e.scrollWidth > e.clientWidth + 1);
+            if (visible(chip) && (cut || chip.getBoundingClientRect().right > edge + 1))
+                out.push(`chip cut: ${label(chip)}`);
+        }
     }
     // a code line wrapped mid-word
     for (const code of main.querySelectorAll('[data-testid="stCode"] code')) {

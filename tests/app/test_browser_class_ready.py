@@ -119,3 +119,15 @@ def test_a_method_typo_on_the_sanity_page_keeps_the_report(page, app_url):
     )
     assert "clipfrac_high" in headers and "problem" not in headers  # no column of grey Nones
     assert layout_problems(page) == []  # the histogram's bound labels no longer overlap
+
+
+# ------------------------------------------------------------------------------------------------ token
+def test_token_explainer_says_a_sequence_method_takes_the_token_as_a_sequence(page, app_url):
+    open_page(page, app_url, "token_explainer", {"methods": "gspo,grpo", "q": "0.1", "r": "1.3", "adv": "1"})
+    assert_no_exception(page)
+    gspo = page.locator(".st-key-token-term-gspo").inner_text()
+    assert "taken as a one-token sequence, so s = r = 1.3" in gspo
+    assert "one-token sequence" not in page.locator(".st-key-token-term-grpo").inner_text()
+    open_page(page, app_url, "token_explainer", {"methods": "grpo,atrr"})
+    (error,) = page.locator('[data-testid="stAlert"]').all_inner_texts()
+    assert "did you mean 'atr'?" in error and len(error) < 400
