@@ -89,8 +89,9 @@ if linked:
 
 with st.container(border=True, key="sanity-examples"):
     st.markdown("**No files at hand? Try an example** — or download one to see the format.")
-    cols = st.columns(len(EXAMPLES))
-    for col, label in zip(cols, EXAMPLES):
+    labels = list(EXAMPLES)  # two buttons a row: each label whole at 1024 px and up
+    cols = [c for i in range(0, len(labels), 2) for c in st.columns(2)]
+    for col, label in zip(cols, labels):
         col.button(
             label,
             on_click=choose_example,
@@ -100,7 +101,7 @@ with st.container(border=True, key="sanity-examples"):
             icon=":material/play_arrow:",
         )
     names = sorted({n for pair in EXAMPLES.values() for n in pair if n})
-    cols = st.columns(len(names))
+    cols = [c for i in range(0, len(names), 3) for c in st.columns(3)]  # three file names a row
     for col, name in zip(cols, names):
         col.download_button(
             name,

@@ -174,7 +174,7 @@ def test_page_shows_the_queue_and_stop_takes_a_run_out(page_pool):
 
 @pytest.mark.slow
 def test_page_prints_the_90_percent_threshold_and_fixes_the_step_axis(page_pool):
-    at = rendered(start_page(PAGE, {"seeds": "2", "steps": "6", "methods": "grpo,atr"}))
+    at = rendered(start_page(PAGE, {"env": "bandit", "seeds": "2", "steps": "6", "methods": "grpo,atr"}))
     at.button(key="arena.start").click().run()
     run = at.session_state["arena.run"]
     assert run.wait(120) and run.error is None
