@@ -4,6 +4,7 @@ symbolic or numeric, then the sign of A and the equivalence theorem, then the nu
 type, figure and controls side by side on one screen, a question to ask before moving δ."""
 
 import dataclasses
+import threading
 
 import streamlit as st
 import sympy as sp
@@ -77,6 +78,29 @@ def cached_symbolic_roots(name: str):
     return symbolic_roots(name)
 
 
+@st.cache_resource(show_spinner=False)
+def warm_sign_step() -> threading.Thread:
+    """Once per server, in a background thread: import torch and run theory's policy_loss on one token, so that
+    the first Next into the sign-of-A step does not pay torch's import (seconds) in front of the class. Pure
+    Python and torch, no Streamlit call: the step itself still computes its own check when it opens."""
+
+    def warm():
+        try:
+            import torch
+
+            from divclip.theory.losses import policy_loss
+
+            one = torch.zeros(1, 1, dtype=torch.float64)
+            policy_loss(one, one, torch.ones(1, 1, dtype=torch.float64), torch.ones(1, 1), "grpo")
+        except Exception as exc:  # noqa: BLE001 - a failed warm-up leaves the step to pay its own cost
+            thread.error = exc
+
+    thread = threading.Thread(target=warm, name="divclip-warm-sign-step", daemon=True)
+    thread.error = None
+    thread.start()
+    return thread
+
+
 @st.cache_resource(show_spinner="Running theory's loss for both signs of A…", max_entries=64)
 def checked_sign_step(name: str, delta: float):
     step = sign_step(name, delta)
@@ -113,6 +137,7 @@ if not presenter:
         r"where it cannot, and every step has a figure that follows the $\delta$ below."
     )
 
+st.session_state["proof.warm"] = warm_sign_step()  # the sign-of-A step's torch import, off the lecture's path
 try:
     steps, results = checked_derivation(name)
 except Exception as exc:  # noqa: BLE001 - a derivation theory cannot do is a message on this page, not a traceback

@@ -500,3 +500,13 @@ def test_custom_delta_out_of_range_for_the_formula():
     at = rendered(start("views/custom_measure.py", {"formula": "(r - 1)**2 / (1 + (r - 1)**2)", "delta": "0.5"}))
     assert "delta must be below" in errors(at)
     assert [m.value for m in at.metric][:2] == [format_bound(b) for b in theory.kl3_bounds(0.5)]
+
+
+def test_proof_page_warms_the_sign_step_off_the_lecture_path():
+    """issue 34: Next into the sign-of-A step took 4.8 s, torch's first import and loss; the page starts that work
+    in a background thread when it first loads, and the thread runs theory's loss without an error."""
+    at = rendered(start("views/proof.py", {"measure": "kl3"}))
+    warm = at.session_state["proof.warm"]
+    warm.join(120)
+    assert warm.name == "divclip-warm-sign-step" and not warm.is_alive() and warm.error is None
+    assert rendered(start("views/proof.py", {"measure": "kl3"})).session_state["proof.warm"] is warm  # once
