@@ -223,12 +223,13 @@ class ClipSpec:
                     f"measure 'ratio' needs both eps_low and eps_high, got eps_low={self.eps_low!r}, "
                     f"eps_high={self.eps_high!r}"
                 )
-            _positive("eps_low", self.eps_low, at_most=1.0)
+            # ε_low >= 0 of any size: 0 keeps no room below 1 (SkyRL's CISPO floor at 1, AReaL's M2PO), ε_low >= 1
+            # no lower bound at all (verl's CISPO without a floor, DeepSeekMath's ε = 10)
+            _positive("eps_low", self.eps_low, above=-math.inf)
+            if self.eps_low < 0:
+                raise ValueError(f"ClipSpec.eps_low must be a finite number >= 0, got {self.eps_low!r}")
             _positive("eps_high", self.eps_high)
-            for name, value, bound in (
-                ("eps_low", self.eps_low, 1.0 - self.eps_low),
-                ("eps_high", self.eps_high, 1.0 + self.eps_high),
-            ):
+            for name, value, bound in (("eps_high", self.eps_high, 1.0 + self.eps_high),):
                 if bound == 1.0:
                     raise ValueError(
                         f"ClipSpec.{name}={value!r} underflows: 1 {'-' if name == 'eps_low' else '+'} "

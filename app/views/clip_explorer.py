@@ -205,7 +205,7 @@ def export_section(intervals) -> None:
             except ValueError as exc:
                 st.info(str(exc))
                 continue
-            # no wrapping: a key such as actor_rollout_ref.actor.policy_loss.loss_mode=atr_kl3 was cut mid-word;
+            # no wrapping: a long dotted key of an engine was cut mid-word;
             # a long line scrolls inside its block instead (st.code has a copy button)
             st.code(text, language=_LANGUAGE.get(own), wrap_lines=False)
             st.download_button(

@@ -57,8 +57,6 @@ _LEGACY = "SkyRL loss_reduction token_mean_legacy (per-micro-batch token mean) r
 
 KNOWN_GAPS = {
     # verl
-    "verl/cispo_trainer__run_cispo_qwen2_5_0_5b_gsm8k.sh": "cispo with clip_ratio_low = 10 (no floor): not modelled, "
-    "ClipSpec takes eps_low <= 1 (item 4: CISPO without a floor)",
     "verl/dapo__run_dapo_qwen2.5_32b_rollout_corr.sh": "algorithm.rollout_correction (sequence IS weights, geometric "
     "rejection) not named beside the clip (item 3)",
     "verl/rollout_correction__run_with_rollout_corr_multi_rs.sh": "the echo lines after the launch read as overrides "
@@ -77,8 +75,6 @@ KNOWN_GAPS = {
     "RLOO read or clearly refused)",
     "trl/scripts__rloo_vlm.py": _TRL_AS_AREAL,
     "trl/trl__scripts__grpo.py": "the `trl grpo` entry point (GRPOConfig defaults) refused as 'no keys' (item 2)",
-    "trl/paper_index__L18-37.py": "DeepSeekMath's epsilon 10 (a ratio clip [-9, 11]) read as not modelled: ClipSpec "
-    "takes eps_low <= 1 (no item of issue 31 names it: a new gap)",
     "trl/paper_index__L145-152.py": "trl.experimental.gmpo GMPOConfig read as GRPO's ratio clip; its loss is GMPO's "
     "geometric mean of log-clipped ratios (no item of issue 31 names it: a new gap)",
     "trl/paper_index__L168-193.py": _MASK_TRUNCATED,
@@ -92,8 +88,6 @@ KNOWN_GAPS = {
     "openrlhf/scripts__train_ppo_ray_slurm.sh": "a slurm wrapper (srun ... bash -c '...') read as overrides "
     "(items 1-2: the command found behind the launcher)",
     # SkyRL
-    "skyrl/train__algorithms__cispo__run_cispo_gsm8k.sh": "cispo_eps_clip_low = 0 (IS weight floor at 1) refused as "
-    "a width error; SkyRL accepts it (item 4)",
     "skyrl/train__algorithms__dapo__run_dapo_gsm8k.sh": _LEGACY,
     "skyrl/train__algorithms__dapo__run_dapo_qwen3_1.7b_aime.sh": _LEGACY,
     "skyrl/train__algorithms__dapo__run_dapo_qwen3_1.7b_aime_fully_async.sh": _ASSIGN_DEFAULT,
@@ -106,8 +100,9 @@ KNOWN_GAPS = {
     "areal/math__gsm8k_m2po.yaml": "M2PO (eps_clip 0 with m2_threshold) refused as a width error instead of read as "
     "M2PO or refused as not modelled (item 4)",
 }
-# truths divclip's method grammar cannot write yet (the reader must learn them, not the truth change)
-UNWRITABLE_TODAY = {"ratio:10:0.2/cispo", "ratio:0:5/cispo", "ratio:10:10"}
+# truths divclip's method grammar cannot write yet (the reader must learn them, not the truth change): none now,
+# ε_low = 0 and ε_low >= 1 are ratio clips since issue 31 item 4
+UNWRITABLE_TODAY: set = set()
 
 
 def _param(entry):

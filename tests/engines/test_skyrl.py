@@ -94,6 +94,8 @@ CASES = [  # (SkyRL config, divclip spec, log-ratio scale, compare loss values)
         0.8,
         True,
     ),
+    # SkyRL's cispo defaults: cispo_eps_clip_low = 0 floors the IS weight at 1 (refused before: ε_low = 0)
+    (dict(policy_loss_type="cispo"), "ratio:0:5/cispo", 0.8, True),
     (dict(policy_loss_type="sapo", sapo={"tau_pos": 1.0, "tau_neg": 1.05}), "sapo", 0.8, True),
     # dppo's value is -r·A·mask, divclip's gated form -A·sg(r)·log π: the same gradient, not the same value
     (
@@ -276,7 +278,7 @@ def test_read_pitfalls_and_structure():
             "trainer.algorithm.eps_clip_hgh": 0.3,
         }
     )
-    assert r.spec is None and r.updates_per_batch == 1 and r.on_policy
+    assert r.spec == parse_method("ratio:0:5/cispo") and r.updates_per_batch == 1 and r.on_policy
     codes = {a.code for a in r.advice}
     assert {"on_policy_clip_inert", "cispo_lower_bound_active"} <= codes
     assert all(a.source.startswith("skyrl 0.3.0") for a in r.advice)

@@ -22,7 +22,7 @@ REFUSED = {
     ("verl", "dro"): "actor_rollout_ref.actor.policy_loss.dro_beta",
     ("verl", "divclip_method"): "DIVCLIP_METHOD",
 }
-XFAIL = {("skyrl", "cispo"): "issue 35: SkyRL's cispo defaults (cispo_eps_clip_low = 0.0) are refused as eps_low = 0"}
+XFAIL: dict = {}  # (engine, loss) -> why it cannot reach the report yet: none now
 
 
 def _case(engine, line):

@@ -332,7 +332,7 @@ def test_bad_shapes_types_and_modes_raise():
         (dict(measure="kl3", delta=0.1, eps_high=0.2), r"eps_low/eps_high are clip widths for measure 'ratio'"),
         (dict(measure="ratio", delta=0.2), r"measure 'ratio' takes clip widths eps_low and eps_high"),
         (dict(measure="ratio", eps_low=0.2), r"needs both eps_low and eps_high, got eps_low=0.2, eps_high=None"),
-        (dict(measure="ratio", eps_low=1.5, eps_high=0.2), r"ClipSpec.eps_low must be .* <= 1, got 1.5"),
+        (dict(measure="ratio", eps_low=-0.1, eps_high=0.2), r"ClipSpec.eps_low must be a finite number >= 0, got -0.1"),
         (dict(measure="ratio", eps_low=0.2, eps_high=True), r"ClipSpec.eps_high must be .*, got True"),
         (dict(measure="kl3", delta=0.1, mode="ppo"), r"ClipSpec.mode must be one of .* got 'ppo'"),
         (dict(measure="kl3", delta=0.1, level="token-level"), r"ClipSpec.level must be one of"),

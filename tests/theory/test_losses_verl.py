@@ -166,6 +166,29 @@ def test_cispo_is_verl_cispo(ca, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("low", [1.0, 10.0])
+def test_cispo_without_a_floor_is_verl_cispo(ca, dtype, low):
+    """verl's CISPO with clip_ratio_low >= 1 (its own test's setting): the IS weight has no floor. divclip reads it
+    as ε_low = low (lower bound max(1 - ε_low, 0) = 0) and computes verl's loss and gradient (issue 31 item 4)."""
+    from divclip.engines import from_engine
+
+    old, lp, adv, mask = batch(dtype, seed=5, noise=0.6)
+    settings = {
+        "actor_rollout_ref.actor.policy_loss.loss_mode": "cispo",
+        "actor_rollout_ref.actor.clip_ratio_low": low,
+        "actor_rollout_ref.actor.clip_ratio_high": 0.28,
+    }
+    spec = from_engine("verl", settings)
+    assert spec == ClipSpec("ratio", eps_low=low, eps_high=0.28, mode="cispo") and spec.ratio_bounds()[0] == 0.0
+    loss, grad, m = run_ours(old, lp, adv, mask, spec, "token-mean")
+    config = actor_config(clip_ratio_low=low, clip_ratio_high=0.28)
+    v_loss, v_grad, vm = run_verl(ca.compute_policy_loss_cispo, old, lp, adv, mask, config, "token-mean")
+    assert torch.equal(loss, v_loss) and torch.equal(grad, v_grad)
+    assert m["clipfrac_low"] == 0 and m["clipfrac"] > 0.02  # only the cap clips
+    assert m["clipfrac"] == pytest.approx(vm["actor/pg_clipfrac"], rel=TOL[dtype], abs=0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_sapo_is_verl_sapo(ca, dtype):
     """verl's sapo always aggregates with seq-mean-token-mean (it ignores loss_agg_mode); divclip honours the
     argument, so the comparison uses that mode. The value is verl's bit for bit; the gradient, attached in closed

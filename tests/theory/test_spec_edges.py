@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from divclip.theory import parse_method
-from divclip.theory.spec import MAX_METHOD_ECHO, TAU_MAX, TAU_MIN, parse_methods
+from divclip.theory.spec import MAX_METHOD_ECHO, TAU_MAX, TAU_MIN, method_string, parse_methods
 
 
 @pytest.mark.parametrize(
@@ -16,7 +16,6 @@ from divclip.theory.spec import MAX_METHOD_ECHO, TAU_MAX, TAU_MIN, parse_methods
         ("sapo/tau=1:1e300", r"tau_neg must be a finite number > 0 and <= 1e\+06, got 1e\+300"),
         ("kl3:1e-320", r"delta=1e-320 is too small for 'kl3': its lower bound rounds to 1 in float64"),
         ("log_ratio:1e-300", r"delta=1e-300 is too small for 'log_ratio'"),
-        ("ratio:1e-17:0.2", r"eps_low=1e-17 underflows: 1 - 1e-17 rounds to 1"),
         ("ratio:0.2:1e-17", r"eps_high=1e-17 underflows: 1 \+ 1e-17 rounds to 1"),
     ],
 )
@@ -89,3 +88,15 @@ def test_a_list_of_methods_is_capped_before_parsing():
     with pytest.raises(ValueError, match=rf"at most {MAX_METHODS} methods, got {MAX_METHODS + 1}"):
         parse_methods([(f"m{i}", "grpo") for i in range(MAX_METHODS + 1)])
     assert len(parse_methods(",".join(f"ratio:0.{i + 1}" for i in range(9)))) == 9
+
+
+@pytest.mark.parametrize(
+    "text,lo", [("ratio:0:0.2", 1.0), ("ratio:1e-17:0.2", 1.0), ("ratio:1:0.2", 0.0), ("ratio:10:0.28", 0.0)]
+)
+def test_a_lower_width_of_zero_or_at_least_one_is_a_ratio_clip(text, lo):
+    """ε_low = 0 keeps no room below 1 (SkyRL's CISPO floor, AReaL's M2PO eps_clip 0) and ε_low >= 1 no lower bound
+    (verl's CISPO with clip_ratio_low >= 1, DeepSeekMath's ε = 10): both are clips the engines run (issue 31 item 4,
+    issue 35 item 4); a tiny ε_low is the same clip as 0."""
+    spec = parse_method(text)
+    assert spec.ratio_bounds() == (lo, 1.0 + spec.eps_high)
+    assert parse_method(method_string(spec)) == spec
