@@ -38,6 +38,7 @@ from divclip.engines.base import (
 )
 from divclip.engines.errors import ConfigError
 from divclip.engines.pitfalls import Pitfall
+from divclip.theory.agg_modes import LOSS_AGG_MODES
 from divclip.theory.measures import MEASURES, get_measure
 
 NAME = "verl"
@@ -80,7 +81,6 @@ LOSS_MODES = (
     *DIVCLIP_MODES,  # divclip's plug-in (PLUGIN_ENV=PLUGIN)
     METHOD_MODE,  # the plug-in's method-string mode ($DIVCLIP_METHOD)
 )
-LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 
 KEYS: dict[str, Key] = {
     A + "clip_ratio": Key("float", 0.2, above=0.0, doc="ratio clip width ε, where clip_ratio_low/high are null"),

@@ -24,6 +24,7 @@ import numpy as np
 from divclip.sanity.errors import SanityInputError
 from divclip.sanity.loaders import Rollouts
 from divclip.theory import MEASURES, delta_for_eps, get_measure
+from divclip.theory.forms._numpy import LOG_RATIO_CLAMP
 
 DEFAULT_SIGMA = 0.05  # a typical per-token |log r| after one off-policy mini-batch step; an assumption
 P_EDGES = (0.0, 1e-3, 1e-2, 0.1, 0.5, 0.9, 0.99, 1.0)
@@ -152,7 +153,7 @@ def analyse_rollouts(r: Rollouts, opts: RolloutOptions = RolloutOptions()) -> di
         "level": opts.level,
         "dual_clip_c": opts.dual_clip_c,
         "measures": measures,
-        "histogram": log_ratio_histogram(np.clip(log_r, -20.0, 20.0), measures),
+        "histogram": log_ratio_histogram(np.clip(log_r, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP), measures),
         "sweep": sweep,
         "notes": list(r.notes),
         "on_policy": ratios["source"] == "file" and bool(np.all(log_r == 0)),

@@ -61,6 +61,7 @@ from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, agg_loss, register
 from divclip.engines import advice
 from divclip.engines import verl as engine
 from divclip.theory.adaptive import process_controller
+from divclip.theory.forms._numpy import LOG_RATIO_CLAMP
 from divclip.theory.loss_metrics import clip_metrics
 from divclip.theory.losses import ClipSpec, policy_terms
 from divclip.theory.measures import MEASURES, get_measure
@@ -300,7 +301,7 @@ def compute_policy_loss_divclip_method(
     if ctrl is not None:
         with torch.no_grad():
             mask = response_mask.to(torch.float64)
-            lr = (log_prob.detach() - old_log_prob).to(torch.float64).clamp(-20.0, 20.0)
+            lr = (log_prob.detach() - old_log_prob).to(torch.float64).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
             kl3 = float(((torch.expm1(lr) - lr) * mask).sum() / mask.sum().clamp(min=1.0))
         ctrl.update(metrics["actor/pg_clipfrac"] if ctrl.signal == "clipfrac" else kl3)
     return loss, metrics
