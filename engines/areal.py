@@ -45,6 +45,7 @@ from divclip.engines.base import (
     typed_values,
     unknown_keys,
 )
+from divclip.engines.errors import ConfigError
 from divclip.engines.hydra import resolve_interpolations
 from divclip.engines.pitfalls import Pitfall, on_policy_note
 
@@ -61,7 +62,7 @@ PLUGIN = None
 A = "actor."
 RS = A + "rejection_sampling."
 KEYS: dict[str, Key] = {
-    A + "eps_clip": Key("float", 0.2, above=0.0, doc="ratio clip width ε_low (and ε_high when unset)"),
+    A + "eps_clip": Key("float", 0.2, above=-math.inf, doc="ratio clip width ε_low (and ε_high when unset); >= 0"),
     A + "eps_clip_higher": Key("float", None, nullable=True, above=0.0, doc="ε_high (None: eps_clip)"),
     A + "c_clip": Key("float", None, nullable=True, above=1.0, doc="dual-clip cap c for A < 0 (None: off)"),
     A + "importance_sampling_level": Key("str", "token", choices=("token", "sequence"), doc="sequence: GSPO"),
@@ -133,6 +134,8 @@ def read(settings: Mapping, **_options) -> EngineRead:
     settings = resolve_interpolations(settings)
     g, keys = typed_values(settings, KEYS)
     low = g[A + "eps_clip"]
+    if low < 0:
+        raise ConfigError(f"{A}eps_clip must be a number >= 0 (AReaL clips r to [1 - eps_clip, 1 + ...]), got {low!r}")
     high = g[A + "eps_clip_higher"] if g[A + "eps_clip_higher"] is not None else low
     sapo = g[A + "use_sapo_loss"]
     level = g[A + "importance_sampling_level"]
@@ -211,6 +214,14 @@ def _structure(s: EngineRead, g: dict) -> None:
 def _spec(s: EngineRead, g: dict):
     from divclip.theory.spec import ClipSpec
 
+    m2 = g[A + "m2_threshold"]
+    if m2 is not None:  # M2PO: the mask is a batch statistic, not a per-token clip divclip has
+        s.notes.append(
+            f"{A}m2_threshold = {m2:g}: M2PO masks the tokens of the batch with the largest second moment "
+            "(log π_old − log π_prox)² until the rest stay under it (areal/trainer/ppo/actor.py _apply_m2po_masking), "
+            "then applies the clip; divclip does not model this mask, so it reports the loss as not modelled"
+        )
+        return None
     try:
         if s.form == "sapo":
             if s.level == "sequence":

@@ -56,8 +56,8 @@ class RolloutOptions:
     def __post_init__(self):
         if not _finite(self.eps_low) or self.eps_low < 0:  # 0: no room below 1; >= 1: no lower bound (CISPO)
             raise SanityInputError(f"eps_low must be a finite number >= 0, got {self.eps_low!r}")
-        if not _finite(self.eps_high) or self.eps_high <= 0:
-            raise SanityInputError(f"eps_high must be a finite number > 0, got {self.eps_high!r}")
+        if not _finite(self.eps_high) or self.eps_high < 0:  # 0: an engine's degenerate clip, reported per row
+            raise SanityInputError(f"eps_high must be a finite number >= 0, got {self.eps_high!r}")
         if self.sigma is not None and not (_finite(self.sigma) and 0 <= self.sigma <= 5):
             raise SanityInputError(f"sigma must be a number in [0, 5] (std of log r), got {self.sigma!r}")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:

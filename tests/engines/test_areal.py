@@ -97,3 +97,14 @@ def test_write_then_read_back_through_the_text(method, fmt):
 def test_what_areal_cannot_express_is_named(method, missing):
     with pytest.raises(ValueError, match=missing):
         areal.write(parse_method(method))
+
+
+def test_m2po_is_named_and_not_modelled_and_eps_clip_zero_is_read():
+    """AReaL's M2PO recipe (eps_clip 0 with m2_threshold) was refused as a width error (issue 31 item 4); its
+    second-moment mask (areal/trainer/ppo/actor.py _apply_m2po_masking) is a batch statistic divclip does not model."""
+    r = areal.read({"actor.eps_clip": 0.0, "actor.m2_threshold": 0.04})
+    assert r.spec is None and (r.budget_low, r.budget_high) == (0.0, 0.0)
+    assert any(n.startswith("actor.m2_threshold = 0.04: M2PO masks") for n in r.notes)
+    assert areal.read({"actor.eps_clip": 0.0, "actor.eps_clip_higher": 0.28}).spec == parse_method("ratio:0:0.28")
+    with pytest.raises(ValueError, match=r"actor.eps_clip must be a number >= 0 .* got -0.1"):
+        areal.read({"actor.eps_clip": -0.1})

@@ -97,8 +97,6 @@ KNOWN_GAPS = {
     # AReaL
     "areal/experimental__prox_approx__gsm8k_grpo_prox_approx.yaml": "prox_logp_method loglinear (pi_prox "
     "approximated, not recomputed) judged on-policy (item 3: async schedules judged right for AReaL)",
-    "areal/math__gsm8k_m2po.yaml": "M2PO (eps_clip 0 with m2_threshold) refused as a width error instead of read as "
-    "M2PO or refused as not modelled (item 4)",
 }
 # truths divclip's method grammar cannot write yet (the reader must learn them, not the truth change): none now,
 # ε_low = 0 and ε_low >= 1 are ratio clips since issue 31 item 4
