@@ -77,9 +77,9 @@ def test_widgets_move_the_numbers_and_the_url():
 
 def test_a_bad_parameter_is_refused_with_a_message():
     at = start({"methods": "dapo"})
-    at.number_input(key="atlas.param.0.dapo.eps_low").set_value(0.0)
+    at.number_input(key="atlas.param.0.dapo.eps_high").set_value(0.0)  # eps_low = 0 is a clip (floor at 1)
     at = rendered(at.run())
-    assert "eps_low must be a finite number > 0" in " ".join(plain(e.value) for e in at.error)
+    assert "eps_high must be a finite number > 0" in " ".join(plain(e.value) for e in at.error)
     assert query(at)["methods"] == "dapo"
 
 
