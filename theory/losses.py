@@ -187,7 +187,7 @@ def policy_loss(
     non-finite input is then reported by the loss itself, which comes out NaN (or ±inf) under the same condition
     that raises with metrics=True; test it where a host read is cheap (`torch.isfinite(loss)`, or a training
     loop's own non-finite check). The loss and its gradient are bit for bit the same either way. Exception on
-    the CPU only: p-dependent clip bounds pick the clipped tokens on the host (`loss_modes._compact_on_host`).
+    the CPU only: p-dependent clip bounds pick the clipped tokens on the host (`forms._kernels._compact_on_host`).
 
     rollout_log_prob and correction (a `divclip.theory.correction.Correction` or its string) apply the rollout
     correction (`divclip.theory.rollout_correction`): its weights multiply the per-token loss as
