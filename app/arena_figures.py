@@ -17,7 +17,8 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from divclip.app.realloc_figures import figure, layout, panel_title, spec_colours
+from divclip.app.figures import panel_title
+from divclip.app.realloc_figures import figure, layout, spec_colours
 
 MAX_POINTS = 300
 # Two columns × two rows of panels, laid out by hand (as app.figures does) to build the figure in one go.

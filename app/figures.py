@@ -126,7 +126,7 @@ def _vline(x: float, xref: str = "x", yref: str = "y domain", **line) -> dict:
     )
 
 
-def _panel_title(text: str, domain: tuple[float, float]) -> dict:
+def panel_title(text: str, domain: tuple[float, float]) -> dict:
     return dict(
         text=text,
         xref="paper",
@@ -432,7 +432,7 @@ def surrogate_figure(intervals: Sequence[ClipInterval]) -> go.Figure:
         yaxis=dict(title=dict(text="surrogate")),
         yaxis2=dict(anchor="x2"),
         shapes=[_vline(1.0), _vline(1.0, "x2", "y2 domain")],
-        annotations=[_panel_title("A > 0: flat above u", _LEFT), _panel_title("A < 0: flat below l", _RIGHT)],
+        annotations=[panel_title("A > 0: flat above u", _LEFT), panel_title("A < 0: flat below l", _RIGHT)],
     )
     return _figure(traces, layout)
 

@@ -407,8 +407,8 @@ def series_figure(roots: SymbolicRoots, delta: float, height: int = 420) -> go.F
                 _vline(delta, "x2", "y2 domain", _DELTA_LINE, "dash"),
             ],
             annotations=[
-                figures._panel_title("l_δ and u_δ against δ", _LEFT),
-                figures._panel_title("|series − exact| (log scale)", _RIGHT),
+                figures.panel_title("l_δ and u_δ against δ", _LEFT),
+                figures.panel_title("|series − exact| (log scale)", _RIGHT),
             ],
             xaxis=figures.log_axis(deltas[0], deltas[-1], domain=_LEFT, title=dict(text="δ")),
             xaxis2=figures.log_axis(deltas[0], deltas[-1], domain=_RIGHT, title=dict(text="δ")),
@@ -590,8 +590,8 @@ def sign_figure(curves: SignCurves, height: int = 520) -> go.Figure:
         shapes=shapes,
         annotations=notes
         + [
-            figures._panel_title(f"A > 0: u_δ = {curves.hi:.4f} binds", _LEFT),
-            figures._panel_title(f"A < 0: l_δ = {curves.lo:.4f} binds", _RIGHT),
+            figures.panel_title(f"A > 0: u_δ = {curves.hi:.4f} binds", _LEFT),
+            figures.panel_title(f"A < 0: l_δ = {curves.lo:.4f} binds", _RIGHT),
             _text(
                 "∂loss/∂log π",
                 0.0,

@@ -55,20 +55,6 @@ def layout(title: str, height: int, panels: bool = False, **kwargs) -> dict:
     return {**figures._layout(title, height, panels=panels, **kwargs), "template": "plotly_white"}
 
 
-def panel_title(text: str, domain: tuple[float, float]) -> dict:
-    return dict(
-        text=text,
-        xref="paper",
-        yref="paper",
-        x=sum(domain) / 2,
-        y=1.0,
-        xanchor="center",
-        yanchor="bottom",
-        showarrow=False,
-        font=dict(size=13),
-    )
-
-
 def empty(title: str, note: str, height: int = 260) -> go.Figure:
     return figure(
         [],
@@ -279,8 +265,8 @@ def bucket_figure(comp, colours: dict[str, str]) -> go.Figure:
             yaxis=dict(title=dict(text="Σ Δπ in bucket"), zeroline=True, zerolinecolor=_ZERO_LINE),
             yaxis2=dict(anchor="x2", matches="y", zeroline=True, zerolinecolor=_ZERO_LINE),
             annotations=[
-                panel_title("one-step optimum (LP)", _LEFT),
-                panel_title(f"softmax PG after {comp.epochs} epoch(s)", _RIGHT),
+                figures.panel_title("one-step optimum (LP)", _LEFT),
+                figures.panel_title(f"softmax PG after {comp.epochs} epoch(s)", _RIGHT),
             ],
         ),
     )
