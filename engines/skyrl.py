@@ -301,13 +301,9 @@ def _dppo(s, g, settings, keys):
             "the rollout log-probs when the generator returns them (π_old otherwise)",
         )
     )
-    if s.budget_low != s.budget_high:
-        s.notes.append(
-            f"dppo: δ_low = {s.budget_low:g} and δ_high = {s.budget_high:g}: a divclip gated spec has "
-            "one δ, so no divclip method says this exactly"
-        )
-        return
-    s.spec = _try(s, lambda: ClipSpec(s.measure, delta=s.budget_low, mode="gated"))
+    # δ_high where it differs from δ_low: the gated form's delta_high (divclip.theory.forms.gated)
+    params = {"delta_high": s.budget_high} if s.budget_high != s.budget_low else {}
+    s.spec = _try(s, lambda: ClipSpec(s.measure, delta=s.budget_low, mode="gated", params=params))
 
 
 def _covariance(s, g, settings, keys):
@@ -565,12 +561,13 @@ def _write_native(spec, notes: list, diffs: list) -> dict | None:
                 "SkyRL's dppo uses the rollout log-probs where the generator returns them (π_old otherwise)",
             )
         )
-        d = float(spec.delta)
+        from divclip.theory.forms._numpy import upper_delta
+
         return {
             "policy_loss_type": "dppo",
             "dppo.dppo_type": spec.measure_name,
-            "dppo.delta_low": d,
-            "dppo.delta_high": d,
+            "dppo.delta_low": float(spec.delta),
+            "dppo.delta_high": float(upper_delta(spec)),
         }
     if spec.mode != "clip":
         return None
