@@ -68,7 +68,10 @@ class RawConfig:
     stray_tokens: list = field(default_factory=list)  # [(line, text)]: a config key written without '='
     added: set = field(default_factory=set)  # keys given as +key=value (hydra adds them)
     unread: list = field(default_factory=list)  # [(line, text)]: what looks like a setting but was not read
-    notes: list = field(default_factory=list)  # how a script's if/elif were decided
+    notes: list = field(default_factory=list)  # how a script's if/elif/case were decided, functions called
+    launches: list = field(default_factory=list)  # [shell.ScriptLaunch]: each command starting an entry point
+    common: dict = field(default_factory=dict)  # a script's settings outside its launches (its environment)
+    unresolved: dict = field(default_factory=dict)  # {key: (line, value, [(reference, origin)])}: not known
 
 
 # ------------------------------------------------------------------------------------------- entry points
@@ -179,6 +182,9 @@ def _merge(raw: RawConfig, found: Tokens) -> None:
     raw.unread.extend(found.unread)
     raw.notes.extend(found.notes)
     raw.added |= found.added
+    raw.launches.extend(getattr(found, "launches", []))
+    raw.common.update(getattr(found, "common", {}))
+    raw.unresolved.update(getattr(found, "unresolved", {}))
 
 
 def config_kind(name: str, text: str) -> str:

@@ -45,7 +45,6 @@ TRUTH_FIELDS = {
     "beside",
 }
 
-_IF = "`if [ ... ]` on a shell variable read as an override (item 1: a real shell parser)"
 _ASSIGN_DEFAULT = '`: "${VAR:=default}"` read as an override (item 1: a real shell parser)'
 _MULTILINE = "a quoted value over several lines: 'No closing quotation' (item 1: a real shell parser)"
 _TRLPARSER = "a TrlParser script: its settings are on the launch command in its docstring, not read (items 1-2)"
@@ -59,9 +58,8 @@ KNOWN_GAPS = {
     # verl
     "verl/dapo__run_dapo_qwen2.5_32b_rollout_corr.sh": "algorithm.rollout_correction (sequence IS weights, geometric "
     "rejection) not named beside the clip (item 3)",
-    "verl/rollout_correction__run_with_rollout_corr_multi_rs.sh": "the echo lines after the launch read as overrides "
-    "(item 1: a real shell parser)",
-    "verl/sapo_trainer__run_qwen30b_sapo.sh": _IF,
+    "verl/rollout_correction__run_with_rollout_corr_multi_rs.sh": "algorithm.rollout_correction.rollout_rs (several "
+    "rejection criteria) not named beside the clip (item 3)",
     "verl/skypilot__verl-grpo.yaml": _SKYPILOT,
     # TRL
     "trl/scripts__async_grpo.py": "AsyncGRPOTrainer (rollouts up to max_staleness = 4 versions old, ratio against the "
@@ -85,8 +83,6 @@ KNOWN_GAPS = {
     "refused as 'no keys' (item 2: the engine's own keys)",
     "trl/paper_index__L673-685.py": _VLLM_IS,
     # OpenRLHF
-    "openrlhf/scripts__train_ppo_ray_slurm.sh": "a slurm wrapper (srun ... bash -c '...') read as overrides "
-    "(items 1-2: the command found behind the launcher)",
     # SkyRL
     "skyrl/train__algorithms__dapo__run_dapo_gsm8k.sh": _LEGACY,
     "skyrl/train__algorithms__dapo__run_dapo_qwen3_1.7b_aime.sh": _LEGACY,
