@@ -14,6 +14,7 @@ recognised launcher (an override list, `./train.sh --x 1`) passes all its words,
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 
 SHELL_COMMANDS = frozenset(
@@ -132,3 +133,24 @@ def _entry_point(words, i, env, skipped) -> Launch:
             i += 1
         i += 1
     return Launch(env, [], skipped + words[start:])
+
+
+# --------------------------------------------------------------------------------------------- task files
+SKYPILOT_KEYS = frozenset(("resources", "setup", "num_nodes", "envs", "workdir", "file_mounts", "secrets", "name"))
+
+
+def task_script(tree) -> str | None:
+    """The launch script inside a launcher's task YAML, or None when `tree` is not one.
+
+    A SkyPilot task (`run:` text beside `resources:`, `setup:`, `num_nodes:`, `envs:` ...) runs its `run:` block
+    with `envs:` in the environment: the script is those variables (as defaults the block can override, not
+    exported values) followed by the block, so the shell reader finds the command in it like in any script."""
+    if not isinstance(tree, dict) or not isinstance(tree.get("run"), str) or not SKYPILOT_KEYS & set(tree):
+        return None
+    envs = tree.get("envs") if isinstance(tree.get("envs"), dict) else {}
+    lines = [
+        f"export {k}={shlex.quote(str(v).lower() if isinstance(v, bool) else str(v))}"
+        for k, v in envs.items()
+        if isinstance(k, str) and re.fullmatch(r"[A-Za-z_]\w*", k) and v is not None and not isinstance(v, dict)
+    ]
+    return "\n".join([*lines, tree["run"]])

@@ -252,15 +252,25 @@ def _check_corrections(report, data, settings, raw, corrections, max_masked) -> 
 def _config_correction(report, settings, raw) -> None:
     """The config's rollout correction as a string in report["config"]["correction"], and TRL's silent default."""
     from divclip.engines import read_correction
+    from divclip.engines.correction import CORRECTION_KEYS
     from divclip.sanity.corrections import SOURCES
 
+    given = [k for k in CORRECTION_KEYS.get(settings.engine, {}) if k in raw.values]
+    shown = ", ".join(f"{k} = {raw.values[k]!r}" for k in given[:6])
     try:
         found = read_correction(settings.engine, raw.values)
     except ValueError as exc:
         report["config"]["correction"] = None
         report["warnings"].append(finding_correction(str(exc)))
+        if given:
+            report["notes"].append(f"beside the clip: a rollout correction ({shown}), not modelled (the warning above)")
         return
     report["config"]["correction"] = None if found is None else str(found)
+    if found is not None and given:
+        report["notes"].append(
+            f"beside the clip: the rollout correction {shown}, read as {found} (weights and masks from "
+            "ρ = π_old/π_rollout; docs/theory.md §10)"
+        )
     mode_key = "vllm_importance_sampling_mode"
     if settings.engine == "trl" and found is not None and found.is_level is not None and mode_key not in raw.values:
         report["notes"].append(

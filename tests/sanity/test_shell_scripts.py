@@ -192,3 +192,50 @@ def test_an_override_list_without_a_launch_still_types_the_value_as_written():
 
     with pytest.raises(ConfigError, match="clip_ratio_low must be a finite number"):
         build_report(f"{V}clip_ratio_low=$CLIP\n".encode(), config_name="c.sh")
+
+
+SKYPILOT = """resources:
+  accelerators: H100:8
+num_nodes: 2
+envs:
+  CLIP_HIGH: 0.28
+  LOGGER: wandb
+  WANDB_API_KEY: null
+setup: |
+  pip install verl
+run: |
+  if [ "$SKYPILOT_NODE_RANK" = "0" ]; then
+    python3 -m verl.trainer.main_ppo \\
+      actor_rollout_ref.actor.clip_ratio_high=$CLIP_HIGH \\
+      trainer.logger=$LOGGER
+  else
+    ray start --address "$HEAD_IP:6379"
+  fi
+"""
+
+
+def test_a_skypilot_task_is_read_through_its_run_block_with_its_envs():
+    raw = read_config(SKYPILOT.encode(), name="task.yaml")
+    assert raw.kind == "overrides"
+    assert raw.values[f"{V}clip_ratio_high"] == 0.28 and raw.values["trainer.logger"] == "wandb"
+    assert "setup" not in raw.values and "resources.accelerators" not in raw.values
+    assert raw.notes[0].startswith("a SkyPilot task: its run: block is read as the launch script")
+    report = build_report(SKYPILOT.encode(), config_name="task.yaml")
+    assert report["config"]["framework"] == "verl" and report["config"]["budget_high"] == 0.28
+
+
+def test_a_yaml_without_a_launcher_task_is_a_config():
+    text = "run: fast\nactor_rollout_ref:\n  actor:\n    clip_ratio_high: 0.28\n"
+    assert read_config(text.encode(), name="c.yaml").values == {"run": "fast", f"{V}clip_ratio_high": 0.28}
+
+
+def test_a_rollout_correction_is_named_beside_the_clip_with_its_keys():
+    from divclip.engines import read_correction
+
+    key = "algorithm.rollout_correction.rollout_is"
+    script = f"python3 -m verl.trainer.main_ppo {key}=token {V}clip_ratio_high=0.28\n"
+    report = build_report(script.encode(), config_name="run.sh")
+    found = read_correction("verl", {key: "token"})
+    assert found is not None and report["config"]["correction"] == str(found)
+    [note] = [n for n in report["notes"] if n.startswith("beside the clip: the rollout correction")]
+    assert f"{key} = 'token'" in note and str(found) in note
