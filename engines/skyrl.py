@@ -413,7 +413,9 @@ def _arithmetic_notes(s: EngineRead, g: dict) -> None:
     if s.loss_mode == "dppo" and s.spec is not None:
         s.notes.append(
             "dppo: SkyRL's loss value is −r·A·mask with r differentiable, divclip's gated form −A·sg(r)·log π·mask: "
-            f"the same gradient −A·r·mask, not the same loss value ({where}.dppo_policy_loss)"
+            "the same gradient −A·r·mask where |log r| <= 20, not the same loss value; beyond |log r| = 20 SkyRL's "
+            f"clamp zeroes the gradient, where divclip's gated form (as verl's dppo) keeps −A·e^±20 ({where}."
+            "dppo_policy_loss)"
         )
     if s.loss_mode == "clip_cov":
         s.notes.append(
@@ -565,7 +567,10 @@ def _pitfalls(s: EngineRead, g: dict) -> None:
         what = (f"{tis}-level TIS capped at {cap:g}" if tis else "") + (
             (", " if tis else "") + "masks " + ", ".join(masks) if masks else ""
         )
-        s.notes.append(f"off-policy correction: {what}: a train/inference weight beside the clip")
+        s.notes.append(
+            f"off-policy correction: {what}: a train/inference weight beside the clip"
+            + ("; its TIS weight is exp in float32 whatever the input dtype (safe_exp_delta)" if tis else "")
+        )
         s.advice.append(
             Pitfall(
                 "is_correction_threshold",
