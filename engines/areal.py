@@ -248,7 +248,7 @@ def _spec(s: EngineRead, g: dict):
     try:
         if s.form == "sapo":  # at sequence level the gate of the sequence ratio, A its row mean (loss_advantages)
             return ClipSpec(
-                mode="sapo",
+                form="sapo",
                 tau_pos=g[A + "sapo_tau_pos"],
                 tau_neg=g[A + "sapo_tau_neg"],
                 level=s.level,
@@ -340,7 +340,7 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
     spec, label = check_spec(spec, label)
     notes: list = []
     diffs: list = []
-    if spec.mode == "sapo":
+    if spec.form == "sapo":
         keys = {
             "use_sapo_loss": True,
             "sapo_tau_pos": float(spec.tau_pos),
@@ -349,11 +349,11 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
             "use_decoupled_loss": False,
         }
         notes.append("SAPO needs use_decoupled_loss: false in AReaL")
-    elif spec.mode == "clip":
+    elif spec.form == "clip":
         keys = _write_clip(spec, notes, diffs)
     else:
         raise ValueError(
-            f"AReaL {VERSION} has no {spec.mode!r} loss form: its actor runs the PPO clip (token or "
+            f"AReaL {VERSION} has no {spec.form!r} loss form: its actor runs the PPO clip (token or "
             "sequence ratio) or SAPO, and has no plug-in for divclip's loss"
         )
     agg = (

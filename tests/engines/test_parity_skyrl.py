@@ -32,26 +32,36 @@ divclip's float64 ratio by up to |log r|·2^-24 + 2^-24 relative: 2e-6 at |log r
 
 # (name, SkyRL settings, float64 tolerance, note)
 LOSSES = [
-    ("regular", {A + "policy_loss_type": "regular"}, FLOAT32_EXP, "ratio exp in float32 (named)"),
+    ("regular", {A + "policy_loss_type": "regular"}, FLOAT32_EXP, "float64: to SkyRL's float32 exp (named)"),
     (
         "regular, eps_clip_low/high 0.2/0.28",
         {A + "eps_clip_low": 0.2, A + "eps_clip_high": 0.28},
         FLOAT32_EXP,
-        "ratio exp in float32 (named)",
+        "float64: to SkyRL's float32 exp (named)",
     ),
-    ("dual_clip", {A + "policy_loss_type": "dual_clip"}, FLOAT32_EXP, "clip_ratio_c 3; ratio exp in float32 (named)"),
+    (
+        "dual_clip",
+        {A + "policy_loss_type": "dual_clip"},
+        FLOAT32_EXP,
+        "clip_ratio_c 3; float64: to SkyRL's float32 exp (named)",
+    ),
     (
         "gspo",
         {A + "policy_loss_type": "gspo", A + "eps_clip_low": 3e-4, A + "eps_clip_high": 4e-4},
         1e-12,
         "log s clamped at 10, as divclip",
     ),
-    ("cispo (defaults 0 / 5)", {A + "policy_loss_type": "cispo"}, FLOAT32_EXP, "ratio exp in float32 (named)"),
+    (
+        "cispo (defaults 0 / 5)",
+        {A + "policy_loss_type": "cispo"},
+        FLOAT32_EXP,
+        "float64: to SkyRL's float32 exp (named)",
+    ),
     (
         "cispo 0.5 / 1.0",
         {A + "policy_loss_type": "cispo", A + "cispo.cispo_eps_clip_low": 0.5, A + "cispo.cispo_eps_clip_high": 1.0},
         FLOAT32_EXP,
-        "ratio exp in float32 (named)",
+        "float64: to SkyRL's float32 exp (named)",
     ),
     ("sapo", {A + "policy_loss_type": "sapo"}, 1e-12, ""),
     (
@@ -122,7 +132,12 @@ PARITY_ROWS = (
     [("skyrl", f"policy_loss_type {name}", "exact", note) for name, _, _, note in LOSSES]
     + [("skyrl", f"loss_reduction {name}", "exact", "skyrl.aggregation") for name, _, _ in REDUCTIONS]
     + [
-        ("skyrl", name, "exact", "read_correction" + (", weight exp in float32" if tol > 1e-12 else ""))
+        (
+            "skyrl",
+            name,
+            "exact",
+            "read_correction" + ("; float64: to SkyRL's float32 exp of the weight" if tol > 1e-12 else ""),
+        )
         for name, _, tol in CORRECTIONS
     ]
     + [
