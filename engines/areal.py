@@ -349,6 +349,8 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
             "use_decoupled_loss": False,
         }
         notes.append("SAPO needs use_decoupled_loss: false in AReaL")
+        if spec.clamp_log_ratio:
+            notes.append("AReaL's SAPO gates r = exp(log π - log π_old) without verl's ±20 clamp on log r")
     elif spec.form == "clip":
         keys = _write_clip(spec, notes, diffs)
     else:

@@ -598,7 +598,8 @@ def _reduction_pitfalls(s: EngineRead, g: dict) -> None:
                 "skyrl_reduction_differs",
                 f"loss_reduction=token_mean_legacy takes a token mean within each micro-batch of "
                 f"micro_train_batch_size_per_gpu = {micro} sequences, then the mean over micro-batches: a token mean "
-                "of the mini-batch only when every micro-batch holds as many tokens; divclip reads it as token-mean",
+                "of the mini-batch only when every micro-batch holds as many tokens; divclip reads it as token-mean"
+                " (divclip.engines.skyrl.aggregation gives its exact weights)",
                 A + "loss_reduction",
                 where,
             )
@@ -610,7 +611,8 @@ def _reduction_pitfalls(s: EngineRead, g: dict) -> None:
                 "skyrl_reduction_differs",
                 "loss_reduction=seq_mean_token_sum_norm divides each sequence's token sum by max_seq_len = "
                 + (f"{n!s}" if n is not None else "(unset: SkyRL requires it)")
-                + ", not by the padded width of the batch, and the sum over sequences by the mini-batch's row count",
+                + ", not by the padded width of the batch, and the sum over sequences by the mini-batch's row count"
+                " (divclip.engines.skyrl.aggregation gives its exact weights)",
                 A + "max_seq_len",
                 where,
             )
@@ -620,7 +622,8 @@ def _reduction_pitfalls(s: EngineRead, g: dict) -> None:
             Pitfall(
                 "skyrl_reduction_differs",
                 "loss_reduction=sequence_mean divides by every row of the mini-batch, empty rows (no loss token) "
-                "included, where verl's seq-mean-token-mean averages only the rows that have a token",
+                "included, where verl's seq-mean-token-mean averages only the rows that have a token"
+                " (divclip.engines.skyrl.aggregation gives its exact weights)",
                 A + "loss_reduction",
                 where,
             )
