@@ -61,7 +61,9 @@ def render(found) -> list[str]:
     engines += sorted({r[0] for r in found} - set(engines))
     for engine in engines:
         mine = [r for r in found if r[0] == engine]
-        counts = ", ".join(f"{sum(r[2] == s for r in mine)} {s}" for s in STATUSES if any(r[2] == s for r in mine))
+        statuses = [s for s in STATUSES if any(r[2] == s for r in mine)]
+        statuses += sorted({r[2] for r in mine} - set(STATUSES))  # a module's own words, after the known ones
+        counts = ", ".join(f"{sum(r[2] == s for r in mine)} {s}" for s in statuses)
         module = get_engine(engine)
         lines += [f"**{TITLES.get(engine, engine)} {module.VERSION}** ({counts})", ""]
         lines += ["| setting | status | note |", "| --- | --- | --- |"]
