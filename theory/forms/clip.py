@@ -7,6 +7,13 @@ TRL grpo/bnpo/dr_grpo/dapo; GSPO (verl `gspo`) at level='sequence'. Numpy weight
   dual clip, and |log r| > 20 (verl's log-ratio clamp stops the gradient). At level='sequence' (GSPO) r is the
   sequence's length-normalised ratio s, every token of the sequence gets w(s), and the clamp is log s <= 10.
 
+Parameter `seq_grad_mean` (level='sequence' only; 0 or 1, default 0): 1 differentiates s = exp(mean_t log r_t)
+through the mean, as OpenRLHF 0.11.2 and slime compute GSPO, instead of verl's sg(s)·π_θ/sg(π_θ): the value is
+the same, but each token's gradient is its row's mean of −A·s over the kept tokens (divided by the row's
+token count, at least 1) rather than its own −A·s. With one advantage per row the two are equal; with
+token-varying advantages (OpenRLHF's default GAE) they are not (one row, A = (1, −1), both kept: (0, 0), where
+verl gives (−s/2, +s/2) after the row's mean).
+
 Torch: `loss` dispatches to two hand-fused fast paths, `_interval_clip_mode` (token level, one p-free
 interval) and `_sequence_clip_mode` (GSPO), and otherwise to `_general_clip_mode`, the readable path through
 `clipped_surrogate` that handles every spec and is the reference the fast paths are tested equal to
@@ -19,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from divclip.theory.forms._form import Form
+from divclip.theory.forms._form import Form, Param
 from divclip.theory.forms._numpy import SEQ_LOG_RATIO_MAX, _shaped, _verl_ratio, clip_bounds, moved_out
 
 if TYPE_CHECKING:
@@ -59,11 +66,42 @@ def loss(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> PolicyTerm
     from divclip.theory.spec import AllOf
 
     simple = not isinstance(spec, AllOf) and not spec.p_dependent  # one p-free interval
-    if simple and spec.level == "sequence" and spec.dual_clip_c is None:
-        return _sequence_clip_mode(log_prob, old_log_prob, advantages, mask, spec)
     if simple and spec.level == "token":
         return _interval_clip_mode(log_prob, old_log_prob, advantages, spec)
-    return _general_clip_mode(log_prob, old_log_prob, advantages, mask, spec)
+    if simple and spec.level == "sequence" and spec.dual_clip_c is None:
+        terms = _sequence_clip_mode(log_prob, old_log_prob, advantages, mask, spec)
+    else:
+        terms = _general_clip_mode(log_prob, old_log_prob, advantages, mask, spec)
+    if spec.level == "sequence" and not isinstance(spec, AllOf) and spec.param("seq_grad_mean"):
+        terms = _through_the_mean(terms, log_prob, mask)
+    return terms
+
+
+def _through_the_mean(terms: PolicyTerms, log_prob, mask) -> PolicyTerms:
+    """`seq_grad_mean`: the gradient of s = exp(Σ_t m·log r_t / max(Σ m, 1)) taken through the mean (OpenRLHF,
+    slime). A loss whose aggregation weighs a row's tokens alike (every loss_agg_mode does) then has, per token,
+    the row's masked mean of the kept −A·s: ∂s/∂log π_t = s·m_t / max(Σ m, 1) times Σ_t' m_t'·(−A_t')·[kept_t'].
+    The value is unchanged."""
+    import torch
+
+    from divclip.theory.forms._kernels import _WithGradient
+
+    with torch.no_grad():
+        rows = torch.sum(mask, dim=-1, keepdim=True).clamp(min=1)  # (B, 1)
+        grad = (torch.sum(terms.grad * mask, dim=-1, keepdim=True) / rows) * mask  # (B, T)
+    return terms._replace(loss=_WithGradient.apply(log_prob, terms.loss.detach(), grad), grad=grad)
+
+
+def _check(spec) -> None:
+    """`seq_grad_mean` is 0 or 1, and only at level='sequence' (a token ratio has no sequence mean)."""
+    value = spec.param("seq_grad_mean")
+    if value not in (0.0, 1.0):
+        raise ValueError(f"ClipSpec.params['seq_grad_mean'] must be 0 or 1 (a flag), got {value!r}")
+    if value and spec.level != "sequence":
+        raise ValueError(
+            f"ClipSpec.params['seq_grad_mean'] = 1 needs level='sequence' (GSPO's sequence ratio), got "
+            f"level={spec.level!r}"
+        )
 
 
 def _sequence_clip_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> PolicyTerms:
@@ -217,4 +255,15 @@ FORM = Form(
     levels=("token", "sequence"),
     dual_clip=True,
     loss=loss,
+    params=(
+        Param(
+            "seq_grad_mean",
+            0.0,
+            "1: GSPO's gradient through the sequence mean (OpenRLHF, slime): each token gets its row's mean of the "
+            "kept −A·s; 0: verl's sg(s)·π/sg(π), each token its own −A·s (level='sequence' only)",
+            above=-1.0,
+            at_most=1.0,
+        ),
+    ),
+    check=_check,
 )
