@@ -14,5 +14,5 @@ ENGINE_AGG_MODES = ("seq-mean-token-mean-noeps", "token-mean-min1")
 """Two more engines' arithmetic that neither list gives exactly (`agg_loss` takes them too):
 seq-mean-token-mean-noeps: verl's seq-mean-token-mean without its + 1e-8 in each row's token count (OpenRLHF
 0.11.2 `aggregate_loss`: its bool mask's integer count + 1e-8 rounds back to the count in float32);
-token-mean-min1: Σ m·ℓ over the rows' token counts each at least 1, an empty row counting 1 (slime's
---calculate-per-token-loss: `loss_function`'s num_tokens, Megatron's per-token normaliser)."""
+token-mean-min1: Σ m·ℓ over the rows' token counts each at least 1, an empty row counting 1 (slime's per-token
+loss: `loss_function`'s num_tokens, Megatron's per-token normaliser)."""

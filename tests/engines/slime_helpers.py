@@ -104,12 +104,14 @@ def load() -> dict[str, types.ModuleType]:
 
 
 def slime_args(settings: dict) -> Namespace:
-    """slime's `args` for `settings` ({flag: value}): every flag divclip reads at its slime default
+    """slime's `args` for `settings` ({flag: value}, typed as slime's parser types them): every flag divclip
+    reads at its slime default
     (divclip.engines.slime.KEYS, checked against slime's arguments.py by tests/engines/test_slime.py) unless set,
     `--eps-clip-high` None -> `--eps-clip` (slime's arguments.py: `if args.eps_clip_high is None`), and the
     options the loss reads that divclip does not (their slime defaults)."""
     values = {flag: key.default for flag, key in slime_engine.KEYS.items()}
-    values.update(settings)
+    kinds = {"float": float, "int": int, "bool": bool, "str": str}  # argparse's type= (store_true: bool)
+    values.update({flag: kinds[slime_engine.KEYS[flag].kind](v) for flag, v in settings.items()})
     args = Namespace(**{flag[2:].replace("-", "_"): v for flag, v in values.items()})
     if args.eps_clip_high is None:
         args.eps_clip_high = args.eps_clip

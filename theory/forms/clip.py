@@ -79,17 +79,19 @@ def loss(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> PolicyTerm
 
 def _through_the_mean(terms: PolicyTerms, log_prob, mask) -> PolicyTerms:
     """`seq_grad_mean`: the gradient of s = exp(Σ_t m·log r_t / max(Σ m, 1)) taken through the mean (OpenRLHF,
-    slime). A loss whose aggregation weighs a row's tokens alike (every loss_agg_mode does) then has, per token,
-    the row's masked mean of the kept −A·s: ∂s/∂log π_t = s·m_t / max(Σ m, 1) times Σ_t' m_t'·(−A_t')·[kept_t'].
-    The value is unchanged."""
+    slime): ∂s/∂log π_t = s·m_t / max(Σ m, 1), so whatever weighs the token terms downstream (an aggregation, a
+    rollout-correction weight), token t gets m_t / max(Σ m, 1) · Σ_t' u_t'·(−A_t'·s)·[kept_t'], u being each
+    term's weight (`_SequenceMeanGradient`). The value is unchanged. `grad` becomes the row's masked mean of the
+    kept −A·s: the per-token gradient when a row's tokens weigh alike (every loss_agg_mode, no weights)."""
     import torch
 
-    from divclip.theory.forms._kernels import _WithGradient
+    from divclip.theory.forms._kernels import _SequenceMeanGradient
 
     with torch.no_grad():
         rows = torch.sum(mask, dim=-1, keepdim=True).clamp(min=1)  # (B, 1)
         grad = (torch.sum(terms.grad * mask, dim=-1, keepdim=True) / rows) * mask  # (B, T)
-    return terms._replace(loss=_WithGradient.apply(log_prob, terms.loss.detach(), grad), grad=grad)
+    loss = _SequenceMeanGradient.apply(log_prob, terms.loss.detach(), terms.grad, mask, rows)
+    return terms._replace(loss=loss, grad=grad)
 
 
 def _check(spec) -> None:
