@@ -51,7 +51,7 @@ def _n(x: float) -> str:
 
 def token_bounds(spec: ClipSpec, q: float) -> tuple[float, float] | None:
     """(l, u) of the spec's interval at old probability q: its ratio clip, or the measure's per-token roots."""
-    if isinstance(spec, AllOf) or spec.mode == "sapo":
+    if isinstance(spec, AllOf) or spec.form == "sapo":
         return None
     if spec.p_dependent:
         lo, hi = theory.get_measure(spec.measure).bounds(spec.delta, q)
@@ -73,9 +73,9 @@ def _flag(t) -> bool:
 
 
 def _loss_text(spec: ClipSpec, r: float, adv: float, bounds, loss: float) -> str:
-    """The loss form with this token's numbers (mode clip), else the form's formula and theory's value."""
+    """The loss form with this token's numbers (form clip), else the form's formula and theory's value."""
     a = f"({_n(adv)})"
-    if spec.mode == "clip" and bounds is not None and spec.level == "token":
+    if spec.form == "clip" and bounds is not None and spec.level == "token":
         lo, hi = bounds
         clipped = min(max(r, lo), hi)
         text = (
@@ -91,7 +91,7 @@ def _loss_text(spec: ClipSpec, r: float, adv: float, bounds, loss: float) -> str
         "sapo": "ℓ = −A·σ(τ(r − 1))·4/τ, SAPO's soft gate (τ by the sign of A)",
         "clip": "ℓ = max(−A·r, −A·clip(r))",
     }
-    return f"{forms.get(spec.mode, f'loss form {spec.mode!r}')}: ℓ = {_n(loss)} for this token"
+    return f"{forms.get(spec.form, f'loss form {spec.form!r}')}: ℓ = {_n(loss)} for this token"
 
 
 def _rule(spec: ClipSpec, terms, r: float, adv: float, bounds, weight: float) -> str:

@@ -226,7 +226,7 @@ def _spec(s: EngineRead, g: dict):
         if s.form == "sapo":
             if s.level == "sequence":
                 raise ValueError("divclip's sapo gate is token level; AReaL's use_sapo_loss takes the sequence ratio")
-            return ClipSpec(mode="sapo", tau_pos=g[A + "sapo_tau_pos"], tau_neg=g[A + "sapo_tau_neg"])
+            return ClipSpec(form="sapo", tau_pos=g[A + "sapo_tau_pos"], tau_neg=g[A + "sapo_tau_neg"])
         return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, dual_clip_c=s.dual_clip_c, level=s.level)
     except ValueError as exc:
         s.notes.append(f"no divclip method says this exactly: {exc}")
@@ -306,7 +306,7 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
     spec, label = check_spec(spec, label)
     notes: list = []
     diffs: list = []
-    if spec.mode == "sapo":
+    if spec.form == "sapo":
         keys = {
             "use_sapo_loss": True,
             "sapo_tau_pos": float(spec.tau_pos),
@@ -315,11 +315,11 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
             "use_decoupled_loss": False,
         }
         notes.append("SAPO needs use_decoupled_loss: false in AReaL")
-    elif spec.mode == "clip":
+    elif spec.form == "clip":
         keys = _write_clip(spec, notes, diffs)
     else:
         raise ValueError(
-            f"AReaL {VERSION} has no {spec.mode!r} loss form: its actor runs the PPO clip (token or "
+            f"AReaL {VERSION} has no {spec.form!r} loss form: its actor runs the PPO clip (token or "
             "sequence ratio) or SAPO, and has no plug-in for divclip's loss"
         )
     agg = (

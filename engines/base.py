@@ -213,8 +213,8 @@ def as_ratio_clip(spec):
 
     if is_adaptive(spec):
         raise ValueError(f"{method_string(spec)!r} adapts δ during training: a fixed ratio clip cannot follow it")
-    if spec.mode != "clip":
-        raise ValueError(f"{method_string(spec)!r} is the {spec.mode!r} loss form, not a clip interval")
+    if spec.form != "clip":
+        raise ValueError(f"{method_string(spec)!r} is the {spec.form!r} loss form, not a clip interval")
     if spec.measure_name == "ratio" and not isinstance(spec, AllOf):
         return spec, None
     if spec.p_dependent:
@@ -412,13 +412,13 @@ def describe(spec) -> str:
             f"[{spec.delta_min:.4g}, {spec.delta_max:.4g}]), from {describe(spec.fixed())}"
         )
     name = spec.measure_name
-    if spec.mode == "sapo":
+    if spec.form == "sapo":
         return f"SAPO: soft gate, τ+ = {spec.tau_pos:g}, τ- = {spec.tau_neg:g}"
     if spec.delta is None and spec.eps_low is None:  # a form without a clip budget
-        return f"{spec.mode} loss form" + "".join(f", {k} = {v:g}" for k, v in spec.params)
+        return f"{spec.form} loss form" + "".join(f", {k} = {v:g}" for k, v in spec.params)
     if name == "ratio":
         what = "GSPO" if spec.level == "sequence" else method_for("ratio", spec.eps_low, spec.eps_high)
-        form = "ratio clip" if spec.mode == "clip" else f"{spec.mode} with ratio widths"
+        form = "ratio clip" if spec.form == "clip" else f"{spec.form} with ratio widths"
         return f"{what}: {form} [{1 - spec.eps_low:.7g}, {1 + spec.eps_high:.7g}] ({spec.level} level)"
     bounds = advice.ratio_bounds(name, spec.delta, spec.delta)
     where = (
@@ -426,7 +426,7 @@ def describe(spec) -> str:
         if not isinstance(bounds[0], dict)
         else "r in " + ", ".join(f"[{b['lo']:.4g}, {b['hi']:.4g}] at p = {b['p']:g}" for b in bounds)
     )
-    form = {"gated": "DPPO mask", "clip": "PPO clip"}.get(spec.mode, spec.mode)
+    form = {"gated": "DPPO mask", "clip": "PPO clip"}.get(spec.form, spec.form)
     return f"{method_for(name, delta=spec.delta)}: {form} by {name}, δ = {spec.delta:.6g}, {where}"
 
 

@@ -367,9 +367,9 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
     spec, label = check_spec(spec, label)
     notes: list = []
     diffs: list = []
-    if spec.mode != "clip":
+    if spec.form != "clip":
         raise ValueError(
-            f"OpenRLHF {VERSION} has no {spec.mode!r} loss form: its PolicyLoss runs the PPO clip "
+            f"OpenRLHF {VERSION} has no {spec.form!r} loss form: its PolicyLoss runs the PPO clip "
             f"(policy_loss_type ppo or gspo) and has no plug-in for divclip's loss"
         )
     try:

@@ -279,14 +279,14 @@ def _cispo(s, g, settings, keys):
 
     s.form, s.measure = "cispo", "ratio"
     s.budget_low, s.budget_high = g[A + "cispo.cispo_eps_clip_low"], g[A + "cispo.cispo_eps_clip_high"]
-    s.spec = _try(s, lambda: ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, mode="cispo"))
+    s.spec = _try(s, lambda: ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, form="cispo"))
 
 
 def _sapo(s, g, settings, keys):
     from divclip.theory.spec import ClipSpec
 
     s.form = "sapo"
-    s.spec = _try(s, lambda: ClipSpec(mode="sapo", tau_pos=g[A + "sapo.tau_pos"], tau_neg=g[A + "sapo.tau_neg"]))
+    s.spec = _try(s, lambda: ClipSpec(form="sapo", tau_pos=g[A + "sapo.tau_pos"], tau_neg=g[A + "sapo.tau_neg"]))
 
 
 def _dppo(s, g, settings, keys):
@@ -307,7 +307,7 @@ def _dppo(s, g, settings, keys):
             "one δ, so no divclip method says this exactly"
         )
         return
-    s.spec = _try(s, lambda: ClipSpec(s.measure, delta=s.budget_low, mode="gated"))
+    s.spec = _try(s, lambda: ClipSpec(s.measure, delta=s.budget_low, form="gated"))
 
 
 def _covariance(s, g, settings, keys):
@@ -334,10 +334,10 @@ def _covariance(s, g, settings, keys):
     if form.uses_budget:
         s.measure, s.budget_low, s.budget_high = "ratio", g[A + "eps_clip_low"], g[A + "eps_clip_high"]
         s.spec = _try(
-            s, lambda: ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, mode=mode, params=params)
+            s, lambda: ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, form=mode, params=params)
         )
     else:
-        s.spec = _try(s, lambda: ClipSpec(mode=mode, params=params))
+        s.spec = _try(s, lambda: ClipSpec(form=mode, params=params))
 
 
 def _method(s, g, settings, keys):
@@ -543,15 +543,15 @@ def _write_native(spec, notes: list, diffs: list) -> dict | None:
 
     if isinstance(spec, AllOf) or is_adaptive(spec):
         return None
-    if spec.mode == "sapo":
+    if spec.form == "sapo":
         return {"policy_loss_type": "sapo", "sapo.tau_pos": float(spec.tau_pos), "sapo.tau_neg": float(spec.tau_neg)}
-    if spec.mode == "cispo" and spec.measure_name == "ratio":
+    if spec.form == "cispo" and spec.measure_name == "ratio":
         return {
             "policy_loss_type": "cispo",
             "cispo.cispo_eps_clip_low": float(spec.eps_low),
             "cispo.cispo_eps_clip_high": float(spec.eps_high),
         }
-    if spec.mode == "gated" and spec.measure_name in ("binary_kl", "binary_tv"):
+    if spec.form == "gated" and spec.measure_name in ("binary_kl", "binary_tv"):
         if spec.tis_cap is not None:
             diffs.append(
                 Difference(
@@ -572,7 +572,7 @@ def _write_native(spec, notes: list, diffs: list) -> dict | None:
             "dppo.delta_low": d,
             "dppo.delta_high": d,
         }
-    if spec.mode != "clip":
+    if spec.form != "clip":
         return None
     try:
         ratio, diff = as_ratio_clip(spec)

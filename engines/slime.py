@@ -251,7 +251,7 @@ def _spec(s: EngineRead):
 
     try:  # slime exponentiates the raw log-ratio (compute_policy_loss, compute_cispo_loss): no clamp
         if s.form == "cispo":
-            return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, mode="cispo", clamp_log_ratio=False)
+            return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, form="cispo", clamp_log_ratio=False)
         return ClipSpec(
             "ratio",
             eps_low=s.budget_low,
@@ -337,17 +337,17 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
     spec, label = check_spec(spec, label)
     notes: list = []
     diffs: list = []
-    if spec.mode == "cispo_cap":  # TRL's cispo: slime's cispo at --eps-clip 1 (no lower bound)
+    if spec.form == "cispo_cap":  # TRL's cispo: slime's cispo at --eps-clip 1 (no lower bound)
         from divclip.theory.forms.cispo_cap import cispo_cap_as_cispo
 
         spec = cispo_cap_as_cispo(spec)
-    if spec.mode == "cispo":
+    if spec.form == "cispo":
         settings = _write_cispo(spec, notes)
-    elif spec.mode == "clip":
+    elif spec.form == "clip":
         settings = _write_clip(spec, notes, diffs)
     else:
         raise ValueError(
-            f"slime ({VERSION}) has no {spec.mode!r} loss form (its losses: the PPO clip, gspo, "
+            f"slime ({VERSION}) has no {spec.form!r} loss form (its losses: the PPO clip, gspo, "
             "cispo); a custom loss (--custom-loss-function-path) could run divclip's, see docs/engines.md"
         )
     agg = _aggregation(spec, recipe, loss_agg_mode, notes)

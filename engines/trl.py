@@ -291,7 +291,7 @@ def _read_spec(s: EngineRead, g: dict) -> None:
 def _clip_spec(s: EngineRead, g: dict):
     from divclip.theory.spec import ClipSpec
 
-    mode = "luspo" if s.loss_mode == "luspo" else "clip"
+    form = "luspo" if s.loss_mode == "luspo" else "clip"
     c = s.dual_clip_c
     if c is not None and s.clip_measure in (None, "ratio") and c < 1.0 + s.budget_high:
         raise ValueError(
@@ -306,7 +306,7 @@ def _clip_spec(s: EngineRead, g: dict):
         eps_high=s.budget_high,
         dual_clip_c=c,
         level=s.level,
-        mode=mode,
+        form=form,
         clamp_log_ratio=False,
     )
 
@@ -315,14 +315,14 @@ def _cispo_spec(s: EngineRead, g: dict):
     from divclip.theory.spec import ClipSpec
 
     # an absolute cap on the IS weight, no lower bound (ScaleRL's ε_max): the cispo_cap form, at any cap
-    return ClipSpec(mode="cispo_cap", params={"cispo_cap": s.cap}, level=s.level, clamp_log_ratio=False)
+    return ClipSpec(form="cispo_cap", params={"cispo_cap": s.cap}, level=s.level, clamp_log_ratio=False)
 
 
 def _sapo_spec(s: EngineRead, g: dict):
     from divclip.theory.spec import ClipSpec
 
     return ClipSpec(
-        mode="sapo",
+        form="sapo",
         tau_pos=g["sapo_temperature_pos"],
         tau_neg=g["sapo_temperature_neg"],
         level=s.level,
@@ -337,7 +337,7 @@ def _vespo_spec(s: EngineRead, g: dict):
 
     names = ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")
     form = get_form("vespo")  # its defaults are GRPOConfig's: only the ones set differently go in the method
-    return ClipSpec(mode="vespo", params={k: g[k] for k in names if g[k] != form.param(k).default})
+    return ClipSpec(form="vespo", params={k: g[k] for k in names if g[k] != form.param(k).default})
 
 
 SPEC_FROM_LOSS_TYPE = {
@@ -439,7 +439,7 @@ def _method(s: EngineRead, text: str) -> None:
         f"clip_method={text!r} is the whole method: epsilon, epsilon_high, delta and clip_measure are ignored"
     )
     spec = s.spec
-    if not _combined(spec) and spec.mode == "clip" and spec.measure_name == "ratio":  # a dual clip below 1 + ε_high
+    if not _combined(spec) and spec.form == "clip" and spec.measure_name == "ratio":  # a dual clip below 1 + ε_high
         s.form, s.measure, s.level, s.dual_clip_c = "clip", "ratio", spec.level, spec.dual_clip_c
         s.budget_low, s.budget_high = spec.eps_low, spec.eps_high
         s.ratio_bounds = [1.0 - spec.eps_low, 1.0 + spec.eps_high]
@@ -557,15 +557,15 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
         notes.append("clip_method replaces clip_measure/clip_delta/epsilon_high; TRL's epsilon is ignored")
         fields = {"loss_type": _clip_loss_type(agg, diffs), "clip_method": method_string(spec)}
         return EngineWrite(NAME, label, {}, fields, tuple(notes), "DivClipGRPOConfig", tuple(diffs))
-    if spec.mode not in WRITERS:
+    if spec.form not in WRITERS:
         name = spec.measure_name
         raise ValueError(
-            f"TRL has no {spec.mode!r} loss form (DPPO's mask is verl's dppo_kl/dppo_tv); for a PPO "
+            f"TRL has no {spec.form!r} loss form (DPPO's mask is verl's dppo_kl/dppo_tv); for a PPO "
             f"clip by {name} use the method '{name}:{spec.delta:g}'"
-            if spec.mode == "gated"
-            else f"TRL has no {spec.mode!r} loss form (TRL's loss_type: {', '.join(LOSS_TYPES)})"
+            if spec.form == "gated"
+            else f"TRL has no {spec.form!r} loss form (TRL's loss_type: {', '.join(LOSS_TYPES)})"
         )
-    fields, config_class = WRITERS[spec.mode](spec, agg, notes, diffs)
+    fields, config_class = WRITERS[spec.form](spec, agg, notes, diffs)
     return EngineWrite(NAME, label, {}, fields, tuple(notes), config_class, tuple(diffs))
 
 
@@ -693,7 +693,7 @@ WRITERS = {
     "luspo": _write_luspo,
     "vespo": _write_vespo,
 }
-"""{ClipSpec.mode: fn(spec, aggregation, notes, differences) -> (fields, config class)}."""
+"""{ClipSpec.form: fn(spec, aggregation, notes, differences) -> (fields, config class)}."""
 
 
 _DUAL_NOTE = (
@@ -706,7 +706,7 @@ def _dual_below_upper(spec) -> bool:
     """A ratio clip whose dual-clip cap c is below 1 + ε_high: TRL's `delta` is min(r, delta) on every token, the
     same as a dual clip only when delta >= 1 + ε_high (for A > 0 the clip already caps r there)."""
     c = spec.dual_clip_c
-    if c is None or spec.mode != "clip" or spec.measure_name != "ratio" or not c < 1.0 + spec.eps_high:
+    if c is None or spec.form != "clip" or spec.measure_name != "ratio" or not c < 1.0 + spec.eps_high:
         return False
     if spec.level != "token":  # the plug-in's clip_method runs token-level clips only
         raise ValueError(

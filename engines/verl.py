@@ -10,7 +10,7 @@ multiplies both by rollout.n) and swept `ppo_epochs` times. One update in total 
 1 when the loss is evaluated (verl #791, #1477).
 
 Loss modes: `SPEC_FROM_MODE` maps a `policy_loss.loss_mode` to the ClipSpec it runs (a function of the typed
-settings); `WRITERS` maps a ClipSpec mode to the keys that run it. A mode without a row is reported, not
+settings); `WRITERS` maps a ClipSpec form to the keys that run it. A form without a row is reported, not
 modelled. divclip's own modes (`atr_kl3`, `divclip_<measure>`, `divclip_method`) need the plug-in `PLUGIN`,
 loaded by verl from `VERL_USE_EXTERNAL_MODULES`.
 """
@@ -352,20 +352,20 @@ def _dppo_spec(s, settings, g, keys):
 
     if s.budget_low != s.budget_high:
         raise ValueError(f"δ_low = {s.budget_low:g} and δ_high = {s.budget_high:g}: a divclip gated spec has one δ")
-    return ClipSpec(s.measure, delta=s.budget_low, mode="gated", tis_cap=s.tis_cap)
+    return ClipSpec(s.measure, delta=s.budget_low, form="gated", tis_cap=s.tis_cap)
 
 
 def _cispo(s, settings, g, keys):
     from divclip.theory.spec import ClipSpec
 
-    return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, mode="cispo")
+    return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, form="cispo")
 
 
 def _sapo(s, settings, g, keys):
     from divclip.theory.spec import ClipSpec
 
     # verl's sapo aggregates seq-mean-token-mean whatever loss_agg_mode says: the spec does too (sapo_seq_mean)
-    return ClipSpec(mode="sapo", tau_pos=g[A + "tau_pos"], tau_neg=g[A + "tau_neg"], params={"sapo_seq_mean": 1.0})
+    return ClipSpec(form="sapo", tau_pos=g[A + "tau_pos"], tau_neg=g[A + "tau_neg"], params={"sapo_seq_mean": 1.0})
 
 
 def _divclip_spec(s, settings, g, keys):
@@ -396,18 +396,18 @@ def _method(s, settings, g, keys):
     return spec
 
 
-def _params(mode: str, values: dict) -> dict:
+def _params(form_name: str, values: dict) -> dict:
     """The form's parameters that differ from its defaults (so the method string names only those)."""
     from divclip.theory.forms import get_form
 
-    form = get_form(mode)
+    form = get_form(form_name)
     return {name: v for name, v in values.items() if v != form.param(name).default}
 
 
 def _gpg(s, settings, g, keys):
     from divclip.theory.spec import ClipSpec
 
-    return ClipSpec(mode="gpg")
+    return ClipSpec(form="gpg")
 
 
 def _dro(s, settings, g, keys):
@@ -418,7 +418,7 @@ def _dro(s, settings, g, keys):
         raise ConfigError(
             f"loss_mode dro needs {PL}dro_beta > 0 (verl {VERSION} has no default and raises without one)"
         )
-    return ClipSpec(mode="dro", params=_params("dro", {"dro_beta": beta}))
+    return ClipSpec(form="dro", params=_params("dro", {"dro_beta": beta}))
 
 
 def _clip_cov(s, settings, g, keys):
@@ -426,7 +426,7 @@ def _clip_cov(s, settings, g, keys):
 
     params = {name: g[PL + name] for name in ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub")}
     return ClipSpec(
-        "ratio", eps_low=s.budget_low, eps_high=s.budget_high, mode="clip_cov", params=_params("clip_cov", params)
+        "ratio", eps_low=s.budget_low, eps_high=s.budget_high, form="clip_cov", params=_params("clip_cov", params)
     )
 
 
@@ -434,7 +434,7 @@ def _kl_cov(s, settings, g, keys):
     from divclip.theory.spec import ClipSpec
 
     return ClipSpec(
-        mode="kl_cov",
+        form="kl_cov",
         params=_params("kl_cov", {"kl_cov_ratio": g[PL + "kl_cov_ratio"], "kl_cov_coef": g[PL + "ppo_kl_coef"]}),
     )
 
@@ -446,7 +446,7 @@ def _geo_mean(s, settings, g, keys):
     clip = g[A + "clip_ratio"]
     low = g[A + "clip_ratio_low"] if g[A + "clip_ratio_low"] is not None else clip
     high = g[A + "clip_ratio_high"] if g[A + "clip_ratio_high"] is not None else clip
-    return ClipSpec(mode="geo_mean", params=_params("geo_mean", {"gmpo_eps_low": low, "gmpo_eps_high": high}))
+    return ClipSpec(form="geo_mean", params=_params("geo_mean", {"gmpo_eps_low": low, "gmpo_eps_high": high}))
 
 
 def _bypass(s, settings, g, keys):
@@ -464,13 +464,13 @@ def _bypass(s, settings, g, keys):
         return _vanilla(s, settings, g, keys)
     threshold = _is_threshold(settings, keys)
     if g[RC + "rollout_is"] is None or threshold is None:  # verl computes no weights: plain REINFORCE
-        return ClipSpec(mode="gpg")
+        return ClipSpec(form="gpg")
     cap, floor = threshold
-    mode = "reinforce_is" if g[RC + "rollout_is"] == "token" else "reinforce_seq_is"
+    form = "reinforce_is" if g[RC + "rollout_is"] == "token" else "reinforce_seq_is"
     return ClipSpec(
-        mode=mode,
+        form=form,
         params=_params(
-            mode,
+            form,
             {
                 "rollout_is_threshold": cap,
                 "rollout_is_threshold_lower": floor,
@@ -876,7 +876,7 @@ def _write_reinforce_is(spec, env: dict, notes: list) -> dict:
     return {
         RC + "bypass_mode": True,
         RC + "loss_type": "reinforce",
-        RC + "rollout_is": "token" if spec.mode == "reinforce_is" else "sequence",
+        RC + "rollout_is": "token" if spec.form == "reinforce_is" else "sequence",
         RC + "rollout_is_threshold": f"{floor!r}_{cap!r}" if floor > 0 else cap,
         RC + "rollout_is_batch_normalize": bool(spec.param("rollout_is_batch_normalize")),
     }
@@ -896,7 +896,7 @@ WRITERS = {
     "reinforce_seq_is": _write_reinforce_is,
     "cispo_cap": _write_cispo_cap,
 }
-"""{ClipSpec.mode: fn(spec, env, notes) -> {key below actor_rollout_ref.actor. (or a whole `algorithm.` key):
+"""{ClipSpec.form: fn(spec, env, notes) -> {key below actor_rollout_ref.actor. (or a whole `algorithm.` key):
 value}}: the keys that run it."""
 
 
@@ -912,11 +912,11 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
     diffs: list = []
     if _combined(spec):  # intersections and adaptive δ: the divclip_method mode reads the whole method string
         keys = _write_method(spec, env, notes)
-    elif spec.mode in WRITERS:
-        keys = WRITERS[spec.mode](spec, env, notes)
+    elif spec.form in WRITERS:
+        keys = WRITERS[spec.form](spec, env, notes)
     else:
         raise ValueError(
-            f"verl has no loss_mode for the {spec.mode!r} loss form (verl modes divclip writes: "
+            f"verl has no loss_mode for the {spec.form!r} loss form (verl modes divclip writes: "
             f"{', '.join(WRITERS)} forms)"
         )
     if keys.get("clip_ratio_c") == math.inf:
@@ -924,12 +924,12 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
     # always written (verl's default when the method names none), so a block pasted after another leaves
     # nothing of the other's aggregation in force
     agg = _aggregation(spec, recipe, loss_agg_mode, notes) or (
-        "seq-mean-token-mean" if spec.mode == "sapo" else KEYS[A + "loss_agg_mode"].default
+        "seq-mean-token-mean" if spec.form == "sapo" else KEYS[A + "loss_agg_mode"].default
     )
     if agg not in LOSS_AGG_MODES:
         raise ValueError(f"loss_agg_mode must be one of {list(LOSS_AGG_MODES)}, got {agg!r}")
     keys["loss_agg_mode"] = agg
-    if spec.mode == "sapo" and agg != "seq-mean-token-mean" and loss_agg_mode is not None:
+    if spec.form == "sapo" and agg != "seq-mean-token-mean" and loss_agg_mode is not None:
         diffs.append(Difference(f"aggregation {agg}", "verl's sapo always aggregates seq-mean-token-mean"))
     if keys.get("policy_loss.loss_mode") == "gspo" and spec.dual_clip_c is not None:
         diffs.append(

@@ -236,14 +236,14 @@ def _entry_warnings(e: dict, mis: dict, max_masked: float) -> list[dict]:
 def _double_counting(label: str, c: Correction, spec) -> list[dict]:
     if not (c.bypass and c.is_level is not None):
         return []
-    mode = None if spec is None else spec.mode
-    if mode == "gpg":
+    form = None if spec is None else spec.form
+    if form == "gpg":
         return []
     return [
         _warn(
             "correction_double_counting",
             f"correction {label}: an importance weight in bypass mode, where π_old is π_rollout: the loss's ratio "
-            f"π_θ/π_rollout already carries it (mode {mode or 'clip'}); verl's ppo_clip computes it for its metrics "
+            f"π_θ/π_rollout already carries it (form {form or 'clip'}); verl's ppo_clip computes it for its metrics "
             "only, and applying it would count the mismatch twice (e.g. CISPO anchored at the rollout plus TIS)",
         )
     ]

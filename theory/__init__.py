@@ -26,8 +26,6 @@ _LAZY = {
         "PolicyTerms",
         "agg_loss",
         "LOSS_AGG_MODES",
-        "MODES",
-        "register_mode",
         "clip_loss_with_bounds",
         "clipped_surrogate",
     ),

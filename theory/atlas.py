@@ -11,12 +11,12 @@ unclipped PPO token (the importance weight), r times the gate's slope for SAPO, 
 a form is in the frame once declared.
 tests/theory/test_atlas.py checks w against autograd through `policy_loss` for every token-level form.
 
-Sequence-level and batch-selective forms: GSPO (mode 'clip' at level='sequence') reads r as the sequence's
+Sequence-level and batch-selective forms: GSPO (form 'clip' at level='sequence') reads r as the sequence's
 length-normalised ratio s; every token of the sequence gets w(q, s, A). A form whose weight is not a function
 of (q, r, A) alone (`Form.token_level` False and no weight) makes `gradient_weight` raise a ValueError that
 says why (`Form.weight_note`).
 
-`METHODS` names methods: an engine's mode or a paper's method as a method string plus the loss aggregation it
+`METHODS` names methods: an engine's loss mode or a paper's method as a method string plus the loss aggregation it
 uses (verl `vanilla` is 'grpo/dual=3' with token-mean; TRL `dapo` is 'grpo' with token-mean).
 `catalogue()` is the atlas: every named method and every declared form, with family, sources, parameters and
 intervals (`divclip atlas`, the app's Atlas page, the method table in README.md and docs/theory.md §8).
@@ -33,7 +33,7 @@ from types import MappingProxyType
 import numpy as np
 
 from divclip.theory.agg_modes import LOSS_AGG_MODES
-from divclip.theory.forms import FORMS, Form
+from divclip.theory.forms import FORMS, Form, get_form
 
 __all__ = [
     "METHODS",
@@ -52,13 +52,7 @@ Q_GRID = (0.001, 0.01, 0.1, 0.5, 0.9, 0.99)
 
 # ------------------------------------------------------------------------------------------ the frame
 def _form_of(spec) -> Form:
-    form = FORMS.get(spec.mode)
-    if form is None:
-        raise ValueError(
-            f"mode {spec.mode!r} is registered in torch but has no declared Form: declare one with "
-            f"divclip.theory.forms.declare_form to place it in the atlas; declared: {sorted(FORMS)}"
-        )
-    return form
+    return get_form(spec.form)
 
 
 def _as_spec(spec):
@@ -109,7 +103,7 @@ def gradient_weight(spec, q, r, adv) -> np.ndarray:
     form = _form_of(spec)
     if form.weight is None:
         why = form.weight_note or "its weight is not a function of (q, r, A) alone"
-        raise ValueError(f"mode {form.name!r} ({form.family}) has no per-token gradient weight w(q, r, A): {why}")
+        raise ValueError(f"form {form.name!r} ({form.family}) has no per-token gradient weight w(q, r, A): {why}")
     q, r, adv, shape = _inputs(q, r, adv)
     w = np.asarray(form.weight(spec, q, r, adv), dtype=np.float64)
     return np.broadcast_to(w, shape).copy()
@@ -266,7 +260,7 @@ def catalogue_names() -> list[str]:
     from divclip.theory.spec import parse_method
 
     names = list(_METHODS)
-    used = {parse_method(m.method).mode for m in _METHODS.values()}
+    used = {parse_method(m.method).form for m in _METHODS.values()}
     names += [name for name, form in FORMS.items() if name not in used and name not in _METHODS and form.example]
     return names
 
@@ -306,7 +300,7 @@ def _parameters(spec, form: Form) -> list[dict]:
     for field_name, doc in (("dual_clip_c", "dual-clip cap c"), ("tis_cap", "truncated IS cap")):
         if getattr(spec, field_name) is not None:
             out.append({"name": field_name, "value": getattr(spec, field_name), "default": None, "doc": doc})
-    if spec.mode == "sapo":
+    if spec.form == "sapo":
         out += [
             {"name": "tau_pos", "value": spec.tau_pos, "default": 1.0, "doc": "gate temperature, A > 0"},
             {"name": "tau_neg", "value": spec.tau_neg, "default": 1.05, "doc": "gate temperature, A <= 0"},

@@ -13,14 +13,14 @@ Method strings (whitespace around the whole string is ignored; nothing else is):
                                              1 - 0.2 (GRPO's ε_low), as ATR-GRPO does; 'ratio' is ε = 0.2
              | MEASURE ":" NUMBER            budget δ (for 'ratio': a symmetric clip width ε)
              | "ratio:" NUMBER ":" NUMBER    ratio clip ε_low:ε_high (DAPO's clip-higher is ratio:0.2:0.28)
-    option  := MODE                                the loss form (default clip; a preset keeps its own): clip,
+    option  := FORM                                the loss form (default clip; a preset keeps its own): clip,
                                                  gated, cispo, sapo, or any form in `divclip.theory.forms`
              | NAME "=" NUMBER                     a parameter of the loss form (`Form.params`), e.g.
                                                  '/clip_cov_ratio=0.0002'; unset ones take the form's default
              | "seq"                               GSPO's sequence-level ratio
              | "noclamp"                           exp of the raw log-ratio, as TRL (verl clamps log r to ±20)
-             | "dual=" NUMBER                      dual-clip cap c > 1 (mode clip)
-             | "tis=" NUMBER                       truncated IS weight cap (mode gated)
+             | "dual=" NUMBER                      dual-clip cap c > 1 (form clip)
+             | "tis=" NUMBER                       truncated IS weight cap (form gated)
              | "tau=" NUMBER ":" NUMBER            SAPO gate temperatures for A > 0 and A <= 0
 
 Examples: `kl3`, `kl3:0.023144`, `ratio:0.2:0.28`, `binary_kl:0.05/gated/tis=20`, `dapo/dual=3`, `ratio:3e-4:4e-4/seq`.
@@ -38,7 +38,7 @@ Two combinators extend a method (docs/future_work.md):
               | "dir"                            +1 or -1: the assumed sign of d(signal)/dδ (defaults:
                                                  clipfrac -1, kl3 +1, entropy -1)
 
-An intersection's parts are mode 'clip' at token level (dual clip allowed when every part has the same cap):
+An intersection's parts are form 'clip' at token level (dual clip allowed when every part has the same cap):
 e.g. `kl3:0.023144&binary_tv:0.2`, a global KL3 budget that also protects rare tokens. An adaptive part is a
 measure with a budget δ (not 'ratio', not sapo, not an intersection); its δ0 is the part's δ, and after each
 step δ <- clamp(δ·exp(dir·gain·clamp((target - signal)/target, -1, 1)), min, max) (`divclip.theory.adaptive`):
@@ -55,7 +55,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from divclip.theory.forms import FORMS, LEVELS, MODE_NAMES, modes_with, param_names
+from divclip.theory.forms import FORM_NAMES, FORMS, LEVELS, forms_with, param_names
 from divclip.theory.measures import MEASURES, Measure, get_measure
 
 __all__ = [
@@ -81,8 +81,8 @@ MAX_METHOD_ECHO = 80
 DEFAULT_EPS_LOW = 0.2
 """A bare measure name means the budget whose lower bound is 1 - DEFAULT_EPS_LOW (GRPO's ε_low), as ATR-GRPO."""
 
-# Loss-form names (`divclip.theory.forms.MODE_NAMES`): the declared forms; `register_mode` adds to this set too.
-# What a form accepts (level='sequence', a dual clip) is its Form's `levels` and `dual_clip` (`modes_with`).
+# Loss-form names (`divclip.theory.forms.FORM_NAMES`): the declared forms.
+# What a form accepts (level='sequence', a dual clip) is its Form's `levels` and `dual_clip` (`forms_with`).
 # p-dependent measures the torch loss can solve per-token bounds for (`divclip.theory.forms._kernels._TORCH_BOUNDS`).
 LOSS_P_DEPENDENT = frozenset({"binary_kl", "binary_tv"})
 
@@ -111,20 +111,20 @@ class ClipSpec:
     eps_high: float | None = None
     """'ratio' only: upper clip width, r <= 1 + eps_high (GRPO 0.2, DAPO 0.28; GSPO 4e-4)."""
     dual_clip_c: float | None = None
-    """mode 'clip': dual-clip cap c > 1 on -A·r for A < 0 (verl vanilla's, 3.0 by default); None = off."""
+    """form 'clip': dual-clip cap c > 1 on -A·r for A < 0 (verl vanilla's, 3.0 by default); None = off."""
     level: str = "token"
-    """'token', or 'sequence' for GSPO's length-normalised sequence ratio (mode 'clip', p-free measures)."""
-    mode: str = "clip"
+    """'token', or 'sequence' for GSPO's length-normalised sequence ratio (form 'clip', p-free measures)."""
+    form: str = "clip"
     """Loss form: 'clip' (PPO), 'gated' (DPPO mask), 'cispo', 'sapo', ...: a module of `divclip.theory.forms`."""
     tis_cap: float | None = None
-    """mode 'gated': truncate the stop-gradient IS weight at this value (verl dppo's IS cap); None = off."""
+    """form 'gated': truncate the stop-gradient IS weight at this value (verl dppo's IS cap); None = off."""
     tau_pos: float = 1.0
-    """mode 'sapo': gate temperature for A > 0."""
+    """form 'sapo': gate temperature for A > 0."""
     tau_neg: float = 1.05
-    """mode 'sapo': gate temperature for A <= 0."""
+    """form 'sapo': gate temperature for A <= 0."""
     params: tuple = ()
-    """The mode's own parameters beyond the budget, as sorted (name, value) pairs (`divclip.theory.forms`: e.g.
-    mode 'clip_cov' takes clip_cov_ratio); a name left out takes the form's default (`spec.param(name)`)."""
+    """The form's own parameters beyond the budget, as sorted (name, value) pairs (`divclip.theory.forms`: e.g.
+    form 'clip_cov' takes clip_cov_ratio); a name left out takes the form's default (`spec.param(name)`)."""
     clamp_log_ratio: bool = True
     """True: log r is clamped to ±20 before exp (GSPO's log s to <= 10), as verl does. False: r = exp(log r)
     unclamped, as TRL does (method-string option '/noclamp'); the metrics still see log r clamped to ±20."""
@@ -132,8 +132,8 @@ class ClipSpec:
     def __post_init__(self):
         if not isinstance(self.measure, Measure) and self.measure not in MEASURES:
             raise ValueError(f"ClipSpec.measure must be one of {sorted(MEASURES)} (or a Measure), got {self.measure!r}")
-        if self.mode not in MODE_NAMES:
-            raise ValueError(f"ClipSpec.mode must be one of {sorted(MODE_NAMES)}, got {self.mode!r}")
+        if self.form not in FORM_NAMES:
+            raise ValueError(f"ClipSpec.form must be one of {sorted(FORM_NAMES)}, got {self.form!r}")
         if self.level not in LEVELS:
             raise ValueError(f"ClipSpec.level must be one of {list(LEVELS)}, got {self.level!r}")
         self._check_params()
@@ -141,15 +141,15 @@ class ClipSpec:
         if not isinstance(self.clamp_log_ratio, bool):
             raise ValueError(f"ClipSpec.clamp_log_ratio must be True or False, got {self.clamp_log_ratio!r}")
         if self.dual_clip_c is not None:
-            if self.mode not in modes_with("dual_clip"):
+            if self.form not in forms_with("dual_clip"):
                 raise ValueError(
-                    f"ClipSpec.dual_clip_c applies to mode='clip' only (and 'luspo', the clip form "
-                    f"LUSPO aggregates), got mode={self.mode!r}"
+                    f"ClipSpec.dual_clip_c applies to form='clip' only (and 'luspo', the clip form "
+                    f"LUSPO aggregates), got form={self.form!r}"
                 )
             _positive("dual_clip_c", self.dual_clip_c, above=1.0)
         if self.tis_cap is not None:
-            if self.mode != "gated":
-                raise ValueError(f"ClipSpec.tis_cap applies to mode='gated' only, got mode={self.mode!r}")
+            if self.form != "gated":
+                raise ValueError(f"ClipSpec.tis_cap applies to form='gated' only, got form={self.form!r}")
             _positive("tis_cap", self.tis_cap)
         for name in ("tau_pos", "tau_neg"):  # 4/τ and τ·(r - 1) must stay finite in float32 (docs/theory.md §1.1)
             value = _positive(name, self.tau_pos if name == "tau_pos" else self.tau_neg, above=0.0, at_most=TAU_MAX)
@@ -158,12 +158,12 @@ class ClipSpec:
                     f"ClipSpec.{name} must be a finite number in [{TAU_MIN:g}, {TAU_MAX:g}] (the SAPO "
                     f"gate's 4/τ and τ·(r - 1) stay finite in float32), got {value!r}"
                 )
-        if self.mode != "sapo" and (self.tau_pos, self.tau_neg) != (1.0, 1.05):
-            raise ValueError(f"ClipSpec.tau_pos/tau_neg apply to mode='sapo' only, got mode={self.mode!r}")
+        if self.form != "sapo" and (self.tau_pos, self.tau_neg) != (1.0, 1.05):
+            raise ValueError(f"ClipSpec.tau_pos/tau_neg apply to form='sapo' only, got form={self.form!r}")
         if self.level == "sequence":
-            if self.mode not in modes_with("sequence"):
+            if self.form not in forms_with("sequence"):
                 raise ValueError(
-                    f"ClipSpec.level='sequence' (GSPO) needs a mode in {modes_with('sequence')}, got mode={self.mode!r}"
+                    f"ClipSpec.level='sequence' (GSPO) needs a form in {forms_with('sequence')}, got form={self.form!r}"
                 )
             if self.p_dependent:
                 raise ValueError(
@@ -182,11 +182,11 @@ class ClipSpec:
             params = tuple(params.items())
         if not isinstance(params, tuple) or not all(isinstance(kv, tuple) and len(kv) == 2 for kv in params):
             raise ValueError(f"ClipSpec.params must be (name, value) pairs, got {self.params!r}")
-        form = FORMS.get(self.mode)
+        form = FORMS.get(self.form)
         checked = {}
         for name, value in params:
             if form is None:
-                raise ValueError(f"ClipSpec.params: mode {self.mode!r} takes no parameters, got {name!r}")
+                raise ValueError(f"ClipSpec.params: form {self.form!r} takes no parameters, got {name!r}")
             if name in checked:
                 raise ValueError(f"ClipSpec.params names {name!r} twice")
             checked[name] = form.param(name).check(value)
@@ -195,21 +195,21 @@ class ClipSpec:
             form.check(self)  # the form's own rules (divclip.theory.forms.Form.check)
 
     def param(self, name: str) -> float:
-        """The value of the mode's parameter `name`: the one set in `params`, else the form's default."""
+        """The value of the form's parameter `name`: the one set in `params`, else the form's default."""
         for key, value in self.params:
             if key == name:
                 return value
-        form = FORMS.get(self.mode)
+        form = FORMS.get(self.form)
         if form is None:
-            raise ValueError(f"mode {self.mode!r} has no parameter {name!r}")
+            raise ValueError(f"form {self.form!r} has no parameter {name!r}")
         return form.param(name).default
 
     def _check_budget(self):
-        form = FORMS.get(self.mode)
+        form = FORMS.get(self.form)
         if form is not None and not form.uses_budget:
             if (self.delta, self.eps_low, self.eps_high) != (None, None, None):
                 raise ValueError(
-                    f"mode={self.mode!r} takes no clip budget ({form.summary}): "
+                    f"form={self.form!r} takes no clip budget ({form.summary}): "
                     f"got delta={self.delta!r}, eps_low={self.eps_low!r}, eps_high={self.eps_high!r}"
                 )
             return
@@ -281,8 +281,8 @@ class AllOf(ClipSpec):
     """The intersection of clip constraints: a token's ratio is clipped to [max_i lo_i, min_i hi_i], the
     interval where every part's D_i(r[, p]) <= δ_i holds. Build it with `all_of(a, b, ...)` or `a & b`.
 
-    Parts are mode 'clip' at token level; the gated, cispo and sapo forms are refused (their gates and
-    weights are not a clip interval to intersect). The inherited fields other than `mode` and `dual_clip_c`
+    Parts are form 'clip' at token level; the gated, cispo and sapo forms are refused (their gates and
+    weights are not a clip interval to intersect). The inherited fields other than `form` and `dual_clip_c`
     (taken from the parts) are unused."""
 
     parts: tuple = ()
@@ -300,10 +300,10 @@ class AllOf(ClipSpec):
                     f"AllOf.parts[{i}] is adaptive ({method_string(part)!r}): an intersection "
                     "takes fixed budgets; adapt a single measure instead"
                 )
-            if part.mode != "clip":
+            if part.form != "clip":
                 raise ValueError(
-                    f"AllOf.parts[{i}] has mode={part.mode!r}: an intersection intersects clip "
-                    "intervals, so every part must be mode 'clip' (gated, cispo and sapo mixes are "
+                    f"AllOf.parts[{i}] has form={part.form!r}: an intersection intersects clip "
+                    "intervals, so every part must be form 'clip' (gated, cispo and sapo mixes are "
                     "refused)"
                 )
             if part.level != "token":
@@ -318,7 +318,7 @@ class AllOf(ClipSpec):
         }
         if extra or self.measure != "ratio" or self.level != "token":
             raise ValueError(f"AllOf takes only `parts`; its budget is the parts', got {extra or self.measure!r}")
-        object.__setattr__(self, "mode", "clip")
+        object.__setattr__(self, "form", "clip")
         object.__setattr__(self, "dual_clip_c", parts[0].dual_clip_c)
 
     @property
@@ -382,10 +382,10 @@ class AdaptiveSpec(ClipSpec):
         super().__post_init__()
         if self.signal not in SIGNALS:
             raise ValueError(f"AdaptiveSpec.signal must be one of {list(SIGNALS)}, got {self.signal!r}")
-        if self.mode == "sapo" or self.measure_name == "ratio" or self.delta is None:
+        if self.form == "sapo" or self.measure_name == "ratio" or self.delta is None:
             raise ValueError(
                 f"an adaptive δ needs a divergence measure with a budget δ (not 'ratio', not sapo), "
-                f"got measure={self.measure_name!r}, mode={self.mode!r}"
+                f"got measure={self.measure_name!r}, form={self.form!r}"
             )
         _positive("target", self.target, at_most=1.0 if self.signal == "clipfrac" else None, owner="AdaptiveSpec")
         _positive("gain", self.gain, owner="AdaptiveSpec")
@@ -438,10 +438,10 @@ def _presets() -> dict[str, ClipSpec]:
         # DPPO (arXiv 2602.04879, verl dppo_*): verl reuses its PPO width (default 0.2) as δ; 0.05 for
         # binary KL and 0.2 for binary TV are the values validated in SkyRL's DPPO port. The TIS cap is verl's
         # in-code fallback 20 ("a large threshold is recommended"); an ActorConfig's default cap is 3.
-        "dppo_kl": ClipSpec("binary_kl", delta=0.05, mode="gated", tis_cap=20.0),
-        "dppo_tv": ClipSpec("binary_tv", delta=0.2, mode="gated", tis_cap=20.0),
+        "dppo_kl": ClipSpec("binary_kl", delta=0.05, form="gated", tis_cap=20.0),
+        "dppo_tv": ClipSpec("binary_tv", delta=0.2, form="gated", tis_cap=20.0),
         "gspo": ClipSpec("ratio", eps_low=3e-4, eps_high=4e-4, level="sequence"),
-        "sapo": ClipSpec(mode="sapo"),
+        "sapo": ClipSpec(form="sapo"),
     }
 
 
@@ -463,7 +463,7 @@ _ADAPT_KEYS = {"gain": "gain", "min": "delta_min", "max": "delta_max", "dir": "d
 def _allowed() -> str:
     return (
         f"a preset {sorted(PRESETS)} or a measure {sorted(MEASURES)}, optionally ':delta' ('ratio:eps' or "
-        f"'ratio:eps_low:eps_high'), then options '/MODE' (a loss form: {sorted(MODE_NAMES)}), '/seq', '/noclamp', "
+        f"'ratio:eps_low:eps_high'), then options '/FORM' (a loss form: {sorted(FORM_NAMES)}), '/seq', '/noclamp', "
         f"'/dual=C', '/tis=C', '/tau=POS:NEG', '/NAME=VALUE' (a loss form's parameter: {sorted(param_names())}) "
         f"(e.g. 'kl3:0.023144', 'ratio:0.2:0.28', 'binary_kl:0.05/gated'); "
         f"'A&B' intersects methods, 'M@SIGNAL=TARGET[:gain=G][:min=D][:max=D][:dir=±1]' adapts δ with SIGNAL "
@@ -489,8 +489,8 @@ _OPTION_FIELDS = {"seq": "level", "noclamp": "clamp_log_ratio", "dual": "dual_cl
 
 
 def _option_field(key: str, eq: str) -> str | None:
-    if not eq and key in MODE_NAMES:
-        return "mode"
+    if not eq and key in FORM_NAMES:
+        return "form"
     if eq and key == "tau":
         return "tau_pos"
     return _OPTION_FIELDS.get(key) if bool(eq) == (key in ("dual", "tis")) else None
@@ -500,13 +500,13 @@ def _apply_option(fields: dict, option: str, method: str) -> None:
     key, eq, value = option.partition("=")
     slot = _option_field(key, eq)
     if slot is not None and slot in fields:
-        what = "a loss form ('/MODE')" if slot == "mode" else repr("/" + key)
+        what = "a loss form ('/FORM')" if slot == "form" else repr("/" + key)
         raise ValueError(
             f"method {_echo(method)}: {what} is given twice (at {_echo('/' + option)}): keep one, since the last "
             "would silently win"
         )
-    if not eq and key in MODE_NAMES:
-        fields["mode"] = key
+    if not eq and key in FORM_NAMES:
+        fields["form"] = key
     elif not eq and key == "seq":
         fields["level"] = "sequence"
     elif not eq and key == "noclamp":
@@ -529,12 +529,12 @@ def _apply_option(fields: dict, option: str, method: str) -> None:
         raise ValueError(f"method {_echo(method)}: unknown option {_echo('/' + option)}; allowed: {_allowed()}")
 
 
-def _budget_free(mode: str | None) -> bool:
-    form = FORMS.get(mode) if mode else None
+def _budget_free(name: str | None) -> bool:
+    form = FORMS.get(name) if name else None
     return form is not None and not form.uses_budget
 
 
-def _base_fields(base: str, method: str, mode: str | None) -> dict | ClipSpec:
+def _base_fields(base: str, method: str, form: str | None) -> dict | ClipSpec:
     """The preset (a ClipSpec) or the measure's fields of `base` ('kl3', 'kl3:0.02', 'ratio:0.2:0.28')."""
     if base in PRESETS:
         return PRESETS[base]
@@ -551,7 +551,7 @@ def _base_fields(base: str, method: str, mode: str | None) -> dict | ClipSpec:
             raise ValueError(
                 f"method {_echo(method)}: a ratio clip is 'ratio', 'ratio:eps' or 'ratio:eps_low:eps_high'"
             )
-        if _budget_free(mode) and not values:
+        if _budget_free(form) and not values:
             return {"measure": "ratio"}
         lo, hi = (values[0], values[-1]) if values else (DEFAULT_EPS_LOW, DEFAULT_EPS_LOW)
         return {"measure": "ratio", "eps_low": lo, "eps_high": hi}
@@ -559,7 +559,7 @@ def _base_fields(base: str, method: str, mode: str | None) -> dict | ClipSpec:
         raise ValueError(f"method {_echo(method)}: a divergence measure takes one budget, '{head}:delta'")
     if values:
         return {"measure": head, "delta": values[0]}
-    if _budget_free(mode):
+    if _budget_free(form):
         return {"measure": head}
     if MEASURES[head].p_dependent:
         raise ValueError(
@@ -660,7 +660,7 @@ def _parse_part(part: str, method: str) -> ClipSpec:
     fields: dict = {}
     for option in options:
         _apply_option(fields, option, method)
-    found = _base_fields(base, method, fields.get("mode"))
+    found = _base_fields(base, method, fields.get("form"))
     try:
         if isinstance(found, ClipSpec):
             return dataclasses.replace(found, **fields) if fields else found
@@ -710,7 +710,7 @@ def as_spec(spec) -> ClipSpec:
 
 
 def _options(spec: ClipSpec, fmt) -> list[str]:
-    out = [] if spec.mode == "clip" else [spec.mode]
+    out = [] if spec.form == "clip" else [spec.form]
     if spec.level == "sequence":
         out.append("seq")
     if not spec.clamp_log_ratio:
@@ -719,7 +719,7 @@ def _options(spec: ClipSpec, fmt) -> list[str]:
         out.append(f"dual={fmt(spec.dual_clip_c)}")
     if spec.tis_cap is not None:
         out.append(f"tis={fmt(spec.tis_cap)}")
-    if spec.mode == "sapo" and (spec.tau_pos, spec.tau_neg) != (1.0, 1.05):
+    if spec.form == "sapo" and (spec.tau_pos, spec.tau_neg) != (1.0, 1.05):
         out.append(f"tau={fmt(spec.tau_pos)}:{fmt(spec.tau_neg)}")
     out.extend(f"{name}={fmt(value)}" for name, value in spec.params)
     return out
@@ -740,7 +740,7 @@ def method_string(spec) -> str:
     for name, known in PRESETS.items():
         if known == spec:
             return name
-    if _budget_free(spec.mode):
+    if _budget_free(spec.form):
         base = spec.measure_name
     elif spec.measure_name == "ratio":
         base = f"ratio:{spec.eps_low!r}:{spec.eps_high!r}"
@@ -763,10 +763,10 @@ def spec_label(spec) -> str:
     if isinstance(s, AdaptiveSpec):
         return spec_label(s.fixed()).replace("δ=", "δ0=", 1) + f" @{s.signal}={s.target:g}"
     flags = [o for o in _options(s, str) if o in ("seq", "noclamp")]
-    if s.mode == "sapo":
+    if s.form == "sapo":
         return " ".join([f"sapo τ={s.tau_pos:g}/{s.tau_neg:g}", *flags])
-    if _budget_free(s.mode):
-        return " ".join([s.mode, *flags, *(f"{k}={v:g}" for k, v in s.params)])
+    if _budget_free(s.form):
+        return " ".join([s.form, *flags, *(f"{k}={v:g}" for k, v in s.params)])
     budget = f"{s.eps_low:g}/{s.eps_high:g}" if s.measure_name == "ratio" else f"δ={s.delta:.4g}"
     extra = [o for o in _options(s, lambda x: f"{x:g}") if not o.startswith("tau=")]
     return " ".join([s.measure_name, budget, *extra])

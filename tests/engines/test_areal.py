@@ -82,7 +82,7 @@ def test_write_then_read_back_through_the_text(method, fmt):
     w = areal.write(spec)
     back = areal.read(parse_config_text(w.text(fmt), f"x.{'yaml' if fmt == 'yaml' else 'txt'}").values)
     assert back.unknown_keys == []
-    if spec.mode == "sapo":
+    if spec.form == "sapo":
         assert back.spec == spec
     else:
         assert back.spec.ratio_bounds() == pytest.approx(spec.ratio_bounds(), rel=1e-12)

@@ -264,7 +264,7 @@ def test_verl_bypass_with_rejection_reads_the_clip_and_the_correction():
     from divclip.engines import from_engine
 
     settings = {VERL + "bypass_mode": True, VERL + "rollout_rs": "token_k3", VERL + "rollout_rs_threshold": 0.02}
-    assert from_engine("verl", settings).mode == "clip"  # ppo_clip: vanilla on the rollout log-probs
+    assert from_engine("verl", settings).form == "clip"  # ppo_clip: vanilla on the rollout log-probs
     assert read_correction("verl", settings) == parse_correction("rs=token_k3:0.02/bypass")
     with pytest.raises(ValueError, match="loss_type reinforce"):
         from_engine("verl", {**settings, VERL + "loss_type": "reinforce"})

@@ -36,7 +36,7 @@ def test_translate_there_and_back_is_the_identity_on_the_clip(engine, method):
     back, _ = translate(there, engine, "verl")
     a, b = from_engine("verl", verl), from_engine("verl", back)
     assert b.ratio_bounds() == pytest.approx(a.ratio_bounds(), rel=1e-12)
-    assert (b.level, b.dual_clip_c, b.mode) == (a.level, a.dual_clip_c, a.mode)
+    assert (b.level, b.dual_clip_c, b.form) == (a.level, a.dual_clip_c, a.form)
 
 
 @pytest.mark.parametrize("engine", MINE)

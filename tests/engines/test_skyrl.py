@@ -239,11 +239,11 @@ def test_write_then_read_gives_the_same_clip(method):
     w = skyrl.write(spec)
     back = skyrl.read(w.flat())
     assert back.unknown_keys == []
-    assert back.spec.mode == spec.mode and back.spec.level == spec.level
-    if spec.mode == "clip" and not spec.p_dependent and type(spec) is ClipSpec:
+    assert back.spec.form == spec.form and back.spec.level == spec.level
+    if spec.form == "clip" and not spec.p_dependent and type(spec) is ClipSpec:
         assert back.spec.ratio_bounds() == pytest.approx(spec.ratio_bounds(), rel=1e-12)
         assert back.spec.dual_clip_c == spec.dual_clip_c
-    elif spec.mode == "gated":
+    elif spec.form == "gated":
         assert (back.spec.measure_name, back.spec.delta, back.spec.tis_cap) == (spec.measure_name, spec.delta, None)
         assert any("truncate" in str(d) for d in w.differences)
     else:

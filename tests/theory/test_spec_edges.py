@@ -59,7 +59,7 @@ def test_export_names_the_users_delta_not_a_key_they_never_gave():
     "text, match",
     [
         ("grpo/dual=2/dual=3", r"'/dual' is given twice \(at '/dual=3'\)"),
-        ("kl3/gated/clip", r"a loss form \('/MODE'\) is given twice \(at '/clip'\)"),
+        ("kl3/gated/clip", r"a loss form \('/FORM'\) is given twice \(at '/clip'\)"),
         ("sapo/tau=1:2/tau=3:4", r"'/tau' is given twice \(at '/tau=3:4'\)"),
         ("kl3/gated/tis=2/tis=3", r"'/tis' is given twice"),
         ("gspo/seq/seq", r"'/seq' is given twice"),
@@ -75,7 +75,7 @@ def test_a_repeated_option_is_refused_as_a_repeated_form_parameter_is(text, matc
 
 def test_options_given_once_still_combine():
     spec = parse_method("kl3/gated/tis=2/noclamp")
-    assert (spec.mode, spec.tis_cap, spec.clamp_log_ratio) == ("gated", 2.0, False)
+    assert (spec.form, spec.tis_cap, spec.clamp_log_ratio) == ("gated", 2.0, False)
     assert parse_method("ratio:0.2/seq/dual=3").level == "sequence"
     assert parse_method("sapo/tau=1:2").tau_neg == 2.0 and parse_method("grpo/dual=3").dual_clip_c == 3.0
 

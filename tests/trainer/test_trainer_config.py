@@ -67,7 +67,7 @@ def test_clip_spec_follows_method_and_overrides():
     spec = TrainerConfig(method="atr", delta=0.05, dual_clip_c=3.0).clip_spec()
     assert (spec.measure, spec.delta, spec.dual_clip_c) == ("kl3", 0.05, 3.0)
     spec = TrainerConfig(method="grpo", measure="binary_kl", delta=0.02).clip_spec()
-    assert (spec.measure, spec.delta, spec.eps_low, spec.mode) == ("binary_kl", 0.02, None, "clip")
+    assert (spec.measure, spec.delta, spec.eps_low, spec.form) == ("binary_kl", 0.02, None, "clip")
 
 
 def test_bad_measure_combinations():

@@ -1,17 +1,15 @@
 """`Form`, the torch-free description of one loss form, and the catalogue `FORMS` that `declare_form` fills.
 
-A Form carries everything divclip knows about one `ClipSpec.mode`: its family and sources, the levels and
+A Form carries everything divclip knows about one `ClipSpec.form`: its family and sources, the levels and
 parameters it accepts, its numpy gradient weight and keep interval (the atlas's frame, docs/theory.md §1), its
-torch `loss` and, where its engine ignores loss_agg_mode, its own `aggregate`. `MODES`, `FORM_AGGREGATIONS` and
-`MODE_NAMES` are indexes of the declared forms that `declare_form` keeps, for the code that looks a mode up by
-name (`divclip.theory.losses.policy_loss`, `ClipSpec`, the method-string parser); nothing else writes to them,
-except `register_mode` for a torch loss that has no Form yet (an experiment: `ClipSpec` accepts it, the atlas
-refuses it). The forms themselves are `divclip.theory.forms`'s modules, one file each.
+torch `loss` and, where its engine ignores loss_agg_mode, its own `aggregate`. The code that looks a form up by
+name (`divclip.theory.losses.policy_loss`, `ClipSpec`, the method-string parser) reads `FORMS` (or `get_form`);
+`FORM_NAMES` is its live view of the names. The forms themselves are `divclip.theory.forms`'s modules, one file
+each.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import numbers
 from collections.abc import Callable
@@ -21,16 +19,14 @@ from types import MappingProxyType
 __all__ = [
     "FAMILIES",
     "FORMS",
-    "FORM_AGGREGATIONS",
+    "FORM_NAMES",
     "LEVELS",
-    "MODES",
-    "MODE_NAMES",
     "Form",
     "Param",
     "declare_form",
+    "forms_with",
     "get_form",
     "param_names",
-    "register_mode",
 ]
 
 FAMILIES = ("hard clip", "soft gate", "truncated IS", "penalty", "sequence-level", "batch-selective")
@@ -62,7 +58,7 @@ class Param:
 
 @dataclass(frozen=True)
 class Form:
-    """A loss form: the torch-free facts about one `ClipSpec.mode`."""
+    """A loss form: the torch-free facts about one `ClipSpec.form`."""
 
     name: str
     family: str
@@ -118,58 +114,32 @@ class Form:
             if p.name == name:
                 return p
         raise ValueError(
-            f"mode {self.name!r} has no parameter {name!r}; its parameters: {[p.name for p in self.params] or 'none'}"
+            f"form {self.name!r} has no parameter {name!r}; its parameters: {[p.name for p in self.params] or 'none'}"
         )
 
 
 _FORMS: dict[str, Form] = {}
 FORMS = MappingProxyType(_FORMS)
-"""{mode name: Form}, read-only; `declare_form` adds to it."""
+"""{form name: Form}, read-only; `declare_form` adds to it."""
 
-MODE_NAMES: set[str] = set()
-"""Every mode name a ClipSpec accepts: the declared forms, plus modes `register_mode` adds (re-exported by spec)."""
-MODES: dict[str, Callable] = {}
-"""{mode name: torch loss}: each declared form's `Form.loss` (kept by `declare_form`), plus `register_mode`'s."""
-FORM_AGGREGATIONS: dict[str, Callable] = {}
-"""{mode name: `Form.aggregate`} for the forms that have one (kept by `declare_form`)."""
+FORM_NAMES = FORMS.keys()
+"""Every form name a ClipSpec accepts: a live view of `FORMS`'s keys (re-exported by spec)."""
 
 
 def declare_form(form: Form) -> Form:
-    """Add `form` to the catalogue, so that `ClipSpec(mode=form.name)` and method strings accept it, and index
-    its torch loss and aggregation by name (`MODES`, `FORM_AGGREGATIONS`)."""
+    """Add `form` to the catalogue, so that `ClipSpec(form=form.name)` and method strings accept it; its torch loss
+    and aggregation are `FORMS[name].loss` and `.aggregate`."""
     if not isinstance(form, Form):
         raise ValueError(f"declare_form takes a Form, got {form!r}")
     _FORMS[form.name] = form
-    MODE_NAMES.add(form.name)
-    for index, value in ((MODES, form.loss), (FORM_AGGREGATIONS, form.aggregate)):
-        if value is None:
-            index.pop(form.name, None)
-        else:
-            index[form.name] = value
     return form
 
 
-def register_mode(name: str):
-    """Decorator: `fn(log_prob, old_log_prob, advantages, mask, spec) -> PolicyTerms` as the torch loss of mode
-    `name`. A declared form gets it as its `Form.loss`; a name without a Form becomes a torch-only mode, which
-    `ClipSpec` accepts and the atlas refuses (declare a Form, one file in `divclip.theory.forms`, to place it)."""
-
-    def deco(fn):
-        if name in _FORMS:
-            declare_form(dataclasses.replace(_FORMS[name], loss=fn))
-        else:
-            MODES[name] = fn
-            MODE_NAMES.add(name)
-        return fn
-
-    return deco
-
-
-def get_form(mode: str) -> Form:
-    """The declared `Form` of a mode name; a ValueError lists the declared ones."""
-    if mode not in _FORMS:
-        raise ValueError(f"loss form (mode) must be one of {sorted(_FORMS)}, got {mode!r}")
-    return _FORMS[mode]
+def get_form(name: str) -> Form:
+    """The declared `Form` of a form name; a ValueError lists the declared ones."""
+    if not isinstance(name, str) or name not in _FORMS:
+        raise ValueError(f"loss form must be one of {sorted(_FORMS)}, got {name!r}")
+    return _FORMS[name]
 
 
 def param_names() -> set[str]:
@@ -177,7 +147,7 @@ def param_names() -> set[str]:
     return {p.name for f in _FORMS.values() for p in f.params}
 
 
-def modes_with(capability: str) -> list[str]:
+def forms_with(capability: str) -> list[str]:
     """The sorted names of the declared forms with `capability`: 'sequence' (level='sequence' accepted, `levels`)
     or 'dual_clip' (`dual_clip`)."""
     if capability == "sequence":

@@ -115,26 +115,26 @@ def _zero_or_one(spec, name: str):
         raise ValueError(f"ClipSpec.params[{name!r}] must be 0 or 1, got {spec.param(name)!r}")
 
 
-def _ratio_only(mode: str):
+def _ratio_only(name: str):
     """Form.check of a form whose budget is a ratio clip's ε_low/ε_high (they enter its own formula)."""
 
     def check(spec):
         if spec.measure_name != "ratio":
             raise ValueError(
-                f"mode {mode!r} takes the ratio clip widths eps_low/eps_high (method "
-                f"'ratio:EPS_LOW:EPS_HIGH/{mode}'), got measure={spec.measure_name!r}"
+                f"form {name!r} takes the ratio clip widths eps_low/eps_high (method "
+                f"'ratio:EPS_LOW:EPS_HIGH/{name}'), got measure={spec.measure_name!r}"
             )
 
     return check
 
 
-def _p_free(mode: str):
+def _p_free(name: str):
     """Form.check of a form built on a scalar clip interval [lo, hi]: any p-independent measure gives one."""
 
     def check(spec):
         if spec.p_dependent:
             raise ValueError(
-                f"mode {mode!r} needs one clip interval [lo, hi] for every token: a p-independent "
+                f"form {name!r} needs one clip interval [lo, hi] for every token: a p-independent "
                 f"measure (ratio, kl3, ...), got measure={spec.measure_name!r}"
             )
 

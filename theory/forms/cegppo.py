@@ -1,4 +1,4 @@
-"""CE-GPPO, the scaled gradient-preserving clip (mode 'cegppo'; arXiv:2509.20712 eq. 8 (loss), eq. 10 (gradient)).
+"""CE-GPPO, the scaled gradient-preserving clip (form 'cegppo'; arXiv:2509.20712 eq. 8 (loss), eq. 10 (gradient)).
 
 −A·r inside [lo, hi]; −β1·A·lo·r/sg(r) for A < 0, r < lo; −β2·A·hi·r/sg(r) for A > 0, r > hi. β = 0 is PPO on that
 side; β1 = β2 = 1 is GPPO, whose weight, interval and torch terms (`divclip.theory.forms.gppo`) this form reuses.

@@ -1,4 +1,4 @@
-"""CISPO (mode 'cispo'): −sg(clip(r, lo, hi))·A·log π, the IS weight clipped whatever the sign of A.
+"""CISPO (form 'cispo'): −sg(clip(r, lo, hi))·A·log π, the IS weight clipped whatever the sign of A.
 
 MiniMax's CISPO (arXiv:2506.13585; verl `cispo`). Numpy weight: w = clip(r, lo(q), hi(q)) whatever the sign of A:
 every token keeps a gradient, so the keep interval is (0, ∞).
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 # ------------------------------------------------------------------------------------------ numpy
 def weight(spec, q, r, adv):
-    """CISPO (mode 'cispo'): w = clip(r, lo, hi), both bounds whatever the sign of A."""
+    """CISPO (form 'cispo'): w = clip(r, lo, hi), both bounds whatever the sign of A."""
     ratio, _ = _verl_ratio(r)
     lo, hi = clip_bounds(spec, q)
     return np.broadcast_to(np.minimum(np.maximum(ratio, lo), hi), np.broadcast(ratio, adv).shape).copy()

@@ -1,4 +1,4 @@
-"""PPO/GRPO's clipped surrogate (mode 'clip'): max(−A·r, −A·clip(r, lo, hi)), with an optional dual clip.
+"""PPO/GRPO's clipped surrogate (form 'clip'): max(−A·r, −A·clip(r, lo, hi)), with an optional dual clip.
 
 The form of PPO (arXiv:1707.06347), GRPO, DAPO, KL3 (ATR-GRPO) and every other clip budget, verl `vanilla` and
 TRL grpo/bnpo/dr_grpo/dapo; GSPO (verl `gspo`) at level='sequence'. Numpy weight (docs/theory.md §1):
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 # ------------------------------------------------------------------------------------------ numpy
 def weight(spec, q, r, adv):
-    """PPO/GRPO/DAPO/KL3/dual clip (mode 'clip'): w = r where kept, else 0; GSPO's s at level='sequence'."""
+    """PPO/GRPO/DAPO/KL3/dual clip (form 'clip'): w = r where kept, else 0; GSPO's s at level='sequence'."""
     if spec.level == "sequence":
         with np.errstate(divide="ignore"):
             in_range = np.log(r) <= SEQ_LOG_RATIO_MAX

@@ -1,4 +1,4 @@
-"""DPPO's gated form (mode 'gated'): −A·sg(min(r, c))·log π, zeroed where the bound is crossed in A's direction.
+"""DPPO's gated form (form 'gated'): −A·sg(min(r, c))·log π, zeroed where the bound is crossed in A's direction.
 
 DPPO (arXiv:2602.04879; verl `dppo_kl`/`dppo_tv`), with any measure as the gate. Numpy weight: w = min(r, c_tis)
 on kept tokens (the clip form's keep rule without dual clip), 0 on clipped ones; r is verl's clamped ratio
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 # ------------------------------------------------------------------------------------------ numpy
 def weight(spec, q, r, adv):
-    """DPPO (mode 'gated'): w = min(r, c_tis) on kept tokens, 0 where the bound is crossed in A's direction."""
+    """DPPO (form 'gated'): w = min(r, c_tis) on kept tokens, 0 where the bound is crossed in A's direction."""
     ratio, _ = _verl_ratio(r)
     weight = ratio if spec.tis_cap is None else np.minimum(ratio, spec.tis_cap)
     return np.where(moved_out(spec, q, r, adv), 0.0, weight)  # the decision sees the true ratio, as verl's dppo
@@ -38,7 +38,7 @@ def interval(spec, q, sign: int):
 # ------------------------------------------------------------------------------------------ torch
 def loss(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> PolicyTerms:
     """DPPO (verl `dppo_kl`/`dppo_tv`): -A·sg(min(r, c))·log π, zeroed where the bound is crossed in A's
-    direction. Its gradient, -A·min(r, c)·∇log π = -A·∇r for r < c, is the clip mode's, token by token."""
+    direction. Its gradient, -A·min(r, c)·∇log π = -A·∇r for r < c, is the clip form's, token by token."""
     import torch
 
     from divclip.theory.forms._kernels import (

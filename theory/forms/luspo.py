@@ -1,4 +1,4 @@
-"""LUSPO (mode 'luspo'; arXiv:2602.05261, TRL `luspo`): GSPO's clip per token, each sequence's loss weighted by its
+"""LUSPO (form 'luspo'; arXiv:2602.05261, TRL `luspo`): GSPO's clip per token, each sequence's loss weighted by its
 length.
 
 The per-token loss is the clip form's (`divclip.theory.forms.clip`, GSPO's at level='sequence'); the length

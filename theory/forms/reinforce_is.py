@@ -1,4 +1,4 @@
-"""verl `bypass_mode` REINFORCE with a per-token IS weight (mode 'reinforce_is'): −A·sg(w)·log π, w = min(r, C) per
+"""verl `bypass_mode` REINFORCE with a per-token IS weight (form 'reinforce_is'): −A·sg(w)·log π, w = min(r, C) per
 token (TIS), or r on [c, C] and 0 outside (IcePop).
 
 verl's `compute_rollout_correction_weights` with old_log_prob the rollout's (bypass mode) and its

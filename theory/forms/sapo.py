@@ -1,4 +1,4 @@
-"""SAPO's soft gate (mode 'sapo'): −A·σ(τ(r − 1))·4/τ, τ by the sign of A; no hard clip, no budget.
+"""SAPO's soft gate (form 'sapo'): −A·σ(τ(r − 1))·4/τ, τ by the sign of A; no hard clip, no budget.
 
 SAPO (arXiv:2511.20347; verl `sapo`, TRL `sapo`). Numpy weight: w = r·g(r), g(r) = 4σ(τ(r − 1))(1 − σ(τ(r − 1))) the
 gate's slope (1 at r = 1), τ by the sign of A; 0 where |log r| > 20. w/r is the gate; for PPO's kept tokens it is
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 # ------------------------------------------------------------------------------------------ numpy
 def weight(spec, q, r, adv):
-    """SAPO (mode 'sapo'): w = r·4σ(1 − σ), σ = σ(τ(r − 1)), τ = tau_pos for A > 0 else tau_neg."""
+    """SAPO (form 'sapo'): w = r·4σ(1 − σ), σ = σ(τ(r − 1)), τ = tau_pos for A > 0 else tau_neg."""
     ratio, in_range = _verl_ratio(r)
     tau = np.where(adv > 0, spec.tau_pos, spec.tau_neg)
     x = tau * (ratio - 1.0)

@@ -1,4 +1,4 @@
-"""TOPR, the tapered IS weight by the sign of A (mode 'topr'; arXiv:2503.14286 §3, eqs. 7-8).
+"""TOPR, the tapered IS weight by the sign of A (form 'topr'; arXiv:2503.14286 §3, eqs. 7-8).
 
 −sg(w)·A·log π with w = clip(π(τ)/μ(τ), a⁺, b⁺) for A ≥ 0 and clip(π(τ)/μ(τ), a⁻, b⁻) for A < 0, π(τ)/μ(τ) the
 sequence's ratio. The numpy weight reads r as that sequence ratio (a one-token sequence's r is the token's).
@@ -37,7 +37,7 @@ def weight(spec, q, r, adv):
 def _topr_check(spec):
     for sign, (a, b) in zip(("pos", "neg"), _topr_limits(spec)):
         if a > b:
-            raise ValueError(f"mode 'topr' needs topr_{sign}_low <= topr_{sign}_high, got {a!r} > {b!r}")
+            raise ValueError(f"form 'topr' needs topr_{sign}_low <= topr_{sign}_high, got {a!r} > {b!r}")
 
 
 # ------------------------------------------------------------------------------------------ torch

@@ -5,7 +5,7 @@
     DivClipGRPOTrainer(model=..., reward_funcs=..., args=args, train_dataset=...).train()
 
 `DivClipGRPOTrainer._compute_loss` is TRL's, with one line replaced: the per-token loss is divclip's
-`divclip.theory.losses` clip mode for `ClipSpec(clip_measure, clip_delta)` instead of TRL's ratio clamp. Everything
+`divclip.theory.losses` clip form for `ClipSpec(clip_measure, clip_delta)` instead of TRL's ratio clamp. Everything
 around it is TRL's: the log-prob forward, the reference KL term (k3, optional bias correction), the entropy
 and off-policy masks, vLLM importance weights, and the normalisation of each `loss_type` (grpo, bnpo,
 dr_grpo, dapo), including gradient-accumulation scaling. Metrics keep TRL's names (clip_ratio/low_mean,
@@ -121,10 +121,10 @@ class DivClipGRPOConfig(GRPOConfig):
                 spec = parse_method(self.clip_method)
             except ValueError as exc:
                 raise ValueError(f"clip_method: {exc}") from None
-            if spec.mode == "sapo" or spec.level != "token":
+            if spec.form == "sapo" or spec.level != "token":
                 raise ValueError(
                     f"clip_method={self.clip_method!r}: DivClipGRPOTrainer runs token-level clip, "
-                    f"gated or cispo modes, got mode={spec.mode!r}, level={spec.level!r}"
+                    f"gated or cispo forms, got form={spec.form!r}, level={spec.level!r}"
                 )
             return
         if self.clip_measure not in MEASURES:

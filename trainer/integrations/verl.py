@@ -190,7 +190,7 @@ def measure_specs(name: str, config) -> tuple[ClipSpec, ClipSpec | None]:
 def _loss_and_metrics(
     specs, old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights
 ):
-    """Per-token loss from theory's clip mode, aggregated by verl's agg_loss with its global batch info."""
+    """Per-token loss from theory's clip form, aggregated by verl's agg_loss with its global batch info."""
     # verl's FSDP engine hands bf16 log-probs (mixed precision) with fp32 old log-probs; vanilla's
     # `log_prob - old_log_prob` promotes, and so does this (one dtype for the ratio, mask and metrics).
     dtype = torch.promote_types(log_prob.dtype, old_log_prob.dtype)
@@ -264,10 +264,10 @@ def method_spec() -> str:
         spec = parse_method(method)
     except ValueError as exc:
         raise ValueError(f"${METHOD_ENV}: {exc}") from None
-    if spec.mode == "sapo" or spec.level != "token":
+    if spec.form == "sapo" or spec.level != "token":
         raise ValueError(
             f"${METHOD_ENV}={method!r}: divclip_method runs token-level clip, gated or cispo modes "
-            f"(verl has its own sapo and gspo), got mode={spec.mode!r}, level={spec.level!r}"
+            f"(verl has its own sapo and gspo), got form={spec.form!r}, level={spec.level!r}"
         )
     if is_adaptive(spec) and spec.signal == "entropy":
         raise ValueError(
