@@ -4,8 +4,9 @@ The form of PPO (arXiv:1707.06347), GRPO, DAPO, KL3 (ATR-GRPO) and every other c
 TRL grpo/bnpo/dr_grpo/dapo; GSPO (verl `gspo`) at level='sequence'. Numpy weight (docs/theory.md §1):
 
   w = r on kept tokens, 0 on clipped ones: A > 0 and r > hi(q), A < 0 and r < lo(q), A < 0 and r > c with a
-  dual clip, and |log r| > 20 (verl's log-ratio clamp stops the gradient). At level='sequence' (GSPO) r is the
-  sequence's length-normalised ratio s, every token of the sequence gets w(s), and the clamp is log s <= 10.
+  dual clip, and |log r| > 20 (verl's log-ratio clamp stops the gradient; not with clamp_log_ratio False, as
+  TRL, slime and OpenRLHF's gspo run). At level='sequence' (GSPO) r is the sequence's length-normalised ratio s,
+  every token of the sequence gets w(s), and the clamp is log s <= 10.
 
 Parameter `seq_grad_mean` (level='sequence' only; 0 or 1, default 0): 1 differentiates s = exp(mean_t log r_t)
 through the mean, as OpenRLHF 0.11.2 and slime compute GSPO, instead of verl's sg(s)·π_θ/sg(π_θ): the value is
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from divclip.theory.forms._form import Form, Param
-from divclip.theory.forms._numpy import SEQ_LOG_RATIO_MAX, _shaped, _verl_ratio, clip_bounds, moved_out
+from divclip.theory.forms._numpy import SEQ_LOG_RATIO_MAX, _shaped, _spec_ratio, clip_bounds, moved_out
 
 if TYPE_CHECKING:
     from divclip.theory.forms._kernels import PolicyTerms
@@ -39,10 +40,10 @@ def weight(spec, q, r, adv):
     """PPO/GRPO/DAPO/KL3/dual clip (form 'clip'): w = r where kept, else 0; GSPO's s at level='sequence'."""
     if spec.level == "sequence":
         with np.errstate(divide="ignore"):
-            in_range = np.log(r) <= SEQ_LOG_RATIO_MAX
+            in_range = (np.log(r) <= SEQ_LOG_RATIO_MAX) | (not spec.clamp_log_ratio)
         ratio = r
     else:
-        ratio, in_range = _verl_ratio(r)
+        ratio, in_range = _spec_ratio(spec, r)
     keep = ~moved_out(spec, q, ratio, adv) & in_range
     if spec.dual_clip_c is not None:
         keep &= ~((adv < 0) & (ratio > spec.dual_clip_c))  # the loss is capped at −A·c: flat, no gradient
@@ -72,7 +73,7 @@ def loss(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> PolicyTerm
         terms = _sequence_clip_mode(log_prob, old_log_prob, advantages, mask, spec)
     else:
         terms = _general_clip_mode(log_prob, old_log_prob, advantages, mask, spec)
-    if spec.level == "sequence" and not isinstance(spec, AllOf) and spec.param("seq_grad_mean"):
+    if spec.level == "sequence" and spec.form == "clip" and not isinstance(spec, AllOf) and spec.param("seq_grad_mean"):
         terms = _through_the_mean(terms, log_prob, mask)
     return terms
 
