@@ -64,6 +64,15 @@ def _verl_ratio(r):
     return np.exp(np.clip(log_r, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)), np.abs(log_r) <= LOG_RATIO_CLAMP
 
 
+def _spec_ratio(spec, r):
+    """r as the spec's loss sees it: verl's clamp (`_verl_ratio`), or with `clamp_log_ratio` False (TRL, slime,
+    OpenRLHF's gspo) r itself, every gradient kept."""
+    if getattr(spec, "clamp_log_ratio", True):
+        return _verl_ratio(r)
+    r = np.asarray(r, dtype=np.float64)
+    return r, np.ones(r.shape, dtype=bool)
+
+
 # ---------------------------------------------------------------------------------------- intervals
 def _shaped(q, lo, hi):
     q = np.asarray(q, dtype=np.float64)
