@@ -167,6 +167,12 @@ def read(settings: Mapping, **_options) -> EngineRead:
             f"--loss-type {loss_type} is reported, not modelled"
             + (f" (custom loss {g['--custom-loss-function-path']})" if loss_type == "custom_loss" else "")
         )
+    if form != "other":
+        s.notes.append(
+            f"aggregation exactly: {exact_aggregation(s)} (slime counts an empty sample: "
+            + ("as one token" if per_token else "as 0, over every sample")
+            + f"; {s.loss_agg_mode} where no sample is empty)"
+        )
     _pitfalls(s, g)
     s.advice += ignored_key_advice(s, IGNORED_BY_LOSS, f"slime {VERSION} slime/utils/ppo_utils.py compute_cispo_loss")
     name_loss_terms(s, loss_terms(g))
