@@ -19,6 +19,7 @@ from parity_inputs import assert_same, inputs, value_and_grad
 
 from divclip import engines
 from divclip.engines import slime
+from divclip.engines.errors import ConfigError
 
 WHY = slime_helpers.available()
 pytestmark = pytest.mark.skipif(WHY is not None, reason=WHY or "")
@@ -31,7 +32,9 @@ SETTINGS = {
     "--calculate-per-token-loss": {"--calculate-per-token-loss": True, "--eps-clip-c": "3"},
     "--eps-clip 1 (no lower bound)": {"--eps-clip": "1.0", "--eps-clip-high": "0.28"},
     "--eps-clip 1.5 (> 1)": {"--eps-clip": "1.5", "--eps-clip-high": "0.28", "--calculate-per-token-loss": True},
+    "--eps-clip 0 --eps-clip-high 0.28 (no room below 1)": {"--eps-clip": "0", "--eps-clip-high": "0.28"},
     "reinforce_plus_plus (the same clip)": {"--advantage-estimator": "reinforce_plus_plus"},
+    "--advantage-estimator ppo --eps-clip-c 2 (the same clip)": {"--advantage-estimator": "ppo", "--eps-clip-c": "2"},
     "gspo, 3e-4 / 4e-4": GSPO,
     "gspo, ε 0.2": {"--advantage-estimator": "gspo"},
     "gspo, --eps-clip-c 3, per-token loss": {**GSPO, "--eps-clip-c": "3", "--calculate-per-token-loss": True},
@@ -110,6 +113,11 @@ def test_policy_loss_equals_slimes_own_loss(name, kind, dtype):
     ours, theirs = _both(SETTINGS[name], kind, dtype)
     engine64 = None if dtype == torch.float64 else _both(SETTINGS[name], kind, torch.float64)[1]
     assert_same(ours, theirs, dtype, engine64)
+
+
+def test_a_negative_eps_clip_is_a_clear_error():
+    with pytest.raises(ConfigError, match=r"--eps-clip must be a number >= 0.*got -0.1"):
+        engines.read("slime", {"--eps-clip": "-0.1"})
 
 
 def test_every_setting_is_a_row():
