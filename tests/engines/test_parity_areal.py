@@ -14,7 +14,8 @@ import torch
 from areal_helpers import functional, m2po
 from parity_inputs import KINDS, assert_same, batch, value_and_grad
 
-from divclip.engines import areal
+from divclip.engines import areal, read_correction
+from divclip.theory.correction import parse_correction
 from divclip.theory.losses import policy_loss
 
 F = functional()
@@ -54,8 +55,8 @@ PARITY_ROWS = [("areal", name, "exact", note) for name, _, note in EXACT] + [
     (
         "areal",
         "m2_threshold (M2PO)",
-        "not modelled",
-        "its second-moment mask of the batch is named by the read; the spec is None",
+        "as correction",
+        "the rollout correction m2po= (read_correction; AReaL's own mask in tests/engines/test_correction_areal.py)",
     ),
     (
         "areal",
@@ -151,9 +152,10 @@ def test_what_the_read_carries_matters():
     assert any("replaces each token's advantage by its sequence's mean" in n for n in areal.read(seq).notes)
 
 
-def test_m2po_changes_the_loss_and_the_read_says_it_is_not_modelled():
+def test_m2po_changes_the_loss_and_is_read_as_the_correction():
     """M2PO (actor.m2_threshold): AReaL's own mask of the batch's largest second moments (areal/trainer/ppo/actor.py)
-    changes the loss; the read names it and gives no spec."""
+    changes the loss; the read keeps the clip and gives the mask as the rollout correction m2po= (its equality with
+    AReaL's mask and loss: tests/engines/test_correction_areal.py)."""
     lp, old, adv, mask = batch("token")
     behave = old + 0.4 * torch.randn(old.shape, generator=torch.Generator().manual_seed(3), dtype=old.dtype)
     kept = m2po()._apply_m2po_masking(behave, old, mask.bool(), 0.04)
@@ -161,8 +163,10 @@ def test_m2po_changes_the_loss_and_the_read_says_it_is_not_modelled():
     plain = _theirs({}, lp, old, adv, mask)
     masked = _theirs({}, lp, old, adv, kept.to(mask.dtype))
     assert not torch.isclose(plain, masked, rtol=1e-3)
-    r = areal.read({A + "m2_threshold": 0.04})
-    assert r.spec is None and any("M2PO masks" in n and "does not model" in n for n in r.notes)
+    settings = {A + "m2_threshold": 0.04, A + "use_decoupled_loss": True}
+    r = areal.read(settings)
+    assert r.spec == areal.read({}).spec and any("m2po=0.04" in n for n in r.notes)
+    assert read_correction("areal", settings) == parse_correction("m2po=0.04")
 
 
 def test_rejection_sampling_is_named():

@@ -147,7 +147,7 @@ PARITY_ROWS = (
             "gradient",
             "value −r·A·mask, divclip's −A·sg(r)·log π; the clamp at |log r| = 20 zeroes SkyRL's gradient (named)",
         ),
-        ("skyrl", "dppo delta_low != delta_high", "not modelled", "one δ per gated spec (named)"),
+        ("skyrl", "dppo delta_low != delta_high", "gradient", "the gated form's delta_high; value as for dppo (named)"),
         ("skyrl", "policy_loss_type divclip_method", "exact", "divclip's plug-in"),
         ("skyrl", "rollout_is, cross_entropy, importance_sampling", "not modelled", "named"),
         ("skyrl", "outlier_token_is_threshold_low/high", "not modelled", "a warning names it"),
@@ -294,12 +294,13 @@ def test_covariance_forms_on_raw_advantages_are_not_skyrls_and_the_read_says_so(
 
 
 def test_dppo_has_skyrls_gradient_where_log_r_is_within_20_and_the_read_names_the_rest():
-    for dppo_type, delta in (("binary_tv", 0.2), ("binary_kl", 0.05)):
+    cases = (("binary_tv", 0.2, 0.2), ("binary_kl", 0.05, 0.05), ("binary_tv", 0.1, 0.2), ("binary_kl", 0.03, 0.08))
+    for dppo_type, delta_low, delta_high in cases:  # δ_low ≠ δ_high: the gated form's delta_high
         settings = {
             A + "policy_loss_type": "dppo",
             A + "dppo.dppo_type": dppo_type,
-            A + "dppo.delta_low": delta,
-            A + "dppo.delta_high": delta,
+            A + "dppo.delta_low": delta_low,
+            A + "dppo.delta_high": delta_high,
         }
         for dtype in (torch.float64, torch.float32):
             lp, old, adv, mask = batch("token", dtype)
@@ -313,9 +314,9 @@ def test_dppo_has_skyrls_gradient_where_log_r_is_within_20_and_the_read_names_th
         assert "−r·A·mask with r differentiable" in notes and "beyond |log r| = 20" in notes
 
 
-def test_dppo_with_two_deltas_is_explained():
+def test_dppo_with_two_deltas_is_the_gated_forms_delta_high():
     r = skyrl.read({A + "policy_loss_type": "dppo", A + "dppo.delta_low": 0.1, A + "dppo.delta_high": 0.2})
-    assert r.spec is None and any("A > 0 whose divergence exceeds δ_high" in n for n in r.notes)
+    assert r.spec is not None and r.spec.delta == 0.1 and r.spec.param("delta_high") == 0.2
 
 
 def test_divclip_method_through_skyrls_dispatch_is_policy_loss():
