@@ -153,6 +153,8 @@ PARITY_ROWS = (
         ("skyrl", "outlier_token_is_threshold_low/high", "not modelled", "a warning names it"),
         ("skyrl", "sequence_mean read as seq-mean-token-mean", "named", "verl's skips empty rows"),
         ("skyrl", "token_mean_legacy read as token-mean", "named", "equal only for equal micro-batch tokens"),
+        ("skyrl", "zero_variance_filter", "named", "constant-reward prompts become empty rows"),
+        ("skyrl", "advantage_batch_normalize", "named", "A whitened over the batch before the loss"),
     ]
 )
 
@@ -357,6 +359,14 @@ def test_the_verl_names_of_the_reductions_are_exact_or_warned():
             assert "skyrl_reduction_differs" in {a.code for a in r.advice}, name
         else:
             assert r.loss_agg_mode is None or "skyrl_reduction_differs" in {a.code for a in r.advice}, name
+
+
+def test_batch_facts_beside_the_loss_are_named():
+    """zero_variance_filter empties rows (whose weight skyrl.aggregation then gives, as for any empty row) and
+    advantage_batch_normalize rescales A: each changes the loss, and each is named."""
+    notes = " ".join(skyrl.read({A + "zero_variance_filter": True, A + "advantage_batch_normalize": True}).notes)
+    assert "zero_variance_filter = true" in notes and "advantage_batch_normalize = true" in notes
+    assert "zero_variance_filter" not in " ".join(skyrl.read({}).notes)
 
 
 def test_aggregation_refuses_what_skyrl_refuses():
