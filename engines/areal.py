@@ -238,13 +238,19 @@ def _spec(s: EngineRead, g: dict):
     from divclip.theory.spec import ClipSpec
 
     m2 = g[A + "m2_threshold"]
-    if m2 is not None:  # M2PO: the mask is a batch statistic, not a per-token clip divclip has
-        s.notes.append(
-            f"{A}m2_threshold = {m2:g}: M2PO masks the tokens of the batch with the largest second moment "
-            "(log π_old − log π_prox)² until the rest stay under it (areal/trainer/ppo/actor.py _apply_m2po_masking), "
-            "then applies the clip; divclip does not model this mask, so it reports the loss as not modelled"
-        )
-        return None
+    if m2 is not None:  # M2PO: a batch mask before the clip, the rollout correction's m2po (engines/correction.py)
+        if g[A + "use_decoupled_loss"]:
+            s.notes.append(
+                f"{A}m2_threshold = {m2:g}: M2PO drops the tokens of the batch with the largest second moment "
+                "(log π_old − log π_prox)² until the mean of the rest is below it (areal/trainer/ppo/actor.py "
+                f"_apply_m2po_masking), then applies the clip; divclip reads it as the rollout correction m2po={m2!r} "
+                "(divclip.engines.read_correction), which translate carries or names"
+            )
+        else:
+            s.notes.append(
+                f"{A}m2_threshold = {m2:g} has no effect without use_decoupled_loss: AReaL sets π_prox = π_old "
+                "(areal/trainer/ppo/actor.py compute_advantages), so M2PO's (log π_old − log π_prox)² is 0"
+            )
     try:
         if s.form == "sapo":  # at sequence level the gate of the sequence ratio, A its row mean (loss_advantages)
             return ClipSpec(
@@ -301,14 +307,27 @@ def _pitfalls(s: EngineRead, settings: Mapping, g: dict) -> None:
                 )
             )
         else:
-            band = f"[{g[RS + 'lower'] if g[RS + 'lower'] is not None else 0:g}, {g[RS + 'upper']:g}]"
-            what = f"{g[RS + 'level']}-level {g[RS + 'action']} of {g[RS + 'metric']} outside {band}"
+            lower, upper, level, metric = g[RS + "lower"], g[RS + "upper"], g[RS + "level"], g[RS + "metric"]
+            band = f"[{lower:g}, {upper:g}]" if lower is not None else f"at most {upper:g}"
+            pooled = f" ({g[RS + 'agg']} over the sequence)" if level == "sequence" else ""
+            what = f"{level}-level {g[RS + 'action']} where {metric}{pooled} is not {band}"
+            weight = (
+                "the geometric mean of ρ = π_prox/π_behave over its sequence"
+                if level == "sequence" and metric == "ratio"
+                else "ρ = π_prox/π_behave"
+            )
+            act = (
+                "set to 0 outside the band (the token stays in the loss's denominator)"
+                if g[RS + "action"] == "mask"
+                else "clamped to the band"
+            )
             s.notes.append(f"rejection sampling: {what} on the behaviour weight π_prox/π_behave, beside the clip")
             s.advice.append(
                 Pitfall(
                     "is_correction_threshold",
-                    f"behaviour importance weight on ({what}): every token's loss is weighted by π_prox/π_behave "
-                    "beside the PPO clip; divclip's method strings do not carry it, so a translation drops it",
+                    f"behaviour importance weight ({what}): every token's loss is weighted by {weight}, {act}, "
+                    "beside the PPO clip; divclip reads it as a rollout correction (divclip.engines.read_correction), "
+                    "which translate carries or names",
                     RS + "upper",
                     f"areal {VERSION} areal/utils/functional/functional.py apply_rejection_sampling",
                 )

@@ -313,14 +313,9 @@ def _dppo(s, g, settings, keys):
             "the rollout log-probs when the generator returns them (π_old otherwise)",
         )
     )
-    if s.budget_low != s.budget_high:
-        s.notes.append(
-            f"dppo: δ_low = {s.budget_low:g} and δ_high = {s.budget_high:g}: SkyRL masks tokens with A > 0 whose "
-            "divergence exceeds δ_high and tokens with A < 0 beyond δ_low (ppo_utils.dppo_policy_loss), a valid "
-            "setting; a divclip gated spec has one δ, so the loss is reported as not modelled"
-        )
-        return
-    s.spec = _try(s, lambda: ClipSpec(s.measure, delta=s.budget_low, form="gated"))
+    # δ_high where it differs from δ_low: the gated form's delta_high (divclip.theory.forms.gated)
+    params = {"delta_high": s.budget_high} if s.budget_high != s.budget_low else {}
+    s.spec = _try(s, lambda: ClipSpec(s.measure, delta=s.budget_low, form="gated", params=params))
 
 
 def _covariance(s, g, settings, keys):
@@ -696,12 +691,13 @@ def _write_native(spec, notes: list, diffs: list) -> dict | None:
                 "SkyRL's dppo uses the rollout log-probs where the generator returns them (π_old otherwise)",
             )
         )
-        d = float(spec.delta)
+        from divclip.theory.forms._numpy import upper_delta
+
         return {
             "policy_loss_type": "dppo",
             "dppo.dppo_type": spec.measure_name,
-            "dppo.delta_low": d,
-            "dppo.delta_high": d,
+            "dppo.delta_low": float(spec.delta),
+            "dppo.delta_high": float(upper_delta(spec)),
         }
     if spec.form != "clip":
         return None

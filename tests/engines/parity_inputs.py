@@ -1,4 +1,4 @@
-"""Inputs and comparisons shared by the engine parity tests (tests/engines/test_parity_areal.py, test_parity_skyrl.py).
+"""Inputs and comparisons shared by the engine parity tests (tests/engines/test_parity_*.py).
 
 `batch(kind, dtype)` is one (B, T) batch of log π, log π_old, A and a 0/1 mask with what issue 35 asks of every
 comparison: log-ratios up to |log r| = 30 both ways (a token at p = e^-30 that rose to 0.9, one that fell to
@@ -9,6 +9,8 @@ are one value per row ("row": GRPO's, with one constant-reward row of zeros); "e
 holds divclip's (value, gradient) to the engine's: float64 to 1e-12 relative per entry, float32 to the engine's own
 rounding (no further from the engine's float32 numbers than those are from the engine's float64 ones, plus a few
 ulps of the largest entry).
+
+`inputs(advantages, dtype)` and `TOL` are the OpenRLHF and slime tests' batch (with rollout log-probs) and tolerances.
 """
 
 from __future__ import annotations
@@ -87,3 +89,30 @@ def assert_same(ours, theirs, dtype, engine64=None, rtol64: float = 1e-12):
             f"{name} differs from the engine's at {_bad(a, b, tol)}: ours {a.reshape(-1)[:4].tolist()}..., theirs "
             f"{b.reshape(-1)[:4].tolist()}...; max |diff| {float((a - b).abs().max()):.3g}"
         )
+
+
+TOL = {torch.float64: 1e-12, torch.float32: 2e-5}
+"""Relative tolerance of a parity: float64 to 1e-12; float32 to float32 rounding (the engine and divclip sum the
+same terms in another order, over values up to e^20·|A|)."""
+
+
+def inputs(advantages: str, dtype, seed: int = 0):
+    """(log π leaf, log π_old, A, bool mask, log π_rollout), (6, 9): rows of 9, 5, 0 (empty), 7, 1 and 9 tokens;
+    |log r| up to 30 on some tokens, row 5's mean log r 12 (> GSPO's clamp 10), the rest ~ N(0, 0.3²)."""
+    g = torch.Generator().manual_seed(seed)
+    rows, width = 6, 9
+    lengths = torch.tensor([9, 5, 0, 7, 1, 9])
+    mask = torch.arange(width)[None, :] < lengths[:, None]
+    log_r = 0.3 * torch.randn(rows, width, generator=g, dtype=torch.float64)
+    log_r[0, 2], log_r[0, 5], log_r[3, 1], log_r[3, 4], log_r[1, 0] = 30.0, -30.0, 25.0, -22.0, -0.25
+    log_r[5] = 12.0 + 0.5 * torch.randn(width, generator=g, dtype=torch.float64)
+    lp = -torch.rand(rows, width, generator=g, dtype=torch.float64) * 3 - 0.05
+    old = lp - log_r
+    rollout = old - 0.4 * torch.randn(rows, width, generator=g, dtype=torch.float64)
+    rollout[0, 3] = old[0, 3] + 25.0
+    if advantages == "token":
+        adv = torch.randn(rows, width, generator=g, dtype=torch.float64)
+    else:
+        adv = torch.randn(rows, 1, generator=g, dtype=torch.float64).expand(rows, width).clone()
+    cast = [t.to(dtype) for t in (lp, old, adv, rollout)]
+    return cast[0].requires_grad_(True), cast[1], cast[2], mask, cast[3]

@@ -100,12 +100,17 @@ def test_what_areal_cannot_express_is_named(method, missing):
         areal.write(parse_method(method))
 
 
-def test_m2po_is_named_and_not_modelled_and_eps_clip_zero_is_read():
+def test_m2po_is_read_as_the_correction_and_eps_clip_zero_is_read():
     """AReaL's M2PO recipe (eps_clip 0 with m2_threshold) was refused as a width error (issue 31 item 4); its
-    second-moment mask (areal/trainer/ppo/actor.py _apply_m2po_masking) is a batch statistic divclip does not model."""
+    second-moment mask (areal/trainer/ppo/actor.py _apply_m2po_masking) is the rollout correction m2po= (with
+    use_decoupled_loss; without it π_prox = π_old and the mask does nothing), and the clip is read beside it."""
+    recipe = {"actor.eps_clip": 0.0, "actor.eps_clip_higher": 0.28, "actor.use_decoupled_loss": True}
+    r = areal.read({**recipe, "actor.m2_threshold": 0.04})
+    assert r.spec is not None and r.spec == areal.read(recipe).spec  # the clip, read as without M2PO
+    assert (areal.read({"actor.eps_clip": 0.0}).budget_low, areal.read({"actor.eps_clip": 0.0}).budget_high) == (0, 0)
+    assert any(n.startswith("actor.m2_threshold = 0.04: M2PO drops") and "m2po=0.04" in n for n in r.notes)
     r = areal.read({"actor.eps_clip": 0.0, "actor.m2_threshold": 0.04})
-    assert r.spec is None and (r.budget_low, r.budget_high) == (0.0, 0.0)
-    assert any(n.startswith("actor.m2_threshold = 0.04: M2PO masks") for n in r.notes)
+    assert any("has no effect without use_decoupled_loss" in n for n in r.notes)
     assert areal.read({"actor.eps_clip": 0.0, "actor.eps_clip_higher": 0.28}).spec == parse_method(
         "ratio:0:0.28/noclamp"
     )
