@@ -45,18 +45,13 @@ TRUTH_FIELDS = {
     "beside",
 }
 
-_FULLY_ASYNC = "SkyRL's fully async trainer (rollouts from earlier weights) judged on-policy (item 3: async schedules)"
 _LEGACY = "SkyRL loss_reduction token_mean_legacy (per-micro-batch token mean) read as token-mean (item 4)"
 
 KNOWN_GAPS = {
     # SkyRL
     "skyrl/train__algorithms__dapo__run_dapo_gsm8k.sh": _LEGACY,
     "skyrl/train__algorithms__dapo__run_dapo_qwen3_1.7b_aime.sh": _LEGACY,
-    "skyrl/train__algorithms__dapo__run_dapo_qwen3_1.7b_aime_fully_async.sh": _LEGACY + "; " + _FULLY_ASYNC,
-    "skyrl/train__fully_async__fully_async_run_gsm8k.sh": _FULLY_ASYNC,
-    # AReaL
-    "areal/experimental__prox_approx__gsm8k_grpo_prox_approx.yaml": "prox_logp_method loglinear (pi_prox "
-    "approximated, not recomputed) judged on-policy (item 3: async schedules judged right for AReaL)",
+    "skyrl/train__algorithms__dapo__run_dapo_qwen3_1.7b_aime_fully_async.sh": _LEGACY,
 }
 # truths divclip's method grammar cannot write yet (the reader must learn them, not the truth change): none now,
 # ε_low = 0 and ε_low >= 1 are ratio clips since issue 31 item 4
