@@ -93,8 +93,9 @@ def mismatch(log_ratio: np.ndarray, inside: np.ndarray, lengths: np.ndarray) -> 
 def crossing_lengths(c: Correction, drift: float, k_means: dict, spread: float = 0.0) -> dict:
     """{bound: L}: the length at which a sequence drifting by `drift` per token (mean log ρ; k_means the mean
     token k2/k3, and AReaL's kl_k2/kl_k3) meets each sequence-level bound (an AReaL filter's sum too); absent
-    where the bound is never met at this drift. With the per-token std `spread` of log ρ, also '{bound} (1σ)': the length (log C / σ)² at which one standard
-    deviation of Σ log ρ (a random walk, whatever the drift) reaches the bound."""
+    where the bound is never met at this drift. With the per-token std `spread` of log ρ, also '{bound} (1σ)':
+    the length (log C / σ)² at which one standard deviation of Σ log ρ (a random walk, whatever the drift)
+    reaches the bound."""
     out = {}
     if c.is_level == "sequence":
         if drift > 0 and c.is_cap is not None:
