@@ -8,11 +8,13 @@ read with `ast`: `divclip.engines.source.nested_keys`), checked by tests/engines
 
 The loss is `areal/utils/functional/functional.py` `ppo_actor_loss_fn` (and `sapo_loss_fn`), called from
 `areal/trainer/ppo/actor.py` `grpo_loss_fn`, read line by line:
-* the ratio r = exp(log π_θ - log π_prox) is not clamped (verl and divclip clamp log r at ±20); the clip is
+* the ratio r = exp(log π_θ - log π_prox) is not clamped (verl clamps log r at ±20; the spec read here has
+  clamp_log_ratio=False, '/noclamp'); the clip is
   [1 - eps_clip, 1 + (eps_clip_higher or eps_clip)], and `c_clip` (None: off) caps the loss at c·|A|, which
   binds for A < 0 only: verl's dual clip.
 * `importance_sampling_level: sequence` is GSPO's geometric-mean ratio, with the advantage averaged per sequence
-  too (`_compute_sequence_level_ratio_and_advantages`); the loss is a token mean, not GSPO's sequence mean.
+  too (`_compute_sequence_level_ratio_and_advantages`; `loss_advantages` below); the loss is a token mean, not
+  GSPO's sequence mean. Its gradient through the mean is then the same as divclip's −Ā·s per token.
 * the loss is always one token mean over the mini-batch (`loss_weight_fn = loss_mask.count_nonzero()`): verl's
   token-mean; AReaL has no per-sequence mean.
 * `use_sapo_loss` replaces the clip with SAPO's gate (sapo_tau_pos / sapo_tau_neg).
@@ -171,10 +173,31 @@ def read(settings: Mapping, **_options) -> EngineRead:
                 "token mean of the loss (GSPO and divclip: a mean over sequences)",
             )
         )
+        s.notes.append(
+            "importance_sampling_level = sequence: AReaL replaces each token's advantage by its sequence's mean "
+            "before the clip (functional.py _compute_sequence_level_ratio_and_advantages), so a sequence with "
+            "advantages of both signs is clipped by the sign of their mean; divclip's loss is AReaL's on "
+            "divclip.engines.areal.loss_advantages(...) (loss_agg_mode token-mean)"
+        )
     _pitfalls(s, settings, g)
     s.advice += ignored_key_advice(s, IGNORED_BY_LOSS, f"areal {VERSION} areal/trainer/ppo/actor.py (use_sapo_loss)")
     name_loss_terms(s, loss_terms(g, settings))
     return s
+
+
+def loss_advantages(settings: Mapping, advantages, loss_mask):
+    """The advantages AReaL's loss uses for these settings: at importance_sampling_level sequence each row's mean
+    over its loss tokens, on those tokens (0 elsewhere), as `_compute_sequence_level_ratio_and_advantages` does;
+    at token level `advantages` itself. With them, `policy_loss(lp, old, loss_advantages(...), mask, read.spec,
+    "token-mean")` is AReaL's `ppo_actor_loss_fn` / `sapo_loss_fn` (tests/engines/test_parity_areal.py)."""
+    import torch
+
+    g, _ = typed_values(resolve_interpolations(settings), KEYS)
+    if g[A + "importance_sampling_level"] != "sequence":
+        return advantages
+    mask = loss_mask.to(advantages.dtype)
+    row = (advantages * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1)
+    return torch.where(loss_mask.bool(), row.expand_as(advantages), torch.zeros_like(advantages))
 
 
 def loss_terms(g: dict, settings: Mapping) -> list[tuple[str, str]]:
@@ -229,11 +252,22 @@ def _spec(s: EngineRead, g: dict):
                 "(areal/trainer/ppo/actor.py compute_advantages), so M2PO's (log π_old − log π_prox)² is 0"
             )
     try:
-        if s.form == "sapo":
-            if s.level == "sequence":
-                raise ValueError("divclip's sapo gate is token level; AReaL's use_sapo_loss takes the sequence ratio")
-            return ClipSpec(form="sapo", tau_pos=g[A + "sapo_tau_pos"], tau_neg=g[A + "sapo_tau_neg"])
-        return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, dual_clip_c=s.dual_clip_c, level=s.level)
+        if s.form == "sapo":  # at sequence level the gate of the sequence ratio, A its row mean (loss_advantages)
+            return ClipSpec(
+                form="sapo",
+                tau_pos=g[A + "sapo_tau_pos"],
+                tau_neg=g[A + "sapo_tau_neg"],
+                level=s.level,
+                clamp_log_ratio=False,
+            )
+        return ClipSpec(
+            "ratio",
+            eps_low=s.budget_low,
+            eps_high=s.budget_high,
+            dual_clip_c=s.dual_clip_c,
+            level=s.level,
+            clamp_log_ratio=False,  # AReaL: r = exp(log π − log π_prox), no clamp of log r (nor of log s)
+        )
     except ValueError as exc:
         s.notes.append(f"no divclip method says this exactly: {exc}")
         return None
@@ -330,10 +364,12 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
             "use_sapo_loss": True,
             "sapo_tau_pos": float(spec.tau_pos),
             "sapo_tau_neg": float(spec.tau_neg),
-            "importance_sampling_level": "token",
+            "importance_sampling_level": spec.level,
             "use_decoupled_loss": False,
         }
         notes.append("SAPO needs use_decoupled_loss: false in AReaL")
+        if spec.clamp_log_ratio:
+            notes.append("AReaL's SAPO gates r = exp(log π - log π_old) without verl's ±20 clamp on log r")
     elif spec.form == "clip":
         keys = _write_clip(spec, notes, diffs)
     else:

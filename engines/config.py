@@ -32,6 +32,7 @@ import yaml
 
 from divclip.engines.errors import ConfigError
 from divclip.engines.files import DuplicateKeyError, display_name, json_loads_unique, read_capped
+from divclip.engines.launchers import task_script
 from divclip.engines.pyconfig import read_python
 from divclip.engines.shell import Tokens, looks_like_float, read_script, read_tokens, split_line
 from divclip.engines.shell import parse_value as parse_override_value
@@ -68,7 +69,10 @@ class RawConfig:
     stray_tokens: list = field(default_factory=list)  # [(line, text)]: a config key written without '='
     added: set = field(default_factory=set)  # keys given as +key=value (hydra adds them)
     unread: list = field(default_factory=list)  # [(line, text)]: what looks like a setting but was not read
-    notes: list = field(default_factory=list)  # how a script's if/elif were decided
+    notes: list = field(default_factory=list)  # how a script's if/elif/case were decided, functions called
+    launches: list = field(default_factory=list)  # [shell.ScriptLaunch]: each command starting an entry point
+    common: dict = field(default_factory=dict)  # a script's settings outside its launches (its environment)
+    unresolved: dict = field(default_factory=dict)  # {key: (line, value, [(reference, origin)])}: not known
 
 
 # ------------------------------------------------------------------------------------------- entry points
@@ -145,6 +149,16 @@ def parse_config_text(text: str, name: str) -> RawConfig:
         refuse_invalid_unicode(raw.values, name)
         return raw
     tree = _load_json(text, name) if kind == "json" else _load_yaml(text, name)
+    script = task_script(tree) if kind == "yaml" else None
+    if script is not None:  # a SkyPilot task: the command is in its run: block
+        raw = parse_config_text(script, name + " (its run: block)")
+        raw.name = name
+        raw.notes.insert(
+            0,
+            "a SkyPilot task: its run: block is read as the launch script, with envs: as its environment "
+            "(line numbers are the block's, its envs: first)",
+        )
+        return raw
     if not isinstance(tree, dict):
         raise ConfigError(f"config {name!r} must be a mapping of settings at the top level, got {_kind_of(tree)}")
     raw = RawConfig(name, kind, flatten(tree, name))
@@ -179,6 +193,9 @@ def _merge(raw: RawConfig, found: Tokens) -> None:
     raw.unread.extend(found.unread)
     raw.notes.extend(found.notes)
     raw.added |= found.added
+    raw.launches.extend(getattr(found, "launches", []))
+    raw.common.update(getattr(found, "common", {}))
+    raw.unresolved.update(getattr(found, "unresolved", {}))
 
 
 def config_kind(name: str, text: str) -> str:

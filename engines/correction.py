@@ -19,7 +19,8 @@ settings and the list of what the engine cannot say. Per engine (docs/engines.md
   log; a --custom-tis-function-path (ICEPOP's `icepop_function` among them) and --use-opsm are refused (a
   custom function is code; slime's OPSM compares π_old, not π_rollout).
 * OpenRLHF 0.11.2 `--algo.advantage.is_correction_*`: token level, ratio gating: clip is w = clamp(ρ, low,
-  high), mask w = ρ inside [low, high] else 0 (one threshold value: low 0), unclamped in log. Sequence level
+  high), mask w = ρ inside [low, high] else 0 (one threshold value: low 0), unclamped in log; none under gspo,
+  whose ratio is taken to π_rollout instead (`EngineRead.ratio_anchor`). Sequence level
   (weights zeroed for a whole sequence that stays in the denominator) and the binary_kl/tv gates are refused.
 * AReaL 1.0.4 `actor.rejection_sampling` (RejectionSamplingConfig: level, action, metric, agg, upper 5.0,
   lower) is the correction's `filter` and `actor.m2_threshold` its `m2po`, both only with
@@ -95,6 +96,7 @@ CORRECTION_KEYS: dict[str, dict[str, Key]] = {
         "--algo.advantage.is_correction_gating": Key(
             "str", "ratio", choices=("ratio", "binary_kl", "tv"), doc="the gated statistic"
         ),
+        "--actor.policy_loss_type": Key("str", "ppo", choices=("ppo", "gspo"), doc="gspo applies no IS weight"),
     },
     "areal": {
         "actor.use_decoupled_loss": Key("bool", False, doc="π_prox anchor and behaviour weight"),
@@ -403,6 +405,8 @@ def _read_openrlhf(g, settings):
     level, mode, gating = (g[OPENRLHF + k] for k in ("level", "mode", "gating"))
     if level == "off":
         return None
+    if g["--actor.policy_loss_type"] == "gspo":  # no weight under gspo: its ratio is anchored at π_rollout
+        return None  # (EngineRead.ratio_anchor = 'rollout', divclip.engines.openrlhf)
     if level != "token" or gating != "ratio":
         raise ConfigError(
             f"{OPENRLHF}level {level} with gating {gating}: OpenRLHF's sequence-level gate zeroes the weights of a "

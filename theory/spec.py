@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from divclip.theory.forms import FORM_NAMES, FORMS, LEVELS, forms_with, param_names
+from divclip.theory.forms._numpy import upper_delta
 from divclip.theory.measures import MEASURES, Measure, get_measure
 
 __all__ = [
@@ -422,6 +423,8 @@ def _scalar_bounds(spec: ClipSpec) -> tuple[float, float]:
     if spec.measure_name == "ratio" and spec.eps_low is not None:  # asymmetric widths: [1 - ε_low, 1 + ε_high]
         return max(1.0 - float(spec.eps_low), 0.0), 1.0 + float(spec.eps_high)
     lo, hi = get_measure(spec.measure).bounds(spec.delta)
+    if upper_delta(spec) != spec.delta:  # the upper side's own budget (the gated form's delta_high)
+        _, hi = get_measure(spec.measure).bounds(upper_delta(spec))
     return float(lo), float(hi)
 
 

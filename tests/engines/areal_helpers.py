@@ -83,4 +83,18 @@ def load() -> types.SimpleNamespace:
         apply_rejection_sampling=functional.apply_rejection_sampling,
         ppo_actor_loss_fn=functional.ppo_actor_loss_fn,
         apply_m2po_masking=actor["_apply_m2po_masking"],
+        functional=functional,
+        m2po=types.SimpleNamespace(
+            _apply_m2po_masking=actor["_apply_m2po_masking"], _get_m2po_loss_mask=actor["_get_m2po_loss_mask"]
+        ),
     )
+
+
+def functional() -> types.ModuleType:
+    """The installed `areal/utils/functional/functional.py` as a module (ppo_actor_loss_fn, sapo_loss_fn, ...)."""
+    return load().functional
+
+
+def m2po() -> types.SimpleNamespace:
+    """`_apply_m2po_masking` and `_get_m2po_loss_mask` of the installed `areal/trainer/ppo/actor.py`."""
+    return load().m2po
