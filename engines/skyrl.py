@@ -132,6 +132,7 @@ KEYS: dict[str, Key] = {
     A + "tis_imp_ratio_cap": Key("float", -1.0, above=-math.inf, doc="deprecated: its cap"),
     A + "advantage_estimator": Key("str", "grpo", doc="advantage estimator"),
     A + "advantage_batch_normalize": Key("bool", False, doc="whiten the advantages over the batch (trainer.py)"),
+    A + "zero_variance_filter": Key("bool", False, doc="loss-mask prompts whose rewards are all equal"),
     A + "use_kl_loss": Key("bool", True, doc="KL to the reference as a loss term"),
     A + "kl_loss_coef": Key("float", 0.001, above=-math.inf, doc="its coefficient"),
     A + "kl_estimator_type": Key("str", "k3", doc="its estimator"),
@@ -431,6 +432,12 @@ def _arithmetic_notes(s: EngineRead, g: dict) -> None:
             "loss_reduction=prompt_mean: a token mean within each prompt's group of responses, then the mean over "
             "the mini-batch's prompts; verl has no such loss_agg_mode, so none is given: "
             "divclip.engines.skyrl.aggregation gives its exact weights (a token-sum of the scaled advantages)"
+        )
+    if g[A + "zero_variance_filter"]:
+        s.notes.append(
+            f"{A}zero_variance_filter = true: SkyRL empties the loss mask of every prompt whose responses' rewards are "
+            "all equal (skyrl/train/trainer.py): their rows become empty rows, so token_mean divides by the other "
+            "prompts' tokens only, and sequence_mean still counts the emptied rows"
         )
     if g[A + "advantage_batch_normalize"]:
         s.notes.append(
