@@ -350,8 +350,14 @@ def _is_correction(s: EngineRead, g: dict) -> None:
         Pitfall(
             "is_correction_threshold",
             f"IS correction on ({level}-level {mode} on {gating}, band [{low:g}, {high:g}]): every token's loss is "
-            "weighted by π_old/π_rollout beside the PPO clip; divclip's method strings do not carry it, so a "
-            "translation drops it",
+            "weighted by π_old/π_rollout beside the PPO clip; "
+            + (
+                "divclip reads it as a rollout correction (divclip.engines.read_correction), which translate "
+                "carries or names"
+                if level == "token" and gating == "ratio"
+                else "divclip models no correction for it (divclip.engines.read_correction refuses it by name), "
+                "so translate refuses it too"
+            ),
             IS_FLAGS + "level",
             f"openrlhf {VERSION} openrlhf/models/loss.py PolicyLoss.forward",
         )
