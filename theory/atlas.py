@@ -305,7 +305,12 @@ def _parameters(spec, form: Form) -> list[dict]:
             {"name": "tau_pos", "value": spec.tau_pos, "default": 1.0, "doc": "gate temperature, A > 0"},
             {"name": "tau_neg", "value": spec.tau_neg, "default": 1.05, "doc": "gate temperature, A <= 0"},
         ]
-    out += [{"name": p.name, "value": spec.param(p.name), "default": p.default, "doc": p.doc} for p in form.params]
+    at_level = form.extra.get("params_at_level", {})  # e.g. the clip form's seq_grad_mean: level 'sequence' only
+    out += [
+        {"name": p.name, "value": spec.param(p.name), "default": p.default, "doc": p.doc}
+        for p in form.params
+        if at_level.get(p.name, spec.level) == spec.level
+    ]
     return out
 
 
