@@ -28,7 +28,9 @@ The loss is `slime/utils/ppo_utils.py` and `slime/backends/megatron_utils/loss.p
 * `--use-tis` multiplies the loss by clamp(π_old/π_rollout, tis-clip-low, tis-clip) (`vanilla_tis_function`); a
   custom function (`--custom-tis-function-path`, e.g. ICEPOP's mask) may replace it. A weight beside the clip.
 * `--use-rollout-logprobs` takes the inference engine's log-probs as π_old: then even one step per rollout sees
-  a ratio other than 1 (the train/inference mismatch), and the clip acts on that mismatch.
+  a ratio other than 1 (the train/inference mismatch), and the clip acts on that mismatch
+  (`EngineRead.ratio_anchor` = 'rollout': divclip's loss equals it with old_log_prob the rollout's log-probs;
+  --use-tis then still weighs by the recomputed π_old over π_rollout, which that call cannot see: named).
 
 Updates per rollout: `rollout_batch_size × n_samples_per_prompt` samples in steps of `global_batch_size`
 (or `--num-steps-per-rollout` steps), one pass (slime has no PPO epochs).
@@ -164,6 +166,8 @@ def read(settings: Mapping, **_options) -> EngineRead:
         unknown_keys=_typos(settings),
     )
     _structure(s, g)
+    if g["--use-rollout-logprobs"]:
+        s.ratio_anchor = "rollout"  # policy_loss_function: old_log_probs = batch["rollout_log_probs"]
     if form != "other":
         s.ratio_bounds = [max(1.0 - low, 0.0), 1.0 + high]
         s.spec = _spec(s)
@@ -331,7 +335,14 @@ def _pitfalls(s: EngineRead, g: dict) -> None:
                 "is_correction_threshold",
                 f"TIS on: every token's loss is weighted by {what} (train/inference mismatch), beside the PPO clip; "
                 "divclip reads it as a rollout correction (divclip.engines.read_correction), which "
-                "translate carries or names",
+                "translate carries or names"
+                + (
+                    "; with --use-rollout-logprobs the ratio is π_θ/π_rollout while the weight stays the recomputed "
+                    "π_old's over π_rollout: give policy_loss old_log_prob = π_rollout and that correction's weights "
+                    "(of π_old, rollout_correction) as rollout_is_weights"
+                    if g["--use-rollout-logprobs"]
+                    else ""
+                ),
                 "--use-tis",
                 f"slime {COMMIT[:8]} {loss} (vanilla_tis_function, icepop_function)",
             )
