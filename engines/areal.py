@@ -226,8 +226,10 @@ def _spec(s: EngineRead, g: dict):
         if s.form == "sapo":
             if s.level == "sequence":
                 raise ValueError("divclip's sapo gate is token level; AReaL's use_sapo_loss takes the sequence ratio")
-            return ClipSpec(form="sapo", tau_pos=g[A + "sapo_tau_pos"], tau_neg=g[A + "sapo_tau_neg"])
-        return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, dual_clip_c=s.dual_clip_c, level=s.level)
+            return ClipSpec(form="sapo", params={"tau_pos": g[A + "sapo_tau_pos"], "tau_neg": g[A + "sapo_tau_neg"]})
+        return ClipSpec(
+            "ratio", eps_low=s.budget_low, eps_high=s.budget_high, level=s.level, params={"dual_clip_c": s.dual_clip_c}
+        )
     except ValueError as exc:
         s.notes.append(f"no divclip method says this exactly: {exc}")
         return None
@@ -309,8 +311,8 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
     if spec.form == "sapo":
         keys = {
             "use_sapo_loss": True,
-            "sapo_tau_pos": float(spec.tau_pos),
-            "sapo_tau_neg": float(spec.tau_neg),
+            "sapo_tau_pos": float(spec.param("tau_pos")),
+            "sapo_tau_neg": float(spec.param("tau_neg")),
             "importance_sampling_level": "token",
             "use_decoupled_loss": False,
         }
@@ -350,7 +352,7 @@ def _write_clip(spec, notes: list, diffs: list) -> dict:
     keys = {
         "eps_clip": float(ratio.eps_low),
         "eps_clip_higher": float(ratio.eps_high),
-        "c_clip": None if ratio.dual_clip_c is None else float(ratio.dual_clip_c),
+        "c_clip": None if ratio.param("dual_clip_c", None) is None else float(ratio.param("dual_clip_c", None)),
         "importance_sampling_level": ratio.level,
         "use_sapo_loss": False,
     }

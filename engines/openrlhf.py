@@ -8,7 +8,7 @@ unknown-flag warning: argparse refuses a flag it does not know).
 The loss is `openrlhf/models/loss.py` `PolicyLoss`, read line by line for the mapping onto a ClipSpec:
 * `ppo`: r = exp(clamp(log r, ±20)), loss = -min(r·A, clip(r, 1 - ε_low, 1 + ε_high)·A), as verl's vanilla;
   `--actor.dual_clip c` caps the loss at -c·A for A < 0 (off by default, unlike verl where c = 3 always
-  applies): ClipSpec('ratio', ε_low, ε_high, dual_clip_c=c).
+  applies): ClipSpec('ratio', ε_low, ε_high, params={'dual_clip_c': c}).
 * `gspo`: r = exp(mean_t log r_t) per sequence, the same clip (and the dual clip, if set); its gradient per
   token is s·∇log π_t / |y|, verl's and divclip's level='sequence'. OpenRLHF does not clamp log s at 10 (verl
   and divclip do: only a sequence whose mean log-ratio exceeds 10 sees the difference) and always aggregates
@@ -233,7 +233,9 @@ def _spec(s: EngineRead):
     from divclip.theory.spec import ClipSpec
 
     try:
-        return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, dual_clip_c=s.dual_clip_c, level=s.level)
+        return ClipSpec(
+            "ratio", eps_low=s.budget_low, eps_high=s.budget_high, level=s.level, params={"dual_clip_c": s.dual_clip_c}
+        )
     except ValueError as exc:  # ε_low > 1: a lower bound below 0, which a ClipSpec refuses
         s.notes.append(f"no divclip method says this exactly: {exc}")
         return None
@@ -339,8 +341,8 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
         "--actor.policy_loss_type": loss_type,
         "--actor.eps_clip_low_high": [float(ratio.eps_low), float(ratio.eps_high)],
     }
-    if ratio.dual_clip_c is not None:
-        settings["--actor.dual_clip"] = float(ratio.dual_clip_c)
+    if ratio.param("dual_clip_c", None) is not None:
+        settings["--actor.dual_clip"] = float(ratio.param("dual_clip_c", None))
     else:
         notes.append("no --actor.dual_clip: OpenRLHF's default is no dual clip")
     agg = _aggregation(spec, recipe, loss_agg_mode, notes)

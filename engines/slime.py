@@ -241,7 +241,9 @@ def _spec(s: EngineRead):
     try:
         if s.form == "cispo":
             return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, form="cispo")
-        return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, dual_clip_c=s.dual_clip_c, level=s.level)
+        return ClipSpec(
+            "ratio", eps_low=s.budget_low, eps_high=s.budget_high, level=s.level, params={"dual_clip_c": s.dual_clip_c}
+        )
     except ValueError as exc:  # ε_low > 1: a lower bound below 0
         s.notes.append(f"no divclip method says this exactly: {exc}")
         return None
@@ -352,8 +354,8 @@ def _write_clip(spec, notes: list, diffs: list) -> dict:
         "--eps-clip": float(ratio.eps_low),
         "--eps-clip-high": float(ratio.eps_high),
     }
-    if ratio.dual_clip_c is not None:
-        settings["--eps-clip-c"] = float(ratio.dual_clip_c)
+    if ratio.param("dual_clip_c", None) is not None:
+        settings["--eps-clip-c"] = float(ratio.param("dual_clip_c", None))
     else:
         notes.append("no --eps-clip-c: slime's default is no dual clip")
     return settings

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from divclip.theory.forms._form import Form
+from divclip.theory.forms._form import CLAMP_LOG_RATIO, Form, Param
 from divclip.theory.forms._numpy import _shaped, _verl_ratio, clip_bounds, moved_out
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 def weight(spec, q, r, adv):
     """DPPO (form 'gated'): w = min(r, c_tis) on kept tokens, 0 where the bound is crossed in A's direction."""
     ratio, _ = _verl_ratio(r)
-    weight = ratio if spec.tis_cap is None else np.minimum(ratio, spec.tis_cap)
+    weight = ratio if spec.param("tis_cap") is None else np.minimum(ratio, spec.param("tis_cap"))
     return np.where(moved_out(spec, q, r, adv), 0.0, weight)  # the decision sees the true ratio, as verl's dppo
 
 
@@ -73,7 +73,9 @@ def loss(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> PolicyTerm
             high = (true_ratio > hi) & adv_pos
             low = (true_ratio < lo) & adv_neg
         dropped = high | low  # the two are disjoint
-        weight = ratio if spec.tis_cap is None else ratio.clamp(max=spec.tis_cap)  # truncated IS weight
+        weight = (
+            ratio if spec.param("tis_cap") is None else ratio.clamp(max=spec.param("tis_cap"))
+        )  # truncated IS weight
         # verl's −A·w·log π·valid in its product order (bit-equal losses, NaN where log π = −inf as there); the
         # gradient −A·w where valid, 0 elsewhere, in closed form (what autograd gives through that product)
         scale = torch.mul(advantages, weight).neg_()  # (−A)·w, as −A then ·w rounds: negation is exact
@@ -91,6 +93,17 @@ FORM = Form(
     ("arXiv:2602.04879", "verl:dppo_kl", "verl:dppo_tv"),
     weight=weight,
     interval=interval,
+    params=(
+        CLAMP_LOG_RATIO,
+        Param(
+            "tis_cap",
+            None,
+            "truncate the stop-gradient IS weight at this value (verl dppo's clip_ratio_c); None: off",
+            above=0.0,
+            option="tis",
+            label="TIS cap",
+        ),
+    ),
     example="dppo_kl",
     loss=loss,
 )
