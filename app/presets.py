@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from divclip import theory
-from divclip.app.state import ChoiceListParam, FloatParam
+from divclip.app.state import ChoiceListParam, FloatParam, IntParam, TextParam
 from divclip.theory.methods import METHODS
 
 # δ and ε span GSPO's sequence-level 3e-4 up to very loose clips; their sliders are log-scale.
@@ -93,6 +93,9 @@ EXPLORER_SPEC = (
     FloatParam("eps_high", "ε_high (ratio clip, upper side)", _DEFAULT["eps_high"], EPS_MIN, EPS_MAX),
     FloatParam("p", "p = π_old(a) (per-token measures)", _DEFAULT["p"], P_MIN, P_MAX),
     ChoiceListParam("measures", "measure", _DEFAULT["measures"], tuple(theory.MEASURES)),
+    # a rollout correction beside the clips (the third policy): off, and out of the URL, until one is typed
+    TextParam("correction", "rollout correction", "", max_chars=400, omit_default=True),
+    IntParam("L", "sequence length L", 100, 1, 10_000, omit_default=True),
 )
 
 

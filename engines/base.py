@@ -99,6 +99,8 @@ class EngineRead:
     roles: dict = field(default_factory=dict)  # {role: the engine's key}: eps, eps_low, eps_high, dual_clip,
     # tis_cap, cap, epochs, mini_batch, train_batch (what the checks name in their warnings)
     on_policy_fix: str = ""  # the settings that make the update off-policy, in the engine's words
+    ratio_anchor: str = "old"  # the ratio's denominator: "old" (π_old) or "rollout" (π_rollout: OpenRLHF's gspo
+    # with IS correction on takes log π_θ − log π_rollout, so old_log_prob must be the rollout's)
 
     def role(self, name: str) -> str | None:
         """The engine's key for a role ('eps_low', 'dual_clip', ...), or None where it has none."""

@@ -350,9 +350,10 @@ def _gspo(s, settings, g, keys):
 def _dppo_spec(s, settings, g, keys):
     from divclip.theory.spec import ClipSpec
 
-    if s.budget_low != s.budget_high:
-        raise ValueError(f"δ_low = {s.budget_low:g} and δ_high = {s.budget_high:g}: a divclip gated spec has one δ")
-    return ClipSpec(s.measure, delta=s.budget_low, form="gated", params={"tis_cap": s.tis_cap})
+    # δ_high where clip_ratio_high differs; verl's own gate arithmetic (its +1e-8, prob <= old_prob), so that
+    # every decision is verl's (divclip.theory.forms.gated)
+    params = {"gate": 1.0, **({"delta_high": s.budget_high} if s.budget_high != s.budget_low else {})}
+    return ClipSpec(s.measure, delta=s.budget_low, form="gated", params={**dict(params), "tis_cap": s.tis_cap})
 
 
 def _cispo(s, settings, g, keys):
@@ -798,12 +799,13 @@ def _write_gated(spec, env: dict, notes: list) -> dict:
     modes = {m: mode for mode, m in _DPPO.items()}
     if name not in modes:
         raise ValueError(f"verl has DPPO masks for binary_kl and binary_tv only, got measure {name!r}")
-    d = _num(spec.delta)
+    from divclip.theory.forms._numpy import upper_delta
+
     notes.append("dppo_*: clip_ratio_low/high are the δ of the mask, clip_ratio_c truncates the IS weight")
     return {
         "policy_loss.loss_mode": modes[name],
-        "clip_ratio_low": d,
-        "clip_ratio_high": d,
+        "clip_ratio_low": _num(spec.delta),
+        "clip_ratio_high": _num(upper_delta(spec)),
         "clip_ratio_c": _num(spec.param("tis_cap", None)) if spec.param("tis_cap", None) is not None else math.inf,
     }
 

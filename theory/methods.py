@@ -13,8 +13,9 @@ Every list of methods divclip shows derives from `METHODS`:
 * the clip explorer's presets (`divclip.app.presets`) are labelled and sized from the presets here.
 
 Adding a method is one `Method(...)` in the tuple below (docs/CONTRIBUTING.md, "Adding a method");
-tests/theory/test_methods.py checks that nothing else defines one. Torch-free, and it imports nothing of divclip at
-import time (the measures and the method-string parser read it): `Method.family` parses its string when asked.
+tests/test_method_catalogue.py checks that nothing else defines one. Torch-free, and it imports nothing of divclip
+but the aggregation names (the measures and the method-string parser read it); a method's family is its form's
+(the atlas's rows, `divclip.theory.atlas.atlas_row`, give it).
 """
 
 from __future__ import annotations
@@ -54,14 +55,6 @@ class Method:
             raise ValueError(f"Method.sources must be a non-empty tuple of strings, got {self.sources!r}")
         if not self.label:
             object.__setattr__(self, "label", self.name)
-
-    @property
-    def family(self) -> str:
-        """The family of its loss form (`divclip.theory.forms.FAMILIES`)."""
-        from divclip.theory.forms import get_form
-        from divclip.theory.spec import parse_method
-
-        return get_form(parse_method(self.method).form).family
 
 
 _TRL_CISPO = (

@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from divclip.theory.forms import FORM_NAMES, FORMS, LEVELS, declared_params, forms_declaring, forms_with
+from divclip.theory.forms._numpy import upper_delta
 from divclip.theory.measures import MEASURES, Measure, get_measure
 from divclip.theory.methods import preset_methods
 
@@ -102,8 +103,8 @@ def _undeclared(name: str, form_name: str, form) -> str:
     verb = "apply" if len(group) > 1 else "applies"
     others = f" (and {', '.join(repr(t) for t in takers[1:])})" if len(takers) > 1 else ""
     return (
-        f"form {form_name!r} has no parameter {name!r}: ClipSpec.{names} {verb} to form={takers[0]!r} only{others}, "
-        f"got form={form_name!r}"
+        f"ClipSpec.{names} {verb} to form={takers[0]!r} only{others}, got form={form_name!r} (form {form_name!r} "
+        f"has no parameter {name!r})"
     )
 
 
@@ -428,6 +429,8 @@ def _scalar_bounds(spec: ClipSpec) -> tuple[float, float]:
     if spec.measure_name == "ratio" and spec.eps_low is not None:  # asymmetric widths: [1 - ε_low, 1 + ε_high]
         return max(1.0 - float(spec.eps_low), 0.0), 1.0 + float(spec.eps_high)
     lo, hi = get_measure(spec.measure).bounds(spec.delta)
+    if upper_delta(spec) != spec.delta:  # the upper side's own budget (the gated form's delta_high)
+        _, hi = get_measure(spec.measure).bounds(upper_delta(spec))
     return float(lo), float(hi)
 
 

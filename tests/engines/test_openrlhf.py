@@ -64,7 +64,8 @@ def test_defaults_dual_clip_gspo_and_is_correction():
             "--actor.loss_agg_mode": "token-mean",
         }
     )
-    assert r.spec == parse_method("ratio:3e-4:3e-4/seq/dual=3") and r.loss_agg_mode == "seq-mean-token-mean"
+    assert r.spec == parse_method("ratio:3e-4:3e-4/seq/dual=3/noclamp/seq_grad_mean=1")  # OpenRLHF's gspo
+    assert r.loss_agg_mode == "seq-mean-token-mean"
     assert [a.code for a in r.advice] == ["ignored_key"]
     r = openrlhf.read(
         {

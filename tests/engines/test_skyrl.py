@@ -110,6 +110,19 @@ CASES = [  # (SkyRL config, divclip spec, log-ratio scale, compare loss values)
         0.8,
         False,
     ),
+    # δ_low != δ_high: the gated form's delta_high (issue 31 item 4)
+    (
+        dict(policy_loss_type="dppo", dppo={"dppo_type": "binary_tv", "delta_low": 0.1, "delta_high": 0.3}),
+        "binary_tv:0.1/gated/delta_high=0.3",
+        0.8,
+        False,
+    ),
+    (
+        dict(policy_loss_type="dppo", dppo={"dppo_type": "binary_kl", "delta_low": 0.01, "delta_high": 0.05}),
+        "binary_kl:0.01/gated/delta_high=0.05",
+        0.8,
+        False,
+    ),
 ]
 
 

@@ -36,7 +36,17 @@ VARIANTS = {
         "kl3@clipfrac=0.1",
         "ratio:1:4",
     ],
-    "gated": ["dppo_tv", "ratio:0.2:0.28/gated", "binary_kl:0.05/gated", "binary_tv:0.2/gated/tis=5"],
+    "gated": [
+        "dppo_tv",
+        "ratio:0.2:0.28/gated",
+        "binary_kl:0.05/gated",
+        "binary_tv:0.2/gated/tis=5",
+        "kl3:0.02/gated/delta_high=0.05",
+        "binary_kl:0.02/gated/delta_high=0.08",
+        "binary_tv:0.1/gated/delta_high=0.3",
+        "binary_kl:0.02/gated/delta_high=0.08/gate=1",
+        "binary_tv:0.1/gated/delta_high=0.3/gate=1",
+    ],
     "cispo": ["kl3:0.05/cispo", "binary_kl:0.05/cispo", "binary_tv:0.2/cispo", "ratio:1:4/cispo"],
     "sapo": ["sapo/tau=0.5:2"],
 }

@@ -120,7 +120,7 @@ def test_bad_parameter_values_are_refused_by_name(kwargs, match):
     [
         ("sapo/sapo_seq_mean=2", r"sapo_seq_mean is a flag: '/sapo_seq_mean=1' or '=0', got '2'"),
         ("grpo/noclamp=0", r"unknown option '/noclamp=0'"),
-        ("kl3/dro/noclamp", r"form 'dro' has no parameter 'clamp_log_ratio'"),
+        ("kl3/dro/noclamp", r"got form='dro' \(form 'dro' has no parameter 'clamp_log_ratio'\)"),
         ("grpo/tis=3", r"ClipSpec.tis_cap applies to form='gated' only, got form='clip'"),
     ],
 )

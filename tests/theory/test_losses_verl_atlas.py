@@ -121,7 +121,7 @@ CASES = [
             A + "clip_ratio_high": 0.2,
             A + "clip_ratio_c": 20.0,
         },
-        ClipSpec("binary_tv", delta=0.2, form="gated", params={"tis_cap": 20.0}),
+        ClipSpec("binary_tv", delta=0.2, form="gated", params={"gate": 1.0, "tis_cap": 20.0}),  # verl's gate arithmetic
         CLIP,
         lambda m: m["clipfrac"] > 0.02,
         noise=0.8,
@@ -136,7 +136,9 @@ CASES = [
             A + "clip_ratio_high": 0.05,
             A + "clip_ratio_c": 20.0,
         },
-        ClipSpec("binary_kl", delta=0.05, form="gated", params={"tis_cap": 20.0}),
+        ClipSpec(
+            "binary_kl", delta=0.05, form="gated", params={"gate": 1.0, "tis_cap": 20.0}
+        ),  # verl's gate arithmetic
         CLIP,
         lambda m: m["clipfrac"] > 0.02,
         noise=0.8,

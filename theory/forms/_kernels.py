@@ -149,6 +149,25 @@ class _MaskedSumWithGradient(torch.autograd.Function):
         return g * masked_grad, None, None, None
 
 
+class _SequenceMeanGradient(torch.autograd.Function):
+    """`value` (B, T), whose derivative in log π is the chain rule through a sequence mean (the clip form's
+    `seq_grad_mean`, GSPO as OpenRLHF and slime differentiate it): for the upstream u, each unmasked token gets
+    (Σ_t u_t·grad_t) / rows, `grad` being the per-token ∂value/∂s·s and `rows` the (B, 1) token counts (>= 1).
+    Held equal to OpenRLHF's and slime's own autograd through the mean by tests/engines/test_parity_openrlhf.py
+    and test_parity_slime.py (with slime's TIS weights as the upstream too)."""
+
+    @staticmethod
+    def forward(ctx, log_prob, value, grad, mask, rows):
+        ctx.save_for_backward(grad, mask, rows)
+        return value
+
+    @staticmethod
+    def backward(ctx, upstream):
+        grad, mask, rows = ctx.saved_tensors
+        per_row = torch.sum(upstream * grad, dim=-1, keepdim=True) / rows  # (B, 1)
+        return per_row * mask, None, None, None, None
+
+
 def masked_sum_closed_form(terms: PolicyTerms, log_prob, mask):
     """Σ mask·terms.loss with its gradient from `terms.grad` (`_MaskedSumWithGradient`); terms.grad must be set."""
     return _MaskedSumWithGradient.apply(log_prob, terms.loss.detach(), terms.grad, mask)

@@ -4,8 +4,16 @@ The form of PPO (arXiv:1707.06347), GRPO, DAPO, KL3 (ATR-GRPO) and every other c
 TRL grpo/bnpo/dr_grpo/dapo; GSPO (verl `gspo`) at level='sequence'. Numpy weight (docs/theory.md §1):
 
   w = r on kept tokens, 0 on clipped ones: A > 0 and r > hi(q), A < 0 and r < lo(q), A < 0 and r > c with a
-  dual clip, and |log r| > 20 (verl's log-ratio clamp stops the gradient). At level='sequence' (GSPO) r is the
-  sequence's length-normalised ratio s, every token of the sequence gets w(s), and the clamp is log s <= 10.
+  dual clip, and |log r| > 20 (verl's log-ratio clamp stops the gradient; not with clamp_log_ratio False, as
+  TRL, slime and OpenRLHF's gspo run). At level='sequence' (GSPO) r is the sequence's length-normalised ratio s,
+  every token of the sequence gets w(s), and the clamp is log s <= 10.
+
+Parameter `seq_grad_mean` (level='sequence' only; 0 or 1, default 0): 1 differentiates s = exp(mean_t log r_t)
+through the mean, as OpenRLHF 0.11.2 and slime compute GSPO, instead of verl's sg(s)·π_θ/sg(π_θ): the value is
+the same, but each token's gradient is its row's mean of −A·s over the kept tokens (divided by the row's
+token count, at least 1) rather than its own −A·s. With one advantage per row the two are equal; with
+token-varying advantages (OpenRLHF's default GAE) they are not (one row, A = (1, −1), both kept: (0, 0), where
+verl gives (−s/2, +s/2) after the row's mean).
 
 Torch: `loss` dispatches to two hand-fused fast paths, `_interval_clip_mode` (token level, one p-free
 interval) and `_sequence_clip_mode` (GSPO), and otherwise to `_general_clip_mode`, the readable path through
@@ -19,8 +27,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from divclip.theory.forms._form import CLAMP_LOG_RATIO, DUAL_CLIP_C, Form
-from divclip.theory.forms._numpy import SEQ_LOG_RATIO_MAX, _shaped, _verl_ratio, clip_bounds, moved_out
+from divclip.theory.forms._form import CLAMP_LOG_RATIO, DUAL_CLIP_C, Form, Param
+from divclip.theory.forms._numpy import SEQ_LOG_RATIO_MAX, _shaped, _spec_ratio, clip_bounds, moved_out
 
 if TYPE_CHECKING:
     from divclip.theory.forms._kernels import PolicyTerms
@@ -32,10 +40,10 @@ def weight(spec, q, r, adv):
     """PPO/GRPO/DAPO/KL3/dual clip (form 'clip'): w = r where kept, else 0; GSPO's s at level='sequence'."""
     if spec.level == "sequence":
         with np.errstate(divide="ignore"):
-            in_range = np.log(r) <= SEQ_LOG_RATIO_MAX
+            in_range = (np.log(r) <= SEQ_LOG_RATIO_MAX) | (not spec.param("clamp_log_ratio"))
         ratio = r
     else:
-        ratio, in_range = _verl_ratio(r)
+        ratio, in_range = _spec_ratio(spec, r)
     keep = ~moved_out(spec, q, ratio, adv) & in_range
     if spec.param("dual_clip_c") is not None:
         keep &= ~((adv < 0) & (ratio > spec.param("dual_clip_c")))  # the loss is capped at −A·c: flat, no gradient
@@ -59,11 +67,44 @@ def loss(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> PolicyTerm
     from divclip.theory.spec import AllOf
 
     simple = not isinstance(spec, AllOf) and not spec.p_dependent  # one p-free interval
-    if simple and spec.level == "sequence" and spec.param("dual_clip_c") is None:
-        return _sequence_clip_mode(log_prob, old_log_prob, advantages, mask, spec)
     if simple and spec.level == "token":
         return _interval_clip_mode(log_prob, old_log_prob, advantages, spec)
-    return _general_clip_mode(log_prob, old_log_prob, advantages, mask, spec)
+    if simple and spec.level == "sequence" and spec.param("dual_clip_c", None) is None:
+        terms = _sequence_clip_mode(log_prob, old_log_prob, advantages, mask, spec)
+    else:
+        terms = _general_clip_mode(log_prob, old_log_prob, advantages, mask, spec)
+    if spec.level == "sequence" and spec.form == "clip" and not isinstance(spec, AllOf) and spec.param("seq_grad_mean"):
+        terms = _through_the_mean(terms, log_prob, mask)
+    return terms
+
+
+def _through_the_mean(terms: PolicyTerms, log_prob, mask) -> PolicyTerms:
+    """`seq_grad_mean`: the gradient of s = exp(Σ_t m·log r_t / max(Σ m, 1)) taken through the mean (OpenRLHF,
+    slime): ∂s/∂log π_t = s·m_t / max(Σ m, 1), so whatever weighs the token terms downstream (an aggregation, a
+    rollout-correction weight), token t gets m_t / max(Σ m, 1) · Σ_t' u_t'·(−A_t'·s)·[kept_t'], u being each
+    term's weight (`_SequenceMeanGradient`). The value is unchanged. `grad` becomes the row's masked mean of the
+    kept −A·s: the per-token gradient when a row's tokens weigh alike (every loss_agg_mode, no weights)."""
+    import torch
+
+    from divclip.theory.forms._kernels import _SequenceMeanGradient
+
+    with torch.no_grad():
+        rows = torch.sum(mask, dim=-1, keepdim=True).clamp(min=1)  # (B, 1)
+        grad = (torch.sum(terms.grad * mask, dim=-1, keepdim=True) / rows) * mask  # (B, T)
+    loss = _SequenceMeanGradient.apply(log_prob, terms.loss.detach(), terms.grad, mask, rows)
+    return terms._replace(loss=loss, grad=grad)
+
+
+def _check(spec) -> None:
+    """`seq_grad_mean` is 0 or 1, and only at level='sequence' (a token ratio has no sequence mean)."""
+    value = spec.param("seq_grad_mean")
+    if value not in (0.0, 1.0):
+        raise ValueError(f"ClipSpec.params['seq_grad_mean'] must be 0 or 1 (a flag), got {value!r}")
+    if value and spec.level != "sequence":
+        raise ValueError(
+            f"ClipSpec.params['seq_grad_mean'] = 1 needs level='sequence' (GSPO's sequence ratio), got "
+            f"level={spec.level!r}"
+        )
 
 
 def _sequence_clip_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> PolicyTerms:
@@ -214,7 +255,19 @@ FORM = Form(
     weight=weight,
     interval=interval,
     example="grpo",
-    params=(CLAMP_LOG_RATIO, DUAL_CLIP_C),
     levels=("token", "sequence"),
     loss=loss,
+    params=(
+        CLAMP_LOG_RATIO,
+        DUAL_CLIP_C,
+        Param(
+            "seq_grad_mean",
+            0.0,
+            "1: GSPO's gradient through the sequence mean (OpenRLHF, slime): each token gets its row's mean of the "
+            "kept −A·s; 0: verl's sg(s)·π/sg(π), each token its own −A·s (level='sequence' only)",
+            above=-1.0,
+            at_most=1.0,
+        ),
+    ),
+    check=_check,
 )
