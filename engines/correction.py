@@ -14,7 +14,8 @@ settings and the list of what the engine cannot say. Per engine (docs/engines.md
   sequence_mask_metric geometric ([geo_mask_low, geo_mask_high] on exp(mean log ρ)) or product (on Π ρ); the
   token mask [token_mask_is_threshold_low, _high]. The ρ bands become verl's k1 rules, which bound 1/ρ:
   [c, C] on ρ is [1/C, 1/c] on exp(k1). The outlier-token mask (a sequence dropped for one token out of band)
-  has no verl rule and is refused.
+  has no verl rule and is refused. `policy_loss_type: rollout_is` is the bypass correction
+  `is=token:mask=(1 - eps_clip_low)_(1 + eps_clip_high)/bypass` (its loss: that weight under method ratio/gpg).
 * slime (624b824a): --use-tis is `vanilla_tis_function`, w = clamp(ρ, --tis-clip-low, --tis-clip) unclamped in
   log; a --custom-tis-function-path (ICEPOP's `icepop_function` among them) and --use-opsm are refused (a
   custom function is code; slime's OPSM compares π_old, not π_rollout).
@@ -80,6 +81,9 @@ CORRECTION_KEYS: dict[str, dict[str, Key]] = {
         SKYRL + "token_mask_is_threshold_low": Key("float", None, nullable=True, above=0.0, doc="token mask low"),
         SKYRL + "token_mask_is_threshold_high": Key("float", None, nullable=True, above=0.0, doc="token mask high"),
         "trainer.algorithm.use_tis": Key("bool", False, doc="deprecated: tis_ratio_type=token"),
+        "trainer.algorithm.policy_loss_type": Key("str", "regular", doc="rollout_is: a bypass IcePop weight"),
+        "trainer.algorithm.eps_clip_low": Key("float", 0.2, above=0.0, doc="rollout_is: the band's 1 - ε_low"),
+        "trainer.algorithm.eps_clip_high": Key("float", 0.2, above=0.0, doc="rollout_is: the band's 1 + ε_high"),
         "trainer.algorithm.tis_imp_ratio_cap": Key("float", -1.0, above=-math.inf, doc="deprecated: its cap"),
     },
     "slime": {
@@ -289,6 +293,8 @@ def _inverse_band(name, lo, hi) -> Rejection:
 
 def _read_skyrl(g, settings):
     k = SKYRL
+    if g["trainer.algorithm.policy_loss_type"] == "rollout_is":
+        return _skyrl_rollout_is(g, settings)
     if g[k + "outlier_token_is_threshold_low"] is not None or g[k + "outlier_token_is_threshold_high"] is not None:
         raise ConfigError(
             f"{k}outlier_token_is_threshold_*: SkyRL drops a whole sequence for one token out of band; divclip's "
@@ -322,6 +328,21 @@ def _read_skyrl(g, settings):
     except ValueError as exc:
         raise ConfigError(f"{k}*: {exc}") from None
     return c if c.active else None
+
+
+def _skyrl_rollout_is(g, settings):
+    """SkyRL's rollout_is loss (ppo_utils.rollout_is_policy_loss): −sg(f(r))·A·log π with r = π_θ/π_rollout and
+    f(r) = r on (1 − eps_clip_low, 1 + eps_clip_high), else 0: the bypass correction is=token:mask=LO_HI/bypass
+    under the REINFORCE form gpg (SkyRL's band is open, divclip's closed: they differ only on a bound)."""
+    others = {key: v for key, v in settings.items() if key.startswith(SKYRL) and v is not None}
+    without = _read_skyrl({**g, "trainer.algorithm.policy_loss_type": "regular"}, settings)
+    if without is not None or g["trainer.algorithm.use_tis"]:
+        raise ConfigError(
+            f"trainer.algorithm.policy_loss_type rollout_is with off_policy_correction ({sorted(others)}): SkyRL "
+            "weights by π_θ/π_rollout and by π_old/π_rollout at once; a divclip correction holds one of the two"
+        )
+    low, high = 1.0 - g["trainer.algorithm.eps_clip_low"], 1.0 + g["trainer.algorithm.eps_clip_high"]
+    return Correction("token", "mask", high, low if low > 0 else None, bypass=True)
 
 
 def _write_skyrl(c: Correction):

@@ -183,6 +183,10 @@ def read(settings: Mapping, **_options) -> EngineRead:
         unknown_keys=unknown_keys(settings, is_known, known_flags()),
     )
     s.spec = _spec(s)
+    if agg == "seq-mean-token-mean":
+        s.notes.append(
+            "aggregation exactly: seq-mean-token-mean-noeps (OpenRLHF's per-sample mean has no 1e-8 in the counts)"
+        )
     _pitfalls(s, settings, g)
     name_loss_terms(s, loss_terms(g))
     return s
@@ -346,8 +350,14 @@ def _is_correction(s: EngineRead, g: dict) -> None:
         Pitfall(
             "is_correction_threshold",
             f"IS correction on ({level}-level {mode} on {gating}, band [{low:g}, {high:g}]): every token's loss is "
-            "weighted by π_old/π_rollout beside the PPO clip; divclip's method strings do not carry it, so a "
-            "translation drops it",
+            "weighted by π_old/π_rollout beside the PPO clip; "
+            + (
+                "divclip reads it as a rollout correction (divclip.engines.read_correction), which translate "
+                "carries or names"
+                if level == "token" and gating == "ratio"
+                else "divclip models no correction for it (divclip.engines.read_correction refuses it by name), "
+                "so translate refuses it too"
+            ),
             IS_FLAGS + "level",
             f"openrlhf {VERSION} openrlhf/models/loss.py PolicyLoss.forward",
         )

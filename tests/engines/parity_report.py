@@ -10,6 +10,8 @@ docs/engines.md between `<!-- parity-report -->` and `<!-- /parity-report -->` t
                 says so)
   gradient      the gradient is the engine's, the loss value is not (named by the read)
   named         the engine computes it differently; the read's warning or note says how
+  as correction the engine's mask or weight beside the clip is read as a rollout correction (read_correction),
+                tested against the engine's own code in tests/engines/test_correction_<engine>.py
   not modelled  divclip gives no spec for it; the read says why
 
     .venv/bin/python tests/engines/parity_report.py            # the markdown block
@@ -23,7 +25,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 START, END = "<!-- parity-report -->", "<!-- /parity-report -->"
-STATUSES = ("exact", "gradient", "named", "not modelled")
+STATUSES = ("exact", "gradient", "named", "as correction", "not modelled")
 TITLES = {"verl": "verl", "trl": "TRL", "openrlhf": "OpenRLHF", "areal": "AReaL", "skyrl": "SkyRL", "slime": "slime"}
 
 

@@ -14,6 +14,7 @@ import torch
 from areal_helpers import functional, m2po
 from parity_inputs import KINDS, assert_same, batch, value_and_grad
 
+from divclip import engines
 from divclip.engines import areal
 from divclip.theory.losses import policy_loss
 
@@ -53,15 +54,15 @@ EXACT = [
 PARITY_ROWS = [("areal", name, "exact", note) for name, _, note in EXACT] + [
     (
         "areal",
-        "m2_threshold (M2PO)",
-        "not modelled",
-        "its second-moment mask of the batch is named by the read; the spec is None",
+        "m2_threshold (M2PO), use_decoupled_loss",
+        "exact",
+        "read as the rollout correction m2po= (rollout_log_prob = π_behave); no effect without the decoupled loss",
     ),
     (
         "areal",
         "use_decoupled_loss + rejection_sampling",
-        "named",
-        "the behaviour weight π_prox/π_behave beside the clip: a warning (is_correction_threshold)",
+        "exact",
+        "read as the rollout correction's filter: tests/engines/test_correction_areal.py",
     ),
 ]
 
@@ -151,25 +152,52 @@ def test_what_the_read_carries_matters():
     assert any("replaces each token's advantage by its sequence's mean" in n for n in areal.read(seq).notes)
 
 
-def test_m2po_changes_the_loss_and_the_read_says_it_is_not_modelled():
-    """M2PO (actor.m2_threshold): AReaL's own mask of the batch's largest second moments (areal/trainer/ppo/actor.py)
-    changes the loss; the read names it and gives no spec."""
-    lp, old, adv, mask = batch("token")
-    behave = old + 0.4 * torch.randn(old.shape, generator=torch.Generator().manual_seed(3), dtype=old.dtype)
-    kept = m2po()._apply_m2po_masking(behave, old, mask.bool(), 0.04)
-    assert 0 < int(kept.sum()) < int(mask.sum())
-    plain = _theirs({}, lp, old, adv, mask)
-    masked = _theirs({}, lp, old, adv, kept.to(mask.dtype))
-    assert not torch.isclose(plain, masked, rtol=1e-3)
-    r = areal.read({A + "m2_threshold": 0.04})
-    assert r.spec is None and any("M2PO masks" in n and "does not model" in n for n in r.notes)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+def test_m2po_is_areals_through_the_rollout_correction(dtype):
+    """M2PO (actor.m2_threshold with use_decoupled_loss): AReaL's own mask of the batch's largest second moments
+    (log π_behave − log π_prox)² (areal/trainer/ppo/actor.py, before ppo_actor_loss_fn) is the correction the read
+    gives; without the decoupled loss π_prox = π_old and the read says it has no effect."""
+    settings = {A + "use_decoupled_loss": True, A + "m2_threshold": 0.04}
+    r, correction = areal.read(settings), engines.read_correction("areal", settings)
+    assert correction is not None and correction.m2po == 0.04
 
+    def pair(dt):
+        lp, prox, adv, mask = batch("token", dt)
+        noise = torch.randn(prox.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+        behave = prox + (0.4 * noise).to(dt)
+        kept = m2po()._apply_m2po_masking(behave, prox, mask.bool(), 0.04)
+        assert 0 < int(kept.sum()) < int(mask.sum())  # the mask drops tokens
+        theirs = value_and_grad(
+            lambda x: F.ppo_actor_loss_fn(
+                logprobs=x, proximal_logprobs=prox, old_logprobs=behave, advantages=adv, eps_clip=0.2, loss_mask=kept
+            )[0],
+            lp,
+        )
+        ours = value_and_grad(
+            lambda x: policy_loss(
+                x,
+                prox,
+                adv,
+                mask,
+                r.spec,
+                r.loss_agg_mode,
+                metrics=False,
+                rollout_log_prob=behave,
+                correction=correction,
+            )[0],
+            lp,
+        )
+        return ours, theirs
 
-def test_rejection_sampling_is_named():
-    r = areal.read({A + "use_decoupled_loss": True, A + "rejection_sampling.upper": 2.0})
-    assert "is_correction_threshold" in {a.code for a in r.advice}
+    ours, theirs = pair(dtype)
+    assert_same(ours, theirs, dtype, None if dtype == torch.float64 else pair(torch.float64)[1])
+    assert not torch.isclose(theirs[0], _theirs({}, *batch("token", dtype)), rtol=1e-3)  # M2PO changed the loss
+    off = areal.read({A + "m2_threshold": 0.04})
+    assert engines.read_correction("areal", {A + "m2_threshold": 0.04}) is None
+    assert any("has no effect without use_decoupled_loss" in n for n in off.notes)
 
 
 def test_every_row_is_tested():
     names = {c[0] for c in EXACT}
-    assert [row[1] for row in PARITY_ROWS if row[2] == "exact"] == [c[0] for c in EXACT] and len(names) == len(EXACT)
+    assert [row[1] for row in PARITY_ROWS[: len(EXACT)]] == [c[0] for c in EXACT] and len(names) == len(EXACT)
+    assert len({row[1] for row in PARITY_ROWS}) == len(PARITY_ROWS)

@@ -147,12 +147,19 @@ PARITY_ROWS = (
             "gradient",
             "value −r·A·mask, divclip's −A·sg(r)·log π; the clamp at |log r| = 20 zeroes SkyRL's gradient (named)",
         ),
-        ("skyrl", "dppo delta_low != delta_high", "not modelled", "one δ per gated spec (named)"),
+        ("skyrl", "dppo delta_low != delta_high", "gradient", "the gated form's delta_high; as dppo above"),
         ("skyrl", "policy_loss_type divclip_method", "exact", "divclip's plug-in"),
-        ("skyrl", "rollout_is, cross_entropy, importance_sampling", "not modelled", "named"),
+        (
+            "skyrl",
+            "rollout_is, cross_entropy, importance_sampling",
+            "not modelled",
+            "named; rollout_is is ratio/gpg with a bypass correction (tests/engines/test_skyrl_rollout_is.py)",
+        ),
         ("skyrl", "outlier_token_is_threshold_low/high", "not modelled", "a warning names it"),
         ("skyrl", "sequence_mean read as seq-mean-token-mean", "named", "verl's skips empty rows"),
         ("skyrl", "token_mean_legacy read as token-mean", "named", "equal only for equal micro-batch tokens"),
+        ("skyrl", "zero_variance_filter", "named", "constant-reward prompts become empty rows"),
+        ("skyrl", "advantage_batch_normalize", "named", "A whitened over the batch before the loss"),
     ]
 )
 
@@ -270,6 +277,11 @@ def test_the_batch_reaches_every_branch_of_skyrls_clip():
     assert m["clipfrac_low"] > 0 and m["clipfrac_high"] > 0 and m["dual_clipfrac"] > 0
 
 
+def _said(read) -> str:
+    """Everything the read tells: its notes and its warnings' messages."""
+    return " ".join([*read.notes, *(a.message for a in read.advice)])
+
+
 def _raw_advantages(settings, lp, old, adv, mask):
     """policy_loss on the read's spec and loss_agg_mode with A as it is (not SkyRL's pre-scaled A)."""
     r = skyrl.read(settings)
@@ -290,16 +302,16 @@ def test_covariance_forms_on_raw_advantages_are_not_skyrls_and_the_read_says_so(
         raw = value_and_grad(functools.partial(_raw_advantages, settings, old=old, adv=adv, mask=mask), lp)
         theirs = value_and_grad(functools.partial(_theirs, settings, old=old, adv=adv, mask=mask), lp)
         assert not torch.allclose(raw[1], theirs[1], rtol=1e-3), loss
-        assert any(phrase in n for n in skyrl.read(settings).notes), loss
+        assert phrase in _said(skyrl.read(settings)), loss
 
 
 def test_dppo_has_skyrls_gradient_where_log_r_is_within_20_and_the_read_names_the_rest():
-    for dppo_type, delta in (("binary_tv", 0.2), ("binary_kl", 0.05)):
+    for dppo_type, low, high in (("binary_tv", 0.2, 0.2), ("binary_kl", 0.05, 0.05), ("binary_tv", 0.1, 0.3)):
         settings = {
             A + "policy_loss_type": "dppo",
             A + "dppo.dppo_type": dppo_type,
-            A + "dppo.delta_low": delta,
-            A + "dppo.delta_high": delta,
+            A + "dppo.delta_low": low,
+            A + "dppo.delta_high": high,
         }
         for dtype in (torch.float64, torch.float32):
             lp, old, adv, mask = batch("token", dtype)
@@ -313,9 +325,9 @@ def test_dppo_has_skyrls_gradient_where_log_r_is_within_20_and_the_read_names_th
         assert "−r·A·mask with r differentiable" in notes and "beyond |log r| = 20" in notes
 
 
-def test_dppo_with_two_deltas_is_explained():
+def test_dppo_with_two_deltas_is_the_gated_forms_delta_high():
     r = skyrl.read({A + "policy_loss_type": "dppo", A + "dppo.delta_low": 0.1, A + "dppo.delta_high": 0.2})
-    assert r.spec is None and any("A > 0 whose divergence exceeds δ_high" in n for n in r.notes)
+    assert r.spec is not None and (r.spec.delta, r.spec.param("delta_high")) == (0.1, 0.2)
 
 
 def test_divclip_method_through_skyrls_dispatch_is_policy_loss():
@@ -357,6 +369,16 @@ def test_the_verl_names_of_the_reductions_are_exact_or_warned():
             assert "skyrl_reduction_differs" in {a.code for a in r.advice}, name
         else:
             assert r.loss_agg_mode is None or "skyrl_reduction_differs" in {a.code for a in r.advice}, name
+
+
+def test_batch_facts_beside_the_loss_are_named():
+    """zero_variance_filter empties rows (whose weight skyrl.aggregation then gives, as for any empty row) and
+    advantage_batch_normalize rescales A: each changes the loss, and each is named."""
+    said = _said(skyrl.read({A + "zero_variance_filter": True, A + "advantage_batch_normalize": True}))
+    assert "zero_variance_filter = true" in said and "advantage_batch_normalize = true" in said
+    assert "zero_variance_filter" not in _said(skyrl.read({}))
+    r = skyrl.read({A + "loss_reduction": "prompt_mean"})
+    assert r.loss_agg_mode is None and "skyrl_loss_differs" in {a.code for a in r.advice}
 
 
 def test_aggregation_refuses_what_skyrl_refuses():

@@ -11,9 +11,12 @@ the data here is checked not to hold.
 import pytest
 import torch
 
+from divclip.engines import read_correction
+from divclip.theory.correction import parse_correction
 from divclip.theory.losses import policy_loss
 
 helpers = pytest.importorskip("skyrl_helpers")
+A = "trainer.algorithm."
 
 
 def batch(seed=0, b=10, t=24, dtype=torch.float64):
@@ -52,7 +55,10 @@ def test_rollout_is_loss_is_skyrls(eps, reduction, dtype):
     theirs.backward()
     agg = {"token_mean": "token-mean", "sequence_mean": "seq-mean-token-mean"}[reduction]
     leaf = lp.clone().requires_grad_()
-    correction = f"is=token:mask={1 - low!r}_{1 + high!r}/bypass"
+    correction = read_correction(  # divclip's reading of the same settings
+        "skyrl", {f"{A}policy_loss_type": "rollout_is", f"{A}eps_clip_low": low, f"{A}eps_clip_high": high}
+    )
+    assert correction == parse_correction(f"is=token:mask={1 - low!r}_{1 + high!r}/bypass")
     mine, out = policy_loss(leaf, rollout, adv, mask, "ratio/gpg", agg, rollout_log_prob=rollout, correction=correction)
     mine.backward()
     if reduction == "sequence_mean":  # SkyRL divides by every row, the empty one too; verl's mean by rows with a token
@@ -66,3 +72,22 @@ def test_rollout_is_loss_is_skyrls(eps, reduction, dtype):
     torch.testing.assert_close(grad, theirs_leaf.grad.to(grad.dtype), **tol)
     kept = out["rollout_corr/kept_token_fraction"]
     assert kept == pytest.approx(int(inside.sum()) / int(mask.sum()), rel=1e-12)
+
+
+def test_rollout_is_with_an_off_policy_correction_is_refused_by_name():
+    """SkyRL then weights by π_θ/π_rollout and by π_old/π_rollout at once: one correction cannot hold both."""
+    settings = {f"{A}policy_loss_type": "rollout_is", f"{A}off_policy_correction.tis_ratio_type": "token"}
+    with pytest.raises(ValueError, match="rollout_is with off_policy_correction"):
+        read_correction("skyrl", settings)
+    wide = read_correction("skyrl", {f"{A}policy_loss_type": "rollout_is", f"{A}eps_clip_low": 1.5})
+    assert wide == parse_correction("is=token:mask=1.2/bypass")  # 1 − 1.5 < 0: no floor, as r > −0.5 always holds
+
+
+def test_the_keys_default_to_skyrls_algorithm_config():
+    from divclip.engines.correction import CORRECTION_KEYS
+
+    _, algorithm_config = helpers.load()
+    shipped = algorithm_config()
+    for name in ("policy_loss_type", "eps_clip_low", "eps_clip_high"):
+        assert CORRECTION_KEYS["skyrl"][A + name].default == getattr(shipped, name), name
+    assert read_correction("skyrl", {}) is None  # regular: no correction
