@@ -131,8 +131,9 @@ def read_script(text: str, name: str, out: Tokens | None = None, depth: int = 0)
         _merge(out, part, line, unresolved if scripted else [])
         if launch.entry and launch.args:
             shown = _entry_shown(launch.skipped)
-            shown += f" (in the function called at line {called})" if called else ""
-            out.launches.append(ScriptLaunch(line, shown, dict(part.values), set(part.added), list(part.deletions)))
+            shown += f" (in a function, line {line})" if called else ""  # listed at the line of its call
+            values, added, deletions = dict(part.values), set(part.added), list(part.deletions)
+            out.launches.append(ScriptLaunch(called or line, shown, values, added, deletions))
         else:
             out.common.update(part.values)
         for first, last, body in heredocs:
