@@ -281,18 +281,15 @@ def _spec(s: EngineRead, g: dict):
         if s.form == "sapo":  # at sequence level the gate of the sequence ratio, A its row mean (loss_advantages)
             return ClipSpec(
                 form="sapo",
-                tau_pos=g[A + "sapo_tau_pos"],
-                tau_neg=g[A + "sapo_tau_neg"],
                 level=s.level,
-                clamp_log_ratio=False,
+                params={"tau_pos": g[A + "sapo_tau_pos"], "tau_neg": g[A + "sapo_tau_neg"], "clamp_log_ratio": False},
             )
         return ClipSpec(
             "ratio",
             eps_low=s.budget_low,
             eps_high=s.budget_high,
-            dual_clip_c=s.dual_clip_c,
             level=s.level,
-            clamp_log_ratio=False,  # AReaL: r = exp(log π − log π_prox), no clamp of log r (nor of log s)
+            params={"dual_clip_c": s.dual_clip_c, "clamp_log_ratio": False},
         )
     except ValueError as exc:
         s.notes.append(f"no divclip method says this exactly: {exc}")
@@ -388,13 +385,13 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
     if spec.form == "sapo":
         keys = {
             "use_sapo_loss": True,
-            "sapo_tau_pos": float(spec.tau_pos),
-            "sapo_tau_neg": float(spec.tau_neg),
+            "sapo_tau_pos": float(spec.param("tau_pos")),
+            "sapo_tau_neg": float(spec.param("tau_neg")),
             "importance_sampling_level": spec.level,
             "use_decoupled_loss": False,
         }
         notes.append("SAPO needs use_decoupled_loss: false in AReaL")
-        if spec.clamp_log_ratio:
+        if spec.param("clamp_log_ratio"):
             notes.append("AReaL's SAPO gates r = exp(log π - log π_old) without verl's ±20 clamp on log r")
     elif spec.form == "clip":
         keys = _write_clip(spec, notes, diffs)
@@ -431,7 +428,7 @@ def _write_clip(spec, notes: list, diffs: list) -> dict:
     keys = {
         "eps_clip": float(ratio.eps_low),
         "eps_clip_higher": float(ratio.eps_high),
-        "c_clip": None if ratio.dual_clip_c is None else float(ratio.dual_clip_c),
+        "c_clip": None if ratio.param("dual_clip_c", None) is None else float(ratio.param("dual_clip_c", None)),
         "importance_sampling_level": ratio.level,
         "use_sapo_loss": False,
     }

@@ -389,7 +389,7 @@ def _read_spec(s: EngineRead, settings, g: dict, keys: dict) -> None:
 def _vanilla(s, settings, g, keys):
     from divclip.theory.spec import ClipSpec
 
-    return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, dual_clip_c=s.dual_clip_c)
+    return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, params={"dual_clip_c": s.dual_clip_c})
 
 
 def _gspo(s, settings, g, keys):
@@ -404,7 +404,7 @@ def _dppo_spec(s, settings, g, keys):
     # δ_high where clip_ratio_high differs; verl's own gate arithmetic (its +1e-8, prob <= old_prob), so that
     # every decision is verl's (divclip.theory.forms.gated)
     params = {"gate": 1.0, **({"delta_high": s.budget_high} if s.budget_high != s.budget_low else {})}
-    return ClipSpec(s.measure, delta=s.budget_low, form="gated", tis_cap=s.tis_cap, params=params)
+    return ClipSpec(s.measure, delta=s.budget_low, form="gated", params={**dict(params), "tis_cap": s.tis_cap})
 
 
 def _cispo(s, settings, g, keys):
@@ -417,7 +417,9 @@ def _sapo(s, settings, g, keys):
     from divclip.theory.spec import ClipSpec
 
     # verl's sapo aggregates seq-mean-token-mean whatever loss_agg_mode says: the spec does too (sapo_seq_mean)
-    return ClipSpec(form="sapo", tau_pos=g[A + "tau_pos"], tau_neg=g[A + "tau_neg"], params={"sapo_seq_mean": 1.0})
+    return ClipSpec(
+        form="sapo", params={"sapo_seq_mean": True, "tau_pos": g[A + "tau_pos"], "tau_neg": g[A + "tau_neg"]}
+    )
 
 
 def _divclip_spec(s, settings, g, keys):
@@ -425,8 +427,8 @@ def _divclip_spec(s, settings, g, keys):
 
     if s.delta_low == s.delta_high:
         if s.clip_measure == "ratio":
-            return ClipSpec("ratio", eps_low=s.delta_low, eps_high=s.delta_high, dual_clip_c=s.dual_clip_c)
-        return ClipSpec(s.clip_measure, delta=s.delta_low, dual_clip_c=s.dual_clip_c)
+            return ClipSpec("ratio", eps_low=s.delta_low, eps_high=s.delta_high, params={"dual_clip_c": s.dual_clip_c})
+        return ClipSpec(s.clip_measure, delta=s.delta_low, params={"dual_clip_c": s.dual_clip_c})
     raise ValueError(f"δ_low = {s.delta_low:g} and δ_high = {s.delta_high:g}: a divclip spec has one δ per measure")
 
 
@@ -526,7 +528,7 @@ def _bypass(s, settings, g, keys):
             {
                 "rollout_is_threshold": cap,
                 "rollout_is_threshold_lower": floor,
-                "rollout_is_batch_normalize": float(g[RC + "rollout_is_batch_normalize"]),
+                "rollout_is_batch_normalize": bool(g[RC + "rollout_is_batch_normalize"]),
             },
         ),
     )
@@ -806,7 +808,7 @@ def _num(x) -> float:
 
 def _write_clip(spec, env: dict, notes: list) -> dict:
     name = spec.measure_name
-    c = _num(spec.dual_clip_c) if spec.dual_clip_c is not None else math.inf
+    c = _num(spec.param("dual_clip_c", None)) if spec.param("dual_clip_c", None) is not None else math.inf
     if spec.level == "sequence":
         if name != "ratio":
             raise ValueError(f"verl has no sequence-level {name} clip (gspo clips the sequence ratio), got {name!r}")
@@ -855,7 +857,7 @@ def _write_gated(spec, env: dict, notes: list) -> dict:
         "policy_loss.loss_mode": modes[name],
         "clip_ratio_low": _num(spec.delta),
         "clip_ratio_high": _num(upper_delta(spec)),
-        "clip_ratio_c": _num(spec.tis_cap) if spec.tis_cap is not None else math.inf,
+        "clip_ratio_c": _num(spec.param("tis_cap", None)) if spec.param("tis_cap", None) is not None else math.inf,
     }
 
 
@@ -871,7 +873,11 @@ def _write_cispo(spec, env: dict, notes: list) -> dict:
 
 def _write_sapo(spec, env: dict, notes: list) -> dict:
     notes.append("verl 0.9.1's sapo aggregates seq-mean-token-mean whatever loss_agg_mode says")
-    return {"policy_loss.loss_mode": "sapo", "tau_pos": _num(spec.tau_pos), "tau_neg": _num(spec.tau_neg)}
+    return {
+        "policy_loss.loss_mode": "sapo",
+        "tau_pos": _num(spec.param("tau_pos")),
+        "tau_neg": _num(spec.param("tau_neg")),
+    }
 
 
 def _write_cispo_cap(spec, env: dict, notes: list) -> dict:
@@ -984,10 +990,10 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
     keys["loss_agg_mode"] = agg
     if spec.form == "sapo" and agg != "seq-mean-token-mean" and loss_agg_mode is not None:
         diffs.append(Difference(f"aggregation {agg}", "verl's sapo always aggregates seq-mean-token-mean"))
-    if keys.get("policy_loss.loss_mode") == "gspo" and spec.dual_clip_c is not None:
+    if keys.get("policy_loss.loss_mode") == "gspo" and spec.param("dual_clip_c", None) is not None:
         diffs.append(
             Difference(
-                f"the dual clip c = {spec.dual_clip_c:g}",
+                f"the dual clip c = {spec.param('dual_clip_c', None):g}",
                 "verl's gspo has none (compute_policy_loss_gspo reads no clip_ratio_c): written without it",
             )
         )
