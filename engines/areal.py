@@ -125,6 +125,17 @@ def is_known(key: str) -> bool:
     return any(".".join(parts[:i]) in known for i in range(1, len(parts)))
 
 
+@functools.lru_cache(maxsize=1)
+def _sections() -> frozenset:
+    """Every dotted prefix of a known key (a sub-config: `ref.optimizer`)."""
+    return frozenset(k.rsplit(".", i)[0] for k in known_keys() for i in range(1, k.count(".") + 1))
+
+
+def is_known_setting(key: str, value) -> bool:
+    """`is_known`, and a sub-config set to null (`ref.optimizer: null`: an `OptimizerConfig | None` field)."""
+    return is_known(key) or (value is None and key in _sections())
+
+
 def detect(settings: Mapping) -> float:
     """AReaL's keys in the settings, those only AReaL has (actor.eps_clip, gconfig., ...) twice."""
     return dotted_key_score(settings, is_known, _UNIQUE)
@@ -162,7 +173,7 @@ def read(settings: Mapping, **_options) -> EngineRead:
         group_size=g["gconfig.n_samples"],
         keys=keys,
         kl={"kl_ctl": g[A + "kl_ctl"], "kl_estimator": g[A + "kl_estimator"]},
-        unknown_keys=unknown_keys(settings, is_known, known_keys()),
+        unknown_keys=unknown_keys(settings, lambda k: is_known_setting(k, settings[k]), known_keys()),
     )
     _structure(s, g)
     s.spec = _spec(s, g)
