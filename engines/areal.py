@@ -308,18 +308,23 @@ def _pitfalls(s: EngineRead, settings: Mapping, g: dict) -> None:
             )
         else:
             lower, upper, level, metric = g[RS + "lower"], g[RS + "upper"], g[RS + "level"], g[RS + "metric"]
-            band = f"[{lower:g}, {upper:g}]" if lower is not None else f"at most {upper:g}"
+            band = f"outside [{lower:g}, {upper:g}]" if lower is not None else f"above {upper:g}"
             pooled = f" ({g[RS + 'agg']} over the sequence)" if level == "sequence" else ""
-            what = f"{level}-level {g[RS + 'action']} where {metric}{pooled} is not {band}"
+            if g[RS + "action"] == "mask":
+                what = f"{level}-level mask where {metric}{pooled} is {band}"
+            else:
+                what = f"{level}-level clamp of the weight to [{lower if lower is not None else 0:g}, {upper:g}]" + (
+                    f" in a sequence whose {metric}{pooled} is {band}" if level == "sequence" else ""
+                )
             weight = (
                 "the geometric mean of ρ = π_prox/π_behave over its sequence"
                 if level == "sequence" and metric == "ratio"
                 else "ρ = π_prox/π_behave"
             )
             act = (
-                "set to 0 outside the band (the token stays in the loss's denominator)"
+                "set to 0 there (the token stays in the loss's denominator)"
                 if g[RS + "action"] == "mask"
-                else "clamped to the band"
+                else "clamped"
             )
             s.notes.append(f"rejection sampling: {what} on the behaviour weight π_prox/π_behave, beside the clip")
             s.advice.append(

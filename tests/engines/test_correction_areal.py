@@ -290,3 +290,20 @@ def test_filter_and_an_is_weight_would_count_twice():
     with pytest.raises(ValueError, match="m2po must be a finite number > 0"):
         Correction(m2po=0.0)
     assert parse_correction("filter=sequence:kl_k1:sum:mask:-0.2_0.1").filter.lower == -0.2
+
+
+@pytest.mark.parametrize("case", CASES[::4], ids=lambda c: "-".join(map(str, c)))
+def test_the_pitfall_says_what_is_read(case):
+    """AReaL's is_correction_threshold advice names the filter divclip reads and that translate carries it."""
+    from divclip.engines import areal as areal_engine
+
+    settings = settings_of(*case)
+    (advice,) = [a for a in areal_engine.read(settings).advice if a.code == "is_correction_threshold"]
+    c = read_correction("areal", settings)
+    assert c is not None and "read_correction" in advice.message and "translate carries" in advice.message
+    level, metric, action, _, lower, upper = case
+    assert f"{level}-level {action}" in advice.message and f"{upper:g}" in advice.message
+    if action == "mask":
+        assert metric in advice.message and "denominator" in advice.message
+    geometric = level == "sequence" and metric == "ratio"
+    assert ("geometric mean" in advice.message) == geometric
