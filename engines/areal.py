@@ -135,6 +135,9 @@ def read(settings: Mapping, **_options) -> EngineRead:
     """The clip settings of a flat AReaL config ({dotted key: value})."""
     settings = resolve_interpolations(settings)
     g, keys = typed_values(settings, KEYS)
+    prox, prox_keys = typed_values(settings, PROX_KEYS)  # its default is a constant's name in cli_args.py
+    g.update(prox)
+    keys.update(prox_keys)
     low = g[A + "eps_clip"]
     if low < 0:
         raise ConfigError(f"{A}eps_clip must be a number >= 0 (AReaL clips r to [1 - eps_clip, 1 + ...]), got {low!r}")
@@ -214,15 +217,27 @@ def loss_terms(g: dict, settings: Mapping) -> list[tuple[str, str]]:
     return []
 
 
+PROX_KEYS = {
+    A + "prox_logp_method": Key(
+        "str", "recompute", choices=("recompute", "loglinear", "metrics"), doc="π_prox recomputed or approximated"
+    ),
+}
+"""PPOActorConfig.prox_logp_method (default PROX_LOGP_METHOD_RECOMPUTE, areal/utils/constants.py ProxLogpMethod)."""
+
 IGNORED_BY_LOSS = {"sapo": (A + "eps_clip", A + "eps_clip_higher", A + "c_clip")}
 """Keys AReaL's sapo_loss_fn never gets (the actor passes it tau_pos/tau_neg, not the clip widths)."""
 
 
 def _structure(s: EngineRead, g: dict) -> None:
     n, lag = g[A + "ppo_n_minibatches"], g["rollout.max_head_offpolicyness"]
-    recomputed = g[A + "recompute_logprob"] or g[A + "use_decoupled_loss"]
+    # PPOActorConfig.should_compute_prox_logp: prox_logp_method loglinear skips the forward pass (π_prox approximated)
+    approximated = g[A + "use_decoupled_loss"] and g[A + "prox_logp_method"] == "loglinear"
+    recomputed = (g[A + "recompute_logprob"] or g[A + "use_decoupled_loss"]) and not approximated
     anchor = (
-        "π_prox recomputed before the update (use_decoupled_loss)"
+        "π_prox approximated by log-linear interpolation between the behaviour policy and the current one, not "
+        "recomputed (use_decoupled_loss, prox_logp_method loglinear): the ratio is not 1"
+        if approximated
+        else "π_prox recomputed before the update (use_decoupled_loss)"
         if g[A + "use_decoupled_loss"]
         else "π_old recomputed by the trainer (recompute_logprob)"
         if recomputed

@@ -73,6 +73,9 @@ class RawConfig:
     launches: list = field(default_factory=list)  # [shell.ScriptLaunch]: each command starting an entry point
     common: dict = field(default_factory=dict)  # a script's settings outside its launches (its environment)
     unresolved: dict = field(default_factory=dict)  # {key: (line, value, [(reference, origin)])}: not known
+    classes: list = field(default_factory=list)  # Python: the config classes called or parsed (GRPOConfig, ...)
+    fields: set = field(default_factory=set)  # Python: the fields of the script's own parsed dataclasses
+    first_launch: bool = False  # the launches are alternatives (a docstring's examples): the first is the one
 
 
 # ------------------------------------------------------------------------------------------- entry points
@@ -91,9 +94,16 @@ def read_config(source, name: str | None = None, overrides=(), max_bytes: int = 
         for key in found.deletions:
             _delete_prefix(raw.values, key)
         _merge(raw, found)
-    if not raw.values:
+    if not raw.values and not _engine_classes(raw.classes):
         raise ConfigError(f"config {raw.name!r} holds no settings (an empty mapping or no key=value overrides)")
     return raw
+
+
+def _engine_classes(classes) -> bool:
+    """A script that builds an engine's config class with no literal setting (its defaults, or its command line)."""
+    from divclip.engines.trl import detect_classes
+
+    return detect_classes(classes)
 
 
 def _read_bytes(source, name, max_bytes) -> tuple[bytes, str]:
@@ -135,10 +145,10 @@ def parse_config_text(text: str, name: str) -> RawConfig:
     kind = config_kind(name, text)
     if kind in ("overrides", "python"):
         found = read_script(text, name) if kind == "overrides" else read_python(text, name)
-        if not found.values and found.unread:
+        if not found.values and found.unread:  # its only settings need code: nothing divclip can read
             line, text = found.unread[0]
             raise ConfigError(f"config {name!r} has no settings divclip can read: line {line}: {text}")
-        if not found.values:
+        if not found.values and not _engine_classes(found.classes):
             raise ConfigError(
                 f"config {name!r} has no settings: no key=value overrides, --flag value arguments or, in Python, "
                 "literal keyword arguments. divclip reads verl, TRL, OpenRLHF, AReaL, SkyRL and slime configs as "
@@ -196,6 +206,9 @@ def _merge(raw: RawConfig, found: Tokens) -> None:
     raw.launches.extend(getattr(found, "launches", []))
     raw.common.update(getattr(found, "common", {}))
     raw.unresolved.update(getattr(found, "unresolved", {}))
+    raw.classes.extend(getattr(found, "classes", []))
+    raw.fields |= getattr(found, "fields", set())
+    raw.first_launch = raw.first_launch or getattr(found, "first_launch", False)
 
 
 def config_kind(name: str, text: str) -> str:

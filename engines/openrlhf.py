@@ -183,6 +183,10 @@ def read(settings: Mapping, **_options) -> EngineRead:
         unknown_keys=unknown_keys(settings, is_known, known_flags()),
     )
     s.spec = _spec(s)
+    if agg == "seq-mean-token-mean":
+        s.notes.append(
+            "aggregation exactly: seq-mean-token-mean-noeps (OpenRLHF's per-sample mean has no 1e-8 in the counts)"
+        )
     _pitfalls(s, settings, g)
     name_loss_terms(s, loss_terms(g))
     return s

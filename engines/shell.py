@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass, field
 
 from divclip.engines.errors import ConfigError
-from divclip.engines.launchers import engine_words
+from divclip.engines.launchers import KEYWORD_PREFIXES, WRAPPERS, engine_words
 from divclip.engines.shellwords import expand_script
 
 OVERRIDE_KEY = re.compile(r"^[A-Za-z_][\w\-@/.]*$")
@@ -46,6 +46,7 @@ _SETTING_LINE = re.compile(r"^[ \t]*(?:[+~]*[A-Za-z_][\w\-@/.]*=|--[A-Za-z])", r
 _SETTING_WORD = re.compile(r"(^|\s)[+~]*[A-Za-z_][\w\-@/]*\.[\w\-@/.]*=|(^|\s)--[A-Za-z]")  # a dotted key= or a flag
 _FILE_SUFFIXES = (".py", ".sh", ".yaml", ".yml", ".json", ".txt", ".parquet", ".jsonl")
 _MODULE_FLAGS = ("-m", "--module")
+_INTERPRETER_WORD = re.compile(r"^python(\d+(\.\d+)*)?$")
 _ENV_WORD = re.compile(r"^[A-Z][A-Z0-9_]*=")
 _DECLARATIONS = ("export", "local", "declare", "readonly", "typeset")
 MAX_SCRIPT_DEPTH = 2  # bash -c inside bash -c
@@ -67,6 +68,9 @@ class Tokens:
     launches: list = field(default_factory=list)  # [ScriptLaunch]: each command that starts an entry point, in order
     common: dict = field(default_factory=dict)  # the settings of commands that start no entry point
     unresolved: dict = field(default_factory=dict)  # {key: (line, value as written, [(reference, its origin)])}
+    classes: list = field(default_factory=list)  # Python: the config classes the script calls or parses into
+    fields: set = field(default_factory=set)  # Python: the fields of the script's own parsed dataclasses
+    first_launch: bool = False  # the launches are alternatives (a docstring's examples): the first is the one
 
 
 @dataclass
@@ -113,7 +117,7 @@ def read_script(text: str, name: str, out: Tokens | None = None, depth: int = 0)
         # engine; in an override list no shell expands it, and the engine would get `$CLIP` as written
         _merge(out, part, line, unresolved if scripted else [])
         if launch.entry and launch.args:
-            shown = " ".join(launch.skipped[-4:])[:80]
+            shown = _entry_shown(launch.skipped)
             shown += f" (in the function called at line {called})" if called else ""
             out.launches.append(ScriptLaunch(line, shown, dict(part.values), set(part.added), list(part.deletions)))
         else:
@@ -138,6 +142,17 @@ def read_script(text: str, name: str, out: Tokens | None = None, depth: int = 0)
                 (first, f"the function {function} (lines {first}-{last}) is never called: its commands were not read")
             )
     return out
+
+
+def _entry_shown(head: list) -> str:
+    """A launch's command in a few words: its launcher and its entry point (`accelerate ... examples/x.py`)."""
+    words = [w for w in head if w not in KEYWORD_PREFIXES and w not in WRAPPERS] or head or ["?"]
+    entry = words[-2:] if len(words) >= 2 and words[-2] in _MODULE_FLAGS else words[-1:]
+    start = words[: len(words) - len(entry)]
+    if start and _INTERPRETER_WORD.match(start[-1].rsplit("/", 1)[-1]):
+        start = start[-1:]  # python3 -m x, python3 x.py: in full
+    shown = " ".join([*start[:1], *(["..."] if len(start) > 1 else []), *entry])
+    return shown if len(shown) <= 100 else shown[:97] + "..."
 
 
 def _merge(out: Tokens, part: Tokens, line: int, unresolved: list) -> None:

@@ -106,6 +106,8 @@ KEYS: dict[str, Key] = {
     A + "eps_clip_high": Key("float", 0.2, above=0.0, doc="ε_high: r <= 1 + ε_high"),
     A + "clip_ratio_c": Key("float", 3.0, above=1.0, doc="dual_clip only: the cap c for A < 0"),
     A + "loss_reduction": Key("str", "token_mean", choices=tuple(REDUCTIONS), doc="how token losses are averaged"),
+    "trainer.fully_async.enabled": Key("bool", False, doc="fully async: generation runs ahead of training"),
+    "trainer.fully_async.max_staleness_steps": Key("int", 4, above=-1, doc="fully async: how stale a rollout may be"),
     A + "sapo.tau_pos": Key("float", 1.0, above=0.0, doc="sapo: gate temperature for A > 0"),
     A + "sapo.tau_neg": Key("float", 1.05, above=0.0, doc="sapo: gate temperature for A <= 0"),
     A + "cispo.cispo_eps_clip_low": Key("float", 0.0, above=-math.inf, doc="cispo: IS weight >= 1 - this"),
@@ -230,6 +232,7 @@ def read(settings: Mapping, **_options) -> EngineRead:
     )
     READERS.get(loss, _other)(s, g, settings, keys)
     _arithmetic_notes(s, g)
+    _fully_async(s, g)
     if s.form in ("clip", "cispo") and s.measure == "ratio" and s.budget_low is not None:
         s.ratio_bounds = [max(1.0 - s.budget_low, 0.0), 1.0 + s.budget_high]
     g[A + "max_seq_len"] = settings.get(A + "max_seq_len")  # only named in a warning: as written (often `$((...))`)
@@ -237,6 +240,20 @@ def read(settings: Mapping, **_options) -> EngineRead:
     s.advice += ignored_key_advice(s, IGNORED_BY_LOSS, f"skyrl {VERSION} ppo_utils (sapo_policy_loss)")
     name_loss_terms(s, loss_terms(g))
     return s
+
+
+def _fully_async(s: EngineRead, g: dict) -> None:
+    """trainer.fully_async.enabled: generation runs ahead of training (fully_async_trainer.py), and the loss takes
+    the ratio against the rollout log-probs (its trainer refuses the losses that recompute them): off-policy."""
+    if not g["trainer.fully_async.enabled"]:
+        return
+    s.on_policy = False
+    s.on_policy_reason = (
+        f"fully async (trainer.fully_async.enabled): trajectories come from policies up to "
+        f"trainer.fully_async.max_staleness_steps = {g['trainer.fully_async.max_staleness_steps']} step(s) old and "
+        f"the ratio is against their rollout log-probs (skyrl {VERSION} fully_async_trainer.py): not 1 at the first "
+        f"update; {s.on_policy_reason}"
+    )
 
 
 def loss_terms(g: dict) -> list[tuple[str, str]]:

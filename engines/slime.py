@@ -52,6 +52,7 @@ from divclip.engines.base import (
     recipe_aggregation,
     typed_values,
 )
+from divclip.engines.errors import ConfigError
 from divclip.engines.launch import render_launch
 from divclip.engines.pitfalls import Pitfall, on_policy_note
 
@@ -71,7 +72,7 @@ ships no slime loss: docs/engines.md shows the wrapper to write."""
 
 ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "ppo")
 KEYS: dict[str, Key] = {
-    "--eps-clip": Key("float", 0.2, above=0.0, doc="ratio clip width ε_low (and ε_high when that is unset)"),
+    "--eps-clip": Key("float", 0.2, above=-math.inf, doc="ratio clip width ε_low (and ε_high when unset); >= 0"),
     "--eps-clip-high": Key("float", None, nullable=True, above=0.0, doc="ε_high (None: eps-clip)"),
     "--eps-clip-c": Key("float", None, nullable=True, above=1.0, doc="dual-clip cap c for A < 0 (None: off)"),
     "--advantage-estimator": Key("str", "grpo", choices=ESTIMATORS, doc="advantages, and the loss: gspo, cispo"),
@@ -131,6 +132,8 @@ def read(settings: Mapping, **_options) -> EngineRead:
     """The clip settings of a slime launch command ({flag: value}, `divclip.engines.launch`)."""
     g, keys = typed_values(settings, KEYS)
     low = g["--eps-clip"]
+    if low < 0:
+        raise ConfigError(f"--eps-clip must be a number >= 0 (slime clamps r to [1 - eps_clip, 1 + ...]), got {low!r}")
     high = g["--eps-clip-high"] if g["--eps-clip-high"] is not None else low
     est, loss_type = g["--advantage-estimator"], g["--loss-type"]
     form = "clip" if loss_type == "policy_loss" else "other"
@@ -166,6 +169,12 @@ def read(settings: Mapping, **_options) -> EngineRead:
         s.notes.append(
             f"--loss-type {loss_type} is reported, not modelled"
             + (f" (custom loss {g['--custom-loss-function-path']})" if loss_type == "custom_loss" else "")
+        )
+    if form != "other":
+        s.notes.append(
+            f"aggregation exactly: {exact_aggregation(s)} (slime counts an empty sample: "
+            + ("as one token" if per_token else "as 0, over every sample")
+            + f"; {s.loss_agg_mode} where no sample is empty)"
         )
     _pitfalls(s, g)
     s.advice += ignored_key_advice(s, IGNORED_BY_LOSS, f"slime {VERSION} slime/utils/ppo_utils.py compute_cispo_loss")

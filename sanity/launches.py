@@ -4,7 +4,8 @@ or two training runs): each is read on its own and reported, and the report's su
 `split_launches` reads every launch of `raw` (`divclip.engines.shell.ScriptLaunch`: its settings on top of the
 script's own environment, `RawConfig.common`) with the engine's reader. A launch no engine reads (a data
 preparation script, `ray start`) is listed as such; the summary is the last launch an engine reads (a script
-ends with its training run), and when two or more are read a warning says the others are in `launches`.
+ends with its training run), and when two or more are read a warning says the others are in `launches`. The
+launch commands of a Python script's docstring are alternatives (`RawConfig.first_launch`): the first is read.
 """
 
 from __future__ import annotations
@@ -58,8 +59,9 @@ def split_launches(raw: RawConfig, framework: str | None, num_processes: int) ->
         rows.append(row)
     if not read:
         return raw, rows
-    row, sub = read[-1]
+    row, sub = read[0] if raw.first_launch else read[-1]
     row["summary"] = True
+    row["alternatives"] = raw.first_launch
     return sub, rows
 
 
@@ -71,6 +73,12 @@ def launch_notes(rows: list) -> list[str]:
     lines = ", ".join(str(r["line"]) for r in rows)
     if summary is None:
         return [f"the script starts {len(rows)} launches (lines {lines}), none of them an engine's: see Launches"]
+    if summary.get("alternatives"):
+        return [
+            f"the docstring shows {len(rows)} launch commands (lines {lines}), ways to run the script: each is "
+            f"listed under Launches; the summary above is the first one {summary['engine']} reads (line "
+            f"{summary['line']})"
+        ]
     return [
         f"the script starts {len(rows)} launches (lines {lines}): each is listed under Launches; the summary above "
         f"is the launch at line {summary['line']} ({summary['command']}), the last one {summary['engine']} reads"

@@ -154,7 +154,7 @@ def _build(
         }
         report["warnings"] = [w.to_dict() for w in input_findings(raw, settings) + check_settings(settings, intended)]
         report["notes"] += settings.notes + raw.notes + launch_notes(launches) + _unresolved_notes(raw, settings)
-        if sum(row["read"] for row in launches) > 1:
+        if sum(row["read"] for row in launches) > 1 and not raw.first_launch:
             report["warnings"].append(
                 finding(
                     "several_launches",
@@ -225,7 +225,7 @@ def _check_corrections(report, data, settings, raw, corrections, max_masked) -> 
     chosen = {}
     if settings is not None:
         try:
-            found = read_correction(settings.engine, raw.values)
+            found = read_correction(settings.engine, _field_names(settings.engine, raw.values))
         except ValueError as exc:
             report["warnings"].append(finding_correction(str(exc)))
         else:
@@ -255,10 +255,11 @@ def _config_correction(report, settings, raw) -> None:
     from divclip.engines.correction import CORRECTION_KEYS
     from divclip.sanity.corrections import SOURCES
 
-    given = [k for k in CORRECTION_KEYS.get(settings.engine, {}) if k in raw.values]
-    shown = ", ".join(f"{k} = {raw.values[k]!r}" for k in given[:6])
+    values = _field_names(settings.engine, raw.values)
+    given = [k for k in CORRECTION_KEYS.get(settings.engine, {}) if k in values]
+    shown = ", ".join(f"{k} = {values[k]!r}" for k in given[:6])
     try:
-        found = read_correction(settings.engine, raw.values)
+        found = read_correction(settings.engine, values)
     except ValueError as exc:
         report["config"]["correction"] = None
         report["warnings"].append(finding_correction(str(exc)))
@@ -272,13 +273,22 @@ def _config_correction(report, settings, raw) -> None:
             "ρ = π_old/π_rollout; docs/theory.md §10)"
         )
     mode_key = "vllm_importance_sampling_mode"
-    if settings.engine == "trl" and found is not None and found.is_level is not None and mode_key not in raw.values:
+    if settings.engine == "trl" and found is not None and found.is_level is not None and mode_key not in values:
         report["notes"].append(
             f"[correction_default_differs] TRL applies its vLLM importance-sampling correction by default, as "
             f"{found}: {mode_key} defaults to sequence_mask with clip_max 3.0 (GRPOConfig's field), although "
             "GRPOConfig's docstring calls token_truncate the default; a sequence whose Π ρ_t leaves [0, 3] gets "
             f"weight 0. Set the mode you mean (source: {SOURCES['correction_default_differs']})"
         )
+
+
+def _field_names(engine: str, values: dict) -> dict:
+    """TRL's settings by field name (`--use_vllm` on a command line is the field use_vllm), as its readers take them."""
+    if engine != "trl":
+        return values
+    from divclip.engines.trl import field_name
+
+    return {field_name(k) if isinstance(k, str) else k: v for k, v in values.items()}
 
 
 def finding_correction(message: str) -> dict:

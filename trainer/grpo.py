@@ -106,12 +106,14 @@ def build_model(cfg: TrainerConfig, task: Task):
         alphabet = {"arith": ARITH_ALPHABET, "mult": PUZZLE_ALPHABET, "countdown": PUZZLE_ALPHABET}
         tokenizer = char_tokenizer(alphabet.get(cfg.task, TEXT_ALPHABET))
         longest = max(len(e.prompt) for e in task.train + task.eval)  # one token per character
+        # the warm start trains on answer + EOS, which may be longer than a sampled completion
+        answer = max(len(str(e.answer)) for e in task.train + task.eval) + 1 if cfg.sft_steps else 0
         model = tiny_gpt2(
             len(tokenizer),
             cfg.tiny_n_layer,
             cfg.tiny_n_embd,
             cfg.tiny_n_head,
-            n_positions=longest + cfg.max_new_tokens + 1,
+            n_positions=longest + max(cfg.max_new_tokens, answer) + 1,
             seed=cfg.seed,
             pad_token_id=tokenizer.pad_token_id,
             eos_token_id=tokenizer.eos_token_id,

@@ -45,41 +45,13 @@ TRUTH_FIELDS = {
     "beside",
 }
 
-_FULLY_ASYNC = "SkyRL's fully async trainer (rollouts from earlier weights) judged on-policy (item 3: async schedules)"
-_TRLPARSER = "a TrlParser script: its settings are on the launch command in its docstring, not read (items 1-2)"
-_TRL_AS_AREAL = "a TrlParser script read as an AReaL config of defaults (items 1-2: the engine's own keys)"
-_MASK_TRUNCATED = "mask_truncated_completions (truncated completions dropped from the loss) not named (item 3)"
 _LEGACY = "SkyRL loss_reduction token_mean_legacy (per-micro-batch token mean) read as token-mean (item 4)"
 
 KNOWN_GAPS = {
-    # TRL
-    "trl/scripts__async_grpo.py": "AsyncGRPOTrainer (rollouts up to max_staleness = 4 versions old, ratio against the "
-    "rollout log-probs) judged on-policy (item 3: async schedules judged right for TRL)",
-    "trl/scripts__grpo_agent.py": _TRLPARSER,
-    "trl/scripts__grpo_continuous_batching.py": _TRLPARSER,
-    "trl/scripts__grpo_vlm.py": _TRL_AS_AREAL,
-    "trl/scripts__gspo.py": _TRLPARSER,
-    "trl/scripts__gspo_vlm.py": _TRL_AS_AREAL,
-    "trl/scripts__rloo.py": "RLOOTrainer (one unnormalised sequence ratio, num_generations 2) read as GRPO (item 4: "
-    "RLOO read or clearly refused)",
-    "trl/scripts__rloo_vlm.py": _TRL_AS_AREAL,
-    "trl/trl__scripts__grpo.py": "the `trl grpo` entry point (GRPOConfig defaults) refused as 'no keys' (item 2)",
-    "trl/paper_index__L145-152.py": "trl.experimental.gmpo GMPOConfig read as GRPO's ratio clip; its loss is GMPO's "
-    "geometric mean of log-clipped ratios (no item of issue 31 names it: a new gap)",
-    "trl/paper_index__L168-193.py": _MASK_TRUNCATED,
-    "trl/paper_index__L267-295.py": _MASK_TRUNCATED,
-    "trl/paper_index__L591-598.py": "a GRPOConfig with off_policy_mask_threshold only: refused as 'no keys' (item 2: "
-    "the engine's own keys; item 3: the mask named)",
-    "trl/paper_index__L629-637.py": "a GRPOConfig with multi_objective_aggregation only (TRL's defaults otherwise): "
-    "refused as 'no keys' (item 2: the engine's own keys)",
     # SkyRL
     "skyrl/train__algorithms__dapo__run_dapo_gsm8k.sh": _LEGACY,
     "skyrl/train__algorithms__dapo__run_dapo_qwen3_1.7b_aime.sh": _LEGACY,
-    "skyrl/train__algorithms__dapo__run_dapo_qwen3_1.7b_aime_fully_async.sh": _LEGACY + "; " + _FULLY_ASYNC,
-    "skyrl/train__fully_async__fully_async_run_gsm8k.sh": _FULLY_ASYNC,
-    # AReaL
-    "areal/experimental__prox_approx__gsm8k_grpo_prox_approx.yaml": "prox_logp_method loglinear (pi_prox "
-    "approximated, not recomputed) judged on-policy (item 3: async schedules judged right for AReaL)",
+    "skyrl/train__algorithms__dapo__run_dapo_qwen3_1.7b_aime_fully_async.sh": _LEGACY,
 }
 # truths divclip's method grammar cannot write yet (the reader must learn them, not the truth change): none now,
 # ε_low = 0 and ε_low >= 1 are ratio clips since issue 31 item 4

@@ -5,8 +5,9 @@ the loss the optimizer sees and its gradient in log π, float64 to 1e-12 relativ
 rounding, on inputs with |log r| up to 30, a row whose mean log-ratio is above verl's GSPO clamp (10),
 token-varying and per-row advantages, padding and an empty (removed) sample.
 
-PARITY_ROWS (engine, setting, status) is what docs/engines.md's table says per setting; every 'exact' row is a
-case of `test_policy_loss_equals_slimes_own_loss`.
+PARITY_ROWS (engine, setting, status, note) is what tests/engines/parity_report.py turns into docs/engines.md's
+table; every 'exact' row is a case of `test_policy_loss_equals_slimes_own_loss`, on a batch with an empty sample and
+on one where every sample is empty.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from __future__ import annotations
 import pytest
 import slime_helpers
 import torch
-from parity_inputs import TOL, inputs
+from parity_inputs import assert_same, inputs, value_and_grad
 
 from divclip import engines
 from divclip.engines import slime
+from divclip.engines.errors import ConfigError
 
 WHY = slime_helpers.available()
 pytestmark = pytest.mark.skipif(WHY is not None, reason=WHY or "")
@@ -30,7 +32,9 @@ SETTINGS = {
     "--calculate-per-token-loss": {"--calculate-per-token-loss": True, "--eps-clip-c": "3"},
     "--eps-clip 1 (no lower bound)": {"--eps-clip": "1.0", "--eps-clip-high": "0.28"},
     "--eps-clip 1.5 (> 1)": {"--eps-clip": "1.5", "--eps-clip-high": "0.28", "--calculate-per-token-loss": True},
+    "--eps-clip 0 --eps-clip-high 0.28 (no room below 1)": {"--eps-clip": "0", "--eps-clip-high": "0.28"},
     "reinforce_plus_plus (the same clip)": {"--advantage-estimator": "reinforce_plus_plus"},
+    "--advantage-estimator ppo --eps-clip-c 2 (the same clip)": {"--advantage-estimator": "ppo", "--eps-clip-c": "2"},
     "gspo, 3e-4 / 4e-4": GSPO,
     "gspo, ε 0.2": {"--advantage-estimator": "gspo"},
     "gspo, --eps-clip-c 3, per-token loss": {**GSPO, "--eps-clip-c": "3", "--calculate-per-token-loss": True},
@@ -53,10 +57,29 @@ SETTINGS = {
     },
     "gspo with --use-tis (the weights inside the sequence mean's gradient)": {**GSPO, "--use-tis": True},
 }
-PARITY_ROWS = [("slime", name, "exact") for name in SETTINGS] + [
-    ("slime", "--use-opsm", "warned (opsm_not_modelled): the mask is not in the spec"),
-    ("slime", "--custom-pg-loss-reducer-function-path", "warned (custom_reducer_not_modelled)"),
-    ("slime", "--custom-tis-function-path", "refused by read_correction: a custom function is code"),
+NOTES = {
+    "grpo, defaults (per-sample mean)": "/noclamp; aggregated seq-mean-token-mean-all (every sample counts)",
+    "--calculate-per-token-loss": "aggregated token-mean-min1 (an empty sample counts one token)",
+    "--eps-clip 1 (no lower bound)": "ratio.clamp(0, ...): no lower bound",
+    "--eps-clip 1.5 (> 1)": "ratio.clamp(-0.5, ...): no lower bound",
+    "gspo, 3e-4 / 4e-4": "/noclamp/seq_grad_mean=1: log s unclamped, the gradient through the sequence mean",
+    "cispo, --eps-clip 1 --eps-clip-high 4 (canonical)": "/cispo/noclamp",
+}
+for _name, _settings in SETTINGS.items():  # the correction each read gives, as its string
+    if (_c := engines.read_correction("slime", _settings)) is not None:
+        NOTES[_name] = f"read_correction: {_c}" + (
+            ", the TIS weights inside seq_grad_mean's gradient" if "gspo" in _name else ""
+        )
+PARITY_ROWS = [("slime", name, "exact", NOTES.get(name, "")) for name in SETTINGS] + [
+    ("slime", "--use-opsm", "named", "the read warns (opsm_not_modelled): its mask is not in the spec"),
+    ("slime", "--custom-pg-loss-reducer-function-path", "named", "the read warns (custom_reducer_not_modelled)"),
+    ("slime", "--custom-tis-function-path", "not modelled", "read_correction refuses it: a custom function is code"),
+    (
+        "slime",
+        "--use-tis on a batch with no loss token",
+        "named",
+        "divclip's correction raises a ValueError (as verl does); slime's loss is 0",
+    ),
 ]
 
 
@@ -70,21 +93,36 @@ def divclip_loss(settings: dict, lp, old, adv, mask, rollout):
     return policy_loss(lp, old, adv, mask, spec, slime.exact_aggregation(read), **kw)[0]
 
 
+def _both(settings, kind, dtype):
+    lp, old, adv, mask, rollout = inputs("token" if kind == "empty" else kind, dtype)
+    if kind == "empty":
+        mask = torch.zeros_like(mask)
+    theirs = value_and_grad(lambda x: slime_helpers.run(settings, x, old, adv, mask, rollout)[0], lp)
+    ours = value_and_grad(lambda x: divclip_loss(settings, x, old, adv, mask, rollout), lp)
+    return ours, theirs
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
-@pytest.mark.parametrize("advantages", ["token", "row"])
-@pytest.mark.parametrize("name", [name for _, name, status in PARITY_ROWS if status == "exact"])
-def test_policy_loss_equals_slimes_own_loss(name, advantages, dtype):
-    settings = SETTINGS[name]
-    lp, old, adv, mask, rollout = inputs(advantages, dtype)
-    theirs, _ = slime_helpers.run(settings, lp, old, adv, mask, rollout)
-    (their_grad,) = torch.autograd.grad(theirs, lp)
-    ours = divclip_loss(settings, lp, old, adv, mask, rollout)
-    (our_grad,) = torch.autograd.grad(ours, lp)
-    rel = TOL[dtype]
-    assert torch.isfinite(theirs) and bool(torch.isfinite(their_grad).all())
-    assert ours.item() == pytest.approx(theirs.item(), rel=rel, abs=rel * 1e-3)
-    scale = float(their_grad.abs().max())
-    torch.testing.assert_close(our_grad, their_grad, rtol=rel, atol=rel * max(scale, 1e-30))
+@pytest.mark.parametrize("kind", ["token", "row", "empty"])
+@pytest.mark.parametrize("name", [row[1] for row in PARITY_ROWS if row[2] == "exact"])
+def test_policy_loss_equals_slimes_own_loss(name, kind, dtype):
+    if kind == "empty" and "--use-tis" in SETTINGS[name]:
+        with pytest.raises(ValueError, match="no valid token"):  # the named row above
+            _both(SETTINGS[name], kind, dtype)
+        return
+    ours, theirs = _both(SETTINGS[name], kind, dtype)
+    engine64 = None if dtype == torch.float64 else _both(SETTINGS[name], kind, torch.float64)[1]
+    assert_same(ours, theirs, dtype, engine64)
+
+
+def test_a_negative_eps_clip_is_a_clear_error():
+    with pytest.raises(ConfigError, match=r"--eps-clip must be a number >= 0.*got -0.1"):
+        engines.read("slime", {"--eps-clip": "-0.1"})
+
+
+def test_every_setting_is_a_row():
+    assert [row[1] for row in PARITY_ROWS if row[2] == "exact"] == list(SETTINGS)
+    assert set(NOTES) <= set(SETTINGS) and len({row[1] for row in PARITY_ROWS}) == len(PARITY_ROWS)
 
 
 def test_slimes_default_reducer_counts_the_empty_sample():
