@@ -430,32 +430,46 @@ def _arithmetic_notes(s: EngineRead, g: dict) -> None:
             f"clamp zeroes the gradient, where divclip's gated form (as verl's dppo) keeps −A·e^±20 ({where}."
             "dppo_policy_loss)"
         )
+    differs = []  # (message, key): where the spec under the read's loss_agg_mode is not SkyRL's loss
     if s.loss_mode == "clip_cov":
-        s.notes.append(
-            "clip_cov: SkyRL's covariance (Â − mean Â)(log π − mean log π) is of the advantages after its "
-            "loss_reduction pre-scaling (Â = A/N for token_mean: ~N times smaller), so clip_cov_lb/ub select another "
-            "set of tokens than on A; divclip's loss is SkyRL's on those scaled advantages "
-            "(divclip.engines.skyrl.aggregation, loss_agg_mode token-sum)"
+        differs.append(
+            (
+                "clip_cov: SkyRL's covariance (Â − mean Â)(log π − mean log π) is of the advantages after its "
+                "loss_reduction pre-scaling (Â = A/N for token_mean: ~N times smaller), so clip_cov_lb/ub select "
+                "another set of tokens than on A; divclip's loss is SkyRL's on those scaled advantages "
+                "(divclip.engines.skyrl.aggregation, loss_agg_mode token-sum)",
+                A + "clip_cov.clip_cov_lb",
+            )
         )
     if s.loss_mode == "kl_cov":
-        s.notes.append(
-            "kl_cov: SkyRL's penalty kl_cov.ppo_kl_coef·|log r| is not pre-scaled like its advantages, so it "
-            "enters the loss as a token sum (N times its token mean); divclip's loss is SkyRL's on the scaled "
-            "advantages "
-            "(divclip.engines.skyrl.aggregation, loss_agg_mode token-sum)"
+        differs.append(
+            (
+                "kl_cov: SkyRL's penalty kl_cov.ppo_kl_coef·|log r| is not pre-scaled like its advantages, so it "
+                "enters the loss as a token sum (N times its token mean); divclip's loss is SkyRL's on the scaled "
+                "advantages (divclip.engines.skyrl.aggregation, loss_agg_mode token-sum)",
+                A + "kl_cov.ppo_kl_coef",
+            )
         )
     if g[A + "loss_reduction"] == "prompt_mean":
-        s.notes.append(
-            "loss_reduction=prompt_mean: a token mean within each prompt's group of responses, then the mean over "
-            "the mini-batch's prompts; verl has no such loss_agg_mode, so none is given: "
-            "divclip.engines.skyrl.aggregation gives its exact weights (a token-sum of the scaled advantages)"
+        differs.append(
+            (
+                "loss_reduction=prompt_mean: a token mean within each prompt's group of responses, then the mean over "
+                "the mini-batch's prompts; verl has no such loss_agg_mode, so none is given: "
+                "divclip.engines.skyrl.aggregation gives its exact weights (a token-sum of the scaled advantages)",
+                A + "loss_reduction",
+            )
         )
     if g[A + "zero_variance_filter"]:
-        s.notes.append(
-            f"{A}zero_variance_filter = true: SkyRL empties the loss mask of every prompt whose responses' rewards are "
-            "all equal (skyrl/train/trainer.py): their rows become empty rows, so token_mean divides by the other "
-            "prompts' tokens only, and sequence_mean still counts the emptied rows"
+        differs.append(
+            (
+                f"{A}zero_variance_filter = true: SkyRL empties the loss mask of every prompt whose responses' "
+                "rewards are all equal (skyrl/train/trainer.py): their rows become empty rows, so token_mean divides "
+                "by the other prompts' tokens only, and sequence_mean still counts the emptied rows",
+                A + "zero_variance_filter",
+            )
         )
+    for message, key in differs:
+        s.advice.append(Pitfall("skyrl_loss_differs", message, key, f"{where} (PolicyLossRegistry, loss reduction)"))
     if g[A + "advantage_batch_normalize"]:
         s.notes.append(
             f"{A}advantage_batch_normalize = true: SkyRL whitens the advantages over the whole batch "

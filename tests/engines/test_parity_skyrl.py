@@ -277,6 +277,11 @@ def test_the_batch_reaches_every_branch_of_skyrls_clip():
     assert m["clipfrac_low"] > 0 and m["clipfrac_high"] > 0 and m["dual_clipfrac"] > 0
 
 
+def _said(read) -> str:
+    """Everything the read tells: its notes and its warnings' messages."""
+    return " ".join([*read.notes, *(a.message for a in read.advice)])
+
+
 def _raw_advantages(settings, lp, old, adv, mask):
     """policy_loss on the read's spec and loss_agg_mode with A as it is (not SkyRL's pre-scaled A)."""
     r = skyrl.read(settings)
@@ -297,7 +302,7 @@ def test_covariance_forms_on_raw_advantages_are_not_skyrls_and_the_read_says_so(
         raw = value_and_grad(functools.partial(_raw_advantages, settings, old=old, adv=adv, mask=mask), lp)
         theirs = value_and_grad(functools.partial(_theirs, settings, old=old, adv=adv, mask=mask), lp)
         assert not torch.allclose(raw[1], theirs[1], rtol=1e-3), loss
-        assert any(phrase in n for n in skyrl.read(settings).notes), loss
+        assert phrase in _said(skyrl.read(settings)), loss
 
 
 def test_dppo_has_skyrls_gradient_where_log_r_is_within_20_and_the_read_names_the_rest():
@@ -369,9 +374,11 @@ def test_the_verl_names_of_the_reductions_are_exact_or_warned():
 def test_batch_facts_beside_the_loss_are_named():
     """zero_variance_filter empties rows (whose weight skyrl.aggregation then gives, as for any empty row) and
     advantage_batch_normalize rescales A: each changes the loss, and each is named."""
-    notes = " ".join(skyrl.read({A + "zero_variance_filter": True, A + "advantage_batch_normalize": True}).notes)
-    assert "zero_variance_filter = true" in notes and "advantage_batch_normalize = true" in notes
-    assert "zero_variance_filter" not in " ".join(skyrl.read({}).notes)
+    said = _said(skyrl.read({A + "zero_variance_filter": True, A + "advantage_batch_normalize": True}))
+    assert "zero_variance_filter = true" in said and "advantage_batch_normalize = true" in said
+    assert "zero_variance_filter" not in _said(skyrl.read({}))
+    r = skyrl.read({A + "loss_reduction": "prompt_mean"})
+    assert r.loss_agg_mode is None and "skyrl_loss_differs" in {a.code for a in r.advice}
 
 
 def test_aggregation_refuses_what_skyrl_refuses():
