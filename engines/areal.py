@@ -342,6 +342,14 @@ def _pitfalls(s: EngineRead, settings: Mapping, g: dict) -> None:
                 else "clamped"
             )
             s.notes.append(f"rejection sampling: {what} on the behaviour weight π_prox/π_behave, beside the clip")
+            if g[RS + "action"] == "mask" and g[A + "importance_sampling_level"] == "sequence":
+                s.notes.append(
+                    "rejection sampling (mask) with importance_sampling_level = sequence: AReaL's GSPO ratio and its "
+                    "per-sequence advantage are means over the tokens the filter kept (ppo_actor_loss_fn hands them "
+                    "the filtered loss_mask), while its denominator counts every token; divclip's policy_loss with "
+                    "this correction averages over every valid token, so the two losses differ where a sequence has "
+                    "masked tokens (tests/engines/test_correction_areal.py)"
+                )
             s.advice.append(
                 Pitfall(
                     "is_correction_threshold",

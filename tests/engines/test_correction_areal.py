@@ -307,3 +307,32 @@ def test_the_pitfall_says_what_is_read(case):
         assert metric in advice.message and "denominator" in advice.message
     geometric = level == "sequence" and metric == "ratio"
     assert ("geometric mean" in advice.message) == geometric
+
+
+def test_with_gspo_a_mask_filter_also_shrinks_areals_sequence_means_and_the_read_says_so(areal):
+    """AReaL's GSPO ratio and per-sequence advantage average over the filter's kept tokens: divclip's loss
+    (equal without the filter) then differs, and the read names it."""
+    from divclip.engines import areal as areal_engine
+
+    prox, behave, mask = batch(seed=7, spikes=False)
+    g = torch.Generator().manual_seed(8)
+    lp = prox + 0.1 * torch.randn(prox.shape, generator=g)
+    adv = torch.randn(prox.shape, generator=g)
+    case = ("token", "ratio", "mask", "mean", 0.8, 1.3)
+    gspo = {"actor.importance_sampling_level": "sequence", "actor.eps_clip": 0.2}
+    read = areal_engine.read({**gspo, **settings_of(*case)})
+    assert any("GSPO ratio and its per-sequence advantage" in n for n in read.notes)
+    assert not any(
+        "GSPO ratio" in n for n in areal_engine.read({**gspo, **settings_of(*case[:2], "clamp", *case[3:])}).notes
+    )
+    adv_seq = areal_engine.loss_advantages(gspo, adv, mask)
+    c = read_correction("areal", settings_of(*case))
+    plain = areal.ppo_actor_loss_fn(lp, prox, behave, adv, 0.2, mask, importance_sampling_level="sequence")[0]
+    assert float(policy_loss(lp, prox, adv_seq, mask.float(), read.spec, "token-mean")[0]) == pytest.approx(
+        float(plain), rel=1e-6
+    )
+    theirs = areal.ppo_actor_loss_fn(
+        lp, prox, behave, adv, 0.2, mask, rejection_sampling=config(areal, *case), importance_sampling_level="sequence"
+    )[0]
+    mine = policy_loss(lp, prox, adv_seq, mask.float(), read.spec, "token-mean", rollout_log_prob=behave, correction=c)
+    assert float(mine[0]) != pytest.approx(float(theirs), rel=1e-3)
