@@ -609,8 +609,13 @@ def _pitfalls(s: EngineRead, g: dict) -> None:
                 "is_correction_threshold",
                 f"off-policy correction on ({what}): every token's "
                 f"loss is weighted by π_old/π_rollout beside the clip; "
-                "divclip reads it as a rollout correction (divclip.engines.read_correction), which "
-                "translate carries or names",
+                + (
+                    "with policy_loss_type rollout_is SkyRL also weights by π_θ/π_rollout, and one divclip "
+                    "correction holds one of the two: divclip.engines.read_correction refuses the pair by name"
+                    if s.loss_mode == "rollout_is"
+                    else "divclip reads it as a rollout correction (divclip.engines.read_correction), which "
+                    "translate carries or names"
+                ),
                 OPC + "tis_ratio_type",
                 f"skyrl {VERSION} skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py",
             )
