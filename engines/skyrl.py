@@ -22,7 +22,9 @@ by one (tests/engines/test_skyrl.py runs each against `divclip.theory.policy_los
   Both see SkyRL's pre-scaled advantages (below): Clip-Cov's covariance window compares (Â − mean Â)(log π − ...)
   with clip_cov_lb/ub on the scaled Â (a different set of tokens than on A), and KL-Cov's κ·|log r| is not
   scaled, so it enters as a token sum; `aggregation` below gives the scale that makes divclip's loss theirs.
-  `rollout_is`, `cross_entropy`, `importance_sampling`: reported, not modelled.
+  `rollout_is`, `cross_entropy`, `importance_sampling`: reported, not modelled as a method. `rollout_is`'s weight
+  is read as the bypass correction `is=token:mask=LO_HI/bypass` (divclip.engines.read_correction); under method
+  `ratio/gpg` policy_loss with it is SkyRL's loss (tests/engines/test_skyrl_rollout_is.py).
 * `divclip_method`: divclip's plug-in (`PLUGIN`), any divclip method string.
 Every loss returns Σ mask·ℓ: SkyRL scales the advantages beforehand so that the sum is the `loss_reduction`
 (`apply_loss_reduction_to_advantages_minibatch`), and multiplies by its off-policy correction
