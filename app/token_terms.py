@@ -82,8 +82,9 @@ def _loss_text(spec: ClipSpec, r: float, adv: float, bounds, loss: float) -> str
             f"ℓ = max(−A·r, −A·clip(r, l, u)) = max(−{a}·{_n(r)}, −{a}·clip({_n(r)}, {_n(lo)}, {_n(hi)})) "
             f"= max({_n(-adv * r)}, {_n(-adv * clipped)})"
         )
-        if spec.dual_clip_c is not None and adv < 0:
-            text += f", capped at −A·c = {_n(-adv * spec.dual_clip_c)} (dual clip c = {spec.dual_clip_c:g})"
+        c = spec.param("dual_clip_c", None)
+        if c is not None and adv < 0:
+            text += f", capped at −A·c = {_n(-adv * c)} (dual clip c = {c:g})"
         return f"{text} = {_n(loss)}"
     forms = {
         "gated": "ℓ = −A·sg(min(r, c))·log π, zeroed where the bound is crossed in A's direction",
@@ -119,8 +120,8 @@ def _rule(spec: ClipSpec, terms, r: float, adv: float, bounds, weight: float) ->
     where = f" [{_n(bounds[0])}, {_n(bounds[1])}]" if bounds else ""
     if _flag(terms.dual):
         return (
-            f"Zero gradient: A < 0 and r = {_n(r)} > c = {spec.dual_clip_c:g}, so the dual clip caps the loss at "
-            "−A·c, where it is flat (docs/theory.md §1.1)."
+            f"Zero gradient: A < 0 and r = {_n(r)} > c = {spec.param('dual_clip_c', None):g}, so the dual clip caps "
+            "the loss at −A·c, where it is flat (docs/theory.md §1.1)."
         )
     if _flag(terms.clipped) and weight == 0:
         if _flag(terms.clipped_low):

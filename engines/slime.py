@@ -12,7 +12,7 @@ The loss is `slime/utils/ppo_utils.py` and `slime/backends/megatron_utils/loss.p
   mean of log r, exp'd, on every token), cispo -> `compute_cispo_loss` (-sg(clip(r, 1 - ε, 1 + ε_high))·A·log π),
   anything else -> `compute_policy_loss`, PPO's clip with `--eps-clip` / `--eps-clip-high` (None: eps-clip) and
   the dual clip `--eps-clip-c` (off by default). r = exp(log π - log π_old) unclamped (verl clamps log r at ±20):
-  every spec read here is '/noclamp' (ClipSpec.clamp_log_ratio=False), gspo's log s too. gspo differentiates s
+  every spec read here is '/noclamp' (the form parameter clamp_log_ratio=False), gspo's log s too. gspo differentiates s
   through the per-sequence mean (the clip form's `seq_grad_mean` = 1: each token gets its row's mean of the kept
   −A·s). ε_low = --eps-clip >= 1 is no lower bound (ratio.clamp(1 - ε, ...) below 0), as slime runs it.
 * The loss is summed per sample over its tokens and divided by the sample's (rollout's) token count, at least 1
@@ -266,15 +266,19 @@ def _spec(s: EngineRead):
 
     try:  # slime exponentiates the raw log-ratio (compute_policy_loss, compute_cispo_loss): no clamp
         if s.form == "cispo":
-            return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, form="cispo", clamp_log_ratio=False)
+            return ClipSpec(
+                "ratio", eps_low=s.budget_low, eps_high=s.budget_high, form="cispo", params={"clamp_log_ratio": False}
+            )
         return ClipSpec(
             "ratio",
             eps_low=s.budget_low,
             eps_high=s.budget_high,
-            dual_clip_c=s.dual_clip_c,
             level=s.level,
-            clamp_log_ratio=False,
-            params={"seq_grad_mean": 1.0} if s.level == "sequence" else (),
+            params={
+                **dict({"seq_grad_mean": 1.0} if s.level == "sequence" else ()),
+                "dual_clip_c": s.dual_clip_c,
+                "clamp_log_ratio": False,
+            },
         )
     except ValueError as exc:
         s.notes.append(f"no divclip method says this exactly: {exc}")
@@ -417,8 +421,8 @@ def _write_clip(spec, notes: list, diffs: list) -> dict:
         "--eps-clip": float(ratio.eps_low),
         "--eps-clip-high": float(ratio.eps_high),
     }
-    if ratio.dual_clip_c is not None:
-        settings["--eps-clip-c"] = float(ratio.dual_clip_c)
+    if ratio.param("dual_clip_c", None) is not None:
+        settings["--eps-clip-c"] = float(ratio.param("dual_clip_c", None))
     else:
         notes.append("no --eps-clip-c: slime's default is no dual clip")
     return settings
