@@ -12,7 +12,7 @@ The loss is `openrlhf/models/loss.py` `PolicyLoss`, read line by line for the ma
 * `gspo`: r = exp(mean_t log r_t) per sequence, the same clip (and the dual clip, if set), log s not clamped
   (verl and divclip's default clamp it at 10): the spec is '/noclamp'. The gradient runs through the mean
   (`ratio = (log_ratio * action_mask).sum(-1) / ...`), so each token gets its row's mean of the kept −A·s, not
-  its own −A·s as in verl: the clip form's `seq_grad_mean` = 1 (equal to verl's when A is one value per row,
+  its own −A·s as in verl: the clip form's `seq_grad_mean` = True (equal to verl's when A is one value per row,
   not with OpenRLHF's default GAE advantages). gspo always aggregates per sample (`token_level_loss = False`).
 * Aggregation (`aggregate_loss`): token-mean is Σ m·ℓ / Σ m; the per-sample mean divides each row's sum by its
   integer token count + 1e-8, which rounds back to the count in float32, and averages the non-empty rows:
@@ -254,7 +254,7 @@ def _spec(s: EngineRead):
             eps_high=s.budget_high,
             level=s.level,
             params={
-                **dict({"seq_grad_mean": 1.0} if gspo else ()),
+                **dict({"seq_grad_mean": True} if gspo else ()),
                 "dual_clip_c": s.dual_clip_c,
                 "clamp_log_ratio": not gspo,
             },

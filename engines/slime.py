@@ -13,7 +13,7 @@ The loss is `slime/utils/ppo_utils.py` and `slime/backends/megatron_utils/loss.p
   anything else -> `compute_policy_loss`, PPO's clip with `--eps-clip` / `--eps-clip-high` (None: eps-clip) and
   the dual clip `--eps-clip-c` (off by default). r = exp(log π - log π_old) unclamped (verl clamps log r at ±20):
   every spec read here is '/noclamp' (the form parameter clamp_log_ratio=False), gspo's log s too. gspo differentiates s
-  through the per-sequence mean (the clip form's `seq_grad_mean` = 1: each token gets its row's mean of the kept
+  through the per-sequence mean (the clip form's `seq_grad_mean` = True: each token gets its row's mean of the kept
   −A·s). ε_low = --eps-clip >= 1 is no lower bound (ratio.clamp(1 - ε, ...) below 0), as slime runs it.
 * The loss is summed per sample over its tokens and divided by the sample's (rollout's) token count, at least 1
   (`get_sum_of_sample_mean`), and `loss_function` divides the sum over samples by the step's sample count,
@@ -275,7 +275,7 @@ def _spec(s: EngineRead):
             eps_high=s.budget_high,
             level=s.level,
             params={
-                **dict({"seq_grad_mean": 1.0} if s.level == "sequence" else ()),
+                **dict({"seq_grad_mean": True} if s.level == "sequence" else ()),
                 "dual_clip_c": s.dual_clip_c,
                 "clamp_log_ratio": False,
             },

@@ -8,7 +8,7 @@ TRL grpo/bnpo/dr_grpo/dapo; GSPO (verl `gspo`) at level='sequence'. Numpy weight
   TRL, slime and OpenRLHF's gspo run). At level='sequence' (GSPO) r is the sequence's length-normalised ratio s,
   every token of the sequence gets w(s), and the clamp is log s <= 10.
 
-Parameter `seq_grad_mean` (level='sequence' only; 0 or 1, default 0): 1 differentiates s = exp(mean_t log r_t)
+Parameter `seq_grad_mean` (a flag, level='sequence' only; default False): True differentiates s = exp(mean_t log r_t)
 through the mean, as OpenRLHF 0.11.2 and slime compute GSPO, instead of verl's sg(s)·π_θ/sg(π_θ): the value is
 the same, but each token's gradient is its row's mean of −A·s over the kept tokens (divided by the row's
 token count, at least 1) rather than its own −A·s. With one advantage per row the two are equal; with
@@ -96,14 +96,10 @@ def _through_the_mean(terms: PolicyTerms, log_prob, mask) -> PolicyTerms:
 
 
 def _check(spec) -> None:
-    """`seq_grad_mean` is 0 or 1, and only at level='sequence' (a token ratio has no sequence mean)."""
-    value = spec.param("seq_grad_mean")
-    if value not in (0.0, 1.0):
-        raise ValueError(f"ClipSpec.params['seq_grad_mean'] must be 0 or 1 (a flag), got {value!r}")
-    if value and spec.level != "sequence":
+    """`seq_grad_mean` only at level='sequence' (a token ratio has no sequence mean)."""
+    if spec.param("seq_grad_mean") and spec.level != "sequence":
         raise ValueError(
-            f"ClipSpec.params['seq_grad_mean'] = 1 needs level='sequence' (GSPO's sequence ratio), got "
-            f"level={spec.level!r}"
+            f"ClipSpec.seq_grad_mean = True needs level='sequence' (GSPO's sequence ratio), got level={spec.level!r}"
         )
 
 
@@ -262,11 +258,11 @@ FORM = Form(
         DUAL_CLIP_C,
         Param(
             "seq_grad_mean",
-            0.0,
-            "1: GSPO's gradient through the sequence mean (OpenRLHF, slime): each token gets its row's mean of the "
-            "kept −A·s; 0: verl's sg(s)·π/sg(π), each token its own −A·s (level='sequence' only)",
-            above=-1.0,
-            at_most=1.0,
+            False,
+            "True ('/seq_grad_mean=1'): GSPO's gradient through the sequence mean (OpenRLHF, slime): each token gets "
+            "its row's mean of the kept −A·s; False: verl's sg(s)·π/sg(π), each token its own −A·s (level "
+            "'sequence' only)",
+            kind="flag",
         ),
     ),
     check=_check,
