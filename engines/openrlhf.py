@@ -17,8 +17,9 @@ The loss is `openrlhf/models/loss.py` `PolicyLoss`, read line by line for the ma
 * Aggregation (`aggregate_loss`): token-mean is Σ m·ℓ / Σ m; the per-sample mean divides each row's sum by its
   integer token count + 1e-8, which rounds back to the count in float32, and averages the non-empty rows:
   divclip's seq-mean-token-mean-noeps exactly (`exact_aggregation`; the `loss_agg_mode` reported keeps verl's
-  name). Both are over the optimizer step's tokens or samples (`get_loss_batch_info`): one micro-batch per
-  step here. tests/engines/test_parity_openrlhf.py holds them against `PolicyLoss` itself.
+  name). Both are over the optimizer step's tokens or samples (`iter_grad_accum_global_norm`), so the
+  micro-batches of one step sum to divclip's loss on the step's whole batch. tests/engines/test_parity_openrlhf.py
+  holds them against `PolicyLoss` itself.
 * `--actor.eps_clip_low_high LOW HIGH` wins over `--actor.eps_clip` (both sides), as `train_ppo_ray` sets it;
   LOW >= 1 is no lower bound (ratio.clamp(1 - LOW, ...) below 0), LOW = 0 none below 1, as OpenRLHF runs them.
 * IS correction (`--algo.advantage.is_correction_*`) multiplies the ppo loss by a clamped or masked
@@ -367,7 +368,7 @@ def _is_correction(s: EngineRead, g: dict) -> None:
 
 
 def exact_aggregation(read: EngineRead) -> str:
-    """The divclip loss_agg_mode that is OpenRLHF's `aggregate_loss` exactly on one micro-batch per optimizer step
+    """The divclip loss_agg_mode that is OpenRLHF's `aggregate_loss` exactly, on the optimizer step's whole batch
     (module doc string): token-mean, or seq-mean-token-mean-noeps for the per-sample mean (gspo's too).
     `read.loss_agg_mode` keeps verl's name, which adds 1e-8 to each row's count."""
     return "seq-mean-token-mean-noeps" if read.loss_agg_mode == "seq-mean-token-mean" else read.loss_agg_mode
