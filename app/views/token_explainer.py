@@ -17,6 +17,7 @@ EXAMPLES = {
     "GRPO, DAPO, ATR-GRPO, DPPO": "grpo,dapo,atr,dppo_kl",
     "with the dual clip": "grpo/dual=3,atr/dual=3",
     "CISPO and SAPO": "ratio:0.2:0.28/cispo,sapo",
+    "as engines compute": "grpo/noclamp,gspo/noclamp/seq_grad_mean=1,binary_tv:0.1/gated/delta_high=0.3",
 }
 TOKEN_SPEC = (
     FloatParam("q", "q = π_old(a), the token's old probability", 0.1, Q_MIN, 1.0),
@@ -173,6 +174,10 @@ for term in terms:
             f"- **Loss term.** `{term.loss_text}`\n"
             f"- **Gradient weight.** w = {term.weight:.6g}, so ∂ℓ/∂log π = −A·w = {term.gradient:.6g}.\n"
             f"- **Why.** {markdown_text(term.rule)}{single}"
+            + "".join(
+                f"\n- **{markdown_text(line.split(':', 1)[0])}.** {markdown_text(line.split(':', 1)[1].strip())}"
+                for line in term.arithmetic
+            )
         )
 if terms:
     st.table(
