@@ -224,7 +224,13 @@ def as_ratio_clip(spec):
         )
     lo, hi = spec.ratio_bounds()
     eps_low, eps_high = float(format(1.0 - lo, ".15g")), hi - 1.0
-    ratio = ClipSpec("ratio", eps_low=eps_low, eps_high=eps_high, dual_clip_c=spec.dual_clip_c, level=spec.level)
+    ratio = ClipSpec(
+        "ratio",
+        eps_low=eps_low,
+        eps_high=eps_high,
+        level=spec.level,
+        params={"dual_clip_c": spec.param("dual_clip_c", None)},
+    )
     return ratio, Difference(
         f"{method_string(spec)} ({spec.measure_name} clip)",
         f"the ratio clip on its interval [{lo:.10g}, {hi:.10g}], ε_low = {eps_low:.10g}, ε_high = {eps_high:.10g}",
@@ -413,7 +419,7 @@ def describe(spec) -> str:
         )
     name = spec.measure_name
     if spec.form == "sapo":
-        return f"SAPO: soft gate, τ+ = {spec.tau_pos:g}, τ- = {spec.tau_neg:g}"
+        return f"SAPO: soft gate, τ+ = {spec.param('tau_pos'):g}, τ- = {spec.param('tau_neg'):g}"
     if spec.delta is None and spec.eps_low is None:  # a form without a clip budget
         return f"{spec.form} loss form" + "".join(f", {k} = {v:g}" for k, v in spec.params)
     if name == "ratio":

@@ -252,10 +252,12 @@ def _spec(s: EngineRead):
             "ratio",
             eps_low=s.budget_low,
             eps_high=s.budget_high,
-            dual_clip_c=s.dual_clip_c,
             level=s.level,
-            clamp_log_ratio=not gspo,
-            params={"seq_grad_mean": 1.0} if gspo else (),
+            params={
+                **dict({"seq_grad_mean": 1.0} if gspo else ()),
+                "dual_clip_c": s.dual_clip_c,
+                "clamp_log_ratio": not gspo,
+            },
         )
     except ValueError as exc:
         s.notes.append(f"no divclip method says this exactly: {exc}")
@@ -393,8 +395,8 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
         "--actor.policy_loss_type": loss_type,
         "--actor.eps_clip_low_high": [float(ratio.eps_low), float(ratio.eps_high)],
     }
-    if ratio.dual_clip_c is not None:
-        settings["--actor.dual_clip"] = float(ratio.dual_clip_c)
+    if ratio.param("dual_clip_c", None) is not None:
+        settings["--actor.dual_clip"] = float(ratio.param("dual_clip_c", None))
     else:
         notes.append("no --actor.dual_clip: OpenRLHF's default is no dual clip")
     agg = _aggregation(spec, recipe, loss_agg_mode, notes)

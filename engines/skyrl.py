@@ -22,7 +22,9 @@ by one (tests/engines/test_skyrl.py runs each against `divclip.theory.policy_los
   Both see SkyRL's pre-scaled advantages (below): Clip-Cov's covariance window compares (Â − mean Â)(log π − ...)
   with clip_cov_lb/ub on the scaled Â (a different set of tokens than on A), and KL-Cov's κ·|log r| is not
   scaled, so it enters as a token sum; `aggregation` below gives the scale that makes divclip's loss theirs.
-  `rollout_is`, `cross_entropy`, `importance_sampling`: reported, not modelled.
+  `rollout_is`, `cross_entropy`, `importance_sampling`: reported, not modelled as a method. `rollout_is`'s weight
+  is read as the bypass correction `is=token:mask=LO_HI/bypass` (divclip.engines.read_correction); under method
+  `ratio/gpg` policy_loss with it is SkyRL's loss (tests/engines/test_skyrl_rollout_is.py).
 * `divclip_method`: divclip's plug-in (`PLUGIN`), any divclip method string.
 Every loss returns Σ mask·ℓ: SkyRL scales the advantages beforehand so that the sum is the `loss_reduction`
 (`apply_loss_reduction_to_advantages_minibatch`), and multiplies by its off-policy correction
@@ -298,7 +300,7 @@ def _ratio(s, g, settings, keys):
     s.spec = _try(
         s,
         lambda: ClipSpec(
-            "ratio", eps_low=s.budget_low, eps_high=s.budget_high, dual_clip_c=s.dual_clip_c, level=s.level
+            "ratio", eps_low=s.budget_low, eps_high=s.budget_high, level=s.level, params={"dual_clip_c": s.dual_clip_c}
         ),
     )
 
@@ -315,7 +317,9 @@ def _sapo(s, g, settings, keys):
     from divclip.theory.spec import ClipSpec
 
     s.form = "sapo"
-    s.spec = _try(s, lambda: ClipSpec(form="sapo", tau_pos=g[A + "sapo.tau_pos"], tau_neg=g[A + "sapo.tau_neg"]))
+    s.spec = _try(
+        s, lambda: ClipSpec(form="sapo", params={"tau_pos": g[A + "sapo.tau_pos"], "tau_neg": g[A + "sapo.tau_neg"]})
+    )
 
 
 def _dppo(s, g, settings, keys):
@@ -609,8 +613,13 @@ def _pitfalls(s: EngineRead, g: dict) -> None:
                 "is_correction_threshold",
                 f"off-policy correction on ({what}): every token's "
                 f"loss is weighted by π_old/π_rollout beside the clip; "
-                "divclip reads it as a rollout correction (divclip.engines.read_correction), which "
-                "translate carries or names",
+                + (
+                    "with policy_loss_type rollout_is SkyRL also weights by π_θ/π_rollout, and one divclip "
+                    "correction holds one of the two: divclip.engines.read_correction refuses the pair by name"
+                    if s.loss_mode == "rollout_is"
+                    else "divclip reads it as a rollout correction (divclip.engines.read_correction), which "
+                    "translate carries or names"
+                ),
                 OPC + "tis_ratio_type",
                 f"skyrl {VERSION} skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py",
             )
@@ -701,7 +710,11 @@ def _write_native(spec, notes: list, diffs: list) -> dict | None:
     if isinstance(spec, AllOf) or is_adaptive(spec):
         return None
     if spec.form == "sapo":
-        return {"policy_loss_type": "sapo", "sapo.tau_pos": float(spec.tau_pos), "sapo.tau_neg": float(spec.tau_neg)}
+        return {
+            "policy_loss_type": "sapo",
+            "sapo.tau_pos": float(spec.param("tau_pos")),
+            "sapo.tau_neg": float(spec.param("tau_neg")),
+        }
     if spec.form == "cispo" and spec.measure_name == "ratio":
         return {
             "policy_loss_type": "cispo",
@@ -709,10 +722,10 @@ def _write_native(spec, notes: list, diffs: list) -> dict | None:
             "cispo.cispo_eps_clip_high": float(spec.eps_high),
         }
     if spec.form == "gated" and spec.measure_name in ("binary_kl", "binary_tv"):
-        if spec.tis_cap is not None:
+        if spec.param("tis_cap", None) is not None:
             diffs.append(
                 Difference(
-                    f"IS-weight truncation at {spec.tis_cap:g} (tis_cap)",
+                    f"IS-weight truncation at {spec.param('tis_cap', None):g} (tis_cap)",
                     "SkyRL's dppo does not truncate the IS weight",
                 )
             )
@@ -736,7 +749,7 @@ def _write_native(spec, notes: list, diffs: list) -> dict | None:
         ratio, diff = as_ratio_clip(spec)
     except ValueError:
         return None  # a per-token divergence clip: the plug-in runs it exactly
-    if ratio.level == "sequence" and ratio.dual_clip_c is not None:
+    if ratio.level == "sequence" and ratio.param("dual_clip_c", None) is not None:
         return None  # SkyRL's gspo has no dual clip
     if diff is not None:
         diffs.append(diff)
@@ -744,13 +757,13 @@ def _write_native(spec, notes: list, diffs: list) -> dict | None:
         "policy_loss_type": "gspo"
         if ratio.level == "sequence"
         else "dual_clip"
-        if ratio.dual_clip_c is not None
+        if ratio.param("dual_clip_c", None) is not None
         else "regular",
         "eps_clip_low": float(ratio.eps_low),
         "eps_clip_high": float(ratio.eps_high),
     }
-    if ratio.dual_clip_c is not None:
-        keys["clip_ratio_c"] = float(ratio.dual_clip_c)
+    if ratio.param("dual_clip_c", None) is not None:
+        keys["clip_ratio_c"] = float(ratio.param("dual_clip_c", None))
     return keys
 
 

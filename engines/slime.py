@@ -12,7 +12,7 @@ The loss is `slime/utils/ppo_utils.py` and `slime/backends/megatron_utils/loss.p
   mean of log r, exp'd, on every token), cispo -> `compute_cispo_loss` (-sg(clip(r, 1 - ε, 1 + ε_high))·A·log π),
   anything else -> `compute_policy_loss`, PPO's clip with `--eps-clip` / `--eps-clip-high` (None: eps-clip) and
   the dual clip `--eps-clip-c` (off by default). r = exp(log π - log π_old) unclamped (verl clamps log r at ±20):
-  every spec read here is '/noclamp' (ClipSpec.clamp_log_ratio=False), gspo's log s too. gspo differentiates s
+  every spec read here is '/noclamp' (the form parameter clamp_log_ratio=False), gspo's log s too. gspo differentiates s
   through the per-sequence mean (the clip form's `seq_grad_mean` = 1: each token gets its row's mean of the kept
   −A·s). ε_low = --eps-clip >= 1 is no lower bound (ratio.clamp(1 - ε, ...) below 0), as slime runs it.
 * The loss is summed per sample over its tokens and divided by the sample's (rollout's) token count, at least 1
@@ -22,7 +22,9 @@ The loss is `slime/utils/ppo_utils.py` and `slime/backends/megatron_utils/loss.p
   sum over `loss_function`'s num_tokens, each sample's count at least 1: token-mean-min1 exactly (token-mean
   when no sample is empty). tests/engines/test_parity_slime.py holds both against slime's own `loss_function`.
 * `--use-opsm` multiplies the loss by OPSM's mask (`compute_opsm_mask`: 0 on the tokens with A < 0 of a sample
-  whose mean log(π_old/π_θ) exceeds `--opsm-delta`), the denominators unchanged: named, not modelled.
+  whose mean log(π_old/π_θ) exceeds `--opsm-delta`), the denominators unchanged: not in the spec; the warning
+  gives the exact recipe, divclip's correction 'opsm=δ' with rollout_log_prob = π_old (TRL's OPSM compares with
+  π_rollout, so read_correction does not return it).
 * `--use-tis` multiplies the loss by clamp(π_old/π_rollout, tis-clip-low, tis-clip) (`vanilla_tis_function`); a
   custom function (`--custom-tis-function-path`, e.g. ICEPOP's mask) may replace it. A weight beside the clip.
 * `--use-rollout-logprobs` takes the inference engine's log-probs as π_old: then even one step per rollout sees
@@ -260,15 +262,19 @@ def _spec(s: EngineRead):
 
     try:  # slime exponentiates the raw log-ratio (compute_policy_loss, compute_cispo_loss): no clamp
         if s.form == "cispo":
-            return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, form="cispo", clamp_log_ratio=False)
+            return ClipSpec(
+                "ratio", eps_low=s.budget_low, eps_high=s.budget_high, form="cispo", params={"clamp_log_ratio": False}
+            )
         return ClipSpec(
             "ratio",
             eps_low=s.budget_low,
             eps_high=s.budget_high,
-            dual_clip_c=s.dual_clip_c,
             level=s.level,
-            clamp_log_ratio=False,
-            params={"seq_grad_mean": 1.0} if s.level == "sequence" else (),
+            params={
+                **dict({"seq_grad_mean": 1.0} if s.level == "sequence" else ()),
+                "dual_clip_c": s.dual_clip_c,
+                "clamp_log_ratio": False,
+            },
         )
     except ValueError as exc:
         s.notes.append(f"no divclip method says this exactly: {exc}")
@@ -306,7 +312,13 @@ def _pitfalls(s: EngineRead, g: dict) -> None:
                 "opsm_not_modelled",
                 f"--use-opsm: slime multiplies the policy loss by OPSM's mask, 0 on every token with A < 0 of a "
                 f"sample whose mean log(π_old/π_θ) exceeds --opsm-delta {g['--opsm-delta']:g} (the denominators "
-                "keep those tokens); divclip's spec does not carry it, so its loss is slime's without the mask",
+                "keep those tokens); divclip's spec does not carry it: policy_loss with the correction "
+                f"'opsm={g['--opsm-delta']:g}' and rollout_log_prob = π_old (not π_rollout) computes it"
+                + (
+                    " (with --use-tis too, whose weight is of π_old/π_rollout, no one correction does)"
+                    if g["--use-tis"]
+                    else ""
+                ),
                 "--use-opsm",
                 f"slime {COMMIT[:8]} slime/utils/ppo_utils.py compute_opsm_mask, {loss}",
             )
@@ -398,8 +410,8 @@ def _write_clip(spec, notes: list, diffs: list) -> dict:
         "--eps-clip": float(ratio.eps_low),
         "--eps-clip-high": float(ratio.eps_high),
     }
-    if ratio.dual_clip_c is not None:
-        settings["--eps-clip-c"] = float(ratio.dual_clip_c)
+    if ratio.param("dual_clip_c", None) is not None:
+        settings["--eps-clip-c"] = float(ratio.param("dual_clip_c", None))
     else:
         notes.append("no --eps-clip-c: slime's default is no dual clip")
     return settings

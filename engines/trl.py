@@ -318,7 +318,7 @@ def _other_trainer(s: EngineRead, trainer: str, g: dict, values: dict) -> Engine
         return s
     else:  # async_grpo_trainer.py: the ratio against the vLLM server's log-probs
         s.loss_mode, s.loss_agg_mode = "async_grpo", None
-        s.spec = ClipSpec("ratio", eps_low=eps, eps_high=high, level=s.level, clamp_log_ratio=False)
+        s.spec = ClipSpec("ratio", eps_low=eps, eps_high=high, level=s.level, params={"clamp_log_ratio": False})
         staleness = values.get("max_staleness", 4)
         s.on_policy = False
         s.on_policy_reason = (
@@ -401,9 +401,10 @@ def _read_spec(s: EngineRead, g: dict) -> None:
         s.notes.append(f"loss_type {s.loss_mode!r}: no divclip method says this exactly: {exc}")
 
 
-# Every TRL method is '/noclamp' (ClipSpec.clamp_log_ratio=False): TRL exponentiates the raw log-ratio, where verl
-# (and divclip's default) clamp it to ±20. In float32 the specs below are TRL's loss bit for bit; in float64 TRL's
-# sapo temperatures and VESPO's k, λ are float32 values (torch.where on Python floats), a 1e-8 relative difference.
+# Every TRL method is '/noclamp' (the form parameter clamp_log_ratio=False): TRL exponentiates the raw log-ratio,
+# where verl (and divclip's default) clamp it to ±20. In float32 the specs below are TRL's loss bit for bit; in
+# float64 TRL's sapo temperatures and VESPO's k, λ are float32 values (torch.where on Python floats), a 1e-8
+# relative difference.
 def _clip_spec(s: EngineRead, g: dict):
     from divclip.theory.spec import ClipSpec
 
@@ -415,15 +416,14 @@ def _clip_spec(s: EngineRead, g: dict):
             "then also caps tokens with A > 0 inside the clip, which divclip's dual clip does not"
         )
     if s.clip_measure not in (None, "ratio"):
-        return ClipSpec(s.clip_measure, delta=s.delta_low, dual_clip_c=c, clamp_log_ratio=False)
+        return ClipSpec(s.clip_measure, delta=s.delta_low, params={"dual_clip_c": c, "clamp_log_ratio": False})
     return ClipSpec(
         "ratio",
         eps_low=s.budget_low,
         eps_high=s.budget_high,
-        dual_clip_c=c,
         level=s.level,
         form=form,
-        clamp_log_ratio=False,
+        params={"dual_clip_c": c, "clamp_log_ratio": False},
     )
 
 
@@ -431,7 +431,7 @@ def _cispo_spec(s: EngineRead, g: dict):
     from divclip.theory.spec import ClipSpec
 
     # an absolute cap on the IS weight, no lower bound (ScaleRL's ε_max): the cispo_cap form, at any cap
-    return ClipSpec(form="cispo_cap", params={"cispo_cap": s.cap}, level=s.level, clamp_log_ratio=False)
+    return ClipSpec(form="cispo_cap", level=s.level, params={"cispo_cap": s.cap, "clamp_log_ratio": False})
 
 
 def _sapo_spec(s: EngineRead, g: dict):
@@ -439,10 +439,8 @@ def _sapo_spec(s: EngineRead, g: dict):
 
     return ClipSpec(
         form="sapo",
-        tau_pos=g["sapo_temperature_pos"],
-        tau_neg=g["sapo_temperature_neg"],
         level=s.level,
-        clamp_log_ratio=False,
+        params={"tau_pos": g["sapo_temperature_pos"], "tau_neg": g["sapo_temperature_neg"], "clamp_log_ratio": False},
     )
 
 
@@ -556,7 +554,7 @@ def _method(s: EngineRead, text: str) -> None:
     )
     spec = s.spec
     if not _combined(spec) and spec.form == "clip" and spec.measure_name == "ratio":  # a dual clip below 1 + ε_high
-        s.form, s.measure, s.level, s.dual_clip_c = "clip", "ratio", spec.level, spec.dual_clip_c
+        s.form, s.measure, s.level, s.dual_clip_c = "clip", "ratio", spec.level, spec.param("dual_clip_c", None)
         s.budget_low, s.budget_high = spec.eps_low, spec.eps_high
         s.ratio_bounds = [1.0 - spec.eps_low, 1.0 + spec.eps_high]
 
@@ -669,7 +667,7 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
         from divclip.theory.spec import method_string
 
         if not _combined(spec):
-            notes.append(_DUAL_NOTE.format(c=spec.dual_clip_c, hi=1.0 + spec.eps_high))
+            notes.append(_DUAL_NOTE.format(c=spec.param("dual_clip_c", None), hi=1.0 + spec.eps_high))
         notes.append("clip_method replaces clip_measure/clip_delta/epsilon_high; TRL's epsilon is ignored")
         fields = {"loss_type": _clip_loss_type(agg, diffs), "clip_method": method_string(spec)}
         return EngineWrite(NAME, label, {}, fields, tuple(notes), "DivClipGRPOConfig", tuple(diffs))
@@ -711,7 +709,7 @@ def _clip_loss_type(agg: str | None, diffs: list) -> str:
 
 def _write_clip(spec, agg, notes: list, diffs: list):
     name = spec.measure_name
-    delta = None if spec.dual_clip_c is None else _num(spec.dual_clip_c)
+    delta = None if spec.param("dual_clip_c", None) is None else _num(spec.param("dual_clip_c", None))
     loss_type = _clip_loss_type(agg, diffs)
     if spec.level == "sequence":
         if name != "ratio":
@@ -767,8 +765,8 @@ def _write_sapo(spec, agg, notes: list, diffs: list):
         diffs.append(Difference(f"aggregation {agg}", "TRL's sapo aggregates seq-mean-token-mean"))
     return {
         "loss_type": "sapo",
-        "sapo_temperature_pos": _num(spec.tau_pos),
-        "sapo_temperature_neg": _num(spec.tau_neg),
+        "sapo_temperature_pos": _num(spec.param("tau_pos")),
+        "sapo_temperature_neg": _num(spec.param("tau_neg")),
         **_level(spec),
     }, "GRPOConfig"
 
@@ -786,7 +784,7 @@ def _write_cispo_cap(spec, agg, notes: list, diffs: list):
 def _write_luspo(spec, agg, notes: list, diffs: list):
     if spec.measure_name != "ratio":
         raise ValueError(f"TRL's luspo clips the ratio with epsilon / epsilon_high, got measure {spec.measure_name!r}")
-    delta = None if spec.dual_clip_c is None else _num(spec.dual_clip_c)
+    delta = None if spec.param("dual_clip_c", None) is None else _num(spec.param("dual_clip_c", None))
     return {
         "loss_type": "luspo",
         "epsilon": _num(spec.eps_low),
@@ -821,7 +819,7 @@ _DUAL_NOTE = (
 def _dual_below_upper(spec) -> bool:
     """A ratio clip whose dual-clip cap c is below 1 + ε_high: TRL's `delta` is min(r, delta) on every token, the
     same as a dual clip only when delta >= 1 + ε_high (for A > 0 the clip already caps r there)."""
-    c = spec.dual_clip_c
+    c = spec.param("dual_clip_c", None)
     if c is None or spec.form != "clip" or spec.measure_name != "ratio" or not c < 1.0 + spec.eps_high:
         return False
     if spec.level != "token":  # the plug-in's clip_method runs token-level clips only

@@ -116,6 +116,18 @@ with st.container(border=True, key="atlas-controls"):
             with col.expander(f"Parameters of {method}"):
                 for p in method_parameters(method):
                     key = f"atlas.param.{i}.{method}.{p['name']}"
+                    if isinstance(p["value"], bool):  # a flag (clamp_log_ratio, sapo_seq_mean)
+                        st.checkbox(
+                            p["name"],
+                            value=bool(p["value"]),
+                            key=key,
+                            help=p["doc"],
+                            on_change=edit_parameter,
+                            args=(i, method, p["name"], key),
+                        )
+                        continue
+                    if isinstance(p["value"], str):
+                        continue  # a choice parameter: set it in the method string
                     st.number_input(
                         p["name"],
                         value=float(p["value"]),

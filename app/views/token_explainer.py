@@ -17,7 +17,6 @@ EXAMPLES = {
     "GRPO, DAPO, ATR-GRPO, DPPO": "grpo,dapo,atr,dppo_kl",
     "with the dual clip": "grpo/dual=3,atr/dual=3",
     "CISPO and SAPO": "ratio:0.2:0.28/cispo,sapo",
-    "as engines compute": "grpo/noclamp,gspo/noclamp/seq_grad_mean=1,binary_tv:0.1/gated/delta_high=0.3",
 }
 TOKEN_SPEC = (
     FloatParam("q", "q = π_old(a), the token's old probability", 0.1, Q_MIN, 1.0),

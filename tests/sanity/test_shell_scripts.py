@@ -115,7 +115,8 @@ def test_a_function_is_read_where_it_is_called_with_its_arguments():
     raw = read_config(FUNCTIONS.encode(), name="run.sh")
     assert [launch.values.get("x.y") for launch in raw.launches] == [1, 2]
     assert raw.launches[0].values["trainer.experiment_name"] == "exp-a"
-    assert "in the function called at line 10" in raw.launches[0].command
+    # listed at the line of the call, the command's own line said
+    assert [launch.line for launch in raw.launches] == [10, 10] and "(in a function, line 4)" in raw.launches[0].command
     assert sum("is called: its body is read here" in n for n in raw.notes) == 3  # twice, then run twice
 
 

@@ -37,7 +37,7 @@ def ca():
 
 
 def gated(measure, low, high, gate, cap=20.0):
-    return ClipSpec(measure, delta=low, form="gated", tis_cap=cap, params={"delta_high": high, "gate": gate})
+    return ClipSpec(measure, delta=low, form="gated", params={"delta_high": high, "gate": gate, "tis_cap": cap})
 
 
 def verl_config(low, high, cap=20.0):

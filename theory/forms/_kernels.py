@@ -223,10 +223,10 @@ def sequence_column(t):
 
 
 def _ratio(spec: ClipSpec, log_prob, old_log_prob, mask):
-    """`_token_ratio` or, at level='sequence', `_sequence_ratio`, clamped as `spec.clamp_log_ratio` says."""
+    """`_token_ratio` or, at level='sequence', `_sequence_ratio`, clamped as `spec.param("clamp_log_ratio")` says."""
     if spec.level == "sequence":
-        return _sequence_ratio(log_prob, old_log_prob, mask, spec.clamp_log_ratio)
-    return _token_ratio(log_prob, old_log_prob, spec.clamp_log_ratio)
+        return _sequence_ratio(log_prob, old_log_prob, mask, spec.param("clamp_log_ratio"))
+    return _token_ratio(log_prob, old_log_prob, spec.param("clamp_log_ratio"))
 
 
 def _binary_kl_bound(delta: float, p, side: int):
@@ -302,7 +302,7 @@ def _decision_ratio(spec: ClipSpec, ratio, log_prob, old_log_prob):
     decides on the true ratio, by tests/theory/test_losses_verl.py::test_gated_decides_on_the_true_log_ratio_like_verl
     and test_gated_kl3_decides_on_the_true_ratio.
     """
-    if spec.level == "sequence" or not spec.clamp_log_ratio:
+    if spec.level == "sequence" or not spec.param("clamp_log_ratio"):
         return ratio  # the sequence ratio (verl's gspo decides on its clamped value), or already unclamped
     if spec.p_dependent:
         clamped_ok = spec.measure_name == "binary_kl"

@@ -13,12 +13,8 @@ exact per-token roots of binary KL/TV at p = q, or an intersection), for the for
 
 from __future__ import annotations
 
-import math
-import numbers
-
 import numpy as np
 
-from divclip.theory.forms._form import Param
 from divclip.theory.measures import get_measure
 
 LOG_RATIO_CLAMP = 20.0
@@ -121,20 +117,10 @@ def _everywhere(spec, q, sign):
 
 
 # ------------------------------------------------------------------------------------- spec checks
-class _AtLeastZero(Param):
-    """A parameter that may be 0 (Param's `above` is strict): CE-GPPO's β = 0 is PPO, TOPR's a⁻ = 0 is canonical."""
-
-    def check(self, value, owner: str = "ClipSpec.params") -> float:
-        ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-        if not ok or not (0.0 <= value <= self.at_most):
-            allowed = "a finite number >= 0" + (f" and <= {self.at_most:g}" if self.at_most < math.inf else "")
-            raise ValueError(f"{owner}[{self.name!r}] must be {allowed}, got {value!r}")
-        return float(value)
-
-
 def _zero_or_one(spec, name: str):
+    """A 0/1 number parameter (`gate`): refused otherwise."""
     if spec.param(name) not in (0.0, 1.0):
-        raise ValueError(f"ClipSpec.params[{name!r}] must be 0 or 1, got {spec.param(name)!r}")
+        raise ValueError(f"ClipSpec.{name} must be 0 or 1, got {spec.param(name)!r}")
 
 
 def _ratio_only(name: str):

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from divclip.theory.forms._form import Form, Param
+from divclip.theory.forms._form import CLAMP_LOG_RATIO, DUAL_CLIP_C, Form, Param
 from divclip.theory.forms._numpy import SEQ_LOG_RATIO_MAX, _shaped, _spec_ratio, clip_bounds, moved_out
 
 if TYPE_CHECKING:
@@ -40,13 +40,13 @@ def weight(spec, q, r, adv):
     """PPO/GRPO/DAPO/KL3/dual clip (form 'clip'): w = r where kept, else 0; GSPO's s at level='sequence'."""
     if spec.level == "sequence":
         with np.errstate(divide="ignore"):
-            in_range = (np.log(r) <= SEQ_LOG_RATIO_MAX) | (not spec.clamp_log_ratio)
+            in_range = (np.log(r) <= SEQ_LOG_RATIO_MAX) | (not spec.param("clamp_log_ratio"))
         ratio = r
     else:
         ratio, in_range = _spec_ratio(spec, r)
     keep = ~moved_out(spec, q, ratio, adv) & in_range
-    if spec.dual_clip_c is not None:
-        keep &= ~((adv < 0) & (ratio > spec.dual_clip_c))  # the loss is capped at −A·c: flat, no gradient
+    if spec.param("dual_clip_c") is not None:
+        keep &= ~((adv < 0) & (ratio > spec.param("dual_clip_c")))  # the loss is capped at −A·c: flat, no gradient
     return np.where(keep, ratio, 0.0)
 
 
@@ -55,7 +55,7 @@ def interval(spec, q, sign: int):
     lo, hi = clip_bounds(spec, q)
     if sign > 0:
         return _shaped(q, 0.0, hi)
-    return _shaped(q, lo, np.inf if spec.dual_clip_c is None else spec.dual_clip_c)
+    return _shaped(q, lo, np.inf if spec.param("dual_clip_c") is None else spec.param("dual_clip_c"))
 
 
 # ------------------------------------------------------------------------------------------ torch
@@ -69,7 +69,7 @@ def loss(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> PolicyTerm
     simple = not isinstance(spec, AllOf) and not spec.p_dependent  # one p-free interval
     if simple and spec.level == "token":
         return _interval_clip_mode(log_prob, old_log_prob, advantages, spec)
-    if simple and spec.level == "sequence" and spec.dual_clip_c is None:
+    if simple and spec.level == "sequence" and spec.param("dual_clip_c", None) is None:
         terms = _sequence_clip_mode(log_prob, old_log_prob, advantages, mask, spec)
     else:
         terms = _general_clip_mode(log_prob, old_log_prob, advantages, mask, spec)
@@ -130,7 +130,7 @@ def _sequence_clip_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec
     )
 
     with torch.no_grad():
-        log_ratio, ratio, in_range = _sequence_ratio(log_prob, old_log_prob, mask, spec.clamp_log_ratio)
+        log_ratio, ratio, in_range = _sequence_ratio(log_prob, old_log_prob, mask, spec.param("clamp_log_ratio"))
         s = sequence_column(ratio)  # (B, 1)
         lo, hi = ratio_bounds(spec)
         big = torch.finfo(s.dtype).max
@@ -162,8 +162,8 @@ def _interval_clip_mode(log_prob, old_log_prob, advantages, spec: ClipSpec) -> P
     with torch.no_grad():
         raw = log_prob - old_log_prob  # (B, T)
         log_ratio = raw.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-        out_of_range = (log_ratio != raw) if spec.clamp_log_ratio else None  # verl's clamp stops the gradient
-        ratio = log_ratio.exp() if spec.clamp_log_ratio else raw.exp()
+        out_of_range = (log_ratio != raw) if spec.param("clamp_log_ratio") else None  # verl's clamp stops the gradient
+        ratio = log_ratio.exp() if spec.param("clamp_log_ratio") else raw.exp()
         del raw
         lo, hi = ratio_bounds(spec)
         # -(A·r) is (-A)·r to the bit (a float product's sign is the XOR of its factors'), without a -A tensor
@@ -175,8 +175,8 @@ def _interval_clip_mode(log_prob, old_log_prob, advantages, spec: ClipSpec) -> P
         negative = advantages < 0
         drop = clipped
         dual = None
-        if spec.dual_clip_c is not None:
-            cap = advantages * -spec.dual_clip_c  # -A·c
+        if spec.param("dual_clip_c") is not None:
+            cap = advantages * -spec.param("dual_clip_c")  # -A·c
             dual = (loss > cap) & negative
             loss = torch.where(dual, cap, loss)
             drop = drop | dual
@@ -217,7 +217,7 @@ def _general_clip_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec)
             clipped_ratio = _per_token_clip(spec, ratio, old_log_prob, moved, true_ratio, log_prob)
         else:
             clipped_ratio = torch.clamp(ratio, *ratio_bounds(spec))
-        sur = clipped_surrogate(ratio, clipped_ratio, advantages, spec.dual_clip_c)
+        sur = clipped_surrogate(ratio, clipped_ratio, advantages, spec.param("dual_clip_c"))
         keep = 1.0 - sur.clipped  # (B, T) 1.0 where the token keeps its gradient
         if sur.dual is not None:
             keep.sub_(sur.dual)
@@ -256,9 +256,10 @@ FORM = Form(
     interval=interval,
     example="grpo",
     levels=("token", "sequence"),
-    dual_clip=True,
     loss=loss,
     params=(
+        CLAMP_LOG_RATIO,
+        DUAL_CLIP_C,
         Param(
             "seq_grad_mean",
             0.0,
@@ -269,4 +270,5 @@ FORM = Form(
         ),
     ),
     check=_check,
+    extra={"params_at_level": {"seq_grad_mean": "sequence"}},  # a parameter shown (atlas) only at that level
 )

@@ -26,16 +26,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from divclip.theory.forms._form import Form, Param
-from divclip.theory.forms._numpy import (
-    _AtLeastZero,
-    _shaped,
-    _verl_ratio,
-    _zero_or_one,
-    clip_bounds,
-    moved_out,
-    upper_delta,
-)
+from divclip.theory.forms._form import CLAMP_LOG_RATIO, Form, Param
+from divclip.theory.forms._numpy import _shaped, _verl_ratio, _zero_or_one, clip_bounds, moved_out, upper_delta
 
 if TYPE_CHECKING:
     from divclip.theory.forms._kernels import PolicyTerms
@@ -71,10 +63,15 @@ def _verl_moved_out(spec, q, r, adv):
 
 def weight(spec, q, r, adv):
     """DPPO (form 'gated'): w = min(r, c_tis) on kept tokens, 0 where the bound is crossed in A's direction."""
+<<<<<<< HEAD
     # verl's clamped e^{clamp(log r, ±20)}, which keeps the gradient; the raw r with clamp_log_ratio False (SkyRL
     # dppo read with '/noclamp'), as the torch loss's `_ratio`
     ratio = _verl_ratio(r)[0] if getattr(spec, "clamp_log_ratio", True) else np.asarray(r, dtype=np.float64)
     weight = ratio if spec.tis_cap is None else np.minimum(ratio, spec.tis_cap)
+=======
+    ratio, _ = _verl_ratio(r)
+    weight = ratio if spec.param("tis_cap", None) is None else np.minimum(ratio, spec.param("tis_cap", None))
+>>>>>>> main
     out = _verl_moved_out(spec, q, r, adv) if verl_gate(spec) else moved_out(spec, q, r, adv)
     return np.where(out, 0.0, weight)  # the decision sees the true ratio, as verl's dppo
 
@@ -167,7 +164,9 @@ def loss(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> PolicyTerm
                 high = (true_ratio > hi) & adv_pos
                 low = (true_ratio < lo) & adv_neg
         dropped = high | low  # the two are disjoint
-        weight = ratio if spec.tis_cap is None else ratio.clamp(max=spec.tis_cap)  # truncated IS weight
+        weight = (
+            ratio if spec.param("tis_cap") is None else ratio.clamp(max=spec.param("tis_cap"))
+        )  # truncated IS weight
         # verl's −A·w·log π·valid in its product order (bit-equal losses, NaN where log π = −inf as there); the
         # gradient −A·w where valid, 0 elsewhere, in closed form (what autograd gives through that product)
         scale = torch.mul(advantages, weight).neg_()  # (−A)·w, as −A then ·w rounds: negation is exact
@@ -184,11 +183,21 @@ FORM = Form(
     "−A·sg(min(r, c))·log π · 1[D(r, q) ≤ δ or not moved by A]",
     ("arXiv:2602.04879", "verl:dppo_kl", "verl:dppo_tv"),
     params=(
-        _AtLeastZero(
+        CLAMP_LOG_RATIO,
+        Param(
+            "tis_cap",
+            None,
+            "truncate the stop-gradient IS weight at this value (verl dppo's clip_ratio_c); None: off",
+            above=0.0,
+            option="tis",
+            label="TIS cap",
+        ),
+        Param(
             "delta_high",
             0.0,
             "δ_high: the upper side's budget (r > 1, A > 0) where it differs from δ, as verl's clip_ratio_high "
             "beside clip_ratio_low under dppo_*; 0: δ for both sides",
+            at_least=0.0,
         ),
         Param(
             "gate",
@@ -196,7 +205,7 @@ FORM = Form(
             "0: decide on the exact D (divclip's methods); 1: with verl 0.9.1's dppo arithmetic (its +1e-8, "
             "prob <= old_prob, A = 0 on the negative side), bit for bit its decisions: the spec "
             "`from_engine('verl', ...)` reads",
-            above=-1e-300,
+            at_least=0.0,
             at_most=1.0,
         ),
     ),
