@@ -103,7 +103,7 @@ def _clamp_rule(spec: ClipSpec, r: float) -> str | None:
     slime's, TRL's and OpenRLHF's gspo, keep it), or None."""
     from divclip.theory.losses import LOG_RATIO_CLAMP, SEQ_LOG_RATIO_MAX
 
-    if not getattr(spec, "clamp_log_ratio", True) or isinstance(spec, AllOf) or not r > 0:
+    if isinstance(spec, AllOf) or not spec.param("clamp_log_ratio", True) or not r > 0:
         return None
     log_r = math.log(r)
     limit = SEQ_LOG_RATIO_MAX if spec.level == "sequence" else LOG_RATIO_CLAMP

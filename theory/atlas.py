@@ -131,13 +131,13 @@ EXAMPLE_LOG_R = 25.0
 """The log-ratio at which `arithmetic` shows what verl's clamp (|log r| <= 20) does: beyond it, inside float64."""
 EXAMPLE_Q = 1e-12
 """The old probability of that example token: q·e^25 ≈ 0.072, so π_θ = q·r is a probability."""
-_ENGINE_PARAMS = ("seq_grad_mean",)
-"""Form parameters an engine's read sets where its arithmetic is not verl's (`clamp_log_ratio` is a field); the
-gated form's `delta_high` is verl's too (clip_ratio_high beside clip_ratio_low under dppo_*)."""
+_ENGINE_PARAMS = ("clamp_log_ratio", "seq_grad_mean")
+"""Form parameters an engine's read sets where its arithmetic is not verl's (dropped, they take the form's defaults,
+verl's); the gated form's `delta_high` is verl's too (clip_ratio_high beside clip_ratio_low under dppo_*)."""
 
 
 def _clamps(spec) -> bool:
-    return bool(getattr(spec, "clamp_log_ratio", True))
+    return bool(spec.param("clamp_log_ratio", True))
 
 
 def verl_arithmetic(spec):
@@ -150,7 +150,7 @@ def verl_arithmetic(spec):
     if getattr(spec, "parts", None) is not None:
         return spec
     params = tuple((k, v) for k, v in spec.params if k not in _ENGINE_PARAMS)
-    return dataclasses.replace(spec, clamp_log_ratio=True, params=params)
+    return dataclasses.replace(spec, params=params)
 
 
 def _w(spec, q, r, adv) -> float:

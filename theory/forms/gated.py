@@ -63,15 +63,11 @@ def _verl_moved_out(spec, q, r, adv):
 
 def weight(spec, q, r, adv):
     """DPPO (form 'gated'): w = min(r, c_tis) on kept tokens, 0 where the bound is crossed in A's direction."""
-<<<<<<< HEAD
     # verl's clamped e^{clamp(log r, ±20)}, which keeps the gradient; the raw r with clamp_log_ratio False (SkyRL
     # dppo read with '/noclamp'), as the torch loss's `_ratio`
-    ratio = _verl_ratio(r)[0] if getattr(spec, "clamp_log_ratio", True) else np.asarray(r, dtype=np.float64)
-    weight = ratio if spec.tis_cap is None else np.minimum(ratio, spec.tis_cap)
-=======
-    ratio, _ = _verl_ratio(r)
+    clamps = spec.param("clamp_log_ratio", True)
+    ratio = _verl_ratio(r)[0] if clamps else np.asarray(r, dtype=np.float64)
     weight = ratio if spec.param("tis_cap", None) is None else np.minimum(ratio, spec.param("tis_cap", None))
->>>>>>> main
     out = _verl_moved_out(spec, q, r, adv) if verl_gate(spec) else moved_out(spec, q, r, adv)
     return np.where(out, 0.0, weight)  # the decision sees the true ratio, as verl's dppo
 
