@@ -226,8 +226,8 @@ def arithmetic(spec) -> list[dict]:
                 "where": "A > 0 tokens with r > 1",
                 "text": f"two widths of one {spec.measure_name}: A > 0 gated at D <= δ_high = {upper_delta(spec):g}, "
                 f"A < 0 at D <= δ = {spec.delta:g} (SkyRL delta_low/delta_high, verl clip_ratio_low/high)",
-                "verl": f"verl's dppo_* with clip_ratio_low ≠ clip_ratio_high alike; one δ = {spec.delta:g} (a "
-                "single budget) would put the upper bound at 'hi at δ'",
+                "verl": f"verl's dppo_* with clip_ratio_low ≠ clip_ratio_high alike; a single δ = {spec.delta:g} "
+                "would bound the upper side by it too",
                 "example": {"q": list(Q_GRID), "hi": hi.tolist(), "hi at δ": hi_one.tolist()},
             }
         )

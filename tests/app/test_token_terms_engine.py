@@ -58,3 +58,25 @@ def test_seq_grad_mean_and_two_widths_are_said():
     assert dppo.bounds == pytest.approx((max(lo, 0.0), hi), rel=1e-14)
     (line,) = dppo.arithmetic
     assert f"u = {hi:.6g} at δ_high = 0.3" in line and f"one δ would put u at {1.0 + 0.1 / q:.6g}" in line
+
+
+def test_atlas_page_lists_the_engine_arithmetic():
+    """The Atlas page, through AppTest: a line per option each method string carries, none for verl's own."""
+    import re
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    from divclip.theory.atlas import arithmetic
+
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "app" / "main.py"), default_timeout=120)
+    at.query_params.update({"methods": "grpo/noclamp,gspo/noclamp/seq_grad_mean=1,grpo"})
+    at.switch_page("views/atlas.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    (block,) = [m.value for m in at.markdown if "Engine arithmetic the method strings carry" in m.value]
+    lines = [re.sub(r"\\(.)", r"\1", x) for x in block.splitlines()[1:]]
+    expected = [(m, a) for m in ("grpo/noclamp", "gspo/noclamp/seq_grad_mean=1", "grpo") for a in arithmetic(m)]
+    assert len(lines) == len(expected) == 3
+    for line, (method, a) in zip(lines, expected):
+        assert line.startswith(f"- `{method}`, **{a['option']}**") and a["where"] in line
