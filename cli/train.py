@@ -29,6 +29,7 @@ _OPTIONS: dict[str, tuple[str, type, str]] = {
     "--temperature": ("temperature", float, "sampling temperature"),
     "--ppo-epochs": ("ppo_epochs", int, "μ, epochs over each rollout batch"),
     "--minibatches": ("minibatches", int, "optimizer steps per epoch"),
+    "--staleness": ("staleness", int, "k: rollouts sampled by the policy of k steps ago (0 = the current policy)"),
     "--lr": ("lr", float, "AdamW learning rate (RL)"),
     "--kl-coef": ("kl_coef", float, "reference-KL penalty weight (0 = off)"),
     "--kl-estimator": ("kl_estimator", str, "k1, k2 or k3"),

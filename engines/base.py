@@ -99,6 +99,8 @@ class EngineRead:
     roles: dict = field(default_factory=dict)  # {role: the engine's key}: eps, eps_low, eps_high, dual_clip,
     # tis_cap, cap, epochs, mini_batch, train_batch (what the checks name in their warnings)
     on_policy_fix: str = ""  # the settings that make the update off-policy, in the engine's words
+    ratio_anchor: str = "old"  # the ratio's denominator: "old" (π_old) or "rollout" (π_rollout: OpenRLHF's gspo
+    # with IS correction on takes log π_θ − log π_rollout, so old_log_prob must be the rollout's)
 
     def role(self, name: str) -> str | None:
         """The engine's key for a role ('eps_low', 'dual_clip', ...), or None where it has none."""
@@ -222,7 +224,13 @@ def as_ratio_clip(spec):
         )
     lo, hi = spec.ratio_bounds()
     eps_low, eps_high = float(format(1.0 - lo, ".15g")), hi - 1.0
-    ratio = ClipSpec("ratio", eps_low=eps_low, eps_high=eps_high, dual_clip_c=spec.dual_clip_c, level=spec.level)
+    ratio = ClipSpec(
+        "ratio",
+        eps_low=eps_low,
+        eps_high=eps_high,
+        level=spec.level,
+        params={"dual_clip_c": spec.param("dual_clip_c", None)},
+    )
     return ratio, Difference(
         f"{method_string(spec)} ({spec.measure_name} clip)",
         f"the ratio clip on its interval [{lo:.10g}, {hi:.10g}], ε_low = {eps_low:.10g}, ε_high = {eps_high:.10g}",
@@ -411,7 +419,7 @@ def describe(spec) -> str:
         )
     name = spec.measure_name
     if spec.form == "sapo":
-        return f"SAPO: soft gate, τ+ = {spec.tau_pos:g}, τ- = {spec.tau_neg:g}"
+        return f"SAPO: soft gate, τ+ = {spec.param('tau_pos'):g}, τ- = {spec.param('tau_neg'):g}"
     if spec.delta is None and spec.eps_low is None:  # a form without a clip budget
         return f"{spec.form} loss form" + "".join(f", {k} = {v:g}" for k, v in spec.params)
     if name == "ratio":

@@ -16,8 +16,9 @@ length-normalised ratio s; every token of the sequence gets w(q, s, A). A form w
 of (q, r, A) alone (`Form.token_level` False and no weight) makes `gradient_weight` raise a ValueError that
 says why (`Form.weight_note`).
 
-`METHODS` names methods: an engine's loss mode or a paper's method as a method string plus the loss aggregation it
-uses (verl `vanilla` is 'grpo/dual=3' with token-mean; TRL `dapo` is 'grpo' with token-mean).
+`METHODS` (the one catalogue, `divclip.theory.methods`) names methods: an engine's loss mode or a paper's method
+as a method string plus the loss aggregation it uses (verl `vanilla` is 'grpo/dual=3' with token-mean; TRL `dapo`
+is 'grpo' with token-mean).
 `catalogue()` is the atlas: every named method and every declared form, with family, sources, parameters and
 intervals (`divclip atlas`, the app's Atlas page, the method table in README.md and docs/theory.md §8).
 
@@ -27,23 +28,22 @@ strings the rows hold, and imports nothing of the atlas).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from types import MappingProxyType
-
 import numpy as np
 
-from divclip.theory.agg_modes import LOSS_AGG_MODES
 from divclip.theory.forms import FORMS, Form, get_form
+from divclip.theory.methods import METHODS, Method, declare_method
 
 __all__ = [
     "METHODS",
     "Q_GRID",
     "Method",
+    "arithmetic",
     "catalogue",
     "declare_method",
     "find_method",
     "gradient_weight",
     "interval",
+    "verl_arithmetic",
 ]
 
 Q_GRID = (0.001, 0.01, 0.1, 0.5, 0.9, 0.99)
@@ -126,107 +126,130 @@ def interval(spec, q, sign: int):
     )
 
 
+# ------------------------------------------------------------------- an engine's arithmetic against verl's
+EXAMPLE_LOG_R = 25.0
+"""The log-ratio at which `arithmetic` shows what verl's clamp (|log r| <= 20) does: beyond it, inside float64."""
+EXAMPLE_Q = 1e-12
+"""The old probability of that example token: q·e^25 ≈ 0.072, so π_θ = q·r is a probability."""
+_ENGINE_PARAMS = ("clamp_log_ratio", "seq_grad_mean")
+"""Form parameters an engine's read sets where its arithmetic is not verl's (dropped, they take the form's defaults,
+verl's); the gated form's `delta_high` is verl's too (clip_ratio_high beside clip_ratio_low under dppo_*)."""
+
+
+def _clamps(spec) -> bool:
+    return bool(spec.param("clamp_log_ratio", True))
+
+
+def verl_arithmetic(spec):
+    """The spec with verl's arithmetic where an engine's read departs from it (docs/engines.md): log r clamped
+    (±20 at token level, log s <= 10 for GSPO) with the gradient zeroed beyond, GSPO's gradient sg(s)·π/sg(π)
+    (`seq_grad_mean` 0). The budget (a gated form's two δs too), form and every other option stay."""
+    import dataclasses
+
+    spec = _as_spec(spec)
+    if getattr(spec, "parts", None) is not None:
+        return spec
+    params = tuple((k, v) for k, v in spec.params if k not in _ENGINE_PARAMS)
+    return dataclasses.replace(spec, params=params)
+
+
+def _w(spec, q, r, adv) -> float:
+    return float(gradient_weight(spec, q, r, adv))
+
+
+def arithmetic(spec) -> list[dict]:
+    """The engine arithmetic `spec` carries ('/noclamp', `seq_grad_mean`, `delta_high`, `gate`) and what it
+    changes in w(q, r, A) or the gradient against verl's: one JSON-ready dict per option, {option, where, text,
+    verl, example}; [] for a spec with none of them.
+
+    `example` holds the numbers that show it, from the form's own weight (`gradient_weight`) on the spec and on
+    `verl_arithmetic(spec)`: for '/noclamp' the token q = 1e-12, log r = +25 (and −25) under each sign of A; for
+    `seq_grad_mean` one row of two kept tokens with A = (1, −1) at s = 1; for `delta_high` (verl's own too) the
+    upper bounds at δ_high and at the one δ on `Q_GRID`; `gate` = 1 changes no w beyond rounding (its decisions
+    are verl's)."""
+    from divclip.theory.forms._numpy import SEQ_LOG_RATIO_MAX, clip_bounds, upper_delta
+
+    spec = _as_spec(spec)
+    if getattr(spec, "parts", None) is not None:
+        return []
+    form, out = _form_of(spec), []
+    verl = verl_arithmetic(spec)
+    if not _clamps(spec):
+        seq = spec.level == "sequence"
+        bound = f"log s > {SEQ_LOG_RATIO_MAX:g}" if seq else "|log r| > 20"
+        example = {"q": EXAMPLE_Q, "log_r": [EXAMPLE_LOG_R, -EXAMPLE_LOG_R]}
+        if form.weight is not None:
+            for sign, key in ((1.0, "A>0"), (-1.0, "A<0")):
+                example[key] = [_w(spec, EXAMPLE_Q, np.exp(x), sign) for x in example["log_r"]]
+                example[f"verl {key}"] = [_w(verl, EXAMPLE_Q, np.exp(x), sign) for x in example["log_r"]]
+        if form.name == "gated":
+            verl_does = "verl's gated form takes its IS weight at e^{±20} (the clamp does not zero its gradient)"
+            here = "w = min(r, c) of the raw r"
+        else:
+            verl_does = f"verl clamps log {'s' if seq else 'r'} and zeroes the gradient there (w = 0)"
+            here = f"w = {'s' if seq else 'r'} wherever the clip keeps the token"
+        out.append(
+            {
+                "option": "noclamp",
+                "where": bound,
+                "text": f"log {'s' if seq else 'r'} not clamped (AReaL, slime, OpenRLHF GSPO): at {bound} {here}",
+                "verl": verl_does,
+                "example": example,
+            }
+        )
+    if spec.level == "sequence" and spec.form == "clip" and spec.param("seq_grad_mean"):
+        # one row, tokens A = (1, −1), both kept at s = 1: each token's ∂ℓ_t/∂log π_t
+        adv = np.array([1.0, -1.0])
+        s = 1.0
+        own = -adv * s  # verl: sg(s)·π_t/sg(π_t), each token its own −A·s
+        mean = np.full(2, float(np.mean(-adv * s)))  # through the mean: the row's mean of the kept −A·s
+        out.append(
+            {
+                "option": "seq_grad_mean=1",
+                "where": "rows whose tokens carry different A (GAE, token-level rewards)",
+                "text": "GSPO's gradient through the sequence mean (OpenRLHF, slime): each token gets −s·(its row's "
+                "mean of A·[kept]), not its own −A·s; with one A per row the two are equal",
+                "verl": "sg(s)·π_θ/sg(π_θ): each token its own −A·s",
+                "example": {"A": adv.tolist(), "s": s, "gradient": mean.tolist(), "verl gradient": own.tolist()},
+            }
+        )
+    if form.name == "gated" and upper_delta(spec) != spec.delta:
+        import dataclasses
+
+        q = np.asarray(Q_GRID)
+        hi = clip_bounds(spec, q)[1]
+        one = dataclasses.replace(spec, params=tuple((k, v) for k, v in spec.params if k != "delta_high"))
+        hi_one = clip_bounds(one, q)[1]
+        out.append(
+            {
+                "option": f"delta_high={upper_delta(spec):g}",
+                "where": "A > 0 tokens with r > 1",
+                "text": f"two widths of one {spec.measure_name}: A > 0 gated at D <= δ_high = {upper_delta(spec):g}, "
+                f"A < 0 at D <= δ = {spec.delta:g} (SkyRL delta_low/delta_high, verl clip_ratio_low/high)",
+                "verl": f"verl's dppo_* with clip_ratio_low ≠ clip_ratio_high alike; a single δ = {spec.delta:g} "
+                "would bound the upper side by it too",
+                "example": {"q": list(Q_GRID), "hi": hi.tolist(), "hi at δ": hi_one.tolist()},
+            }
+        )
+    if form.name == "gated" and spec.param("gate") == 1.0:
+        out.append(
+            {
+                "option": "gate=1",
+                "where": "tokens within rounding of the bound, A = 0 tokens",
+                "text": "decided with verl 0.9.1's dppo arithmetic (binary KL's +1e-8, the side by prob <= old_prob, "
+                "A = 0 on the negative side): verl's decisions bit for bit; w and the intervals move by under "
+                "1e-8/(1 − q) in D",
+                "verl": "this is verl's own arithmetic (divclip's methods decide on the exact D)",
+                "example": {},
+            }
+        )
+    return out
+
+
 # ------------------------------------------------------------------------------------- named methods
-@dataclass(frozen=True)
-class Method:
-    """A named method: a method string with the loss aggregation and the sources it comes from."""
-
-    name: str
-    """'grpo', 'verl:vanilla', 'trl:dapo', 'dcpo'... (what `divclip atlas --methods` takes)"""
-    method: str
-    """the method string (`divclip.theory.spec.parse_method`)"""
-    sources: tuple[str, ...]
-    """'arXiv:2402.03300', 'verl:vanilla', 'trl:grpo'"""
-    agg: str | None = None
-    """the loss_agg_mode the engine or paper uses; None: not fixed by the method"""
-    note: str = ""
-
-    def __post_init__(self):
-        if not isinstance(self.name, str) or not self.name or "," in self.name or self.name != self.name.strip():
-            raise ValueError(f"Method.name must be a non-empty comma-free name, got {self.name!r}")
-        if self.agg is not None and self.agg not in LOSS_AGG_MODES:
-            raise ValueError(f"Method.agg must be None or one of {list(LOSS_AGG_MODES)}, got {self.agg!r}")
-        if not isinstance(self.sources, tuple) or not self.sources:
-            raise ValueError(f"Method.sources must be a non-empty tuple of strings, got {self.sources!r}")
-
-
-_METHODS: dict[str, Method] = {}
-METHODS = MappingProxyType(_METHODS)
-"""{name: Method}, read-only; `declare_method` adds to it."""
-
-
-def declare_method(method: Method) -> Method:
-    """Add a named method to the atlas (its method string is parsed when the catalogue is built)."""
-    if not isinstance(method, Method):
-        raise ValueError(f"declare_method takes a Method, got {method!r}")
-    _METHODS[method.name] = method
-    return method
-
-
-_TRL_CISPO = (
-    "TRL clamps the IS weight above only, at its ε_high (ScaleRL's ε_max, 5.0 recommended in TRL's "
-    "GRPOConfig doc): ratio:1:4 is the cap r <= 5 with no lower bound"
-)
-for _m in (
-    Method("grpo", "grpo", ("arXiv:2402.03300", "trl:grpo"), "seq-mean-token-mean"),
-    Method("dapo", "dapo", ("arXiv:2503.14476",), "token-mean", "clip-higher ε 0.2/0.28, token-mean"),
-    Method("dual_clip", "grpo/dual=3", ("arXiv:1912.09729",), None, "dual clip c = 3 on A < 0"),
-    Method("atr", "atr", ("arXiv:2602.05494",), None, "KL3 budget with GRPO's lower bound"),
-    Method("gspo", "gspo", ("arXiv:2507.18071", "verl:gspo"), "seq-mean-token-mean", "sequence ratio"),
-    Method("cispo", "ratio:0.2:0.2/cispo", ("arXiv:2506.13585", "verl:cispo"), "token-mean"),
-    Method("sapo", "sapo", ("arXiv:2511.20347", "verl:sapo", "trl:sapo"), "seq-mean-token-mean"),
-    Method("dppo_kl", "dppo_kl", ("arXiv:2602.04879", "verl:dppo_kl"), "token-mean"),
-    Method("dppo_tv", "dppo_tv", ("arXiv:2602.04879", "verl:dppo_tv"), "token-mean"),
-    Method("verl:vanilla", "grpo/dual=3", ("verl:vanilla",), "token-mean", "verl's default dual-clip cap c = 3"),
-    Method("trl:dapo", "grpo", ("trl:dapo",), "token-mean", "TRL's ε_high defaults to its ε (0.2)"),
-    Method("trl:bnpo", "grpo", ("trl:bnpo",), "token-mean", "token mean over the local batch"),
-    Method("trl:dr_grpo", "grpo", ("arXiv:2503.20783", "trl:dr_grpo"), "seq-mean-token-sum-norm"),
-    Method("trl:cispo", "ratio:1:4/cispo", ("trl:cispo",), "token-mean", _TRL_CISPO),
-):
-    declare_method(_m)
-
-# ------------------------------------------------------------------------------ the atlas's verl rows
-for _m in (  # verl's own defaults (actor.yaml): ratio width 0.2, loss_agg_mode token-mean
-    Method("verl:gpg", "ratio/gpg", ("arXiv:2504.02546", "verl:gpg"), "token-mean"),
-    Method(
-        "verl:dro",
-        "ratio/dro",
-        ("arXiv:2405.19107", "verl:dro"),
-        "token-mean",
-        "verl requires policy_loss.dro_beta; β = 0.05 here",
-    ),
-    Method("verl:clip_cov", "ratio:0.2:0.2/clip_cov", ("arXiv:2505.22617", "verl:clip_cov"), "token-mean"),
-    Method("verl:kl_cov", "ratio/kl_cov", ("arXiv:2505.22617", "verl:kl_cov"), "token-mean"),
-    Method(
-        "verl:geo_mean",
-        "ratio/geo_mean/gmpo_eps_low=0.2/gmpo_eps_high=0.2",
-        ("arXiv:2507.20673", "verl:geo_mean"),
-        None,
-        "verl's default width 0.2 as log-space widths; the mean over sequences whatever loss_agg_mode says",
-    ),
-    Method(
-        "verl:bypass_ppo_clip",
-        "grpo/dual=3",
-        ("verl:bypass_mode",),
-        "token-mean",
-        "its PPO-clip branch: vanilla on the rollout log-probs",
-    ),
-    Method(
-        "verl:bypass_reinforce_token",
-        "ratio/reinforce_is",
-        ("verl:bypass_mode",),
-        "token-mean",
-        "REINFORCE, IS weight per token, threshold 2",
-    ),
-    Method(
-        "verl:bypass_reinforce_sequence",
-        "ratio/reinforce_seq_is",
-        ("verl:bypass_mode",),
-        "token-mean",
-        "REINFORCE, IS weight per sequence, threshold 2",
-    ),
-):
-    declare_method(_m)
+# The named methods are the one catalogue, `divclip.theory.methods.METHODS` (re-exported here); `_METHODS` is its
+# read-only view, for this module's lookups.
+_METHODS = METHODS
 
 
 def find_method(name: str) -> Method:
@@ -285,7 +308,9 @@ def catalogue(names=None, with_nearest: bool = True) -> list[dict]:
 
 
 def _parameters(spec, form: Form) -> list[dict]:
-    """The spec's budget fields and the form's own parameters, each with its value and default."""
+    """The spec's budget fields and its form's declared parameters, each with its value, default and doc: a
+    parameter that is off by default (dual_clip_c, tis_cap) only when set, a flag only when it differs from its
+    default (clamp_log_ratio under '/noclamp')."""
     out = []
     if form.uses_budget:
         if spec.measure_name == "ratio" and getattr(spec, "parts", None) is None:
@@ -294,22 +319,20 @@ def _parameters(spec, form: Form) -> list[dict]:
                 {"name": "eps_high", "value": spec.eps_high, "default": None, "doc": "upper clip width"},
             ]
         elif getattr(spec, "parts", None) is None:
-            out.append(
-                {"name": "delta", "value": spec.delta, "default": None, "doc": f"budget of D = {spec.measure_name}"}
-            )
-    for field_name, doc in (("dual_clip_c", "dual-clip cap c"), ("tis_cap", "truncated IS cap")):
-        if getattr(spec, field_name) is not None:
-            out.append({"name": field_name, "value": getattr(spec, field_name), "default": None, "doc": doc})
-    if spec.form == "sapo":
-        out += [
-            {"name": "tau_pos", "value": spec.tau_pos, "default": 1.0, "doc": "gate temperature, A > 0"},
-            {"name": "tau_neg", "value": spec.tau_neg, "default": 1.05, "doc": "gate temperature, A <= 0"},
-        ]
-    out += [{"name": p.name, "value": spec.param(p.name), "default": p.default, "doc": p.doc} for p in form.params]
+            doc = f"budget of D = {spec.measure_name}"
+            out.append({"name": "delta", "value": spec.delta, "default": None, "doc": doc})
+    at_level = form.extra.get("params_at_level", {})  # e.g. the clip form's seq_grad_mean: level 'sequence' only
+    for p in form.params:
+        value = spec.param(p.name)
+        if (p.default is None or p.kind == "flag") and value == p.default:
+            continue
+        if at_level.get(p.name, spec.level) != spec.level:
+            continue
+        out.append({"name": p.name, "value": value, "default": p.default, "doc": p.doc})
     return out
 
 
-_FIELDS = ("eps_low", "eps_high", "delta", "dual_clip_c", "tis_cap", "tau_pos", "tau_neg")
+_FIELDS = ("eps_low", "eps_high", "delta")
 
 
 def method_parameters(method) -> list[dict]:
@@ -320,8 +343,9 @@ def method_parameters(method) -> list[dict]:
 
 
 def set_parameter(method, name: str, value: float) -> str:
-    """The method string of `method` with one parameter (a budget field such as eps_high or delta, dual_clip_c,
-    tis_cap, tau_pos/tau_neg, or a form's own parameter) set to `value`; a ValueError says what is allowed."""
+    """The method string of `method` with one parameter (a budget field such as eps_high or delta, or one its form
+    declares: dual_clip_c, tis_cap, tau_pos, clip_cov_ratio, ...) set to `value`; a ValueError says what is
+    allowed."""
     import dataclasses
 
     from divclip.theory.spec import method_string
@@ -333,7 +357,7 @@ def set_parameter(method, name: str, value: float) -> str:
     if name in _FIELDS:
         new = dataclasses.replace(spec, **{name: value})
     else:
-        new = dataclasses.replace(spec, params=tuple({**dict(spec.params), name: value}.items()))
+        new = dataclasses.replace(spec, params={**dict(spec.params), name: value})
     return method_string(new)
 
 
@@ -375,6 +399,7 @@ def atlas_row(method: Method, with_nearest: bool = True) -> dict:
         "token_level": form.weight is not None,
         "weight_note": _SEQUENCE_NOTE if spec.level == "sequence" else form.weight_note,
         "intervals": _intervals(spec),
+        "arithmetic": arithmetic(spec),
     }
     if with_nearest:
         row["nearest"] = nearest_budget(row["intervals"])

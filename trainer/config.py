@@ -90,6 +90,10 @@ class TrainerConfig:
     """μ, passes over each rollout batch. With 1 epoch and 1 minibatch r == 1 and no clip bound acts."""
     minibatches: int = 2
     """Optimizer steps per epoch; the rollout batch is shuffled and split into this many equal parts."""
+    staleness: int = 0
+    """k, stale rollouts: step s samples with the policy after step s-1-k (the warm start while s-1-k < 0), as an
+    asynchronous trainer whose rollouts lag k updates behind does; that sampler is π_old, so the ratio is already
+    off 1 at the first minibatch. 0 samples with the current policy."""
     kl_coef: float = 0.0
     """Weight of the KL penalty to the frozen warm-start (reference) policy; 0 disables it (and the ref model)."""
     kl_estimator: str = "k3"
@@ -144,7 +148,7 @@ class TrainerConfig:
         if self.delta is not None:
             changes["delta"] = self.delta
         if self.dual_clip_c is not None:
-            changes["dual_clip_c"] = self.dual_clip_c
+            changes["params"] = {**dict(spec.params), "dual_clip_c": self.dual_clip_c}
         if not changes:
             return spec
         try:
@@ -209,6 +213,7 @@ INT_RANGES: Mapping[str, tuple[int, int]] = MappingProxyType(
         "max_new_tokens": (1, 32_768),
         "ppo_epochs": (1, 100),
         "minibatches": (1, 65_536),
+        "staleness": (0, 100),
         "seed": (0, 2**32 - 1),
         "threads": (0, 256),
         "checkpoint_every": (0, 10**6),

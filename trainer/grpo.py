@@ -1,9 +1,11 @@
 """The GRPO-family trainer: sample G completions per prompt, score, group advantages, μ clipped epochs.
 
 One RL step (CleanRL order, every tensor (N, T) with N = prompts_per_step·G, T = longest completion):
-  1. sample      G completions per prompt with `generate` (pure sampling at `temperature`)
+  1. sample      G completions per prompt with `generate` (pure sampling at `temperature`), by the current
+                 policy, or with `staleness` k > 0 by the policy after step s-1-k (a frozen copy; the warm start
+                 while s-1-k < 0), as an asynchronous trainer's rollouts lag k updates behind
   2. score       reward 1/0 from the task's verifier; A = group_advantages(R, G) broadcast over tokens
-  3. freeze      old log-probs log π_old (and log π_ref for the KL penalty) in one no-grad forward
+  3. freeze      old log-probs log π_old under the sampler (and log π_ref for the KL penalty) in one no-grad forward
   4. update      μ epochs x `minibatches` AdamW steps on theory.policy_loss(log π, log π_old, A, mask, spec)
                  + kl_coef·agg(k(π, π_ref)), gradient norm clipped
 Randomness at step s comes only from seeds derived from (seed, s), so a run resumed from a checkpoint at step
@@ -16,6 +18,7 @@ import copy
 import os
 import shutil
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,12 +106,14 @@ def build_model(cfg: TrainerConfig, task: Task):
         alphabet = {"arith": ARITH_ALPHABET, "mult": PUZZLE_ALPHABET, "countdown": PUZZLE_ALPHABET}
         tokenizer = char_tokenizer(alphabet.get(cfg.task, TEXT_ALPHABET))
         longest = max(len(e.prompt) for e in task.train + task.eval)  # one token per character
+        # the warm start trains on answer + EOS, which may be longer than a sampled completion
+        answer = max(len(str(e.answer)) for e in task.train + task.eval) + 1 if cfg.sft_steps else 0
         model = tiny_gpt2(
             len(tokenizer),
             cfg.tiny_n_layer,
             cfg.tiny_n_embd,
             cfg.tiny_n_head,
-            n_positions=longest + cfg.max_new_tokens + 1,
+            n_positions=longest + max(cfg.max_new_tokens, answer) + 1,
             seed=cfg.seed,
             pad_token_id=tokenizer.pad_token_id,
             eos_token_id=tokenizer.eos_token_id,
@@ -162,6 +167,9 @@ class GRPOTrainer:
         self.step = 0
         # Adaptive δ ('kl3@clipfrac=0.1'): the controller sets each step's δ; its state rides in checkpoints.
         self.controller = DeltaController(self.spec) if is_adaptive(self.spec) else None
+        # staleness k > 0: the k policies before the current one, oldest first, as (step after which, frozen
+        # model); the oldest samples the next rollout. Set after the warm start or from a checkpoint.
+        self.stale_policies: deque | None = None
 
     # ------------------------------------------------------------------------------------------ run
     def train(self, on_step=None) -> TrainResult:
@@ -191,6 +199,7 @@ class GRPOTrainer:
         history = self._resume() if out is not None else None
         if history is None:
             history = [self._warm_start()]
+            self._init_stale_policies()
             if out is not None:  # the warm start is minutes of work on a real model: keep it
                 save_checkpoint(
                     out,
@@ -257,6 +266,7 @@ class GRPOTrainer:
         self.step, history = load_checkpoint(ckpt, self.model, self.optimizer, self.device)
         self._load_reference()
         self._load_controller(ckpt)
+        self._load_stale_policies(ckpt)
         left = "nothing left to do" if self.step >= cfg.steps else f"{cfg.steps - self.step} steps to go"
         say(f"resuming from step {self.step} ({ckpt.name} in {out}); {left}")
         metrics = out / "metrics.jsonl"
@@ -307,7 +317,36 @@ class GRPOTrainer:
                 self._save_reference()
 
     def _extra_state(self) -> dict:
-        return {} if self.controller is None else {"delta_controller": self.controller.state_dict()}
+        extra = {} if self.controller is None else {"delta_controller": self.controller.state_dict()}
+        if self.stale_policies is not None:  # each distinct policy once (early on the warm start fills the queue)
+            steps = [s for s, _ in self.stale_policies]
+            models = dict(self.stale_policies)
+            weights = [{k: v.detach().cpu().clone() for k, v in models[s].state_dict().items()} for s in sorted(models)]
+            extra["stale_policies"] = {"steps": steps, "weights": weights}
+        return extra
+
+    def _init_stale_policies(self):
+        k = self.cfg.staleness
+        if k > 0:  # before step 1 the policies of steps 1-k .. 0 are all the warm start
+            warm = self._frozen_copy()
+            self.stale_policies = deque([(0, warm)] * k, maxlen=k)
+
+    def _load_stale_policies(self, ckpt):
+        k = self.cfg.staleness
+        if k == 0:
+            return
+        state = load_extra_state(ckpt).get("stale_policies")
+        steps = None if state is None else list(state.get("steps", []))
+        if state is None or len(steps) != k or len(state.get("weights", [])) != len(set(steps)):
+            raise ValueError(
+                f"checkpoint {str(ckpt)!r} holds no {k} stale policies to sample from, but staleness={k}; "
+                "resume=False (--no-resume) to start over"
+            )
+        models = {}
+        for s, weights in zip(sorted(set(steps)), state["weights"]):
+            models[s] = self._frozen_copy()
+            models[s].load_state_dict(weights)
+        self.stale_policies = deque([(s, models[s]) for s in steps], maxlen=k)
 
     def _load_controller(self, ckpt):
         if self.controller is None:
@@ -368,7 +407,13 @@ class GRPOTrainer:
         cfg = self.cfg
         torch.manual_seed(_step_seed(cfg.seed, step))
         t0 = time.perf_counter()
-        batch = self._rollout(np.random.default_rng([cfg.seed, step]))
+        sampler = self.model
+        if self.stale_policies is not None:
+            sampled_by, sampler = self.stale_policies[0]
+        batch = self._rollout(np.random.default_rng([cfg.seed, step]), sampler)
+        if self.stale_policies is not None:  # this step's starting policy samples k steps from now
+            self.stale_policies.append((step - 1, self._frozen_copy()))
+            batch["metrics"]["rollout/policy_lag"] = step - 1 - sampled_by  # updates between sampler and learner
         t1 = time.perf_counter()
         spec = self.step_spec()
         metrics = self._update(batch, torch.Generator().manual_seed(_step_seed(cfg.seed, step)), spec)
@@ -395,7 +440,8 @@ class GRPOTrainer:
         return row
 
     @torch.no_grad()
-    def _rollout(self, rng: np.random.Generator) -> dict:
+    def _rollout(self, rng: np.random.Generator, sampler) -> dict:
+        """Samples, scores and freezes one rollout batch; `sampler` (the policy, or a stale copy) is π_old."""
         cfg, tok, G = self.cfg, self.tokenizer, self.cfg.group_size
         examples = self.task.sample(cfg.prompts_per_step, rng)
         prompt_ids, prompt_mask = encode_prompts(tok, [e.prompt for e in examples], self.device)
@@ -403,7 +449,7 @@ class GRPOTrainer:
         prompt_mask = prompt_mask.repeat_interleave(G, dim=0)
         with autocast(self.device, cfg.bf16):
             comp = sample(
-                self.model, tok, prompt_ids, prompt_mask, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature
+                sampler, tok, prompt_ids, prompt_mask, max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature
             )  # (N, T)
         mask = completion_mask(comp, tok.eos_token_id)  # (N, T)
         texts = decode(tok, comp, mask)
@@ -415,7 +461,7 @@ class GRPOTrainer:
         T = comp.shape[1]
         with autocast(self.device, cfg.bf16):
             old_log_prob, entropy = token_log_probs(
-                self.model, input_ids, attention, T, cfg.temperature, with_entropy=True
+                sampler, input_ids, attention, T, cfg.temperature, with_entropy=True
             )
             ref_log_prob = None
             if self.ref_model is not None:

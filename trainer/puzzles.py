@@ -12,6 +12,7 @@ The held-out split depends only on the seed, as `tasks.arithmetic_task`'s does.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 
@@ -89,15 +90,22 @@ def _solutions(numbers: tuple[int, ...]) -> dict[int, str]:
 def countdown_task(eval_size: int = 200, seed: int = 0, numbers: int = 4) -> Task:
     """Every multiset of `numbers` numbers 1-9 and every non-negative target an expression of them reaches.
     Prompt 'a,b,c,d:t=' (numbers ascending); the stored answer is one solution, and any solution scores 1."""
-    if not isinstance(numbers, int) or not 2 <= numbers <= 5:
+    if not isinstance(numbers, int) or isinstance(numbers, bool) or not 2 <= numbers <= 5:
         raise ValueError(f"numbers must be an integer in [2, 5], got {numbers!r}")
+    task = _split(list(_countdown_examples(numbers)), eval_size, seed, "countdown")
+    return Task(task.name, task.train, task.eval, _CountdownScore())
+
+
+@functools.cache
+def _countdown_examples(numbers: int) -> tuple[Example, ...]:
+    """Every Countdown problem of `numbers` numbers, once per process (enumerating them takes seconds, and a
+    study loads the task for every warm start and run)."""
     examples = []
     for group in itertools.combinations_with_replacement(COUNTDOWN_NUMBERS, numbers):
         for target, expr in sorted(_solutions(group).items()):
             head = ",".join(map(str, group))
             examples.append(Example(f"{head}:{target}=", expr))
-    task = _split(examples, eval_size, seed, "countdown")
-    return Task(task.name, task.train, task.eval, _CountdownScore())
+    return tuple(examples)
 
 
 class _CountdownScore:

@@ -85,12 +85,12 @@ def _fields(spec) -> dict:
     from divclip.theory.forms import get_form
 
     out = asdict(spec)
-    out.pop("clamp_log_ratio", None)
     try:
         defaults = {p.name: p.default for p in get_form(spec.form).params}
     except (ValueError, KeyError, AttributeError):
         defaults = {}
     out["params"] = {**defaults, **dict(spec.params or ())}
+    out["params"].pop("clamp_log_ratio", None)
     return out
 
 

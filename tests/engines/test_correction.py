@@ -252,8 +252,8 @@ def test_unmodelled_engine_corrections_are_refused_by_name():
         read_correction("openrlhf", {"--algo.advantage.is_correction_level": "seq"})
     assert read_correction("openrlhf", {}) is None
     assert read_correction("areal", {"actor.rejection_sampling.level": "token"}) is None  # ignored without decoupled
-    with pytest.raises(ValueError, match="not modelled"):
-        read_correction("areal", {"actor.use_decoupled_loss": True, "actor.rejection_sampling.level": "token"})
+    # AReaL's rejection_sampling is modelled since (the filter= part; tests/engines/test_correction_areal.py)
+    assert read_correction("areal", {"actor.use_decoupled_loss": True, "actor.rejection_sampling.level": "token"})
     with pytest.raises(ValueError, match="rollout_rs_threshold must be set"):
         read_correction("verl", {VERL + "rollout_rs": "token_k1"})
     with pytest.raises(ValueError, match="engine must be one of"):

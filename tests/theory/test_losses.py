@@ -96,7 +96,7 @@ def test_kl3_clip_is_ratio_clip_at_l_and_u(seed, delta, noise, agg):
 def test_every_p_free_measure_is_ratio_clipping_at_its_bounds(name, seed, delta, noise, dual):
     old, lp, adv, mask = batch(seed, noise=noise)
     lo, hi = get_measure(name).bounds(delta)
-    spec = ClipSpec(name, delta=delta, dual_clip_c=dual)
+    spec = ClipSpec(name, delta=delta, params={"dual_clip_c": dual})
     loss, grad, m = ours(old, lp, adv, mask, spec)
     ref_loss, ref_grad, sur = reference(old, lp, adv, mask, lo, hi, dual_clip_c=dual)
     assert close(loss, ref_loss, 1e-12) and close(grad, ref_grad, 1e-12)
@@ -150,7 +150,7 @@ def test_gradient_rule_matches_autograd_with_dual_clip_and_saturated_log_ratios(
     lp[0, :6] = old[0, :6] + torch.tensor([30.0, -30.0, 25.0, -25.0, 30.0, -30.0])
     adv[0, :6] = torch.tensor([1.0, 1.0, -1.0, -1.0, -1.0, 1.0])
     for dual in (None, 3.0):
-        spec = ClipSpec("ratio", eps_low=0.2, eps_high=0.28, dual_clip_c=dual)
+        spec = ClipSpec("ratio", eps_low=0.2, eps_high=0.28, params={"dual_clip_c": dual})
         loss, grad, _ = ours(old, lp, adv, mask, spec)
         ref_loss, ref_grad, _ = reference(old, lp, adv, mask, 0.8, 1.28, dual_clip_c=dual)
         assert torch.equal(loss, ref_loss) and close(grad, ref_grad, 1e-15)
@@ -172,7 +172,7 @@ def test_sapo_and_cispo_gradients_match_their_formulas():
 # --------------------------------------------------------------------------------------- metrics
 def test_metrics_against_numpy():
     old, lp, adv, mask = batch(14, noise=0.4)
-    spec = ClipSpec("ratio", eps_low=0.2, eps_high=0.28, dual_clip_c=1.5)
+    spec = ClipSpec("ratio", eps_low=0.2, eps_high=0.28, params={"dual_clip_c": 1.5})
     _, _, m = ours(old, lp, adv, mask, spec)
     x, a, k = (lp - old).numpy(), adv.numpy(), mask.numpy().astype(bool)
     r = np.exp(x)
@@ -336,12 +336,21 @@ def test_bad_shapes_types_and_modes_raise():
         (dict(measure="ratio", eps_low=0.2, eps_high=True), r"ClipSpec.eps_high must be .*, got True"),
         (dict(measure="kl3", delta=0.1, form="ppo"), r"ClipSpec.form must be one of .* got 'ppo'"),
         (dict(measure="kl3", delta=0.1, level="token-level"), r"ClipSpec.level must be one of"),
-        (dict(measure="kl3", delta=0.1, dual_clip_c=1.0), r"ClipSpec.dual_clip_c must be a finite number > 1"),
-        (dict(measure="kl3", delta=0.1, form="gated", dual_clip_c=3.0), r"dual_clip_c applies to form='clip'"),
-        (dict(measure="kl3", delta=0.1, tis_cap=3.0), r"tis_cap applies to form='gated' only"),
-        (dict(measure="kl3", delta=0.1, form="gated", tis_cap=-1.0), r"ClipSpec.tis_cap must be"),
-        (dict(measure="kl3", delta=0.1, tau_pos=2.0), r"tau_pos/tau_neg apply to form='sapo' only"),
-        (dict(form="sapo", tau_neg=0.0), r"ClipSpec.tau_neg must be a finite number > 0 and <= 1e\+06, got 0.0"),
+        (
+            dict(measure="kl3", delta=0.1, params={"dual_clip_c": 1.0}),
+            r"ClipSpec.dual_clip_c must be a finite number > 1",
+        ),
+        (
+            dict(measure="kl3", delta=0.1, form="gated", params={"dual_clip_c": 3.0}),
+            r"dual_clip_c applies to form='clip'",
+        ),
+        (dict(measure="kl3", delta=0.1, params={"tis_cap": 3.0}), r"tis_cap applies to form='gated' only"),
+        (dict(measure="kl3", delta=0.1, form="gated", params={"tis_cap": -1.0}), r"ClipSpec.tis_cap must be"),
+        (dict(measure="kl3", delta=0.1, params={"tau_pos": 2.0}), r"tau_pos/tau_neg apply to form='sapo' only"),
+        (
+            dict(form="sapo", params={"tau_neg": 0.0}),
+            r"ClipSpec.tau_neg must be a finite number > 0 and <= 1e\+06, got 0.0",
+        ),
         (dict(form="sapo", delta=0.1), r"form='sapo' takes no clip budget"),
         (dict(measure="binary_kl", delta=0.1, level="sequence"), r"level='sequence' needs a p-independent"),
         (dict(measure="kl3", delta=0.1, level="sequence", form="gated"), r"level='sequence' \(GSPO\) needs"),
@@ -372,7 +381,7 @@ def test_presets():
     lo, hi = atr.ratio_bounds()
     assert lo == pytest.approx(0.8, rel=1e-14) and hi == pytest.approx(1.23084, abs=1e-5)
     assert preset("grpo").ratio_bounds() == (0.8, 1.2) and preset("dapo").ratio_bounds() == (0.8, 1.28)
-    assert preset("dppo_kl") == ClipSpec("binary_kl", delta=0.05, form="gated", tis_cap=20.0)
+    assert preset("dppo_kl") == ClipSpec("binary_kl", delta=0.05, form="gated", params={"tis_cap": 20.0})
     assert preset("gspo").level == "sequence" and preset("gspo").ratio_bounds() == (1 - 3e-4, 1 + 4e-4)
     with pytest.raises(TypeError):
         PRESETS["mine"] = atr

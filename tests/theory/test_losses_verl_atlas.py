@@ -97,7 +97,7 @@ CASES = [
     Case(
         "vanilla_dual_clip",
         {PL + "loss_mode": "vanilla", **DAPO_KEYS, A + "clip_ratio_c": 3.0},
-        _ratio(0.2, 0.28, dual_clip_c=3.0),
+        _ratio(0.2, 0.28, params={"dual_clip_c": 3.0}),
         {**CLIP, "pg_clipfrac_lower": lambda m: m["dual_clipfrac"]},
         lambda m: m["clipfrac"] > 0.05 and m["dual_clipfrac"] > 0,
         noise=1.0,
@@ -121,7 +121,7 @@ CASES = [
             A + "clip_ratio_high": 0.2,
             A + "clip_ratio_c": 20.0,
         },
-        ClipSpec("binary_tv", delta=0.2, form="gated", tis_cap=20.0, params={"gate": 1.0}),  # verl's gate arithmetic
+        ClipSpec("binary_tv", delta=0.2, form="gated", params={"gate": "verl", "tis_cap": 20.0}),  # verl's gate
         CLIP,
         lambda m: m["clipfrac"] > 0.02,
         noise=0.8,
@@ -136,7 +136,9 @@ CASES = [
             A + "clip_ratio_high": 0.05,
             A + "clip_ratio_c": 20.0,
         },
-        ClipSpec("binary_kl", delta=0.05, form="gated", tis_cap=20.0, params={"gate": 1.0}),  # verl's gate arithmetic
+        ClipSpec(
+            "binary_kl", delta=0.05, form="gated", params={"gate": "verl", "tis_cap": 20.0}
+        ),  # verl's gate arithmetic
         CLIP,
         lambda m: m["clipfrac"] > 0.02,
         noise=0.8,
@@ -155,7 +157,7 @@ CASES = [
     Case(
         "sapo",
         {PL + "loss_mode": "sapo", A + "tau_pos": 1.0, A + "tau_neg": 1.05},
-        ClipSpec(form="sapo", params={"sapo_seq_mean": 1.0}),
+        ClipSpec(form="sapo", params={"sapo_seq_mean": True}),
         PPO_KL,
         noise=0.6,
         seed=6,
@@ -230,7 +232,7 @@ CASES = [
                 **DAPO_KEYS,
                 A + "clip_ratio_c": 3.0,
             },
-            _ratio(0.2, 0.28, dual_clip_c=3.0),
+            _ratio(0.2, 0.28, params={"dual_clip_c": 3.0}),
             {**CLIP, "pg_clipfrac_lower": lambda m: m["dual_clipfrac"]},
             lambda m: m["clipfrac"] > 0.05,
             noise=1.0,
@@ -263,7 +265,7 @@ CASES = [
         for name, threshold, normalize, params in (  # the spec names the parameters that differ from the defaults
             ("tis", 1.5, False, {"rollout_is_threshold": 1.5}),
             ("icepop", "0.7_1.5", False, {"rollout_is_threshold": 1.5, "rollout_is_threshold_lower": 0.7}),
-            ("tis_normalized", 1.5, True, {"rollout_is_threshold": 1.5, "rollout_is_batch_normalize": 1.0}),
+            ("tis_normalized", 1.5, True, {"rollout_is_threshold": 1.5, "rollout_is_batch_normalize": True}),
         )
     ),
 ]

@@ -145,20 +145,21 @@ def trl_method(args, batch: int, num_items: float):
             "ratio",
             eps_low=args.epsilon,
             eps_high=eps_high,
-            dual_clip_c=args.delta,
             level=level,
             form="luspo" if loss_type == "luspo" else "clip",
-            clamp_log_ratio=False,
+            params={"dual_clip_c": args.delta, "clamp_log_ratio": False},
         )
     elif loss_type == "cispo":
-        spec = ClipSpec(form="cispo_cap", params={"cispo_cap": eps_high}, level=level, clamp_log_ratio=False)
+        spec = ClipSpec(form="cispo_cap", level=level, params={"cispo_cap": eps_high, "clamp_log_ratio": False})
     elif loss_type == "sapo":
         spec = ClipSpec(
             form="sapo",
-            tau_pos=_f32(args.sapo_temperature_pos),
             level=level,
-            tau_neg=_f32(args.sapo_temperature_neg),
-            clamp_log_ratio=False,
+            params={
+                "tau_pos": _f32(args.sapo_temperature_pos),
+                "tau_neg": _f32(args.sapo_temperature_neg),
+                "clamp_log_ratio": False,
+            },
         )
     else:  # vespo: its own sequence weight whatever the level
         spec = ClipSpec(form="vespo", params={k: _f32(getattr(args, k)) for k in VESPO_FIELDS})

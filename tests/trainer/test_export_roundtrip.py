@@ -258,7 +258,11 @@ def test_trl_export_check_and_plugin_loss_agree_with_policy_loss(method, trl_arg
     trainer, tok = trl_trainer
     args = trl_args[method]
     # clip_measure specs run TRL's unclamped ratio (clamp_log_ratio=False); a clip_method string is taken as written
-    runs = spec if args.clip_method is not None else dataclasses.replace(spec, clamp_log_ratio=False)
+    runs = (
+        spec
+        if args.clip_method is not None
+        else dataclasses.replace(spec, params={**dict(spec.params), "clamp_log_ratio": False})
+    )
     assert args.clip_spec() == runs
     trainer.clip_spec = args.clip_spec()
     g = torch.Generator().manual_seed(5)

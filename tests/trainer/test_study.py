@@ -11,7 +11,16 @@ import pytest
 from divclip.cli import main
 from divclip.trainer import study_stats as st
 from divclip.trainer.grpo import GRPOTrainer
-from divclip.trainer.study import Study, method_string, read_history, run_study, slug, summarize, total_wall_s
+from divclip.trainer.study import (
+    Study,
+    method_string,
+    read_history,
+    run_study,
+    slug,
+    summarize,
+    summary_table,
+    total_wall_s,
+)
 
 # conftest.TINY's run (1-digit sums, a 1-layer model) with pass@2, on the off-policy preset's loop
 GRID = dict(
@@ -242,3 +251,28 @@ def test_local_processes_give_the_sequential_runs(finished, tmp_path):
             b = read_history(parallel.run_dir("tiny-arith-offpolicy", m, s))
             strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith(("time/", "perf/"))} for r in rows]  # noqa: E731
             assert strip(a[: len(b)]) == strip(b)
+
+
+@pytest.mark.slow
+def test_harder_presets_with_stale_rollouts_run_and_summarize(tmp_path):
+    """The mult and Countdown presets (their staleness included) through the whole study: 2 methods x 2 seeds."""
+    from divclip.trainer.config import TRAIN_PRESETS
+
+    tasks = ("tiny-mult-offpolicy", "tiny-countdown-offpolicy")
+    study = tiny_study(tmp_path, tasks=tasks)
+    summary = run_study(study)
+    assert summary["cost"]["runs_trained"] == 8 and summary["cost"]["warm_starts_trained"] == 4
+    table = summary_table(summary)
+    for task in tasks:
+        k = TRAIN_PRESETS[task].get("staleness", 0)
+        assert study.run_config(task, "grpo", 0)["staleness"] == k
+        ts = summary["tasks"][task]
+        clip = []
+        for s in study.seeds:
+            rows = rows_of(study.run_dir(task, "grpo", s) / "metrics.jsonl")
+            assert [r.get("rollout/policy_lag") for r in rows[1:]] == (
+                [min(k, step - 1) for step in range(1, GRID["steps"] + 1)] if k else [None] * GRID["steps"]
+            )
+            clip.append(np.mean([r["clip/clipfrac"] for r in rows[1:]]))
+        assert close(ts["baseline_clipfrac"], np.mean(clip))
+        assert f"## {task}: 2 seeds, {GRID['steps']} RL steps; baseline grpo clips" in table

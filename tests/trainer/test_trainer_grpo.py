@@ -166,3 +166,14 @@ def test_resuming_with_other_settings_is_refused(tiny_config, tmp_path):
     assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step-*")) == ["step-000000", "step-000001"]
     (old,) = (tmp_path / "superseded").iterdir()  # the first run is moved aside, not deleted
     assert sorted(p.name for p in (old / "checkpoints").glob("step-*")) == ["step-000001", "step-000002"]
+
+
+def test_warm_start_on_answers_longer_than_a_completion(tiny_config):
+    """Countdown's reference answers ('2+3*5-7' + EOS) are longer than max_new_tokens=3: the tiny model's positions
+    cover the warm start's answers too (this was an IndexError in the position embedding)."""
+    t = GRPOTrainer(tiny_config(task="countdown", max_new_tokens=3, sft_steps=2, steps=1, eval_size=4))
+    longest = max(len(e.prompt) for e in t.task.train + t.task.eval)
+    answer = max(len(e.answer) for e in t.task.train + t.task.eval)
+    assert answer + 1 > 3 and t.model.config.n_positions == longest + answer + 1 + 1
+    hist = t.train().history
+    assert math.isfinite(hist[0]["sft/loss"]) and hist[-1]["step"] == 1

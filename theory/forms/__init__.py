@@ -39,28 +39,38 @@ from types import MappingProxyType
 
 from divclip.theory.forms._form import (
     _FORMS,  # noqa: F401  (the catalogue's dict, for tests' clean-up)
+    CLAMP_LOG_RATIO,
+    DUAL_CLIP_C,
     FAMILIES,
     FORM_NAMES,
     FORMS,
     LEVELS,
+    PARAM_KINDS,
     Form,
     Param,
     declare_form,
+    declared_params,
+    forms_declaring,
     forms_with,
     get_form,
     param_names,
 )
 
 __all__ = [
+    "CLAMP_LOG_RATIO",
+    "DUAL_CLIP_C",
     "FAMILIES",
     "FORMS",
     "FORM_MODULES",
     "FORM_NAMES",
     "LEVELS",
+    "PARAM_KINDS",
     "PUBLISHED_METHODS",
     "Form",
     "Param",
     "declare_form",
+    "declared_params",
+    "forms_declaring",
     "forms_with",
     "get_form",
     "param_names",

@@ -151,6 +151,25 @@ class _MaskedSumWithGradient(torch.autograd.Function):
         return g * masked_grad, None, None, None
 
 
+class _SequenceMeanGradient(torch.autograd.Function):
+    """`value` (B, T), whose derivative in log π is the chain rule through a sequence mean (the clip form's
+    `seq_grad_mean`, GSPO as OpenRLHF and slime differentiate it): for the upstream u, each unmasked token gets
+    (Σ_t u_t·grad_t) / rows, `grad` being the per-token ∂value/∂s·s and `rows` the (B, 1) token counts (>= 1).
+    Held equal to OpenRLHF's and slime's own autograd through the mean by tests/engines/test_parity_openrlhf.py
+    and test_parity_slime.py (with slime's TIS weights as the upstream too)."""
+
+    @staticmethod
+    def forward(ctx, log_prob, value, grad, mask, rows):
+        ctx.save_for_backward(grad, mask, rows)
+        return value
+
+    @staticmethod
+    def backward(ctx, upstream):
+        grad, mask, rows = ctx.saved_tensors
+        per_row = torch.sum(upstream * grad, dim=-1, keepdim=True) / rows  # (B, 1)
+        return per_row * mask, None, None, None, None
+
+
 def masked_sum_closed_form(terms: PolicyTerms, log_prob, mask):
     """Σ mask·terms.loss with its gradient from `terms.grad` (`_MaskedSumWithGradient`); terms.grad must be set."""
     return _MaskedSumWithGradient.apply(log_prob, terms.loss.detach(), terms.grad, mask)
@@ -206,10 +225,10 @@ def sequence_column(t):
 
 
 def _ratio(spec: ClipSpec, log_prob, old_log_prob, mask):
-    """`_token_ratio` or, at level='sequence', `_sequence_ratio`, clamped as `spec.clamp_log_ratio` says."""
+    """`_token_ratio` or, at level='sequence', `_sequence_ratio`, clamped as `spec.param("clamp_log_ratio")` says."""
     if spec.level == "sequence":
-        return _sequence_ratio(log_prob, old_log_prob, mask, spec.clamp_log_ratio)
-    return _token_ratio(log_prob, old_log_prob, spec.clamp_log_ratio)
+        return _sequence_ratio(log_prob, old_log_prob, mask, spec.param("clamp_log_ratio"))
+    return _token_ratio(log_prob, old_log_prob, spec.param("clamp_log_ratio"))
 
 
 def _binary_kl_bound(delta: float, p, side: int):
@@ -298,7 +317,7 @@ def _decision_ratio(spec: ClipSpec, ratio, log_prob, old_log_prob):
     decides on the true ratio, by tests/theory/test_losses_verl.py::test_gated_decides_on_the_true_log_ratio_like_verl
     and test_gated_kl3_decides_on_the_true_ratio.
     """
-    if spec.level == "sequence" or not spec.clamp_log_ratio:
+    if spec.level == "sequence" or not spec.param("clamp_log_ratio"):
         return ratio  # the sequence ratio (verl's gspo decides on its clamped value), or already unclamped
     if spec.p_dependent:
         clamped_ok = spec.measure_name == "binary_kl"
@@ -417,7 +436,7 @@ def _per_token_clip(spec: ClipSpec, ratio, old_log_prob, select, true_ratio=None
     if ratio_from is not None and _host_solves_bounds(spec, ratio) and (log_prob is not None or true_ratio is None):
         candidates = _binary_kl_candidates(spec, ratio, old_log_prob)
         bound = binary_kl_clip_bounds(
-            old_log_prob, ratio_from, candidates, float(spec.delta), spec.clamp_log_ratio, log_prob is not None
+            old_log_prob, ratio_from, candidates, float(spec.delta), spec.param("clamp_log_ratio"), log_prob is not None
         )
         keep = bound < 0 if select is None else (bound < 0) | ~select
         return torch.where(keep, ratio, bound)

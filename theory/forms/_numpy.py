@@ -13,12 +13,8 @@ exact per-token roots of binary KL/TV at p = q, or an intersection), for the for
 
 from __future__ import annotations
 
-import math
-import numbers
-
 import numpy as np
 
-from divclip.theory.forms._form import Param
 from divclip.theory.measures import get_measure
 
 LOG_RATIO_CLAMP = 20.0
@@ -58,7 +54,7 @@ def upper_delta(spec):
     clip_ratio_low != clip_ratio_high, verl `dppo_kl`/`dppo_tv`), else δ; None for a budget-free spec or one of
     measure 'ratio' (whose upper side is eps_high)."""
     for name, value in getattr(spec, "params", ()):
-        if name == "delta_high" and value != 0.0:
+        if name == "delta_high" and value is not None:
             return value
     return spec.delta
 
@@ -75,6 +71,15 @@ def _verl_ratio(r):
     with np.errstate(divide="ignore"):
         log_r = np.log(r)
     return np.exp(np.clip(log_r, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)), np.abs(log_r) <= LOG_RATIO_CLAMP
+
+
+def _spec_ratio(spec, r):
+    """r as the spec's loss sees it: verl's clamp (`_verl_ratio`), or with `clamp_log_ratio` False (TRL, slime,
+    OpenRLHF's gspo) r itself, every gradient kept."""
+    if spec.param("clamp_log_ratio", True):
+        return _verl_ratio(r)
+    r = np.asarray(r, dtype=np.float64)
+    return r, np.ones(r.shape, dtype=bool)
 
 
 # ---------------------------------------------------------------------------------------- intervals
@@ -112,20 +117,10 @@ def _everywhere(spec, q, sign):
 
 
 # ------------------------------------------------------------------------------------- spec checks
-class _AtLeastZero(Param):
-    """A parameter that may be 0 (Param's `above` is strict): CE-GPPO's β = 0 is PPO, TOPR's a⁻ = 0 is canonical."""
-
-    def check(self, value, owner: str = "ClipSpec.params") -> float:
-        ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-        if not ok or not (0.0 <= value <= self.at_most):
-            allowed = "a finite number >= 0" + (f" and <= {self.at_most:g}" if self.at_most < math.inf else "")
-            raise ValueError(f"{owner}[{self.name!r}] must be {allowed}, got {value!r}")
-        return float(value)
-
-
 def _zero_or_one(spec, name: str):
+    """A 0/1 number parameter (`gate`): refused otherwise."""
     if spec.param(name) not in (0.0, 1.0):
-        raise ValueError(f"ClipSpec.params[{name!r}] must be 0 or 1, got {spec.param(name)!r}")
+        raise ValueError(f"ClipSpec.{name} must be 0 or 1, got {spec.param(name)!r}")
 
 
 def _ratio_only(name: str):

@@ -133,7 +133,7 @@ def atr_kl3_spec(config) -> ClipSpec:
                 )
             ]
         )
-    return ClipSpec("ratio", eps_low=1.0 - lo, eps_high=hi - 1.0, dual_clip_c=dual_clip_c(config))
+    return ClipSpec("ratio", eps_low=1.0 - lo, eps_high=hi - 1.0, params={"dual_clip_c": dual_clip_c(config)})
 
 
 def measure_budgets(name: str, config) -> tuple[float, float]:
@@ -177,14 +177,14 @@ def measure_specs(name: str, config) -> tuple[ClipSpec, ClipSpec | None]:
     low, high = measure_budgets(name, config)
     c = dual_clip_c(config)
     if name == "ratio":
-        return ClipSpec("ratio", eps_low=low, eps_high=high, dual_clip_c=c), None
+        return ClipSpec("ratio", eps_low=low, eps_high=high, params={"dual_clip_c": c}), None
     if low == high:
-        return ClipSpec(name, delta=low, dual_clip_c=c), None
+        return ClipSpec(name, delta=low, params={"dual_clip_c": c}), None
     m = get_measure(name)
     if not m.p_dependent:  # one interval [lo(δ_low), hi(δ_high)], written as ratio widths
         lo, hi = advice.measure_bounds(name, low, high)
-        return ClipSpec("ratio", eps_low=1.0 - lo, eps_high=hi - 1.0, dual_clip_c=c), None
-    return ClipSpec(name, delta=low, dual_clip_c=c), ClipSpec(name, delta=high, dual_clip_c=c)
+        return ClipSpec("ratio", eps_low=1.0 - lo, eps_high=hi - 1.0, params={"dual_clip_c": c}), None
+    return ClipSpec(name, delta=low, params={"dual_clip_c": c}), ClipSpec(name, delta=high, params={"dual_clip_c": c})
 
 
 def _loss_and_metrics(
