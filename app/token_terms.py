@@ -95,6 +95,24 @@ def _loss_text(spec: ClipSpec, r: float, adv: float, bounds, loss: float) -> str
     return f"{forms.get(spec.form, f'loss form {spec.form!r}')}: ℓ = {_n(loss)} for this token"
 
 
+def _clamp_rule(spec: ClipSpec, r: float) -> str | None:
+    """The sentence for a gradient verl's log-ratio clamp stopped (the spec clamps, as verl; '/noclamp' specs,
+    slime's, TRL's and OpenRLHF's gspo, keep it), or None."""
+    from divclip.theory.losses import LOG_RATIO_CLAMP, SEQ_LOG_RATIO_MAX
+
+    if not getattr(spec, "clamp_log_ratio", True) or isinstance(spec, AllOf) or not r > 0:
+        return None
+    log_r = math.log(r)
+    limit = SEQ_LOG_RATIO_MAX if spec.level == "sequence" else LOG_RATIO_CLAMP
+    if (log_r if spec.level == "sequence" else abs(log_r)) <= limit:
+        return None
+    what = "log s" if spec.level == "sequence" else "|log r|"
+    return (
+        f"Zero gradient: {what} = {_n(abs(log_r))} > {limit:g}, where verl's log-ratio clamp stops the gradient; "
+        "an engine that does not clamp (slime, TRL, OpenRLHF's gspo: '/noclamp') keeps it (docs/theory.md §1)."
+    )
+
+
 def _rule(spec: ClipSpec, terms, r: float, adv: float, bounds, weight: float) -> str:
     """Which rule zeroed the gradient (theory's clip flags say which bound acted), or why it is kept."""
     if adv == 0:
@@ -120,6 +138,8 @@ def _rule(spec: ClipSpec, terms, r: float, adv: float, bounds, weight: float) ->
             f"Gradient kept, weight clipped: r = {_n(r)} is outside{where}, and this loss form caps the "
             f"importance weight at w = {_n(weight)} instead of zeroing the gradient."
         )
+    if weight == 0 and (why := _clamp_rule(spec, r)):
+        return why
     if weight == 0:
         return f"Zero gradient: theory's weight for this form is 0 at r = {_n(r)}."
     if bounds and not bounds[0] <= r <= bounds[1]:

@@ -22,7 +22,9 @@ The loss is `slime/utils/ppo_utils.py` and `slime/backends/megatron_utils/loss.p
   sum over `loss_function`'s num_tokens, each sample's count at least 1: token-mean-min1 exactly (token-mean
   when no sample is empty). tests/engines/test_parity_slime.py holds both against slime's own `loss_function`.
 * `--use-opsm` multiplies the loss by OPSM's mask (`compute_opsm_mask`: 0 on the tokens with A < 0 of a sample
-  whose mean log(π_old/π_θ) exceeds `--opsm-delta`), the denominators unchanged: named, not modelled.
+  whose mean log(π_old/π_θ) exceeds `--opsm-delta`), the denominators unchanged: not in the spec; the warning
+  gives the exact recipe, divclip's correction 'opsm=δ' with rollout_log_prob = π_old (TRL's OPSM compares with
+  π_rollout, so read_correction does not return it).
 * `--use-tis` multiplies the loss by clamp(π_old/π_rollout, tis-clip-low, tis-clip) (`vanilla_tis_function`); a
   custom function (`--custom-tis-function-path`, e.g. ICEPOP's mask) may replace it. A weight beside the clip.
 * `--use-rollout-logprobs` takes the inference engine's log-probs as π_old: then even one step per rollout sees
@@ -310,7 +312,13 @@ def _pitfalls(s: EngineRead, g: dict) -> None:
                 "opsm_not_modelled",
                 f"--use-opsm: slime multiplies the policy loss by OPSM's mask, 0 on every token with A < 0 of a "
                 f"sample whose mean log(π_old/π_θ) exceeds --opsm-delta {g['--opsm-delta']:g} (the denominators "
-                "keep those tokens); divclip's spec does not carry it, so its loss is slime's without the mask",
+                "keep those tokens); divclip's spec does not carry it: policy_loss with the correction "
+                f"'opsm={g['--opsm-delta']:g}' and rollout_log_prob = π_old (not π_rollout) computes it"
+                + (
+                    " (with --use-tis too, whose weight is of π_old/π_rollout, no one correction does)"
+                    if g["--use-tis"]
+                    else ""
+                ),
                 "--use-opsm",
                 f"slime {COMMIT[:8]} slime/utils/ppo_utils.py compute_opsm_mask, {loss}",
             )

@@ -199,9 +199,12 @@ def _parameters(spec, form: Form) -> list[dict]:
         elif getattr(spec, "parts", None) is None:
             doc = f"budget of D = {spec.measure_name}"
             out.append({"name": "delta", "value": spec.delta, "default": None, "doc": doc})
+    at_level = form.extra.get("params_at_level", {})  # e.g. the clip form's seq_grad_mean: level 'sequence' only
     for p in form.params:
         value = spec.param(p.name)
         if (p.default is None or p.kind == "flag") and value == p.default:
+            continue
+        if at_level.get(p.name, spec.level) != spec.level:
             continue
         out.append({"name": p.name, "value": value, "default": p.default, "doc": p.doc})
     return out

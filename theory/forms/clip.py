@@ -270,4 +270,5 @@ FORM = Form(
         ),
     ),
     check=_check,
+    extra={"params_at_level": {"seq_grad_mean": "sequence"}},  # a parameter shown (atlas) only at that level
 )
