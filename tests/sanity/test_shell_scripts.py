@@ -240,3 +240,12 @@ def test_a_rollout_correction_is_named_beside_the_clip_with_its_keys():
     assert found is not None and report["config"]["correction"] == str(found)
     [note] = [n for n in report["notes"] if n.startswith("beside the clip: the rollout correction")]
     assert f"{key} = 'token'" in note and str(found) in note
+
+
+def test_function_calls_are_bounded_before_they_multiply():
+    from divclip.engines.shellwords import MAX_WORDS
+    from divclip.sanity import ConfigError
+
+    lines = ["f0() { :; }"] + [f"f{i}() {{ {'; '.join([f'f{i - 1}'] * 10)}; }}" for i in range(1, 8)] + ["f7"]
+    with pytest.raises(ConfigError, match=f"runs more than {MAX_WORDS} commands through its function calls"):
+        expand_script("\n".join(lines) + "\n", "t.sh")
