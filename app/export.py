@@ -27,7 +27,7 @@ def interval_spec(iv: ClipInterval):
     if iv.delta is None:  # the widths come back as 1 - lo, hi - 1 (0.19999999999999996): 15 digits are the slider's
         return ClipSpec("ratio", eps_low=float(f"{iv.eps_low:.15g}"), eps_high=float(f"{iv.eps_high:.15g}"))
     if iv.name in _DPPO:
-        return ClipSpec(iv.name, delta=iv.delta, mode="gated", tis_cap=DPPO_TIS_CAP)
+        return ClipSpec(iv.name, delta=iv.delta, form="gated", params={"tis_cap": DPPO_TIS_CAP})
     return ClipSpec(iv.name, delta=iv.delta)
 
 

@@ -126,6 +126,12 @@ def _vline(x: float, xref: str = "x", yref: str = "y domain", **line) -> dict:
     )
 
 
+# The same builders for the other figure modules (app/correction_figures.py): one title, legend and toolbar style.
+figure_of = _figure
+page_layout = _layout
+vertical_line = _vline
+
+
 def panel_title(text: str, domain: tuple[float, float]) -> dict:
     return dict(
         text=text,

@@ -22,7 +22,7 @@ from divclip.theory.spec import PRESETS
 PRESET_METHOD = {
     name: method_for(s.measure_name, s.eps_low, s.eps_high)
     for name, s in PRESETS.items()
-    if s.mode != "sapo" and s.level == "token"
+    if s.form != "sapo" and s.level == "token"
 }
 _SPARE_COLOURS = tuple(c for m, c in METHOD_COLOURS.items() if m not in PRESET_METHOD.values())
 ACTION_COLOURS = ("#3b3b3b", "#3182bd", "#e6550d", "#31a354", "#756bb1", "#8c6d31", "#d6616b", "#636363")

@@ -63,7 +63,7 @@ def sign_curves(name: str, delta: float, c: float = DUAL_CLIP_C, n: int = 400) -
     lo, hi = measure_spec.ratio_bounds()
     eps_low, eps_high = ratio_spec.eps_low, ratio_spec.eps_high
     r = np.linspace(max(lo - 0.6 * (1 - lo), 0.02), max(1.15 * c, hi + 0.5), n)
-    dual = ClipSpec("ratio", eps_low=eps_low, eps_high=eps_high, dual_clip_c=c)
+    dual = ClipSpec("ratio", eps_low=eps_low, eps_high=eps_high, params={"dual_clip_c": c})
     surrogate, gradient = {}, {}
     for key, spec in (("measure", measure_spec), ("ratio", ratio_spec), ("dual", dual)):
         for adv in (1.0, -1.0):

@@ -70,6 +70,9 @@ class IntParam:
     default: int
     lo: int
     hi: int
+    omit_default: bool = False
+    """True: left out of the URL while at its default (a section off by default keeps the page's links as
+    they were)."""
 
     def parse(self, raw: str) -> tuple[int, str | None]:
         try:
@@ -164,6 +167,8 @@ class TextParam:
     label: str
     default: str
     max_chars: int = 1000
+    omit_default: bool = False
+    """True: left out of the URL while at its default (see IntParam)."""
 
     def parse(self, raw: str) -> tuple[str, str | None]:
         if len(raw) > self.max_chars:
@@ -235,8 +240,13 @@ def parse_query(spec: Sequence[Param], query: Mapping[str, str | Sequence[str]])
 
 
 def encode_query(spec: Sequence[Param], values: Mapping[str, Any]) -> dict[str, str]:
-    """Every parameter as a string, in declaration order (so links read the same every time)."""
-    return {param.key: param.encode(values[param.key]) for param in spec}
+    """Every parameter as a string, in declaration order (so links read the same every time); one marked
+    `omit_default` only when it is given and not at its default."""
+    return {
+        param.key: param.encode(values[param.key])
+        for param in spec
+        if not (getattr(param, "omit_default", False) and values.get(param.key, param.default) == param.default)
+    }
 
 
 # ------------------------------------------------------------------------------- Streamlit glue

@@ -51,7 +51,7 @@ def _n(x: float) -> str:
 
 def token_bounds(spec: ClipSpec, q: float) -> tuple[float, float] | None:
     """(l, u) of the spec's interval at old probability q: its ratio clip, or the measure's per-token roots."""
-    if isinstance(spec, AllOf) or spec.mode == "sapo":
+    if isinstance(spec, AllOf) or spec.form == "sapo":
         return None
     if spec.p_dependent:
         lo, hi = theory.get_measure(spec.measure).bounds(spec.delta, q)
@@ -73,17 +73,18 @@ def _flag(t) -> bool:
 
 
 def _loss_text(spec: ClipSpec, r: float, adv: float, bounds, loss: float) -> str:
-    """The loss form with this token's numbers (mode clip), else the form's formula and theory's value."""
+    """The loss form with this token's numbers (form clip), else the form's formula and theory's value."""
     a = f"({_n(adv)})"
-    if spec.mode == "clip" and bounds is not None and spec.level == "token":
+    if spec.form == "clip" and bounds is not None and spec.level == "token":
         lo, hi = bounds
         clipped = min(max(r, lo), hi)
         text = (
             f"ℓ = max(−A·r, −A·clip(r, l, u)) = max(−{a}·{_n(r)}, −{a}·clip({_n(r)}, {_n(lo)}, {_n(hi)})) "
             f"= max({_n(-adv * r)}, {_n(-adv * clipped)})"
         )
-        if spec.dual_clip_c is not None and adv < 0:
-            text += f", capped at −A·c = {_n(-adv * spec.dual_clip_c)} (dual clip c = {spec.dual_clip_c:g})"
+        c = spec.param("dual_clip_c", None)
+        if c is not None and adv < 0:
+            text += f", capped at −A·c = {_n(-adv * c)} (dual clip c = {c:g})"
         return f"{text} = {_n(loss)}"
     forms = {
         "gated": "ℓ = −A·sg(min(r, c))·log π, zeroed where the bound is crossed in A's direction",
@@ -91,7 +92,25 @@ def _loss_text(spec: ClipSpec, r: float, adv: float, bounds, loss: float) -> str
         "sapo": "ℓ = −A·σ(τ(r − 1))·4/τ, SAPO's soft gate (τ by the sign of A)",
         "clip": "ℓ = max(−A·r, −A·clip(r))",
     }
-    return f"{forms.get(spec.mode, f'loss form {spec.mode!r}')}: ℓ = {_n(loss)} for this token"
+    return f"{forms.get(spec.form, f'loss form {spec.form!r}')}: ℓ = {_n(loss)} for this token"
+
+
+def _clamp_rule(spec: ClipSpec, r: float) -> str | None:
+    """The sentence for a gradient verl's log-ratio clamp stopped (the spec clamps, as verl; '/noclamp' specs,
+    slime's, TRL's and OpenRLHF's gspo, keep it), or None."""
+    from divclip.theory.losses import LOG_RATIO_CLAMP, SEQ_LOG_RATIO_MAX
+
+    if not getattr(spec, "clamp_log_ratio", True) or isinstance(spec, AllOf) or not r > 0:
+        return None
+    log_r = math.log(r)
+    limit = SEQ_LOG_RATIO_MAX if spec.level == "sequence" else LOG_RATIO_CLAMP
+    if (log_r if spec.level == "sequence" else abs(log_r)) <= limit:
+        return None
+    what = "log s" if spec.level == "sequence" else "|log r|"
+    return (
+        f"Zero gradient: {what} = {_n(abs(log_r))} > {limit:g}, where verl's log-ratio clamp stops the gradient; "
+        "an engine that does not clamp (slime, TRL, OpenRLHF's gspo: '/noclamp') keeps it (docs/theory.md §1)."
+    )
 
 
 def _rule(spec: ClipSpec, terms, r: float, adv: float, bounds, weight: float) -> str:
@@ -101,8 +120,8 @@ def _rule(spec: ClipSpec, terms, r: float, adv: float, bounds, weight: float) ->
     where = f" [{_n(bounds[0])}, {_n(bounds[1])}]" if bounds else ""
     if _flag(terms.dual):
         return (
-            f"Zero gradient: A < 0 and r = {_n(r)} > c = {spec.dual_clip_c:g}, so the dual clip caps the loss at "
-            "−A·c, where it is flat (docs/theory.md §1.1)."
+            f"Zero gradient: A < 0 and r = {_n(r)} > c = {spec.param('dual_clip_c', None):g}, so the dual clip caps "
+            "the loss at −A·c, where it is flat (docs/theory.md §1.1)."
         )
     if _flag(terms.clipped) and weight == 0:
         if _flag(terms.clipped_low):
@@ -119,6 +138,8 @@ def _rule(spec: ClipSpec, terms, r: float, adv: float, bounds, weight: float) ->
             f"Gradient kept, weight clipped: r = {_n(r)} is outside{where}, and this loss form caps the "
             f"importance weight at w = {_n(weight)} instead of zeroing the gradient."
         )
+    if weight == 0 and (why := _clamp_rule(spec, r)):
+        return why
     if weight == 0:
         return f"Zero gradient: theory's weight for this form is 0 at r = {_n(r)}."
     if bounds and not bounds[0] <= r <= bounds[1]:

@@ -91,12 +91,12 @@ def cases():
         ("verl vanilla (ratio 0.2/0.28, dual clip 3)", lambda: verl(ca.compute_policy_loss_vanilla, **dapo), None),
         (
             "divclip ratio 0.2/0.28, dual clip 3",
-            lambda: ours(ClipSpec("ratio", eps_low=0.2, eps_high=0.28, dual_clip_c=3.0)),
+            lambda: ours(ClipSpec("ratio", eps_low=0.2, eps_high=0.28, params={"dual_clip_c": 3.0})),
             "verl vanilla",
         ),
         (
             "divclip KL3 δ=0.023144, dual clip 3",
-            lambda: ours(ClipSpec("kl3", delta=ATR_DELTA, dual_clip_c=3.0)),
+            lambda: ours(ClipSpec("kl3", delta=ATR_DELTA, params={"dual_clip_c": 3.0})),
             "verl vanilla",
         ),
         ("divclip KL3 δ=0.023144 (preset atr)", lambda: ours("atr"), "verl vanilla"),
@@ -128,7 +128,7 @@ def cases():
         ("verl cispo (0.2/0.28)", lambda: verl(ca.compute_policy_loss_cispo, **dapo), None),
         (
             "divclip cispo 0.2/0.28",
-            lambda: ours(ClipSpec("ratio", eps_low=0.2, eps_high=0.28, mode="cispo")),
+            lambda: ours(ClipSpec("ratio", eps_low=0.2, eps_high=0.28, form="cispo")),
             "verl cispo",
         ),
         ("verl sapo", lambda: verl(ca.compute_policy_loss_sapo, agg="seq-mean-token-mean"), None),
@@ -154,12 +154,16 @@ def step(fn, inputs):
 # (name, divclip spec, the verl case it reproduces): the forms timed against the floor, eager and compiled.
 FLOOR_CASES = [
     ("KL3 clip (atr)", "atr", "verl vanilla"),
-    ("KL3 gated", ClipSpec("kl3", delta=ATR_DELTA, mode="gated"), "verl vanilla"),
-    ("ratio clip, dual clip 3", ClipSpec("ratio", eps_low=0.2, eps_high=0.28, dual_clip_c=3.0), "verl vanilla"),
+    ("KL3 gated", ClipSpec("kl3", delta=ATR_DELTA, form="gated"), "verl vanilla"),
+    (
+        "ratio clip, dual clip 3",
+        ClipSpec("ratio", eps_low=0.2, eps_high=0.28, params={"dual_clip_c": 3.0}),
+        "verl vanilla",
+    ),
     ("binary KL gated (dppo_kl)", "dppo_kl", "verl dppo_kl"),
     ("binary KL clip, exact bounds", ClipSpec("binary_kl", delta=0.05), "verl dppo_kl"),
     ("gspo", "gspo", "verl gspo"),
-    ("cispo", ClipSpec("ratio", eps_low=0.2, eps_high=0.28, mode="cispo"), "verl cispo"),
+    ("cispo", ClipSpec("ratio", eps_low=0.2, eps_high=0.28, form="cispo"), "verl cispo"),
     ("sapo", "sapo", "verl sapo"),
 ]
 

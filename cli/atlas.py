@@ -58,7 +58,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "--correction",
         metavar="STRING",
         help="instead: the ρ = π_old/π_rollout interval each part of a rollout correction keeps, by sequence "
-        "length (e.g. is=sequence:tis=3.0/rs=token_k3:0.01; docs/theory.md, 'The three policies')",
+        "length (e.g. is=sequence:tis=3.0/rs=token_k3:0.01, or AReaL's filter=sequence:kl_k3:sum:mask:0.5/m2po=0.04; "
+        "docs/theory.md, 'The three policies')",
     )
     p.add_argument(
         "--lengths",

@@ -67,7 +67,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--delta", type=float, help="divergence budget δ (for 'ratio': a symmetric width ε)")
     p.add_argument("--eps-low", type=float, help="'ratio' only: lower clip width")
     p.add_argument("--eps-high", type=float, help="'ratio' only: upper clip width")
-    p.add_argument("--mode", default="clip", help="loss form: clip (PPO), gated (DPPO), cispo (default clip)")
+    p.add_argument(
+        "--form",
+        "--mode",
+        dest="form",
+        default="clip",
+        help="loss form: clip (PPO), gated (DPPO), cispo (default clip; --mode is its old name, kept for one release)",
+    )
     p.add_argument("--epochs", type=int, help="PPO epochs on one batch ({epochs}; at most {max_epochs})")
     p.add_argument("--lr", type=float, help="gradient step on the logits ({lr}; at most {max_lr:g})")
     p.add_argument("--buckets", help="confidence bucket edges ({buckets})")
@@ -88,7 +94,7 @@ def _spec(args):
     from divclip.theory.spec import PRESETS, ClipSpec, parse_method, spec_label
 
     flags = {"--delta": args.delta, "--eps-low": args.eps_low, "--eps-high": args.eps_high}
-    given = [flag for flag, v in flags.items() if v is not None] + (["--mode"] if args.mode != "clip" else [])
+    given = [flag for flag, v in flags.items() if v is not None] + (["--form"] if args.form != "clip" else [])
     if not given or args.measure not in MEASURES:
         if given:
             what = "is a preset" if args.measure in PRESETS else "is a full method string"
@@ -104,9 +110,9 @@ def _spec(args):
     if args.measure == "ratio" and args.delta is not None:
         if args.eps_low is not None or args.eps_high is not None:
             raise ValueError("--measure ratio takes --delta (symmetric width) or --eps-low/--eps-high, not both")
-        spec = ClipSpec("ratio", eps_low=args.delta, eps_high=args.delta, mode=args.mode)
+        spec = ClipSpec("ratio", eps_low=args.delta, eps_high=args.delta, form=args.form)
     else:
-        spec = ClipSpec(args.measure, delta=args.delta, eps_low=args.eps_low, eps_high=args.eps_high, mode=args.mode)
+        spec = ClipSpec(args.measure, delta=args.delta, eps_low=args.eps_low, eps_high=args.eps_high, form=args.form)
     return spec_label(spec), spec
 
 

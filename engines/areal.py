@@ -8,11 +8,13 @@ read with `ast`: `divclip.engines.source.nested_keys`), checked by tests/engines
 
 The loss is `areal/utils/functional/functional.py` `ppo_actor_loss_fn` (and `sapo_loss_fn`), called from
 `areal/trainer/ppo/actor.py` `grpo_loss_fn`, read line by line:
-* the ratio r = exp(log π_θ - log π_prox) is not clamped (verl and divclip clamp log r at ±20); the clip is
+* the ratio r = exp(log π_θ - log π_prox) is not clamped (verl clamps log r at ±20; the spec read here has
+  clamp_log_ratio=False, '/noclamp'); the clip is
   [1 - eps_clip, 1 + (eps_clip_higher or eps_clip)], and `c_clip` (None: off) caps the loss at c·|A|, which
   binds for A < 0 only: verl's dual clip.
 * `importance_sampling_level: sequence` is GSPO's geometric-mean ratio, with the advantage averaged per sequence
-  too (`_compute_sequence_level_ratio_and_advantages`); the loss is a token mean, not GSPO's sequence mean.
+  too (`_compute_sequence_level_ratio_and_advantages`; `loss_advantages` below); the loss is a token mean, not
+  GSPO's sequence mean. Its gradient through the mean is then the same as divclip's −Ā·s per token.
 * the loss is always one token mean over the mini-batch (`loss_weight_fn = loss_mask.count_nonzero()`): verl's
   token-mean; AReaL has no per-sequence mean.
 * `use_sapo_loss` replaces the clip with SAPO's gate (sapo_tau_pos / sapo_tau_neg).
@@ -123,6 +125,17 @@ def is_known(key: str) -> bool:
     return any(".".join(parts[:i]) in known for i in range(1, len(parts)))
 
 
+@functools.lru_cache(maxsize=1)
+def _sections() -> frozenset:
+    """Every dotted prefix of a known key (a sub-config: `ref.optimizer`)."""
+    return frozenset(k.rsplit(".", i)[0] for k in known_keys() for i in range(1, k.count(".") + 1))
+
+
+def is_known_setting(key: str, value) -> bool:
+    """`is_known`, and a sub-config set to null (`ref.optimizer: null`: an `OptimizerConfig | None` field)."""
+    return is_known(key) or (value is None and key in _sections())
+
+
 def detect(settings: Mapping) -> float:
     """AReaL's keys in the settings, those only AReaL has (actor.eps_clip, gconfig., ...) twice."""
     return dotted_key_score(settings, is_known, _UNIQUE)
@@ -133,6 +146,9 @@ def read(settings: Mapping, **_options) -> EngineRead:
     """The clip settings of a flat AReaL config ({dotted key: value})."""
     settings = resolve_interpolations(settings)
     g, keys = typed_values(settings, KEYS)
+    prox, prox_keys = typed_values(settings, PROX_KEYS)  # its default is a constant's name in cli_args.py
+    g.update(prox)
+    keys.update(prox_keys)
     low = g[A + "eps_clip"]
     if low < 0:
         raise ConfigError(f"{A}eps_clip must be a number >= 0 (AReaL clips r to [1 - eps_clip, 1 + ...]), got {low!r}")
@@ -157,7 +173,7 @@ def read(settings: Mapping, **_options) -> EngineRead:
         group_size=g["gconfig.n_samples"],
         keys=keys,
         kl={"kl_ctl": g[A + "kl_ctl"], "kl_estimator": g[A + "kl_estimator"]},
-        unknown_keys=unknown_keys(settings, is_known, known_keys()),
+        unknown_keys=unknown_keys(settings, lambda k: is_known_setting(k, settings[k]), known_keys()),
     )
     _structure(s, g)
     s.spec = _spec(s, g)
@@ -171,10 +187,31 @@ def read(settings: Mapping, **_options) -> EngineRead:
                 "token mean of the loss (GSPO and divclip: a mean over sequences)",
             )
         )
+        s.notes.append(
+            "importance_sampling_level = sequence: AReaL replaces each token's advantage by its sequence's mean "
+            "before the clip (functional.py _compute_sequence_level_ratio_and_advantages), so a sequence with "
+            "advantages of both signs is clipped by the sign of their mean; divclip's loss is AReaL's on "
+            "divclip.engines.areal.loss_advantages(...) (loss_agg_mode token-mean)"
+        )
     _pitfalls(s, settings, g)
     s.advice += ignored_key_advice(s, IGNORED_BY_LOSS, f"areal {VERSION} areal/trainer/ppo/actor.py (use_sapo_loss)")
     name_loss_terms(s, loss_terms(g, settings))
     return s
+
+
+def loss_advantages(settings: Mapping, advantages, loss_mask):
+    """The advantages AReaL's loss uses for these settings: at importance_sampling_level sequence each row's mean
+    over its loss tokens, on those tokens (0 elsewhere), as `_compute_sequence_level_ratio_and_advantages` does;
+    at token level `advantages` itself. With them, `policy_loss(lp, old, loss_advantages(...), mask, read.spec,
+    "token-mean")` is AReaL's `ppo_actor_loss_fn` / `sapo_loss_fn` (tests/engines/test_parity_areal.py)."""
+    import torch
+
+    g, _ = typed_values(resolve_interpolations(settings), KEYS)
+    if g[A + "importance_sampling_level"] != "sequence":
+        return advantages
+    mask = loss_mask.to(advantages.dtype)
+    row = (advantages * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1)
+    return torch.where(loss_mask.bool(), row.expand_as(advantages), torch.zeros_like(advantages))
 
 
 def loss_terms(g: dict, settings: Mapping) -> list[tuple[str, str]]:
@@ -191,15 +228,27 @@ def loss_terms(g: dict, settings: Mapping) -> list[tuple[str, str]]:
     return []
 
 
+PROX_KEYS = {
+    A + "prox_logp_method": Key(
+        "str", "recompute", choices=("recompute", "loglinear", "metrics"), doc="π_prox recomputed or approximated"
+    ),
+}
+"""PPOActorConfig.prox_logp_method (default PROX_LOGP_METHOD_RECOMPUTE, areal/utils/constants.py ProxLogpMethod)."""
+
 IGNORED_BY_LOSS = {"sapo": (A + "eps_clip", A + "eps_clip_higher", A + "c_clip")}
 """Keys AReaL's sapo_loss_fn never gets (the actor passes it tau_pos/tau_neg, not the clip widths)."""
 
 
 def _structure(s: EngineRead, g: dict) -> None:
     n, lag = g[A + "ppo_n_minibatches"], g["rollout.max_head_offpolicyness"]
-    recomputed = g[A + "recompute_logprob"] or g[A + "use_decoupled_loss"]
+    # PPOActorConfig.should_compute_prox_logp: prox_logp_method loglinear skips the forward pass (π_prox approximated)
+    approximated = g[A + "use_decoupled_loss"] and g[A + "prox_logp_method"] == "loglinear"
+    recomputed = (g[A + "recompute_logprob"] or g[A + "use_decoupled_loss"]) and not approximated
     anchor = (
-        "π_prox recomputed before the update (use_decoupled_loss)"
+        "π_prox approximated by log-linear interpolation between the behaviour policy and the current one, not "
+        "recomputed (use_decoupled_loss, prox_logp_method loglinear): the ratio is not 1"
+        if approximated
+        else "π_prox recomputed before the update (use_decoupled_loss)"
         if g[A + "use_decoupled_loss"]
         else "π_old recomputed by the trainer (recompute_logprob)"
         if recomputed
@@ -215,19 +264,33 @@ def _spec(s: EngineRead, g: dict):
     from divclip.theory.spec import ClipSpec
 
     m2 = g[A + "m2_threshold"]
-    if m2 is not None:  # M2PO: the mask is a batch statistic, not a per-token clip divclip has
-        s.notes.append(
-            f"{A}m2_threshold = {m2:g}: M2PO masks the tokens of the batch with the largest second moment "
-            "(log π_old − log π_prox)² until the rest stay under it (areal/trainer/ppo/actor.py _apply_m2po_masking), "
-            "then applies the clip; divclip does not model this mask, so it reports the loss as not modelled"
-        )
-        return None
+    if m2 is not None:  # M2PO: a batch mask before the clip, the rollout correction's m2po (engines/correction.py)
+        if g[A + "use_decoupled_loss"]:
+            s.notes.append(
+                f"{A}m2_threshold = {m2:g}: M2PO drops the tokens of the batch with the largest second moment "
+                "(log π_old − log π_prox)² until the mean of the rest is below it (areal/trainer/ppo/actor.py "
+                f"_apply_m2po_masking), then applies the clip; divclip reads it as the rollout correction m2po={m2!r} "
+                "(divclip.engines.read_correction), which translate carries or names"
+            )
+        else:
+            s.notes.append(
+                f"{A}m2_threshold = {m2:g} has no effect without use_decoupled_loss: AReaL sets π_prox = π_old "
+                "(areal/trainer/ppo/actor.py compute_advantages), so M2PO's (log π_old − log π_prox)² is 0"
+            )
     try:
-        if s.form == "sapo":
-            if s.level == "sequence":
-                raise ValueError("divclip's sapo gate is token level; AReaL's use_sapo_loss takes the sequence ratio")
-            return ClipSpec(mode="sapo", tau_pos=g[A + "sapo_tau_pos"], tau_neg=g[A + "sapo_tau_neg"])
-        return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, dual_clip_c=s.dual_clip_c, level=s.level)
+        if s.form == "sapo":  # at sequence level the gate of the sequence ratio, A its row mean (loss_advantages)
+            return ClipSpec(
+                form="sapo",
+                level=s.level,
+                params={"tau_pos": g[A + "sapo_tau_pos"], "tau_neg": g[A + "sapo_tau_neg"], "clamp_log_ratio": False},
+            )
+        return ClipSpec(
+            "ratio",
+            eps_low=s.budget_low,
+            eps_high=s.budget_high,
+            level=s.level,
+            params={"dual_clip_c": s.dual_clip_c, "clamp_log_ratio": False},
+        )
     except ValueError as exc:
         s.notes.append(f"no divclip method says this exactly: {exc}")
         return None
@@ -267,14 +330,40 @@ def _pitfalls(s: EngineRead, settings: Mapping, g: dict) -> None:
                 )
             )
         else:
-            band = f"[{g[RS + 'lower'] if g[RS + 'lower'] is not None else 0:g}, {g[RS + 'upper']:g}]"
-            what = f"{g[RS + 'level']}-level {g[RS + 'action']} of {g[RS + 'metric']} outside {band}"
+            lower, upper, level, metric = g[RS + "lower"], g[RS + "upper"], g[RS + "level"], g[RS + "metric"]
+            band = f"outside [{lower:g}, {upper:g}]" if lower is not None else f"above {upper:g}"
+            pooled = f" ({g[RS + 'agg']} over the sequence)" if level == "sequence" else ""
+            if g[RS + "action"] == "mask":
+                what = f"{level}-level mask where {metric}{pooled} is {band}"
+            else:
+                what = f"{level}-level clamp of the weight to [{lower if lower is not None else 0:g}, {upper:g}]" + (
+                    f" in a sequence whose {metric}{pooled} is {band}" if level == "sequence" else ""
+                )
+            weight = (
+                "the geometric mean of ρ = π_prox/π_behave over its sequence"
+                if level == "sequence" and metric == "ratio"
+                else "ρ = π_prox/π_behave"
+            )
+            act = (
+                "set to 0 there (the token stays in the loss's denominator)"
+                if g[RS + "action"] == "mask"
+                else "clamped"
+            )
             s.notes.append(f"rejection sampling: {what} on the behaviour weight π_prox/π_behave, beside the clip")
+            if g[RS + "action"] == "mask" and g[A + "importance_sampling_level"] == "sequence":
+                s.notes.append(
+                    "rejection sampling (mask) with importance_sampling_level = sequence: AReaL's GSPO ratio and its "
+                    "per-sequence advantage are means over the tokens the filter kept (ppo_actor_loss_fn hands them "
+                    "the filtered loss_mask), while its denominator counts every token; divclip's policy_loss with "
+                    "this correction averages over every valid token, so the two losses differ where a sequence has "
+                    "masked tokens (tests/engines/test_correction_areal.py)"
+                )
             s.advice.append(
                 Pitfall(
                     "is_correction_threshold",
-                    f"behaviour importance weight on ({what}): every token's loss is weighted by π_prox/π_behave "
-                    "beside the PPO clip; divclip's method strings do not carry it, so a translation drops it",
+                    f"behaviour importance weight ({what}): every token's loss is weighted by {weight}, {act}, "
+                    "beside the PPO clip; divclip reads it as a rollout correction (divclip.engines.read_correction), "
+                    "which translate carries or names",
                     RS + "upper",
                     f"areal {VERSION} areal/utils/functional/functional.py apply_rejection_sampling",
                 )
@@ -306,20 +395,22 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
     spec, label = check_spec(spec, label)
     notes: list = []
     diffs: list = []
-    if spec.mode == "sapo":
+    if spec.form == "sapo":
         keys = {
             "use_sapo_loss": True,
-            "sapo_tau_pos": float(spec.tau_pos),
-            "sapo_tau_neg": float(spec.tau_neg),
-            "importance_sampling_level": "token",
+            "sapo_tau_pos": float(spec.param("tau_pos")),
+            "sapo_tau_neg": float(spec.param("tau_neg")),
+            "importance_sampling_level": spec.level,
             "use_decoupled_loss": False,
         }
         notes.append("SAPO needs use_decoupled_loss: false in AReaL")
-    elif spec.mode == "clip":
+        if spec.param("clamp_log_ratio"):
+            notes.append("AReaL's SAPO gates r = exp(log π - log π_old) without verl's ±20 clamp on log r")
+    elif spec.form == "clip":
         keys = _write_clip(spec, notes, diffs)
     else:
         raise ValueError(
-            f"AReaL {VERSION} has no {spec.mode!r} loss form: its actor runs the PPO clip (token or "
+            f"AReaL {VERSION} has no {spec.form!r} loss form: its actor runs the PPO clip (token or "
             "sequence ratio) or SAPO, and has no plug-in for divclip's loss"
         )
     agg = (
@@ -350,7 +441,7 @@ def _write_clip(spec, notes: list, diffs: list) -> dict:
     keys = {
         "eps_clip": float(ratio.eps_low),
         "eps_clip_higher": float(ratio.eps_high),
-        "c_clip": None if ratio.dual_clip_c is None else float(ratio.dual_clip_c),
+        "c_clip": None if ratio.param("dual_clip_c", None) is None else float(ratio.param("dual_clip_c", None)),
         "importance_sampling_level": ratio.level,
         "use_sapo_loss": False,
     }

@@ -99,6 +99,8 @@ class EngineRead:
     roles: dict = field(default_factory=dict)  # {role: the engine's key}: eps, eps_low, eps_high, dual_clip,
     # tis_cap, cap, epochs, mini_batch, train_batch (what the checks name in their warnings)
     on_policy_fix: str = ""  # the settings that make the update off-policy, in the engine's words
+    ratio_anchor: str = "old"  # the ratio's denominator: "old" (π_old) or "rollout" (π_rollout: OpenRLHF's gspo
+    # with IS correction on takes log π_θ − log π_rollout, so old_log_prob must be the rollout's)
 
     def role(self, name: str) -> str | None:
         """The engine's key for a role ('eps_low', 'dual_clip', ...), or None where it has none."""
@@ -211,8 +213,8 @@ def as_ratio_clip(spec):
 
     if is_adaptive(spec):
         raise ValueError(f"{method_string(spec)!r} adapts δ during training: a fixed ratio clip cannot follow it")
-    if spec.mode != "clip":
-        raise ValueError(f"{method_string(spec)!r} is the {spec.mode!r} loss form, not a clip interval")
+    if spec.form != "clip":
+        raise ValueError(f"{method_string(spec)!r} is the {spec.form!r} loss form, not a clip interval")
     if spec.measure_name == "ratio" and not isinstance(spec, AllOf):
         return spec, None
     if spec.p_dependent:
@@ -222,7 +224,13 @@ def as_ratio_clip(spec):
         )
     lo, hi = spec.ratio_bounds()
     eps_low, eps_high = float(format(1.0 - lo, ".15g")), hi - 1.0
-    ratio = ClipSpec("ratio", eps_low=eps_low, eps_high=eps_high, dual_clip_c=spec.dual_clip_c, level=spec.level)
+    ratio = ClipSpec(
+        "ratio",
+        eps_low=eps_low,
+        eps_high=eps_high,
+        level=spec.level,
+        params={"dual_clip_c": spec.param("dual_clip_c", None)},
+    )
     return ratio, Difference(
         f"{method_string(spec)} ({spec.measure_name} clip)",
         f"the ratio clip on its interval [{lo:.10g}, {hi:.10g}], ε_low = {eps_low:.10g}, ε_high = {eps_high:.10g}",
@@ -410,13 +418,13 @@ def describe(spec) -> str:
             f"[{spec.delta_min:.4g}, {spec.delta_max:.4g}]), from {describe(spec.fixed())}"
         )
     name = spec.measure_name
-    if spec.mode == "sapo":
-        return f"SAPO: soft gate, τ+ = {spec.tau_pos:g}, τ- = {spec.tau_neg:g}"
+    if spec.form == "sapo":
+        return f"SAPO: soft gate, τ+ = {spec.param('tau_pos'):g}, τ- = {spec.param('tau_neg'):g}"
     if spec.delta is None and spec.eps_low is None:  # a form without a clip budget
-        return f"{spec.mode} loss form" + "".join(f", {k} = {v:g}" for k, v in spec.params)
+        return f"{spec.form} loss form" + "".join(f", {k} = {v:g}" for k, v in spec.params)
     if name == "ratio":
         what = "GSPO" if spec.level == "sequence" else method_for("ratio", spec.eps_low, spec.eps_high)
-        form = "ratio clip" if spec.mode == "clip" else f"{spec.mode} with ratio widths"
+        form = "ratio clip" if spec.form == "clip" else f"{spec.form} with ratio widths"
         return f"{what}: {form} [{1 - spec.eps_low:.7g}, {1 + spec.eps_high:.7g}] ({spec.level} level)"
     bounds = advice.ratio_bounds(name, spec.delta, spec.delta)
     where = (
@@ -424,7 +432,7 @@ def describe(spec) -> str:
         if not isinstance(bounds[0], dict)
         else "r in " + ", ".join(f"[{b['lo']:.4g}, {b['hi']:.4g}] at p = {b['p']:g}" for b in bounds)
     )
-    form = {"gated": "DPPO mask", "clip": "PPO clip"}.get(spec.mode, spec.mode)
+    form = {"gated": "DPPO mask", "clip": "PPO clip"}.get(spec.form, spec.form)
     return f"{method_for(name, delta=spec.delta)}: {form} by {name}, δ = {spec.delta:.6g}, {where}"
 
 

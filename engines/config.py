@@ -32,6 +32,7 @@ import yaml
 
 from divclip.engines.errors import ConfigError
 from divclip.engines.files import DuplicateKeyError, display_name, json_loads_unique, read_capped
+from divclip.engines.launchers import task_script
 from divclip.engines.pyconfig import read_python
 from divclip.engines.shell import Tokens, looks_like_float, read_script, read_tokens, split_line
 from divclip.engines.shell import parse_value as parse_override_value
@@ -68,7 +69,13 @@ class RawConfig:
     stray_tokens: list = field(default_factory=list)  # [(line, text)]: a config key written without '='
     added: set = field(default_factory=set)  # keys given as +key=value (hydra adds them)
     unread: list = field(default_factory=list)  # [(line, text)]: what looks like a setting but was not read
-    notes: list = field(default_factory=list)  # how a script's if/elif were decided
+    notes: list = field(default_factory=list)  # how a script's if/elif/case were decided, functions called
+    launches: list = field(default_factory=list)  # [shell.ScriptLaunch]: each command starting an entry point
+    common: dict = field(default_factory=dict)  # a script's settings outside its launches (its environment)
+    unresolved: dict = field(default_factory=dict)  # {key: (line, value, [(reference, origin)])}: not known
+    classes: list = field(default_factory=list)  # Python: the config classes called or parsed (GRPOConfig, ...)
+    fields: set = field(default_factory=set)  # Python: the fields of the script's own parsed dataclasses
+    first_launch: bool = False  # the launches are alternatives (a docstring's examples): the first is the one
 
 
 # ------------------------------------------------------------------------------------------- entry points
@@ -87,9 +94,16 @@ def read_config(source, name: str | None = None, overrides=(), max_bytes: int = 
         for key in found.deletions:
             _delete_prefix(raw.values, key)
         _merge(raw, found)
-    if not raw.values:
+    if not raw.values and not _engine_classes(raw.classes):
         raise ConfigError(f"config {raw.name!r} holds no settings (an empty mapping or no key=value overrides)")
     return raw
+
+
+def _engine_classes(classes) -> bool:
+    """A script that builds an engine's config class with no literal setting (its defaults, or its command line)."""
+    from divclip.engines.trl import detect_classes
+
+    return detect_classes(classes)
 
 
 def _read_bytes(source, name, max_bytes) -> tuple[bytes, str]:
@@ -131,10 +145,10 @@ def parse_config_text(text: str, name: str) -> RawConfig:
     kind = config_kind(name, text)
     if kind in ("overrides", "python"):
         found = read_script(text, name) if kind == "overrides" else read_python(text, name)
-        if not found.values and found.unread:
+        if not found.values and found.unread:  # its only settings need code: nothing divclip can read
             line, text = found.unread[0]
             raise ConfigError(f"config {name!r} has no settings divclip can read: line {line}: {text}")
-        if not found.values:
+        if not found.values and not _engine_classes(found.classes):
             raise ConfigError(
                 f"config {name!r} has no settings: no key=value overrides, --flag value arguments or, in Python, "
                 "literal keyword arguments. divclip reads verl, TRL, OpenRLHF, AReaL, SkyRL and slime configs as "
@@ -145,6 +159,16 @@ def parse_config_text(text: str, name: str) -> RawConfig:
         refuse_invalid_unicode(raw.values, name)
         return raw
     tree = _load_json(text, name) if kind == "json" else _load_yaml(text, name)
+    script = task_script(tree) if kind == "yaml" else None
+    if script is not None:  # a SkyPilot task: the command is in its run: block
+        raw = parse_config_text(script, name + " (its run: block)")
+        raw.name = name
+        raw.notes.insert(
+            0,
+            "a SkyPilot task: its run: block is read as the launch script, with envs: as its environment "
+            "(line numbers are the block's, its envs: first)",
+        )
+        return raw
     if not isinstance(tree, dict):
         raise ConfigError(f"config {name!r} must be a mapping of settings at the top level, got {_kind_of(tree)}")
     raw = RawConfig(name, kind, flatten(tree, name))
@@ -179,6 +203,12 @@ def _merge(raw: RawConfig, found: Tokens) -> None:
     raw.unread.extend(found.unread)
     raw.notes.extend(found.notes)
     raw.added |= found.added
+    raw.launches.extend(getattr(found, "launches", []))
+    raw.common.update(getattr(found, "common", {}))
+    raw.unresolved.update(getattr(found, "unresolved", {}))
+    raw.classes.extend(getattr(found, "classes", []))
+    raw.fields |= getattr(found, "fields", set())
+    raw.first_launch = raw.first_launch or getattr(found, "first_launch", False)
 
 
 def config_kind(name: str, text: str) -> str:

@@ -14,15 +14,24 @@ settings and the list of what the engine cannot say. Per engine (docs/engines.md
   sequence_mask_metric geometric ([geo_mask_low, geo_mask_high] on exp(mean log ρ)) or product (on Π ρ); the
   token mask [token_mask_is_threshold_low, _high]. The ρ bands become verl's k1 rules, which bound 1/ρ:
   [c, C] on ρ is [1/C, 1/c] on exp(k1). The outlier-token mask (a sequence dropped for one token out of band)
-  has no verl rule and is refused.
+  has no verl rule and is refused. `policy_loss_type: rollout_is` is the bypass correction
+  `is=token:mask=(1 - eps_clip_low)_(1 + eps_clip_high)/bypass` (its loss: that weight under method ratio/gpg).
 * slime (624b824a): --use-tis is `vanilla_tis_function`, w = clamp(ρ, --tis-clip-low, --tis-clip) unclamped in
   log; a --custom-tis-function-path (ICEPOP's `icepop_function` among them) and --use-opsm are refused (a
   custom function is code; slime's OPSM compares π_old, not π_rollout).
 * OpenRLHF 0.11.2 `--algo.advantage.is_correction_*`: token level, ratio gating: clip is w = clamp(ρ, low,
-  high), mask w = ρ inside [low, high] else 0 (one threshold value: low 0), unclamped in log. Sequence level
+  high), mask w = ρ inside [low, high] else 0 (one threshold value: low 0), unclamped in log; none under gspo,
+  whose ratio is taken to π_rollout instead (`EngineRead.ratio_anchor`). Sequence level
   (weights zeroed for a whole sequence that stays in the denominator) and the binary_kl/tv gates are refused.
-* AReaL 1.0.4 `actor.rejection_sampling`: read as off (None) when off or without use_decoupled_loss; when on,
-  refused with what it does (not modelled yet).
+* AReaL 1.0.4 `actor.rejection_sampling` (RejectionSamplingConfig: level, action, metric, agg, upper 5.0,
+  lower) is the correction's `filter` and `actor.m2_threshold` its `m2po`, both only with
+  `actor.use_decoupled_loss` (without it AReaL ignores rejection_sampling, and π_prox = π_old makes M2PO's
+  (log π_old − log π_prox)² zero); unclamped in log. use_decoupled_loss with neither: no correction. With
+  importance_sampling_level sequence (GSPO) a mask filter also shrinks the tokens AReaL's sequence ratio and
+  advantage are averaged over; `policy_loss` does not (its read says so).
+
+Every part an engine's writer cannot say is named (no part is dropped in silence): AReaL's filter is written
+to the others only where it is a token weight they have (ratio mask/clamp), its M2PO to none.
 """
 
 from __future__ import annotations
@@ -31,12 +40,13 @@ import math
 from collections.abc import Mapping
 
 from divclip.engines.base import ConfigError, Key, typed_values
-from divclip.theory.correction import RS_OPTIONS, Correction, Rejection
+from divclip.theory.correction import RS_OPTIONS, Correction, Filter, Rejection
 
 __all__ = ["CORRECTION_KEYS", "read_correction", "write_correction"]
 
 VERL = "algorithm.rollout_correction."
 SKYRL = "trainer.algorithm.off_policy_correction."
+AREAL_RS = "actor.rejection_sampling."
 TRL_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 
 CORRECTION_KEYS: dict[str, dict[str, Key]] = {
@@ -73,6 +83,9 @@ CORRECTION_KEYS: dict[str, dict[str, Key]] = {
         SKYRL + "token_mask_is_threshold_low": Key("float", None, nullable=True, above=0.0, doc="token mask low"),
         SKYRL + "token_mask_is_threshold_high": Key("float", None, nullable=True, above=0.0, doc="token mask high"),
         "trainer.algorithm.use_tis": Key("bool", False, doc="deprecated: tis_ratio_type=token"),
+        "trainer.algorithm.policy_loss_type": Key("str", "regular", doc="rollout_is: a bypass IcePop weight"),
+        "trainer.algorithm.eps_clip_low": Key("float", 0.2, above=0.0, doc="rollout_is: the band's 1 - ε_low"),
+        "trainer.algorithm.eps_clip_high": Key("float", 0.2, above=0.0, doc="rollout_is: the band's 1 + ε_high"),
         "trainer.algorithm.tis_imp_ratio_cap": Key("float", -1.0, above=-math.inf, doc="deprecated: its cap"),
     },
     "slime": {
@@ -89,9 +102,17 @@ CORRECTION_KEYS: dict[str, dict[str, Key]] = {
         "--algo.advantage.is_correction_gating": Key(
             "str", "ratio", choices=("ratio", "binary_kl", "tv"), doc="the gated statistic"
         ),
+        "--actor.policy_loss_type": Key("str", "ppo", choices=("ppo", "gspo"), doc="gspo applies no IS weight"),
     },
     "areal": {
         "actor.use_decoupled_loss": Key("bool", False, doc="π_prox anchor and behaviour weight"),
+        "actor.m2_threshold": Key("float", None, nullable=True, above=0.0, doc="M2PO second-moment threshold"),
+        AREAL_RS + "level": Key("str", "token", choices=("token", "sequence"), doc="filter granularity"),
+        AREAL_RS + "action": Key("str", "mask", choices=("mask", "clamp"), doc="zero or clamp the weight"),
+        AREAL_RS + "metric": Key("str", "ratio", choices=("ratio", "kl_k1", "kl_k2", "kl_k3"), doc="statistic"),
+        AREAL_RS + "agg": Key("str", "mean", choices=("sum", "mean", "max"), doc="sequence aggregation"),
+        AREAL_RS + "upper": Key("float", 5.0, above=-math.inf, doc="upper bound"),
+        AREAL_RS + "lower": Key("float", None, nullable=True, above=-math.inf, doc="lower bound"),
     },
 }
 """The keys each engine's correction is read from, with the engine's defaults (checked in tests/engines)."""
@@ -116,7 +137,32 @@ def write_correction(correction: Correction | None, engine: str) -> tuple[dict, 
     if engine not in CORRECTION_KEYS:
         raise ValueError(f"engine must be one of {list(CORRECTION_KEYS)}, got {engine!r}")
     c = Correction() if correction is None else parse_correction(correction)
-    return _WRITERS[engine](c)
+    if engine == "areal":
+        return _write_areal(c)
+    c, cannot = _without_areal_parts(c, engine)
+    out, more = _WRITERS[engine](c)
+    return out, cannot + more
+
+
+def _without_areal_parts(c: Correction, engine: str) -> tuple[Correction, list[str]]:
+    """`c` with AReaL's filter as the token weight it is (ratio mask/clamp) or left out, and M2PO left out; the
+    sentences naming what was left out."""
+    import dataclasses
+
+    cannot = []
+    f, weight = c.filter, {}
+    if f is not None:
+        if f.level == "token" and f.metric == "ratio":  # w = ρ masked or clamped to [lower, upper]: an is= weight
+            mode = "mask" if f.action == "mask" else "truncate"
+            weight = dict(is_level="token", is_mode=mode, is_cap=f.upper, is_floor=f.lower, clamp_log_ratio=False)
+        else:
+            what = "the geometric mean of the sequence" if f.metric == "ratio" else f"ρ, gated by {f.metric}"
+            cannot.append(
+                f"{engine} has no AReaL filter {f} (a weight of {what}, {f.action}ed on the {f.level} statistic)"
+            )
+    if c.m2po is not None:
+        cannot.append(f"{engine} has no M2PO second-moment mask (m2po={c.m2po!r}, AReaL's m2_threshold)")
+    return dataclasses.replace(c, filter=None, m2po=None, **weight), cannot
 
 
 def _scalars(engine, settings):
@@ -249,6 +295,8 @@ def _inverse_band(name, lo, hi) -> Rejection:
 
 def _read_skyrl(g, settings):
     k = SKYRL
+    if g["trainer.algorithm.policy_loss_type"] == "rollout_is":
+        return _skyrl_rollout_is(g, settings)
     if g[k + "outlier_token_is_threshold_low"] is not None or g[k + "outlier_token_is_threshold_high"] is not None:
         raise ConfigError(
             f"{k}outlier_token_is_threshold_*: SkyRL drops a whole sequence for one token out of band; divclip's "
@@ -282,6 +330,21 @@ def _read_skyrl(g, settings):
     except ValueError as exc:
         raise ConfigError(f"{k}*: {exc}") from None
     return c if c.active else None
+
+
+def _skyrl_rollout_is(g, settings):
+    """SkyRL's rollout_is loss (ppo_utils.rollout_is_policy_loss): −sg(f(r))·A·log π with r = π_θ/π_rollout and
+    f(r) = r on (1 − eps_clip_low, 1 + eps_clip_high), else 0: the bypass correction is=token:mask=LO_HI/bypass
+    under the REINFORCE form gpg (SkyRL's band is open, divclip's closed: they differ only on a bound)."""
+    others = {key: v for key, v in settings.items() if key.startswith(SKYRL) and v is not None}
+    without = _read_skyrl({**g, "trainer.algorithm.policy_loss_type": "regular"}, settings)
+    if without is not None or g["trainer.algorithm.use_tis"]:
+        raise ConfigError(
+            f"trainer.algorithm.policy_loss_type rollout_is with off_policy_correction ({sorted(others)}): SkyRL "
+            "weights by π_θ/π_rollout and by π_old/π_rollout at once; a divclip correction holds one of the two"
+        )
+    low, high = 1.0 - g["trainer.algorithm.eps_clip_low"], 1.0 + g["trainer.algorithm.eps_clip_high"]
+    return Correction("token", "mask", high, low if low > 0 else None, bypass=True)
 
 
 def _write_skyrl(c: Correction):
@@ -365,6 +428,8 @@ def _read_openrlhf(g, settings):
     level, mode, gating = (g[OPENRLHF + k] for k in ("level", "mode", "gating"))
     if level == "off":
         return None
+    if g["--actor.policy_loss_type"] == "gspo":  # no weight under gspo: its ratio is anchored at π_rollout
+        return None  # (EngineRead.ratio_anchor = 'rollout', divclip.engines.openrlhf)
     if level != "token" or gating != "ratio":
         raise ConfigError(
             f"{OPENRLHF}level {level} with gating {gating}: OpenRLHF's sequence-level gate zeroes the weights of a "
@@ -400,23 +465,72 @@ def _write_openrlhf(c: Correction):
 
 
 def _read_areal(g, settings):
-    rs = "actor.rejection_sampling"
-    on = any(k.startswith(rs + ".") for k in settings) or settings.get(rs) is not None  # default: None (off)
-    if not g["actor.use_decoupled_loss"] or not on:
-        return None  # AReaL ignores rejection_sampling without the decoupled loss
-    raise ConfigError(
-        "actor.rejection_sampling with use_decoupled_loss: AReaL's behaviour weight (level, action mask/clamp, "
-        "metric ratio/k1/k2/k3, agg) is reported, not modelled as a divclip correction"
-    )
+    rs = AREAL_RS.rstrip(".")
+    # default None (off); `rejection_sampling: null` is off, any of its keys (or a mapping) turns it on
+    on = any(k.startswith(AREAL_RS) for k in settings) or (rs in settings and settings[rs] is not None)
+    if not g["actor.use_decoupled_loss"]:
+        return None  # AReaL ignores rejection_sampling without the decoupled loss; M2PO then compares π_old to itself
+    fields: dict = {"m2po": g["actor.m2_threshold"]}
+    if on:
+        level = g[AREAL_RS + "level"]
+        agg = g[AREAL_RS + "agg"] if level == "sequence" else "mean"  # AReaL ignores agg at token level (a warning)
+        lower = g[AREAL_RS + "lower"]
+        if g[AREAL_RS + "action"] == "clamp" and lower == 0.0:
+            lower = None  # AReaL's clamp sets lower = 0 itself: the same weight
+        try:
+            fields["filter"] = Filter(
+                level=level,
+                metric=g[AREAL_RS + "metric"],
+                action=g[AREAL_RS + "action"],
+                upper=g[AREAL_RS + "upper"],
+                lower=lower,
+                agg=agg,
+            )
+        except ValueError as exc:
+            raise ConfigError(f"{AREAL_RS}*: {exc}") from None
+    try:
+        c = Correction(**fields)
+    except ValueError as exc:
+        raise ConfigError(f"actor.m2_threshold: {exc}") from None
+    return c if c.active else None
 
 
-def _write_refused(engine):
-    def write(c: Correction):
-        if not c.active:
-            return {}, []
-        return {}, [f"{engine}'s own correction is not written by divclip yet: {c} is left out"]
-
-    return write
+def _write_areal(c: Correction):
+    """AReaL writes a filter, M2PO, and a token is= weight as the ratio filter it is."""
+    out: dict = {}
+    cannot = []
+    f = c.filter
+    if f is None and c.is_level is not None:
+        band_ok = c.is_cap is not None and c.is_cap > 1 and (c.is_floor is None or c.is_floor > 0)
+        if c.is_level == "token" and band_ok:
+            action = "mask" if c.is_mode == "mask" else "clamp"
+            f = Filter(level="token", metric="ratio", action=action, upper=c.is_cap, lower=c.is_floor)
+            if c.clamp_log_ratio:
+                cannot.append("AReaL does not clamp log ρ to ±20: the weights differ only where |log ρ| > 20")
+        else:
+            cannot.append(
+                f"AReaL's behaviour weight is ρ per token or the sequence's geometric mean, bounded by a cap > 1 "
+                f"(and a floor > 0): is={c.is_level} {c.is_mode} to [{c.is_floor}, {c.is_cap}] is not expressible"
+            )
+    if f is not None:
+        out[AREAL_RS + "level"], out[AREAL_RS + "action"], out[AREAL_RS + "metric"] = f.level, f.action, f.metric
+        out[AREAL_RS + "upper"], out[AREAL_RS + "lower"] = f.upper, f.lower
+        if f.level == "sequence":
+            out[AREAL_RS + "agg"] = f.agg
+    else:
+        out[AREAL_RS.rstrip(".")] = None
+    out["actor.m2_threshold"] = c.m2po
+    if f is not None or c.m2po is not None:  # AReaL applies either only with the decoupled loss
+        out["actor.use_decoupled_loss"] = True
+    if c.rejections:
+        cannot.append(
+            "AReaL's rejection_sampling is one rule that zeroes the weight (the token stays in the denominator); "
+            "verl's rejections drop tokens: " + ", ".join(f"rs={r.option}:{r.threshold}" for r in c.rejections)
+        )
+    for flag, what in ((c.batch_normalize, "norm"), (c.opsm is not None, "opsm"), (c.bypass, "bypass")):
+        if flag:
+            cannot.append(f"AReaL's rejection_sampling has no {what}")
+    return out, cannot
 
 
 _READERS = {
@@ -433,5 +547,5 @@ _WRITERS = {
     "skyrl": _write_skyrl,
     "slime": _write_slime,
     "openrlhf": _write_openrlhf,
-    "areal": _write_refused("AReaL"),
+    "areal": _write_areal,
 }

@@ -6,13 +6,15 @@ A launch script runs the engine behind a launcher, and the launcher's own flags 
 --num_processes 8 train.py`, `deepspeed --num_gpus 8 train.py` the same; `nohup`, `env`, `exec`, `time` wrap a
 command; `bash -c '...'` runs a script of its own (read like the file). Shell keywords (`if`, `then`, `do`, `{`)
 lead into the command after them; the arguments of shell builtins and utilities (`[`, `echo`, `exit`, `mkdir`,
-`cat`, ...) are never settings. A command with no recognised launcher (an override list, `./train.sh --x 1`)
-passes all its words, as before.
+`cat`, `ray start`, ...) are never settings. A wrapper with options of its own (`srun --nodes=1 -w "$node"
+python3 ...`, `mpirun -np 8 ...`) hands over at the first interpreter or launcher after it. A command with no
+recognised launcher (an override list, `./train.sh --x 1`) passes all its words, as before.
 """
 
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 
 SHELL_COMMANDS = frozenset(
@@ -20,7 +22,7 @@ SHELL_COMMANDS = frozenset(
     "source . wait sleep trap shift true false kill pkill ulimit umask read eval ls find grep egrep sed awk cut tr "
     "head tail sort uniq wc xargs date hostname whoami nvidia-smi pip pip3 git wget curl tar unzip du df free "
     "basename dirname realpath readlink which command type alias hash shopt getopts let case esac fi done "
-    "function break continue logger mktemp seq yes".split()
+    "function break continue logger mktemp seq yes for select conda scontrol sbatch squeue module".split()
 )
 """Commands whose arguments are never an engine's settings."""
 KEYWORD_PREFIXES = frozenset("if elif then else do while until ! { } time".split())  # lead into a command
@@ -55,6 +57,9 @@ def engine_words(words: list[str]) -> Launch:
         if _ASSIGN.match(word):
             env.append(word)
             i += 1
+        elif base in WRAPPERS and (k := _handover(words, i + 1)) is not None:  # srun -w "$node" python3 ...
+            skipped += words[i:k]
+            i = k
         elif base in KEYWORD_PREFIXES or base in WRAPPERS:
             skipped.append(word)
             i += 1
@@ -68,12 +73,16 @@ def engine_words(words: list[str]) -> Launch:
             return Launch(env, [], skipped + words[i:k], words[k] if k < n else "")
         elif base == "uv" and words[i + 1 : i + 2] == ["run"]:
             i = _skip_options(words, i + 2, skipped + words[i : i + 2], _UV_VALUE_OPTIONS, skipped)
+            if skipped[-1:] == ["-m"] and i < n:  # uv run ... -m MODULE: the module's arguments follow
+                return Launch(env, words[i + 1 :], skipped + words[i : i + 1], entry=True)
         elif base == "ray" and words[i + 1 : i + 3] == ["job", "submit"]:
             if "--" not in words[i:]:
                 return Launch(env, [], skipped + words[i:])
             k = words.index("--", i)
             skipped += words[i : k + 1]
             i = k + 1
+        elif base == "ray":  # ray start / stop / status: the cluster's own commands, no engine settings
+            return Launch(env, [], skipped + words[i:])
         elif _INTERPRETER.match(base) or base in _DISTRIBUTED or (base == "accelerate" and i + 1 < n):
             return _entry_point(words, i, env, skipped)
         else:  # an override list or an unknown program: every word, as before
@@ -81,10 +90,21 @@ def engine_words(words: list[str]) -> Launch:
     return Launch(env, [], skipped)
 
 
+def _handover(words, i) -> int | None:
+    """The index of the first interpreter or launcher in `words[i:]` (what a wrapper with options runs), or None."""
+    for k in range(i, len(words)):
+        base = words[k].rsplit("/", 1)[-1]
+        if _INTERPRETER.match(base) or base in _DISTRIBUTED or base in ("bash", "sh", "uv", "ray", "accelerate"):
+            return k
+    return None
+
+
 def _skip_options(words, i, head, value_options, skipped) -> int:
     skipped[:] = head
     while i < len(words) and words[i].startswith("-"):
         skipped.append(words[i])
+        if words[i] in ("-m", "--module", "--"):
+            return i + 1
         takes_value = words[i] in value_options and i + 1 < len(words)
         i += 2 if takes_value else 1
         if takes_value:
@@ -113,3 +133,24 @@ def _entry_point(words, i, env, skipped) -> Launch:
             i += 1
         i += 1
     return Launch(env, [], skipped + words[start:])
+
+
+# --------------------------------------------------------------------------------------------- task files
+SKYPILOT_KEYS = frozenset(("resources", "setup", "num_nodes", "envs", "workdir", "file_mounts", "secrets", "name"))
+
+
+def task_script(tree) -> str | None:
+    """The launch script inside a launcher's task YAML, or None when `tree` is not one.
+
+    A SkyPilot task (`run:` text beside `resources:`, `setup:`, `num_nodes:`, `envs:` ...) runs its `run:` block
+    with `envs:` in the environment: the script is those variables (as defaults the block can override, not
+    exported values) followed by the block, so the shell reader finds the command in it like in any script."""
+    if not isinstance(tree, dict) or not isinstance(tree.get("run"), str) or not SKYPILOT_KEYS & set(tree):
+        return None
+    envs = tree.get("envs") if isinstance(tree.get("envs"), dict) else {}
+    lines = [
+        f"export {k}={shlex.quote(str(v).lower() if isinstance(v, bool) else str(v))}"
+        for k, v in envs.items()
+        if isinstance(k, str) and re.fullmatch(r"[A-Za-z_]\w*", k) and v is not None and not isinstance(v, dict)
+    ]
+    return "\n".join([*lines, tree["run"]])

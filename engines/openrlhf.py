@@ -9,13 +9,23 @@ The loss is `openrlhf/models/loss.py` `PolicyLoss`, read line by line for the ma
 * `ppo`: r = exp(clamp(log r, ±20)), loss = -min(r·A, clip(r, 1 - ε_low, 1 + ε_high)·A), as verl's vanilla;
   `--actor.dual_clip c` caps the loss at -c·A for A < 0 (off by default, unlike verl where c = 3 always
   applies): ClipSpec('ratio', ε_low, ε_high, dual_clip_c=c).
-* `gspo`: r = exp(mean_t log r_t) per sequence, the same clip (and the dual clip, if set); its gradient per
-  token is s·∇log π_t / |y|, verl's and divclip's level='sequence'. OpenRLHF does not clamp log s at 10 (verl
-  and divclip do: only a sequence whose mean log-ratio exceeds 10 sees the difference) and always aggregates
-  seq-mean-token-mean (`token_level_loss = False`).
-* `--actor.eps_clip_low_high LOW HIGH` wins over `--actor.eps_clip` (both sides), as `train_ppo_ray` sets it.
-* IS correction (`--algo.advantage.is_correction_*`) multiplies the loss by a clamped or masked
-  π_old/π_rollout (train/inference mismatch): a weight outside the ClipSpec, reported, never translated.
+* `gspo`: r = exp(mean_t log r_t) per sequence, the same clip (and the dual clip, if set), log s not clamped
+  (verl and divclip's default clamp it at 10): the spec is '/noclamp'. The gradient runs through the mean
+  (`ratio = (log_ratio * action_mask).sum(-1) / ...`), so each token gets its row's mean of the kept −A·s, not
+  its own −A·s as in verl: the clip form's `seq_grad_mean` = 1 (equal to verl's when A is one value per row,
+  not with OpenRLHF's default GAE advantages). gspo always aggregates per sample (`token_level_loss = False`).
+* Aggregation (`aggregate_loss`): token-mean is Σ m·ℓ / Σ m; the per-sample mean divides each row's sum by its
+  integer token count + 1e-8, which rounds back to the count in float32, and averages the non-empty rows:
+  divclip's seq-mean-token-mean-noeps exactly (`exact_aggregation`; the `loss_agg_mode` reported keeps verl's
+  name). Both are over the optimizer step's tokens or samples (`get_loss_batch_info`): one micro-batch per
+  step here. tests/engines/test_parity_openrlhf.py holds them against `PolicyLoss` itself.
+* `--actor.eps_clip_low_high LOW HIGH` wins over `--actor.eps_clip` (both sides), as `train_ppo_ray` sets it;
+  LOW >= 1 is no lower bound (ratio.clamp(1 - LOW, ...) below 0), LOW = 0 none below 1, as OpenRLHF runs them.
+* IS correction (`--algo.advantage.is_correction_*`) multiplies the ppo loss by a clamped or masked
+  π_old/π_rollout (train/inference mismatch): a weight outside the ClipSpec, reported, never translated. Under
+  gspo it applies no weight at all: the sequence ratio is anchored at π_rollout instead (log_probs −
+  rollout_log_probs), `EngineRead.ratio_anchor` = 'rollout': divclip's loss equals it with old_log_prob the
+  rollout's log-probs.
 
 Updates per rollout batch: `rollout.batch_size` prompts × `rollout.n_samples_per_prompt` samples are swept
 `train.max_epochs` times in optimizer steps of `train.batch_size` samples (`ppo_trainer.py` max_steps).
@@ -173,6 +183,10 @@ def read(settings: Mapping, **_options) -> EngineRead:
         unknown_keys=unknown_keys(settings, is_known, known_flags()),
     )
     s.spec = _spec(s)
+    if agg == "seq-mean-token-mean":
+        s.notes.append(
+            "aggregation exactly: seq-mean-token-mean-noeps (OpenRLHF's per-sample mean has no 1e-8 in the counts)"
+        )
     _pitfalls(s, settings, g)
     name_loss_terms(s, loss_terms(g))
     return s
@@ -221,8 +235,8 @@ def _floats(settings: Mapping, flag: str, n, keys: dict):
     if not ok:
         want = f"{n} numbers" if isinstance(n, int) else "one or two numbers (HIGH, or LOW HIGH)"
         raise ConfigError(f"{flag} takes {want}, got {raw!r}")
-    if flag == "--actor.eps_clip_low_high" and not all(v > 0 for v in out):
-        raise ConfigError(f"{flag} takes two widths > 0 (ε_low ε_high), got {raw!r}")
+    if flag == "--actor.eps_clip_low_high" and not (out[0] >= 0 and out[1] > 0):
+        raise ConfigError(f"{flag} takes two widths, ε_low >= 0 and ε_high > 0 (ε_low ε_high), got {raw!r}")
     if flag == IS_FLAGS + "threshold" and len(out) == 1:
         out = [0.0, out[0]]  # train_ppo_ray: a single value is an upper bound only
     keys[flag] = {"value": out, "origin": "set"}
@@ -232,9 +246,20 @@ def _floats(settings: Mapping, flag: str, n, keys: dict):
 def _spec(s: EngineRead):
     from divclip.theory.spec import ClipSpec
 
+    gspo = s.level == "sequence"  # no clamp of log s, the gradient through the mean (module doc string)
     try:
-        return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, dual_clip_c=s.dual_clip_c, level=s.level)
-    except ValueError as exc:  # ε_low > 1: a lower bound below 0, which a ClipSpec refuses
+        return ClipSpec(
+            "ratio",
+            eps_low=s.budget_low,
+            eps_high=s.budget_high,
+            level=s.level,
+            params={
+                **dict({"seq_grad_mean": 1.0} if gspo else ()),
+                "dual_clip_c": s.dual_clip_c,
+                "clamp_log_ratio": not gspo,
+            },
+        )
+    except ValueError as exc:
         s.notes.append(f"no divclip method says this exactly: {exc}")
         return None
 
@@ -299,6 +324,25 @@ def _is_correction(s: EngineRead, g: dict) -> None:
         )
     if level == "off":
         return
+    if s.loss_mode == "gspo":
+        s.ratio_anchor = "rollout"
+        s.notes.append(
+            f"IS correction ({level}, {mode}, {gating}) under gspo: no weight and no mask is applied; the sequence "
+            "ratio is anchored at π_rollout instead, s = exp(mean(log π_θ − log π_rollout)) (divclip's loss with "
+            "old_log_prob = the rollout's log-probs), so the clip acts on the train/inference mismatch too"
+        )
+        s.advice.append(
+            Pitfall(
+                "is_correction_threshold",
+                f"IS correction on under gspo ({level}-level {mode} on {gating}, band [{low:g}, {high:g}]): "
+                "OpenRLHF's PolicyLoss applies no IS weight or mask to gspo; it takes the sequence ratio to "
+                "π_rollout (log_probs − rollout_log_probs) instead of π_old, so the band is never used and the "
+                "clip bounds π_θ/π_rollout; a translation to another engine keeps π_old as the anchor",
+                IS_FLAGS + "level",
+                f"openrlhf {VERSION} openrlhf/models/loss.py PolicyLoss.forward (policy_loss_type gspo)",
+            )
+        )
+        return
     what = "clamped into" if mode == "clip" else "dropped outside"
     s.notes.append(
         f"IS correction ({level}, {mode}, {gating}): the loss is multiplied by π_old/π_rollout, "
@@ -308,13 +352,25 @@ def _is_correction(s: EngineRead, g: dict) -> None:
         Pitfall(
             "is_correction_threshold",
             f"IS correction on ({level}-level {mode} on {gating}, band [{low:g}, {high:g}]): every token's loss is "
-            "weighted by π_old/π_rollout beside the PPO clip; divclip's method strings do not carry it, so a "
-            "translation drops it"
-            + (" and gspo ignores it (PolicyLoss applies it to ppo only)" if s.loss_mode == "gspo" else ""),
+            "weighted by π_old/π_rollout beside the PPO clip; "
+            + (
+                "divclip reads it as a rollout correction (divclip.engines.read_correction), which translate "
+                "carries or names"
+                if level == "token" and gating == "ratio"
+                else "divclip models no correction for it (divclip.engines.read_correction refuses it by name), "
+                "so translate refuses it too"
+            ),
             IS_FLAGS + "level",
             f"openrlhf {VERSION} openrlhf/models/loss.py PolicyLoss.forward",
         )
     )
+
+
+def exact_aggregation(read: EngineRead) -> str:
+    """The divclip loss_agg_mode that is OpenRLHF's `aggregate_loss` exactly on one micro-batch per optimizer step
+    (module doc string): token-mean, or seq-mean-token-mean-noeps for the per-sample mean (gspo's too).
+    `read.loss_agg_mode` keeps verl's name, which adds 1e-8 to each row's count."""
+    return "seq-mean-token-mean-noeps" if read.loss_agg_mode == "seq-mean-token-mean" else read.loss_agg_mode
 
 
 # ----------------------------------------------------------------------------------------------- write
@@ -323,9 +379,9 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
     spec, label = check_spec(spec, label)
     notes: list = []
     diffs: list = []
-    if spec.mode != "clip":
+    if spec.form != "clip":
         raise ValueError(
-            f"OpenRLHF {VERSION} has no {spec.mode!r} loss form: its PolicyLoss runs the PPO clip "
+            f"OpenRLHF {VERSION} has no {spec.form!r} loss form: its PolicyLoss runs the PPO clip "
             f"(policy_loss_type ppo or gspo) and has no plug-in for divclip's loss"
         )
     try:
@@ -339,8 +395,8 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
         "--actor.policy_loss_type": loss_type,
         "--actor.eps_clip_low_high": [float(ratio.eps_low), float(ratio.eps_high)],
     }
-    if ratio.dual_clip_c is not None:
-        settings["--actor.dual_clip"] = float(ratio.dual_clip_c)
+    if ratio.param("dual_clip_c", None) is not None:
+        settings["--actor.dual_clip"] = float(ratio.param("dual_clip_c", None))
     else:
         notes.append("no --actor.dual_clip: OpenRLHF's default is no dual clip")
     agg = _aggregation(spec, recipe, loss_agg_mode, notes)

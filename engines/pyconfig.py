@@ -7,7 +7,13 @@ about 500 bytes per source byte of a list literal). Settings are taken from:
   (`torch.nn.HuberLoss(delta=2.0)`) are not settings and are listed as ignored;
 * a dict assigned to a name at the top level: `clip = {"epsilon": 0.2}`, `clip_settings = dict(epsilon=0.2)`;
 * a list of `"key=value"` strings assigned to a name: verl's `overrides = ["actor_rollout_ref...=0.2", ...]`;
-* `os.environ["NAME"] = "value"`: an environment variable the run sets.
+* `os.environ["NAME"] = "value"`: an environment variable the run sets;
+* a script that parses its settings from the command line (`TrlParser((ScriptArguments, GRPOConfig, ...))`,
+  `parser.parse_args_and_config()`): the launch commands in its module docstring (`accelerate launch
+  examples/scripts/gspo.py --epsilon 3e-4 ...`), read as a shell script; with none, the classes alone (the
+  engine's defaults, said).
+The config classes a script calls or parses into are kept in `Tokens.classes` (`RLOOConfig` picks TRL's RLOO
+trainer; a `GRPOConfig` with no literal setting is still TRL's).
 
 A value is read when it is a literal, a name assigned a literal once at the top level (`EPS = 0.3`), or
 arithmetic (+ - * /) on those (`0.1 + 0.2`); `float("inf")` and `float("nan")` read as those floats (and typing
@@ -19,9 +25,10 @@ given twice in one call; a config class called twice, or a setting given in two 
 from __future__ import annotations
 
 import ast
+import re
 
 from divclip.engines.errors import ConfigError
-from divclip.engines.shell import Tokens, read_tokens
+from divclip.engines.shell import Tokens, read_script, read_tokens
 
 MAX_NODES = 200_000
 MAX_PYTHON_BYTES = 256 * 1024  # a config snippet is a few kB; ast.parse of 256 kB of list literal peaks ~140 MB
@@ -62,6 +69,46 @@ class _Reader:
             if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
                 self._assignment(stmt.targets[0], stmt.value)
         self._config_calls(tree)
+        self._parsed_classes(tree)
+
+    def _parsed_classes(self, tree) -> None:
+        """TrlParser((..., GRPOConfig, ...)): the settings come from the command line, written in the docstring."""
+        tuples = {}  # {name: [class names]} of `name = (A, B, ...)` anywhere
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                if isinstance(node.value, (ast.Tuple, ast.List)):
+                    tuples[node.targets[0].id] = _names(node.value.elts)
+        parsed = []
+        for node in ast.walk(tree):
+            if _callee(node) in _PARSERS and node.args:
+                arg = node.args[0]
+                parsed += tuples.get(arg.id, []) if isinstance(arg, ast.Name) else _names(getattr(arg, "elts", [arg]))
+        defined = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+        for name in list(parsed):  # a dataclass of the script's own (GRPOScriptArguments): its fields, its bases
+            if name in defined:
+                self.out.fields |= {
+                    st.target.id
+                    for st in defined[name].body
+                    if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)
+                }
+                parsed += [b for b in _names(defined[name].bases) if b not in parsed]
+        if not any(c.endswith("Config") for c in parsed):
+            return
+        self.out.classes += [c for c in parsed if c not in self.out.classes]
+        found = read_script(_command_blocks(ast.get_docstring(tree) or ""), self.name + " (its docstring)")
+        launches = found.launches
+        self.out.first_launch = True  # the docstring's commands are alternatives: the first is the example
+        where = f"{_PARSERS[0]}(({', '.join(parsed)})) parses its settings from the command line"
+        if not launches:
+            self.out.notes.append(f"{where}; the file shows no launch command: read with the classes' defaults")
+            return
+        for launch in launches:
+            self.out.values.update(launch.values)
+        self.out.launches += launches
+        self.out.notes.append(
+            f"{where}: read from the launch command{'s' if len(launches) > 1 else ''} in its docstring "
+            f"(line{'s' if len(launches) > 1 else ''} {', '.join(str(x.line) for x in launches)} of the docstring)"
+        )
 
     def _assignment(self, target, value) -> None:
         if _is_environ(target):
@@ -92,6 +139,7 @@ class _Reader:
                     "refused, since which one the run uses is only known by running it; keep one"
                 )
             seen[callee] = node.lineno
+            self.out.classes.append(callee)
             self._keywords(node, callee)
 
     def _keywords(self, call: ast.Call, callee: str) -> None:
@@ -134,6 +182,31 @@ class _Reader:
 
     def _unread(self, line: int, text: str) -> None:
         self.out.unread.append((line, f"{text} is not a literal: divclip does not run code, so it did not read it"))
+
+
+_PARSERS = ("TrlParser", "HfArgumentParser")
+_COMMAND_START = re.compile(
+    r"^(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python\d*(?:\.\d+)?|accelerate|torchrun|deepspeed|uv|trl)\s"
+)
+
+
+def _command_blocks(doc: str) -> str:
+    """The launch commands of a docstring: each run of lines from one that starts a command (`python ...`,
+    `accelerate launch ...`, `CUDA_VISIBLE_DEVICES=0 trl grpo ...`) to the next blank line; prose is left out (an
+    apostrophe in a sentence is no shell quote)."""
+    out, keep = [], False
+    for line in doc.splitlines():
+        if not line.strip() or line.strip().startswith(("```", "~~~")):  # a blank line or a markdown fence
+            keep = False
+            line = ""
+        elif _COMMAND_START.match(line.strip()):
+            keep = True
+        out.append(line if keep else "")  # blank lines keep the docstring's line numbers
+    return "\n".join(out) + "\n"
+
+
+def _names(nodes) -> list[str]:
+    return [n.id if isinstance(n, ast.Name) else n.attr for n in nodes if isinstance(n, (ast.Name, ast.Attribute))]
 
 
 def _top_level_names(tree: ast.Module) -> tuple[dict, set]:

@@ -13,8 +13,14 @@ comments only at the start of a word, quotes, `\\` continuations, heredoc bodies
   which `divclip check` reports as a warning.
 
 A `NAME=( ... )` array is read only where `${NAME[@]}` passes it to a command (as bash does: the definition in
-force there); one that never reaches a command, and a heredoc body that holds what looks like settings, are
-listed in `Tokens.unread` (a warning), as neither reaches the engine.
+force there); one that never reaches a command, a function never called, and a heredoc body that holds what looks
+like settings, are listed in `Tokens.unread` (a warning), as none reaches the engine.
+
+Each command that starts an entry point (`python3 -m ...`, `torchrun`, `ray job submit -- ...`) and passes it
+settings is one launch (`Tokens.launches`, in order), so a file that launches twice is reported launch by launch.
+In a script that launches, a setting whose value holds what only running the script knows (`$(nproc)`, a
+variable the script never sets) is listed in `Tokens.unresolved` with where that value comes from: the reader
+goes on with the engine's default. (In a bare override list no shell expands `$V`: the value is typed as written.)
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import re
 from dataclasses import dataclass, field
 
 from divclip.engines.errors import ConfigError
-from divclip.engines.launchers import engine_words
+from divclip.engines.launchers import KEYWORD_PREFIXES, WRAPPERS, engine_words
 from divclip.engines.shellwords import expand_script
 
 OVERRIDE_KEY = re.compile(r"^[A-Za-z_][\w\-@/.]*$")
@@ -37,9 +43,13 @@ _VARIABLE = re.compile(r"^[A-Za-z_]\w*$")
 _EXPANSION = re.compile(r"\$\{([A-Za-z_]\w*)\}|\$([A-Za-z_]\w*)")
 _DOTTED = re.compile(r"^[A-Za-z_][\w\-]*(\.[\w\-]+)+$")  # a config key written without '=' (not a file name)
 _SETTING_LINE = re.compile(r"^[ \t]*(?:[+~]*[A-Za-z_][\w\-@/.]*=|--[A-Za-z])", re.MULTILINE)
+_SETTING_WORD = re.compile(r"(^|\s)[+~]*[A-Za-z_][\w\-@/]*\.[\w\-@/.]*=|(^|\s)--[A-Za-z]")  # a dotted key= or a flag
 _FILE_SUFFIXES = (".py", ".sh", ".yaml", ".yml", ".json", ".txt", ".parquet", ".jsonl")
 _MODULE_FLAGS = ("-m", "--module")
+_INTERPRETER_WORD = re.compile(r"^python(\d+(\.\d+)*)?$")
 _ENV_WORD = re.compile(r"^[A-Z][A-Z0-9_]*=")
+_DOTTED_OVERRIDE = re.compile(r"^[+~]*[A-Za-z_][\w\-@/]*\.[\w\-@/.]*=")  # a hydra override: a.b=...
+_DECLARATIONS = ("export", "local", "declare", "readonly", "typeset")
 MAX_SCRIPT_DEPTH = 2  # bash -c inside bash -c
 MAX_FLAG_VALUES = 8  # values one flag takes (argparse nargs); the rest of a line is command words
 
@@ -55,7 +65,24 @@ class Tokens:
     stray: list = field(default_factory=list)  # [(line, text)]: a key without '=' (an override that was not read)
     flags: bool = False  # any --flag seen
     unread: list = field(default_factory=list)  # [(line, text)]: something that looks like a setting, not read
-    notes: list = field(default_factory=list)  # how the script's if/elif were decided
+    notes: list = field(default_factory=list)  # how the script's if/elif/case were decided, functions called
+    launches: list = field(default_factory=list)  # [ScriptLaunch]: each command that starts an entry point, in order
+    common: dict = field(default_factory=dict)  # the settings of commands that start no entry point
+    unresolved: dict = field(default_factory=dict)  # {key: (line, value as written, [(reference, its origin)])}
+    classes: list = field(default_factory=list)  # Python: the config classes the script calls or parses into
+    fields: set = field(default_factory=set)  # Python: the fields of the script's own parsed dataclasses
+    first_launch: bool = False  # the launches are alternatives (a docstring's examples): the first is the one
+
+
+@dataclass
+class ScriptLaunch:
+    """One command of a script that starts an entry point, with the settings it passes."""
+
+    line: int
+    command: str  # the launcher's and entry point's own words, shortened (`python3 -m verl.trainer.main_ppo`)
+    values: dict = field(default_factory=dict)
+    added: set = field(default_factory=set)
+    deletions: list = field(default_factory=list)
 
 
 def split_line(line: str, name: str, number: int | None = None) -> list[str]:
@@ -70,14 +97,45 @@ def read_script(text: str, name: str, out: Tokens | None = None, depth: int = 0)
     launches = [(line, engine_words(words), heredocs) for line, words, heredocs in script.commands]
     scripted = any(launch.entry for _, launch, _ in launches)
     out.notes += script.notes
-    for line, launch, heredocs in launches:
+    for (line, launch, heredocs), unresolved, called in zip(
+        launches, script.unresolved, script.call_lines, strict=True
+    ):
         out.ignored += launch.skipped  # the launcher's and the shell's own words are not settings
         if launch.script is not None and depth < MAX_SCRIPT_DEPTH:  # bash -c '...': a script of its own
-            read_script(launch.script, name, out, depth + 1)
+            try:
+                read_script(launch.script, name, out, depth + 1)
+            except ConfigError as exc:  # what only running the outer script gives it can leave it unsplittable
+                out.unread.append((line, f"the script bash -c runs here is not read: {str(exc).split(': ', 1)[-1]}"))
         # in a script that launches a program, `clip_low=0.2` is a shell variable (its value reached the command
         # through $clip_low, if at all); NAME=value in capitals is the environment the engine may read
         env = [w for w in launch.env if not scripted or _ENV_WORD.match(w)]
-        read_tokens(env + launch.args, out, None, f"line {line} of {name!r}", line, expand=False)
+        args = launch.args
+        if scripted and args[:1] and args[0] in _DECLARATIONS:  # export/local/declare NAME=...: shell variables,
+            env += [w for w in args[1:] if args[0] == "export" and _ENV_WORD.match(w)]  # exported capitals the
+            args = []  # environment the engine may read
+        elif scripted and not launch.entry and args[:1] and args[0].startswith(("--", "$")) and len(args) > 1:
+            out.unread.append(
+                (
+                    line,
+                    f"this command starts with {args[0]}, not a program: the line before it probably lacks its "
+                    "`\\`, so bash runs it as a command of its own and the launch before it gets none of these flags; "
+                    "divclip reads them with the launch, as the script means",
+                )
+            )
+        elif scripted and not launch.entry and args and not any(_DOTTED_OVERRIDE.match(w) for w in args):
+            out.ignored += args  # another program's flags (`huggingface-cli download --local-dir ...`)
+            args = []
+        part = read_tokens(env + args, Tokens(), None, f"line {line} of {name!r}", line, expand=False)
+        # a value the shell expands from the run's environment is unknown here only in a script that runs the
+        # engine; in an override list no shell expands it, and the engine would get `$CLIP` as written
+        _merge(out, part, line, unresolved if scripted else [])
+        if launch.entry and launch.args:
+            shown = _entry_shown(launch.skipped)
+            shown += f" (in a function, line {line})" if called else ""  # listed at the line of its call
+            values, added, deletions = dict(part.values), set(part.added), list(part.deletions)
+            out.launches.append(ScriptLaunch(called or line, shown, values, added, deletions))
+        else:
+            out.common.update(part.values)
         for first, last, body in heredocs:
             if _SETTING_LINE.search(body):
                 out.unread.append(
@@ -91,7 +149,45 @@ def read_script(text: str, name: str, out: Tokens | None = None, depth: int = 0)
         out.unread.append(
             (line, f"the array {array} never reaches a command (no ${{{array}[@]}}): its words were not read")
         )
+    lines = text.splitlines()
+    for function, (first, last) in script.unused_functions.items():
+        if _SETTING_WORD.search("\n".join(lines[first - 1 : last])):
+            out.unread.append(
+                (first, f"the function {function} (lines {first}-{last}) is never called: its commands were not read")
+            )
     return out
+
+
+def _entry_shown(head: list) -> str:
+    """A launch's command in a few words: its launcher and its entry point (`accelerate ... examples/x.py`)."""
+    words = [w for w in head if w not in KEYWORD_PREFIXES and w not in WRAPPERS] or head or ["?"]
+    entry = words[-2:] if len(words) >= 2 and words[-2] in _MODULE_FLAGS else words[-1:]
+    start = words[: len(words) - len(entry)]
+    if start and _INTERPRETER_WORD.match(start[-1].rsplit("/", 1)[-1]):
+        start = start[-1:]  # python3 -m x, python3 x.py: in full
+    shown = " ".join([*start[:1], *(["..."] if len(start) > 1 else []), *entry])
+    return shown if len(shown) <= 100 else shown[:97] + "..."
+
+
+def _merge(out: Tokens, part: Tokens, line: int, unresolved: list) -> None:
+    """One command's settings into the script's: deletions first, then the values (the last one counts); a value
+    holding a reference the script cannot resolve is listed in `out.unresolved` with where it comes from."""
+    for key in part.deletions:
+        _delete(key, "~" + key, out, "")
+    out.deletions += part.deletions
+    out.values.update(part.values)
+    out.added |= part.added
+    out.ignored += part.ignored
+    out.stray += part.stray
+    out.unread += part.unread
+    out.flags = out.flags or part.flags
+    for key, value in part.values.items():
+        items = value if isinstance(value, list) else [value]
+        refs = [(ref, origin) for ref, origin in unresolved if any(isinstance(v, str) and ref in v for v in items)]
+        if refs:
+            out.unresolved[key] = (line, value, refs)
+        else:
+            out.unresolved.pop(key, None)
 
 
 def read_tokens(

@@ -7,20 +7,31 @@ is every leaf key of that tree (the unknown-key warning: SkyRL's strict parse re
 
 The losses are the `PolicyLossRegistry` functions of `skyrl/backends/skyrl_train/utils/ppo_utils.py`, read one
 by one (tests/engines/test_skyrl.py runs each against `divclip.theory.policy_loss` on random tensors):
-* `regular`: PPO's clip, r = exp(clamp(log r, ±20)), widths eps_clip_low / eps_high; no dual clip.
+* `regular`: PPO's clip, r = exp(clamp(log r, ±20)), widths eps_clip_low / eps_high; no dual clip. The exp is
+  SkyRL's `safe_exp_delta`, in float32 whatever the input dtype (regular, dual_clip, cispo, dppo, rollout_is):
+  in float64 its ratio carries float32 rounding, which divclip's float64 loss does not (a note says so).
 * `dual_clip`: the same plus verl's dual clip at `clip_ratio_c` (3.0) for A < 0.
 * `gspo`: the sequence ratio sg(s)·π/sg(π), log-clamped at 10 (verl's gspo); no dual clip.
 * `cispo`: -sg(clip(r, 1 - cispo_eps_clip_low, 1 + cispo_eps_clip_high))·A·log π; its defaults 0.0 / 5.0 put
-  the lower bound at 1, so IS weights below 1 are raised to 1 (a ClipSpec needs ε_low > 0: not modelled).
+  the lower bound at 1, so IS weights below 1 are raised to 1 (read as `ratio:0:5/cispo`, with a warning).
 * `sapo`: the soft gate with sapo.tau_pos / tau_neg, as verl's.
 * `dppo`: DPPO's binary TV / KL mask (dppo.dppo_type, delta_low / delta_high) on the ratio against the rollout
-  log-probs when the generator returns them (π_old otherwise); the IS weight r is not truncated.
-* `clip_cov`, `kl_cov`: the covariance-selected forms, read as divclip's forms of the same name where this
-  divclip has them; `rollout_is`, `cross_entropy`, `importance_sampling`: reported, not modelled.
+  log-probs when the generator returns them (π_old otherwise); the IS weight r is not truncated. Its value is
+  −r·A·mask with r differentiable, divclip's gated form −A·sg(r)·log π·mask: the same gradient, another value.
+* `clip_cov`, `kl_cov`: the covariance-selected forms (r unclamped), read as divclip's forms of the same name.
+  Both see SkyRL's pre-scaled advantages (below): Clip-Cov's covariance window compares (Â − mean Â)(log π − ...)
+  with clip_cov_lb/ub on the scaled Â (a different set of tokens than on A), and KL-Cov's κ·|log r| is not
+  scaled, so it enters as a token sum; `aggregation` below gives the scale that makes divclip's loss theirs.
+  `rollout_is`, `cross_entropy`, `importance_sampling`: reported, not modelled as a method. `rollout_is`'s weight
+  is read as the bypass correction `is=token:mask=LO_HI/bypass` (divclip.engines.read_correction); under method
+  `ratio/gpg` policy_loss with it is SkyRL's loss (tests/engines/test_skyrl_rollout_is.py).
 * `divclip_method`: divclip's plug-in (`PLUGIN`), any divclip method string.
 Every loss returns Σ mask·ℓ: SkyRL scales the advantages beforehand so that the sum is the `loss_reduction`
 (`apply_loss_reduction_to_advantages_minibatch`), and multiplies by its off-policy correction
-(`off_policy_correction.*`, a train/inference weight beside the clip).
+(`off_policy_correction.*`, a train/inference weight beside the clip). `aggregation(settings, loss_mask)` is that
+scale, per row: `policy_loss(log π, log π_old, A·aggregation(...), mask, spec, "token-sum")` is SkyRL's loss for
+the spec `read` gives (tests/engines/test_parity_skyrl.py), for every loss_reduction, empty rows, micro-batches
+and max_seq_len included.
 
 Updates per batch: `train_batch_size / policy_mini_batch_size` mini-batches (both in prompts) swept
 `update_epochs_per_batch` times (`trainer.py`: `train_batch_size // policy_mini_batch_size * epochs`).
@@ -97,6 +108,8 @@ KEYS: dict[str, Key] = {
     A + "eps_clip_high": Key("float", 0.2, above=0.0, doc="ε_high: r <= 1 + ε_high"),
     A + "clip_ratio_c": Key("float", 3.0, above=1.0, doc="dual_clip only: the cap c for A < 0"),
     A + "loss_reduction": Key("str", "token_mean", choices=tuple(REDUCTIONS), doc="how token losses are averaged"),
+    "trainer.fully_async.enabled": Key("bool", False, doc="fully async: generation runs ahead of training"),
+    "trainer.fully_async.max_staleness_steps": Key("int", 4, above=-1, doc="fully async: how stale a rollout may be"),
     A + "sapo.tau_pos": Key("float", 1.0, above=0.0, doc="sapo: gate temperature for A > 0"),
     A + "sapo.tau_neg": Key("float", 1.05, above=0.0, doc="sapo: gate temperature for A <= 0"),
     A + "cispo.cispo_eps_clip_low": Key("float", 0.0, above=-math.inf, doc="cispo: IS weight >= 1 - this"),
@@ -122,6 +135,8 @@ KEYS: dict[str, Key] = {
     A + "use_tis": Key("bool", False, doc="deprecated: tis_ratio_type=token"),
     A + "tis_imp_ratio_cap": Key("float", -1.0, above=-math.inf, doc="deprecated: its cap"),
     A + "advantage_estimator": Key("str", "grpo", doc="advantage estimator"),
+    A + "advantage_batch_normalize": Key("bool", False, doc="whiten the advantages over the batch (trainer.py)"),
+    A + "zero_variance_filter": Key("bool", False, doc="loss-mask prompts whose rewards are all equal"),
     A + "use_kl_loss": Key("bool", True, doc="KL to the reference as a loss term"),
     A + "kl_loss_coef": Key("float", 0.001, above=-math.inf, doc="its coefficient"),
     A + "kl_estimator_type": Key("str", "k3", doc="its estimator"),
@@ -218,6 +233,8 @@ def read(settings: Mapping, **_options) -> EngineRead:
         unknown_keys=unknown_keys(settings, is_known, known_keys()),
     )
     READERS.get(loss, _other)(s, g, settings, keys)
+    _arithmetic_notes(s, g)
+    _fully_async(s, g)
     if s.form in ("clip", "cispo") and s.measure == "ratio" and s.budget_low is not None:
         s.ratio_bounds = [max(1.0 - s.budget_low, 0.0), 1.0 + s.budget_high]
     g[A + "max_seq_len"] = settings.get(A + "max_seq_len")  # only named in a warning: as written (often `$((...))`)
@@ -225,6 +242,20 @@ def read(settings: Mapping, **_options) -> EngineRead:
     s.advice += ignored_key_advice(s, IGNORED_BY_LOSS, f"skyrl {VERSION} ppo_utils (sapo_policy_loss)")
     name_loss_terms(s, loss_terms(g))
     return s
+
+
+def _fully_async(s: EngineRead, g: dict) -> None:
+    """trainer.fully_async.enabled: generation runs ahead of training (fully_async_trainer.py), and the loss takes
+    the ratio against the rollout log-probs (its trainer refuses the losses that recompute them): off-policy."""
+    if not g["trainer.fully_async.enabled"]:
+        return
+    s.on_policy = False
+    s.on_policy_reason = (
+        f"fully async (trainer.fully_async.enabled): trajectories come from policies up to "
+        f"trainer.fully_async.max_staleness_steps = {g['trainer.fully_async.max_staleness_steps']} step(s) old and "
+        f"the ratio is against their rollout log-probs (skyrl {VERSION} fully_async_trainer.py): not 1 at the first "
+        f"update; {s.on_policy_reason}"
+    )
 
 
 def loss_terms(g: dict) -> list[tuple[str, str]]:
@@ -269,7 +300,7 @@ def _ratio(s, g, settings, keys):
     s.spec = _try(
         s,
         lambda: ClipSpec(
-            "ratio", eps_low=s.budget_low, eps_high=s.budget_high, dual_clip_c=s.dual_clip_c, level=s.level
+            "ratio", eps_low=s.budget_low, eps_high=s.budget_high, level=s.level, params={"dual_clip_c": s.dual_clip_c}
         ),
     )
 
@@ -279,14 +310,16 @@ def _cispo(s, g, settings, keys):
 
     s.form, s.measure = "cispo", "ratio"
     s.budget_low, s.budget_high = g[A + "cispo.cispo_eps_clip_low"], g[A + "cispo.cispo_eps_clip_high"]
-    s.spec = _try(s, lambda: ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, mode="cispo"))
+    s.spec = _try(s, lambda: ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, form="cispo"))
 
 
 def _sapo(s, g, settings, keys):
     from divclip.theory.spec import ClipSpec
 
     s.form = "sapo"
-    s.spec = _try(s, lambda: ClipSpec(mode="sapo", tau_pos=g[A + "sapo.tau_pos"], tau_neg=g[A + "sapo.tau_neg"]))
+    s.spec = _try(
+        s, lambda: ClipSpec(form="sapo", params={"tau_pos": g[A + "sapo.tau_pos"], "tau_neg": g[A + "sapo.tau_neg"]})
+    )
 
 
 def _dppo(s, g, settings, keys):
@@ -301,13 +334,9 @@ def _dppo(s, g, settings, keys):
             "the rollout log-probs when the generator returns them (π_old otherwise)",
         )
     )
-    if s.budget_low != s.budget_high:
-        s.notes.append(
-            f"dppo: δ_low = {s.budget_low:g} and δ_high = {s.budget_high:g}: a divclip gated spec has "
-            "one δ, so no divclip method says this exactly"
-        )
-        return
-    s.spec = _try(s, lambda: ClipSpec(s.measure, delta=s.budget_low, mode="gated"))
+    # δ_high where it differs from δ_low: the gated form's delta_high (divclip.theory.forms.gated)
+    params = {"delta_high": s.budget_high} if s.budget_high != s.budget_low else {}
+    s.spec = _try(s, lambda: ClipSpec(s.measure, delta=s.budget_low, form="gated", params=params))
 
 
 def _covariance(s, g, settings, keys):
@@ -334,10 +363,10 @@ def _covariance(s, g, settings, keys):
     if form.uses_budget:
         s.measure, s.budget_low, s.budget_high = "ratio", g[A + "eps_clip_low"], g[A + "eps_clip_high"]
         s.spec = _try(
-            s, lambda: ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, mode=mode, params=params)
+            s, lambda: ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, form=mode, params=params)
         )
     else:
-        s.spec = _try(s, lambda: ClipSpec(mode=mode, params=params))
+        s.spec = _try(s, lambda: ClipSpec(form=mode, params=params))
 
 
 def _method(s, g, settings, keys):
@@ -382,6 +411,132 @@ READERS = {
     METHOD_MODE: _method,
 }
 """{policy_loss_type: fn(read, typed values, settings, keys)}: what sets the read's form and ClipSpec."""
+
+
+SAFE_EXP_LOSSES = ("regular", "dual_clip", "cispo", "dppo", "rollout_is")
+"""The registry losses whose ratio is `safe_exp_delta`: exp in float32 of log r clamped to ±20, cast back."""
+
+
+def _arithmetic_notes(s: EngineRead, g: dict) -> None:
+    """What SkyRL computes differently from the spec's loss under `loss_agg_mode`, each named (issue 35): the
+    float32 exp, dppo's value, the covariance forms on pre-scaled advantages, prompt_mean, the batch whitening."""
+    where = f"skyrl {VERSION} ppo_utils"
+    if s.loss_mode in SAFE_EXP_LOSSES and s.spec is not None:
+        s.notes.append(
+            f"{s.loss_mode}: SkyRL computes r = exp(log r) in float32 whatever the input dtype ({where}."
+            "safe_exp_delta, log r clamped to ±20): with float64 log-probs its ratio carries float32 rounding "
+            "(about 6e-8 relative) that divclip's float64 loss does not"
+        )
+    if s.loss_mode == "dppo" and s.spec is not None:
+        s.notes.append(
+            "dppo: SkyRL's loss value is −r·A·mask with r differentiable, divclip's gated form −A·sg(r)·log π·mask: "
+            "the same gradient −A·r·mask where |log r| <= 20, not the same loss value; beyond |log r| = 20 SkyRL's "
+            f"clamp zeroes the gradient, where divclip's gated form (as verl's dppo) keeps −A·e^±20 ({where}."
+            "dppo_policy_loss)"
+        )
+    differs = []  # (message, key): where the spec under the read's loss_agg_mode is not SkyRL's loss
+    if s.loss_mode == "clip_cov":
+        differs.append(
+            (
+                "clip_cov: SkyRL's covariance (Â − mean Â)(log π − mean log π) is of the advantages after its "
+                "loss_reduction pre-scaling (Â = A/N for token_mean: ~N times smaller), so clip_cov_lb/ub select "
+                "another set of tokens than on A; divclip's loss is SkyRL's on those scaled advantages "
+                "(divclip.engines.skyrl.aggregation, loss_agg_mode token-sum)",
+                A + "clip_cov.clip_cov_lb",
+            )
+        )
+    if s.loss_mode == "kl_cov":
+        differs.append(
+            (
+                "kl_cov: SkyRL's penalty kl_cov.ppo_kl_coef·|log r| is not pre-scaled like its advantages, so it "
+                "enters the loss as a token sum (N times its token mean); divclip's loss is SkyRL's on the scaled "
+                "advantages (divclip.engines.skyrl.aggregation, loss_agg_mode token-sum)",
+                A + "kl_cov.ppo_kl_coef",
+            )
+        )
+    if g[A + "loss_reduction"] == "prompt_mean":
+        differs.append(
+            (
+                "loss_reduction=prompt_mean: a token mean within each prompt's group of responses, then the mean over "
+                "the mini-batch's prompts; verl has no such loss_agg_mode, so none is given: "
+                "divclip.engines.skyrl.aggregation gives its exact weights (a token-sum of the scaled advantages)",
+                A + "loss_reduction",
+            )
+        )
+    if g[A + "zero_variance_filter"]:
+        differs.append(
+            (
+                f"{A}zero_variance_filter = true: SkyRL empties the loss mask of every prompt whose responses' "
+                "rewards are all equal (skyrl/train/trainer.py): their rows become empty rows, so token_mean divides "
+                "by the other prompts' tokens only, and sequence_mean still counts the emptied rows",
+                A + "zero_variance_filter",
+            )
+        )
+    for message, key in differs:
+        s.advice.append(Pitfall("skyrl_loss_differs", message, key, f"{where} (PolicyLossRegistry, loss reduction)"))
+    if g[A + "advantage_batch_normalize"]:
+        s.notes.append(
+            f"{A}advantage_batch_normalize = true: SkyRL whitens the advantages over the whole batch "
+            "(A − mean)/std before the loss (skyrl/train/trainer.py): the scale of A the clip sees changes"
+        )
+
+
+def aggregation(settings: Mapping, loss_mask, prompt_boundaries=None):
+    """The (B, 1) factor SkyRL multiplies each row's advantages by before its loss sums over one mini-batch's tokens
+    (ppo_utils.apply_loss_reduction_to_advantages_minibatch, called per mini-batch by skyrl/train/trainer.py), so
+    that `policy_loss(lp, old, A * aggregation(settings, mask), mask, spec, "token-sum")` is SkyRL's loss:
+
+      token_mean               1 / max(N, 1), N the mini-batch's loss tokens (verl's token-mean)
+      token_mean_legacy        1 / (max(N_m, 1)·M) in micro-batch m of micro_train_batch_size_per_gpu rows, M the
+                               whole micro-batches; rows past the last whole one get 0, as in SkyRL
+      sequence_mean            1 / (B·max(n_i, 1)): every row counts, empty ones included
+      seq_mean_token_sum_norm  1 / (B·max_seq_len), trainer.algorithm.max_seq_len (not the tensor's width)
+      prompt_mean              1 / (P·max(N_p, 1)) for the rows of prompt p of P; `prompt_boundaries`
+                               [(start, end), ...] default to consecutive groups of generator.n_samples_per_prompt
+
+    `loss_mask` is one mini-batch's (B, T) mask; the result is float64 on its device."""
+    import torch
+
+    settings = resolve_interpolations(settings)
+    g, _ = typed_values(settings, KEYS)
+    reduction = g[A + "loss_reduction"]
+    if not isinstance(loss_mask, torch.Tensor) or loss_mask.ndim != 2:
+        raise ValueError(f"loss_mask must be a (batch, length) torch.Tensor, got {loss_mask!r:.80}")
+    mask = loss_mask.to(torch.float64)
+    rows = mask.shape[0]
+    tokens = mask.sum(-1, keepdim=True)  # (B, 1)
+    if reduction == "token_mean":
+        return torch.full_like(tokens, 1.0) / tokens.sum().clamp(min=1)
+    if reduction == "sequence_mean":
+        return 1.0 / (rows * tokens.clamp(min=1))
+    if reduction == "seq_mean_token_sum_norm":
+        return torch.full_like(tokens, 1.0 / (rows * _max_seq_len(settings)))
+    scale = torch.zeros_like(tokens)
+    if reduction == "token_mean_legacy":
+        micro = g["trainer.micro_train_batch_size_per_gpu"]
+        count = rows // micro
+        groups = [(i * micro, (i + 1) * micro) for i in range(count)]
+    else:  # prompt_mean
+        n = g["generator.n_samples_per_prompt"]
+        groups = list(prompt_boundaries) if prompt_boundaries is not None else [(i, i + n) for i in range(0, rows, n)]
+        count = len(groups)
+    for start, end in groups:
+        scale[start:end] = 1.0 / (count * tokens[start:end].sum().clamp(min=1))
+    return scale
+
+
+def _max_seq_len(settings: Mapping) -> int:
+    value = settings.get(A + "max_seq_len")
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        n = None
+    if n is None or n <= 0 or (isinstance(value, float) and value != n) or isinstance(value, bool):
+        raise ConfigError(
+            f"{A}max_seq_len must be a whole number > 0 for loss_reduction=seq_mean_token_sum_norm (SkyRL divides "
+            f"each sequence's token sum by it), got {value!r}"
+        )
+    return n
 
 
 def _try(s: EngineRead, build):
@@ -449,14 +604,22 @@ def _pitfalls(s: EngineRead, g: dict) -> None:
         what = (f"{tis}-level TIS capped at {cap:g}" if tis else "") + (
             (", " if tis else "") + "masks " + ", ".join(masks) if masks else ""
         )
-        s.notes.append(f"off-policy correction: {what}: a train/inference weight beside the clip")
+        s.notes.append(
+            f"off-policy correction: {what}: a train/inference weight beside the clip"
+            + ("; its TIS weight is exp in float32 whatever the input dtype (safe_exp_delta)" if tis else "")
+        )
         s.advice.append(
             Pitfall(
                 "is_correction_threshold",
                 f"off-policy correction on ({what}): every token's "
                 f"loss is weighted by π_old/π_rollout beside the clip; "
-                "divclip reads it as a rollout correction (divclip.engines.read_correction), which "
-                "translate carries or names",
+                + (
+                    "with policy_loss_type rollout_is SkyRL also weights by π_θ/π_rollout, and one divclip "
+                    "correction holds one of the two: divclip.engines.read_correction refuses the pair by name"
+                    if s.loss_mode == "rollout_is"
+                    else "divclip reads it as a rollout correction (divclip.engines.read_correction), which "
+                    "translate carries or names"
+                ),
                 OPC + "tis_ratio_type",
                 f"skyrl {VERSION} skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py",
             )
@@ -477,7 +640,8 @@ def _reduction_pitfalls(s: EngineRead, g: dict) -> None:
                 "skyrl_reduction_differs",
                 f"loss_reduction=token_mean_legacy takes a token mean within each micro-batch of "
                 f"micro_train_batch_size_per_gpu = {micro} sequences, then the mean over micro-batches: a token mean "
-                "of the mini-batch only when every micro-batch holds as many tokens; divclip reads it as token-mean",
+                "of the mini-batch only when every micro-batch holds as many tokens; divclip reads it as token-mean"
+                " (divclip.engines.skyrl.aggregation gives its exact weights)",
                 A + "loss_reduction",
                 where,
             )
@@ -489,7 +653,8 @@ def _reduction_pitfalls(s: EngineRead, g: dict) -> None:
                 "skyrl_reduction_differs",
                 "loss_reduction=seq_mean_token_sum_norm divides each sequence's token sum by max_seq_len = "
                 + (f"{n!s}" if n is not None else "(unset: SkyRL requires it)")
-                + ", not by the padded width of the batch, and the sum over sequences by the mini-batch's row count",
+                + ", not by the padded width of the batch, and the sum over sequences by the mini-batch's row count"
+                " (divclip.engines.skyrl.aggregation gives its exact weights)",
                 A + "max_seq_len",
                 where,
             )
@@ -499,7 +664,8 @@ def _reduction_pitfalls(s: EngineRead, g: dict) -> None:
             Pitfall(
                 "skyrl_reduction_differs",
                 "loss_reduction=sequence_mean divides by every row of the mini-batch, empty rows (no loss token) "
-                "included, where verl's seq-mean-token-mean averages only the rows that have a token",
+                "included, where verl's seq-mean-token-mean averages only the rows that have a token"
+                " (divclip.engines.skyrl.aggregation gives its exact weights)",
                 A + "loss_reduction",
                 where,
             )
@@ -543,19 +709,23 @@ def _write_native(spec, notes: list, diffs: list) -> dict | None:
 
     if isinstance(spec, AllOf) or is_adaptive(spec):
         return None
-    if spec.mode == "sapo":
-        return {"policy_loss_type": "sapo", "sapo.tau_pos": float(spec.tau_pos), "sapo.tau_neg": float(spec.tau_neg)}
-    if spec.mode == "cispo" and spec.measure_name == "ratio":
+    if spec.form == "sapo":
+        return {
+            "policy_loss_type": "sapo",
+            "sapo.tau_pos": float(spec.param("tau_pos")),
+            "sapo.tau_neg": float(spec.param("tau_neg")),
+        }
+    if spec.form == "cispo" and spec.measure_name == "ratio":
         return {
             "policy_loss_type": "cispo",
             "cispo.cispo_eps_clip_low": float(spec.eps_low),
             "cispo.cispo_eps_clip_high": float(spec.eps_high),
         }
-    if spec.mode == "gated" and spec.measure_name in ("binary_kl", "binary_tv"):
-        if spec.tis_cap is not None:
+    if spec.form == "gated" and spec.measure_name in ("binary_kl", "binary_tv"):
+        if spec.param("tis_cap", None) is not None:
             diffs.append(
                 Difference(
-                    f"IS-weight truncation at {spec.tis_cap:g} (tis_cap)",
+                    f"IS-weight truncation at {spec.param('tis_cap', None):g} (tis_cap)",
                     "SkyRL's dppo does not truncate the IS weight",
                 )
             )
@@ -565,20 +735,21 @@ def _write_native(spec, notes: list, diffs: list) -> dict | None:
                 "SkyRL's dppo uses the rollout log-probs where the generator returns them (π_old otherwise)",
             )
         )
-        d = float(spec.delta)
+        from divclip.theory.forms._numpy import upper_delta
+
         return {
             "policy_loss_type": "dppo",
             "dppo.dppo_type": spec.measure_name,
-            "dppo.delta_low": d,
-            "dppo.delta_high": d,
+            "dppo.delta_low": float(spec.delta),
+            "dppo.delta_high": float(upper_delta(spec)),
         }
-    if spec.mode != "clip":
+    if spec.form != "clip":
         return None
     try:
         ratio, diff = as_ratio_clip(spec)
     except ValueError:
         return None  # a per-token divergence clip: the plug-in runs it exactly
-    if ratio.level == "sequence" and ratio.dual_clip_c is not None:
+    if ratio.level == "sequence" and ratio.param("dual_clip_c", None) is not None:
         return None  # SkyRL's gspo has no dual clip
     if diff is not None:
         diffs.append(diff)
@@ -586,13 +757,13 @@ def _write_native(spec, notes: list, diffs: list) -> dict | None:
         "policy_loss_type": "gspo"
         if ratio.level == "sequence"
         else "dual_clip"
-        if ratio.dual_clip_c is not None
+        if ratio.param("dual_clip_c", None) is not None
         else "regular",
         "eps_clip_low": float(ratio.eps_low),
         "eps_clip_high": float(ratio.eps_high),
     }
-    if ratio.dual_clip_c is not None:
-        keys["clip_ratio_c"] = float(ratio.dual_clip_c)
+    if ratio.param("dual_clip_c", None) is not None:
+        keys["clip_ratio_c"] = float(ratio.param("dual_clip_c", None))
     return keys
 
 

@@ -11,9 +11,20 @@ The loss is `slime/utils/ppo_utils.py` and `slime/backends/megatron_utils/loss.p
 * `--advantage-estimator` picks the loss too: gspo -> the sequence ratio (`compute_gspo_kl`: the per-sequence
   mean of log r, exp'd, on every token), cispo -> `compute_cispo_loss` (-sg(clip(r, 1 - ε, 1 + ε_high))·A·log π),
   anything else -> `compute_policy_loss`, PPO's clip with `--eps-clip` / `--eps-clip-high` (None: eps-clip) and
-  the dual clip `--eps-clip-c` (off by default). r = exp(log π - log π_old) unclamped (verl clamps log r at ±20).
-* The loss is summed per sample over its tokens and divided by the sample's (rollout's) token count
-  (`get_sum_of_sample_mean`): verl's seq-mean-token-mean; `--calculate-per-token-loss` makes it token-mean.
+  the dual clip `--eps-clip-c` (off by default). r = exp(log π - log π_old) unclamped (verl clamps log r at ±20):
+  every spec read here is '/noclamp' (the form parameter clamp_log_ratio=False), gspo's log s too. gspo differentiates s
+  through the per-sequence mean (the clip form's `seq_grad_mean` = 1: each token gets its row's mean of the kept
+  −A·s). ε_low = --eps-clip >= 1 is no lower bound (ratio.clamp(1 - ε, ...) below 0), as slime runs it.
+* The loss is summed per sample over its tokens and divided by the sample's (rollout's) token count, at least 1
+  (`get_sum_of_sample_mean`), and `loss_function` divides the sum over samples by the step's sample count,
+  empty (removed) samples included: divclip's seq-mean-token-mean-all exactly (`exact_aggregation`; verl's
+  seq-mean-token-mean, the `loss_agg_mode` reported, skips empty rows). `--calculate-per-token-loss`: the token
+  sum over `loss_function`'s num_tokens, each sample's count at least 1: token-mean-min1 exactly (token-mean
+  when no sample is empty). tests/engines/test_parity_slime.py holds both against slime's own `loss_function`.
+* `--use-opsm` multiplies the loss by OPSM's mask (`compute_opsm_mask`: 0 on the tokens with A < 0 of a sample
+  whose mean log(π_old/π_θ) exceeds `--opsm-delta`), the denominators unchanged: not in the spec; the warning
+  gives the exact recipe, divclip's correction 'opsm=δ' with rollout_log_prob = π_old (TRL's OPSM compares with
+  π_rollout, so read_correction does not return it).
 * `--use-tis` multiplies the loss by clamp(π_old/π_rollout, tis-clip-low, tis-clip) (`vanilla_tis_function`); a
   custom function (`--custom-tis-function-path`, e.g. ICEPOP's mask) may replace it. A weight beside the clip.
 * `--use-rollout-logprobs` takes the inference engine's log-probs as π_old: then even one step per rollout sees
@@ -43,6 +54,7 @@ from divclip.engines.base import (
     recipe_aggregation,
     typed_values,
 )
+from divclip.engines.errors import ConfigError
 from divclip.engines.launch import render_launch
 from divclip.engines.pitfalls import Pitfall, on_policy_note
 
@@ -62,7 +74,7 @@ ships no slime loss: docs/engines.md shows the wrapper to write."""
 
 ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "ppo")
 KEYS: dict[str, Key] = {
-    "--eps-clip": Key("float", 0.2, above=0.0, doc="ratio clip width ε_low (and ε_high when that is unset)"),
+    "--eps-clip": Key("float", 0.2, above=-math.inf, doc="ratio clip width ε_low (and ε_high when unset); >= 0"),
     "--eps-clip-high": Key("float", None, nullable=True, above=0.0, doc="ε_high (None: eps-clip)"),
     "--eps-clip-c": Key("float", None, nullable=True, above=1.0, doc="dual-clip cap c for A < 0 (None: off)"),
     "--advantage-estimator": Key("str", "grpo", choices=ESTIMATORS, doc="advantages, and the loss: gspo, cispo"),
@@ -83,6 +95,8 @@ KEYS: dict[str, Key] = {
     "--kl-loss-type": Key("str", "k1", choices=("k1", "k2", "k3", "low_var_kl"), doc="its estimator"),
     "--use-unbiased-kl": Key("bool", False, doc="the KL loss's unbiased estimate"),
     "--custom-pg-loss-reducer-function-path": Key("str", None, nullable=True, doc="a user function reduces pg_loss"),
+    "--use-opsm": Key("bool", False, doc="Off-Policy Sequence Masking of the A < 0 tokens of far-off samples"),
+    "--opsm-delta": Key("float", 1e-4, above=-math.inf, doc="OPSM's threshold on the sample's mean log(π_old/π_θ)"),
     "--kl-coef": Key("float", 0.0, above=-math.inf, doc="KL penalty in the reward"),
     "--entropy-coef": Key("float", 0.0, above=-math.inf, doc="entropy bonus: the loss less entropy_coef·H"),
 }
@@ -120,6 +134,8 @@ def read(settings: Mapping, **_options) -> EngineRead:
     """The clip settings of a slime launch command ({flag: value}, `divclip.engines.launch`)."""
     g, keys = typed_values(settings, KEYS)
     low = g["--eps-clip"]
+    if low < 0:
+        raise ConfigError(f"--eps-clip must be a number >= 0 (slime clamps r to [1 - eps_clip, 1 + ...]), got {low!r}")
     high = g["--eps-clip-high"] if g["--eps-clip-high"] is not None else low
     est, loss_type = g["--advantage-estimator"], g["--loss-type"]
     form = "clip" if loss_type == "policy_loss" else "other"
@@ -155,6 +171,12 @@ def read(settings: Mapping, **_options) -> EngineRead:
         s.notes.append(
             f"--loss-type {loss_type} is reported, not modelled"
             + (f" (custom loss {g['--custom-loss-function-path']})" if loss_type == "custom_loss" else "")
+        )
+    if form != "other":
+        s.notes.append(
+            f"aggregation exactly: {exact_aggregation(s)} (slime counts an empty sample: "
+            + ("as one token" if per_token else "as 0, over every sample")
+            + f"; {s.loss_agg_mode} where no sample is empty)"
         )
     _pitfalls(s, g)
     s.advice += ignored_key_advice(s, IGNORED_BY_LOSS, f"slime {VERSION} slime/utils/ppo_utils.py compute_cispo_loss")
@@ -238,11 +260,23 @@ def _structure(s: EngineRead, g: dict) -> None:
 def _spec(s: EngineRead):
     from divclip.theory.spec import ClipSpec
 
-    try:
+    try:  # slime exponentiates the raw log-ratio (compute_policy_loss, compute_cispo_loss): no clamp
         if s.form == "cispo":
-            return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, mode="cispo")
-        return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, dual_clip_c=s.dual_clip_c, level=s.level)
-    except ValueError as exc:  # ε_low > 1: a lower bound below 0
+            return ClipSpec(
+                "ratio", eps_low=s.budget_low, eps_high=s.budget_high, form="cispo", params={"clamp_log_ratio": False}
+            )
+        return ClipSpec(
+            "ratio",
+            eps_low=s.budget_low,
+            eps_high=s.budget_high,
+            level=s.level,
+            params={
+                **dict({"seq_grad_mean": 1.0} if s.level == "sequence" else ()),
+                "dual_clip_c": s.dual_clip_c,
+                "clamp_log_ratio": False,
+            },
+        )
+    except ValueError as exc:
         s.notes.append(f"no divclip method says this exactly: {exc}")
         return None
 
@@ -270,6 +304,23 @@ def _pitfalls(s: EngineRead, g: dict) -> None:
                 f"{s.loss_agg_mode} is not what the run computes; divclip never loads or runs it",
                 "--custom-pg-loss-reducer-function-path",
                 f"slime {COMMIT[:8]} {loss} (pg_loss_reducer)",
+            )
+        )
+    if g["--use-opsm"] and s.form != "other":
+        s.advice.append(
+            Pitfall(
+                "opsm_not_modelled",
+                f"--use-opsm: slime multiplies the policy loss by OPSM's mask, 0 on every token with A < 0 of a "
+                f"sample whose mean log(π_old/π_θ) exceeds --opsm-delta {g['--opsm-delta']:g} (the denominators "
+                "keep those tokens); divclip's spec does not carry it: policy_loss with the correction "
+                f"'opsm={g['--opsm-delta']:g}' and rollout_log_prob = π_old (not π_rollout) computes it"
+                + (
+                    " (with --use-tis too, whose weight is of π_old/π_rollout, no one correction does)"
+                    if g["--use-tis"]
+                    else ""
+                ),
+                "--use-opsm",
+                f"slime {COMMIT[:8]} slime/utils/ppo_utils.py compute_opsm_mask, {loss}",
             )
         )
     if g["--use-tis"] or g["--custom-tis-function-path"]:
@@ -307,17 +358,17 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
     spec, label = check_spec(spec, label)
     notes: list = []
     diffs: list = []
-    if spec.mode == "cispo_cap":  # TRL's cispo: slime's cispo at --eps-clip 1 (no lower bound)
+    if spec.form == "cispo_cap":  # TRL's cispo: slime's cispo at --eps-clip 1 (no lower bound)
         from divclip.theory.forms.cispo_cap import cispo_cap_as_cispo
 
         spec = cispo_cap_as_cispo(spec)
-    if spec.mode == "cispo":
+    if spec.form == "cispo":
         settings = _write_cispo(spec, notes)
-    elif spec.mode == "clip":
+    elif spec.form == "clip":
         settings = _write_clip(spec, notes, diffs)
     else:
         raise ValueError(
-            f"slime ({VERSION}) has no {spec.mode!r} loss form (its losses: the PPO clip, gspo, "
+            f"slime ({VERSION}) has no {spec.form!r} loss form (its losses: the PPO clip, gspo, "
             "cispo); a custom loss (--custom-loss-function-path) could run divclip's, see docs/engines.md"
         )
     agg = _aggregation(spec, recipe, loss_agg_mode, notes)
@@ -332,6 +383,13 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
             )
         )
     return EngineWrite(NAME, label, {}, settings, tuple(notes), differences=tuple(diffs))
+
+
+def exact_aggregation(read: EngineRead) -> str:
+    """The divclip loss_agg_mode that is slime's reduction of the policy loss exactly (module doc string):
+    seq-mean-token-mean-all by default, token-mean-min1 with --calculate-per-token-loss. `read.loss_agg_mode`
+    keeps verl's nearest name (seq-mean-token-mean, token-mean), equal when no sample is empty."""
+    return "token-mean-min1" if read.loss_agg_mode == "token-mean" else "seq-mean-token-mean-all"
 
 
 def _write_clip(spec, notes: list, diffs: list) -> dict:
@@ -352,8 +410,8 @@ def _write_clip(spec, notes: list, diffs: list) -> dict:
         "--eps-clip": float(ratio.eps_low),
         "--eps-clip-high": float(ratio.eps_high),
     }
-    if ratio.dual_clip_c is not None:
-        settings["--eps-clip-c"] = float(ratio.dual_clip_c)
+    if ratio.param("dual_clip_c", None) is not None:
+        settings["--eps-clip-c"] = float(ratio.param("dual_clip_c", None))
     else:
         notes.append("no --eps-clip-c: slime's default is no dual clip")
     return settings

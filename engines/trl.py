@@ -21,6 +21,7 @@ import functools
 import math
 import shlex
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from divclip.engines import advice
@@ -76,6 +77,9 @@ KEYS: dict[str, Key] = {
     "entropy_coef": Key("float", 0.0, above=-math.inf, doc="entropy bonus: the loss less entropy_coef·H"),
     "use_adaptive_entropy": Key("bool", False, doc="entropy_coef adapted each step (Skywork-OR1)"),
     "top_entropy_quantile": Key("float", 1.0, above=-math.inf, doc="policy loss kept on the top-ρ entropy tokens only"),
+    "mask_truncated_completions": Key(
+        "bool", False, doc="completions cut at max_completion_length left out of the loss"
+    ),
     "num_generations": Key("int", 8, nullable=True, above=0, doc="completions per prompt (group size)"),
     "per_device_train_batch_size": Key("int", 8, above=0, doc="sequences per device per micro-step"),
     "gradient_accumulation_steps": Key("int", 1, above=0, doc="micro-steps per optimizer step"),
@@ -131,6 +135,60 @@ CLIP_LOSS_TYPE = {"token-mean": "dapo", "seq-mean-token-mean": "grpo", "seq-mean
 _CLIPPED = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
 
 
+# ------------------------------------------------------------------------------------------ trainers
+# The trainer a TRL script builds its config for (the class it calls, or hands to TrlParser): each reads
+# GRPOConfig's clip fields, with its own defaults and fields (tests/engines/test_trl_trainers.py holds both equal to
+# the installed classes), and what its loss or schedule changes is said.
+TRAINERS = {
+    "GRPOConfig": "grpo",
+    "DivClipGRPOConfig": "grpo",
+    "GMPOConfig": "gmpo",  # trl.experimental.gmpo
+    "RLOOConfig": "rloo",
+    "AsyncGRPOConfig": "async_grpo",  # trl.experimental.async_grpo
+}
+TRAINER_DEFAULTS = {
+    "grpo": {},
+    "gmpo": {"epsilon": 0.4},  # log-space widths: log r clipped to [-0.4, 0.4]
+    "rloo": {"num_generations": 2, "beta": 0.05},
+    "async_grpo": {"max_completion_length": 2048},
+}
+TRAINER_FIELDS_FILE = Path(__file__).with_name(f"trl_{VERSION}_trainer_fields.txt")
+
+
+def trainer_of(classes) -> str:
+    """The trainer of the first TRL config class among `classes` (class names a script uses); GRPO if none."""
+    return next((TRAINERS[c] for c in classes or () if c in TRAINERS), "grpo")
+
+
+def detect_classes(classes) -> bool:
+    """Whether a script's config classes are TRL's (a GRPOConfig built with no literal settings is still TRL's)."""
+    return any(c in TRAINERS for c in classes or ())
+
+
+@functools.lru_cache(maxsize=4)
+def trainer_fields(trainer: str) -> frozenset:
+    """Every field of the trainer's config class (with TrainingArguments'): GRPOConfig's for grpo and gmpo (GMPOConfig
+    adds none), else the snapshot `trl_<version>_trainer_fields.txt` ("ClassName field" lines)."""
+    if trainer in ("grpo", "gmpo"):
+        return known_keys()
+    cls = next(c for c, t in TRAINERS.items() if t == trainer)
+    lines = TRAINER_FIELDS_FILE.read_text().splitlines()
+    return frozenset(ln.split()[1] for ln in lines if ln and not ln.startswith("#") and ln.split()[0] == cls)
+
+
+def parser_fields(classes) -> frozenset:
+    """The fields of the TRL argument classes a parser takes beside the trainer's config (ScriptArguments,
+    ModelConfig, DatasetMixtureConfig: the snapshot's lines for them)."""
+    wanted = set(classes or ()) & set(PARSER_CLASSES)
+    if not wanted:
+        return frozenset()
+    lines = TRAINER_FIELDS_FILE.read_text().splitlines()
+    return frozenset(ln.split()[1] for ln in lines if ln and not ln.startswith("#") and ln.split()[0] in wanted)
+
+
+PARSER_CLASSES = ("ScriptArguments", "ModelConfig", "DatasetMixtureConfig")
+
+
 # ------------------------------------------------------------------------------------------ known keys
 KNOWN_FIELDS_FILE = Path(__file__).with_name(f"trl_{VERSION}_fields.txt")
 
@@ -165,12 +223,17 @@ def detect(settings: Mapping) -> float:
 
 
 # ------------------------------------------------------------------------------------------------ read
-def read(settings: Mapping, *, num_processes: int = 1, **_options) -> EngineRead:
-    """The clip settings of a flat GRPOConfig (fields or `--field value` flags)."""
+def read(settings: Mapping, *, num_processes: int = 1, classes=(), fields=frozenset(), **_options) -> EngineRead:
+    """The clip settings of a flat GRPOConfig (fields or `--field value` flags); `classes`, the config classes the
+    script uses, pick the trainer (RLOOConfig, GMPOConfig, AsyncGRPOConfig: `TRAINERS`), and with `fields` (those of
+    the script's own dataclasses) say which keys its parser knows (ModelConfig's, ScriptArguments', ...)."""
     if isinstance(num_processes, bool) or not isinstance(num_processes, int) or num_processes < 1:
         raise ConfigError(f"num_processes must be an integer >= 1, got {num_processes!r}")
+    trainer = trainer_of(classes)
     values = _fields(settings)
-    g, keys = typed_values(values, KEYS)
+    table = {k: replace(KEYS[k], default=v) if k in KEYS else v for k, v in TRAINER_DEFAULTS[trainer].items()}
+    g, keys = typed_values(values, {**KEYS, **table})
+    known = trainer_fields(trainer) | parser_fields(classes) | frozenset(fields)
     loss_type, level = g["loss_type"], g["importance_sampling_level"]
     eps = g["epsilon"]
     eps_high = g["epsilon_high"] if g["epsilon_high"] is not None else eps
@@ -203,10 +266,12 @@ def read(settings: Mapping, *, num_processes: int = 1, **_options) -> EngineRead
         group_size=g["num_generations"],
         kl={"beta": g["beta"]},
         keys=keys,
-        unknown_keys=unknown_keys(values, lambda k: k in known_keys(), known_keys()),
+        unknown_keys=unknown_keys(values, lambda k: k in known, known),
         roles=ROLES,
         on_policy_fix="num_iterations > 1 or steps_per_generation > gradient_accumulation_steps",
     )
+    if trainer != "grpo":
+        return _other_trainer(s, trainer, g, values)
     if form == "clip":
         _divclip(s, values, g, keys, steps)
     if num_processes == 1 and g["generation_batch_size"] is not None and g["steps_per_generation"] is None:
@@ -218,6 +283,50 @@ def read(settings: Mapping, *, num_processes: int = 1, **_options) -> EngineRead
     name_loss_terms(s, loss_terms(g))
     s.advice[:0] = pitfalls(s)  # before the plug-in's own advice, as `divclip check` has always listed them
     s.advice += ignored_key_advice(s, IGNORED_BY_LOSS, f"TRL {VERSION} grpo_trainer.py GRPOTrainer._compute_loss")
+    return s
+
+
+def _other_trainer(s: EngineRead, trainer: str, g: dict, values: dict) -> EngineRead:
+    """GMPO, RLOO and async GRPO: GRPOConfig's fields read with their trainer's defaults, then what differs."""
+    from divclip.theory.spec import ClipSpec
+
+    eps = g["epsilon"]
+    high = g["epsilon_high"] if g["epsilon_high"] is not None else eps
+    if trainer == "gmpo":  # gmpo_trainer.py: log r clipped in A's direction, exp of the mean per sequence
+        s.loss_mode, s.form, s.measure, s.loss_agg_mode = "gmpo", "other", None, None
+        s.budget_low = s.budget_high = s.dual_clip_c = None
+        s.spec = ClipSpec(form="geo_mean", params={"gmpo_eps_low": eps, "gmpo_eps_high": high})
+        s.notes.append(
+            f"TRL's GMPOTrainer (trl.experimental.gmpo): epsilon = {eps:g}, epsilon_high = {high:g} are log-space "
+            f"widths, log r clipped to [-{eps:g}, {high:g}] in A's direction, then the geometric mean per "
+            "sequence: divclip's geo_mean"
+        )
+    elif trainer == "rloo":  # rloo_trainer.py: one sequence ratio, the KL in the reward
+        s.loss_mode, s.form, s.measure, s.loss_agg_mode, s.spec = "rloo", "other", None, None, None
+        s.level, s.dual_clip_c = "sequence", None
+        s.notes.append(
+            f"TRL's RLOOTrainer (RLOOConfig): leave-one-out advantages over num_generations = "
+            f"{g['num_generations']} completions, one sequence ratio clipped at epsilon = {eps:g}, "
+            f"epsilon_high = {high:g}: this loss is not modelled by divclip (no method string), the settings "
+            "around it are read"
+        )
+        if g["beta"]:
+            s.notes.append(
+                f"beside the clip: beta = {g['beta']:g}: RLOOTrainer subtracts β·KL to the reference from the "
+                "reward (not a loss term; not part of divclip's clip analysis)"
+            )
+        return s
+    else:  # async_grpo_trainer.py: the ratio against the vLLM server's log-probs
+        s.loss_mode, s.loss_agg_mode = "async_grpo", None
+        s.spec = ClipSpec("ratio", eps_low=eps, eps_high=high, level=s.level, params={"clamp_log_ratio": False})
+        staleness = values.get("max_staleness", 4)
+        s.on_policy = False
+        s.on_policy_reason = (
+            f"TRL's AsyncGRPOTrainer: rollouts come from a vLLM server up to max_staleness = {staleness} weight "
+            "versions old and the ratio is taken against the server's log-probs, so it is not 1 even at the "
+            "first update (and num_iterations / steps_per_generation are not AsyncGRPOConfig fields)"
+        )
+    name_loss_terms(s, loss_terms(g))
     return s
 
 
@@ -239,6 +348,13 @@ def loss_terms(g: dict) -> list[tuple[str, str]]:
                 f"entropy_coef = {g['entropy_coef']:g}, use_adaptive_entropy = {g['use_adaptive_entropy']}",
                 "an entropy bonus, the loss less entropy_coef·H"
                 + (" (adapted each step)" if g["use_adaptive_entropy"] else ""),
+            )
+        )
+    if g["mask_truncated_completions"]:
+        out.append(
+            (
+                "mask_truncated_completions = True",
+                "completions cut at max_completion_length (no EOS) are left out of the loss",
             )
         )
     if g["top_entropy_quantile"] < 1.0:
@@ -285,13 +401,14 @@ def _read_spec(s: EngineRead, g: dict) -> None:
         s.notes.append(f"loss_type {s.loss_mode!r}: no divclip method says this exactly: {exc}")
 
 
-# Every TRL method is '/noclamp' (ClipSpec.clamp_log_ratio=False): TRL exponentiates the raw log-ratio, where verl
-# (and divclip's default) clamp it to ±20. In float32 the specs below are TRL's loss bit for bit; in float64 TRL's
-# sapo temperatures and VESPO's k, λ are float32 values (torch.where on Python floats), a 1e-8 relative difference.
+# Every TRL method is '/noclamp' (the form parameter clamp_log_ratio=False): TRL exponentiates the raw log-ratio,
+# where verl (and divclip's default) clamp it to ±20. In float32 the specs below are TRL's loss bit for bit; in
+# float64 TRL's sapo temperatures and VESPO's k, λ are float32 values (torch.where on Python floats), a 1e-8
+# relative difference.
 def _clip_spec(s: EngineRead, g: dict):
     from divclip.theory.spec import ClipSpec
 
-    mode = "luspo" if s.loss_mode == "luspo" else "clip"
+    form = "luspo" if s.loss_mode == "luspo" else "clip"
     c = s.dual_clip_c
     if c is not None and s.clip_measure in (None, "ratio") and c < 1.0 + s.budget_high:
         raise ValueError(
@@ -299,15 +416,14 @@ def _clip_spec(s: EngineRead, g: dict):
             "then also caps tokens with A > 0 inside the clip, which divclip's dual clip does not"
         )
     if s.clip_measure not in (None, "ratio"):
-        return ClipSpec(s.clip_measure, delta=s.delta_low, dual_clip_c=c, clamp_log_ratio=False)
+        return ClipSpec(s.clip_measure, delta=s.delta_low, params={"dual_clip_c": c, "clamp_log_ratio": False})
     return ClipSpec(
         "ratio",
         eps_low=s.budget_low,
         eps_high=s.budget_high,
-        dual_clip_c=c,
         level=s.level,
-        mode=mode,
-        clamp_log_ratio=False,
+        form=form,
+        params={"dual_clip_c": c, "clamp_log_ratio": False},
     )
 
 
@@ -315,18 +431,16 @@ def _cispo_spec(s: EngineRead, g: dict):
     from divclip.theory.spec import ClipSpec
 
     # an absolute cap on the IS weight, no lower bound (ScaleRL's ε_max): the cispo_cap form, at any cap
-    return ClipSpec(mode="cispo_cap", params={"cispo_cap": s.cap}, level=s.level, clamp_log_ratio=False)
+    return ClipSpec(form="cispo_cap", level=s.level, params={"cispo_cap": s.cap, "clamp_log_ratio": False})
 
 
 def _sapo_spec(s: EngineRead, g: dict):
     from divclip.theory.spec import ClipSpec
 
     return ClipSpec(
-        mode="sapo",
-        tau_pos=g["sapo_temperature_pos"],
-        tau_neg=g["sapo_temperature_neg"],
+        form="sapo",
         level=s.level,
-        clamp_log_ratio=False,
+        params={"tau_pos": g["sapo_temperature_pos"], "tau_neg": g["sapo_temperature_neg"], "clamp_log_ratio": False},
     )
 
 
@@ -337,7 +451,7 @@ def _vespo_spec(s: EngineRead, g: dict):
 
     names = ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")
     form = get_form("vespo")  # its defaults are GRPOConfig's: only the ones set differently go in the method
-    return ClipSpec(mode="vespo", params={k: g[k] for k in names if g[k] != form.param(k).default})
+    return ClipSpec(form="vespo", params={k: g[k] for k in names if g[k] != form.param(k).default})
 
 
 SPEC_FROM_LOSS_TYPE = {
@@ -439,8 +553,8 @@ def _method(s: EngineRead, text: str) -> None:
         f"clip_method={text!r} is the whole method: epsilon, epsilon_high, delta and clip_measure are ignored"
     )
     spec = s.spec
-    if not _combined(spec) and spec.mode == "clip" and spec.measure_name == "ratio":  # a dual clip below 1 + ε_high
-        s.form, s.measure, s.level, s.dual_clip_c = "clip", "ratio", spec.level, spec.dual_clip_c
+    if not _combined(spec) and spec.form == "clip" and spec.measure_name == "ratio":  # a dual clip below 1 + ε_high
+        s.form, s.measure, s.level, s.dual_clip_c = "clip", "ratio", spec.level, spec.param("dual_clip_c", None)
         s.budget_low, s.budget_high = spec.eps_low, spec.eps_high
         s.ratio_bounds = [1.0 - spec.eps_low, 1.0 + spec.eps_high]
 
@@ -553,19 +667,19 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
         from divclip.theory.spec import method_string
 
         if not _combined(spec):
-            notes.append(_DUAL_NOTE.format(c=spec.dual_clip_c, hi=1.0 + spec.eps_high))
+            notes.append(_DUAL_NOTE.format(c=spec.param("dual_clip_c", None), hi=1.0 + spec.eps_high))
         notes.append("clip_method replaces clip_measure/clip_delta/epsilon_high; TRL's epsilon is ignored")
         fields = {"loss_type": _clip_loss_type(agg, diffs), "clip_method": method_string(spec)}
         return EngineWrite(NAME, label, {}, fields, tuple(notes), "DivClipGRPOConfig", tuple(diffs))
-    if spec.mode not in WRITERS:
+    if spec.form not in WRITERS:
         name = spec.measure_name
         raise ValueError(
-            f"TRL has no {spec.mode!r} loss form (DPPO's mask is verl's dppo_kl/dppo_tv); for a PPO "
+            f"TRL has no {spec.form!r} loss form (DPPO's mask is verl's dppo_kl/dppo_tv); for a PPO "
             f"clip by {name} use the method '{name}:{spec.delta:g}'"
-            if spec.mode == "gated"
-            else f"TRL has no {spec.mode!r} loss form (TRL's loss_type: {', '.join(LOSS_TYPES)})"
+            if spec.form == "gated"
+            else f"TRL has no {spec.form!r} loss form (TRL's loss_type: {', '.join(LOSS_TYPES)})"
         )
-    fields, config_class = WRITERS[spec.mode](spec, agg, notes, diffs)
+    fields, config_class = WRITERS[spec.form](spec, agg, notes, diffs)
     return EngineWrite(NAME, label, {}, fields, tuple(notes), config_class, tuple(diffs))
 
 
@@ -595,7 +709,7 @@ def _clip_loss_type(agg: str | None, diffs: list) -> str:
 
 def _write_clip(spec, agg, notes: list, diffs: list):
     name = spec.measure_name
-    delta = None if spec.dual_clip_c is None else _num(spec.dual_clip_c)
+    delta = None if spec.param("dual_clip_c", None) is None else _num(spec.param("dual_clip_c", None))
     loss_type = _clip_loss_type(agg, diffs)
     if spec.level == "sequence":
         if name != "ratio":
@@ -651,8 +765,8 @@ def _write_sapo(spec, agg, notes: list, diffs: list):
         diffs.append(Difference(f"aggregation {agg}", "TRL's sapo aggregates seq-mean-token-mean"))
     return {
         "loss_type": "sapo",
-        "sapo_temperature_pos": _num(spec.tau_pos),
-        "sapo_temperature_neg": _num(spec.tau_neg),
+        "sapo_temperature_pos": _num(spec.param("tau_pos")),
+        "sapo_temperature_neg": _num(spec.param("tau_neg")),
         **_level(spec),
     }, "GRPOConfig"
 
@@ -670,7 +784,7 @@ def _write_cispo_cap(spec, agg, notes: list, diffs: list):
 def _write_luspo(spec, agg, notes: list, diffs: list):
     if spec.measure_name != "ratio":
         raise ValueError(f"TRL's luspo clips the ratio with epsilon / epsilon_high, got measure {spec.measure_name!r}")
-    delta = None if spec.dual_clip_c is None else _num(spec.dual_clip_c)
+    delta = None if spec.param("dual_clip_c", None) is None else _num(spec.param("dual_clip_c", None))
     return {
         "loss_type": "luspo",
         "epsilon": _num(spec.eps_low),
@@ -693,7 +807,7 @@ WRITERS = {
     "luspo": _write_luspo,
     "vespo": _write_vespo,
 }
-"""{ClipSpec.mode: fn(spec, aggregation, notes, differences) -> (fields, config class)}."""
+"""{ClipSpec.form: fn(spec, aggregation, notes, differences) -> (fields, config class)}."""
 
 
 _DUAL_NOTE = (
@@ -705,8 +819,8 @@ _DUAL_NOTE = (
 def _dual_below_upper(spec) -> bool:
     """A ratio clip whose dual-clip cap c is below 1 + ε_high: TRL's `delta` is min(r, delta) on every token, the
     same as a dual clip only when delta >= 1 + ε_high (for A > 0 the clip already caps r there)."""
-    c = spec.dual_clip_c
-    if c is None or spec.mode != "clip" or spec.measure_name != "ratio" or not c < 1.0 + spec.eps_high:
+    c = spec.param("dual_clip_c", None)
+    if c is None or spec.form != "clip" or spec.measure_name != "ratio" or not c < 1.0 + spec.eps_high:
         return False
     if spec.level != "token":  # the plug-in's clip_method runs token-level clips only
         raise ValueError(

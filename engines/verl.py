@@ -10,7 +10,7 @@ multiplies both by rollout.n) and swept `ppo_epochs` times. One update in total 
 1 when the loss is evaluated (verl #791, #1477).
 
 Loss modes: `SPEC_FROM_MODE` maps a `policy_loss.loss_mode` to the ClipSpec it runs (a function of the typed
-settings); `WRITERS` maps a ClipSpec mode to the keys that run it. A mode without a row is reported, not
+settings); `WRITERS` maps a ClipSpec form to the keys that run it. A form without a row is reported, not
 modelled. divclip's own modes (`atr_kl3`, `divclip_<measure>`, `divclip_method`) need the plug-in `PLUGIN`,
 loaded by verl from `VERL_USE_EXTERNAL_MODULES`.
 """
@@ -197,10 +197,58 @@ HYDRA_FLAGS = frozenset(
 is refused by its argparse ("unrecognized arguments")."""
 
 
-def is_known(key: str) -> bool:
-    """A key verl's Hydra accepts: a leaf of its config, or a key below an open (empty/null) leaf, or one of
-    hydra's own options (`--config-name`, `hydra.*`)."""
-    known = known_keys()
+# verl's packaged trainer configs beside ppo_trainer (`--config-name ppo_megatron_trainer`): each one's leaf keys as
+# a difference from ppo_trainer's ("NAME +key" / "NAME -key" lines), a snapshot of their _generated_*.yaml that
+# tests/engines/test_verl_config_names.py checks against the installed verl. Their defaults of KEYS are ppo_trainer's.
+TRAINER_CONFIGS = ("ppo_trainer", "ppo_megatron_trainer", "ppo_torchtitan_trainer", "ppo_veomni_trainer")
+TRAINER_CONFIGS_FILE = Path(__file__).with_name(f"verl_{VERSION}_trainer_configs.txt")
+CONFIG_NAME_FLAGS = ("--config-name", "-cn")
+
+
+@functools.lru_cache(maxsize=len(TRAINER_CONFIGS))
+def config_keys(name: str) -> frozenset:
+    """The leaf keys of one of verl's packaged trainer configs (`TRAINER_CONFIGS`)."""
+    if name == "ppo_trainer":
+        return known_keys()
+    plus, minus = set(), set()
+    for line in TRAINER_CONFIGS_FILE.read_text().splitlines():
+        if line and not line.startswith("#") and line.split()[0] == name:
+            key = line.split()[1]
+            (plus if key[0] == "+" else minus).add(key[1:])
+    return frozenset((known_keys() - minus) | plus)
+
+
+def config_name(settings: Mapping) -> str | None:
+    """The `--config-name` a launch gives verl's entry point (its `.yaml` suffix dropped), or None."""
+    for flag in CONFIG_NAME_FLAGS:
+        value = settings.get(flag)
+        if isinstance(value, str) and value:
+            return value.strip("'\"").removesuffix(".yaml")
+    return None
+
+
+def _config_tree(settings: Mapping) -> tuple[frozenset, str]:
+    """(the keys verl's config accepts for this launch, a note): a packaged --config-name's keys, else ppo_trainer's."""
+    name = config_name(settings)
+    if name is None or name == "ppo_trainer":
+        return known_keys(), ""
+    if name in TRAINER_CONFIGS:
+        return config_keys(name), (
+            f"--config-name {name}: keys checked against verl {VERSION}'s {name} (_generated_{name}.yaml); "
+            "its defaults of the settings read here are ppo_trainer's"
+        )
+    path = settings.get("--config-path") or settings.get("-cp")
+    where = f" in --config-path {path}" if isinstance(path, str) else ""
+    return known_keys(), (
+        f"--config-name {name} is the example's own config{where}, not one verl {VERSION} packages: divclip has not "
+        "read it, so its defaults are taken as ppo_trainer's and a key it adds may be named as unknown"
+    )
+
+
+def is_known(key: str, known: frozenset | None = None) -> bool:
+    """A key verl's Hydra accepts: a leaf of its config (`known`: ppo_trainer's unless a --config-name picks another),
+    or a key below an open (empty/null) leaf, or one of hydra's own options (`--config-name`, `hydra.*`)."""
+    known = known_keys() if known is None else known
     if key in known or key in HYDRA_FLAGS or key.startswith("hydra."):
         return True
     parts = key.split(".")
@@ -230,6 +278,7 @@ def read(settings: Mapping, **_options) -> EngineRead:
     c = g[A + "clip_ratio_c"]
     c = None if c == math.inf else c  # min(-A·c, ·) with c = inf caps nothing: no dual clip / IS truncation
     train, mini, epochs = g["data.train_batch_size"], g[A + "ppo_mini_batch_size"], g[A + "ppo_epochs"]
+    known, config_note = _config_tree(settings)
     minibatches = max(1, math.ceil(train / mini))
     updates = epochs * minibatches
     s = EngineRead(
@@ -260,10 +309,12 @@ def read(settings: Mapping, **_options) -> EngineRead:
             "adv_estimator": g["algorithm.adv_estimator"],
         },
         keys=keys,
-        unknown_keys=unknown_keys(settings, is_known, known_keys()),
+        unknown_keys=unknown_keys(settings, lambda k: is_known(k, known), known),
         roles=ROLES,
         on_policy_fix="ppo_epochs > 1 or ppo_mini_batch_size < train_batch_size",
     )
+    if config_note:
+        s.notes.append(config_note)
     if mode == "sapo" and s.loss_agg_mode != "seq-mean-token-mean":
         s.notes.append(
             f"verl {VERSION}'s sapo aggregates seq-mean-token-mean whatever loss_agg_mode says ({s.loss_agg_mode})"
@@ -338,7 +389,7 @@ def _read_spec(s: EngineRead, settings, g: dict, keys: dict) -> None:
 def _vanilla(s, settings, g, keys):
     from divclip.theory.spec import ClipSpec
 
-    return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, dual_clip_c=s.dual_clip_c)
+    return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, params={"dual_clip_c": s.dual_clip_c})
 
 
 def _gspo(s, settings, g, keys):
@@ -350,22 +401,25 @@ def _gspo(s, settings, g, keys):
 def _dppo_spec(s, settings, g, keys):
     from divclip.theory.spec import ClipSpec
 
-    if s.budget_low != s.budget_high:
-        raise ValueError(f"δ_low = {s.budget_low:g} and δ_high = {s.budget_high:g}: a divclip gated spec has one δ")
-    return ClipSpec(s.measure, delta=s.budget_low, mode="gated", tis_cap=s.tis_cap)
+    # δ_high where clip_ratio_high differs; verl's own gate arithmetic (its +1e-8, prob <= old_prob), so that
+    # every decision is verl's (divclip.theory.forms.gated)
+    params = {"gate": 1.0, **({"delta_high": s.budget_high} if s.budget_high != s.budget_low else {})}
+    return ClipSpec(s.measure, delta=s.budget_low, form="gated", params={**dict(params), "tis_cap": s.tis_cap})
 
 
 def _cispo(s, settings, g, keys):
     from divclip.theory.spec import ClipSpec
 
-    return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, mode="cispo")
+    return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, form="cispo")
 
 
 def _sapo(s, settings, g, keys):
     from divclip.theory.spec import ClipSpec
 
     # verl's sapo aggregates seq-mean-token-mean whatever loss_agg_mode says: the spec does too (sapo_seq_mean)
-    return ClipSpec(mode="sapo", tau_pos=g[A + "tau_pos"], tau_neg=g[A + "tau_neg"], params={"sapo_seq_mean": 1.0})
+    return ClipSpec(
+        form="sapo", params={"sapo_seq_mean": True, "tau_pos": g[A + "tau_pos"], "tau_neg": g[A + "tau_neg"]}
+    )
 
 
 def _divclip_spec(s, settings, g, keys):
@@ -373,8 +427,8 @@ def _divclip_spec(s, settings, g, keys):
 
     if s.delta_low == s.delta_high:
         if s.clip_measure == "ratio":
-            return ClipSpec("ratio", eps_low=s.delta_low, eps_high=s.delta_high, dual_clip_c=s.dual_clip_c)
-        return ClipSpec(s.clip_measure, delta=s.delta_low, dual_clip_c=s.dual_clip_c)
+            return ClipSpec("ratio", eps_low=s.delta_low, eps_high=s.delta_high, params={"dual_clip_c": s.dual_clip_c})
+        return ClipSpec(s.clip_measure, delta=s.delta_low, params={"dual_clip_c": s.dual_clip_c})
     raise ValueError(f"δ_low = {s.delta_low:g} and δ_high = {s.delta_high:g}: a divclip spec has one δ per measure")
 
 
@@ -396,18 +450,18 @@ def _method(s, settings, g, keys):
     return spec
 
 
-def _params(mode: str, values: dict) -> dict:
+def _params(form_name: str, values: dict) -> dict:
     """The form's parameters that differ from its defaults (so the method string names only those)."""
     from divclip.theory.forms import get_form
 
-    form = get_form(mode)
+    form = get_form(form_name)
     return {name: v for name, v in values.items() if v != form.param(name).default}
 
 
 def _gpg(s, settings, g, keys):
     from divclip.theory.spec import ClipSpec
 
-    return ClipSpec(mode="gpg")
+    return ClipSpec(form="gpg")
 
 
 def _dro(s, settings, g, keys):
@@ -418,7 +472,7 @@ def _dro(s, settings, g, keys):
         raise ConfigError(
             f"loss_mode dro needs {PL}dro_beta > 0 (verl {VERSION} has no default and raises without one)"
         )
-    return ClipSpec(mode="dro", params=_params("dro", {"dro_beta": beta}))
+    return ClipSpec(form="dro", params=_params("dro", {"dro_beta": beta}))
 
 
 def _clip_cov(s, settings, g, keys):
@@ -426,7 +480,7 @@ def _clip_cov(s, settings, g, keys):
 
     params = {name: g[PL + name] for name in ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub")}
     return ClipSpec(
-        "ratio", eps_low=s.budget_low, eps_high=s.budget_high, mode="clip_cov", params=_params("clip_cov", params)
+        "ratio", eps_low=s.budget_low, eps_high=s.budget_high, form="clip_cov", params=_params("clip_cov", params)
     )
 
 
@@ -434,7 +488,7 @@ def _kl_cov(s, settings, g, keys):
     from divclip.theory.spec import ClipSpec
 
     return ClipSpec(
-        mode="kl_cov",
+        form="kl_cov",
         params=_params("kl_cov", {"kl_cov_ratio": g[PL + "kl_cov_ratio"], "kl_cov_coef": g[PL + "ppo_kl_coef"]}),
     )
 
@@ -446,7 +500,7 @@ def _geo_mean(s, settings, g, keys):
     clip = g[A + "clip_ratio"]
     low = g[A + "clip_ratio_low"] if g[A + "clip_ratio_low"] is not None else clip
     high = g[A + "clip_ratio_high"] if g[A + "clip_ratio_high"] is not None else clip
-    return ClipSpec(mode="geo_mean", params=_params("geo_mean", {"gmpo_eps_low": low, "gmpo_eps_high": high}))
+    return ClipSpec(form="geo_mean", params=_params("geo_mean", {"gmpo_eps_low": low, "gmpo_eps_high": high}))
 
 
 def _bypass(s, settings, g, keys):
@@ -464,17 +518,17 @@ def _bypass(s, settings, g, keys):
         return _vanilla(s, settings, g, keys)
     threshold = _is_threshold(settings, keys)
     if g[RC + "rollout_is"] is None or threshold is None:  # verl computes no weights: plain REINFORCE
-        return ClipSpec(mode="gpg")
+        return ClipSpec(form="gpg")
     cap, floor = threshold
-    mode = "reinforce_is" if g[RC + "rollout_is"] == "token" else "reinforce_seq_is"
+    form = "reinforce_is" if g[RC + "rollout_is"] == "token" else "reinforce_seq_is"
     return ClipSpec(
-        mode=mode,
+        form=form,
         params=_params(
-            mode,
+            form,
             {
                 "rollout_is_threshold": cap,
                 "rollout_is_threshold_lower": floor,
-                "rollout_is_batch_normalize": float(g[RC + "rollout_is_batch_normalize"]),
+                "rollout_is_batch_normalize": bool(g[RC + "rollout_is_batch_normalize"]),
             },
         ),
     )
@@ -754,7 +808,7 @@ def _num(x) -> float:
 
 def _write_clip(spec, env: dict, notes: list) -> dict:
     name = spec.measure_name
-    c = _num(spec.dual_clip_c) if spec.dual_clip_c is not None else math.inf
+    c = _num(spec.param("dual_clip_c", None)) if spec.param("dual_clip_c", None) is not None else math.inf
     if spec.level == "sequence":
         if name != "ratio":
             raise ValueError(f"verl has no sequence-level {name} clip (gspo clips the sequence ratio), got {name!r}")
@@ -796,13 +850,14 @@ def _write_gated(spec, env: dict, notes: list) -> dict:
     modes = {m: mode for mode, m in _DPPO.items()}
     if name not in modes:
         raise ValueError(f"verl has DPPO masks for binary_kl and binary_tv only, got measure {name!r}")
-    d = _num(spec.delta)
+    from divclip.theory.forms._numpy import upper_delta
+
     notes.append("dppo_*: clip_ratio_low/high are the δ of the mask, clip_ratio_c truncates the IS weight")
     return {
         "policy_loss.loss_mode": modes[name],
-        "clip_ratio_low": d,
-        "clip_ratio_high": d,
-        "clip_ratio_c": _num(spec.tis_cap) if spec.tis_cap is not None else math.inf,
+        "clip_ratio_low": _num(spec.delta),
+        "clip_ratio_high": _num(upper_delta(spec)),
+        "clip_ratio_c": _num(spec.param("tis_cap", None)) if spec.param("tis_cap", None) is not None else math.inf,
     }
 
 
@@ -818,7 +873,11 @@ def _write_cispo(spec, env: dict, notes: list) -> dict:
 
 def _write_sapo(spec, env: dict, notes: list) -> dict:
     notes.append("verl 0.9.1's sapo aggregates seq-mean-token-mean whatever loss_agg_mode says")
-    return {"policy_loss.loss_mode": "sapo", "tau_pos": _num(spec.tau_pos), "tau_neg": _num(spec.tau_neg)}
+    return {
+        "policy_loss.loss_mode": "sapo",
+        "tau_pos": _num(spec.param("tau_pos")),
+        "tau_neg": _num(spec.param("tau_neg")),
+    }
 
 
 def _write_cispo_cap(spec, env: dict, notes: list) -> dict:
@@ -876,7 +935,7 @@ def _write_reinforce_is(spec, env: dict, notes: list) -> dict:
     return {
         RC + "bypass_mode": True,
         RC + "loss_type": "reinforce",
-        RC + "rollout_is": "token" if spec.mode == "reinforce_is" else "sequence",
+        RC + "rollout_is": "token" if spec.form == "reinforce_is" else "sequence",
         RC + "rollout_is_threshold": f"{floor!r}_{cap!r}" if floor > 0 else cap,
         RC + "rollout_is_batch_normalize": bool(spec.param("rollout_is_batch_normalize")),
     }
@@ -896,7 +955,7 @@ WRITERS = {
     "reinforce_seq_is": _write_reinforce_is,
     "cispo_cap": _write_cispo_cap,
 }
-"""{ClipSpec.mode: fn(spec, env, notes) -> {key below actor_rollout_ref.actor. (or a whole `algorithm.` key):
+"""{ClipSpec.form: fn(spec, env, notes) -> {key below actor_rollout_ref.actor. (or a whole `algorithm.` key):
 value}}: the keys that run it."""
 
 
@@ -912,11 +971,11 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
     diffs: list = []
     if _combined(spec):  # intersections and adaptive δ: the divclip_method mode reads the whole method string
         keys = _write_method(spec, env, notes)
-    elif spec.mode in WRITERS:
-        keys = WRITERS[spec.mode](spec, env, notes)
+    elif spec.form in WRITERS:
+        keys = WRITERS[spec.form](spec, env, notes)
     else:
         raise ValueError(
-            f"verl has no loss_mode for the {spec.mode!r} loss form (verl modes divclip writes: "
+            f"verl has no loss_mode for the {spec.form!r} loss form (verl modes divclip writes: "
             f"{', '.join(WRITERS)} forms)"
         )
     if keys.get("clip_ratio_c") == math.inf:
@@ -924,17 +983,17 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
     # always written (verl's default when the method names none), so a block pasted after another leaves
     # nothing of the other's aggregation in force
     agg = _aggregation(spec, recipe, loss_agg_mode, notes) or (
-        "seq-mean-token-mean" if spec.mode == "sapo" else KEYS[A + "loss_agg_mode"].default
+        "seq-mean-token-mean" if spec.form == "sapo" else KEYS[A + "loss_agg_mode"].default
     )
     if agg not in LOSS_AGG_MODES:
         raise ValueError(f"loss_agg_mode must be one of {list(LOSS_AGG_MODES)}, got {agg!r}")
     keys["loss_agg_mode"] = agg
-    if spec.mode == "sapo" and agg != "seq-mean-token-mean" and loss_agg_mode is not None:
+    if spec.form == "sapo" and agg != "seq-mean-token-mean" and loss_agg_mode is not None:
         diffs.append(Difference(f"aggregation {agg}", "verl's sapo always aggregates seq-mean-token-mean"))
-    if keys.get("policy_loss.loss_mode") == "gspo" and spec.dual_clip_c is not None:
+    if keys.get("policy_loss.loss_mode") == "gspo" and spec.param("dual_clip_c", None) is not None:
         diffs.append(
             Difference(
-                f"the dual clip c = {spec.dual_clip_c:g}",
+                f"the dual clip c = {spec.param('dual_clip_c', None):g}",
                 "verl's gspo has none (compute_policy_loss_gspo reads no clip_ratio_c): written without it",
             )
         )

@@ -59,6 +59,10 @@ SOURCES["setting_not_read"] = (
     "divclip reads configs without running them (docs/sanity_check.md): a value that needs code to compute, or text "
     "the shell would not pass to the command, is named here rather than replaced by the engine's default"
 )
+SOURCES["several_launches"] = (
+    "bash runs every command of a script in order (docs/sanity_check.md): a script that starts two runs trains "
+    "twice, each with its own settings"
+)
 MAX_UNKNOWN_SHOWN = 50  # unknown keys reported one by one; more are counted in one warning
 
 # "Far outside" published values: a factor of about 2 beyond PPO's 0.1–0.3 for token widths, 3 around GSPO.
@@ -273,6 +277,7 @@ def input_findings(raw, s: EngineRead) -> list[Finding]:
     for line, text in getattr(raw, "unread", [])[:MAX_UNKNOWN_SHOWN]:
         where = f"line {line}: " if line is not None else ""
         out.append(finding("setting_not_read", f"{where}{text}"))
+    out += _unresolved_findings(raw, s)
     for line, text in raw.stray_tokens[:MAX_UNKNOWN_SHOWN]:
         where = f"line {line}: " if line is not None else ""
         word, _, value = text.partition(" ")
@@ -282,6 +287,27 @@ def input_findings(raw, s: EngineRead) -> list[Finding]:
                 "override_without_equals",
                 f"{where}{text!r} has no '=': it is not an override, so nothing was set (did you mean {fix}?)",
                 word,
+            )
+        )
+    return out
+
+
+def _unresolved_findings(raw, s: EngineRead) -> list[Finding]:
+    """A setting the engine reads whose value only running the script knows: named with where the value comes
+    from, and the engine's default divclip went on with."""
+    from divclip.sanity.settings import unresolved_read_keys
+
+    out = []
+    for key, (line, value, refs) in list(unresolved_read_keys(raw, s.engine).items())[:MAX_UNKNOWN_SHOWN]:
+        origins = "; ".join(f"{ref} is {origin}" if not origin.startswith("$") else origin for ref, origin in refs)
+        default = s.keys.get(key, {}).get("value")
+        used = f"{s.engine}'s default {default!r}" if key in s.keys else f"{s.engine}'s default"
+        out.append(
+            finding(
+                "setting_not_read",
+                f"line {line}: {key}={value} is not known without running the script ({origins}): divclip goes on "
+                f"with {used} (set the value in the script, or pass it as an override, to check what the run uses)",
+                key,
             )
         )
     return out

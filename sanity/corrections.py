@@ -92,9 +92,10 @@ def mismatch(log_ratio: np.ndarray, inside: np.ndarray, lengths: np.ndarray) -> 
 
 def crossing_lengths(c: Correction, drift: float, k_means: dict, spread: float = 0.0) -> dict:
     """{bound: L}: the length at which a sequence drifting by `drift` per token (mean log ρ; k_means the mean
-    token k2/k3) meets each sequence-level bound; absent where the bound is never met at this drift. With the
-    per-token std `spread` of log ρ, also '{bound} (1σ)': the length (log C / σ)² at which one standard
-    deviation of Σ log ρ (a random walk, whatever the drift) reaches the bound."""
+    token k2/k3, and AReaL's kl_k2/kl_k3) meets each sequence-level bound (an AReaL filter's sum too); absent
+    where the bound is never met at this drift. With the per-token std `spread` of log ρ, also '{bound} (1σ)':
+    the length (log C / σ)² at which one standard deviation of Σ log ρ (a random walk, whatever the drift)
+    reaches the bound."""
     out = {}
     if c.is_level == "sequence":
         if drift > 0 and c.is_cap is not None:
@@ -112,6 +113,17 @@ def crossing_lengths(c: Correction, drift: float, k_means: dict, spread: float =
                 out[f"rs={r.option}"] = bound / -drift
         elif not r.is_k1 and k_means[r.estimator] > 0:
             out[f"rs={r.option}"] = r.upper / k_means[r.estimator]
+    f = c.filter
+    if f is not None and f.level == "sequence" and f.agg == "sum":  # AReaL's sum grows with L (mean, max do not)
+        if f.metric in ("ratio", "kl_k1"):  # Σ log ρ_t = d·L must stay in [lower, upper] (ratio: their logs)
+            up = math.log(f.upper) if f.metric == "ratio" else f.upper
+            low = None if f.lower is None else (math.log(f.lower) if f.metric == "ratio" else f.lower)
+            if drift > 0 and up > 0:
+                out["filter"] = up / drift
+            elif drift < 0 and low is not None and low < 0:
+                out["filter"] = low / drift
+        elif k_means.get(f.metric, 0) > 0:  # the token mean of AReaL's kl_k2 / kl_k3
+            out["filter"] = f.upper / k_means[f.metric]
     return out
 
 
@@ -140,6 +152,7 @@ def analyse_corrections(
     mis = mismatch(log_ratio, inside, lengths)
     lr = np.clip(log_ratio[inside], -20, 20)
     k_means = {"k2": float((0.5 * lr**2).mean()), "k3": float((np.expm1(lr) - lr).mean())}
+    k_means["kl_k2"], k_means["kl_k3"] = k_means["k2"], float((np.expm1(-lr) + lr).mean())  # AReaL's (k3 of 1/ρ)
     warnings = _anchor_warnings(data, inside, old, rollout)
     section = {"file": data.name, "mismatch": mis, "max_masked": max_masked, "corrections": []}
     t = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in (("old", old), ("roll", rollout), ("m", mask))}
@@ -236,14 +249,14 @@ def _entry_warnings(e: dict, mis: dict, max_masked: float) -> list[dict]:
 def _double_counting(label: str, c: Correction, spec) -> list[dict]:
     if not (c.bypass and c.is_level is not None):
         return []
-    mode = None if spec is None else spec.mode
-    if mode == "gpg":
+    form = None if spec is None else spec.form
+    if form == "gpg":
         return []
     return [
         _warn(
             "correction_double_counting",
             f"correction {label}: an importance weight in bypass mode, where π_old is π_rollout: the loss's ratio "
-            f"π_θ/π_rollout already carries it (mode {mode or 'clip'}); verl's ppo_clip computes it for its metrics "
+            f"π_θ/π_rollout already carries it (form {form or 'clip'}); verl's ppo_clip computes it for its metrics "
             "only, and applying it would count the mismatch twice (e.g. CISPO anchored at the rollout plus TIS)",
         )
     ]

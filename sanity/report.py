@@ -19,6 +19,7 @@ from divclip.engines.config import read_config, split_overrides
 from divclip.sanity.budget import divergence_intervals, equivalent_budgets
 from divclip.sanity.checks import check_settings, finding, input_findings, scale_findings
 from divclip.sanity.errors import SanityInputError
+from divclip.sanity.launches import launch_notes, split_launches
 from divclip.sanity.loaders import Limits, load_rollouts
 from divclip.sanity.rollouts import RolloutOptions, analyse_rollouts
 from divclip.sanity.settings import clip_settings
@@ -138,10 +139,12 @@ def _build(
         raise SanityInputError("--corrections/--max-masked check a correction on rollout tokens: give --rollouts FILE")
     report = {"schema": SCHEMA, "config": None, "budget": None, "warnings": [], "rollouts": None, "notes": []}
     report["corrections"] = None
+    report["launches"] = []
     settings, raw = None, None
     if config is not None or overrides:
-        raw = read_config(config, config_name, overrides)
+        raw, launches = split_launches(read_config(config, config_name, overrides), framework, num_processes)
         settings = clip_settings(raw, framework, num_processes)
+        report["launches"] = launches
         report["config"] = {
             "name": raw.name,
             "kind": raw.kind,
@@ -150,7 +153,17 @@ def _build(
             **settings.to_dict(),
         }
         report["warnings"] = [w.to_dict() for w in input_findings(raw, settings) + check_settings(settings, intended)]
-        report["notes"] += settings.notes + raw.notes
+        report["notes"] += settings.notes + raw.notes + launch_notes(launches) + _unresolved_notes(raw, settings)
+        if sum(row["read"] for row in launches) > 1 and not raw.first_launch:
+            report["warnings"].append(
+                finding(
+                    "several_launches",
+                    f"the script starts {sum(row['read'] for row in launches)} runs an engine reads (lines "
+                    f"{', '.join(str(r['line']) for r in launches if r['read'])}): the summary is the last one; "
+                    "each is under Launches (JSON: launches), check the others there",
+                    "launches",
+                ).to_dict()
+            )
         _config_correction(report, settings, raw)
         if raw.ignored_tokens:
             report["notes"].append(f"ignored command words (not settings): {raw.ignored_tokens[:8]}")
@@ -187,6 +200,18 @@ def _build(
     return report
 
 
+def _unresolved_notes(raw, settings) -> list[str]:
+    """The values only running the script knows, in settings divclip does not read (kept as written)."""
+    from divclip.sanity.settings import unresolved_read_keys
+
+    read = unresolved_read_keys(raw, settings.engine)
+    rest = [f"{k}={v[1]}" for k, v in raw.unresolved.items() if k not in read and k in raw.values]
+    if not rest:
+        return []
+    shown = ", ".join(rest[:6]) + (f" and {len(rest) - 6} more" if len(rest) > 6 else "")
+    return [f"values only running the script knows, in settings that do not change the loss (kept as written): {shown}"]
+
+
 def _check_corrections(report, data, settings, raw, corrections, max_masked) -> None:
     """The "corrections" section: the config's correction, --corrections, or the engines' defaults."""
     from divclip.engines import read_correction
@@ -200,7 +225,7 @@ def _check_corrections(report, data, settings, raw, corrections, max_masked) -> 
     chosen = {}
     if settings is not None:
         try:
-            found = read_correction(settings.engine, raw.values)
+            found = read_correction(settings.engine, _field_names(settings.engine, raw.values))
         except ValueError as exc:
             report["warnings"].append(finding_correction(str(exc)))
         else:
@@ -227,23 +252,43 @@ def _check_corrections(report, data, settings, raw, corrections, max_masked) -> 
 def _config_correction(report, settings, raw) -> None:
     """The config's rollout correction as a string in report["config"]["correction"], and TRL's silent default."""
     from divclip.engines import read_correction
+    from divclip.engines.correction import CORRECTION_KEYS
     from divclip.sanity.corrections import SOURCES
 
+    values = _field_names(settings.engine, raw.values)
+    given = [k for k in CORRECTION_KEYS.get(settings.engine, {}) if k in values]
+    shown = ", ".join(f"{k} = {values[k]!r}" for k in given[:6])
     try:
-        found = read_correction(settings.engine, raw.values)
+        found = read_correction(settings.engine, values)
     except ValueError as exc:
         report["config"]["correction"] = None
         report["warnings"].append(finding_correction(str(exc)))
+        if given:
+            report["notes"].append(f"beside the clip: a rollout correction ({shown}), not modelled (the warning above)")
         return
     report["config"]["correction"] = None if found is None else str(found)
+    if found is not None and given:
+        report["notes"].append(
+            f"beside the clip: the rollout correction {shown}, read as {found} (weights and masks from "
+            "ρ = π_old/π_rollout; docs/theory.md §10)"
+        )
     mode_key = "vllm_importance_sampling_mode"
-    if settings.engine == "trl" and found is not None and found.is_level is not None and mode_key not in raw.values:
+    if settings.engine == "trl" and found is not None and found.is_level is not None and mode_key not in values:
         report["notes"].append(
             f"[correction_default_differs] TRL applies its vLLM importance-sampling correction by default, as "
             f"{found}: {mode_key} defaults to sequence_mask with clip_max 3.0 (GRPOConfig's field), although "
             "GRPOConfig's docstring calls token_truncate the default; a sequence whose Π ρ_t leaves [0, 3] gets "
             f"weight 0. Set the mode you mean (source: {SOURCES['correction_default_differs']})"
         )
+
+
+def _field_names(engine: str, values: dict) -> dict:
+    """TRL's settings by field name (`--use_vllm` on a command line is the field use_vllm), as its readers take them."""
+    if engine != "trl":
+        return values
+    from divclip.engines.trl import field_name
+
+    return {field_name(k) if isinstance(k, str) else k: v for k, v in values.items()}
 
 
 def finding_correction(message: str) -> dict:

@@ -93,8 +93,8 @@ def rollout_specs(opts: RolloutOptions) -> list[dict]:
                     "ratio",
                     eps_low=min(opts.eps_low, 1.0),
                     eps_high=opts.eps_high,
-                    dual_clip_c=opts.dual_clip_c,
                     level=opts.level,
+                    params={"dual_clip_c": opts.dual_clip_c},
                 )
             elif m.p_dependent and opts.level == "sequence":
                 row["problem"] = "p-dependent measures have no sequence-level form (a sequence has no single p)"
@@ -106,7 +106,7 @@ def rollout_specs(opts: RolloutOptions) -> list[dict]:
                     delta = delta_for_eps(m.name, eps_low=opts.eps_low, p=p)
                     origin = f"matches eps_low = {opts.eps_low:g}" + (f" at p = {p:g}" if p is not None else "")
                 row["budget"] = {"delta": delta, "origin": origin}
-                row["spec"] = ClipSpec(m.name, delta=delta, dual_clip_c=opts.dual_clip_c, level=opts.level)
+                row["spec"] = ClipSpec(m.name, delta=delta, level=opts.level, params={"dual_clip_c": opts.dual_clip_c})
         except ValueError as exc:
             row["problem"] = str(exc)
         out.append(row)

@@ -25,6 +25,8 @@ MAX_SCANNED = 2000  # keys looked at to name each engine's keys in a "mixes" err
 def detect_framework(raw: RawConfig) -> str:
     """The engine whose keys the config uses most; a ConfigError when none, or when two tie."""
     scores = {name: get_engine(name).detect(raw.values) for name in available_engines()}
+    if _trl.detect_classes(getattr(raw, "classes", ())):  # GRPOConfig(...) / TrlParser(..., GRPOConfig): TRL's
+        scores["trl"] = max(scores.values()) + 1
     ranked = sorted((name for name in scores if scores[name] > 0), key=lambda n: -scores[n])
     if not ranked:
         raise ConfigError(
@@ -54,13 +56,29 @@ def clip_settings(raw: RawConfig, framework: str | None = None, num_processes: i
         module = get_engine(engine)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    if not module.detect(raw.values):
+    if not module.detect(raw.values) and not (engine == "trl" and _trl.detect_classes(raw.classes)):
         raise ConfigError(
             f"config {raw.name!r} has no {engine} settings to read "
             f"(keys: {sorted(map(str, raw.values))[:5]}); is --engine right?"
         )
-    found = module.read(raw.values, num_processes=num_processes)
+    dropped = unresolved_read_keys(raw, engine)
+    values = {k: v for k, v in raw.values.items() if k not in dropped}  # the engine's default stands, said
+    found = module.read(
+        values,
+        num_processes=num_processes,
+        classes=tuple(getattr(raw, "classes", ())),
+        fields=frozenset(getattr(raw, "fields", ())),
+    )
     found.unknown_keys = [(k, near) for k, near in found.unknown_keys if k not in raw.added]
     if found.form == "divclip" and found.measure is None:  # per-token bounds: the checks read measure and δ there
         found.measure, found.budget_low, found.budget_high = found.clip_measure, found.delta_low, found.delta_high
     return found
+
+
+def unresolved_read_keys(raw: RawConfig, engine: str) -> dict:
+    """{key: (line, value, [(reference, origin)])} of the settings `engine` reads whose value only running the
+    script knows (`$(nproc)`, a variable the script never sets): read with the engine's default instead, and
+    named in a `setting_not_read` warning (`sanity.checks.input_findings`)."""
+    module = get_engine(engine)
+    reads = set(module.KEYS) | set(getattr(module, "RENAMED", {}))
+    return {k: v for k, v in getattr(raw, "unresolved", {}).items() if k in raw.values and k in reads}

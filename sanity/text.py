@@ -20,6 +20,8 @@ def format_report(report: dict) -> str:
     out: list[str] = []
     if report["config"]:
         out += _config_lines(report["config"])
+    if report.get("launches"):
+        out += _launch_lines(report["launches"])
     if report["budget"]:
         out += _budget_lines(report["budget"])
     out += _warning_lines(report["warnings"])
@@ -69,6 +71,24 @@ def _config_lines(c: dict) -> list[str]:
     lines.append("  keys read (value, origin):")
     for key, v in c["keys"].items():
         lines.append(f"    {key} = {v['value']!r} ({v['origin']})")
+    return lines
+
+
+def _launch_lines(rows: list) -> list[str]:
+    lines = ["", f"Launches ({len(rows)}, in the order the script runs them):"]
+    for r in rows:
+        head = f"  line {r['line']}: {r['command']}"
+        if not r["read"]:
+            lines.append(f"{head}: {r['why']}")
+            continue
+        widths = f"ε_low = {_g(r['budget_low'])}, ε_high = {_g(r['budget_high'])}"
+        schedule = "on-policy" if r["on_policy"] else "off-policy after the first"
+        lines.append(
+            f"{head}: {r['engine']} {r['loss_mode']!r}, method {r['method'] or 'not modelled'}, {widths}, "
+            f"aggregation {r['loss_agg_mode'] or '—'}, group size {_g(r['group_size'])}, "
+            f"{_g(r['updates_per_batch'])} update(s) per batch ({schedule})"
+            + ("  <- the summary above" if r["summary"] else "")
+        )
     return lines
 
 

@@ -196,3 +196,22 @@ def test_python_dash_m_entry_points_are_the_same_cli():
         timeout=120,
     )
     assert proc.returncode == 2 and proc.stderr.startswith("divclip: error: TrainerConfig.group_size")
+
+
+def test_realloc_form_flag_and_its_old_name(capsys):
+    """`--form` picks the loss form of a bare measure; `--mode`, its old name, is kept for one release and gives the
+    same run; both are the method string 'kl3:0.05/cispo', read by the parser instead of the flags."""
+    base = ["realloc", "--probs", "0.3,0.7", "--adv=1,-1", "--json"]
+    outs = []
+    for extra in (
+        ["--measure", "kl3", "--delta", "0.05", "--form", "cispo"],
+        ["--measure", "kl3", "--delta", "0.05", "--mode", "cispo"],
+        ["--measure", "kl3:0.05/cispo"],
+    ):
+        code, out, _ = run(capsys, *base, *extra)
+        assert code == 0
+        outs.append(json.loads(out))
+    assert outs[0] == outs[1] == outs[2]
+    assert outs[0]["spec"] == "kl3 δ=0.05 cispo"
+    code, out, _ = run(capsys, *base, "--measure", "kl3", "--delta", "0.05")
+    assert json.loads(out)["spec"] == "kl3 δ=0.05" and json.loads(out) != outs[0]

@@ -26,7 +26,7 @@ def test_verl_grpo_recipe_translates_with_the_same_clip_or_a_named_difference(ta
         assert all(": " in d for d in out["differences"])
     else:
         assert back.spec is not None and back.ratio_bounds == pytest.approx(source["ratio_bounds"], rel=1e-12)
-        assert (back.spec.mode, back.spec.level, back.dual_clip_c) == ("clip", "token", source["dual_clip_c"])
+        assert (back.spec.form, back.spec.level, back.dual_clip_c) == ("clip", "token", source["dual_clip_c"])
         assert back.loss_agg_mode == source["loss_agg_mode"]
 
 

@@ -13,7 +13,7 @@ import importlib
 from divclip.theory.atlas import gradient_weight, interval
 from divclip.theory.bounds import kl3_bounds
 from divclip.theory.conversions import delta_for_eps, equivalent_ratio_clip
-from divclip.theory.correction import Correction, Rejection, correction_string, parse_correction
+from divclip.theory.correction import Correction, Filter, Rejection, correction_string, parse_correction
 from divclip.theory.formula import measure_from_formula
 from divclip.theory.measures import MEASURES, Measure, get_measure
 from divclip.theory.registry import on_register, register_measure, unregister_measure
@@ -26,8 +26,6 @@ _LAZY = {
         "PolicyTerms",
         "agg_loss",
         "LOSS_AGG_MODES",
-        "MODES",
-        "register_mode",
         "clip_loss_with_bounds",
         "clipped_surrogate",
     ),
@@ -73,6 +71,7 @@ __all__ = [
     "PRESETS",
     "ClipSpec",
     "Correction",
+    "Filter",
     "Measure",
     "Rejection",
     "correction_string",

@@ -11,13 +11,14 @@ unclipped PPO token (the importance weight), r times the gate's slope for SAPO, 
 a form is in the frame once declared.
 tests/theory/test_atlas.py checks w against autograd through `policy_loss` for every token-level form.
 
-Sequence-level and batch-selective forms: GSPO (mode 'clip' at level='sequence') reads r as the sequence's
+Sequence-level and batch-selective forms: GSPO (form 'clip' at level='sequence') reads r as the sequence's
 length-normalised ratio s; every token of the sequence gets w(q, s, A). A form whose weight is not a function
 of (q, r, A) alone (`Form.token_level` False and no weight) makes `gradient_weight` raise a ValueError that
 says why (`Form.weight_note`).
 
-`METHODS` names methods: an engine's mode or a paper's method as a method string plus the loss aggregation it
-uses (verl `vanilla` is 'grpo/dual=3' with token-mean; TRL `dapo` is 'grpo' with token-mean).
+`METHODS` (the one catalogue, `divclip.theory.methods`) names methods: an engine's loss mode or a paper's method
+as a method string plus the loss aggregation it uses (verl `vanilla` is 'grpo/dual=3' with token-mean; TRL `dapo`
+is 'grpo' with token-mean).
 `catalogue()` is the atlas: every named method and every declared form, with family, sources, parameters and
 intervals (`divclip atlas`, the app's Atlas page, the method table in README.md and docs/theory.md §8).
 
@@ -27,13 +28,10 @@ strings the rows hold, and imports nothing of the atlas).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from types import MappingProxyType
-
 import numpy as np
 
-from divclip.theory.agg_modes import LOSS_AGG_MODES
-from divclip.theory.forms import FORMS, Form
+from divclip.theory.forms import FORMS, Form, get_form
+from divclip.theory.methods import METHODS, Method, declare_method
 
 __all__ = [
     "METHODS",
@@ -52,13 +50,7 @@ Q_GRID = (0.001, 0.01, 0.1, 0.5, 0.9, 0.99)
 
 # ------------------------------------------------------------------------------------------ the frame
 def _form_of(spec) -> Form:
-    form = FORMS.get(spec.mode)
-    if form is None:
-        raise ValueError(
-            f"mode {spec.mode!r} is registered in torch but has no declared Form: declare one with "
-            f"divclip.theory.forms.declare_form to place it in the atlas; declared: {sorted(FORMS)}"
-        )
-    return form
+    return get_form(spec.form)
 
 
 def _as_spec(spec):
@@ -109,7 +101,7 @@ def gradient_weight(spec, q, r, adv) -> np.ndarray:
     form = _form_of(spec)
     if form.weight is None:
         why = form.weight_note or "its weight is not a function of (q, r, A) alone"
-        raise ValueError(f"mode {form.name!r} ({form.family}) has no per-token gradient weight w(q, r, A): {why}")
+        raise ValueError(f"form {form.name!r} ({form.family}) has no per-token gradient weight w(q, r, A): {why}")
     q, r, adv, shape = _inputs(q, r, adv)
     w = np.asarray(form.weight(spec, q, r, adv), dtype=np.float64)
     return np.broadcast_to(w, shape).copy()
@@ -133,106 +125,9 @@ def interval(spec, q, sign: int):
 
 
 # ------------------------------------------------------------------------------------- named methods
-@dataclass(frozen=True)
-class Method:
-    """A named method: a method string with the loss aggregation and the sources it comes from."""
-
-    name: str
-    """'grpo', 'verl:vanilla', 'trl:dapo', 'dcpo'... (what `divclip atlas --methods` takes)"""
-    method: str
-    """the method string (`divclip.theory.spec.parse_method`)"""
-    sources: tuple[str, ...]
-    """'arXiv:2402.03300', 'verl:vanilla', 'trl:grpo'"""
-    agg: str | None = None
-    """the loss_agg_mode the engine or paper uses; None: not fixed by the method"""
-    note: str = ""
-
-    def __post_init__(self):
-        if not isinstance(self.name, str) or not self.name or "," in self.name or self.name != self.name.strip():
-            raise ValueError(f"Method.name must be a non-empty comma-free name, got {self.name!r}")
-        if self.agg is not None and self.agg not in LOSS_AGG_MODES:
-            raise ValueError(f"Method.agg must be None or one of {list(LOSS_AGG_MODES)}, got {self.agg!r}")
-        if not isinstance(self.sources, tuple) or not self.sources:
-            raise ValueError(f"Method.sources must be a non-empty tuple of strings, got {self.sources!r}")
-
-
-_METHODS: dict[str, Method] = {}
-METHODS = MappingProxyType(_METHODS)
-"""{name: Method}, read-only; `declare_method` adds to it."""
-
-
-def declare_method(method: Method) -> Method:
-    """Add a named method to the atlas (its method string is parsed when the catalogue is built)."""
-    if not isinstance(method, Method):
-        raise ValueError(f"declare_method takes a Method, got {method!r}")
-    _METHODS[method.name] = method
-    return method
-
-
-_TRL_CISPO = (
-    "TRL clamps the IS weight above only, at its ε_high (ScaleRL's ε_max, 5.0 recommended in TRL's "
-    "GRPOConfig doc): ratio:1:4 is the cap r <= 5 with no lower bound"
-)
-for _m in (
-    Method("grpo", "grpo", ("arXiv:2402.03300", "trl:grpo"), "seq-mean-token-mean"),
-    Method("dapo", "dapo", ("arXiv:2503.14476",), "token-mean", "clip-higher ε 0.2/0.28, token-mean"),
-    Method("dual_clip", "grpo/dual=3", ("arXiv:1912.09729",), None, "dual clip c = 3 on A < 0"),
-    Method("atr", "atr", ("arXiv:2602.05494",), None, "KL3 budget with GRPO's lower bound"),
-    Method("gspo", "gspo", ("arXiv:2507.18071", "verl:gspo"), "seq-mean-token-mean", "sequence ratio"),
-    Method("cispo", "ratio:0.2:0.2/cispo", ("arXiv:2506.13585", "verl:cispo"), "token-mean"),
-    Method("sapo", "sapo", ("arXiv:2511.20347", "verl:sapo", "trl:sapo"), "seq-mean-token-mean"),
-    Method("dppo_kl", "dppo_kl", ("arXiv:2602.04879", "verl:dppo_kl"), "token-mean"),
-    Method("dppo_tv", "dppo_tv", ("arXiv:2602.04879", "verl:dppo_tv"), "token-mean"),
-    Method("verl:vanilla", "grpo/dual=3", ("verl:vanilla",), "token-mean", "verl's default dual-clip cap c = 3"),
-    Method("trl:dapo", "grpo", ("trl:dapo",), "token-mean", "TRL's ε_high defaults to its ε (0.2)"),
-    Method("trl:bnpo", "grpo", ("trl:bnpo",), "token-mean", "token mean over the local batch"),
-    Method("trl:dr_grpo", "grpo", ("arXiv:2503.20783", "trl:dr_grpo"), "seq-mean-token-sum-norm"),
-    Method("trl:cispo", "ratio:1:4/cispo", ("trl:cispo",), "token-mean", _TRL_CISPO),
-):
-    declare_method(_m)
-
-# ------------------------------------------------------------------------------ the atlas's verl rows
-for _m in (  # verl's own defaults (actor.yaml): ratio width 0.2, loss_agg_mode token-mean
-    Method("verl:gpg", "ratio/gpg", ("arXiv:2504.02546", "verl:gpg"), "token-mean"),
-    Method(
-        "verl:dro",
-        "ratio/dro",
-        ("arXiv:2405.19107", "verl:dro"),
-        "token-mean",
-        "verl requires policy_loss.dro_beta; β = 0.05 here",
-    ),
-    Method("verl:clip_cov", "ratio:0.2:0.2/clip_cov", ("arXiv:2505.22617", "verl:clip_cov"), "token-mean"),
-    Method("verl:kl_cov", "ratio/kl_cov", ("arXiv:2505.22617", "verl:kl_cov"), "token-mean"),
-    Method(
-        "verl:geo_mean",
-        "ratio/geo_mean/gmpo_eps_low=0.2/gmpo_eps_high=0.2",
-        ("arXiv:2507.20673", "verl:geo_mean"),
-        None,
-        "verl's default width 0.2 as log-space widths; the mean over sequences whatever loss_agg_mode says",
-    ),
-    Method(
-        "verl:bypass_ppo_clip",
-        "grpo/dual=3",
-        ("verl:bypass_mode",),
-        "token-mean",
-        "its PPO-clip branch: vanilla on the rollout log-probs",
-    ),
-    Method(
-        "verl:bypass_reinforce_token",
-        "ratio/reinforce_is",
-        ("verl:bypass_mode",),
-        "token-mean",
-        "REINFORCE, IS weight per token, threshold 2",
-    ),
-    Method(
-        "verl:bypass_reinforce_sequence",
-        "ratio/reinforce_seq_is",
-        ("verl:bypass_mode",),
-        "token-mean",
-        "REINFORCE, IS weight per sequence, threshold 2",
-    ),
-):
-    declare_method(_m)
+# The named methods are the one catalogue, `divclip.theory.methods.METHODS` (re-exported here); `_METHODS` is its
+# read-only view, for this module's lookups.
+_METHODS = METHODS
 
 
 def find_method(name: str) -> Method:
@@ -266,7 +161,7 @@ def catalogue_names() -> list[str]:
     from divclip.theory.spec import parse_method
 
     names = list(_METHODS)
-    used = {parse_method(m.method).mode for m in _METHODS.values()}
+    used = {parse_method(m.method).form for m in _METHODS.values()}
     names += [name for name, form in FORMS.items() if name not in used and name not in _METHODS and form.example]
     return names
 
@@ -291,7 +186,9 @@ def catalogue(names=None, with_nearest: bool = True) -> list[dict]:
 
 
 def _parameters(spec, form: Form) -> list[dict]:
-    """The spec's budget fields and the form's own parameters, each with its value and default."""
+    """The spec's budget fields and its form's declared parameters, each with its value, default and doc: a
+    parameter that is off by default (dual_clip_c, tis_cap) only when set, a flag only when it differs from its
+    default (clamp_log_ratio under '/noclamp')."""
     out = []
     if form.uses_budget:
         if spec.measure_name == "ratio" and getattr(spec, "parts", None) is None:
@@ -300,22 +197,20 @@ def _parameters(spec, form: Form) -> list[dict]:
                 {"name": "eps_high", "value": spec.eps_high, "default": None, "doc": "upper clip width"},
             ]
         elif getattr(spec, "parts", None) is None:
-            out.append(
-                {"name": "delta", "value": spec.delta, "default": None, "doc": f"budget of D = {spec.measure_name}"}
-            )
-    for field_name, doc in (("dual_clip_c", "dual-clip cap c"), ("tis_cap", "truncated IS cap")):
-        if getattr(spec, field_name) is not None:
-            out.append({"name": field_name, "value": getattr(spec, field_name), "default": None, "doc": doc})
-    if spec.mode == "sapo":
-        out += [
-            {"name": "tau_pos", "value": spec.tau_pos, "default": 1.0, "doc": "gate temperature, A > 0"},
-            {"name": "tau_neg", "value": spec.tau_neg, "default": 1.05, "doc": "gate temperature, A <= 0"},
-        ]
-    out += [{"name": p.name, "value": spec.param(p.name), "default": p.default, "doc": p.doc} for p in form.params]
+            doc = f"budget of D = {spec.measure_name}"
+            out.append({"name": "delta", "value": spec.delta, "default": None, "doc": doc})
+    at_level = form.extra.get("params_at_level", {})  # e.g. the clip form's seq_grad_mean: level 'sequence' only
+    for p in form.params:
+        value = spec.param(p.name)
+        if (p.default is None or p.kind == "flag") and value == p.default:
+            continue
+        if at_level.get(p.name, spec.level) != spec.level:
+            continue
+        out.append({"name": p.name, "value": value, "default": p.default, "doc": p.doc})
     return out
 
 
-_FIELDS = ("eps_low", "eps_high", "delta", "dual_clip_c", "tis_cap", "tau_pos", "tau_neg")
+_FIELDS = ("eps_low", "eps_high", "delta")
 
 
 def method_parameters(method) -> list[dict]:
@@ -326,8 +221,9 @@ def method_parameters(method) -> list[dict]:
 
 
 def set_parameter(method, name: str, value: float) -> str:
-    """The method string of `method` with one parameter (a budget field such as eps_high or delta, dual_clip_c,
-    tis_cap, tau_pos/tau_neg, or a form's own parameter) set to `value`; a ValueError says what is allowed."""
+    """The method string of `method` with one parameter (a budget field such as eps_high or delta, or one its form
+    declares: dual_clip_c, tis_cap, tau_pos, clip_cov_ratio, ...) set to `value`; a ValueError says what is
+    allowed."""
     import dataclasses
 
     from divclip.theory.spec import method_string
@@ -339,7 +235,7 @@ def set_parameter(method, name: str, value: float) -> str:
     if name in _FIELDS:
         new = dataclasses.replace(spec, **{name: value})
     else:
-        new = dataclasses.replace(spec, params=tuple({**dict(spec.params), name: value}.items()))
+        new = dataclasses.replace(spec, params={**dict(spec.params), name: value})
     return method_string(new)
 
 

@@ -34,7 +34,7 @@ __all__ = ["COMPARISON_COLUMNS", "Comparison", "ComparisonRow", "compare_measure
 
 # --------------------------------------------------------------------------------------- comparison
 COMPARISON_COLUMNS = (
-    "label", "measure", "mode", "lo_min", "hi_max", "max_gain_positive", "max_release_negative",
+    "label", "measure", "form", "lo_min", "hi_max", "max_gain_positive", "max_release_negative",
     "lp_gain_high_pos", "lp_gain_low_pos", "lp_entropy_change", "lp_kl",
     "dyn_gain_high_pos", "dyn_gain_low_pos", "dyn_entropy_change", "dyn_kl", "dyn_clipped_tokens",
 )  # fmt: skip
@@ -46,7 +46,7 @@ class ComparisonRow(_ToDict):
 
     label: str
     measure: str
-    mode: str
+    form: str
     lo_min: float  # smallest ratio lower bound over the actions
     hi_max: float  # largest ratio upper bound over the actions
     max_gain_positive: float
@@ -140,7 +140,7 @@ def compare_measures(
         d = multi_epoch_drift(np.log(p), g, spec, lr=lr, epochs=epochs, bucket_edges=bucket_edges)
         moved = d.probs[-1] - p
         rows.append(ComparisonRow(
-            label, spec.measure_name, spec.mode, float(f.lo.min()), float(f.hi.max()),
+            label, spec.measure_name, spec.form, float(f.lo.min()), float(f.hi.max()),
             f.max_gain_positive, f.max_release_negative,
             float(o.delta[high].sum()), float(o.delta[low].sum()), o.entropy_change, o.kl_old_new,
             float(moved[high].sum()), float(moved[low].sum()), float(d.entropy[-1] - d.entropy[0]),

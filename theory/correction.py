@@ -18,6 +18,10 @@ ignored, nothing else is; "none" is the empty correction):
            | "opsm=" NUMBER                    DeepSeek-V3.2's off-policy sequence mask (TRL's
                                               off_policy_mask_threshold): a sequence with A < 0 whose mean
                                               log π_rollout - log π_train exceeds NUMBER gets weight 0
+           | "filter=" FILTER                  AReaL's rejection_sampling (`Filter`): its behaviour weight, masked or
+                                              clamped by a ratio or KL statistic of a token or a sequence
+           | "m2po=" NUMBER                    AReaL's M2PO (m2_threshold): drop the tokens of the batch with the
+                                              largest (log ρ)² until the mean of the rest is below NUMBER
            | "noclamp"                         exp of the raw log-ratio (TRL); default: log ρ clamped to ±20 (verl)
            | "bypass"                          verl's bypass mode: π_old is π_rollout, ρ = π_θ/π_rollout in the loss
     BOUND := "tis=" C | "tis=" c "_" C         truncate: w = clamp(ρ, c, C) (c omitted: no lower clamp)
@@ -27,14 +31,22 @@ ignored, nothing else is; "none" is the empty correction):
            | seq_mean_k1 | seq_mean_k2 | seq_mean_k3 | seq_max_k2 | seq_max_k3       (verl's rejection options)
     THRESHOLD := NUMBER                        upper bound on the statistic (k2, k3)
            | lo "_" hi                         k1 only: bounds on exp(statistic); a bare NUMBER C means 1/C "_" C
+    FILTER := "token:" METRIC ":" ACTION ":" BAND | "sequence:" METRIC ":" AGG ":" ACTION ":" BAND
+    METRIC := ratio | kl_k1 | kl_k2 | kl_k3    ACTION := mask | clamp    AGG := sum | mean | max
+    BAND   := upper | lower "_" upper          (AReaL's bounds on the metric; lower may be negative for kl_k1)
 
 Examples: `is=token:tis=2.0`, `is=sequence:mask=0.5_5.0/norm`, `rs=seq_mean_k1:0.999_1.001`,
-`is=token/rs=token_k3:0.01/rs=seq_max_k2:0.5`, `is=sequence:mask=3.0/noclamp` (TRL's default sequence_mask).
+`is=token/rs=token_k3:0.01/rs=seq_max_k2:0.5`, `is=sequence:mask=3.0/noclamp` (TRL's default sequence_mask),
+`filter=token:ratio:mask:5.0` (AReaL's migration of the old behave_imp_weight_cap 5), `m2po=0.04`.
 
 The statistics are verl's: with l = log ρ (clamped to ±20), k1 = -l, k2 = l²/2, k3 = e^l - 1 - l; a seq_sum /
 seq_mean / seq_max option sums / averages / maximises the token statistic over the sequence and keeps or drops the
 whole sequence. A k1 threshold lo_hi keeps log lo <= k1 <= log hi, i.e. lo <= π_rollout/π_old <= hi (verl
 bounds the inverse ratio; the default geometric band 0.999_1.001 is symmetric enough not to notice).
+
+A filter's statistics are AReaL's (areal/utils/functional/functional.py `apply_rejection_sampling`, with
+`KLEstimator(log π_prox, log π_behave)`): ratio = ρ, kl_k1 = log ρ, kl_k2 = (log ρ)²/2 and kl_k3 = 1/ρ - 1 + log ρ
+(verl's k1 and k3 are of the inverse ratio). Its weight is never clamped in log (AReaL does not).
 """
 
 from __future__ import annotations
@@ -47,7 +59,11 @@ __all__ = [
     "IS_LEVELS",
     "IS_MODES",
     "RS_OPTIONS",
+    "FILTER_ACTIONS",
+    "FILTER_AGGS",
+    "FILTER_METRICS",
     "Correction",
+    "Filter",
     "Rejection",
     "correction_string",
     "parse_correction",
@@ -69,6 +85,10 @@ RS_OPTIONS = (
     "seq_max_k3",
 )
 """verl 0.9.1's `SUPPORTED_ROLLOUT_RS_OPTIONS` (verl has no seq_max_k1: a max of -log ρ bounds only one side)."""
+FILTER_METRICS = ("ratio", "kl_k1", "kl_k2", "kl_k3")
+FILTER_ACTIONS = ("mask", "clamp")
+FILTER_AGGS = ("sum", "mean", "max")
+"""AReaL 1.0.4's RejectionSamplingConfig choices (metric, action, agg)."""
 DEFAULT_IS_CAP = 2.0
 """verl's `rollout_is_threshold` default, used when an `is=` part names no bound."""
 MAX_ECHO = 80
@@ -135,6 +155,68 @@ class Rejection:
 
 
 @dataclass(frozen=True)
+class Filter:
+    """AReaL 1.0.4's `actor.rejection_sampling` (RejectionSamplingConfig): the behaviour weight π_prox/π_behave
+    and what happens to it where a statistic leaves [lower, upper].
+
+    The weight is ρ per token; at sequence level with metric ratio it is the geometric mean exp(mean log ρ) of
+    the sequence, the same for each of its tokens. 'mask' sets the weight to 0 where the token's (or its
+    sequence's) statistic is outside the band; the token stays in the loss's denominator (AReaL counts the loss
+    mask before the filter). 'clamp' (metric ratio only) clamps the weight to [lower or 0, upper]: every token
+    at token level; at sequence level only in a sequence whose statistic is outside the band. The sequence
+    statistic of ratio is exp(sum / mean / max of log ρ); of a KL metric the sum / mean / max of the token
+    values. AReaL's own validation is applied (ratio: upper > 1, lower > 0; kl_k2/kl_k3: upper > 0)."""
+
+    level: str = "token"
+    """'token' or 'sequence' (AReaL's default: token)."""
+    metric: str = "ratio"
+    """'ratio', 'kl_k1', 'kl_k2' or 'kl_k3' (AReaL's signs: module docstring)."""
+    action: str = "mask"
+    """'mask' (weight 0 outside the band) or 'clamp' (weight clamped to it; metric ratio only)."""
+    upper: float = 5.0
+    """Upper bound on the statistic (AReaL's default 5.0)."""
+    lower: float | None = None
+    """Lower bound on it; None: none (clamp: 0)."""
+    agg: str = "mean"
+    """Sequence level: 'sum', 'mean' or 'max' of the token statistic (of log ρ for ratio). Token level: 'mean'
+    (AReaL ignores it there)."""
+
+    def __post_init__(self):
+        for name, allowed in (
+            ("level", IS_LEVELS),
+            ("metric", FILTER_METRICS),
+            ("action", FILTER_ACTIONS),
+            ("agg", FILTER_AGGS),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"Filter.{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
+        if self.level == "token" and self.agg != "mean":
+            raise ValueError(f"Filter.agg applies at level 'sequence' only, got agg={self.agg!r} at level 'token'")
+        object.__setattr__(self, "upper", _number("Filter", "upper", self.upper, positive=False))
+        if self.lower is not None:
+            object.__setattr__(self, "lower", _number("Filter", "lower", self.lower, positive=False))
+            if self.lower > self.upper:
+                raise ValueError(f"Filter.lower must be <= upper, got lower={self.lower!r} upper={self.upper!r}")
+        if self.metric == "ratio":
+            if self.upper <= 1.0:
+                raise ValueError(f"Filter.upper must be > 1 for metric 'ratio' (AReaL refuses it), got {self.upper!r}")
+            if self.lower is not None and self.lower <= 0:
+                raise ValueError(f"Filter.lower must be > 0 for metric 'ratio' (AReaL refuses it), got {self.lower!r}")
+        if self.metric in ("kl_k2", "kl_k3") and self.upper <= 0:
+            raise ValueError(f"Filter.upper must be > 0 for metric {self.metric!r}, got {self.upper!r}")
+        if self.action == "clamp" and self.metric != "ratio":
+            raise ValueError(f"Filter.action 'clamp' needs metric 'ratio' (AReaL refuses it), got {self.metric!r}")
+
+    @property
+    def band(self) -> str:
+        return repr(self.upper) if self.lower is None else f"{self.lower!r}_{self.upper!r}"
+
+    def __str__(self) -> str:
+        agg = f"{self.agg}:" if self.level == "sequence" else ""
+        return f"{self.level}:{self.metric}:{agg}{self.action}:{self.band}"
+
+
+@dataclass(frozen=True)
 class Correction:
     """How the trainer corrects for π_rollout ≠ π_old: an importance weight and/or rejection rules."""
 
@@ -156,10 +238,17 @@ class Correction:
     """Off-policy sequence mask threshold δ (DeepSeek-V3.2 eq. 9; TRL off_policy_mask_threshold): weight 0 for a
     sequence with A < 0 and mean(log π_rollout - log π_train) > δ. Needs the advantages."""
     clamp_log_ratio: bool = True
-    """True: log ρ is clamped to ±20 before exp (verl, SkyRL); False: raw exp (TRL)."""
+    """True: log ρ is clamped to ±20 before exp (verl, SkyRL); False: raw exp (TRL). Always False with a filter
+    (AReaL does not clamp)."""
     bypass: bool = False
     """verl's bypass mode: old_log_prob is the rollout's, so ρ = π_θ/π_rollout is computed inside the loss from the
     current log-probs; a ratio-clipped loss then applies only the rejection (verl's PPO-clip bypass)."""
+    filter: Filter | None = None
+    """AReaL's rejection_sampling: its behaviour weight (instead of an is= weight) with its mask or clamp."""
+    m2po: float | None = None
+    """AReaL's M2PO threshold τ (m2_threshold): of the batch's valid tokens, those with the largest (log ρ)² are
+    dropped (they leave the loss's mask and denominator) until the mean (log ρ)² of the rest is below τ; applied
+    before every other part, which then sees the reduced mask (AReaL masks before its loss)."""
 
     def __post_init__(self):
         if self.is_level is not None and self.is_level not in IS_LEVELS:
@@ -194,11 +283,29 @@ class Correction:
         object.__setattr__(self, "rejections", tuple(sorted(rejections, key=lambda r: RS_OPTIONS.index(r.option))))
         if self.opsm is not None:
             object.__setattr__(self, "opsm", _number("Correction", "opsm", self.opsm, zero_ok=True))
+        if self.filter is not None:
+            if not isinstance(self.filter, Filter):
+                raise ValueError(f"Correction.filter must be a Filter or None, got {self.filter!r}")
+            if self.is_level is not None or self.batch_normalize:
+                raise ValueError(
+                    "Correction.filter is a behaviour weight of its own: it takes no is= weight or norm beside it "
+                    f"(got is_level={self.is_level!r}, batch_normalize={self.batch_normalize!r}); the weight would "
+                    "count twice"
+                )
+            object.__setattr__(self, "clamp_log_ratio", False)  # AReaL's weight is exp of the raw log-ratio
+        if self.m2po is not None:
+            object.__setattr__(self, "m2po", _number("Correction", "m2po", self.m2po))
 
     @property
     def active(self) -> bool:
         """False for the empty correction (no weight, no rejection, no mask): the loss is unchanged."""
-        return self.is_level is not None or bool(self.rejections) or self.opsm is not None
+        return (
+            self.is_level is not None
+            or bool(self.rejections)
+            or self.opsm is not None
+            or self.filter is not None
+            or self.m2po is not None
+        )
 
     def rejection(self, option: str) -> Rejection | None:
         return next((r for r in self.rejections if r.option == option), None)
@@ -263,6 +370,30 @@ def _rs_part(value: str, source: str) -> Rejection:
     return Rejection(option, upper, lower)
 
 
+def _filter_part(value: str, source: str) -> Filter:
+    fields = value.split(":")
+    level = fields[0]
+    want = 5 if level == "sequence" else 4
+    if level not in IS_LEVELS or len(fields) != want:
+        raise ValueError(
+            f"correction {_echo(source)}: filter= is token:METRIC:ACTION:BAND or sequence:METRIC:AGG:ACTION:BAND "
+            f"(METRIC one of {list(FILTER_METRICS)}, AGG one of {list(FILTER_AGGS)}, ACTION one of "
+            f"{list(FILTER_ACTIONS)}); got {value!r}"
+        )
+    metric, action, band = fields[1], fields[-2], fields[-1]
+    agg = fields[2] if level == "sequence" else "mean"
+    if "_" in band[1:]:  # kl_k1 bounds may be negative: '-0.1_0.1'
+        cut = band.index("_", 1)
+        lower = _float(band[:cut], "filter= lower bound", source)
+        upper = _float(band[cut + 1 :], "filter= upper bound", source)
+    else:
+        lower, upper = None, _float(band, "filter= bound", source)
+    try:
+        return Filter(level=level, metric=metric, action=action, upper=upper, lower=lower, agg=agg)
+    except ValueError as exc:
+        raise ValueError(f"correction {_echo(source)}: {exc}") from None
+
+
 def parse_correction(text: str) -> Correction:
     """A `Correction` from its string (module docstring); 'none' or '' is the empty correction."""
     if isinstance(text, Correction):
@@ -284,13 +415,20 @@ def parse_correction(text: str) -> Correction:
             rejections.append(_rs_part(value, source))
         elif key == "opsm" and eq:
             fields["opsm"] = _float(value, "opsm=", source)
+        elif key == "filter" and eq:
+            if "filter" in fields:
+                raise ValueError(f"correction {_echo(source)}: filter= given twice")
+            fields["filter"] = _filter_part(value, source)
+        elif key == "m2po" and eq:
+            fields["m2po"] = _float(value, "m2po=", source)
         elif part in ("norm", "noclamp", "bypass") and not eq:
             name = {"norm": "batch_normalize", "noclamp": "clamp_log_ratio", "bypass": "bypass"}[part]
             fields[name] = part != "noclamp"
         else:
             raise ValueError(
                 f"correction {_echo(source)}: unknown part {part!r}; parts are is=LEVEL[:tis=C|:mask=c_C], "
-                "rs=OPTION:THRESHOLD, norm, opsm=NUMBER, noclamp, bypass"
+                "rs=OPTION:THRESHOLD, norm, opsm=NUMBER, filter=LEVEL:METRIC[:AGG]:ACTION:BAND, m2po=NUMBER, noclamp, "
+                "bypass"
             )
     try:
         return Correction(**fields, rejections=tuple(rejections))
@@ -317,7 +455,11 @@ def correction_string(c: Correction) -> str:
         parts.append("norm")
     if c.opsm is not None:
         parts.append(f"opsm={c.opsm!r}")
-    if not c.clamp_log_ratio:
+    if c.filter is not None:
+        parts.append(f"filter={c.filter}")
+    if c.m2po is not None:
+        parts.append(f"m2po={c.m2po!r}")
+    if not c.clamp_log_ratio and c.filter is None:
         parts.append("noclamp")
     if c.bypass:
         parts.append("bypass")

@@ -13,6 +13,14 @@ with l = log ρ = old_log_prob - rollout_log_prob,
   k1 exceeds δ, as TRL multiplies the per-token loss (a zero weight still counts in the loss's denominator; a
   rejected token does not).
 
+* AReaL's filter (`Correction.filter`, areal/utils/functional/functional.py `apply_rejection_sampling`) gives
+  its behaviour weight, exp(l) per token or the geometric mean of the sequence (metric ratio at sequence level),
+  never clamped in log, non-finite l read as 0, masked (weight 0) or clamped as `Filter` says; the tokens stay
+  in keep_mask (AReaL's loss counts them in its denominator);
+* AReaL's M2PO (`Correction.m2po`, areal/trainer/ppo/actor.py `_apply_m2po_masking`) drops the valid tokens of
+  the batch with the largest l² until the mean l² of the rest is below the threshold; the other parts then see
+  the reduced mask, as AReaL's loss does.
+
 Means are verl's: Σ m·x / (Σ m + 1e-8).
 """
 
@@ -24,7 +32,7 @@ import torch
 
 from divclip.theory.correction import Correction, parse_correction
 
-__all__ = ["METRIC_NAMES_VERL", "SAFETY_BOUND", "rollout_correction"]
+__all__ = ["METRIC_NAMES_AREAL", "METRIC_NAMES_VERL", "SAFETY_BOUND", "rollout_correction"]
 
 SAFETY_BOUND = 20.0
 """verl's clamp on log ρ before exp (exp(20) ≈ 4.9e8)."""
@@ -40,6 +48,12 @@ METRIC_NAMES_VERL = {
     "mismatch_k3": "rollout_corr/k3_kl",
     "chi2_token": "rollout_corr/chi2_token",
 }
+METRIC_NAMES_AREAL = {
+    "filter_fraction": "filtered_fraction",
+    "is_weight_mean": "behave_imp_weight",
+}
+"""divclip's metric -> AReaL's stat of the same number (ppo_actor_loss_fn's `filtered_fraction`; the token mean of
+its `behave_imp_weight` over the loss mask)."""
 """divclip's metric -> verl's name for the same number (is_* only when an importance weight is set, rs_* only
 with rejection rules). verl's rollout_is_min/max are of the weights at token level but of the unclamped
 sequence ratio at sequence level; divclip's is_weight_min/max are always of the weights applied."""
@@ -171,6 +185,85 @@ def _opsm(log_ratio, mask, advantages, delta):
     return ((advantages >= 0) | (mean_k1 <= delta)).to(log_ratio.dtype)
 
 
+def _m2po_keep(log_ratio, mask, threshold):
+    """(B, T) bool: AReaL's M2PO mask. Of the valid tokens sorted by l² (descending), the first k are dropped,
+    k the first index whose suffix mean is below the threshold (every one but the last when none is)."""
+    valid = mask.bool()
+    m2 = log_ratio.square()
+    selected = m2[valid]
+    keep = valid.clone()
+    n = selected.numel()
+    if n == 0:
+        return keep
+    ordered, order = torch.sort(selected, descending=True)  # AReaL's own sort (ties as torch breaks them)
+    counts = torch.arange(n, 0, -1, dtype=ordered.dtype, device=ordered.device)
+    suffix_mean = ordered.flip(0).cumsum(0).flip(0) / counts
+    below = torch.nonzero(suffix_mean < threshold)
+    dropped = int(below[0, 0]) if below.numel() else n - 1
+    kept_sorted = torch.ones(n, dtype=torch.bool, device=keep.device)
+    kept_sorted[:dropped] = False
+    kept = torch.empty_like(kept_sorted)
+    kept[order] = kept_sorted
+    keep[valid] = kept
+    return keep
+
+
+def _filter_weights(old, rollout, mask, f, metrics: dict | None):
+    """(B, T) AReaL's behaviour weight of `f` (a `Filter`): 0 on padding and where masked."""
+    raw = old - rollout
+    log_ratio = torch.where(torch.isfinite(raw), raw, torch.zeros_like(raw))  # AReaL's sanitising
+    valid = mask.bool()
+    if f.metric == "ratio":
+        stat = torch.exp(log_ratio)
+    elif f.metric == "kl_k1":  # AReaL's KLEstimator(log π_prox, log π_behave), unclamped, on the raw difference
+        stat = raw
+    elif f.metric == "kl_k2":
+        stat = raw.square() / 2.0
+    else:
+        stat = torch.exp(-raw) - 1 + raw
+
+    def inside(x):
+        return (x >= f.lower) & (x <= f.upper) if f.lower is not None else x <= f.upper
+
+    w = torch.exp(log_ratio)
+    original = w
+    floor = 0.0 if f.lower is None else f.lower
+    if f.level == "sequence":
+        ratio = f.metric == "ratio"
+        values = log_ratio if ratio else stat
+        masked = torch.where(valid, values, torch.zeros_like(values))
+        count = mask.sum(-1, keepdim=True).clamp(min=1)
+        if ratio:
+            w = torch.exp(masked.sum(-1, keepdim=True) / count).expand_as(log_ratio)
+            original = w
+        if f.agg == "sum":
+            pooled = masked.sum(-1, keepdim=True)
+        elif f.agg == "mean":
+            pooled = masked.sum(-1, keepdim=True) / count
+        else:
+            pooled = values.masked_fill(~valid, -math.inf).max(-1, keepdim=True)[0]
+            pooled = torch.where(mask.sum(-1, keepdim=True) == 0, torch.zeros_like(pooled), pooled)
+        ok = inside(torch.exp(pooled) if ratio else pooled).expand_as(log_ratio)
+        if f.action == "clamp":
+            w = torch.where(~ok, w.clamp(min=floor, max=f.upper), w)
+    elif f.action == "mask":
+        ok = inside(stat)
+    else:
+        w = w.clamp(min=floor, max=f.upper)
+    kept = valid & ok if f.action == "mask" else valid
+    changed = (valid & ~ok) if f.action == "mask" else (valid & (original != w))  # AReaL's filtered_fraction
+    w = torch.where(kept, w, torch.zeros_like(w))
+    if metrics is not None:
+        metrics["filter_fraction"] = float(changed.sum()) / max(1, int(valid.sum()))
+        metrics["is_weight_mean"] = float(_masked_mean(w, mask))
+        metrics["is_weight_min"] = float(w[valid].min()) if bool(valid.any()) else 0.0
+        metrics["is_weight_max"] = float(w[valid].max()) if bool(valid.any()) else 0.0
+        normalised = w / (_masked_mean(w, mask) + 1e-8)
+        second = float(_masked_mean(normalised.square(), mask))
+        metrics["is_ess"] = 1.0 / second if second > 0 else 0.0
+    return w
+
+
 def _mismatch_metrics(log_ratio, mask, metrics: dict) -> None:
     """verl's off-policy diagnostics of π_rollout vs π_old (compute_offpolicy_metrics)."""
     metrics["mismatch_k1"] = float(_masked_mean(-log_ratio, mask))
@@ -196,6 +289,10 @@ def rollout_correction(
     importance weight nor an opsm; keep_mask is response_mask with the rejected tokens set to 0, in its dtype.
     Tensors are detached (a correction changes the measure, not the objective).
 
+    With a filter (AReaL) the weights are its behaviour weight and its metrics filter_fraction (AReaL's
+    filtered_fraction), is_weight_mean/min/max, is_ess; with m2po the dropped tokens leave keep_mask
+    (m2po_masked_fraction: the share of valid tokens dropped).
+
     metrics (floats; {} with metrics=False, which reads nothing on the host): mismatch_k1, mismatch_k3 and
     chi2_token of ρ; with a weight is_weight_mean/min/max (before batch normalisation), is_ess (verl's,
     a fraction in (0, 1]), is_fraction_high/low (raw ρ above C / below c, or 1/C without c), is_batch_norm_factor;
@@ -216,16 +313,28 @@ def rollout_correction(
         mask = response_mask.detach().to(dtype)
         log_ratio = old - rollout  # (B, T): log ρ = log π_old - log π_rollout
         out: dict | None = {} if metrics else None
+        full_mask, m2_keep = mask, None
+        if c.m2po is not None:  # first: the other parts see the mask AReaL's loss sees
+            m2_keep = _m2po_keep(log_ratio, mask, c.m2po)
+            mask = mask * m2_keep.to(dtype)
+            if out is not None:
+                out["m2po_masked_fraction"] = float((full_mask.bool() & ~m2_keep).sum()) / max(
+                    1, int(full_mask.bool().sum())
+                )
         w = _weights(log_ratio, mask, c, out) if c.is_level is not None else None
+        if c.filter is not None:
+            w = _filter_weights(old, rollout, mask, c.filter, out)
         keep = _keep(log_ratio, mask, c, out) if c.rejections else None
+        if m2_keep is not None:
+            keep = m2_keep if keep is None else (keep & m2_keep)
         if c.opsm is not None:
             gate = _opsm(log_ratio, mask, advantages.detach().to(dtype), c.opsm)
             w = gate if w is None else w * gate
         keep_mask = response_mask if keep is None else (response_mask * keep.to(response_mask.dtype))
         if out is None:
             return w, keep_mask, {}
-        _mismatch_metrics(log_ratio, mask, out)
-        _kept_metrics(w, keep, mask, out)
+        _mismatch_metrics(log_ratio, full_mask, out)
+        _kept_metrics(w, keep, full_mask, out)
     return w, keep_mask, out
 
 

@@ -8,16 +8,23 @@ sequence weight the product Π ρ_t, seq_sum_k2/k3 the sum of the token divergen
 that all drift by the same ρ these become intervals in ρ that depend on L: Π ρ_t = ρ^L ∈ [c, C] is
 ρ ∈ [c^{1/L}, C^{1/L}], and L·k3(ρ) <= δ is ρ ∈ [l_{δ/L}, u_{δ/L}] — the length trap: at fixed thresholds the
 interval closes on 1 as answers grow. seq_mean and seq_max options keep the token interval at every L.
+
+AReaL's filter bounds its own statistics (`divclip.theory.correction`): ratio ρ itself, kl_k1 = log ρ (ρ in
+[e^lo, e^hi]), kl_k2 as the 'k2' measure, kl_k3 = k3 of 1/ρ (ρ in [1/u_δ, 1/l_δ]); its sum over L tokens divides
+the KL bound by L (ratio and kl_k1: the L-th root). A lower bound on kl_k2 or kl_k3 also drops a middle band
+around ρ = 1; the interval given is the outer one. M2PO keeps a batch drifting uniformly by ρ where (log ρ)² is
+below its threshold τ: ρ in [e^{-√τ}, e^{√τ}] at every L (a batch statistic: in a mixed batch it drops the
+largest (log ρ)² first).
 """
 
 from __future__ import annotations
 
 import math
 
-from divclip.theory.correction import Correction, Rejection, parse_correction
+from divclip.theory.correction import Correction, Filter, Rejection, parse_correction
 from divclip.theory.measures import get_measure
 
-__all__ = ["DEFAULT_LENGTHS", "correction_intervals", "rejection_interval"]
+__all__ = ["DEFAULT_LENGTHS", "correction_intervals", "filter_interval", "rejection_interval"]
 
 DEFAULT_LENGTHS = (1, 10, 100, 1000)
 
@@ -39,6 +46,20 @@ def rejection_interval(r: Rejection, length: int = 1) -> tuple[float, float]:
         return (_root(lo, length), _root(hi, length)) if r.aggregation == "sum" else (lo, hi)
     delta = r.upper / length if r.aggregation == "sum" else r.upper
     return _divergence_interval(r.estimator, delta)
+
+
+def filter_interval(f: Filter, length: int = 1) -> tuple[float, float]:
+    """(lo, hi): the per-token ρ, constant over a sequence of `length` tokens, that AReaL's filter `f` keeps
+    (mask) or leaves unclamped (clamp)."""
+    pooled = length if f.level == "sequence" and f.agg == "sum" else 1
+    if f.metric == "ratio":  # Π ρ_t = ρ^L at sum, ρ itself at mean (geometric) and max
+        lo = 0.0 if f.lower is None else f.lower
+        return _root(lo, pooled), _root(f.upper, pooled)
+    if f.metric == "kl_k1":  # Σ log ρ_t = L·log ρ in [lower, upper]
+        lo = 0.0 if f.lower is None else math.exp(f.lower / pooled)
+        return lo, math.exp(f.upper / pooled)
+    lo, hi = _divergence_interval("k2" if f.metric == "kl_k2" else "k3", f.upper / pooled)
+    return (lo, hi) if f.metric == "kl_k2" else (1.0 / hi, 1.0 / lo)  # AReaL's k3 is of 1/ρ
 
 
 def _weight_interval(c: Correction, length: int) -> tuple[float, float]:
@@ -80,6 +101,32 @@ def correction_intervals(correction, lengths=DEFAULT_LENGTHS) -> list[dict]:
                 "part": f"rs={r.option}:{r.threshold}",
                 "bounds": pooled,
                 "by_length": {n: rejection_interval(r, n) for n in lengths},
+            }
+        )
+    if c.filter is not None:
+        f = c.filter
+        if f.level == "token":
+            stat = "ρ per token" if f.metric == "ratio" else f"AReaL's token {f.metric}"
+        elif f.metric == "ratio":
+            stat = {"sum": "Π ρ_t", "mean": "the geometric mean of ρ", "max": "the largest ρ_t"}[f.agg]
+        else:
+            stat = f"the {f.agg} of AReaL's token {f.metric}"
+        band = f"outside [{f.lower:g}, {f.upper:g}]" if f.lower is not None else f"above {f.upper:g}"
+        act = "weight 0" if f.action == "mask" else "weight clamped"
+        rows.append(
+            {
+                "part": f"filter={f}",
+                "bounds": f"{stat}: {act} {band}",
+                "by_length": {n: filter_interval(f, n) for n in lengths},
+            }
+        )
+    if c.m2po is not None:
+        edge = math.sqrt(c.m2po)
+        rows.append(
+            {
+                "part": f"m2po={c.m2po:g}",
+                "bounds": "the batch's mean (log ρ)² (tokens with the largest dropped first)",
+                "by_length": {n: (math.exp(-edge), math.exp(edge)) for n in lengths},
             }
         )
     if c.opsm is not None:  # A < 0 only: mean(log π_rollout - log π_θ) <= δ is a geometric mean of ρ >= e^{-δ}

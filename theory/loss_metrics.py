@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from divclip.theory.agg_modes import LOSS_AGG_MODES, TRL_AGG_MODES
+from divclip.theory.agg_modes import ENGINE_AGG_MODES, LOSS_AGG_MODES, TRL_AGG_MODES
 from divclip.theory.forms._kernels import LOG_RATIO_CLAMP, sequence_column
 
 KL_ESTIMATORS = {"k1": "k1", "kl": "k1", "k2": "k2", "mse": "k2", "k3": "k3", "low_var_kl": "k3", "abs": "abs"}
@@ -63,6 +63,13 @@ def aggregate(loss_mat, loss_mask, loss_agg_mode, loss_scale_factor, masked_sum)
         return _aggregate_trl(loss_mat, loss_mask, loss_agg_mode, loss_scale_factor, masked_sum)
     if loss_agg_mode == "token-mean":
         return masked_sum(loss_mat, loss_mask) / _nonzero(loss_mask.sum())
+    if loss_agg_mode == "token-mean-min1":  # slime per-token: an empty row counts one token
+        return masked_sum(loss_mat, loss_mask) / _nonzero(torch.sum(loss_mask, dim=-1).clamp(min=1).sum())
+    if loss_agg_mode == "seq-mean-token-mean-noeps":  # OpenRLHF: Σ m·ℓ / n per non-empty row, their mean
+        seq_tokens = torch.sum(loss_mask, dim=-1)  # (B,)
+        seq_mask = (seq_tokens > 0).to(loss_mat.dtype)
+        seq_losses = torch.sum(loss_mat * loss_mask, dim=-1) / _nonzero(seq_tokens)
+        return masked_sum_verl(seq_losses, seq_mask) / _nonzero(seq_mask.sum())
     if loss_agg_mode == "token-sum":
         return masked_sum(loss_mat, loss_mask)
     if loss_agg_mode == "seq-mean-token-mean":
@@ -80,8 +87,9 @@ def aggregate(loss_mat, loss_mask, loss_agg_mode, loss_scale_factor, masked_sum)
 
 
 def check_agg(loss_agg_mode, loss_scale_factor):
-    if loss_agg_mode not in LOSS_AGG_MODES + TRL_AGG_MODES:
-        raise ValueError(f"loss_agg_mode must be one of {list(LOSS_AGG_MODES + TRL_AGG_MODES)}, got {loss_agg_mode!r}")
+    allowed = LOSS_AGG_MODES + TRL_AGG_MODES + ENGINE_AGG_MODES
+    if loss_agg_mode not in allowed:
+        raise ValueError(f"loss_agg_mode must be one of {list(allowed)}, got {loss_agg_mode!r}")
     if loss_scale_factor is not None and not (
         isinstance(loss_scale_factor, (int, float)) and math.isfinite(loss_scale_factor) and loss_scale_factor > 0
     ):
@@ -99,6 +107,9 @@ def agg_loss(loss_mat, loss_mask, loss_agg_mode: str, loss_scale_factor=None):
     seq-mean-token-sum-all: mean over all B of Σ m·ℓ (TRL luspo); token-sum-norm: Σ m·ℓ / `loss_scale_factor`
     (default B·T; TRL dr_grpo: B · the longest completion allowed; dapo/cispo/vespo: the generation
     batch's token count).
+    Two more engines' (`divclip.theory.agg_modes.ENGINE_AGG_MODES`): seq-mean-token-mean-noeps: mean over
+    non-empty sequences of Σ m·ℓ / Σ m, no + 1e-8 (OpenRLHF); token-mean-min1: Σ m·ℓ / Σ_rows max(Σ m, 1)
+    (slime's per-token loss, an empty row counting one token).
     With dp_size = 1 and no global batch info, verl's global token/sequence counts are these local ones.
     One deliberate difference: an all-zero mask gives 0 here, where verl divides 0 by 0 (NaN).
     """

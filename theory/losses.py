@@ -22,7 +22,7 @@ import math
 
 import torch
 
-from divclip.theory.forms import FORM_AGGREGATIONS, MODES, register_mode
+from divclip.theory.forms import FORMS
 from divclip.theory.forms._kernels import (
     LOG_RATIO_CLAMP,
     SEQ_LOG_RATIO_MAX,
@@ -49,7 +49,6 @@ from divclip.theory.spec import LEVELS, PRESETS, ClipSpec, as_spec, preset  # no
 __all__ = [
     "LOG_RATIO_CLAMP",
     "LOSS_AGG_MODES",
-    "MODES",
     "PRESETS",
     "PolicyTerms",
     "SEQ_LOG_RATIO_MAX",
@@ -61,7 +60,6 @@ __all__ = [
     "policy_loss",
     "policy_terms",
     "preset",
-    "register_mode",
 ]
 
 
@@ -109,14 +107,17 @@ def _raise_non_finite(named: dict):
 
 def _terms(named: dict, spec, fill: str) -> tuple[PolicyTerms, torch.Tensor, torch.Tensor]:
     """(terms, mask and log_prob in the compute dtype) after validating `named` (policy_terms, policy_loss).
-    fill: what to fill in where a mode left its metric-only log-ratio and ratio None (`with_token_ratio`):
+    fill: what to fill in where a form left its metric-only log-ratio and ratio None (`with_token_ratio`):
     'none' (the loss alone), 'log_ratio' (what `clip_stats` needs) or 'ratio' (both)."""
     spec = spec if isinstance(spec, ClipSpec) else as_spec(spec)
     _check_inputs(named)
     dtype = _compute_dtype(named["log_prob"])
     lp = _as(named["log_prob"], dtype)  # (B, T); keeps the autograd link to a bf16/fp16 leaf
     old, adv, mask = (_as(_const(named[k]), dtype) for k in ("old_log_prob", "advantages", "response_mask"))
-    terms = MODES[spec.mode](lp, old, adv, mask, spec)
+    loss = FORMS[spec.form].loss
+    if loss is None:
+        raise ValueError(f"form {spec.form!r} is declared without a torch loss (Form.loss): it cannot run")
+    terms = loss(lp, old, adv, mask, spec)
     if fill != "none":
         terms = with_token_ratio(terms, _const(lp), old, ratio=fill == "ratio")
     return terms, mask, lp
@@ -193,7 +194,7 @@ def policy_loss(
     correction (`divclip.theory.rollout_correction`): its weights multiply the per-token loss as
     rollout_is_weights do and its rejected tokens leave response_mask. Decoupled (verl's default): the correction
     is of π_old/π_rollout. Bypass (`bypass` in the correction; old_log_prob is then the rollout's, as verl sets
-    it): of π_θ/π_rollout from log_prob, detached; a REINFORCE loss (mode gpg) takes its weights, any other form
+    it): of π_θ/π_rollout from log_prob, detached; a REINFORCE loss (form gpg) takes its weights, any other form
     only its rejection (verl's PPO-clip bypass, whose ratio is already to π_rollout). An off-policy sequence
     mask (opsm=) compares π_θ with π_rollout in either mode, as TRL does. Its metrics join the others with the
     prefix 'rollout_corr/'.
@@ -224,7 +225,7 @@ def policy_loss(
     spec = spec if isinstance(spec, ClipSpec) else as_spec(spec)
     terms, mask, lp = _terms(named, spec, "log_ratio" if metrics else "none")
     weights = None if rollout_is_weights is None else rollout_is_weights.detach().to(lp.dtype)
-    own_aggregation = FORM_AGGREGATIONS.get(spec.mode)  # a form whose engine ignores loss_agg_mode (geo_mean)
+    own_aggregation = FORMS[spec.form].aggregate  # a form whose engine ignores loss_agg_mode (geo_mean)
     loss = None if own_aggregation is None else own_aggregation(terms, mask, weights, spec)
     if loss is None:
         loss_mat = terms.loss if weights is None else terms.loss * weights  # (B, T)
@@ -267,7 +268,7 @@ def _corrected_loss(lp, old, adv, mask, spec, agg, weights, kw, rollout_log_prob
     w, keep, cmetrics = rollout_correction(
         anchor, rollout_log_prob, mask, dataclasses.replace(c, opsm=None), metrics=kw["metrics"]
     )
-    if c.bypass and spec.mode != "gpg":
+    if c.bypass and spec.form != "gpg":
         w = None  # verl bypass ppo_clip: the ratio π_θ/π_rollout already carries the weight
     if c.opsm is not None:  # TRL's off-policy mask compares π_θ (its per_token_logps) with π_rollout
         gate = rollout_correction(lp.detach(), rollout_log_prob, mask, Correction(opsm=c.opsm), advantages=adv)[0]

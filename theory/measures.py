@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from divclip.theory.bounds import _kl3_bounds, binary_kl_bounds_array, binary_kl_value, kl3_roots
+from divclip.theory.methods import measure_method
 from divclip.theory.validation import check_delta, check_p, check_ratio
 
 
@@ -179,7 +180,7 @@ _BUILTIN: tuple[Measure, ...] = (
         "PPO; GRPO; DAPO clip-higher",
         "Ratio clip [1-δ, 1+δ] (δ is the width ε); ClipSpec takes ε_low/ε_high for DAPO's clip-higher.",
         label="ratio |r−1|",
-        method="GRPO",
+        method=measure_method("ratio"),  # the catalogue's label (divclip.theory.methods)
         colour="#1f77b4",
         text="|r − 1|",
     ),
@@ -215,7 +216,7 @@ _BUILTIN: tuple[Measure, ...] = (
         "ATR-GRPO (arXiv 2602.05494); Schulman k3",
         "Asymmetric: the upper side is looser (clip-higher derived, not tuned).",
         label="KL3 r−1−log r",
-        method="ATR-GRPO",
+        method=measure_method("kl3"),  # the catalogue's label (divclip.theory.methods)
         colour="#d62728",
         text="r − 1 − log r",
     ),
@@ -239,7 +240,7 @@ _BUILTIN: tuple[Measure, ...] = (
         "DPPO-Binary-KL (arXiv 2602.04879, verl dppo_kl); TRGPPO",
         "Per-token: wide for rare tokens, tight for confident ones; hi < 1/p.",
         label="binary KL",
-        method="DPPO-Binary-KL",
+        method=measure_method("binary_kl"),  # the catalogue's label (divclip.theory.methods)
         colour="#2ca02c",
         text="p log(1/r) + (1 − p) log((1 − p)/(1 − rp))",
     ),
@@ -251,7 +252,7 @@ _BUILTIN: tuple[Measure, ...] = (
         "DPPO-Binary-TV (verl dppo_tv)",
         "Per-token: [1-δ/p, 1+δ/p].",
         label="binary TV",
-        method="DPPO-Binary-TV",
+        method=measure_method("binary_tv"),  # the catalogue's label (divclip.theory.methods)
         colour="#9467bd",
         text="|p (r − 1)|",
     ),

@@ -11,13 +11,29 @@ from __future__ import annotations
 import functools
 
 from divclip.theory.measures import MEASURES
+from divclip.theory.methods import preset_methods
 
 __all__ = ["CUSTOM", "DAPO", "KL3_CLIP", "RATIO_CLIP", "RATIO_METHODS", "atr_delta", "method_for"]
 
 DAPO = "DAPO"
 CUSTOM = "custom"
-RATIO_METHODS: dict[tuple[float, float], str] = {(0.2, 0.2): "GRPO", (0.2, 0.28): DAPO, (3e-4, 4e-4): "GSPO"}
-"""The ratio clip's published settings (ε_low, ε_high) -> method; any other ε is a plain "ratio clip"."""
+
+
+def _ratio_methods() -> dict[tuple[float, float], str]:
+    out = {}
+    for m in preset_methods():  # 'ratio:EPS_LOW:EPS_HIGH[/...]' presets of the clip form (grpo, dapo, gspo)
+        head, *options = m.method.split("/")
+        parts = head.split(":")
+        if parts[0] == "ratio" and len(parts) == 3 and set(options) <= {"seq"}:
+            out[(float(parts[1]), float(parts[2]))] = m.label
+    return out
+
+
+RATIO_METHODS: dict[tuple[float, float], str] = _ratio_methods()
+"""The ratio clip's published settings (ε_low, ε_high) -> method, from the catalogue's presets (GRPO, DAPO, GSPO);
+any other ε is a plain "ratio clip"."""
+if RATIO_METHODS.get((0.2, 0.28)) != DAPO:
+    raise RuntimeError("the catalogue's DAPO preset must be the ratio clip 0.2/0.28 (divclip.theory.methods)")
 RATIO_CLIP = "ratio clip"
 KL3_CLIP = "KL3 clip"
 

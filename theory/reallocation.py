@@ -138,8 +138,8 @@ def resolve_spec(spec) -> ClipSpec:
 def action_bounds(spec, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-action ratio interval (lo, hi), each (K,), of a clip spec at p = π_old (probs already validated)."""
     s = resolve_spec(spec)
-    if s.mode == "sapo":
-        raise ValueError("spec mode 'sapo' has no clip interval (a soft gate): pick a spec with mode clip/gated/cispo")
+    if s.form == "sapo":
+        raise ValueError("spec form 'sapo' has no clip interval (a soft gate): pick a spec with form clip/gated/cispo")
     if isinstance(s, AllOf):  # the intersection: per action [max lo, min hi] of the parts
         each = [action_bounds(part, probs) for part in s.parts]
         return np.max([b[0] for b in each], axis=0), np.min([b[1] for b in each], axis=0)

@@ -132,14 +132,14 @@ def _loss_and_grad(z, z_old, group: Group, spec):
 
 def _bounds_or_open(spec, p):
     """The per-action clip interval, or (0, inf) for SAPO's soft gate (it never zeroes a gradient)."""
-    if resolve_spec(spec).mode == "sapo":
+    if resolve_spec(spec).form == "sapo":
         return np.zeros_like(p), np.full_like(p, np.inf)
     return action_bounds(spec, p)
 
 
-def _clip_flags(mode: str, r, adv, lo, hi):
+def _clip_flags(form: str, r, adv, lo, hi):
     """Per token: did the lower / upper bound change its term? (the meaning of policy_loss's clipfrac_low/high)"""
-    if mode == "cispo":  # the IS weight is clipped whatever the sign of A
+    if form == "cispo":  # the IS weight is clipped whatever the sign of A
         return r < lo, r > hi
     return (adv < 0) & (r < lo), (adv > 0) & (r > hi)
 
@@ -247,7 +247,7 @@ def multi_epoch_drift(
     z = z_old
     for _ in range(epochs):
         r_tok = (softmax(z) / p_old)[g.actions]  # (N,) the ratio each token's clip decision sees
-        low, high = _clip_flags(spec.mode, r_tok, g.advantages, lo[g.actions], hi[g.actions])
+        low, high = _clip_flags(spec.form, r_tok, g.advantages, lo[g.actions], hi[g.actions])
         c_lo.append(np.bincount(g.actions[low], minlength=k) > 0)
         c_hi.append(np.bincount(g.actions[high], minlength=k) > 0)
         n_clip.append(int(low.sum() + high.sum()))

@@ -13,14 +13,14 @@ Method strings (whitespace around the whole string is ignored; nothing else is):
                                              1 - 0.2 (GRPO's ε_low), as ATR-GRPO does; 'ratio' is ε = 0.2
              | MEASURE ":" NUMBER            budget δ (for 'ratio': a symmetric clip width ε)
              | "ratio:" NUMBER ":" NUMBER    ratio clip ε_low:ε_high (DAPO's clip-higher is ratio:0.2:0.28)
-    option  := MODE                                the loss form (default clip; a preset keeps its own): clip,
+    option  := FORM                                the loss form (default clip; a preset keeps its own): clip,
                                                  gated, cispo, sapo, or any form in `divclip.theory.forms`
              | NAME "=" NUMBER                     a parameter of the loss form (`Form.params`), e.g.
                                                  '/clip_cov_ratio=0.0002'; unset ones take the form's default
              | "seq"                               GSPO's sequence-level ratio
              | "noclamp"                           exp of the raw log-ratio, as TRL (verl clamps log r to ±20)
-             | "dual=" NUMBER                      dual-clip cap c > 1 (mode clip)
-             | "tis=" NUMBER                       truncated IS weight cap (mode gated)
+             | "dual=" NUMBER                      dual-clip cap c > 1 (form clip)
+             | "tis=" NUMBER                       truncated IS weight cap (form gated)
              | "tau=" NUMBER ":" NUMBER            SAPO gate temperatures for A > 0 and A <= 0
 
 Examples: `kl3`, `kl3:0.023144`, `ratio:0.2:0.28`, `binary_kl:0.05/gated/tis=20`, `dapo/dual=3`, `ratio:3e-4:4e-4/seq`.
@@ -38,7 +38,7 @@ Two combinators extend a method (docs/future_work.md):
               | "dir"                            +1 or -1: the assumed sign of d(signal)/dδ (defaults:
                                                  clipfrac -1, kl3 +1, entropy -1)
 
-An intersection's parts are mode 'clip' at token level (dual clip allowed when every part has the same cap):
+An intersection's parts are form 'clip' at token level (dual clip allowed when every part has the same cap):
 e.g. `kl3:0.023144&binary_tv:0.2`, a global KL3 budget that also protects rare tokens. An adaptive part is a
 measure with a budget δ (not 'ratio', not sapo, not an intersection); its δ0 is the part's δ, and after each
 step δ <- clamp(δ·exp(dir·gain·clamp((target - signal)/target, -1, 1)), min, max) (`divclip.theory.adaptive`):
@@ -55,8 +55,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from divclip.theory.forms import FORMS, LEVELS, MODE_NAMES, modes_with, param_names
+from divclip.theory.forms import FORM_NAMES, FORMS, LEVELS, declared_params, forms_declaring, forms_with
+from divclip.theory.forms._numpy import upper_delta
 from divclip.theory.measures import MEASURES, Measure, get_measure
+from divclip.theory.methods import preset_methods
 
 __all__ = [
     "DEFAULT_EPS_LOW",
@@ -74,20 +76,38 @@ __all__ = [
     "spec_label",
 ]
 
-TAU_MIN, TAU_MAX = 1e-6, 1e6
-"""Allowed SAPO gate temperatures (the paper's defaults are 1 and 1.05)."""
 MAX_METHOD_ECHO = 80
 """A method string longer than this is shown cut, with its length, in error messages."""
 DEFAULT_EPS_LOW = 0.2
 """A bare measure name means the budget whose lower bound is 1 - DEFAULT_EPS_LOW (GRPO's ε_low), as ATR-GRPO."""
 
-# Loss-form names (`divclip.theory.forms.MODE_NAMES`): the declared forms; `register_mode` adds to this set too.
-# What a form accepts (level='sequence', a dual clip) is its Form's `levels` and `dual_clip` (`modes_with`).
+# Loss-form names (`divclip.theory.forms.FORM_NAMES`): the declared forms.
+# What a form accepts (level='sequence', a dual clip) is its Form's `levels` and `dual_clip` (`forms_with`).
 # p-dependent measures the torch loss can solve per-token bounds for (`divclip.theory.forms._kernels._TORCH_BOUNDS`).
 LOSS_P_DEPENDENT = frozenset({"binary_kl", "binary_tv"})
 
 
 # ------------------------------------------------------------------------------------------------ spec
+_REQUIRED = object()
+
+
+def _undeclared(name: str, form_name: str, form) -> str:
+    """Why `name` is refused on form `form_name`: the forms that declare it, or the form's own parameters."""
+    takers = forms_declaring(name)
+    if not takers:
+        own = [p.name for p in form.params]
+        return f"form {form_name!r} has no parameter {name!r}; its parameters: {own or 'none'}"
+    param = declared_params()[name]
+    group = [p.name for p in declared_params().values() if param.option and p.option == param.option]
+    names = "/".join(group) if len(group) > 1 else name
+    verb = "apply" if len(group) > 1 else "applies"
+    others = f" (and {', '.join(repr(t) for t in takers[1:])})" if len(takers) > 1 else ""
+    return (
+        f"ClipSpec.{names} {verb} to form={takers[0]!r} only{others}, got form={form_name!r} (form {form_name!r} "
+        f"has no parameter {name!r})"
+    )
+
+
 def _positive(name: str, value, above: float = 0.0, at_most: float | None = None, owner: str = "ClipSpec") -> float:
     ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) and value > above
     if ok and at_most is not None:
@@ -110,60 +130,30 @@ class ClipSpec:
     """'ratio' only: lower clip width, r >= 1 - eps_low (GRPO/DAPO 0.2; GSPO 3e-4)."""
     eps_high: float | None = None
     """'ratio' only: upper clip width, r <= 1 + eps_high (GRPO 0.2, DAPO 0.28; GSPO 4e-4)."""
-    dual_clip_c: float | None = None
-    """mode 'clip': dual-clip cap c > 1 on -A·r for A < 0 (verl vanilla's, 3.0 by default); None = off."""
     level: str = "token"
-    """'token', or 'sequence' for GSPO's length-normalised sequence ratio (mode 'clip', p-free measures)."""
-    mode: str = "clip"
+    """'token', or 'sequence' for GSPO's length-normalised sequence ratio (form 'clip', p-free measures)."""
+    form: str = "clip"
     """Loss form: 'clip' (PPO), 'gated' (DPPO mask), 'cispo', 'sapo', ...: a module of `divclip.theory.forms`."""
-    tis_cap: float | None = None
-    """mode 'gated': truncate the stop-gradient IS weight at this value (verl dppo's IS cap); None = off."""
-    tau_pos: float = 1.0
-    """mode 'sapo': gate temperature for A > 0."""
-    tau_neg: float = 1.05
-    """mode 'sapo': gate temperature for A <= 0."""
     params: tuple = ()
-    """The mode's own parameters beyond the budget, as sorted (name, value) pairs (`divclip.theory.forms`: e.g.
-    mode 'clip_cov' takes clip_cov_ratio); a name left out takes the form's default (`spec.param(name)`)."""
-    clamp_log_ratio: bool = True
-    """True: log r is clamped to ±20 before exp (GSPO's log s to <= 10), as verl does. False: r = exp(log r)
-    unclamped, as TRL does (method-string option '/noclamp'); the metrics still see log r clamped to ±20."""
+    """The form's parameters beyond the budget (its `Form.params`), given as a dict or (name, value) pairs and kept
+    as sorted pairs of the values that differ from the form's defaults; read one with `spec.param(name)`. E.g.
+    dual_clip_c (forms clip, luspo: '/dual=3'), tis_cap (gated: '/tis=20'), tau_pos/tau_neg (sapo: '/tau=1:1.05'),
+    clamp_log_ratio (the forms that clamp log r to ±20 before exp, as verl: '/noclamp' is TRL's raw exp),
+    clip_cov_ratio (clip_cov). Declared in `divclip.theory.forms` (docs/CONTRIBUTING.md)."""
 
     def __post_init__(self):
         if not isinstance(self.measure, Measure) and self.measure not in MEASURES:
             raise ValueError(f"ClipSpec.measure must be one of {sorted(MEASURES)} (or a Measure), got {self.measure!r}")
-        if self.mode not in MODE_NAMES:
-            raise ValueError(f"ClipSpec.mode must be one of {sorted(MODE_NAMES)}, got {self.mode!r}")
+        if self.form not in FORM_NAMES:
+            raise ValueError(f"ClipSpec.form must be one of {sorted(FORM_NAMES)}, got {self.form!r}")
         if self.level not in LEVELS:
             raise ValueError(f"ClipSpec.level must be one of {list(LEVELS)}, got {self.level!r}")
         self._check_params()
         self._check_budget()
-        if not isinstance(self.clamp_log_ratio, bool):
-            raise ValueError(f"ClipSpec.clamp_log_ratio must be True or False, got {self.clamp_log_ratio!r}")
-        if self.dual_clip_c is not None:
-            if self.mode not in modes_with("dual_clip"):
-                raise ValueError(
-                    f"ClipSpec.dual_clip_c applies to mode='clip' only (and 'luspo', the clip form "
-                    f"LUSPO aggregates), got mode={self.mode!r}"
-                )
-            _positive("dual_clip_c", self.dual_clip_c, above=1.0)
-        if self.tis_cap is not None:
-            if self.mode != "gated":
-                raise ValueError(f"ClipSpec.tis_cap applies to mode='gated' only, got mode={self.mode!r}")
-            _positive("tis_cap", self.tis_cap)
-        for name in ("tau_pos", "tau_neg"):  # 4/τ and τ·(r - 1) must stay finite in float32 (docs/theory.md §1.1)
-            value = _positive(name, self.tau_pos if name == "tau_pos" else self.tau_neg, above=0.0, at_most=TAU_MAX)
-            if value < TAU_MIN:
-                raise ValueError(
-                    f"ClipSpec.{name} must be a finite number in [{TAU_MIN:g}, {TAU_MAX:g}] (the SAPO "
-                    f"gate's 4/τ and τ·(r - 1) stay finite in float32), got {value!r}"
-                )
-        if self.mode != "sapo" and (self.tau_pos, self.tau_neg) != (1.0, 1.05):
-            raise ValueError(f"ClipSpec.tau_pos/tau_neg apply to mode='sapo' only, got mode={self.mode!r}")
         if self.level == "sequence":
-            if self.mode not in modes_with("sequence"):
+            if self.form not in forms_with("sequence"):
                 raise ValueError(
-                    f"ClipSpec.level='sequence' (GSPO) needs a mode in {modes_with('sequence')}, got mode={self.mode!r}"
+                    f"ClipSpec.level='sequence' (GSPO) needs a form in {forms_with('sequence')}, got form={self.form!r}"
                 )
             if self.p_dependent:
                 raise ValueError(
@@ -178,38 +168,50 @@ class ClipSpec:
 
     def _check_params(self):
         params = self.params
-        if isinstance(params, dict):
+        if isinstance(params, Mapping):
             params = tuple(params.items())
         if not isinstance(params, tuple) or not all(isinstance(kv, tuple) and len(kv) == 2 for kv in params):
-            raise ValueError(f"ClipSpec.params must be (name, value) pairs, got {self.params!r}")
-        form = FORMS.get(self.mode)
+            raise ValueError(f"ClipSpec.params must be a dict or (name, value) pairs, got {self.params!r}")
+        form = FORMS[self.form]
+        declared = {p.name: p for p in form.params}
         checked = {}
         for name, value in params:
-            if form is None:
-                raise ValueError(f"ClipSpec.params: mode {self.mode!r} takes no parameters, got {name!r}")
             if name in checked:
                 raise ValueError(f"ClipSpec.params names {name!r} twice")
-            checked[name] = form.param(name).check(value)
-        object.__setattr__(self, "params", tuple(sorted(checked.items())))
-        if form is not None and form.check is not None:
+            if name not in declared:
+                other = declared_params().get(name)
+                if other is not None and value == other.default:
+                    continue  # another form's parameter at its default: the same spec as leaving it out
+                raise ValueError(_undeclared(name, self.form, form))
+            value = declared[name].check(value)
+            checked[name] = value
+        values = {p.name: checked.get(p.name, p.default) for p in form.params}
+        object.__setattr__(
+            self, "params", tuple(sorted((k, v) for k, v in checked.items() if v != declared[k].default))
+        )
+        object.__setattr__(self, "_values", values)
+        if form.check is not None:
             form.check(self)  # the form's own rules (divclip.theory.forms.Form.check)
 
-    def param(self, name: str) -> float:
-        """The value of the mode's parameter `name`: the one set in `params`, else the form's default."""
-        for key, value in self.params:
-            if key == name:
-                return value
-        form = FORMS.get(self.mode)
-        if form is None:
-            raise ValueError(f"mode {self.mode!r} has no parameter {name!r}")
-        return form.param(name).default
+    def param(self, name: str, default=_REQUIRED):
+        """The value of the form's parameter `name`: the one set in `params`, else the form's default. A name the
+        form does not declare is a ValueError, or `default` where one is given (`spec.param("dual_clip_c", None)`
+        for a reader that takes any form)."""
+        try:
+            return self._values[name]
+        except KeyError:
+            if default is not _REQUIRED:
+                return default
+            raise ValueError(
+                f"form {self.form!r} has no parameter {name!r}; its parameters: {sorted(self._values) or 'none'}"
+            ) from None
 
     def _check_budget(self):
-        form = FORMS.get(self.mode)
+        form = FORMS.get(self.form)
         if form is not None and not form.uses_budget:
             if (self.delta, self.eps_low, self.eps_high) != (None, None, None):
                 raise ValueError(
-                    f"mode={self.mode!r} takes no clip budget ({form.summary}): "
+                    f"form={self.form!r} takes no clip budget ({form.summary}): "
                     f"got delta={self.delta!r}, eps_low={self.eps_low!r}, eps_high={self.eps_high!r}"
                 )
             return
@@ -281,9 +283,9 @@ class AllOf(ClipSpec):
     """The intersection of clip constraints: a token's ratio is clipped to [max_i lo_i, min_i hi_i], the
     interval where every part's D_i(r[, p]) <= δ_i holds. Build it with `all_of(a, b, ...)` or `a & b`.
 
-    Parts are mode 'clip' at token level; the gated, cispo and sapo forms are refused (their gates and
-    weights are not a clip interval to intersect). The inherited fields other than `mode` and `dual_clip_c`
-    (taken from the parts) are unused."""
+    Parts are form 'clip' at token level; the gated, cispo and sapo forms are refused (their gates and
+    weights are not a clip interval to intersect). The inherited fields other than `form` and `params` (the dual_clip_c
+    the parts share) are unused."""
 
     parts: tuple = ()
     """The ClipSpecs intersected (>= 2, none itself an AllOf or adaptive)."""
@@ -300,26 +302,31 @@ class AllOf(ClipSpec):
                     f"AllOf.parts[{i}] is adaptive ({method_string(part)!r}): an intersection "
                     "takes fixed budgets; adapt a single measure instead"
                 )
-            if part.mode != "clip":
+            if part.form != "clip":
                 raise ValueError(
-                    f"AllOf.parts[{i}] has mode={part.mode!r}: an intersection intersects clip "
-                    "intervals, so every part must be mode 'clip' (gated, cispo and sapo mixes are "
+                    f"AllOf.parts[{i}] has form={part.form!r}: an intersection intersects clip "
+                    "intervals, so every part must be form 'clip' (gated, cispo and sapo mixes are "
                     "refused)"
                 )
             if part.level != "token":
                 raise ValueError(f"AllOf.parts[{i}] has level={part.level!r}: intersections are token-level only")
-        caps = {part.dual_clip_c for part in parts}
+        caps = {part.param("dual_clip_c") for part in parts}
         if len(caps) > 1:
             raise ValueError(
                 f"AllOf.parts disagree on dual_clip_c {sorted(caps, key=str)}: give every part the same cap (or none)"
             )
-        extra = {
-            k: getattr(self, k) for k in ("delta", "eps_low", "eps_high", "tis_cap") if getattr(self, k) is not None
-        }
+        extra = {k: getattr(self, k) for k in ("delta", "eps_low", "eps_high") if getattr(self, k) is not None}
+        cap = parts[0].param("dual_clip_c")
+        given = dict(self.params) if isinstance(self.params, (Mapping, tuple)) else {"params": self.params}
+        defaults = {p.name: p.default for p in FORMS["clip"].params} | {"dual_clip_c": cap}
+        own = {k: v for k, v in given.items() if k not in defaults or v != defaults[k]}  # the parts' values: fine
+        if own:
+            extra["params"] = own
         if extra or self.measure != "ratio" or self.level != "token":
             raise ValueError(f"AllOf takes only `parts`; its budget is the parts', got {extra or self.measure!r}")
-        object.__setattr__(self, "mode", "clip")
-        object.__setattr__(self, "dual_clip_c", parts[0].dual_clip_c)
+        object.__setattr__(self, "form", "clip")
+        object.__setattr__(self, "params", () if cap is None else (("dual_clip_c", cap),))
+        object.__setattr__(self, "_values", {p.name: p.default for p in FORMS["clip"].params} | dict(self.params))
 
     @property
     def measure_name(self) -> str:
@@ -382,10 +389,10 @@ class AdaptiveSpec(ClipSpec):
         super().__post_init__()
         if self.signal not in SIGNALS:
             raise ValueError(f"AdaptiveSpec.signal must be one of {list(SIGNALS)}, got {self.signal!r}")
-        if self.mode == "sapo" or self.measure_name == "ratio" or self.delta is None:
+        if self.form == "sapo" or self.measure_name == "ratio" or self.delta is None:
             raise ValueError(
                 f"an adaptive δ needs a divergence measure with a budget δ (not 'ratio', not sapo), "
-                f"got measure={self.measure_name!r}, mode={self.mode!r}"
+                f"got measure={self.measure_name!r}, form={self.form!r}"
             )
         _positive("target", self.target, at_most=1.0 if self.signal == "clipfrac" else None, owner="AdaptiveSpec")
         _positive("gain", self.gain, owner="AdaptiveSpec")
@@ -422,30 +429,16 @@ def _scalar_bounds(spec: ClipSpec) -> tuple[float, float]:
     if spec.measure_name == "ratio" and spec.eps_low is not None:  # asymmetric widths: [1 - ε_low, 1 + ε_high]
         return max(1.0 - float(spec.eps_low), 0.0), 1.0 + float(spec.eps_high)
     lo, hi = get_measure(spec.measure).bounds(spec.delta)
+    if upper_delta(spec) != spec.delta:  # the upper side's own budget (the gated form's delta_high)
+        _, hi = get_measure(spec.measure).bounds(upper_delta(spec))
     return float(lo), float(hi)
 
 
 # -------------------------------------------------------------------------------------------- presets
-def _presets() -> dict[str, ClipSpec]:
-    from divclip.theory.conversions import delta_for_eps
-
-    return {
-        "grpo": ClipSpec("ratio", eps_low=0.2, eps_high=0.2),
-        "dapo": ClipSpec("ratio", eps_low=0.2, eps_high=0.28),
-        # ATR-GRPO: the KL3 budget whose lower bound is 1 - GRPO's ε_low, δ = KL3(0.8) = 0.023144 (docs/theory.md
-        # §2); the same δ_for_eps a bare 'kl3' gets, so the method strings 'atr' and 'kl3' are one spec.
-        "atr": ClipSpec("kl3", delta=delta_for_eps("kl3", eps_low=DEFAULT_EPS_LOW)),
-        # DPPO (arXiv 2602.04879, verl dppo_*): verl reuses its PPO width (default 0.2) as δ; 0.05 for
-        # binary KL and 0.2 for binary TV are the values validated in SkyRL's DPPO port. The TIS cap is verl's
-        # in-code fallback 20 ("a large threshold is recommended"); an ActorConfig's default cap is 3.
-        "dppo_kl": ClipSpec("binary_kl", delta=0.05, mode="gated", tis_cap=20.0),
-        "dppo_tv": ClipSpec("binary_tv", delta=0.2, mode="gated", tis_cap=20.0),
-        "gspo": ClipSpec("ratio", eps_low=3e-4, eps_high=4e-4, level="sequence"),
-        "sapo": ClipSpec(mode="sapo"),
-    }
-
-
-PRESETS: Mapping[str, ClipSpec] = MappingProxyType(_presets())
+_PRESETS: dict[str, ClipSpec] = {}
+PRESETS: Mapping[str, ClipSpec] = MappingProxyType(_PRESETS)
+"""The named specs of the method-string grammar: the catalogue's presets (`divclip.theory.methods`, `preset=True`),
+each its method string parsed (filled when this module has loaded, below)."""
 
 
 def preset(name: str) -> ClipSpec:
@@ -460,11 +453,33 @@ _RESERVED = {",": "a list separator (use parse_methods)"}
 _ADAPT_KEYS = {"gain": "gain", "min": "delta_min", "max": "delta_max", "dir": "direction"}
 
 
+def _spellings() -> dict[str, list]:
+    """{method-string option: the Params it sets}, from every declared form's `Form.params` (`tau`: tau_pos and
+    tau_neg, in declaration order)."""
+    out: dict[str, list] = {}
+    for p in declared_params().values():
+        out.setdefault(p.spelling, []).append(p)
+    return out
+
+
+def _param_options() -> list[str]:
+    out = []
+    for key, group in _spellings().items():
+        if group[0].kind == "flag" and group[0].option:
+            out.append(f"'/{key}'")
+        elif len(group) > 1:
+            out.append(f"'/{key}={':'.join(p.name.upper() for p in group)}'")
+        elif group[0].option:
+            out.append(f"'/{key}=VALUE'")
+    return out
+
+
 def _allowed() -> str:
+    named = sorted(p.name for p in declared_params().values() if not p.option)
     return (
         f"a preset {sorted(PRESETS)} or a measure {sorted(MEASURES)}, optionally ':delta' ('ratio:eps' or "
-        f"'ratio:eps_low:eps_high'), then options '/MODE' (a loss form: {sorted(MODE_NAMES)}), '/seq', '/noclamp', "
-        f"'/dual=C', '/tis=C', '/tau=POS:NEG', '/NAME=VALUE' (a loss form's parameter: {sorted(param_names())}) "
+        f"'ratio:eps_low:eps_high'), then options '/FORM' (a loss form: {sorted(FORM_NAMES)}), '/seq', "
+        f"{', '.join(_param_options())}, '/NAME=VALUE' (a loss form's parameter: {named}) "
         f"(e.g. 'kl3:0.023144', 'ratio:0.2:0.28', 'binary_kl:0.05/gated'); "
         f"'A&B' intersects methods, 'M@SIGNAL=TARGET[:gain=G][:min=D][:max=D][:dir=±1]' adapts δ with SIGNAL "
         f"in {list(SIGNALS)} (e.g. 'kl3:0.023144&binary_tv:0.2', 'kl3@clipfrac=0.1')"
@@ -483,58 +498,68 @@ def _number(text: str, what: str, method: str) -> float:
     return x
 
 
-# The field each option sets: a second option setting the same field is refused, as a repeated form parameter is
-# (`grpo/dual=2/dual=3` and `kl3/gated/clip` would otherwise keep the last in silence).
-_OPTION_FIELDS = {"seq": "level", "noclamp": "clamp_log_ratio", "dual": "dual_clip_c", "tis": "tis_cap"}
+def _param_value(param, text: str, method: str):
+    """The value of `param` written `text` in a method string: a number, 1/0 for a flag, a choice's name."""
+    if param.kind == "flag":
+        if text not in ("1", "0"):
+            raise ValueError(
+                f"method {_echo(method)}: {param.name} is a flag: '/{param.spelling}=1' or '=0', got {_echo(text)}"
+            )
+        return text == "1"
+    if param.kind == "choice":
+        if text not in param.choices:
+            raise ValueError(
+                f"method {_echo(method)}: {param.name} must be one of {list(param.choices)}, got {_echo(text)}"
+            )
+        return text
+    if param.label:
+        what = f"the {param.label} after '{param.spelling}='"
+    else:
+        what = param.name if param.option else f"the value of {param.name!r}"
+    return _number(text, what, method)
 
 
-def _option_field(key: str, eq: str) -> str | None:
-    if not eq and key in MODE_NAMES:
-        return "mode"
-    if eq and key == "tau":
-        return "tau_pos"
-    return _OPTION_FIELDS.get(key) if bool(eq) == (key in ("dual", "tis")) else None
-
-
-def _apply_option(fields: dict, option: str, method: str) -> None:
+def _apply_option(fields: dict, given: set, option: str, method: str) -> None:
+    """Set the field or form parameters `option` (one '/...' of a method string) names; `given` holds the options
+    already read, so that a repeated one is refused (`grpo/dual=2/dual=3` would otherwise keep the last in
+    silence)."""
     key, eq, value = option.partition("=")
-    slot = _option_field(key, eq)
-    if slot is not None and slot in fields:
-        what = "a loss form ('/MODE')" if slot == "mode" else repr("/" + key)
+    is_form = not eq and key in FORM_NAMES  # '/cispo_cap' is the form, '/cispo_cap=5' its parameter
+    group = [] if is_form else _spellings().get(key, [])
+    bare_flag = bool(group) and group[0].kind == "flag" and bool(group[0].option)
+    known = (not eq and (is_form or key == "seq" or bare_flag)) or (eq and group and not bare_flag)
+    if not known:
+        raise ValueError(f"method {_echo(method)}: unknown option {_echo('/' + option)}; allowed: {_allowed()}")
+    slot = "form" if is_form else key
+    if slot in given:
+        what = "a loss form ('/FORM')" if slot == "form" else repr("/" + key)
         raise ValueError(
             f"method {_echo(method)}: {what} is given twice (at {_echo('/' + option)}): keep one, since the last "
             "would silently win"
         )
-    if not eq and key in MODE_NAMES:
-        fields["mode"] = key
-    elif not eq and key == "seq":
+    given.add(slot)
+    if is_form:
+        fields["form"] = key
+    elif key == "seq":
         fields["level"] = "sequence"
-    elif not eq and key == "noclamp":
-        fields["clamp_log_ratio"] = False
-    elif eq and key == "dual":
-        fields["dual_clip_c"] = _number(value, "the dual-clip cap after 'dual='", method)
-    elif eq and key == "tis":
-        fields["tis_cap"] = _number(value, "the TIS cap after 'tis='", method)
-    elif eq and key == "tau" and value.count(":") == 1:
-        pos, neg = value.split(":")
-        fields["tau_pos"] = _number(pos, "tau_pos", method)
-        fields["tau_neg"] = _number(neg, "tau_neg", method)
-    elif eq and key in param_names():
-        params = dict(fields.get("params", ()))
-        if key in params:
-            raise ValueError(f"method {_echo(method)}: option {'/' + key!r} is given twice")
-        params[key] = _number(value, f"the value of {key!r}", method)
-        fields["params"] = tuple(params.items())
     else:
-        raise ValueError(f"method {_echo(method)}: unknown option {_echo('/' + option)}; allowed: {_allowed()}")
+        params = fields.setdefault("params", {})
+        if bare_flag:
+            params[group[0].name] = not group[0].default
+            return
+        texts = value.split(":") if len(group) > 1 else [value]
+        if len(texts) != len(group):  # '/tau=1': the option is '/tau=TAU_POS:TAU_NEG' (listed in `_allowed`)
+            raise ValueError(f"method {_echo(method)}: unknown option {_echo('/' + option)}; allowed: {_allowed()}")
+        for p, text in zip(group, texts):
+            params[p.name] = _param_value(p, text, method)
 
 
-def _budget_free(mode: str | None) -> bool:
-    form = FORMS.get(mode) if mode else None
+def _budget_free(name: str | None) -> bool:
+    form = FORMS.get(name) if name else None
     return form is not None and not form.uses_budget
 
 
-def _base_fields(base: str, method: str, mode: str | None) -> dict | ClipSpec:
+def _base_fields(base: str, method: str, form: str | None) -> dict | ClipSpec:
     """The preset (a ClipSpec) or the measure's fields of `base` ('kl3', 'kl3:0.02', 'ratio:0.2:0.28')."""
     if base in PRESETS:
         return PRESETS[base]
@@ -551,7 +576,7 @@ def _base_fields(base: str, method: str, mode: str | None) -> dict | ClipSpec:
             raise ValueError(
                 f"method {_echo(method)}: a ratio clip is 'ratio', 'ratio:eps' or 'ratio:eps_low:eps_high'"
             )
-        if _budget_free(mode) and not values:
+        if _budget_free(form) and not values:
             return {"measure": "ratio"}
         lo, hi = (values[0], values[-1]) if values else (DEFAULT_EPS_LOW, DEFAULT_EPS_LOW)
         return {"measure": "ratio", "eps_low": lo, "eps_high": hi}
@@ -559,7 +584,7 @@ def _base_fields(base: str, method: str, mode: str | None) -> dict | ClipSpec:
         raise ValueError(f"method {_echo(method)}: a divergence measure takes one budget, '{head}:delta'")
     if values:
         return {"measure": head, "delta": values[0]}
-    if _budget_free(mode):
+    if _budget_free(form):
         return {"measure": head}
     if MEASURES[head].p_dependent:
         raise ValueError(
@@ -658,11 +683,14 @@ def _parse_adaptive(method: str) -> AdaptiveSpec:
 def _parse_part(part: str, method: str) -> ClipSpec:
     base, *options = part.split("/")
     fields: dict = {}
+    given: set = set()
     for option in options:
-        _apply_option(fields, option, method)
-    found = _base_fields(base, method, fields.get("mode"))
+        _apply_option(fields, given, option, method)
+    found = _base_fields(base, method, fields.get("form"))
     try:
         if isinstance(found, ClipSpec):
+            if "params" in fields:  # a preset's parameters, with those the options set replaced
+                fields["params"] = {**dict(found.params), **fields["params"]}
             return dataclasses.replace(found, **fields) if fields else found
         return ClipSpec(**found, **fields)
     except ValueError as exc:
@@ -710,18 +738,29 @@ def as_spec(spec) -> ClipSpec:
 
 
 def _options(spec: ClipSpec, fmt) -> list[str]:
-    out = [] if spec.mode == "clip" else [spec.mode]
+    """The options after the base, from the form's declarations: the form, 'seq', then its parameters that differ
+    from their defaults: those with their own spelling ('/noclamp', '/dual=', '/tau=') in declaration order, then
+    the others ('/NAME=VALUE') by name."""
+    out = [] if spec.form == "clip" else [spec.form]
     if spec.level == "sequence":
         out.append("seq")
-    if not spec.clamp_log_ratio:
-        out.append("noclamp")
-    if spec.dual_clip_c is not None:
-        out.append(f"dual={fmt(spec.dual_clip_c)}")
-    if spec.tis_cap is not None:
-        out.append(f"tis={fmt(spec.tis_cap)}")
-    if spec.mode == "sapo" and (spec.tau_pos, spec.tau_neg) != (1.0, 1.05):
-        out.append(f"tau={fmt(spec.tau_pos)}:{fmt(spec.tau_neg)}")
-    out.extend(f"{name}={fmt(value)}" for name, value in spec.params)
+    form = FORMS[spec.form]
+    changed = dict(spec.params)
+    spelled: dict[str, list] = {}
+    for p in form.params:
+        if p.option:
+            spelled.setdefault(p.option, []).append(p)
+    for key, group in spelled.items():
+        if not any(p.name in changed for p in group):
+            continue
+        if group[0].kind == "flag":
+            out.append(key)
+        else:
+            out.append(f"{key}=" + ":".join(fmt(spec.param(p.name)) for p in group))
+    for name, value in spec.params:
+        if not form.param(name).option:
+            text = value if isinstance(value, str) else fmt(int(value) if isinstance(value, bool) else value)
+            out.append(f"{name}={text}")
     return out
 
 
@@ -740,7 +779,7 @@ def method_string(spec) -> str:
     for name, known in PRESETS.items():
         if known == spec:
             return name
-    if _budget_free(spec.mode):
+    if _budget_free(spec.form):
         base = spec.measure_name
     elif spec.measure_name == "ratio":
         base = f"ratio:{spec.eps_low!r}:{spec.eps_high!r}"
@@ -763,10 +802,16 @@ def spec_label(spec) -> str:
     if isinstance(s, AdaptiveSpec):
         return spec_label(s.fixed()).replace("δ=", "δ0=", 1) + f" @{s.signal}={s.target:g}"
     flags = [o for o in _options(s, str) if o in ("seq", "noclamp")]
-    if s.mode == "sapo":
-        return " ".join([f"sapo τ={s.tau_pos:g}/{s.tau_neg:g}", *flags])
-    if _budget_free(s.mode):
-        return " ".join([s.mode, *flags, *(f"{k}={v:g}" for k, v in s.params)])
+    if s.form == "sapo":
+        return " ".join([f"sapo τ={s.param('tau_pos'):g}/{s.param('tau_neg'):g}", *flags])
+    if _budget_free(s.form):
+        return " ".join([s.form, *(o for o in _options(s, lambda x: f"{x:g}") if o != s.form)])
     budget = f"{s.eps_low:g}/{s.eps_high:g}" if s.measure_name == "ratio" else f"δ={s.delta:.4g}"
     extra = [o for o in _options(s, lambda x: f"{x:g}") if not o.startswith("tau=")]
     return " ".join([s.measure_name, budget, *extra])
+
+
+# -------------------------------------------------------------------------- the presets, from the catalogue
+for _m in preset_methods():
+    _PRESETS[_m.name] = parse_method(_m.method)  # written in the base grammar: no preset is needed to read it
+del _m

@@ -12,7 +12,7 @@ elementwise Adam (`divclip.toy_envs.optim`), so runs stay independent. Each epoc
 `policy_loss` call per method covering all its seeds; nothing loops over seeds.
 
 Clip fractions per seed are read off the gradient itself: a token with A ≠ 0 whose ∂loss/∂log π is exactly
-zero was clipped (docs/theory.md §1's gradient rule, whatever the measure or mode), on the low side if r < 1,
+zero was clipped (docs/theory.md §1's gradient rule, whatever the measure or form), on the low side if r < 1,
 A < 0, the high side if r > 1, A > 0, and by the dual clip if r > 1, A < 0.
 
 Intersections (`kl3:0.023144&binary_tv:0.2`) run like any spec. An adaptive method (`kl3@clipfrac=0.1`) keeps
@@ -420,8 +420,8 @@ class _ClipTally:
     """Per-run counts of clipped tokens over one step's epochs, read off the gradient itself.
 
     docs/theory.md §1's rule: a token with A ≠ 0 whose ∂loss/∂log π is exactly 0 was clipped, whatever the
-    measure or mode: by the lower bound if A < 0 and r < 1, the upper bound if A > 0 and r > 1, the dual
-    clip if A < 0 and r > 1. (A > 0 with r < 1 has no bound in any mode; it still counts in the total,
+    measure or form: by the lower bound if A < 0 and r < 1, the upper bound if A > 0 and r > 1, the dual
+    clip if A < 0 and r > 1. (A > 0 with r < 1 has no bound in any form; it still counts in the total,
     e.g. when verl's ±20 log-ratio clamp stops a gradient.) Tokens with A = 0 have no gradient to clip.
     Tokens are rows of runs (run r owns a contiguous block of rows, as in the arena's batch); each epoch adds
     two flag tensors and the per-run sums are taken once per step.

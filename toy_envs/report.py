@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from divclip.theory.methods import METHODS
 from divclip.toy_envs.base import PASS_AT_K
 from divclip.toy_envs.result import METRIC_DOCS, ArenaResult
 
@@ -35,7 +36,6 @@ FIGURE_METRICS = (
 )
 _BOOTSTRAP = 2000
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
-PAPER_NAMES = {"grpo": "GRPO", "dapo": "DAPO", "atr": "ATR-GRPO"}
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,9 @@ def summarize(result: ArenaResult, metric: str = "expected_reward") -> list[Meth
 
 
 def _name(method: str) -> str:
-    return PAPER_NAMES.get(method, method)
+    """A preset's label from the method catalogue ('atr' -> 'ATR-GRPO'), else the method string itself."""
+    entry = METHODS.get(method)
+    return entry.label if entry is not None and entry.preset else method
 
 
 def _overlap(a: tuple[float, float], b: tuple[float, float]) -> str:

@@ -148,7 +148,7 @@ class TrainerConfig:
         if self.delta is not None:
             changes["delta"] = self.delta
         if self.dual_clip_c is not None:
-            changes["dual_clip_c"] = self.dual_clip_c
+            changes["params"] = {**dict(spec.params), "dual_clip_c": self.dual_clip_c}
         if not changes:
             return spec
         try:

@@ -139,7 +139,7 @@ class GRPOTrainer:
         self, config: TrainerConfig, model=None, tokenizer=None, task: Task | None = None, spec: ClipSpec | None = None
     ):
         """`model`/`tokenizer`/`task` replace what config.model/config.task would build; `spec`, any ClipSpec
-        (a custom Measure, mode, level, tis_cap, ...), replaces config.clip_spec(). A spec given here is not
+        (a custom Measure, form, level, tis_cap, ...), replaces config.clip_spec(). A spec given here is not
         recorded in checkpoints: resume with the same one."""
         if not isinstance(config, TrainerConfig):
             raise ValueError(f"config must be a TrainerConfig, got {type(config).__name__}")

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from divclip.theory.methods import METHODS
 from divclip.trainer import study_stats as st
 
 # The issue's grid, as atlas names (`divclip atlas`): label -> atlas method name.
@@ -42,20 +43,8 @@ DEFAULT_METHODS = (
     "verl:clip_cov",
     "verl:kl_cov",
 )
-LABELS = {
-    "grpo": "GRPO",
-    "dapo": "DAPO",
-    "atr": "ATR-GRPO",
-    "dual_clip": "dual clip",
-    "dppo_kl": "DPPO-KL",
-    "dppo_tv": "DPPO-TV",
-    "cispo": "CISPO",
-    "sapo": "SAPO",
-    "gspo": "GSPO",
-    "verl:geo_mean": "GMPO",
-    "verl:clip_cov": "Clip-Cov",
-    "verl:kl_cov": "KL-Cov",
-}
+LABELS = {name: METHODS[name].label for name in DEFAULT_METHODS}
+"""Each default method's label: the catalogue's (`divclip.theory.methods`)."""
 SUMMARY_METRICS = ("final_accuracy", "final_pass_at_k", "auc", "steps_to_90", "entropy_mean")
 """The run metrics compared with the baseline (clip fractions are reported, not tested)."""
 

@@ -12,8 +12,15 @@ from divclip.app.atlas_figures import (
     r_axis,
     weight_panels,
 )
+from divclip.app.correction_figures import (
+    DEFAULT_CORRECTIONS,
+    interval_table,
+    length_figure,
+    parse_list,
+    weight_figure,
+)
 from divclip.app.page_parts import figure, number_with_slider, share_link, show_messages
-from divclip.app.state import ChoiceParam, FloatParam, MethodListParam, PageState
+from divclip.app.state import ChoiceParam, FloatParam, IntParam, MethodListParam, PageState, TextParam
 from divclip.theory.atlas import catalogue_names, find_method, method_parameters, set_parameter
 
 SPEC = (
@@ -21,6 +28,8 @@ SPEC = (
     FloatParam("q", "cross-section at q", 0.01, 1e-4, 1.0),
     FloatParam("rmax", "ratio range r_max", 10.0, 1.1, 100.0),
     ChoiceParam("colour", "colour", "w", COLOUR_MODES),
+    TextParam("corrections", "rollout corrections", "", max_chars=400, omit_default=True),
+    IntParam("L", "sequence length L", 10, 1, 10_000, omit_default=True),
 )
 PARAM = {param.key: param for param in SPEC}
 NOTICE = "atlas._notice"
@@ -107,6 +116,18 @@ with st.container(border=True, key="atlas-controls"):
             with col.expander(f"Parameters of {method}"):
                 for p in method_parameters(method):
                     key = f"atlas.param.{i}.{method}.{p['name']}"
+                    if isinstance(p["value"], bool):  # a flag (clamp_log_ratio, sapo_seq_mean)
+                        st.checkbox(
+                            p["name"],
+                            value=bool(p["value"]),
+                            key=key,
+                            help=p["doc"],
+                            on_change=edit_parameter,
+                            args=(i, method, p["name"], key),
+                        )
+                        continue
+                    if isinstance(p["value"], str):
+                        continue  # a choice parameter: set it in the method string
                     st.number_input(
                         p["name"],
                         value=float(p["value"]),
@@ -143,6 +164,44 @@ if panels:
         "q·r > 1: a new probability above 1, no token (the cross-section shades the same ratios). The dotted line "
         "is the cross-section's q; the grey line is q·r = 1. Every number is `divclip.theory.gradient_weight` "
         "(docs/theory.md §8)."
+    )
+
+st.subheader("The third policy: rollout corrections")
+st.markdown(
+    "The inference engine's probabilities π_rollout differ from the trainer's π_old, and every engine corrects for "
+    "it with a second divergence clip, on **ρ = π_old/π_rollout**: an importance weight truncated or masked to a "
+    "band, or a rejection of tokens or whole sequences whose k1/k2/k3 exceeds a threshold (docs/theory.md §10). "
+    "Type correction strings as `divclip atlas --correction` takes them (verl `is=`/`rs=`, TRL's "
+    "`is=sequence:mask=3.0/noclamp`, AReaL's `filter=`, `m2po=`)."
+)
+corr_col, len_col = st.columns([4, 1], vertical_alignment="bottom")
+corr_col.text_input(
+    "Corrections (comma-separated, up to four)",
+    key=state.key("corrections"),
+    placeholder="e.g. is=sequence:mask=3.0/noclamp, rs=token_k3:0.01",
+    help="e.g. is=token:tis=2.0, rs=seq_mean_k1:0.999_1.001, filter=token:ratio:mask:5.0, m2po=0.04",
+)
+len_col.number_input("Sequence length L", min_value=PARAM["L"].lo, max_value=PARAM["L"].hi, step=1, key=state.key("L"))
+length = values["L"]
+corrections, correction_errors = parse_list(values["corrections"])
+show_messages(correction_errors, kind="error")
+if not values["corrections"].strip():
+    st.button(
+        "Draw the engines' usual corrections",
+        on_click=state.set,
+        args=({"corrections": DEFAULT_CORRECTIONS},),
+        key="atlas.corrections_default",
+        help=DEFAULT_CORRECTIONS,
+    )
+if corrections:
+    figure(weight_figure(corrections, int(length)), "divclip_correction_weight", key="atlas.corr_w")
+    figure(length_figure(corrections), "divclip_correction_length", key="atlas.corr_len")
+    st.table(interval_table(corrections), hide_index=True)
+    st.caption(
+        "Above: the weight × keep of a token (mean over the sequence) when every token has the same ρ, computed by "
+        "`divclip.theory.rollout_correction` (an off-policy mask: for A < 0). Below and the table: the ρ each part "
+        "keeps or leaves untruncated, `divclip.theory.correction_bounds.correction_intervals`; a token k3 threshold "
+        "δ is KL3's Lambert W interval, a sequence bound on Π ρ_t its L-th root."
     )
 
 st.markdown("**Link to this view**")

@@ -3,6 +3,7 @@
 import streamlit as st
 
 from divclip import theory
+from divclip.app.correction_figures import overlay_figure
 from divclip.app.export import FORMATS, engine_format, interval_spec, method_export
 from divclip.app.figures import (
     add_intersection,
@@ -166,6 +167,46 @@ st.download_button(
 )
 
 
+def correction_section(intervals, values) -> None:
+    """A rollout correction's ρ intervals beside the measures' clips (the third policy, docs/theory.md §10)."""
+    from divclip.theory.correction import parse_correction
+
+    example = f"is=sequence:tis=2.0/rs=token_k3:{values['delta']:.6g}"
+    text_col, length_col = st.columns([4, 1], vertical_alignment="bottom")
+    text_col.text_input(
+        PARAM["correction"].label.capitalize(),
+        key=state.key("correction"),
+        placeholder=f"e.g. {example} (verl's sequence TIS and a token k3 rejection at this δ)",
+        help="A correction string, e.g. is=sequence:tis=2.0, rs=seq_sum_k3:0.5, filter=token:ratio:mask:5.0",
+    )
+    length_col.number_input(
+        "Sequence length L", min_value=PARAM["L"].lo, max_value=PARAM["L"].hi, step=1, key=state.key("L")
+    )
+    if not values["correction"].strip():
+        st.button(
+            f"Draw {example}",
+            on_click=state.set,
+            args=({"correction": example},),
+            key="explorer.correction_example",
+            help="A token k3 rejection at this δ keeps KL3's interval; a sequence bound closes on 1 as L grows.",
+        )
+        return
+    try:
+        correction = parse_correction(values["correction"])
+    except ValueError as exc:
+        st.error(str(exc))
+        return
+    if not correction.active:
+        st.info("This correction does nothing: there is nothing to draw.")
+        return
+    figure(overlay_figure(intervals, correction, values["L"]), "divclip_correction_overlay", key="explorer.overlay")
+    st.caption(
+        "A correction clips ρ = π_old/π_rollout (trainer against inference engine) with the same divergences: a "
+        "token k3 rejection at δ keeps KL3's interval at δ; a bound on a sequence (Π ρ_t, a sum of k3) keeps a "
+        "per-token ρ that closes on 1 as L grows (`divclip atlas --correction`; the Atlas page draws it by length)."
+    )
+
+
 # Engine export: one chosen method at a time, complete and paste-safe (`divclip export` prints the same text).
 def export_section(intervals) -> None:
     specs = {
@@ -238,6 +279,8 @@ def continue_links(intervals, values) -> None:
     )
 
 
+st.subheader("A rollout correction on the same axis")
+correction_section(intervals, values)
 st.subheader("Export one method to a training engine")
 export_section(intervals)
 st.subheader("Continue with these values")

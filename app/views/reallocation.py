@@ -24,7 +24,7 @@ from divclip.theory.reallocation import DEFAULT_COMPARE_SPECS, PROB_SUM_TOL, hea
 from divclip.theory.spec import PRESETS, parse_methods
 
 MAX_ACTIONS = 16
-SPEC_CHOICES = tuple(name for name, spec in PRESETS.items() if spec.mode != "sapo")  # SAPO has no interval
+SPEC_CHOICES = tuple(name for name, spec in PRESETS.items() if spec.form != "sapo")  # SAPO has no interval
 EXAMPLES = {  # docs/reallocation.md's three cases
     "Confident correct action": {"probs": "0.6,0.3,0.1", "adv": "1,-1,0.5", "lr": 0.5, "epochs": 8.0},
     "Rare correct action": {"probs": "0.1,0.7,0.2", "adv": "1,-1,-1", "lr": 0.5, "epochs": 8.0},

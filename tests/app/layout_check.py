@@ -40,6 +40,19 @@ PAGES = {
     "clip_explorer_binary_kl": ("", {"measures": "kl3,ratio,binary_kl,chi2"}),
     "reallocation_five_specs": ("reallocation", {"specs": "grpo,dapo,atr,dppo_kl,dppo_tv"}),
     "atlas_q_0.9": ("atlas", {"q": "0.9"}),
+    # the third policy (issue 32): four corrections of four kinds, long sequences; the explorer's overlay
+    "clip_explorer_correction": ("", {"correction": "is=sequence:tis=2.0/rs=token_k3:0.0231436", "L": "100"}),
+    "atlas_corrections": (
+        "atlas",
+        {"corrections": "is=sequence:mask=3.0/noclamp, rs=token_k3:0.01, filter=sequence:ratio:sum:mask:0.5_2.0"},
+    ),
+    "atlas_corrections_more": (
+        "atlas",
+        {
+            "corrections": "is=token:tis=2.0, rs=seq_max_k3:0.5/opsm=0.001, filter=token:kl_k3:mask:0.05, m2po=0.04",
+            "L": "300",
+        },
+    ),
 }
 PRESENTER_STEPS = 10  # the KL3 lecture: 8 derivation steps, the sign of A, the numbers
 

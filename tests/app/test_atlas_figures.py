@@ -40,7 +40,6 @@ def test_panels_are_the_frames_weights(grid):
 def test_a_method_without_weight_is_reported_not_drawn(grid):
     from divclip.theory import forms
     from divclip.theory.forms import Form, declare_form
-    from divclip.theory.spec import MODE_NAMES
 
     declare_form(
         Form(
@@ -56,7 +55,6 @@ def test_a_method_without_weight_is_reported_not_drawn(grid):
         panels, problems = weight_panels(["grpo", "grpo/demo_batch2"], *grid)
     finally:
         forms._FORMS.pop("demo_batch2")
-        MODE_NAMES.discard("demo_batch2")
     assert [p.label for p in panels] == ["grpo"]
     assert len(problems) == 1 and "grpo/demo_batch2" in problems[0] and "depends on the batch" in problems[0]
 

@@ -51,3 +51,18 @@ def test_every_warning_is_named(code):
     from divclip.sanity.corrections import SOURCES
 
     assert f"correction_{code}" in SOURCES and f"`correction_{code}`" in SECTION
+
+
+def test_areal_table_is_what_atlas_prints(capsys):
+    """The second atlas command of §10 (AReaL's filter and M2PO) and its table."""
+    text = " ".join(SECTION.split())
+    found = re.findall(r'`divclip atlas --correction "([^"]+)"`', text)
+    assert len(found) == 2
+    assert main(["atlas", "--correction", found[1]]) == 0
+    printed = [line.split() for line in capsys.readouterr().out.splitlines()[3:]]
+    rows = [line for line in SECTION.splitlines() if line.startswith("| filter=") or line.startswith("| m2po=")]
+    assert len(rows) == len(printed) == 2
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert " ".join(cells).split() in printed, row
+    assert "[1/u_0.5, 1/l_0.5]" in SECTION and "[0.30171, 2.35768]" in SECTION  # AReaL's k3 is of 1/ρ

@@ -85,18 +85,18 @@ def _fields(spec) -> dict:
     from divclip.theory.forms import get_form
 
     out = asdict(spec)
-    out.pop("clamp_log_ratio", None)
     try:
-        defaults = {p.name: p.default for p in get_form(spec.mode).params}
+        defaults = {p.name: p.default for p in get_form(spec.form).params}
     except (ValueError, KeyError, AttributeError):
         defaults = {}
     out["params"] = {**defaults, **dict(spec.params or ())}
+    out["params"].pop("clamp_log_ratio", None)
     return out
 
 
 def _mode(read: str | None) -> str | None:
     spec = _spec(read) if read is not None else None
-    return None if spec is None else spec.mode
+    return None if spec is None else spec.form
 
 
 def _close(a, b) -> bool:

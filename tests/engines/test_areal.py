@@ -1,6 +1,7 @@
 """AReaL 1.0.4: keys and defaults from the installed package's config dataclasses (read with ast), reads of its
 YAML (the repository's own gsm8k_grpo.yaml), writes and round trips."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,7 @@ def test_loss_function_keywords_are_the_installed_ones():
 
 def test_repository_example_reads_as_an_on_policy_clip():
     r = areal.read(read_config(FIXTURES / "gsm8k_grpo.yaml").values)
-    assert r.spec == parse_method("ratio:0.4") and r.group_size == 4
+    assert r.spec == parse_method("ratio:0.4/noclamp") and r.group_size == 4  # AReaL does not clamp log r
     assert (r.updates_per_batch, r.on_policy) == (1, True)  # one mini-batch against the recomputed π_prox
     assert {a.code for a in r.advice} == {"on_policy_clip_inert", "is_correction_threshold"}
     assert all(a.source.startswith("areal 1.0.4") for a in r.advice)
@@ -61,16 +62,16 @@ def test_repository_example_reads_as_an_on_policy_clip():
 
 def test_inference_logprobs_sapo_sequence_and_typos():
     r = areal.read({"actor.ppo_n_minibatches": 1, "actor.c_clip": 3})
-    assert r.spec == parse_method("grpo/dual=3") and not r.on_policy
+    assert r.spec == parse_method("grpo/dual=3/noclamp") and not r.on_policy
     assert [a.code for a in r.advice] == ["clip_on_inference_logprobs"]
     r = areal.read({"actor.use_sapo_loss": True, "actor.sapo_tau_neg": 2.0, "actor.eps_clip_high": 0.3})
-    assert r.spec == parse_method("sapo/tau=1:2") and r.unknown_keys == [
+    assert r.spec == parse_method("sapo/tau=1:2/noclamp") and r.unknown_keys == [
         ("actor.eps_clip_high", "actor.eps_clip_higher")
     ]
     r = areal.read(
         {"actor.importance_sampling_level": "sequence", "actor.eps_clip": "3e-4", "actor.eps_clip_higher": "4e-4"}
     )
-    assert r.spec == parse_method("gspo") and "sequence level" in str(r.differences[0])
+    assert r.spec == parse_method("gspo/noclamp") and "sequence level" in str(r.differences[0])
     r = areal.read({"actor.rejection_sampling.upper": 2.0})
     assert "ignored_key" in {a.code for a in r.advice}
 
@@ -82,11 +83,11 @@ def test_write_then_read_back_through_the_text(method, fmt):
     w = areal.write(spec)
     back = areal.read(parse_config_text(w.text(fmt), f"x.{'yaml' if fmt == 'yaml' else 'txt'}").values)
     assert back.unknown_keys == []
-    if spec.mode == "sapo":
-        assert back.spec == spec
+    if spec.form == "sapo":
+        assert back.spec == dataclasses.replace(spec, clamp_log_ratio=False)  # AReaL does not clamp log r
     else:
         assert back.spec.ratio_bounds() == pytest.approx(spec.ratio_bounds(), rel=1e-12)
-        assert (back.spec.level, back.spec.dual_clip_c) == (spec.level, spec.dual_clip_c)
+        assert (back.spec.level, back.spec.param("dual_clip_c", None)) == (spec.level, spec.param("dual_clip_c", None))
     assert any("aggregation" in str(d) for d in w.differences) == (method in ("grpo", "gspo"))
 
 
@@ -99,12 +100,19 @@ def test_what_areal_cannot_express_is_named(method, missing):
         areal.write(parse_method(method))
 
 
-def test_m2po_is_named_and_not_modelled_and_eps_clip_zero_is_read():
+def test_m2po_is_read_as_the_correction_and_eps_clip_zero_is_read():
     """AReaL's M2PO recipe (eps_clip 0 with m2_threshold) was refused as a width error (issue 31 item 4); its
-    second-moment mask (areal/trainer/ppo/actor.py _apply_m2po_masking) is a batch statistic divclip does not model."""
+    second-moment mask (areal/trainer/ppo/actor.py _apply_m2po_masking) is the rollout correction m2po= (with
+    use_decoupled_loss; without it π_prox = π_old and the mask does nothing), and the clip is read beside it."""
+    recipe = {"actor.eps_clip": 0.0, "actor.eps_clip_higher": 0.28, "actor.use_decoupled_loss": True}
+    r = areal.read({**recipe, "actor.m2_threshold": 0.04})
+    assert r.spec is not None and r.spec == areal.read(recipe).spec  # the clip, read as without M2PO
+    assert (areal.read({"actor.eps_clip": 0.0}).budget_low, areal.read({"actor.eps_clip": 0.0}).budget_high) == (0, 0)
+    assert any(n.startswith("actor.m2_threshold = 0.04: M2PO drops") and "m2po=0.04" in n for n in r.notes)
     r = areal.read({"actor.eps_clip": 0.0, "actor.m2_threshold": 0.04})
-    assert r.spec is None and (r.budget_low, r.budget_high) == (0.0, 0.0)
-    assert any(n.startswith("actor.m2_threshold = 0.04: M2PO masks") for n in r.notes)
-    assert areal.read({"actor.eps_clip": 0.0, "actor.eps_clip_higher": 0.28}).spec == parse_method("ratio:0:0.28")
+    assert any("has no effect without use_decoupled_loss" in n for n in r.notes)
+    assert areal.read({"actor.eps_clip": 0.0, "actor.eps_clip_higher": 0.28}).spec == parse_method(
+        "ratio:0:0.28/noclamp"
+    )
     with pytest.raises(ValueError, match=r"actor.eps_clip must be a number >= 0 .* got -0.1"):
         areal.read({"actor.eps_clip": -0.1})

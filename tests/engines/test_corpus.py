@@ -45,58 +45,13 @@ TRUTH_FIELDS = {
     "beside",
 }
 
-_IF = "`if [ ... ]` on a shell variable read as an override (item 1: a real shell parser)"
-_ASSIGN_DEFAULT = '`: "${VAR:=default}"` read as an override (item 1: a real shell parser)'
-_MULTILINE = "a quoted value over several lines: 'No closing quotation' (item 1: a real shell parser)"
-_TRLPARSER = "a TrlParser script: its settings are on the launch command in its docstring, not read (items 1-2)"
-_TRL_AS_AREAL = "a TrlParser script read as an AReaL config of defaults (items 1-2: the engine's own keys)"
-_SKYPILOT = "a SkyPilot task YAML: the launch command in its run: block is not read (item 2: launcher YAMLs)"
-_VLLM_IS = "use_vllm with vllm_importance_sampling_correction (on by default) not named beside the clip (item 3)"
-_MASK_TRUNCATED = "mask_truncated_completions (truncated completions dropped from the loss) not named (item 3)"
 _LEGACY = "SkyRL loss_reduction token_mean_legacy (per-micro-batch token mean) read as token-mean (item 4)"
 
 KNOWN_GAPS = {
-    # verl
-    "verl/dapo__run_dapo_qwen2.5_32b_rollout_corr.sh": "algorithm.rollout_correction (sequence IS weights, geometric "
-    "rejection) not named beside the clip (item 3)",
-    "verl/rollout_correction__run_with_rollout_corr_multi_rs.sh": "the echo lines after the launch read as overrides "
-    "(item 1: a real shell parser)",
-    "verl/sapo_trainer__run_qwen30b_sapo.sh": _IF,
-    "verl/skypilot__verl-grpo.yaml": _SKYPILOT,
-    # TRL
-    "trl/scripts__async_grpo.py": "AsyncGRPOTrainer (rollouts up to max_staleness = 4 versions old, ratio against the "
-    "rollout log-probs) judged on-policy (item 3: async schedules judged right for TRL)",
-    "trl/scripts__grpo_agent.py": _TRLPARSER,
-    "trl/scripts__grpo_continuous_batching.py": _TRLPARSER,
-    "trl/scripts__grpo_vlm.py": _TRL_AS_AREAL,
-    "trl/scripts__gspo.py": _TRLPARSER,
-    "trl/scripts__gspo_vlm.py": _TRL_AS_AREAL,
-    "trl/scripts__rloo.py": "RLOOTrainer (one unnormalised sequence ratio, num_generations 2) read as GRPO (item 4: "
-    "RLOO read or clearly refused)",
-    "trl/scripts__rloo_vlm.py": _TRL_AS_AREAL,
-    "trl/trl__scripts__grpo.py": "the `trl grpo` entry point (GRPOConfig defaults) refused as 'no keys' (item 2)",
-    "trl/paper_index__L145-152.py": "trl.experimental.gmpo GMPOConfig read as GRPO's ratio clip; its loss is GMPO's "
-    "geometric mean of log-clipped ratios (no item of issue 31 names it: a new gap)",
-    "trl/paper_index__L168-193.py": _MASK_TRUNCATED,
-    "trl/paper_index__L267-295.py": _MASK_TRUNCATED,
-    "trl/paper_index__L591-598.py": "a GRPOConfig with off_policy_mask_threshold only: refused as 'no keys' (item 2: "
-    "the engine's own keys; item 3: the mask named)",
-    "trl/paper_index__L629-637.py": "a GRPOConfig with multi_objective_aggregation only (TRL's defaults otherwise): "
-    "refused as 'no keys' (item 2: the engine's own keys)",
-    "trl/paper_index__L673-685.py": _VLLM_IS,
-    # OpenRLHF
-    "openrlhf/scripts__train_ppo_ray_slurm.sh": "a slurm wrapper (srun ... bash -c '...') read as overrides "
-    "(items 1-2: the command found behind the launcher)",
     # SkyRL
     "skyrl/train__algorithms__dapo__run_dapo_gsm8k.sh": _LEGACY,
     "skyrl/train__algorithms__dapo__run_dapo_qwen3_1.7b_aime.sh": _LEGACY,
-    "skyrl/train__algorithms__dapo__run_dapo_qwen3_1.7b_aime_fully_async.sh": _ASSIGN_DEFAULT,
-    "skyrl/train__fully_async__fully_async_run_gsm8k.sh": _ASSIGN_DEFAULT,
-    "skyrl/train__gsm8k__gsm8k-grpo-skypilot.yaml": _SKYPILOT,
-    "skyrl/train__search__run_search.sh": _ASSIGN_DEFAULT,
-    # AReaL
-    "areal/experimental__prox_approx__gsm8k_grpo_prox_approx.yaml": "prox_logp_method loglinear (pi_prox "
-    "approximated, not recomputed) judged on-policy (item 3: async schedules judged right for AReaL)",
+    "skyrl/train__algorithms__dapo__run_dapo_qwen3_1.7b_aime_fully_async.sh": _LEGACY,
 }
 # truths divclip's method grammar cannot write yet (the reader must learn them, not the truth change): none now,
 # ε_low = 0 and ε_low >= 1 are ratio clips since issue 31 item 4

@@ -252,8 +252,8 @@ def test_unmodelled_engine_corrections_are_refused_by_name():
         read_correction("openrlhf", {"--algo.advantage.is_correction_level": "seq"})
     assert read_correction("openrlhf", {}) is None
     assert read_correction("areal", {"actor.rejection_sampling.level": "token"}) is None  # ignored without decoupled
-    with pytest.raises(ValueError, match="not modelled"):
-        read_correction("areal", {"actor.use_decoupled_loss": True, "actor.rejection_sampling.level": "token"})
+    # AReaL's rejection_sampling is modelled since (the filter= part; tests/engines/test_correction_areal.py)
+    assert read_correction("areal", {"actor.use_decoupled_loss": True, "actor.rejection_sampling.level": "token"})
     with pytest.raises(ValueError, match="rollout_rs_threshold must be set"):
         read_correction("verl", {VERL + "rollout_rs": "token_k1"})
     with pytest.raises(ValueError, match="engine must be one of"):
@@ -264,7 +264,7 @@ def test_verl_bypass_with_rejection_reads_the_clip_and_the_correction():
     from divclip.engines import from_engine
 
     settings = {VERL + "bypass_mode": True, VERL + "rollout_rs": "token_k3", VERL + "rollout_rs_threshold": 0.02}
-    assert from_engine("verl", settings).mode == "clip"  # ppo_clip: vanilla on the rollout log-probs
+    assert from_engine("verl", settings).form == "clip"  # ppo_clip: vanilla on the rollout log-probs
     assert read_correction("verl", settings) == parse_correction("rs=token_k3:0.02/bypass")
     with pytest.raises(ValueError, match="loss_type reinforce"):
         from_engine("verl", {**settings, VERL + "loss_type": "reinforce"})

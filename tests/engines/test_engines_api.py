@@ -31,10 +31,10 @@ def test_from_engine_reads_dapo_with_verls_default_dual_clip():
 def test_from_engine_of_to_engine_is_the_same_spec(engine, method):
     spec = parse_method(method)
     if engine == "trl":  # TRL exponentiates the raw log-ratio: what it runs is the method without verl's ±20 clamp
-        spec = dataclasses.replace(spec, clamp_log_ratio=False)
+        spec = dataclasses.replace(spec, params={**dict(spec.params), "clamp_log_ratio": False})
     back = engines.from_engine(engine, engines.to_engine(spec, engine))
-    if engine == "verl" and spec.mode == "sapo":  # verl's sapo aggregates seq-mean-token-mean whatever it is told:
-        spec = dataclasses.replace(spec, params={"sapo_seq_mean": 1.0})  # the spec read back says so
+    if engine == "verl" and spec.form == "sapo":  # verl's sapo aggregates seq-mean-token-mean whatever it is told:
+        spec = dataclasses.replace(spec, params={"sapo_seq_mean": True})  # the spec read back says so
         assert engines.to_engine(spec, engine) == engines.to_engine(parse_method(method), engine)
     assert back == spec
 

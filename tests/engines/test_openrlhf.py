@@ -64,7 +64,8 @@ def test_defaults_dual_clip_gspo_and_is_correction():
             "--actor.loss_agg_mode": "token-mean",
         }
     )
-    assert r.spec == parse_method("ratio:3e-4:3e-4/seq/dual=3") and r.loss_agg_mode == "seq-mean-token-mean"
+    assert r.spec == parse_method("ratio:3e-4:3e-4/seq/dual=3/noclamp/seq_grad_mean=1")  # OpenRLHF's gspo
+    assert r.loss_agg_mode == "seq-mean-token-mean"
     assert [a.code for a in r.advice] == ["ignored_key"]
     r = openrlhf.read(
         {
@@ -105,7 +106,11 @@ def test_write_then_read_back_through_the_launch_text(method):
     w = openrlhf.write(spec)
     back = openrlhf.read(parse_launch(w.text()))
     assert back.spec.ratio_bounds() == pytest.approx(spec.ratio_bounds(), rel=1e-12)
-    assert (back.spec.level, back.spec.dual_clip_c, back.spec.mode) == (spec.level, spec.dual_clip_c, spec.mode)
+    assert (back.spec.level, back.spec.param("dual_clip_c", None), back.spec.form) == (
+        spec.level,
+        spec.param("dual_clip_c", None),
+        spec.form,
+    )
     assert back.unknown_keys == []
     assert all(d.exact for d in w.differences) and bool(w.differences) == (spec.measure_name != "ratio")
 

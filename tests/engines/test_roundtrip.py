@@ -63,11 +63,13 @@ def bounds(spec):
     """What must survive a round trip: loss form, level, and the clip interval (per p where it depends on p)."""
     from divclip.theory.spec import AllOf, is_adaptive
 
-    key = (spec.mode, spec.level, type(spec).__name__, getattr(spec, "dual_clip_c", None))
-    if spec.mode == "sapo":  # verl's sapo fixes its aggregation (sapo_seq_mean=1): that travels as loss_agg_mode
+    key = (spec.form, spec.level, type(spec).__name__, getattr(spec, "dual_clip_c", None))
+    if spec.form == "sapo":  # verl's sapo fixes its aggregation (sapo_seq_mean=1): that travels as loss_agg_mode
         spec = dataclasses.replace(spec, params={})
-    if isinstance(spec, AllOf) or is_adaptive(spec) or spec.mode == "sapo":
-        return key, dataclasses.replace(spec, clamp_log_ratio=True)  # TRL never clamps log r: not a clip bound
+    if isinstance(spec, AllOf) or is_adaptive(spec) or spec.form == "sapo":
+        return key, dataclasses.replace(
+            spec, params={**dict(spec.params), "clamp_log_ratio": True}
+        )  # TRL never clamps log r: not a clip bound
     if spec.eps_low is None and spec.delta is None:
         return key, dict(spec.params)
     if spec.p_dependent:
@@ -155,7 +157,7 @@ def test_translate_there_and_back_is_the_identity_on_what_both_express(src, dst,
     if method in CANNOT.get(src, {}):
         return
     settings = engines.to_engine(spec, src)
-    kept = getattr(engines.read(src, settings).spec, "dual_clip_c", None) == getattr(spec, "dual_clip_c", None)
+    kept = engines.read(src, settings).spec.param("dual_clip_c", None) == spec.param("dual_clip_c", None)
     if method in CANNOT.get(dst, {}) and kept:  # (verl's gspo has no dual clip: what TRL refuses is gone there)
         with pytest.raises(ValueError, match=CANNOT[dst][method]):
             engines.translate(settings, src, dst)

@@ -110,6 +110,19 @@ CASES = [  # (SkyRL config, divclip spec, log-ratio scale, compare loss values)
         0.8,
         False,
     ),
+    # δ_low != δ_high: the gated form's delta_high (issue 31 item 4)
+    (
+        dict(policy_loss_type="dppo", dppo={"dppo_type": "binary_tv", "delta_low": 0.1, "delta_high": 0.3}),
+        "binary_tv:0.1/gated/delta_high=0.3",
+        0.8,
+        False,
+    ),
+    (
+        dict(policy_loss_type="dppo", dppo={"dppo_type": "binary_kl", "delta_low": 0.01, "delta_high": 0.05}),
+        "binary_kl:0.01/gated/delta_high=0.05",
+        0.8,
+        False,
+    ),
 ]
 
 
@@ -239,12 +252,16 @@ def test_write_then_read_gives_the_same_clip(method):
     w = skyrl.write(spec)
     back = skyrl.read(w.flat())
     assert back.unknown_keys == []
-    assert back.spec.mode == spec.mode and back.spec.level == spec.level
-    if spec.mode == "clip" and not spec.p_dependent and type(spec) is ClipSpec:
+    assert back.spec.form == spec.form and back.spec.level == spec.level
+    if spec.form == "clip" and not spec.p_dependent and type(spec) is ClipSpec:
         assert back.spec.ratio_bounds() == pytest.approx(spec.ratio_bounds(), rel=1e-12)
-        assert back.spec.dual_clip_c == spec.dual_clip_c
-    elif spec.mode == "gated":
-        assert (back.spec.measure_name, back.spec.delta, back.spec.tis_cap) == (spec.measure_name, spec.delta, None)
+        assert back.spec.param("dual_clip_c", None) == spec.param("dual_clip_c", None)
+    elif spec.form == "gated":
+        assert (back.spec.measure_name, back.spec.delta, back.spec.param("tis_cap", None)) == (
+            spec.measure_name,
+            spec.delta,
+            None,
+        )
         assert any("truncate" in str(d) for d in w.differences)
     else:
         assert back.spec == spec

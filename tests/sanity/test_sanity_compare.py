@@ -134,7 +134,7 @@ def test_cli_text_json_and_errors(tmp_path, capsys):
     path.write_bytes(npz_bytes(**BATCH))
     assert main(["check", "--rollouts", str(path), "--methods", "dapo,grpo,bapo"]) == 0
     out = capsys.readouterr().out
-    assert "Methods on these tokens" in out and "arXiv 2505.22617" in out and "bapo: mode 'bapo'" in out
+    assert "Methods on these tokens" in out and "arXiv 2505.22617" in out and "bapo: form 'bapo'" in out
     assert main(["check", "--rollouts", str(path), "--methods", "dapo", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["compare"]["methods"][0]["method"] == "dapo" and len(doc["compare"]["methods"][0]["buckets"]) == 14

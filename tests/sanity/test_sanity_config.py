@@ -23,6 +23,7 @@ EXPECTED = {
     "trl_token_gspo_eps.yaml": ["token_ratio_sequence_eps", "token_ratio_sequence_eps"],
     "trl_cispo.json": ["trl_cispo_cap_is_absolute"],
     "trl_delta_low.yaml": ["trl_delta_below_upper_clip"],
+    "verl_two_runs.sh": ["several_launches", "verl_dual_clip_always_on"],
 }
 
 

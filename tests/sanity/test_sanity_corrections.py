@@ -157,3 +157,20 @@ def test_trl_default_that_differs_from_its_docstring(tmp_path):
     assert not any("correction_default_differs" in n for n in report["notes"])
     config.write_text(json.dumps({"loss_type": "dapo", "num_iterations": 2}))
     assert build_report(config)["config"]["correction"] is None  # no vLLM, no correction
+
+
+def test_areal_sequence_filter_on_the_sum_has_the_same_length_trap(tmp_path):
+    """AReaL's filter=sequence:ratio:sum bounds Π ρ_t = exp(d·L): at d = 0.012 it leaves [0.5, 3] at
+    L = log 3 / 0.012 and masks every 100-token answer; its kl_k2 sum crosses δ at δ / (d²/2) tokens."""
+    report = build_report(
+        rollouts=drifting(tmp_path),
+        corrections="filter=sequence:ratio:sum:mask:0.5_3.0,filter=sequence:kl_k2:sum:mask:0.005,"
+        "filter=sequence:ratio:mean:mask:0.5_3.0",
+    )
+    ratio, k2, mean = report["corrections"]["corrections"]
+    assert ratio["crossing_length"]["filter"] == pytest.approx(math.log(3.0) / 0.012, rel=1e-9)
+    assert ratio["kept_token_fraction"] == 0.0
+    assert k2["crossing_length"]["filter"] == pytest.approx(0.005 / (0.012**2 / 2), rel=1e-9)  # 69.4 tokens
+    assert k2["kept_token_fraction"] == 0.0
+    assert mean["crossing_length"] == {} and mean["kept_token_fraction"] == 1.0  # the geometric mean: no trap
+    assert mean["weight"]["max"] == pytest.approx(math.exp(0.012), rel=1e-9)

@@ -36,7 +36,17 @@ VARIANTS = {
         "kl3@clipfrac=0.1",
         "ratio:1:4",
     ],
-    "gated": ["dppo_tv", "ratio:0.2:0.28/gated", "binary_kl:0.05/gated", "binary_tv:0.2/gated/tis=5"],
+    "gated": [
+        "dppo_tv",
+        "ratio:0.2:0.28/gated",
+        "binary_kl:0.05/gated",
+        "binary_tv:0.2/gated/tis=5",
+        "kl3:0.02/gated/delta_high=0.05",
+        "binary_kl:0.02/gated/delta_high=0.08",
+        "binary_tv:0.1/gated/delta_high=0.3",
+        "binary_kl:0.02/gated/delta_high=0.08/gate=1",
+        "binary_tv:0.1/gated/delta_high=0.3/gate=1",
+    ],
     "cispo": ["kl3:0.05/cispo", "binary_kl:0.05/cispo", "binary_tv:0.2/cispo", "ratio:1:4/cispo"],
     "sapo": ["sapo/tau=0.5:2"],
 }
@@ -92,7 +102,7 @@ def _cases():
 def test_every_token_level_form_has_an_example():
     missing = [name for name, form in FORMS.items() if form.token_level and not form.example]
     assert not missing, f"token-level forms without Form.example (set one so the atlas checks them): {missing}"
-    wrong = [name for name, form in FORMS.items() if form.example and parse_method(form.example).mode != name]
+    wrong = [name for name, form in FORMS.items() if form.example and parse_method(form.example).form != name]
     assert not wrong, f"Form.example is not a spec of its own form: {wrong}"
     no_weight = [name for name, form in FORMS.items() if form.token_level and form.weight is None]
     assert not no_weight, f"token-level forms without a numpy weight (Form.weight): {no_weight}"
@@ -101,7 +111,7 @@ def test_every_token_level_form_has_an_example():
 @pytest.mark.parametrize("mode, method", list(_cases()))
 def test_weight_equals_autograd_through_policy_loss(mode, method):
     spec = parse_method(method)
-    assert spec.mode == mode
+    assert spec.form == mode
     q, r, adv = _grid(spec)
     assert len(q) > 300
     expected = _autograd_weight(spec, q, r, adv)
@@ -204,7 +214,6 @@ def test_bad_sign_is_named(sign):
 
 def test_a_form_without_a_weight_says_why():
     from divclip.theory import forms
-    from divclip.theory.spec import MODE_NAMES
 
     note = "which tokens are clipped depends on the batch's covariance (demo)"
     declare_form(Form("demo_batch", "batch-selective", "demo", ("test:demo",), token_level=False, weight_note=note))
@@ -213,20 +222,6 @@ def test_a_form_without_a_weight_says_why():
             gradient_weight("grpo/demo_batch", 0.5, 1.0, 1.0)
     finally:
         forms._FORMS.pop("demo_batch")
-        MODE_NAMES.discard("demo_batch")
-
-
-def test_a_torch_mode_without_a_form_is_refused():
-    from divclip.theory.losses import MODES, register_mode
-    from divclip.theory.spec import MODE_NAMES
-
-    register_mode("demo_no_form")(lambda *a: None)
-    try:
-        with pytest.raises(ValueError, match="'demo_no_form' is registered in torch but has no declared Form"):
-            gradient_weight(ClipSpec("ratio", eps_low=0.2, eps_high=0.2, mode="demo_no_form"), 0.5, 1.0, 1.0)
-    finally:
-        MODES.pop("demo_no_form")
-        MODE_NAMES.discard("demo_no_form")
 
 
 def test_the_numpy_clamps_are_the_torch_ones():

@@ -90,3 +90,41 @@ def test_atlas_prints_the_intervals(capsys):
 def test_bad_lengths_are_named():
     with pytest.raises(ValueError, match="lengths"):
         correction_intervals("is=token", (0,))
+
+
+BANDS = (("ratio", "0.8_1.3"), ("ratio", "1.3"), ("kl_k1", "-0.1_0.2"), ("kl_k2", "0.02"), ("kl_k3", "0.02"))
+FILTERS = [
+    f"filter={level}:{metric}:{agg}mask:{band}"
+    for level in ("token", "sequence")
+    for agg in (("sum:", "mean:", "max:") if level == "sequence" else ("",))
+    for metric, band in BANDS
+] + ["filter=token:ratio:clamp:0.8_1.3", "filter=sequence:ratio:mean:clamp:0.8_1.3"]
+
+
+@pytest.mark.parametrize("length", LENGTHS)
+@pytest.mark.parametrize("text", FILTERS)
+def test_each_areal_filter_interval_is_what_the_filter_keeps(text, length):
+    """Inside the interval the weight is the unmasked, unclamped one; just outside it is 0 (mask) or clamped."""
+    c = parse_correction(text)
+    (row,) = correction_intervals(c, LENGTHS)
+    lo, hi = row["by_length"][length]
+    edges = [(hi, hi * (1 - 1e-6), hi * (1 + 1e-6))] + ([(lo, lo * (1 + 1e-6), lo * (1 - 1e-6))] if lo > 0 else [])
+    for edge, inside, outside in edges:
+        w_in, w_out = kept_at(c, inside, length)[1], kept_at(c, outside, length)[1]
+        assert w_in == pytest.approx(inside, rel=1e-9), (text, length, edge)
+        if c.filter.action == "mask":
+            assert w_out == 0.0, (text, length, edge)
+        else:
+            assert w_out == pytest.approx(c.filter.upper if edge == hi else c.filter.lower, rel=1e-9)
+
+
+@pytest.mark.parametrize("tau", [1e-4, 0.04])
+def test_m2po_interval_for_a_uniform_batch(tau):
+    (row,) = correction_intervals(f"m2po={tau!r}", LENGTHS)
+    lo, hi = row["by_length"][100]
+    assert (lo, hi) == pytest.approx((math.exp(-math.sqrt(tau)), math.exp(math.sqrt(tau))), rel=1e-14)
+    c = parse_correction(f"m2po={tau!r}")
+    assert kept_at(c, hi * (1 - 1e-6), 50)[0] and kept_at(c, lo * (1 + 1e-6), 50)[0]
+    old = torch.full((1, 50), math.log(0.3), dtype=torch.float64)
+    _, keep, _ = rollout_correction(old, old - math.log(hi * (1 + 1e-6)), torch.ones_like(old), c)
+    assert int(keep.sum()) == 1  # outside: AReaL drops all but one token

@@ -4,7 +4,6 @@ import pytest
 
 from divclip.theory import ClipSpec, method_string, parse_method, spec_label
 from divclip.theory.forms import FORMS, Form, Param, declare_form, get_form
-from divclip.theory.spec import MODE_NAMES
 
 
 @pytest.fixture
@@ -22,7 +21,6 @@ def demo_form():
     from divclip.theory import forms
 
     forms._FORMS.pop("demo_form")
-    MODE_NAMES.discard("demo_form")
 
 
 def test_core_forms_are_declared_with_a_family():
@@ -35,12 +33,12 @@ def test_core_forms_are_declared_with_a_family():
 
 def test_params_default_set_and_round_trip(demo_form):
     spec = parse_method("ratio:0.2:0.28/demo_form")
-    assert spec.mode == "demo_form" and spec.params == () and spec.param("demo_k") == 2.0
+    assert spec.form == "demo_form" and spec.params == () and spec.param("demo_k") == 2.0
     spec = parse_method("ratio:0.2:0.28/demo_form/demo_k=3.5")
     assert spec.params == (("demo_k", 3.5),) and spec.param("demo_k") == 3.5
     assert parse_method(method_string(spec)) == spec
     assert "demo_k=3.5" in spec_label(spec)
-    assert ClipSpec("ratio", eps_low=0.2, eps_high=0.28, mode="demo_form", params={"demo_k": 3.5}) == spec
+    assert ClipSpec("ratio", eps_low=0.2, eps_high=0.28, form="demo_form", params={"demo_k": 3.5}) == spec
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@
 For each method: (1) the numbers its paper states, pinned; (2) `policy_loss`'s loss and gradient against a
 reference written in this file straight from the paper's equation (plain torch autograd, stop-gradients as
 `.detach()`); (3) the Form's numpy weight against autograd through `policy_loss` on a grid of (q, r, sign A);
-(4) bad parameters refused by name. Dual-clip PPO (arXiv:1912.09729 eq. 5) is mode 'clip' with `dual_clip_c`.
+(4) bad parameters refused by name. Dual-clip PPO (arXiv:1912.09729 eq. 5) is form 'clip' with `dual_clip_c`.
 """
 
 import math
@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from divclip.theory import parse_method
-from divclip.theory.forms import PUBLISHED_METHODS, get_form
+from divclip.theory.forms import FORMS, PUBLISHED_METHODS, get_form
 from divclip.theory.forms.bapo import bapo_path
 from divclip.theory.forms.dcpo import dcpo_bounds
-from divclip.theory.losses import LOSS_AGG_MODES, MODES, policy_loss
+from divclip.theory.losses import LOSS_AGG_MODES, policy_loss
 
 GRID_Q = (0.001, 0.01, 0.1, 0.5, 0.9, 0.99)
 GRID_R = np.exp(np.linspace(np.log(0.02), np.log(50.0), 57))  # log-spaced, no point on a round bound
@@ -340,7 +340,7 @@ def test_bapo_batch_without_advantage_keeps_the_start_bounds():
 def test_numpy_weight_equals_autograd_on_the_grid(name):
     method = TOKEN_LEVEL[name]
     spec = parse_method(method)
-    form = get_form(spec.mode)
+    form = get_form(spec.form)
     q, r, adv = np.meshgrid(GRID_Q, GRID_R, [1.0, -1.0, 0.7, -2.5], indexing="ij")
     expected = form.weight(spec, q, r, adv)
     np.testing.assert_allclose(_autograd_weight(method, q, r, adv), expected, rtol=1e-11, atol=1e-14)
@@ -385,7 +385,7 @@ def test_bapo_is_batch_selective_and_says_what_w_means():
         ("ratio/bapo/bapo_rho0=1.5", r"bapo_rho0.*<= 1"),
         ("ratio/bapo/bapo_low_step=1e-7", r"bapo_low_step=1e-07.*at most 10000"),
         ("ratio:0.2:0.2/topr", r"takes no clip budget"),
-        ("ratio:0.2:0.2/gppo/dual=3", r"dual_clip_c applies to mode='clip'"),
+        ("ratio:0.2:0.2/gppo/dual=3", r"dual_clip_c applies to form='clip'"),
     ],
 )
 def test_bad_parameters_are_refused_by_name(method, match):
@@ -422,6 +422,6 @@ def test_modes_never_sync_to_the_host(name, monkeypatch):
 
     for attr in ("item", "tolist", "__bool__", "__float__", "__int__", "__index__"):
         monkeypatch.setattr(torch.Tensor, attr, refuse)
-    terms = MODES[spec.mode](lp.clone().requires_grad_(), old, adv, mask, spec)
+    terms = FORMS[spec.form].loss(lp.clone().requires_grad_(), old, adv, mask, spec)
     monkeypatch.undo()
     assert torch.isfinite(terms.loss).all()

@@ -17,7 +17,7 @@ import pytest
 import torch
 from test_loss_nosync import SPECS, make_inputs
 
-from divclip.theory.forms import FORM_AGGREGATIONS
+from divclip.theory.forms import FORMS
 from divclip.theory.forms import clip as clip_form
 from divclip.theory.loss_metrics import aggregate, masked_sum_finite
 from divclip.theory.losses import policy_loss, policy_terms
@@ -61,7 +61,7 @@ def _assert_terms_equal(fast, ref, where):
 @pytest.mark.parametrize("method", INTERVAL_SPECS)
 def test_interval_fast_path_equals_the_general_clip(method, dtype):
     spec = parse_method(method)
-    assert spec.mode == "clip" and spec.level == "token" and not spec.p_dependent
+    assert spec.form == "clip" and spec.level == "token" and not spec.p_dependent
     for seed in range(3):
         lp, old, adv, mask = _inputs(dtype, seed)
         fast = clip_form._interval_clip_mode(lp, old, adv, spec)
@@ -100,11 +100,11 @@ def _closed_form_specs():
     out = []
     for method in SPECS:
         spec, terms = parse_method(method), policy_terms(lp, old, adv, mask, method)
-        own = FORM_AGGREGATIONS.get(spec.mode)
+        own = FORMS[spec.form].aggregate
         if terms.grad is not None and (own is None or own(terms, mask, None, spec) is None):
             out.append(method)
     assert {"clip", "gated", "cispo", "sapo", "gpg", "dro", "clip_cov", "dcpo", "aspo"} <= {
-        parse_method(s).mode for s in out
+        parse_method(s).form for s in out
     }
     return out
 

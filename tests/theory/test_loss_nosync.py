@@ -2,9 +2,9 @@
 host, the call compiles whole (`torch.compile(fullgraph=True)`) and agrees with eager, metrics=True reads the
 host once; the sync-free binary-KL bounds (theory/loss_bounds.py) are as exact as the numpy solver's.
 
-Coverage follows the registry: every mode in MODES runs with the specs `example_specs(mode)` gives, so a loss
+Coverage follows the registry: every form in FORMS runs with the specs `example_specs(mode)` gives, so a loss
 form registered later (theory/forms_*.py) is tested here without editing this file when one of the method
-strings 'kl3:0.05/MODE', 'binary_kl:0.05/MODE', 'binary_tv:0.2/MODE', 'ratio:0.2:0.28/MODE', 'kl3/MODE'
+strings 'kl3:0.05/FORM', 'binary_kl:0.05/FORM', 'binary_tv:0.2/FORM', 'ratio:0.2:0.28/FORM', 'kl3/FORM'
 parses for it (the first three that do). A form that needs other parameters adds its method strings to
 EXAMPLE_SPECS; a mode with no example at all fails `test_every_registered_mode_has_an_example`, which names it.
 
@@ -27,8 +27,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import divclip.theory.forms._kernels as loss_modes
 from divclip.theory.bounds import binary_kl_bounds_array
+from divclip.theory.forms import FORMS
 from divclip.theory.loss_bounds import NEWTON_STEPS, binary_kl_root_nosync
-from divclip.theory.losses import MODES, policy_loss, policy_terms
+from divclip.theory.losses import policy_loss, policy_terms
 from divclip.theory.spec import parse_method
 
 # Method strings for a mode none of the default strings below can express (a new form's author adds its own).
@@ -44,6 +45,9 @@ EXTRA_SPECS = [
     "ratio:0.2:0.28/dual=3",
     "dppo_kl",
     "dppo_tv",
+    "binary_kl:0.02/gated/delta_high=0.08/gate=1",  # verl's dppo arithmetic, two budgets
+    "binary_tv:0.1/gated/delta_high=0.3/gate=1",
+    "kl3:0.02/gated/delta_high=0.05",
     "sapo",
     "grpo",
 ]
@@ -64,7 +68,7 @@ def make_inputs(device="cpu", dtype=torch.float32, shape=(6, 40), seed=0):
 
 
 def example_specs(mode: str) -> list[str]:
-    """Method strings that run `mode`: EXAMPLE_SPECS[mode] if listed, else those of 'BASE/MODE' that parse."""
+    """Method strings that run `mode`: EXAMPLE_SPECS[mode] if listed, else those of 'BASE/FORM' that parse."""
     if mode in EXAMPLE_SPECS:
         return list(EXAMPLE_SPECS[mode])
     out = []
@@ -74,7 +78,7 @@ def example_specs(mode: str) -> list[str]:
         except ValueError:
             continue
         out.append(f"{base}/{mode}")
-    return out[:3]  # bare 'kl3/MODE' only where budgeted strings do not parse (sapo-like forms)
+    return out[:3]  # bare 'kl3/FORM' only where budgeted strings do not parse (sapo-like forms)
 
 
 # Modes that read the host in eager on purpose, with the reason; their eager no-host-read tests are expected to
@@ -86,17 +90,17 @@ KNOWN_HOST_READS = {
 
 
 def all_specs() -> list[str]:
-    return [s for mode in MODES for s in example_specs(mode)] + EXTRA_SPECS
+    return [s for mode in FORMS for s in example_specs(mode)] + EXTRA_SPECS
 
 
 SPECS = all_specs()
 
 
 def eager_specs():
-    """SPECS, with the modes of KNOWN_HOST_READS as strict expected failures."""
+    """SPECS, with the forms of KNOWN_HOST_READS as strict expected failures."""
     out = []
     for spec in SPECS:
-        reason = KNOWN_HOST_READS.get(parse_method(spec).mode)
+        reason = KNOWN_HOST_READS.get(parse_method(spec).form)
         out.append(pytest.param(spec, marks=pytest.mark.xfail(strict=True, reason=reason)) if reason else spec)
     return out
 
@@ -142,9 +146,9 @@ def run(spec, inputs, **kw):
 
 # ---------------------------------------------------------------------------------------------- coverage
 def test_every_registered_mode_has_an_example():
-    missing = [mode for mode in MODES if not example_specs(mode)]
+    missing = [mode for mode in FORMS if not example_specs(mode)]
     assert not missing, f"add method strings for these loss modes to EXAMPLE_SPECS: {missing}"
-    assert {parse_method(s).mode for s in SPECS} >= set(MODES)
+    assert {parse_method(s).form for s in SPECS} >= set(FORMS)
 
 
 # ------------------------------------------------------------------------------------------- no host read
@@ -221,7 +225,7 @@ def test_intersection_part_metrics_match_their_flags():
     inputs = make_inputs(shape=(16, 64), seed=2)
     spec = parse_method("kl3:0.05&binary_kl:0.02")
     _, _, metrics = run("kl3:0.05&binary_kl:0.02", inputs)
-    terms = MODES["clip"](inputs[0], *inputs[1:], spec)
+    terms = FORMS["clip"].loss(inputs[0], *inputs[1:], spec)
     mask = inputs[3]
     for i, (low, high) in enumerate(terms.by_part):
         assert metrics[f"clipfrac_low_part{i}"] == pytest.approx(float((low * mask).sum() / mask.sum()), rel=1e-6)

@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 
 from divclip.theory import MEASURES, get_measure
 from divclip.theory.advantages import group_advantages
+from divclip.theory.forms import FORMS
 from divclip.theory.loss_metrics import kl_penalty
 from divclip.theory.losses import (
     LOSS_AGG_MODES,
-    MODES,
     PRESETS,
     ClipSpec,
     agg_loss,
@@ -85,7 +85,7 @@ def test_kl3_clip_is_ratio_clip_at_l_and_u(seed, delta, noise, agg):
         loss_r, grad_r, m_r = ours(old, lp, adv, mask, ratio_spec, agg)
         assert close(loss, loss_r, TOL[dtype]) and close(grad, grad_r, TOL[dtype])
         # ... and the gated (DPPO) form with the same bounds has the same gradient.
-        _, grad_g, m_g = ours(old, lp, adv, mask, dataclasses.replace(spec, mode="gated"), agg)
+        _, grad_g, m_g = ours(old, lp, adv, mask, dataclasses.replace(spec, form="gated"), agg)
         assert close(grad_g, grad, TOL[dtype])
         assert m["clipfrac"] == m_g["clipfrac"]
 
@@ -96,14 +96,14 @@ def test_kl3_clip_is_ratio_clip_at_l_and_u(seed, delta, noise, agg):
 def test_every_p_free_measure_is_ratio_clipping_at_its_bounds(name, seed, delta, noise, dual):
     old, lp, adv, mask = batch(seed, noise=noise)
     lo, hi = get_measure(name).bounds(delta)
-    spec = ClipSpec(name, delta=delta, dual_clip_c=dual)
+    spec = ClipSpec(name, delta=delta, params={"dual_clip_c": dual})
     loss, grad, m = ours(old, lp, adv, mask, spec)
     ref_loss, ref_grad, sur = reference(old, lp, adv, mask, lo, hi, dual_clip_c=dual)
     assert close(loss, ref_loss, 1e-12) and close(grad, ref_grad, 1e-12)
     clipfrac = float((sur.clipped * mask).sum() / mask.sum())
     assert m["clipfrac"] == pytest.approx(clipfrac, rel=1e-9)  # verl-style means: Σ / (n + 1e-8)
     if dual is None:
-        _, grad_g, _ = ours(old, lp, adv, mask, dataclasses.replace(spec, mode="gated"))
+        _, grad_g, _ = ours(old, lp, adv, mask, dataclasses.replace(spec, form="gated"))
         assert close(grad_g, grad, 1e-12)
 
 
@@ -120,7 +120,7 @@ def test_p_dependent_measures_clip_with_exact_per_token_bounds(name, seed, delta
     ref_loss, ref_grad, sur = reference(old, lp, adv, mask, lo, hi)
     assert close(loss, ref_loss, 1e-12) and close(grad, ref_grad, 1e-12)
     assert m["clipfrac"] == pytest.approx(float((sur.clipped * mask).sum() / mask.sum()), rel=1e-9)
-    _, grad_g, m_g = ours(old, lp, adv, mask, dataclasses.replace(spec, mode="gated"))
+    _, grad_g, m_g = ours(old, lp, adv, mask, dataclasses.replace(spec, form="gated"))
     assert close(grad_g, grad, 1e-12)
     assert m_g["clipfrac"] == pytest.approx(m["clipfrac"], abs=1e-12)
 
@@ -150,7 +150,7 @@ def test_gradient_rule_matches_autograd_with_dual_clip_and_saturated_log_ratios(
     lp[0, :6] = old[0, :6] + torch.tensor([30.0, -30.0, 25.0, -25.0, 30.0, -30.0])
     adv[0, :6] = torch.tensor([1.0, 1.0, -1.0, -1.0, -1.0, 1.0])
     for dual in (None, 3.0):
-        spec = ClipSpec("ratio", eps_low=0.2, eps_high=0.28, dual_clip_c=dual)
+        spec = ClipSpec("ratio", eps_low=0.2, eps_high=0.28, params={"dual_clip_c": dual})
         loss, grad, _ = ours(old, lp, adv, mask, spec)
         ref_loss, ref_grad, _ = reference(old, lp, adv, mask, 0.8, 1.28, dual_clip_c=dual)
         assert torch.equal(loss, ref_loss) and close(grad, ref_grad, 1e-15)
@@ -165,14 +165,14 @@ def test_sapo_and_cispo_gradients_match_their_formulas():
     tau = torch.where(adv > 0, torch.ones_like(adv), torch.full_like(adv, 1.05))
     sig = torch.sigmoid(tau * (r - 1))
     assert close(grad, -adv * 4 * sig * (1 - sig) * r * mask / n, 1e-12)
-    _, grad, _ = ours(old, lp, adv, mask, ClipSpec("ratio", eps_low=0.2, eps_high=0.28, mode="cispo"))
+    _, grad, _ = ours(old, lp, adv, mask, ClipSpec("ratio", eps_low=0.2, eps_high=0.28, form="cispo"))
     assert close(grad, -r.clamp(0.8, 1.28) * adv * mask / n, 1e-12)
 
 
 # --------------------------------------------------------------------------------------- metrics
 def test_metrics_against_numpy():
     old, lp, adv, mask = batch(14, noise=0.4)
-    spec = ClipSpec("ratio", eps_low=0.2, eps_high=0.28, dual_clip_c=1.5)
+    spec = ClipSpec("ratio", eps_low=0.2, eps_high=0.28, params={"dual_clip_c": 1.5})
     _, _, m = ours(old, lp, adv, mask, spec)
     x, a, k = (lp - old).numpy(), adv.numpy(), mask.numpy().astype(bool)
     r = np.exp(x)
@@ -198,7 +198,7 @@ def test_metrics_against_numpy():
 
 
 @pytest.mark.parametrize(
-    "spec", ["grpo", "atr", "dppo_kl", "gspo", "sapo", ClipSpec("ratio", eps_low=0.2, eps_high=0.2, mode="cispo")]
+    "spec", ["grpo", "atr", "dppo_kl", "gspo", "sapo", ClipSpec("ratio", eps_low=0.2, eps_high=0.2, form="cispo")]
 )
 def test_metrics_off_gives_the_same_loss_and_gradient(spec):
     """metrics=False only skips the diagnostics: loss and gradient are bit for bit those of metrics=True."""
@@ -334,17 +334,26 @@ def test_bad_shapes_types_and_modes_raise():
         (dict(measure="ratio", eps_low=0.2), r"needs both eps_low and eps_high, got eps_low=0.2, eps_high=None"),
         (dict(measure="ratio", eps_low=-0.1, eps_high=0.2), r"ClipSpec.eps_low must be a finite number >= 0, got -0.1"),
         (dict(measure="ratio", eps_low=0.2, eps_high=True), r"ClipSpec.eps_high must be .*, got True"),
-        (dict(measure="kl3", delta=0.1, mode="ppo"), r"ClipSpec.mode must be one of .* got 'ppo'"),
+        (dict(measure="kl3", delta=0.1, form="ppo"), r"ClipSpec.form must be one of .* got 'ppo'"),
         (dict(measure="kl3", delta=0.1, level="token-level"), r"ClipSpec.level must be one of"),
-        (dict(measure="kl3", delta=0.1, dual_clip_c=1.0), r"ClipSpec.dual_clip_c must be a finite number > 1"),
-        (dict(measure="kl3", delta=0.1, mode="gated", dual_clip_c=3.0), r"dual_clip_c applies to mode='clip'"),
-        (dict(measure="kl3", delta=0.1, tis_cap=3.0), r"tis_cap applies to mode='gated' only"),
-        (dict(measure="kl3", delta=0.1, mode="gated", tis_cap=-1.0), r"ClipSpec.tis_cap must be"),
-        (dict(measure="kl3", delta=0.1, tau_pos=2.0), r"tau_pos/tau_neg apply to mode='sapo' only"),
-        (dict(mode="sapo", tau_neg=0.0), r"ClipSpec.tau_neg must be a finite number > 0 and <= 1e\+06, got 0.0"),
-        (dict(mode="sapo", delta=0.1), r"mode='sapo' takes no clip budget"),
+        (
+            dict(measure="kl3", delta=0.1, params={"dual_clip_c": 1.0}),
+            r"ClipSpec.dual_clip_c must be a finite number > 1",
+        ),
+        (
+            dict(measure="kl3", delta=0.1, form="gated", params={"dual_clip_c": 3.0}),
+            r"dual_clip_c applies to form='clip'",
+        ),
+        (dict(measure="kl3", delta=0.1, params={"tis_cap": 3.0}), r"tis_cap applies to form='gated' only"),
+        (dict(measure="kl3", delta=0.1, form="gated", params={"tis_cap": -1.0}), r"ClipSpec.tis_cap must be"),
+        (dict(measure="kl3", delta=0.1, params={"tau_pos": 2.0}), r"tau_pos/tau_neg apply to form='sapo' only"),
+        (
+            dict(form="sapo", params={"tau_neg": 0.0}),
+            r"ClipSpec.tau_neg must be a finite number > 0 and <= 1e\+06, got 0.0",
+        ),
+        (dict(form="sapo", delta=0.1), r"form='sapo' takes no clip budget"),
         (dict(measure="binary_kl", delta=0.1, level="sequence"), r"level='sequence' needs a p-independent"),
-        (dict(measure="kl3", delta=0.1, level="sequence", mode="gated"), r"level='sequence' \(GSPO\) needs"),
+        (dict(measure="kl3", delta=0.1, level="sequence", form="gated"), r"level='sequence' \(GSPO\) needs"),
     ],
 )
 def test_clip_spec_validation(kwargs, message):
@@ -372,13 +381,13 @@ def test_presets():
     lo, hi = atr.ratio_bounds()
     assert lo == pytest.approx(0.8, rel=1e-14) and hi == pytest.approx(1.23084, abs=1e-5)
     assert preset("grpo").ratio_bounds() == (0.8, 1.2) and preset("dapo").ratio_bounds() == (0.8, 1.28)
-    assert preset("dppo_kl") == ClipSpec("binary_kl", delta=0.05, mode="gated", tis_cap=20.0)
+    assert preset("dppo_kl") == ClipSpec("binary_kl", delta=0.05, form="gated", params={"tis_cap": 20.0})
     assert preset("gspo").level == "sequence" and preset("gspo").ratio_bounds() == (1 - 3e-4, 1 + 4e-4)
     with pytest.raises(TypeError):
         PRESETS["mine"] = atr
     with pytest.raises(ValueError, match=r"preset name must be one of \['atr'"):
         preset("ppo")
-    assert {"clip", "gated", "cispo", "sapo"} <= set(MODES)  # the forms_* modules register more
+    assert {"clip", "gated", "cispo", "sapo"} <= set(FORMS)  # the forms package declares more
 
 
 def test_measures_with_lower_bound_zero_still_clip_above():

@@ -117,7 +117,8 @@ def test_extreme_log_ratios_are_trl_unclamped(loss_type, level):
     trl = trl_loss(trainer_for(args), log_prob, old, adv, mask, num_items)
     spec, agg, scale = trl_method(args, log_prob.shape[0], num_items)
     assert_same(trl, ours(spec, agg, scale, log_prob, old, adv, mask), torch.float32, bitwise=loss_type != "sapo")
-    clamped = ClipSpec(**{**{f: getattr(spec, f) for f in spec.__dataclass_fields__}, "clamp_log_ratio": True})
+    fields = {f: getattr(spec, f) for f in spec.__dataclass_fields__}
+    clamped = ClipSpec(**{**fields, "params": {**dict(spec.params), "clamp_log_ratio": True}})
     if loss_type in CLIPPED and level == "token":
         clamped_loss = ours(clamped, agg, scale, log_prob, old, adv, mask)[0]
         assert float(trl[0]) > 1e9 and float(clamped_loss) < float(trl[0]) / 100
@@ -130,11 +131,17 @@ def test_dual_clip_is_trl_delta_when_delta_is_above_the_clip():
     log_prob, old, adv, mask = batch(torch.float64, seed=5, extreme=((1.0, -1.0), (2.0, -0.5), (0.6, 1.0), (3.0, 2.0)))
     trl = trl_loss(trainer_for(args), log_prob, old, adv, mask, float(mask.sum()))
     spec, agg, scale = trl_method(args, log_prob.shape[0], float(mask.sum()))
-    assert spec.dual_clip_c == 1.5
+    assert spec.param("dual_clip_c", None) == 1.5
     mine = ours(spec, agg, scale, log_prob, old, adv, mask)
     assert_same(trl, mine, torch.float64)
     no_delta = ours(
-        ClipSpec("ratio", eps_low=0.2, eps_high=0.28, clamp_log_ratio=False), agg, scale, log_prob, old, adv, mask
+        ClipSpec("ratio", eps_low=0.2, eps_high=0.28, params={"clamp_log_ratio": False}),
+        agg,
+        scale,
+        log_prob,
+        old,
+        adv,
+        mask,
     )
     assert not torch.equal(no_delta[0], trl[0])  # the cap binds on this batch
 
@@ -187,7 +194,7 @@ def test_new_forms_are_declared_with_sources():
 @pytest.mark.parametrize("adv_sign", [1.0, -1.0])
 def test_cispo_cap_weight_is_autograd(adv_sign):
     """cispo_cap's numpy weight w (∂ℓ/∂log π = −A·w) equals autograd through policy_terms on a (q, r) grid."""
-    spec = ClipSpec(mode="cispo_cap", params={"cispo_cap": 1.7}, clamp_log_ratio=False)
+    spec = ClipSpec(form="cispo_cap", params={"cispo_cap": 1.7, "clamp_log_ratio": False})
     q = np.array([1e-3, 0.01, 0.1, 0.5, 0.9, 0.99])[:, None]
     r = np.array([0.05, 0.5, 1.0, 1.69, 1.7, 1.71, 4.0, 1e3])[None, :]
     old = torch.tensor(np.log(q), dtype=torch.float64).expand(6, 8)
@@ -202,7 +209,7 @@ def test_cispo_cap_weight_is_autograd(adv_sign):
 
 def test_vespo_weight_is_the_gamma_kernel():
     """φ(W) = e^λ·W^k·e^(−λW): 1 at W = 1, peaked at W = k/λ, by the sign of A; the loss's gradient is −A·φ."""
-    spec = ClipSpec(mode="vespo")  # k, λ = 2, 3 for A >= 0 and 3, 2 for A < 0
+    spec = ClipSpec(form="vespo")  # k, λ = 2, 3 for A >= 0 and 3, 2 for A < 0
     log_w = np.log(np.array([1.0, 2 / 3, 1.5]))  # W = 1 and the two peaks k/λ
     t = 3
     old = torch.zeros(3, t, dtype=torch.float64) - 1.0
@@ -258,15 +265,15 @@ def test_trl_methods_round_trip_as_strings(text):
 @pytest.mark.parametrize(
     "fields, match",
     [
-        (dict(mode="gated", measure="kl3", delta=0.1, level="sequence"), r"level='sequence' \(GSPO\) needs a mode in"),
-        (dict(mode="cispo_cap", dual_clip_c=3.0), r"dual_clip_c applies to mode='clip' only \(and 'luspo'"),
-        (dict(clamp_log_ratio=0), r"clamp_log_ratio must be True or False, got 0"),
-        (dict(mode="cispo_cap", params={"cispo_cap": 0.0}), r"cispo_cap.*> 0, got 0"),
-        (dict(mode="vespo", params={"vespo_lambda_neg": -1.0}), r"vespo_lambda_neg.*> 0"),
+        (dict(form="gated", measure="kl3", delta=0.1, level="sequence"), r"level='sequence' \(GSPO\) needs a form in"),
+        (dict(form="cispo_cap", params={"dual_clip_c": 3.0}), r"dual_clip_c applies to form='clip' only \(and 'luspo'"),
+        (dict(params={"clamp_log_ratio": 0}), r"clamp_log_ratio must be True or False, got 0"),
+        (dict(form="cispo_cap", params={"cispo_cap": 0.0}), r"cispo_cap.*> 0, got 0"),
+        (dict(form="vespo", params={"vespo_lambda_neg": -1.0}), r"vespo_lambda_neg.*> 0"),
     ],
 )
 def test_bad_trl_specs_are_refused_by_name(fields, match):
-    fields = {"eps_low": 0.2, "eps_high": 0.2, **fields} if fields.get("mode", "clip") == "clip" else fields
+    fields = {"eps_low": 0.2, "eps_high": 0.2, **fields} if fields.get("form", "clip") == "clip" else fields
     with pytest.raises(ValueError, match=match):
         ClipSpec(**fields)
 
@@ -287,10 +294,12 @@ def test_from_engine_reaches_the_trl_loss(loss_type, level, custom):
     num_items = float(mask.sum()) + 5
     want, _, _ = trl_method(_config(loss_type, level, custom), log_prob.shape[0], num_items)
     # TRL's sapo temperatures and VESPO's k, λ are float32 values (trl_method): the method itself holds the user's
-    f32 = {"tau_pos": _f32(spec.tau_pos), "tau_neg": _f32(spec.tau_neg)} if loss_type == "sapo" else {}
+    f32 = (
+        {"tau_pos": _f32(spec.param("tau_pos")), "tau_neg": _f32(spec.param("tau_neg"))} if loss_type == "sapo" else {}
+    )
     fields = {f: getattr(spec, f) for f in spec.__dataclass_fields__}
     params = {k: _f32(v) if loss_type == "vespo" else v for k, v in spec.params}
-    rounded = ClipSpec(**{**fields, **f32, "params": params})
+    rounded = ClipSpec(**{**fields, "params": {**params, **f32}})
     if loss_type == "vespo":
         assert [rounded.param(k) for k in VESPO_FIELDS] == [want.param(k) for k in VESPO_FIELDS]
     else:
@@ -306,7 +315,7 @@ def test_from_engine_refuses_a_delta_inside_the_clip():
 
     with pytest.raises(ValueError, match=r"delta = 1.1 is below 1 \+ epsilon_high = 1.28"):
         engines.from_engine("trl", {"loss_type": "grpo", "epsilon_high": 0.28, "delta": 1.1})
-    assert engines.from_engine("trl", {"loss_type": "luspo", "delta": 1.5}).dual_clip_c == 1.5
+    assert engines.from_engine("trl", {"loss_type": "luspo", "delta": 1.5}).param("dual_clip_c", None) == 1.5
 
 
 # ------------------------------------------------------------------------------------ numerics, syncs
@@ -325,7 +334,7 @@ TRL_METHODS = [
 @pytest.mark.parametrize("method", TRL_METHODS)
 def test_trl_forms_never_sync_to_the_host(method, monkeypatch):
     """The forms read no tensor value into Python (item, bool, float, int, tolist): no device->host sync."""
-    from divclip.theory.losses import MODES
+    from divclip.theory.forms import FORMS
     from divclip.theory.spec import parse_method
 
     log_prob, old, adv, mask = batch(torch.float32, seed=2, extreme=((30.0, -1.0), (-30.0, 1.0)))
@@ -336,7 +345,7 @@ def test_trl_forms_never_sync_to_the_host(method, monkeypatch):
 
     for attr in ("item", "tolist", "__bool__", "__float__", "__int__", "__index__"):
         monkeypatch.setattr(torch.Tensor, attr, refuse)
-    terms = MODES[spec.mode](
+    terms = FORMS[spec.form].loss(
         log_prob.clone().requires_grad_(), old, adv[:, None].expand_as(old).contiguous(), mask, spec
     )
     monkeypatch.undo()
@@ -369,9 +378,9 @@ def test_cispo_cap_above_1_is_two_sided_cispo_at_lower_width_1():
 
     log_prob, old, adv, mask = batch(torch.float64, seed=9, extreme=((3.0, 1.0), (-2.0, -1.0)))
     for cap in (1.3, 5.0, 7.77):
-        spec = ClipSpec(mode="cispo_cap", params={"cispo_cap": cap}, clamp_log_ratio=False)
+        spec = ClipSpec(form="cispo_cap", params={"cispo_cap": cap, "clamp_log_ratio": False})
         two_sided = cispo_cap_as_cispo(spec)
-        assert two_sided.ratio_bounds() == (0.0, cap) and two_sided.mode == "cispo"
+        assert two_sided.ratio_bounds() == (0.0, cap) and two_sided.form == "cispo"
         assert_same(
             ours(spec, "token-mean", None, log_prob, old, adv, mask),
             ours(two_sided, "token-mean", None, log_prob, old, adv, mask),
@@ -379,4 +388,4 @@ def test_cispo_cap_above_1_is_two_sided_cispo_at_lower_width_1():
         )
     for bad in (dict(params={"cispo_cap": 0.2}), dict(params={"cispo_cap": 5.0}, level="sequence")):
         with pytest.raises(ValueError, match="has no two-sided cispo form"):
-            cispo_cap_as_cispo(ClipSpec(mode="cispo_cap", **bad))
+            cispo_cap_as_cispo(ClipSpec(form="cispo_cap", **bad))

@@ -80,7 +80,7 @@ DTYPES = [torch.float32, torch.float64]
 @pytest.mark.parametrize("agg", LOSS_AGG_MODES)
 def test_ratio_clip_with_dual_clip_is_verl_vanilla(ca, dtype, agg):
     old, lp, adv, mask = batch(dtype, noise=1.0)  # wide ratios: both bounds and the dual clip bind
-    spec = ClipSpec("ratio", eps_low=0.2, eps_high=0.28, dual_clip_c=3.0)
+    spec = ClipSpec("ratio", eps_low=0.2, eps_high=0.28, params={"dual_clip_c": 3.0})
     config = actor_config(clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0, loss_agg_mode=agg)
     loss, grad, m = run_ours(old, lp, adv, mask, spec, agg)
     v_loss, v_grad, vm = run_verl(ca.compute_policy_loss_vanilla, old, lp, adv, mask, config, agg)
@@ -97,7 +97,7 @@ def test_ratio_clip_with_dual_clip_is_verl_vanilla(ca, dtype, agg):
 def test_kl3_at_grpo_bounds_is_verl_vanilla_at_l_u(ca, dtype):
     """The theorem against verl itself: KL3 at δ is verl's vanilla loss with clip_ratio_low/high = 1-l_δ, u_δ-1."""
     old, lp, adv, mask = batch(dtype, seed=3, noise=0.5)
-    spec = ClipSpec("kl3", delta=0.05, dual_clip_c=3.0)
+    spec = ClipSpec("kl3", delta=0.05, params={"dual_clip_c": 3.0})
     lo, hi = spec.ratio_bounds()
     config = actor_config(clip_ratio_low=1.0 - lo, clip_ratio_high=hi - 1.0, clip_ratio_c=3.0)
     loss, grad, m = run_ours(old, lp, adv, mask, spec, "token-mean")
@@ -114,7 +114,7 @@ def test_kl3_at_grpo_bounds_is_verl_vanilla_at_l_u(ca, dtype):
 @pytest.mark.parametrize("cap", [20.0, 1.5])
 def test_gated_binary_measures_are_verl_dppo(ca, dtype, measure, delta, verl_fn, cap):
     old, lp, adv, mask = batch(dtype, seed=1, noise=0.8)
-    spec = ClipSpec(measure, delta=delta, mode="gated", tis_cap=cap)
+    spec = ClipSpec(measure, delta=delta, form="gated", params={"tis_cap": cap})
     config = actor_config(clip_ratio=delta, clip_ratio_low=delta, clip_ratio_high=delta, clip_ratio_c=cap)
     loss, grad, m = run_ours(old, lp, adv, mask, spec, "token-mean")
     v_loss, v_grad, vm = run_verl(getattr(ca, verl_fn), old, lp, adv, mask, config, "token-mean")
@@ -130,7 +130,7 @@ def test_gated_clipfrac_differs_from_verl_only_on_zero_advantage_tokens(ca):
     (their gradient is 0 either way). Loss and gradient still agree exactly."""
     old, lp, adv, mask = batch(torch.float64, seed=2, noise=0.8)
     adv[::2] = 0.0
-    spec = ClipSpec("binary_kl", delta=0.05, mode="gated", tis_cap=20.0)
+    spec = ClipSpec("binary_kl", delta=0.05, form="gated", params={"tis_cap": 20.0})
     config = actor_config(clip_ratio=0.05, clip_ratio_low=0.05, clip_ratio_high=0.05, clip_ratio_c=20.0)
     loss, grad, m = run_ours(old, lp, adv, mask, spec, "token-mean")
     v_loss, v_grad, vm = run_verl(ca.compute_policy_loss_dppo_kl, old, lp, adv, mask, config, "token-mean")
@@ -156,7 +156,7 @@ def test_sequence_level_is_verl_gspo(ca, dtype, agg):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cispo_is_verl_cispo(ca, dtype):
     old, lp, adv, mask = batch(dtype, seed=5, noise=0.6)
-    spec = ClipSpec("ratio", eps_low=0.2, eps_high=0.28, mode="cispo")
+    spec = ClipSpec("ratio", eps_low=0.2, eps_high=0.28, form="cispo")
     config = actor_config(clip_ratio_low=0.2, clip_ratio_high=0.28)
     loss, grad, m = run_ours(old, lp, adv, mask, spec, "token-mean")
     v_loss, v_grad, vm = run_verl(ca.compute_policy_loss_cispo, old, lp, adv, mask, config, "token-mean")
@@ -179,7 +179,7 @@ def test_cispo_without_a_floor_is_verl_cispo(ca, dtype, low):
         "actor_rollout_ref.actor.clip_ratio_high": 0.28,
     }
     spec = from_engine("verl", settings)
-    assert spec == ClipSpec("ratio", eps_low=low, eps_high=0.28, mode="cispo") and spec.ratio_bounds()[0] == 0.0
+    assert spec == ClipSpec("ratio", eps_low=low, eps_high=0.28, form="cispo") and spec.ratio_bounds()[0] == 0.0
     loss, grad, m = run_ours(old, lp, adv, mask, spec, "token-mean")
     config = actor_config(clip_ratio_low=low, clip_ratio_high=0.28)
     v_loss, v_grad, vm = run_verl(ca.compute_policy_loss_cispo, old, lp, adv, mask, config, "token-mean")
@@ -204,7 +204,7 @@ def test_sapo_is_verl_sapo(ca, dtype):
 def test_rollout_is_weights_multiply_like_verl(ca, dtype):
     old, lp, adv, mask = batch(dtype, seed=7, noise=0.5)
     w = torch.rand(old.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64).to(dtype) + 0.5
-    spec = ClipSpec("ratio", eps_low=0.2, eps_high=0.2, dual_clip_c=3.0)
+    spec = ClipSpec("ratio", eps_low=0.2, eps_high=0.2, params={"dual_clip_c": 3.0})
     leaf = lp.clone().requires_grad_()
     loss, _ = policy_loss(leaf, old, adv, mask, spec, rollout_is_weights=w)
     v_leaf = lp.clone().requires_grad_()
@@ -311,7 +311,7 @@ def test_gated_decides_on_the_true_log_ratio_like_verl(ca, dtype, measure, delta
     rose to 0.9 is masked, not kept with the gradient of a ratio clamped to e^20."""
     old, lp, adv, mask = extreme_batch(dtype)
     assert float((lp - old).abs().max()) > 40
-    spec = ClipSpec(measure, delta=delta, mode="gated", tis_cap=20.0)
+    spec = ClipSpec(measure, delta=delta, form="gated", params={"tis_cap": 20.0})
     config = actor_config(clip_ratio=delta, clip_ratio_low=delta, clip_ratio_high=delta, clip_ratio_c=20.0)
     loss, grad, m = run_ours(old, lp, adv, mask, spec, "token-mean")
     v_loss, v_grad, vm = run_verl(getattr(ca, verl_fn), old, lp, adv, mask, config, "token-mean")
@@ -331,7 +331,7 @@ def test_gated_at_new_probability_one_is_exact_where_verl_adds_1e_8(ca):
     lp = torch.zeros_like(old)  # new probability exactly 1
     adv = torch.ones_like(old)
     mask = torch.ones_like(old)
-    spec = ClipSpec("binary_kl", delta=0.05, mode="gated", tis_cap=20.0)
+    spec = ClipSpec("binary_kl", delta=0.05, form="gated", params={"tis_cap": 20.0})
     config = actor_config(clip_ratio=0.05, clip_ratio_low=0.05, clip_ratio_high=0.05, clip_ratio_c=20.0)
     _, grad, _ = run_ours(old, lp, adv, mask, spec, "token-mean")
     _, v_grad, _ = run_verl(ca.compute_policy_loss_dppo_kl, old, lp, adv, mask, config, "token-mean")
@@ -354,7 +354,7 @@ def test_gated_kl3_decides_on_the_true_ratio(dtype):
     old = torch.tensor([[-30.0, -30.0, -1.0]], dtype=dtype)
     lp = torch.tensor([[-5.0, -12.0, -1.2]], dtype=dtype)  # r = e^25 (past hi), e^18 (inside), e^-0.2
     adv = torch.ones_like(old)
-    spec = ClipSpec("kl3", delta=1e9, mode="gated")
+    spec = ClipSpec("kl3", delta=1e9, form="gated")
     _, grad, m = run_ours(old, lp, adv, torch.ones_like(old), spec, "token-sum")
     assert grad[0, 0] == 0 and grad[0, 1] != 0 and grad[0, 2] != 0
     assert m["clipfrac"] == pytest.approx(1 / 3)

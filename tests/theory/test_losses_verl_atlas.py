@@ -26,9 +26,9 @@ import torch
 from test_losses_verl import DTYPES, TOL, batch, close
 
 from divclip.engines import from_engine
-from divclip.theory.forms import get_form
+from divclip.theory.forms import FORMS, get_form
 from divclip.theory.loss_metrics import kl_penalty
-from divclip.theory.losses import LOSS_AGG_MODES, MODES, ClipSpec, policy_loss
+from divclip.theory.losses import LOSS_AGG_MODES, ClipSpec, policy_loss
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("verl") is None, reason="verl is not installed")
 
@@ -97,7 +97,7 @@ CASES = [
     Case(
         "vanilla_dual_clip",
         {PL + "loss_mode": "vanilla", **DAPO_KEYS, A + "clip_ratio_c": 3.0},
-        _ratio(0.2, 0.28, dual_clip_c=3.0),
+        _ratio(0.2, 0.28, params={"dual_clip_c": 3.0}),
         {**CLIP, "pg_clipfrac_lower": lambda m: m["dual_clipfrac"]},
         lambda m: m["clipfrac"] > 0.05 and m["dual_clipfrac"] > 0,
         noise=1.0,
@@ -121,7 +121,7 @@ CASES = [
             A + "clip_ratio_high": 0.2,
             A + "clip_ratio_c": 20.0,
         },
-        ClipSpec("binary_tv", delta=0.2, mode="gated", tis_cap=20.0),
+        ClipSpec("binary_tv", delta=0.2, form="gated", params={"gate": 1.0, "tis_cap": 20.0}),  # verl's gate arithmetic
         CLIP,
         lambda m: m["clipfrac"] > 0.02,
         noise=0.8,
@@ -136,7 +136,9 @@ CASES = [
             A + "clip_ratio_high": 0.05,
             A + "clip_ratio_c": 20.0,
         },
-        ClipSpec("binary_kl", delta=0.05, mode="gated", tis_cap=20.0),
+        ClipSpec(
+            "binary_kl", delta=0.05, form="gated", params={"gate": 1.0, "tis_cap": 20.0}
+        ),  # verl's gate arithmetic
         CLIP,
         lambda m: m["clipfrac"] > 0.02,
         noise=0.8,
@@ -155,7 +157,7 @@ CASES = [
     Case(
         "sapo",
         {PL + "loss_mode": "sapo", A + "tau_pos": 1.0, A + "tau_neg": 1.05},
-        ClipSpec(mode="sapo", params={"sapo_seq_mean": 1.0}),
+        ClipSpec(form="sapo", params={"sapo_seq_mean": True}),
         PPO_KL,
         noise=0.6,
         seed=6,
@@ -164,24 +166,24 @@ CASES = [
     Case(
         "cispo",
         {PL + "loss_mode": "cispo", **DAPO_KEYS},
-        _ratio(0.2, 0.28, mode="cispo"),
+        _ratio(0.2, 0.28, form="cispo"),
         CLIP,
         lambda m: m["clipfrac"] > 0.02,
         noise=0.6,
         seed=5,
     ),
-    Case("gpg", {PL + "loss_mode": "gpg"}, ClipSpec(mode="gpg")),
+    Case("gpg", {PL + "loss_mode": "gpg"}, ClipSpec(form="gpg")),
     Case(
         "dro",
         {PL + "loss_mode": "dro", PL + "dro_beta": 0.1},
-        ClipSpec(mode="dro", params={"dro_beta": 0.1}),
+        ClipSpec(form="dro", params={"dro_beta": 0.1}),
         PPO_KL,
         exact_grad=False,
     ),
     Case(
         "clip_cov_default",
         {PL + "loss_mode": "clip_cov", **DAPO_KEYS},
-        _ratio(0.2, 0.28, mode="clip_cov"),
+        _ratio(0.2, 0.28, form="clip_cov"),
         {"pg_clipfrac": lambda m: m["clipfrac_low_part1"] + m["clipfrac_high_part1"], **PPO_KL},
         lambda m: m["clipfrac_low_part1"] + m["clipfrac_high_part1"] > 0,
         exact_grad=False,
@@ -196,22 +198,22 @@ CASES = [
             PL + "clip_cov_ub": 5.0,
         },
         _ratio(
-            0.2, 0.28, mode="clip_cov", params={"clip_cov_ratio": 0.02, "clip_cov_lb": 0.0}
+            0.2, 0.28, form="clip_cov", params={"clip_cov_ratio": 0.02, "clip_cov_lb": 0.0}
         ),  # ub 5.0 is the default
         {"pg_clipfrac": lambda m: m["clipfrac_low_part1"] + m["clipfrac_high_part1"], **PPO_KL},
         lambda m: m["clipfrac_low_part1"] + m["clipfrac_high_part1"] > 0.01,
         exact_grad=False,
     ),
-    Case("kl_cov_default", {PL + "loss_mode": "kl_cov"}, ClipSpec(mode="kl_cov")),
+    Case("kl_cov_default", {PL + "loss_mode": "kl_cov"}, ClipSpec(form="kl_cov")),
     Case(
         "kl_cov_wide",
         {PL + "loss_mode": "kl_cov", PL + "kl_cov_ratio": 0.05, PL + "ppo_kl_coef": 0.3},
-        ClipSpec(mode="kl_cov", params={"kl_cov_ratio": 0.05, "kl_cov_coef": 0.3}),
+        ClipSpec(form="kl_cov", params={"kl_cov_ratio": 0.05, "kl_cov_coef": 0.3}),
     ),
     Case(
         "geo_mean",
         {PL + "loss_mode": "geo_mean", A + "clip_ratio_low": 0.2, A + "clip_ratio_high": 0.3},
-        ClipSpec(mode="geo_mean", params={"gmpo_eps_low": 0.2, "gmpo_eps_high": 0.3}),
+        ClipSpec(form="geo_mean", params={"gmpo_eps_low": 0.2, "gmpo_eps_high": 0.3}),
         {
             "pg_clipfrac": lambda m: m["clipfrac_high_part0"],
             "pg_clipfrac_lower": lambda m: m["clipfrac_low_part0"],
@@ -230,7 +232,7 @@ CASES = [
                 **DAPO_KEYS,
                 A + "clip_ratio_c": 3.0,
             },
-            _ratio(0.2, 0.28, dual_clip_c=3.0),
+            _ratio(0.2, 0.28, params={"dual_clip_c": 3.0}),
             {**CLIP, "pg_clipfrac_lower": lambda m: m["dual_clipfrac"]},
             lambda m: m["clipfrac"] > 0.05,
             noise=1.0,
@@ -241,7 +243,7 @@ CASES = [
     Case(
         "bypass_reinforce_no_is",
         {RC + "bypass_mode": True, RC + "loss_type": "reinforce", RC + "rollout_is": None},
-        ClipSpec(mode="gpg"),
+        ClipSpec(form="gpg"),
         PPO_KL,
     ),
     *(
@@ -254,7 +256,7 @@ CASES = [
                 RC + "rollout_is_threshold": threshold,
                 RC + "rollout_is_batch_normalize": normalize,
             },
-            ClipSpec(mode="reinforce_is" if level == "token" else "reinforce_seq_is", params=params),
+            ClipSpec(form="reinforce_is" if level == "token" else "reinforce_seq_is", params=params),
             PPO_KL,
             lambda m: m["clipfrac"] > 0.02,
             noise=0.2 if level == "sequence" else 0.5,
@@ -263,7 +265,7 @@ CASES = [
         for name, threshold, normalize, params in (  # the spec names the parameters that differ from the defaults
             ("tis", 1.5, False, {"rollout_is_threshold": 1.5}),
             ("icepop", "0.7_1.5", False, {"rollout_is_threshold": 1.5, "rollout_is_threshold_lower": 0.7}),
-            ("tis_normalized", 1.5, True, {"rollout_is_threshold": 1.5, "rollout_is_batch_normalize": 1.0}),
+            ("tis_normalized", 1.5, True, {"rollout_is_threshold": 1.5, "rollout_is_batch_normalize": True}),
         )
     ),
 ]
@@ -318,7 +320,7 @@ def test_every_verl_loss_mode_is_covered(ca):
     covered = {verl_setup(case.settings, "token-mean")[0] for case in CASES}
     assert verl_modes == covered
     for mode in ("gpg", "dro", "clip_cov", "kl_cov", "geo_mean", "reinforce_is", "reinforce_seq_is"):
-        assert mode in MODES and any(s.startswith("verl:") for s in get_form(mode).sources)
+        assert mode in FORMS and any(s.startswith("verl:") for s in get_form(mode).sources)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -335,7 +337,7 @@ def test_sapo_ignores_loss_agg_mode_in_verl_only(ca, agg, dtype):
     assert spec.param("sapo_seq_mean") == 1.0
     loss, grad, _ = run(lambda leaf: policy_loss(leaf, old, adv, mask, spec, agg), lp)
     assert torch.equal(loss, verl_loss) and close(grad, verl_grad, dtype)
-    for plain in (ClipSpec(mode="sapo"), from_engine("trl", {"loss_type": "sapo"})):
+    for plain in (ClipSpec(form="sapo"), from_engine("trl", {"loss_type": "sapo"})):
         honoured, _ = policy_loss(lp, old, adv, mask, plain, agg)
         assert torch.equal(honoured, verl_loss) == (agg == "seq-mean-token-mean"), (agg, plain)
 
@@ -520,7 +522,7 @@ def test_verl_forms_trace_without_graph_breaks(method):
 
     spec = parse_method(method)
     old, lp, adv, mask = batch(torch.float32, noise=0.3)
-    form = MODES[spec.mode]
+    form = FORMS[spec.form].loss
 
     def loss_of(leaf):
         return form(leaf, old, adv, mask, spec).loss.sum()
@@ -528,7 +530,7 @@ def test_verl_forms_trace_without_graph_breaks(method):
     torch._dynamo.reset()
     compiled = torch.compile(loss_of, fullgraph=True, backend="eager")
     (c_loss, c_grad, _), (e_loss, e_grad, _) = (run(lambda leaf, f=f: (f(leaf), {}), lp) for f in (compiled, loss_of))
-    if spec.mode != "clip_cov":
+    if spec.form != "clip_cov":
         assert torch.equal(c_loss, e_loss) and torch.equal(c_grad, e_grad)
         return
     cov = _batch_covariance(lp, adv, mask)
@@ -561,5 +563,5 @@ def test_token_level_verl_forms_weight_is_autograd(method):
     leaf = torch.tensor(np.log(q * r).reshape(1, -1), requires_grad=True)
     adv = torch.tensor(a.reshape(1, -1))
     policy_terms(leaf, old, adv, torch.ones_like(adv), spec).loss.sum().backward()
-    w = get_form(spec.mode).weight(spec, q, r, a).reshape(1, -1)
+    w = get_form(spec.form).weight(spec, q, r, a).reshape(1, -1)
     assert np.allclose(leaf.grad.numpy(), -a.reshape(1, -1) * w, rtol=1e-12, atol=1e-15)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from divclip.theory.adaptive import DeltaController, delta_update
-from divclip.theory.forms import MODES
+from divclip.theory.forms import FORMS
 from divclip.theory.losses import policy_loss
 from divclip.theory.measures import get_measure
 from divclip.theory.spec import (
@@ -62,18 +62,18 @@ def test_intersection_clips_each_token_exactly_at_max_lo_min_hi(method):
     log_r = np.clip(log_r, -19.0, 19.0)  # inside verl's ±20 log-ratio clamp, which the loss applies first
     r = np.exp(log_r)
     ref = np.maximum(-adv * r, -adv * np.clip(r, lo, hi))
-    if spec.dual_clip_c is not None:
-        ref = np.where(adv < 0, np.minimum(ref, -adv * spec.dual_clip_c), ref)
+    if spec.param("dual_clip_c", None) is not None:
+        ref = np.where(adv < 0, np.minimum(ref, -adv * spec.param("dual_clip_c", None)), ref)
     t = lambda x: torch.tensor(x, dtype=torch.float64).view(1, -1)  # noqa: E731
     old = t(np.log(p))
     lp = (old + t(log_r)).requires_grad_(True)
-    terms = MODES["clip"](lp, old, t(adv), torch.ones_like(old), spec)
+    terms = FORMS["clip"].loss(lp, old, t(adv), torch.ones_like(old), spec)
     np.testing.assert_allclose(terms.loss.detach().numpy()[0], ref, rtol=1e-12, atol=1e-300)
     # the gradient is -A·r on kept tokens, 0 on clipped ones, and the clipped set is the reference's
     clipped_ref = (-adv * np.clip(r, lo, hi)) > (-adv * r)
     terms.loss.sum().backward()
     grad = lp.grad.numpy()[0]
-    if spec.dual_clip_c is None:
+    if spec.param("dual_clip_c", None) is None:
         np.testing.assert_array_equal(grad == 0, clipped_ref | (adv == 0))
     np.testing.assert_array_equal(terms.clipped.numpy()[0] == 1, clipped_ref)
     # attribution: part i clipped a low (high) token iff its lo is the max (its hi the min)
@@ -142,8 +142,8 @@ def test_all_of_and_operator_and_strings_agree():
 @pytest.mark.parametrize(
     "bad, match",
     [
-        ("kl3&sapo", r"AllOf.parts\[1\] has mode='sapo'.*refused"),
-        ("kl3/cispo&binary_tv:0.2", r"parts\[0\] has mode='cispo'"),
+        ("kl3&sapo", r"AllOf.parts\[1\] has form='sapo'.*refused"),
+        ("kl3/cispo&binary_tv:0.2", r"parts\[0\] has form='cispo'"),
         ("kl3:0.02/dual=3&binary_tv:0.2", r"disagree on dual_clip_c"),
         ("gspo&atr", r"token-level only"),
         ("kl3&", r"empty part around '&'"),

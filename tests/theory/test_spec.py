@@ -53,14 +53,14 @@ def test_presets_are_pairwise_distinct_and_named_by_their_string():
         ("ratio:0.2:0.28", ClipSpec("ratio", eps_low=0.2, eps_high=0.28)),
         ("ratio:0.1", ClipSpec("ratio", eps_low=0.1, eps_high=0.1)),
         ("ratio", ClipSpec("ratio", eps_low=0.2, eps_high=0.2)),
-        ("binary_kl:0.05/gated/tis=20", ClipSpec("binary_kl", delta=0.05, mode="gated", tis_cap=20.0)),
-        ("binary_tv:0.1/cispo", ClipSpec("binary_tv", delta=0.1, mode="cispo")),
-        ("dapo/dual=3", ClipSpec("ratio", eps_low=0.2, eps_high=0.28, dual_clip_c=3.0)),
-        ("atr/gated", ClipSpec("kl3", delta=delta_for_eps("kl3", eps_low=0.2), mode="gated")),
+        ("binary_kl:0.05/gated/tis=20", ClipSpec("binary_kl", delta=0.05, form="gated", params={"tis_cap": 20.0})),
+        ("binary_tv:0.1/cispo", ClipSpec("binary_tv", delta=0.1, form="cispo")),
+        ("dapo/dual=3", ClipSpec("ratio", eps_low=0.2, eps_high=0.28, params={"dual_clip_c": 3.0})),
+        ("atr/gated", ClipSpec("kl3", delta=delta_for_eps("kl3", eps_low=0.2), form="gated")),
         ("ratio:3e-4:4e-4/seq", ClipSpec("ratio", eps_low=3e-4, eps_high=4e-4, level="sequence")),
-        ("sapo/tau=1:1.1", ClipSpec(mode="sapo", tau_pos=1.0, tau_neg=1.1)),
-        ("kl3/sapo", ClipSpec("kl3", mode="sapo")),
-        ("chi2:1.5/dual=2.5", ClipSpec("chi2", delta=1.5, dual_clip_c=2.5)),
+        ("sapo/tau=1:1.1", ClipSpec(form="sapo", params={"tau_pos": 1.0, "tau_neg": 1.1})),
+        ("kl3/sapo", ClipSpec("kl3", form="sapo")),
+        ("chi2:1.5/dual=2.5", ClipSpec("chi2", delta=1.5, params={"dual_clip_c": 2.5})),
     ],
 )
 def test_method_strings_parse_to_the_spec_and_back(text, expected):
@@ -77,9 +77,12 @@ def test_a_bare_measure_puts_its_lower_bound_at_grpos(name):
 
 def test_method_string_round_trips_every_measure_and_option():
     specs = [ClipSpec(n, delta=0.0317) for n in MEASURES if n != "ratio"]
-    specs += [ClipSpec("ratio", eps_low=0.13, eps_high=0.37, dual_clip_c=2.0 + 1 / 3)]
-    specs += [dataclasses.replace(s, mode="gated", tis_cap=7.25) for s in specs[:3]]
-    specs += [ClipSpec("kl3", delta=1 / 7, level="sequence"), ClipSpec(mode="sapo", tau_pos=0.5, tau_neg=2.0)]
+    specs += [ClipSpec("ratio", eps_low=0.13, eps_high=0.37, params={"dual_clip_c": 2.0 + 1 / 3})]
+    specs += [dataclasses.replace(s, form="gated", params={"tis_cap": 7.25}) for s in specs[:3]]
+    specs += [
+        ClipSpec("kl3", delta=1 / 7, level="sequence"),
+        ClipSpec(form="sapo", params={"tau_pos": 0.5, "tau_neg": 2.0}),
+    ]
     for spec in specs:
         assert parse_method(method_string(spec)) == spec, method_string(spec)
 
@@ -97,8 +100,8 @@ def test_method_string_round_trips_every_measure_and_option():
         ("grpo/foo", r"method 'grpo/foo': unknown option '/foo'; allowed:"),
         ("grpo/dual=", r"the dual-clip cap after 'dual=' must be a finite number, got ''"),
         ("grpo/tau=1", r"unknown option '/tau=1'"),
-        ("dppo_kl/dual=3", r"method 'dppo_kl/dual=3': ClipSpec.dual_clip_c applies to mode='clip' only"),
-        ("kl3&dppo_kl", r"method 'kl3&dppo_kl': AllOf.parts\[1\] has mode='gated'"),
+        ("dppo_kl/dual=3", r"method 'dppo_kl/dual=3': ClipSpec.dual_clip_c applies to form='clip' only"),
+        ("kl3&dppo_kl", r"method 'kl3&dppo_kl': AllOf.parts\[1\] has form='gated'"),
         ("kl3@0.1", r"method 'kl3@0.1': after '@' comes SIGNAL=TARGET"),
         ("grpo,dapo", r"',' \(a list separator"),
         ("", r"method must be a non-empty string"),
@@ -131,7 +134,7 @@ def test_labels_are_short_comma_free_and_tell_presets_apart():
     }
     assert {name: spec_label(spec) for name, spec in PRESETS.items()} == expected
     assert spec_label("dapo/dual=3") == "ratio 0.2/0.28 dual=3"
-    assert spec_label(ClipSpec("chi2", delta=1.5, mode="cispo")) == "chi2 δ=1.5 cispo"
+    assert spec_label(ClipSpec("chi2", delta=1.5, form="cispo")) == "chi2 δ=1.5 cispo"
     assert all("," not in label for label in expected.values())
 
 

@@ -6,7 +6,8 @@ import sys
 import pytest
 
 from divclip.theory import parse_method
-from divclip.theory.spec import MAX_METHOD_ECHO, TAU_MAX, TAU_MIN, method_string, parse_methods
+from divclip.theory.forms.sapo import TAU_MAX, TAU_MIN
+from divclip.theory.spec import MAX_METHOD_ECHO, method_string, parse_methods
 
 
 @pytest.mark.parametrize(
@@ -25,7 +26,7 @@ def test_degenerate_budgets_are_refused_at_parse_time(text, match):
 
 
 def test_the_tau_range_is_usable_at_its_ends():
-    assert parse_method(f"sapo/tau={TAU_MIN!r}:{TAU_MAX!r}").tau_neg == TAU_MAX
+    assert parse_method(f"sapo/tau={TAU_MIN!r}:{TAU_MAX!r}").param("tau_neg") == TAU_MAX
 
 
 @pytest.mark.parametrize("text", ["x" * 1_000_000, "kl3/" + "z" * 5000, "nope" * 300, "kl3:" + "9" * 400 + "x"])
@@ -59,7 +60,7 @@ def test_export_names_the_users_delta_not_a_key_they_never_gave():
     "text, match",
     [
         ("grpo/dual=2/dual=3", r"'/dual' is given twice \(at '/dual=3'\)"),
-        ("kl3/gated/clip", r"a loss form \('/MODE'\) is given twice \(at '/clip'\)"),
+        ("kl3/gated/clip", r"a loss form \('/FORM'\) is given twice \(at '/clip'\)"),
         ("sapo/tau=1:2/tau=3:4", r"'/tau' is given twice \(at '/tau=3:4'\)"),
         ("kl3/gated/tis=2/tis=3", r"'/tis' is given twice"),
         ("gspo/seq/seq", r"'/seq' is given twice"),
@@ -75,9 +76,12 @@ def test_a_repeated_option_is_refused_as_a_repeated_form_parameter_is(text, matc
 
 def test_options_given_once_still_combine():
     spec = parse_method("kl3/gated/tis=2/noclamp")
-    assert (spec.mode, spec.tis_cap, spec.clamp_log_ratio) == ("gated", 2.0, False)
+    assert (spec.form, spec.param("tis_cap", None), spec.param("clamp_log_ratio")) == ("gated", 2.0, False)
     assert parse_method("ratio:0.2/seq/dual=3").level == "sequence"
-    assert parse_method("sapo/tau=1:2").tau_neg == 2.0 and parse_method("grpo/dual=3").dual_clip_c == 3.0
+    assert (
+        parse_method("sapo/tau=1:2").param("tau_neg") == 2.0
+        and parse_method("grpo/dual=3").param("dual_clip_c", None) == 3.0
+    )
 
 
 def test_a_list_of_methods_is_capped_before_parsing():

@@ -145,23 +145,24 @@ def trl_method(args, batch: int, num_items: float):
             "ratio",
             eps_low=args.epsilon,
             eps_high=eps_high,
-            dual_clip_c=args.delta,
             level=level,
-            mode="luspo" if loss_type == "luspo" else "clip",
-            clamp_log_ratio=False,
+            form="luspo" if loss_type == "luspo" else "clip",
+            params={"dual_clip_c": args.delta, "clamp_log_ratio": False},
         )
     elif loss_type == "cispo":
-        spec = ClipSpec(mode="cispo_cap", params={"cispo_cap": eps_high}, level=level, clamp_log_ratio=False)
+        spec = ClipSpec(form="cispo_cap", level=level, params={"cispo_cap": eps_high, "clamp_log_ratio": False})
     elif loss_type == "sapo":
         spec = ClipSpec(
-            mode="sapo",
-            tau_pos=_f32(args.sapo_temperature_pos),
+            form="sapo",
             level=level,
-            tau_neg=_f32(args.sapo_temperature_neg),
-            clamp_log_ratio=False,
+            params={
+                "tau_pos": _f32(args.sapo_temperature_pos),
+                "tau_neg": _f32(args.sapo_temperature_neg),
+                "clamp_log_ratio": False,
+            },
         )
     else:  # vespo: its own sequence weight whatever the level
-        spec = ClipSpec(mode="vespo", params={k: _f32(getattr(args, k)) for k in VESPO_FIELDS})
+        spec = ClipSpec(form="vespo", params={k: _f32(getattr(args, k)) for k in VESPO_FIELDS})
     global_tokens = float(max(num_items, 1))  # num_items_in_batch.clamp(min=1) / processes · accum / steps_per_gen
     agg = {
         "grpo": ("seq-mean-token-mean-all", None),

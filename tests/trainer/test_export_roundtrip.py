@@ -72,7 +72,7 @@ METHODS = sorted(PRESETS) + random_methods() + ["dapo/dual=1.2"]  # a dual clip 
 def expected_bounds(spec):
     """[lo, hi] or [{p, lo, hi}] straight from theory (None for SAPO, which has no hard clip)."""
     name = spec.measure if isinstance(spec.measure, str) else spec.measure.name
-    if spec.mode == "sapo":
+    if spec.form == "sapo":
         return None
     if name == "ratio":
         return [1 - spec.eps_low, 1 + spec.eps_high]
@@ -163,7 +163,7 @@ def test_verl_export_check_and_plugin_loss_agree_with_policy_loss(method, clean_
         lp = old + 2e-3 * (lp - old)
     # verl's sapo aggregates seq-mean-token-mean whatever loss_agg_mode says (the export notes it)
     want, want_grad = reference_loss(
-        spec, old, lp, adv, mask, "seq-mean-token-mean" if spec.mode == "sapo" else "token-mean"
+        spec, old, lp, adv, mask, "seq-mean-token-mean" if spec.form == "sapo" else "token-mean"
     )
     leaf = lp.clone().requires_grad_()
     got, _ = get_policy_loss_fn(y["policy_loss"]["loss_mode"])(
@@ -175,7 +175,7 @@ def test_verl_export_check_and_plugin_loss_agree_with_policy_loss(method, clean_
         config=cfg,
     )
     got.backward()
-    if spec.mode != "sapo":  # the clip binds on these tensors, so agreeing is not vacuous
+    if spec.form != "sapo":  # the clip binds on these tensors, so agreeing is not vacuous
         assert policy_loss(lp, old, adv, mask, spec)[1]["clipfrac"] > 0.02
     assert got.item() == pytest.approx(want.item(), rel=1e-9, abs=1e-12)
     torch.testing.assert_close(leaf.grad, want_grad, rtol=1e-7, atol=1e-10)
@@ -191,7 +191,7 @@ def trl_args(tmp_path_factory):
     out = {}
     for method in METHODS:
         spec = method_spec(method)
-        if spec.mode == "gated":
+        if spec.form == "gated":
             continue
         export = method_export(spec, "trl")
         if export.config_class == "DivClipGRPOConfig":
@@ -241,7 +241,7 @@ def trl_trainer(tmp_path_factory, trl_args):
 @pytest.mark.parametrize("method", METHODS)
 def test_trl_export_check_and_plugin_loss_agree_with_policy_loss(method, trl_args, trl_trainer):
     spec = method_spec(method)
-    if spec.mode == "gated":
+    if spec.form == "gated":
         with pytest.raises(ValueError, match="TRL has no 'gated' loss form"):
             method_export(spec, "trl")
         return
@@ -250,15 +250,19 @@ def test_trl_export_check_and_plugin_loss_agree_with_policy_loss(method, trl_arg
     assert settings == export.settings and settings  # the YAML text is exactly the settings, each key once
     report = build_report(export.text("yaml").encode(), config_name="args.yaml")
     if export.config_class == "GRPOConfig":  # GSPO / SAPO: TRL's own trainer, not the plug-in
-        assert spec.level == "sequence" or spec.mode == "sapo"
-        assert_bounds(report["config"]["ratio_bounds"] if spec.mode != "sapo" else None, expected_bounds(spec))
+        assert spec.level == "sequence" or spec.form == "sapo"
+        assert_bounds(report["config"]["ratio_bounds"] if spec.form != "sapo" else None, expected_bounds(spec))
         return
     assert_bounds(report["config"]["ratio_bounds"], expected_bounds(spec))
     assert not {"ignored_key", "divergence_budget_verl_default"} & {w["code"] for w in report["warnings"]}
     trainer, tok = trl_trainer
     args = trl_args[method]
     # clip_measure specs run TRL's unclamped ratio (clamp_log_ratio=False); a clip_method string is taken as written
-    runs = spec if args.clip_method is not None else dataclasses.replace(spec, clamp_log_ratio=False)
+    runs = (
+        spec
+        if args.clip_method is not None
+        else dataclasses.replace(spec, params={**dict(spec.params), "clamp_log_ratio": False})
+    )
     assert args.clip_spec() == runs
     trainer.clip_spec = args.clip_spec()
     g = torch.Generator().manual_seed(5)

@@ -65,9 +65,9 @@ def test_clip_spec_follows_method_and_overrides():
     assert TrainerConfig(method="atr").clip_spec() == preset("atr")
     assert TrainerConfig(method="dapo").clip_spec() == preset("dapo")
     spec = TrainerConfig(method="atr", delta=0.05, dual_clip_c=3.0).clip_spec()
-    assert (spec.measure, spec.delta, spec.dual_clip_c) == ("kl3", 0.05, 3.0)
+    assert (spec.measure, spec.delta, spec.param("dual_clip_c", None)) == ("kl3", 0.05, 3.0)
     spec = TrainerConfig(method="grpo", measure="binary_kl", delta=0.02).clip_spec()
-    assert (spec.measure, spec.delta, spec.eps_low, spec.mode) == ("binary_kl", 0.02, None, "clip")
+    assert (spec.measure, spec.delta, spec.eps_low, spec.form) == ("binary_kl", 0.02, None, "clip")
 
 
 def test_bad_measure_combinations():

@@ -110,7 +110,7 @@ def test_every_loss_family_runs(tiny_config, method, extra):
 def test_any_clip_spec_can_be_passed(tiny_config):
     from divclip.theory.losses import ClipSpec
 
-    spec = ClipSpec("hellinger", delta=0.01, mode="cispo")
+    spec = ClipSpec("hellinger", delta=0.01, form="cispo")
     t = GRPOTrainer(tiny_config(steps=1, sft_steps=0, eval_size=0), spec=spec)
     assert t.spec is spec and math.isfinite(t.train().history[-1]["loss/policy"])
     with pytest.raises(ValueError, match="spec must be a theory.losses.ClipSpec or None, got str"):

@@ -225,11 +225,11 @@ def test_clip_method_adaptive_delta_resumes_from_checkpoints(tiny, tmp_path):
 
 def test_clip_method_errors(tmp_path):
     kw = dict(output_dir=str(tmp_path), report_to="none", use_cpu=True)
-    with pytest.raises(ValueError, match=r"clip_method: method 'kl3&dppo_kl': AllOf.parts\[1\] has mode='gated'"):
+    with pytest.raises(ValueError, match=r"clip_method: method 'kl3&dppo_kl': AllOf.parts\[1\] has form='gated'"):
         DivClipGRPOConfig(clip_method="kl3&dppo_kl", **kw)
     with pytest.raises(ValueError, match=r"replaces clip_measure/clip_delta"):
         DivClipGRPOConfig(clip_method="kl3", clip_delta=0.1, **kw)
-    with pytest.raises(ValueError, match=r"token-level clip, gated or cispo modes, got mode='sapo'"):
+    with pytest.raises(ValueError, match=r"token-level clip, gated or cispo forms, got form='sapo'"):
         DivClipGRPOConfig(clip_method="sapo", **kw)
 
 

@@ -226,7 +226,7 @@ def test_divclip_method_adaptive_delta_is_a_stateful_loss_per_process(monkeypatc
         (None, r"reads its method string from \$DIVCLIP_METHOD"),
         ("kl3@entropy=1", r"does not hand the policy loss the entropy|does not pass the entropy"),
         ("gspo", r"token-level clip, gated or cispo"),
-        ("kl3&dppo_kl", r"\$DIVCLIP_METHOD: method 'kl3&dppo_kl': AllOf.parts\[1\] has mode='gated'"),
+        ("kl3&dppo_kl", r"\$DIVCLIP_METHOD: method 'kl3&dppo_kl': AllOf.parts\[1\] has form='gated'"),
     ],
 )
 def test_divclip_method_bad_env_is_a_clear_error(monkeypatch, value, match):

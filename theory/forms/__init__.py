@@ -1,6 +1,6 @@
-"""The loss forms: one module per form, each the whole of what divclip knows about one `ClipSpec.mode`.
+"""The loss forms: one module per form, each the whole of what divclip knows about one `ClipSpec.form`.
 
-A loss form ("mode") is one file here. It holds:
+A loss form is one file here. It holds:
 
 * `FORM`, its `Form` (`divclip.theory.forms._form`): name, family, summary, sources (arXiv ids and/or
   `engine:mode`), the levels and parameters it accepts beyond the clip budget, a method string at its usual
@@ -18,9 +18,10 @@ Adding a form is one file here plus its test plus the engine rows that read it: 
 with those parts, add NAME to `FORM_MODULES` below, add its tests (tests/theory/test_form_files.py checks every
 file has the parts; tests/theory/test_atlas.py checks its weight against autograd through its loss;
 tests/theory/test_loss_nosync.py compiles its loss), and, where an engine ships it, the engine's rows in
-`divclip.engines` (docs/CONTRIBUTING.md). `MODES`, `FORM_AGGREGATIONS` and `MODE_NAMES` are indexes of the
-declared forms, kept by `declare_form`; nothing declares a form as a side effect of importing another module:
-the forms are declared here, from `FORM_MODULES`, in that order (the atlas lists them so).
+`divclip.engines` (docs/CONTRIBUTING.md). `FORMS` is the catalogue (a form's torch loss is `FORMS[name].loss`, its
+aggregation `FORMS[name].aggregate`) and `FORM_NAMES` its names; nothing declares a form as a side effect of
+importing another module: the forms are declared here, from `FORM_MODULES`, in that order (the atlas lists them
+so).
 
 Families (the atlas's columns):
   hard clip        the gradient is zeroed outside an interval (PPO, GRPO, DAPO, KL3, DPPO's gate, dual clip)
@@ -38,37 +39,41 @@ from types import MappingProxyType
 
 from divclip.theory.forms._form import (
     _FORMS,  # noqa: F401  (the catalogue's dict, for tests' clean-up)
+    CLAMP_LOG_RATIO,
+    DUAL_CLIP_C,
     FAMILIES,
-    FORM_AGGREGATIONS,
+    FORM_NAMES,
     FORMS,
     LEVELS,
-    MODE_NAMES,
-    MODES,
+    PARAM_KINDS,
     Form,
     Param,
     declare_form,
+    declared_params,
+    forms_declaring,
+    forms_with,
     get_form,
-    modes_with,
     param_names,
-    register_mode,
 )
 
 __all__ = [
+    "CLAMP_LOG_RATIO",
+    "DUAL_CLIP_C",
     "FAMILIES",
     "FORMS",
-    "FORM_AGGREGATIONS",
     "FORM_MODULES",
+    "FORM_NAMES",
     "LEVELS",
-    "MODES",
-    "MODE_NAMES",
+    "PARAM_KINDS",
     "PUBLISHED_METHODS",
     "Form",
     "Param",
     "declare_form",
+    "declared_params",
+    "forms_declaring",
+    "forms_with",
     "get_form",
-    "modes_with",
     "param_names",
-    "register_mode",
 ]
 
 FORM_MODULES = (

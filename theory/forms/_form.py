@@ -1,17 +1,15 @@
 """`Form`, the torch-free description of one loss form, and the catalogue `FORMS` that `declare_form` fills.
 
-A Form carries everything divclip knows about one `ClipSpec.mode`: its family and sources, the levels and
+A Form carries everything divclip knows about one `ClipSpec.form`: its family and sources, the levels and
 parameters it accepts, its numpy gradient weight and keep interval (the atlas's frame, docs/theory.md §1), its
-torch `loss` and, where its engine ignores loss_agg_mode, its own `aggregate`. `MODES`, `FORM_AGGREGATIONS` and
-`MODE_NAMES` are indexes of the declared forms that `declare_form` keeps, for the code that looks a mode up by
-name (`divclip.theory.losses.policy_loss`, `ClipSpec`, the method-string parser); nothing else writes to them,
-except `register_mode` for a torch loss that has no Form yet (an experiment: `ClipSpec` accepts it, the atlas
-refuses it). The forms themselves are `divclip.theory.forms`'s modules, one file each.
+torch `loss` and, where its engine ignores loss_agg_mode, its own `aggregate`. The code that looks a form up by
+name (`divclip.theory.losses.policy_loss`, `ClipSpec`, the method-string parser) reads `FORMS` (or `get_form`);
+`FORM_NAMES` is its live view of the names. The forms themselves are `divclip.theory.forms`'s modules, one file
+each.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import numbers
 from collections.abc import Callable
@@ -21,16 +19,19 @@ from types import MappingProxyType
 __all__ = [
     "FAMILIES",
     "FORMS",
-    "FORM_AGGREGATIONS",
+    "FORM_NAMES",
     "LEVELS",
-    "MODES",
-    "MODE_NAMES",
+    "PARAM_KINDS",
+    "CLAMP_LOG_RATIO",
+    "DUAL_CLIP_C",
     "Form",
     "Param",
     "declare_form",
+    "declared_params",
+    "forms_declaring",
+    "forms_with",
     "get_form",
     "param_names",
-    "register_mode",
 ]
 
 FAMILIES = ("hard clip", "soft gate", "truncated IS", "penalty", "sequence-level", "batch-selective")
@@ -38,31 +39,114 @@ LEVELS = ("token", "sequence")
 """The values of `ClipSpec.level`: the token ratio, or GSPO's length-normalised sequence ratio."""
 
 
+PARAM_KINDS = ("number", "flag", "choice")
+"""The kinds of a form parameter: a finite number (bounded by `above`, `at_least`, `at_most`; a default of None
+means off until set), a flag (True or False), or one of `choices` (strings)."""
+
+
 @dataclass(frozen=True)
 class Param:
-    """One parameter of a loss form beyond its clip budget (written `/name=value` in a method string)."""
+    """One parameter of a loss form beyond its clip budget, declared by every form that reads it (its `Form.params`)
+    and set in `ClipSpec.params`. In a method string it is `/OPTION=VALUE` (OPTION is `option`, or the name); a flag
+    with an `option` is the bare `/OPTION`, which sets it to `not default` (`/noclamp`); a flag without one is
+    `/NAME=1` or `/NAME=0`; parameters that share an option are written together, `/OPTION=A:B` in declaration
+    order (`/tau=τ+:τ−`)."""
 
     name: str
-    default: float
+    default: float | bool | str | None
     doc: str
     above: float = -math.inf
-    """value must be > above"""
+    """number: value must be > above"""
     at_most: float = math.inf
-    """value must be <= at_most"""
+    """number: value must be <= at_most"""
+    kind: str = "number"
+    """one of PARAM_KINDS"""
+    at_least: float = -math.inf
+    """number: value must be >= at_least (checked after `above` and `at_most`; `why` says what it protects)"""
+    why: str = ""
+    """number: the reason for `at_least`, said in its error"""
+    choices: tuple[str, ...] = ()
+    """choice: the allowed values"""
+    option: str = ""
+    """its method-string spelling, when not its name (`dual` for dual_clip_c, `noclamp` for clamp_log_ratio)"""
+    label: str = ""
+    """a short noun for error messages ('dual-clip cap'), where the option is not the name"""
 
-    def check(self, value, owner: str = "ClipSpec.params") -> float:
+    def __post_init__(self):
+        if self.kind not in PARAM_KINDS:
+            raise ValueError(f"Param.kind must be one of {list(PARAM_KINDS)}, got {self.kind!r}")
+        if self.kind == "choice" and self.default not in self.choices:
+            raise ValueError(f"Param {self.name!r}: default {self.default!r} is not one of choices {self.choices!r}")
+        if self.kind == "flag" and not isinstance(self.default, bool):
+            raise ValueError(f"Param {self.name!r}: a flag's default is True or False, got {self.default!r}")
+        if self.kind == "number" and self.default is not None:
+            self.check(self.default)
+
+    @property
+    def spelling(self) -> str:
+        """The method-string option: `option`, or the name."""
+        return self.option or self.name
+
+    def check(self, value, owner: str = "ClipSpec"):
+        """`value` as the parameter holds it (a float, a bool or a str); a ValueError names the parameter, the
+        value and what is allowed."""
+        if self.kind == "flag":
+            if not isinstance(value, bool):
+                raise ValueError(f"{owner}.{self.name} must be True or False, got {value!r}")
+            return value
+        if self.kind == "choice":
+            if not isinstance(value, str) or value not in self.choices:
+                raise ValueError(f"{owner}.{self.name} must be one of {list(self.choices)}, got {value!r}")
+            return value
+        if value is None and self.default is None:
+            return None
         ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
         if not ok or not (self.above < value <= self.at_most):
-            allowed = f"a finite number > {self.above:g}" if self.above > -math.inf else "a finite number"
+            if self.above > -math.inf:
+                allowed = f"a finite number > {self.above:g}"
+            elif self.at_least > -math.inf:
+                allowed = f"a finite number >= {self.at_least:g}"
+            else:
+                allowed = "a finite number"
             if self.at_most < math.inf:
                 allowed += f" and <= {self.at_most:g}"
-            raise ValueError(f"{owner}[{self.name!r}] must be {allowed}, got {value!r}")
+            if self.default is None:
+                allowed += " (or None: off)"
+            raise ValueError(f"{owner}.{self.name} must be {allowed}, got {value!r}")
+        if value < self.at_least:
+            if self.at_most < math.inf:
+                allowed = f"a finite number in [{self.at_least:g}, {self.at_most:g}]"
+            else:
+                allowed = f"a finite number >= {self.at_least:g}"
+            raise ValueError(
+                f"{owner}.{self.name} must be {allowed}{f' ({self.why})' if self.why else ''}, got {value!r}"
+            )
         return float(value)
+
+
+DUAL_CLIP_C = Param(
+    "dual_clip_c",
+    None,
+    "dual-clip cap c > 1 on −A·r for A < 0 (verl vanilla's clip_ratio_c, 3 by default there); None: off",
+    above=1.0,
+    option="dual",
+    label="dual-clip cap",
+)
+"""The dual clip (arXiv:1912.09729 eq. 5), declared by the forms that clip with it (clip, luspo)."""
+CLAMP_LOG_RATIO = Param(
+    "clamp_log_ratio",
+    True,
+    "True: log r is clamped to ±20 before exp (GSPO's log s to <= 10), as verl does; False ('/noclamp'): r = "
+    "exp(log r) unclamped, as TRL does (the metrics still see log r clamped to ±20)",
+    kind="flag",
+    option="noclamp",
+)
+"""verl's ±20 clamp of log r before exp, declared by the forms whose loss takes exp(log r) through it."""
 
 
 @dataclass(frozen=True)
 class Form:
-    """A loss form: the torch-free facts about one `ClipSpec.mode`."""
+    """A loss form: the torch-free facts about one `ClipSpec.form`."""
 
     name: str
     family: str
@@ -94,8 +178,6 @@ class Form:
     """the `ClipSpec.level` values the form accepts: ('token', 'sequence') where level='sequence' swaps in GSPO's
     length-normalised sequence ratio for the token ratio (a sequence-level *family* form such as geo_mean builds
     its sequence weight itself, at level 'token')"""
-    dual_clip: bool = False
-    """True: the form takes `ClipSpec.dual_clip_c`, a cap c > 1 on −A·r for A < 0 (the clip form and LUSPO)"""
     loss: Callable | None = None
     """torch (log_prob, old_log_prob, advantages, mask, spec) -> `PolicyTerms` of (B, T) tensors
     (`divclip.theory.forms._kernels`), torch imported inside the function; None for a declaration without one"""
@@ -112,72 +194,75 @@ class Form:
             raise ValueError(f"Form.levels must be a non-empty tuple of {list(LEVELS)}, got {self.levels!r}")
         if not self.token_level and self.weight is not None and not self.weight_note:
             raise ValueError(f"Form {self.name!r} is not token level: say what its weight means (weight_note)")
+        names = [p.name for p in self.params]
+        if len(set(names)) != len(names):
+            raise ValueError(f"Form {self.name!r} declares a parameter twice: {names}")
+
+    @property
+    def dual_clip(self) -> bool:
+        """True: the form declares the dual clip `dual_clip_c` (the clip form and LUSPO)."""
+        return any(p.name == "dual_clip_c" for p in self.params)
 
     def param(self, name: str) -> Param:
         for p in self.params:
             if p.name == name:
                 return p
         raise ValueError(
-            f"mode {self.name!r} has no parameter {name!r}; its parameters: {[p.name for p in self.params] or 'none'}"
+            f"form {self.name!r} has no parameter {name!r}; its parameters: {[p.name for p in self.params] or 'none'}"
         )
 
 
 _FORMS: dict[str, Form] = {}
 FORMS = MappingProxyType(_FORMS)
-"""{mode name: Form}, read-only; `declare_form` adds to it."""
+"""{form name: Form}, read-only; `declare_form` adds to it."""
 
-MODE_NAMES: set[str] = set()
-"""Every mode name a ClipSpec accepts: the declared forms, plus modes `register_mode` adds (re-exported by spec)."""
-MODES: dict[str, Callable] = {}
-"""{mode name: torch loss}: each declared form's `Form.loss` (kept by `declare_form`), plus `register_mode`'s."""
-FORM_AGGREGATIONS: dict[str, Callable] = {}
-"""{mode name: `Form.aggregate`} for the forms that have one (kept by `declare_form`)."""
+FORM_NAMES = FORMS.keys()
+"""Every form name a ClipSpec accepts: a live view of `FORMS`'s keys (re-exported by spec)."""
 
 
 def declare_form(form: Form) -> Form:
-    """Add `form` to the catalogue, so that `ClipSpec(mode=form.name)` and method strings accept it, and index
-    its torch loss and aggregation by name (`MODES`, `FORM_AGGREGATIONS`)."""
+    """Add `form` to the catalogue, so that `ClipSpec(form=form.name)` and method strings accept it; its torch loss
+    and aggregation are `FORMS[name].loss` and `.aggregate`."""
     if not isinstance(form, Form):
         raise ValueError(f"declare_form takes a Form, got {form!r}")
+    for p in form.params:  # one parameter, one declaration: the forms that read it list the same Param
+        for other in _FORMS.values():
+            if other.name != form.name and any(q.name == p.name and q != p for q in other.params):
+                raise ValueError(
+                    f"Form {form.name!r} declares parameter {p.name!r} differently from form {other.name!r}: "
+                    "list the same Param in both (docs/CONTRIBUTING.md, Adding a form parameter)"
+                )
     _FORMS[form.name] = form
-    MODE_NAMES.add(form.name)
-    for index, value in ((MODES, form.loss), (FORM_AGGREGATIONS, form.aggregate)):
-        if value is None:
-            index.pop(form.name, None)
-        else:
-            index[form.name] = value
     return form
 
 
-def register_mode(name: str):
-    """Decorator: `fn(log_prob, old_log_prob, advantages, mask, spec) -> PolicyTerms` as the torch loss of mode
-    `name`. A declared form gets it as its `Form.loss`; a name without a Form becomes a torch-only mode, which
-    `ClipSpec` accepts and the atlas refuses (declare a Form, one file in `divclip.theory.forms`, to place it)."""
-
-    def deco(fn):
-        if name in _FORMS:
-            declare_form(dataclasses.replace(_FORMS[name], loss=fn))
-        else:
-            MODES[name] = fn
-            MODE_NAMES.add(name)
-        return fn
-
-    return deco
-
-
-def get_form(mode: str) -> Form:
-    """The declared `Form` of a mode name; a ValueError lists the declared ones."""
-    if mode not in _FORMS:
-        raise ValueError(f"loss form (mode) must be one of {sorted(_FORMS)}, got {mode!r}")
-    return _FORMS[mode]
+def get_form(name: str) -> Form:
+    """The declared `Form` of a form name; a ValueError lists the declared ones."""
+    if not isinstance(name, str) or name not in _FORMS:
+        raise ValueError(f"loss form must be one of {sorted(_FORMS)}, got {name!r}")
+    return _FORMS[name]
 
 
 def param_names() -> set[str]:
-    """Every parameter name of every declared form (the method-string parser's `/name=value` options)."""
+    """Every parameter name of every declared form."""
     return {p.name for f in _FORMS.values() for p in f.params}
 
 
-def modes_with(capability: str) -> list[str]:
+def declared_params() -> dict[str, Param]:
+    """{name: Param} over every declared form (a name declared by several forms is one Param: the first form's)."""
+    out: dict[str, Param] = {}
+    for form in _FORMS.values():
+        for p in form.params:
+            out.setdefault(p.name, p)
+    return out
+
+
+def forms_declaring(name: str) -> list[str]:
+    """The names of the declared forms that declare parameter `name`, in declaration order."""
+    return [f.name for f in _FORMS.values() if any(p.name == name for p in f.params)]
+
+
+def forms_with(capability: str) -> list[str]:
     """The sorted names of the declared forms with `capability`: 'sequence' (level='sequence' accepted, `levels`)
     or 'dual_clip' (`dual_clip`)."""
     if capability == "sequence":

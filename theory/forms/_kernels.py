@@ -11,12 +11,12 @@ as PPO, so KL3 at δ is ratio clipping at the float bounds [l_δ, u_δ] bit for 
 (binary KL/TV, p = π_old) evaluate D(r, p) for every token and solve exact float64 bounds: on the CPU only for the
 tokens that are clipped, elsewhere for every token (`_compact_on_host`).
 
-No host synchronisation: a mode must not read a tensor on the host (`.item()`, `float(t)`, `bool(t)`, `.tolist()`,
+No host synchronisation: a form must not read a tensor on the host (`.item()`, `float(t)`, `bool(t)`, `.tolist()`,
 a Python `if` on a tensor value, `nonzero` or boolean indexing): on a GPU each is a stream synchronisation, and
 `torch.compile(fullgraph=True)` cannot trace it. Select with 0/1 flags, clamp and `torch.where` instead, and
 read a spec's float bounds with `ratio_bounds(spec)` (a compile-time constant), not `spec.ratio_bounds()`.
 tests/theory/test_loss_nosync.py runs every form's loss on the meta device (where any such read raises)
-and compiles it; a mode that needs parameters beyond a bare `ClipSpec(mode=...)` adds an example there
+and compiles it; a form that needs parameters beyond a bare `ClipSpec(form=...)` adds an example there
 (`example_specs`). The one exception is the CPU-only compaction of `_per_token_clip`.
 
 Speed: the forms compute the loss value without autograd and attach its known gradient (`_WithGradient`), e.g.
@@ -56,7 +56,7 @@ class Surrogate(NamedTuple):
 
 @torch.compiler.assume_constant_result
 def ratio_bounds(spec: ClipSpec) -> tuple[float, float]:
-    """`spec.ratio_bounds()` (floats, solved in numpy), taken as a constant by torch.compile: the modes call this,
+    """`spec.ratio_bounds()` (floats, solved in numpy), taken as a constant by torch.compile: the forms call this,
     never the method, so that a compiled loss bakes the bounds of its fixed spec into the graph instead of
     tracing the numpy solver (which dynamo cannot)."""
     return spec.ratio_bounds()
@@ -149,6 +149,25 @@ class _MaskedSumWithGradient(torch.autograd.Function):
         return g * masked_grad, None, None, None
 
 
+class _SequenceMeanGradient(torch.autograd.Function):
+    """`value` (B, T), whose derivative in log π is the chain rule through a sequence mean (the clip form's
+    `seq_grad_mean`, GSPO as OpenRLHF and slime differentiate it): for the upstream u, each unmasked token gets
+    (Σ_t u_t·grad_t) / rows, `grad` being the per-token ∂value/∂s·s and `rows` the (B, 1) token counts (>= 1).
+    Held equal to OpenRLHF's and slime's own autograd through the mean by tests/engines/test_parity_openrlhf.py
+    and test_parity_slime.py (with slime's TIS weights as the upstream too)."""
+
+    @staticmethod
+    def forward(ctx, log_prob, value, grad, mask, rows):
+        ctx.save_for_backward(grad, mask, rows)
+        return value
+
+    @staticmethod
+    def backward(ctx, upstream):
+        grad, mask, rows = ctx.saved_tensors
+        per_row = torch.sum(upstream * grad, dim=-1, keepdim=True) / rows  # (B, 1)
+        return per_row * mask, None, None, None, None
+
+
 def masked_sum_closed_form(terms: PolicyTerms, log_prob, mask):
     """Σ mask·terms.loss with its gradient from `terms.grad` (`_MaskedSumWithGradient`); terms.grad must be set."""
     return _MaskedSumWithGradient.apply(log_prob, terms.loss.detach(), terms.grad, mask)
@@ -184,7 +203,7 @@ def _sequence_ratio(log_prob, old_log_prob, mask, clamp: bool = True):
     log_ratio = log_prob - old_log_prob  # (B, T)
     seq_lengths = torch.sum(mask, dim=-1).clamp(min=1)  # (B,)
     seq_log_ratio = (torch.sum(log_ratio * mask, dim=-1) / seq_lengths).unsqueeze(-1)  # (B, 1) log s
-    # the ratio is one (B, 1) column seen as (B, T) (stride 0): modes and metrics work on the column where they can
+    # the ratio is one (B, 1) column seen as (B, T) (stride 0): forms and metrics work on the column where they can
     if not clamp:
         ratio = seq_log_ratio.exp_().expand_as(log_ratio)
         return log_ratio.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP), ratio, None
@@ -204,10 +223,10 @@ def sequence_column(t):
 
 
 def _ratio(spec: ClipSpec, log_prob, old_log_prob, mask):
-    """`_token_ratio` or, at level='sequence', `_sequence_ratio`, clamped as `spec.clamp_log_ratio` says."""
+    """`_token_ratio` or, at level='sequence', `_sequence_ratio`, clamped as `spec.param("clamp_log_ratio")` says."""
     if spec.level == "sequence":
-        return _sequence_ratio(log_prob, old_log_prob, mask, spec.clamp_log_ratio)
-    return _token_ratio(log_prob, old_log_prob, spec.clamp_log_ratio)
+        return _sequence_ratio(log_prob, old_log_prob, mask, spec.param("clamp_log_ratio"))
+    return _token_ratio(log_prob, old_log_prob, spec.param("clamp_log_ratio"))
 
 
 def _binary_kl_bound(delta: float, p, side: int):
@@ -283,7 +302,7 @@ def _decision_ratio(spec: ClipSpec, ratio, log_prob, old_log_prob):
     decides on the true ratio, by tests/theory/test_losses_verl.py::test_gated_decides_on_the_true_log_ratio_like_verl
     and test_gated_kl3_decides_on_the_true_ratio.
     """
-    if spec.level == "sequence" or not spec.clamp_log_ratio:
+    if spec.level == "sequence" or not spec.param("clamp_log_ratio"):
         return ratio  # the sequence ratio (verl's gspo decides on its clamped value), or already unclamped
     if spec.p_dependent:
         clamped_ok = spec.measure_name == "binary_kl"
@@ -324,24 +343,24 @@ def _per_token_clip(spec: ClipSpec, ratio, old_log_prob, select, true_ratio=None
     return clipped_ratio
 
 
-# ---------------------------------------------------------------------------------------------- modes
+# ---------------------------------------------------------------------------------------------- forms
 class PolicyTerms(NamedTuple):
     """Per-token terms of the policy loss, all (B, T) in the compute dtype (`divclip.theory.losses.policy_terms`).
 
     The flags are 0.0/1.0 floats, not yet masked; they are None where the loss form has no such bound (sapo has
-    no hard clip; only mode 'clip' with dual_clip_c has a dual clip)."""
+    no hard clip; only form 'clip' with dual_clip_c has a dual clip)."""
 
     loss: torch.Tensor  # (B, T) per-token loss, differentiable in log_prob
     log_ratio: torch.Tensor | None  # (B, T) token log r clamped to ±20, for ppo_kl and kl3
     ratio: torch.Tensor | None  # (B, T) the ratio the loss used (the sequence ratio at level='sequence': a
-    # stride-0 view of one (B, 1) column). A mode whose loss uses no ratio (gpg) may leave both None: they are the
+    # stride-0 view of one (B, 1) column). A form whose loss uses no ratio (gpg) may leave both None: they are the
     # token ratio then, filled in by `policy_terms` and, only when metrics are asked, by `policy_loss`
     # (`with_token_ratio`); `clip_stats` takes ratio None as exp(log_ratio) without forming it.
     clipped: torch.Tensor | None  # (B, T) 1.0 where a bound changed this token's term
     clipped_low: torch.Tensor | None  # (B, T) 1.0 where that bound was the lower one
     dual: torch.Tensor | None = None  # (B, T) 1.0 where the dual clip capped the loss
     by_part: tuple | None = None  # intersections: per part, (low, high) 0/1 flags of the tokens that part clipped
-    grad: torch.Tensor | None = None  # (B, T) ∂loss/∂log π in closed form (detached), where the mode knows it:
+    grad: torch.Tensor | None = None  # (B, T) ∂loss/∂log π in closed form (detached), where the form knows it:
     # its loss is then `_WithGradient(log_prob, value, grad)`, and `policy_loss` takes a token-level masked sum's
     # gradient straight from it (`masked_sum_closed_form`)
 
@@ -353,7 +372,7 @@ class PolicyTerms(NamedTuple):
 
 @torch.no_grad()
 def with_token_ratio(terms: PolicyTerms, log_prob, old_log_prob, ratio: bool = True) -> PolicyTerms:
-    """`terms` with log_ratio (clamped to ±20) filled in where the mode left it None, and with ratio = its exp when
+    """`terms` with log_ratio (clamped to ±20) filled in where the form left it None, and with ratio = its exp when
     `ratio` (clip_stats needs only the log-ratio: it takes ratio None as exp(log_ratio))."""
     if terms.log_ratio is None:
         terms = terms._replace(log_ratio=(log_prob - old_log_prob).clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
@@ -438,7 +457,7 @@ def _signs(advantages):
 def _p_free_bounds(spec):
     if spec.p_dependent:
         raise ValueError(
-            f"mode {spec.mode!r} clips with one scalar interval: it needs a p-independent measure, "
+            f"form {spec.form!r} clips with one scalar interval: it needs a p-independent measure, "
             f"got measure={spec.measure_name!r}"
         )
     return ratio_bounds(spec)  # a compile-time constant under torch.compile
@@ -446,7 +465,7 @@ def _p_free_bounds(spec):
 
 def _ppo_terms(log_prob, log_ratio, ratio, in_range, advantages, lo, hi, dual_c=None) -> PolicyTerms:
     """PPO's clipped surrogate at bounds lo, hi (floats, 0-d or (B, T) tensors), with an optional dual clip:
-    the loss of the clip mode, gradient −A·r on kept tokens and 0 on clipped ones."""
+    the loss of the clip form, gradient −A·r on kept tokens and 0 on clipped ones."""
     with torch.no_grad():
         sur = clip_loss_with_bounds(ratio, advantages, lo, hi, dual_c)
         keep = (1.0 - sur.clipped).mul_(in_range)  # (B, T)

@@ -13,12 +13,8 @@ exact per-token roots of binary KL/TV at p = q, or an intersection), for the for
 
 from __future__ import annotations
 
-import math
-import numbers
-
 import numpy as np
 
-from divclip.theory.forms._form import Param
 from divclip.theory.measures import get_measure
 
 LOG_RATIO_CLAMP = 20.0
@@ -44,10 +40,23 @@ def clip_bounds(spec, q):
     if not spec.p_dependent:
         lo, hi = spec.ratio_bounds()
         return np.full(q.shape, lo), np.full(q.shape, hi)
-    lo, hi = get_measure(spec.measure).bounds(spec.delta, np.minimum(q, _Q_MAX))
+    measure, qq = get_measure(spec.measure), np.minimum(q, _Q_MAX)
+    lo, hi = measure.bounds(spec.delta, qq)
+    if upper_delta(spec) != spec.delta:  # δ_high: the upper side's own budget (the gated form's delta_high)
+        _, hi = measure.bounds(upper_delta(spec), qq)
     return np.broadcast_to(np.asarray(lo, dtype=np.float64), q.shape), np.broadcast_to(
         np.asarray(hi, dtype=np.float64), q.shape
     )
+
+
+def upper_delta(spec):
+    """The budget of the upper side (r > 1): the form's `delta_high` where the spec sets one (DPPO with
+    clip_ratio_low != clip_ratio_high, verl `dppo_kl`/`dppo_tv`), else δ; None for a budget-free spec or one of
+    measure 'ratio' (whose upper side is eps_high)."""
+    for name, value in getattr(spec, "params", ()):
+        if name == "delta_high" and value != 0.0:
+            return value
+    return spec.delta
 
 
 def moved_out(spec, q, r, adv):
@@ -62,6 +71,15 @@ def _verl_ratio(r):
     with np.errstate(divide="ignore"):
         log_r = np.log(r)
     return np.exp(np.clip(log_r, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)), np.abs(log_r) <= LOG_RATIO_CLAMP
+
+
+def _spec_ratio(spec, r):
+    """r as the spec's loss sees it: verl's clamp (`_verl_ratio`), or with `clamp_log_ratio` False (TRL, slime,
+    OpenRLHF's gspo) r itself, every gradient kept."""
+    if getattr(spec, "clamp_log_ratio", True):
+        return _verl_ratio(r)
+    r = np.asarray(r, dtype=np.float64)
+    return r, np.ones(r.shape, dtype=bool)
 
 
 # ---------------------------------------------------------------------------------------- intervals
@@ -99,42 +117,32 @@ def _everywhere(spec, q, sign):
 
 
 # ------------------------------------------------------------------------------------- spec checks
-class _AtLeastZero(Param):
-    """A parameter that may be 0 (Param's `above` is strict): CE-GPPO's β = 0 is PPO, TOPR's a⁻ = 0 is canonical."""
-
-    def check(self, value, owner: str = "ClipSpec.params") -> float:
-        ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-        if not ok or not (0.0 <= value <= self.at_most):
-            allowed = "a finite number >= 0" + (f" and <= {self.at_most:g}" if self.at_most < math.inf else "")
-            raise ValueError(f"{owner}[{self.name!r}] must be {allowed}, got {value!r}")
-        return float(value)
-
-
 def _zero_or_one(spec, name: str):
+    """A 0/1 number parameter (`gate`): refused otherwise."""
     if spec.param(name) not in (0.0, 1.0):
-        raise ValueError(f"ClipSpec.params[{name!r}] must be 0 or 1, got {spec.param(name)!r}")
+        raise ValueError(f"ClipSpec.{name} must be 0 or 1, got {spec.param(name)!r}")
 
 
-def _ratio_only(mode: str):
+def _ratio_only(name: str):
     """Form.check of a form whose budget is a ratio clip's ε_low/ε_high (they enter its own formula)."""
 
     def check(spec):
         if spec.measure_name != "ratio":
             raise ValueError(
-                f"mode {mode!r} takes the ratio clip widths eps_low/eps_high (method "
-                f"'ratio:EPS_LOW:EPS_HIGH/{mode}'), got measure={spec.measure_name!r}"
+                f"form {name!r} takes the ratio clip widths eps_low/eps_high (method "
+                f"'ratio:EPS_LOW:EPS_HIGH/{name}'), got measure={spec.measure_name!r}"
             )
 
     return check
 
 
-def _p_free(mode: str):
+def _p_free(name: str):
     """Form.check of a form built on a scalar clip interval [lo, hi]: any p-independent measure gives one."""
 
     def check(spec):
         if spec.p_dependent:
             raise ValueError(
-                f"mode {mode!r} needs one clip interval [lo, hi] for every token: a p-independent "
+                f"form {name!r} needs one clip interval [lo, hi] for every token: a p-independent "
                 f"measure (ratio, kl3, ...), got measure={spec.measure_name!r}"
             )
 

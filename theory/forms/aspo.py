@@ -1,4 +1,4 @@
-"""ASPO, the flipped IS weight for A > 0 (mode 'aspo'; arXiv:2510.06062 §6, Steps 1-3, eq. 3).
+"""ASPO, the flipped IS weight for A > 0 (form 'aspo'; arXiv:2510.06062 §6, Steps 1-3, eq. 3).
 
 A > 0: −A·r_old/r (weight 1/r), 0 above hi, a soft cap c below 1/c; A < 0: GRPO's max(−A·r, −A·lo), soft cap c above
 c (soft cap: −A·sg(c)·log π), as the authors' code (Archer2.0).

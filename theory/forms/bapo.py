@@ -1,4 +1,4 @@
-"""BAPO, batch-adaptive bounds (mode 'bapo'; arXiv:2510.18927 eq. 8, Algorithm 1, §5.1).
+"""BAPO, batch-adaptive bounds (form 'bapo'; arXiv:2510.18927 eq. 8, Algorithm 1, §5.1).
 
 PPO's clip at (c_low, c_high), the first pair on Algorithm 1's path (`bapo_path`) whose positive contribution
 ρ = P/(P + N) reaches ρ0 over the batch: which tokens are clipped depends on the whole batch, so the form has no
@@ -40,13 +40,13 @@ def _bapo_check(spec):
     a_low, b_low, a_high, b_high, d_high, d_low = (spec.param(n) for n in _BAPO_PARAMS)
     if not a_low <= b_low <= 1.0 <= a_high <= b_high:
         raise ValueError(
-            f"mode 'bapo' needs bapo_low_start <= bapo_low_max <= 1 <= bapo_high_start <= "
+            f"form 'bapo' needs bapo_low_start <= bapo_low_max <= 1 <= bapo_high_start <= "
             f"bapo_high_max, got {a_low!r}, {b_low!r}, {a_high!r}, {b_high!r}"
         )
     steps = (b_high - a_high) / d_high + (b_low - a_low) / d_low
     if steps > BAPO_MAX_PATH:
         raise ValueError(
-            f"mode 'bapo': bapo_high_step={d_high!r} and bapo_low_step={d_low!r} give {steps:.0f} "
+            f"form 'bapo': bapo_high_step={d_high!r} and bapo_low_step={d_low!r} give {steps:.0f} "
             f"candidate bounds over the movable ranges; at most {BAPO_MAX_PATH} are allowed"
         )
 

@@ -1,4 +1,4 @@
-"""CE-GPPO, the scaled gradient-preserving clip (mode 'cegppo'; arXiv:2509.20712 eq. 8 (loss), eq. 10 (gradient)).
+"""CE-GPPO, the scaled gradient-preserving clip (form 'cegppo'; arXiv:2509.20712 eq. 8 (loss), eq. 10 (gradient)).
 
 −A·r inside [lo, hi]; −β1·A·lo·r/sg(r) for A < 0, r < lo; −β2·A·hi·r/sg(r) for A > 0, r > hi. β = 0 is PPO on that
 side; β1 = β2 = 1 is GPPO, whose weight, interval and torch terms (`divclip.theory.forms.gppo`) this form reuses.
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from divclip.theory.forms._form import Form
-from divclip.theory.forms._numpy import _AtLeastZero, _p_free
+from divclip.theory.forms._form import Form, Param
+from divclip.theory.forms._numpy import _p_free
 from divclip.theory.forms.gppo import _gppo_interval, _gppo_weight
 
 if TYPE_CHECKING:
@@ -36,16 +36,18 @@ FORM = Form(
     "−A·r inside [lo, hi]; −β1·A·lo·r/sg(r) for A < 0, r < lo; −β2·A·hi·r/sg(r) for A > 0, r > hi",
     ("arXiv:2509.20712 eq. 8", "arXiv:2509.20712 eq. 10"),
     params=(
-        _AtLeastZero(
+        Param(
             "cegppo_beta1",
             0.75,
             "β1: scale of the gradient kept below lo for A < 0 (NA&LP tokens); "
             "0 is PPO there. 0.75 and 0.5 are the paper's settings (Table 1), 0.75 its best at 7B",
+            at_least=0.0,
         ),
-        _AtLeastZero(
+        Param(
             "cegppo_beta2",
             1.0,
             "β2: scale of the gradient kept above hi for A > 0 (PA&LP tokens); 0 is PPO there (Table 1: 1)",
+            at_least=0.0,
         ),
     ),
     weight=lambda spec, q, r, adv: _gppo_weight(spec, q, r, adv, *_cegppo_betas(spec)),

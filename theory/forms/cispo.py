@@ -1,4 +1,4 @@
-"""CISPO (mode 'cispo'): −sg(clip(r, lo, hi))·A·log π, the IS weight clipped whatever the sign of A.
+"""CISPO (form 'cispo'): −sg(clip(r, lo, hi))·A·log π, the IS weight clipped whatever the sign of A.
 
 MiniMax's CISPO (arXiv:2506.13585; verl `cispo`). Numpy weight: w = clip(r, lo(q), hi(q)) whatever the sign of A:
 every token keeps a gradient, so the keep interval is (0, ∞).
@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from divclip.theory.forms._form import Form
-from divclip.theory.forms._numpy import _shaped, _verl_ratio, clip_bounds
+from divclip.theory.forms._form import CLAMP_LOG_RATIO, Form
+from divclip.theory.forms._numpy import _shaped, _spec_ratio, clip_bounds
 
 if TYPE_CHECKING:
     from divclip.theory.forms._kernels import PolicyTerms
@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 
 # ------------------------------------------------------------------------------------------ numpy
 def weight(spec, q, r, adv):
-    """CISPO (mode 'cispo'): w = clip(r, lo, hi), both bounds whatever the sign of A."""
-    ratio, _ = _verl_ratio(r)
+    """CISPO (form 'cispo'): w = clip(r, lo, hi), both bounds whatever the sign of A."""
+    ratio, _ = _spec_ratio(spec, r)  # verl clamps log r at ±20; slime does not
     lo, hi = clip_bounds(spec, q)
     return np.broadcast_to(np.minimum(np.maximum(ratio, lo), hi), np.broadcast(ratio, adv).shape).copy()
 
@@ -68,5 +68,6 @@ FORM = Form(
     weight=weight,
     interval=interval,
     example="ratio:0.2:0.2/cispo",
+    params=(CLAMP_LOG_RATIO,),
     loss=loss,
 )

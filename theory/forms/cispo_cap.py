@@ -1,4 +1,4 @@
-"""TRL's cispo (mode 'cispo_cap'): −sg(min(r, c))·A·log π, the IS weight capped at an absolute c, no lower bound.
+"""TRL's cispo (form 'cispo_cap'): −sg(min(r, c))·A·log π, the IS weight capped at an absolute c, no lower bound.
 
 ScaleRL's ε_max (arXiv:2510.13786), TRL 1.16 `cispo`, in TRL's arithmetic (GRPOTrainer._compute_loss, the same
 operations in the same order), so that with `clamp_log_ratio=False` its per-token loss is TRL's bit for bit
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from divclip.theory.forms._form import Form, Param
+from divclip.theory.forms._form import CLAMP_LOG_RATIO, Form, Param
 
 if TYPE_CHECKING:
     from divclip.theory.forms._kernels import PolicyTerms
@@ -29,7 +29,13 @@ def cispo_cap_as_cispo(spec):
             f"cispo clips the token ratio to [1 − ε_low, 1 + ε_high]: an IS weight cap of {cap:g} at "
             f"level {spec.level!r} has no two-sided cispo form (it needs a cap above 1, token level)"
         )
-    return ClipSpec("ratio", eps_low=1.0, eps_high=cap - 1.0, mode="cispo", clamp_log_ratio=spec.clamp_log_ratio)
+    return ClipSpec(
+        "ratio",
+        eps_low=1.0,
+        eps_high=cap - 1.0,
+        form="cispo",
+        params={"clamp_log_ratio": spec.param("clamp_log_ratio")},
+    )
 
 
 # ------------------------------------------------------------------------------------------ numpy
@@ -62,6 +68,7 @@ FORM = Form(
     "−sg(min(r, c))·A·log π: the IS weight capped at an absolute c, no lower bound (TRL cispo, ScaleRL's ε_max)",
     ("arXiv:2510.13786", "trl:cispo"),
     params=(
+        CLAMP_LOG_RATIO,
         Param(
             "cispo_cap",
             5.0,

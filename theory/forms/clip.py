@@ -1,11 +1,19 @@
-"""PPO/GRPO's clipped surrogate (mode 'clip'): max(−A·r, −A·clip(r, lo, hi)), with an optional dual clip.
+"""PPO/GRPO's clipped surrogate (form 'clip'): max(−A·r, −A·clip(r, lo, hi)), with an optional dual clip.
 
 The form of PPO (arXiv:1707.06347), GRPO, DAPO, KL3 (ATR-GRPO) and every other clip budget, verl `vanilla` and
 TRL grpo/bnpo/dr_grpo/dapo; GSPO (verl `gspo`) at level='sequence'. Numpy weight (docs/theory.md §1):
 
   w = r on kept tokens, 0 on clipped ones: A > 0 and r > hi(q), A < 0 and r < lo(q), A < 0 and r > c with a
-  dual clip, and |log r| > 20 (verl's log-ratio clamp stops the gradient). At level='sequence' (GSPO) r is the
-  sequence's length-normalised ratio s, every token of the sequence gets w(s), and the clamp is log s <= 10.
+  dual clip, and |log r| > 20 (verl's log-ratio clamp stops the gradient; not with clamp_log_ratio False, as
+  TRL, slime and OpenRLHF's gspo run). At level='sequence' (GSPO) r is the sequence's length-normalised ratio s,
+  every token of the sequence gets w(s), and the clamp is log s <= 10.
+
+Parameter `seq_grad_mean` (level='sequence' only; 0 or 1, default 0): 1 differentiates s = exp(mean_t log r_t)
+through the mean, as OpenRLHF 0.11.2 and slime compute GSPO, instead of verl's sg(s)·π_θ/sg(π_θ): the value is
+the same, but each token's gradient is its row's mean of −A·s over the kept tokens (divided by the row's
+token count, at least 1) rather than its own −A·s. With one advantage per row the two are equal; with
+token-varying advantages (OpenRLHF's default GAE) they are not (one row, A = (1, −1), both kept: (0, 0), where
+verl gives (−s/2, +s/2) after the row's mean).
 
 Torch: `loss` dispatches to two hand-fused fast paths, `_interval_clip_mode` (token level, one p-free
 interval) and `_sequence_clip_mode` (GSPO), and otherwise to `_general_clip_mode`, the readable path through
@@ -19,8 +27,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from divclip.theory.forms._form import Form
-from divclip.theory.forms._numpy import SEQ_LOG_RATIO_MAX, _shaped, _verl_ratio, clip_bounds, moved_out
+from divclip.theory.forms._form import CLAMP_LOG_RATIO, DUAL_CLIP_C, Form, Param
+from divclip.theory.forms._numpy import SEQ_LOG_RATIO_MAX, _shaped, _spec_ratio, clip_bounds, moved_out
 
 if TYPE_CHECKING:
     from divclip.theory.forms._kernels import PolicyTerms
@@ -29,16 +37,16 @@ if TYPE_CHECKING:
 
 # ------------------------------------------------------------------------------------------ numpy
 def weight(spec, q, r, adv):
-    """PPO/GRPO/DAPO/KL3/dual clip (mode 'clip'): w = r where kept, else 0; GSPO's s at level='sequence'."""
+    """PPO/GRPO/DAPO/KL3/dual clip (form 'clip'): w = r where kept, else 0; GSPO's s at level='sequence'."""
     if spec.level == "sequence":
         with np.errstate(divide="ignore"):
-            in_range = np.log(r) <= SEQ_LOG_RATIO_MAX
+            in_range = (np.log(r) <= SEQ_LOG_RATIO_MAX) | (not spec.param("clamp_log_ratio"))
         ratio = r
     else:
-        ratio, in_range = _verl_ratio(r)
+        ratio, in_range = _spec_ratio(spec, r)
     keep = ~moved_out(spec, q, ratio, adv) & in_range
-    if spec.dual_clip_c is not None:
-        keep &= ~((adv < 0) & (ratio > spec.dual_clip_c))  # the loss is capped at −A·c: flat, no gradient
+    if spec.param("dual_clip_c") is not None:
+        keep &= ~((adv < 0) & (ratio > spec.param("dual_clip_c")))  # the loss is capped at −A·c: flat, no gradient
     return np.where(keep, ratio, 0.0)
 
 
@@ -47,7 +55,7 @@ def interval(spec, q, sign: int):
     lo, hi = clip_bounds(spec, q)
     if sign > 0:
         return _shaped(q, 0.0, hi)
-    return _shaped(q, lo, np.inf if spec.dual_clip_c is None else spec.dual_clip_c)
+    return _shaped(q, lo, np.inf if spec.param("dual_clip_c") is None else spec.param("dual_clip_c"))
 
 
 # ------------------------------------------------------------------------------------------ torch
@@ -59,11 +67,44 @@ def loss(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> PolicyTerm
     from divclip.theory.spec import AllOf
 
     simple = not isinstance(spec, AllOf) and not spec.p_dependent  # one p-free interval
-    if simple and spec.level == "sequence" and spec.dual_clip_c is None:
-        return _sequence_clip_mode(log_prob, old_log_prob, advantages, mask, spec)
     if simple and spec.level == "token":
         return _interval_clip_mode(log_prob, old_log_prob, advantages, spec)
-    return _general_clip_mode(log_prob, old_log_prob, advantages, mask, spec)
+    if simple and spec.level == "sequence" and spec.param("dual_clip_c", None) is None:
+        terms = _sequence_clip_mode(log_prob, old_log_prob, advantages, mask, spec)
+    else:
+        terms = _general_clip_mode(log_prob, old_log_prob, advantages, mask, spec)
+    if spec.level == "sequence" and spec.form == "clip" and not isinstance(spec, AllOf) and spec.param("seq_grad_mean"):
+        terms = _through_the_mean(terms, log_prob, mask)
+    return terms
+
+
+def _through_the_mean(terms: PolicyTerms, log_prob, mask) -> PolicyTerms:
+    """`seq_grad_mean`: the gradient of s = exp(Σ_t m·log r_t / max(Σ m, 1)) taken through the mean (OpenRLHF,
+    slime): ∂s/∂log π_t = s·m_t / max(Σ m, 1), so whatever weighs the token terms downstream (an aggregation, a
+    rollout-correction weight), token t gets m_t / max(Σ m, 1) · Σ_t' u_t'·(−A_t'·s)·[kept_t'], u being each
+    term's weight (`_SequenceMeanGradient`). The value is unchanged. `grad` becomes the row's masked mean of the
+    kept −A·s: the per-token gradient when a row's tokens weigh alike (every loss_agg_mode, no weights)."""
+    import torch
+
+    from divclip.theory.forms._kernels import _SequenceMeanGradient
+
+    with torch.no_grad():
+        rows = torch.sum(mask, dim=-1, keepdim=True).clamp(min=1)  # (B, 1)
+        grad = (torch.sum(terms.grad * mask, dim=-1, keepdim=True) / rows) * mask  # (B, T)
+    loss = _SequenceMeanGradient.apply(log_prob, terms.loss.detach(), terms.grad, mask, rows)
+    return terms._replace(loss=loss, grad=grad)
+
+
+def _check(spec) -> None:
+    """`seq_grad_mean` is 0 or 1, and only at level='sequence' (a token ratio has no sequence mean)."""
+    value = spec.param("seq_grad_mean")
+    if value not in (0.0, 1.0):
+        raise ValueError(f"ClipSpec.params['seq_grad_mean'] must be 0 or 1 (a flag), got {value!r}")
+    if value and spec.level != "sequence":
+        raise ValueError(
+            f"ClipSpec.params['seq_grad_mean'] = 1 needs level='sequence' (GSPO's sequence ratio), got "
+            f"level={spec.level!r}"
+        )
 
 
 def _sequence_clip_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> PolicyTerms:
@@ -89,7 +130,7 @@ def _sequence_clip_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec
     )
 
     with torch.no_grad():
-        log_ratio, ratio, in_range = _sequence_ratio(log_prob, old_log_prob, mask, spec.clamp_log_ratio)
+        log_ratio, ratio, in_range = _sequence_ratio(log_prob, old_log_prob, mask, spec.param("clamp_log_ratio"))
         s = sequence_column(ratio)  # (B, 1)
         lo, hi = ratio_bounds(spec)
         big = torch.finfo(s.dtype).max
@@ -121,8 +162,8 @@ def _interval_clip_mode(log_prob, old_log_prob, advantages, spec: ClipSpec) -> P
     with torch.no_grad():
         raw = log_prob - old_log_prob  # (B, T)
         log_ratio = raw.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-        out_of_range = (log_ratio != raw) if spec.clamp_log_ratio else None  # verl's clamp stops the gradient
-        ratio = log_ratio.exp() if spec.clamp_log_ratio else raw.exp()
+        out_of_range = (log_ratio != raw) if spec.param("clamp_log_ratio") else None  # verl's clamp stops the gradient
+        ratio = log_ratio.exp() if spec.param("clamp_log_ratio") else raw.exp()
         del raw
         lo, hi = ratio_bounds(spec)
         # -(A·r) is (-A)·r to the bit (a float product's sign is the XOR of its factors'), without a -A tensor
@@ -134,8 +175,8 @@ def _interval_clip_mode(log_prob, old_log_prob, advantages, spec: ClipSpec) -> P
         negative = advantages < 0
         drop = clipped
         dual = None
-        if spec.dual_clip_c is not None:
-            cap = advantages * -spec.dual_clip_c  # -A·c
+        if spec.param("dual_clip_c") is not None:
+            cap = advantages * -spec.param("dual_clip_c")  # -A·c
             dual = (loss > cap) & negative
             loss = torch.where(dual, cap, loss)
             drop = drop | dual
@@ -176,7 +217,7 @@ def _general_clip_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec)
             clipped_ratio = _per_token_clip(spec, ratio, old_log_prob, moved, true_ratio, log_prob)
         else:
             clipped_ratio = torch.clamp(ratio, *ratio_bounds(spec))
-        sur = clipped_surrogate(ratio, clipped_ratio, advantages, spec.dual_clip_c)
+        sur = clipped_surrogate(ratio, clipped_ratio, advantages, spec.param("dual_clip_c"))
         keep = 1.0 - sur.clipped  # (B, T) 1.0 where the token keeps its gradient
         if sur.dual is not None:
             keep.sub_(sur.dual)
@@ -215,6 +256,19 @@ FORM = Form(
     interval=interval,
     example="grpo",
     levels=("token", "sequence"),
-    dual_clip=True,
     loss=loss,
+    params=(
+        CLAMP_LOG_RATIO,
+        DUAL_CLIP_C,
+        Param(
+            "seq_grad_mean",
+            0.0,
+            "1: GSPO's gradient through the sequence mean (OpenRLHF, slime): each token gets its row's mean of the "
+            "kept −A·s; 0: verl's sg(s)·π/sg(π), each token its own −A·s (level='sequence' only)",
+            above=-1.0,
+            at_most=1.0,
+        ),
+    ),
+    check=_check,
+    extra={"params_at_level": {"seq_grad_mean": "sequence"}},  # a parameter shown (atlas) only at that level
 )

@@ -1,4 +1,4 @@
-"""Clip-Cov (mode 'clip_cov'; arXiv:2505.22617 §4, verl `clip_cov`): PPO's clip, and a random few tokens of high
+"""Clip-Cov (form 'clip_cov'; arXiv:2505.22617 §4, verl `clip_cov`): PPO's clip, and a random few tokens of high
 covariance (A − Ā)(log π − mean log π) lose their gradient.
 
 The choice is a (B, T) 0/1 mask computed once from the whole batch, after which the loss is per token and

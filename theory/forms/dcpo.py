@@ -1,4 +1,4 @@
-"""DCPO, probability-dependent bounds (mode 'dcpo'; arXiv:2509.02333 eq. 4 (eq. 27), App. A.6, r_max = 10).
+"""DCPO, probability-dependent bounds (form 'dcpo'; arXiv:2509.02333 eq. 4 (eq. 27), App. A.6, r_max = 10).
 
 PPO's clip with per-token bounds from q = π_old, lo(q) = ½ + ½√max(1 − 4ε_low/q, 0), hi(q) = min(½ + ½√(1 +
 4ε_high/q), r_max), and the loss of A < 0 tokens capped at −A·r_max (a dual clip at r_max). A published form no

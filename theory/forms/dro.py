@@ -1,4 +1,4 @@
-"""DRO (mode 'dro'; arXiv:2405.19107, verl `dro`): −(A·log π − ½β·(log r)²), the policy gradient with a quadratic
+"""DRO (form 'dro'; arXiv:2405.19107, verl `dro`): −(A·log π − ½β·(log r)²), the policy gradient with a quadratic
 log-ratio penalty, no clip; log r unclamped, as verl's.
 
 Reproduces verl 0.9.1's `dro` (`verl.trainer.ppo.core_algos`), value and gradient, for every `loss_agg_mode`

@@ -1,4 +1,4 @@
-"""GMPO (mode 'geo_mean'; arXiv:2507.20673, verl `geo_mean`): −Ā·exp(mean_t clip(log r)) per sequence, the mean over
+"""GMPO (form 'geo_mean'; arXiv:2507.20673, verl `geo_mean`): −Ā·exp(mean_t clip(log r)) per sequence, the mean over
 sequences.
 
 verl averages one loss per sequence over all rows, whatever `loss_agg_mode` says. The per-token loss here carries

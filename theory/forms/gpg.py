@@ -1,4 +1,4 @@
-"""GPG (mode 'gpg'; arXiv:2504.02546, verl `gpg`, and verl `bypass_mode` REINFORCE without IS weights): −A·log π,
+"""GPG (form 'gpg'; arXiv:2504.02546, verl `gpg`, and verl `bypass_mode` REINFORCE without IS weights): −A·log π,
 the plain policy gradient, weight 1 on every token, no ratio and no clip.
 
 Reproduces verl 0.9.1's `gpg` (`verl.trainer.ppo.core_algos`), value and gradient, for every `loss_agg_mode`

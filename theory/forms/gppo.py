@@ -1,4 +1,4 @@
-"""GPPO, the gradient-preserving clip (mode 'gppo'; arXiv:2508.07629): CE-GPPO (`cegppo`) at β1 = β2 = 1.
+"""GPPO, the gradient-preserving clip (form 'gppo'; arXiv:2508.07629): CE-GPPO (`cegppo`) at β1 = β2 = 1.
 
 −A·r inside [lo, hi]; −A·lo·r/sg(r) for A < 0, r < lo; −A·hi·r/sg(r) for A > 0, r > hi: clipped tokens keep gradient
 weight lo or hi. Its forward value is the clip form's. The weight, interval and torch terms here take CE-GPPO's β1,
@@ -63,7 +63,7 @@ def _gppo_terms(log_prob, old_log_prob, advantages, spec, beta_low: float, beta_
 
 
 def loss(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> PolicyTerms:
-    """GPPO (arXiv:2508.07629): CE-GPPO with β1 = β2 = 1; its forward value is the clip mode's."""
+    """GPPO (arXiv:2508.07629): CE-GPPO with β1 = β2 = 1; its forward value is the clip form's."""
     return _gppo_terms(log_prob, old_log_prob, advantages, spec, 1.0, 1.0)
 
 

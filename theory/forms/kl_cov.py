@@ -1,4 +1,4 @@
-"""KL-Cov (mode 'kl_cov'; arXiv:2505.22617 §4, verl `kl_cov`): −A·r everywhere (r unclamped, no clip), plus
+"""KL-Cov (form 'kl_cov'; arXiv:2505.22617 §4, verl `kl_cov`): −A·r everywhere (r unclamped, no clip), plus
 κ·|log r| on the ⌊ρ·N⌋ tokens of largest covariance (A − Ā)(log π − mean log π).
 
 The selection is a (B, T) 0/1 mask computed once from the whole batch (a top-k without a host read), after which

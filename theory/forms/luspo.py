@@ -1,4 +1,4 @@
-"""LUSPO (mode 'luspo'; arXiv:2602.05261, TRL `luspo`): GSPO's clip per token, each sequence's loss weighted by its
+"""LUSPO (form 'luspo'; arXiv:2602.05261, TRL `luspo`): GSPO's clip per token, each sequence's loss weighted by its
 length.
 
 The per-token loss is the clip form's (`divclip.theory.forms.clip`, GSPO's at level='sequence'); the length
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from divclip.theory.forms._form import Form
+from divclip.theory.forms._form import CLAMP_LOG_RATIO, DUAL_CLIP_C, Form
 
 if TYPE_CHECKING:
     from divclip.theory.forms._kernels import PolicyTerms
@@ -35,7 +35,7 @@ FORM = Form(
     "ratio s at level 'sequence'; LUSPO's length weighting is its aggregation (Σ_t per sequence, then "
     "the mean over sequences), not part of w",
     example="ratio:0.2:0.28/luspo/seq/noclamp",
+    params=(CLAMP_LOG_RATIO, DUAL_CLIP_C),
     levels=("token", "sequence"),
-    dual_clip=True,
     loss=loss,
 )

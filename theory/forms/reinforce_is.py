@@ -1,4 +1,4 @@
-"""verl `bypass_mode` REINFORCE with a per-token IS weight (mode 'reinforce_is'): −A·sg(w)·log π, w = min(r, C) per
+"""verl `bypass_mode` REINFORCE with a per-token IS weight (form 'reinforce_is'): −A·sg(w)·log π, w = min(r, C) per
 token (TIS), or r on [c, C] and 0 outside (IcePop).
 
 verl's `compute_rollout_correction_weights` with old_log_prob the rollout's (bypass mode) and its
@@ -30,14 +30,14 @@ _IS_PARAMS = (
         0.0,
         "c: with c > 0, weights outside [c, C] are zeroed (IcePop, "
         "verl's 'c_C' threshold string); 0 = plain truncation",
-        above=-1e-300,
+        at_least=0.0,
     ),
     Param(
         "rollout_is_batch_normalize",
-        0.0,
-        "1: divide the weights by their batch mean (verl rollout_is_batch_normalize); 0: off",
-        above=-1e-300,
-        at_most=1.0,
+        False,
+        "True (written /rollout_is_batch_normalize=1): divide the weights by their batch mean (verl "
+        "rollout_is_batch_normalize); False: off",
+        kind="flag",
     ),
 )
 
@@ -68,13 +68,6 @@ def interval(spec, q, sign):
 
 
 # ------------------------------------------------------------------------------------------ torch
-def _check_flag(spec, name):
-    value = spec.param(name)
-    if value not in (0.0, 1.0):
-        raise ValueError(f"ClipSpec.params[{name!r}] must be 0 or 1, got {value!r}")
-    return bool(value)
-
-
 def _rollout_is_weights(log_prob, old_log_prob, mask, spec, level: str):
     """(w, raw) (B, T): verl's `compute_rollout_correction_weights` with old_log_prob the rollout's (bypass
     mode): raw = exp(clamp(log r, ±20))·m per token, or exp(clamp(Σ_t m·log r, ±20))·m per sequence; w = raw
@@ -86,7 +79,7 @@ def _rollout_is_weights(log_prob, old_log_prob, mask, spec, level: str):
 
     with torch.no_grad():
         cap, floor = spec.param("rollout_is_threshold"), spec.param("rollout_is_threshold_lower")
-        normalize = _check_flag(spec, "rollout_is_batch_normalize")
+        normalize = spec.param("rollout_is_batch_normalize")
         log_ratio = log_prob - old_log_prob  # (B, T)
         if level == "token":
             raw = torch.exp(torch.clamp(log_ratio, min=-LOG_RATIO_CLAMP, max=LOG_RATIO_CLAMP))

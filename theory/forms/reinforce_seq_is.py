@@ -1,4 +1,4 @@
-"""verl `bypass_mode` REINFORCE with a per-sequence IS weight (mode 'reinforce_seq_is'): −A·sg(w)·log π,
+"""verl `bypass_mode` REINFORCE with a per-sequence IS weight (form 'reinforce_seq_is'): −A·sg(w)·log π,
 w = min(Π_t r_t, C) on every token of the sequence (TIS), or zeroed outside [c, C] (IcePop).
 
 The per-token form's parameters and torch code (`divclip.theory.forms.reinforce_is`) at level 'sequence'.

@@ -1,4 +1,4 @@
-"""SAPO's soft gate (mode 'sapo'): −A·σ(τ(r − 1))·4/τ, τ by the sign of A; no hard clip, no budget.
+"""SAPO's soft gate (form 'sapo'): −A·σ(τ(r − 1))·4/τ, τ by the sign of A; no hard clip, no budget.
 
 SAPO (arXiv:2511.20347; verl `sapo`, TRL `sapo`). Numpy weight: w = r·g(r), g(r) = 4σ(τ(r − 1))(1 − σ(τ(r − 1))) the
 gate's slope (1 at r = 1), τ by the sign of A; 0 where |log r| > 20. w/r is the gate; for PPO's kept tokens it is
@@ -15,8 +15,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 from scipy.special import expit
 
-from divclip.theory.forms._form import Form, Param
-from divclip.theory.forms._numpy import _verl_ratio, _zero_or_one
+from divclip.theory.forms._form import CLAMP_LOG_RATIO, Form, Param
+from divclip.theory.forms._numpy import _verl_ratio
+
+TAU_MIN, TAU_MAX = 1e-6, 1e6
+"""Allowed gate temperatures τ (the paper's defaults are 1 and 1.05): 4/τ and τ·(r - 1) stay finite in float32."""
 
 if TYPE_CHECKING:
     from divclip.theory.forms._kernels import PolicyTerms
@@ -25,9 +28,9 @@ if TYPE_CHECKING:
 
 # ------------------------------------------------------------------------------------------ numpy
 def weight(spec, q, r, adv):
-    """SAPO (mode 'sapo'): w = r·4σ(1 − σ), σ = σ(τ(r − 1)), τ = tau_pos for A > 0 else tau_neg."""
+    """SAPO (form 'sapo'): w = r·4σ(1 − σ), σ = σ(τ(r − 1)), τ = tau_pos for A > 0 else tau_neg."""
     ratio, in_range = _verl_ratio(r)
-    tau = np.where(adv > 0, spec.tau_pos, spec.tau_neg)
+    tau = np.where(adv > 0, spec.param("tau_pos"), spec.param("tau_neg"))
     x = tau * (ratio - 1.0)
     slope = 4.0 * expit(x) * expit(-x)  # σ(x)(1 − σ(x)) without cancellation for large |x|
     out = np.where(in_range, ratio * slope, 0.0)
@@ -64,9 +67,10 @@ def _sapo_constants(spec, dtype, device):
     a scalar argument (alpha) would be read on the host."""
     import torch
 
+    tau_pos, tau_neg = spec.param("tau_pos"), spec.param("tau_neg")
     if dtype == torch.float64:
-        return spec.tau_pos, spec.tau_neg, 4.0 / spec.tau_pos, 4.0 / spec.tau_neg
-    tau_pos, tau_neg = np.float32(spec.tau_pos), np.float32(spec.tau_neg)
+        return tau_pos, tau_neg, 4.0 / tau_pos, 4.0 / tau_neg
+    tau_pos, tau_neg = np.float32(tau_pos), np.float32(tau_neg)
     return float(tau_pos), float(tau_neg), float(np.float32(4.0) / tau_pos), float(np.float32(4.0) / tau_neg)
 
 
@@ -111,7 +115,7 @@ def aggregate(terms, mask, rollout_is_weights, spec):
     from divclip.theory.loss_metrics import aggregate as aggregate_by_mode
     from divclip.theory.loss_metrics import masked_sum_finite
 
-    if spec.param("sapo_seq_mean") == 0.0:
+    if not spec.param("sapo_seq_mean"):
         return None
     loss_mat = terms.loss if rollout_is_weights is None else terms.loss * rollout_is_weights  # (B, T)
     return aggregate_by_mode(loss_mat, mask, "seq-mean-token-mean", None, masked_sum_finite)
@@ -125,17 +129,29 @@ FORM = Form(
     uses_budget=False,
     weight=weight,
     params=(
+        CLAMP_LOG_RATIO,
+        *(
+            Param(
+                f"tau_{sign}",
+                default,
+                f"gate temperature τ for A {side}",
+                above=0.0,
+                at_most=TAU_MAX,
+                at_least=TAU_MIN,
+                why="the SAPO gate's 4/τ and τ·(r - 1) stay finite in float32",
+                option="tau",
+            )
+            for sign, default, side in (("pos", 1.0, "> 0"), ("neg", 1.05, "<= 0"))
+        ),
         Param(
             "sapo_seq_mean",
-            0.0,
-            "1: aggregate seq-mean-token-mean whatever loss_agg_mode says, as "
-            "verl 0.9.1's sapo does (the spec `from_engine('verl', ...)` reads); 0: honour "
+            False,
+            "True (written /sapo_seq_mean=1): aggregate seq-mean-token-mean whatever loss_agg_mode says, as "
+            "verl 0.9.1's sapo does (the spec `from_engine('verl', ...)` reads); False: honour "
             "loss_agg_mode (TRL's sapo)",
-            above=-1e-300,
-            at_most=1.0,
+            kind="flag",
         ),
     ),
-    check=lambda spec: _zero_or_one(spec, "sapo_seq_mean"),
     weight_note="w = r·4σ(1 − σ), σ = σ(τ(r − 1)): r times the gate's slope; no interval (no hard clip)",
     example="sapo",
     levels=("token", "sequence"),

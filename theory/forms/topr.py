@@ -1,4 +1,4 @@
-"""TOPR, the tapered IS weight by the sign of A (mode 'topr'; arXiv:2503.14286 §3, eqs. 7-8).
+"""TOPR, the tapered IS weight by the sign of A (form 'topr'; arXiv:2503.14286 §3, eqs. 7-8).
 
 −sg(w)·A·log π with w = clip(π(τ)/μ(τ), a⁺, b⁺) for A ≥ 0 and clip(π(τ)/μ(τ), a⁻, b⁻) for A < 0, π(τ)/μ(τ) the
 sequence's ratio. The numpy weight reads r as that sequence ratio (a one-token sequence's r is the token's).
@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from divclip.theory.forms._form import Form
-from divclip.theory.forms._numpy import _arrays, _AtLeastZero
+from divclip.theory.forms._form import Form, Param
+from divclip.theory.forms._numpy import _arrays
 
 if TYPE_CHECKING:
     from divclip.theory.forms._kernels import PolicyTerms
@@ -37,7 +37,7 @@ def weight(spec, q, r, adv):
 def _topr_check(spec):
     for sign, (a, b) in zip(("pos", "neg"), _topr_limits(spec)):
         if a > b:
-            raise ValueError(f"mode 'topr' needs topr_{sign}_low <= topr_{sign}_high, got {a!r} > {b!r}")
+            raise ValueError(f"form 'topr' needs topr_{sign}_low <= topr_{sign}_high, got {a!r} > {b!r}")
 
 
 # ------------------------------------------------------------------------------------------ torch
@@ -94,10 +94,12 @@ FORM = Form(
     "π(τ)/μ(τ) the sequence's ratio (canonical a⁺ = b⁺ = 1, a⁻ = 0, b⁻ = 1)",
     ("arXiv:2503.14286 §3 eq. 7", "arXiv:2503.14286 §3 eq. 8"),
     params=(
-        _AtLeastZero("topr_pos_low", 1.0, "a⁺: lower truncation of the ratio for A >= 0 (§3: 1, SFT on positives)"),
-        _AtLeastZero("topr_pos_high", 1.0, "b⁺: upper truncation of the ratio for A >= 0 (§3: 1)"),
-        _AtLeastZero("topr_neg_low", 0.0, "a⁻: lower truncation of the ratio for A < 0 (§3: 0)"),
-        _AtLeastZero("topr_neg_high", 1.0, "b⁻: upper truncation of the ratio for A < 0 (§3: 1)"),
+        Param(
+            "topr_pos_low", 1.0, "a⁺: lower truncation of the ratio for A >= 0 (§3: 1, SFT on positives)", at_least=0.0
+        ),
+        Param("topr_pos_high", 1.0, "b⁺: upper truncation of the ratio for A >= 0 (§3: 1)", at_least=0.0),
+        Param("topr_neg_low", 0.0, "a⁻: lower truncation of the ratio for A < 0 (§3: 0)", at_least=0.0),
+        Param("topr_neg_high", 1.0, "b⁻: upper truncation of the ratio for A < 0 (§3: 1)", at_least=0.0),
     ),
     uses_budget=False,
     token_level=False,

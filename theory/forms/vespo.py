@@ -1,4 +1,4 @@
-"""VESPO (mode 'vespo'; arXiv:2602.10693, TRL `vespo`): −sg(φ(W))·A·log π, φ(W) = e^λ·W^k·e^(−λW), W the sequence's
+"""VESPO (form 'vespo'; arXiv:2602.10693, TRL `vespo`): −sg(φ(W))·A·log π, φ(W) = e^λ·W^k·e^(−λW), W the sequence's
 weight exp(Σ_t log r), (k, λ) by the sign of A.
 
 In TRL 1.16's arithmetic (GRPOTrainer._compute_loss, `get_gamma_weights`), bit for bit with TRL's per-token loss

@@ -5,14 +5,14 @@
     DivClipGRPOTrainer(model=..., reward_funcs=..., args=args, train_dataset=...).train()
 
 `DivClipGRPOTrainer._compute_loss` is TRL's, with one line replaced: the per-token loss is divclip's
-`divclip.theory.losses` clip mode for `ClipSpec(clip_measure, clip_delta)` instead of TRL's ratio clamp. Everything
+`divclip.theory.losses` clip form for `ClipSpec(clip_measure, clip_delta)` instead of TRL's ratio clamp. Everything
 around it is TRL's: the log-prob forward, the reference KL term (k3, optional bias correction), the entropy
 and off-policy masks, vLLM importance weights, and the normalisation of each `loss_type` (grpo, bnpo,
 dr_grpo, dapo), including gradient-accumulation scaling. Metrics keep TRL's names (clip_ratio/low_mean,
 clip_ratio/high_mean, clip_ratio/region_mean, ...), now counting divclip's bounds, plus divclip/kl3.
 With clip_measure='ratio' the loss is TRL's, bit for bit, at any log-ratio: like TRL, the plug-in never clamps log r
-before exp (`ClipSpec.clamp_log_ratio=False`; tests/trainer/test_trainer_trl.py). A `clip_method` string is taken as
-written: add '/noclamp' for TRL's unclamped ratio there too.
+before exp (the form parameter `clamp_log_ratio=False`; tests/trainer/test_trainer_trl.py). A `clip_method` string
+is taken as written: add '/noclamp' for TRL's unclamped ratio there too.
 
 `clip_measure` defaults to 'ratio', TRL's own clip (epsilon / epsilon_high): switching from GRPOConfig changes
 nothing until a measure is chosen. Warnings (the codes `divclip check` reports) are logged once when the trainer
@@ -121,10 +121,10 @@ class DivClipGRPOConfig(GRPOConfig):
                 spec = parse_method(self.clip_method)
             except ValueError as exc:
                 raise ValueError(f"clip_method: {exc}") from None
-            if spec.mode == "sapo" or spec.level != "token":
+            if spec.form == "sapo" or spec.level != "token":
                 raise ValueError(
                     f"clip_method={self.clip_method!r}: DivClipGRPOTrainer runs token-level clip, "
-                    f"gated or cispo modes, got mode={spec.mode!r}, level={spec.level!r}"
+                    f"gated or cispo forms, got form={spec.form!r}, level={spec.level!r}"
                 )
             return
         if self.clip_measure not in MEASURES:
@@ -152,11 +152,13 @@ class DivClipGRPOConfig(GRPOConfig):
         # TRL exponentiates the raw log-ratio (no ±20 clamp as verl): clamp_log_ratio=False keeps its arithmetic
         if self.clip_measure == "ratio":
             high = self.epsilon_high if self.epsilon_high is not None else self.epsilon
-            return ClipSpec("ratio", eps_low=self.epsilon, eps_high=high, dual_clip_c=c, clamp_log_ratio=False)
+            return ClipSpec(
+                "ratio", eps_low=self.epsilon, eps_high=high, params={"dual_clip_c": c, "clamp_log_ratio": False}
+            )
         delta = self.clip_delta
         if delta is None:
             delta = delta_for_eps(self.clip_measure, eps_low=self.epsilon)
-        return ClipSpec(self.clip_measure, delta=delta, dual_clip_c=c, clamp_log_ratio=False)
+        return ClipSpec(self.clip_measure, delta=delta, params={"dual_clip_c": c, "clamp_log_ratio": False})
 
     def divclip_advice(self) -> list[advice.Advice]:
         """The warnings these arguments deserve (logged once by DivClipGRPOTrainer; `divclip check` gives the same)."""

@@ -133,7 +133,7 @@ def atr_kl3_spec(config) -> ClipSpec:
                 )
             ]
         )
-    return ClipSpec("ratio", eps_low=1.0 - lo, eps_high=hi - 1.0, dual_clip_c=dual_clip_c(config))
+    return ClipSpec("ratio", eps_low=1.0 - lo, eps_high=hi - 1.0, params={"dual_clip_c": dual_clip_c(config)})
 
 
 def measure_budgets(name: str, config) -> tuple[float, float]:
@@ -177,20 +177,20 @@ def measure_specs(name: str, config) -> tuple[ClipSpec, ClipSpec | None]:
     low, high = measure_budgets(name, config)
     c = dual_clip_c(config)
     if name == "ratio":
-        return ClipSpec("ratio", eps_low=low, eps_high=high, dual_clip_c=c), None
+        return ClipSpec("ratio", eps_low=low, eps_high=high, params={"dual_clip_c": c}), None
     if low == high:
-        return ClipSpec(name, delta=low, dual_clip_c=c), None
+        return ClipSpec(name, delta=low, params={"dual_clip_c": c}), None
     m = get_measure(name)
     if not m.p_dependent:  # one interval [lo(δ_low), hi(δ_high)], written as ratio widths
         lo, hi = advice.measure_bounds(name, low, high)
-        return ClipSpec("ratio", eps_low=1.0 - lo, eps_high=hi - 1.0, dual_clip_c=c), None
-    return ClipSpec(name, delta=low, dual_clip_c=c), ClipSpec(name, delta=high, dual_clip_c=c)
+        return ClipSpec("ratio", eps_low=1.0 - lo, eps_high=hi - 1.0, params={"dual_clip_c": c}), None
+    return ClipSpec(name, delta=low, params={"dual_clip_c": c}), ClipSpec(name, delta=high, params={"dual_clip_c": c})
 
 
 def _loss_and_metrics(
     specs, old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights
 ):
-    """Per-token loss from theory's clip mode, aggregated by verl's agg_loss with its global batch info."""
+    """Per-token loss from theory's clip form, aggregated by verl's agg_loss with its global batch info."""
     # verl's FSDP engine hands bf16 log-probs (mixed precision) with fp32 old log-probs; vanilla's
     # `log_prob - old_log_prob` promotes, and so does this (one dtype for the ratio, mask and metrics).
     dtype = torch.promote_types(log_prob.dtype, old_log_prob.dtype)
@@ -264,10 +264,10 @@ def method_spec() -> str:
         spec = parse_method(method)
     except ValueError as exc:
         raise ValueError(f"${METHOD_ENV}: {exc}") from None
-    if spec.mode == "sapo" or spec.level != "token":
+    if spec.form == "sapo" or spec.level != "token":
         raise ValueError(
             f"${METHOD_ENV}={method!r}: divclip_method runs token-level clip, gated or cispo modes "
-            f"(verl has its own sapo and gspo), got mode={spec.mode!r}, level={spec.level!r}"
+            f"(verl has its own sapo and gspo), got form={spec.form!r}, level={spec.level!r}"
         )
     if is_adaptive(spec) and spec.signal == "entropy":
         raise ValueError(

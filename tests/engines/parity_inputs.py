@@ -1,0 +1,118 @@
+"""Inputs and comparisons shared by the engine parity tests (tests/engines/test_parity_*.py).
+
+`batch(kind, dtype)` is one (B, T) batch of log π, log π_old, A and a 0/1 mask with what issue 35 asks of every
+comparison: log-ratios up to |log r| = 30 both ways (a token at p = e^-30 that rose to 0.9, one that fell to
+e^-31), tokens clipped on both sides, A = 0 tokens, an empty row, and advantages that vary per token ("token") or
+are one value per row ("row": GRPO's, with one constant-reward row of zeros); "empty" has no loss token at all.
+
+`value_and_grad(fn, lp)` differentiates a loss with respect to log π. `assert_same(ours, theirs, dtype, engine64)`
+holds divclip's (value, gradient) to the engine's: float64 to 1e-12 relative per entry, float32 to the engine's own
+rounding (no further from the engine's float32 numbers than those are from the engine's float64 ones, plus a few
+ulps of the largest entry).
+
+`inputs(advantages, dtype)` and `TOL` are the OpenRLHF and slime tests' batch (with rollout log-probs) and tolerances.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+KINDS = ("token", "row", "empty")
+B, T = 6, 10
+
+
+def batch(kind: str, dtype=torch.float64, seed: int = 0):
+    """(log π, log π_old, A, mask) of one kind, in `dtype` (built in float64, then rounded once)."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    g = torch.Generator().manual_seed(seed)
+    old = -torch.rand(B, T, generator=g, dtype=torch.float64) * 3.0 - 0.05  # p in (e^-3.05, e^-0.05)
+    step = 0.6 * torch.randn(B, T, generator=g, dtype=torch.float64)
+    lp = (old + step).clamp(max=-1e-3)
+    # |log r| = 30 both ways, each clipped and not: (0, 1) rose e^30 against A < 0 (kept without a dual clip: the
+    # exploded token), (1, 5) rose e^30 with A > 0 (clipped), (2, 2) fell e^-30 against A > 0 (kept), (3, 6) fell
+    # e^-30 with A < 0 (clipped); (3, 4): r = 5 with A < 0, past a dual clip's c = 3
+    extreme = {(0, 1): (-30.1, -0.1), (1, 5): (-30.2, -0.2), (2, 2): (-1.0, -31.0), (3, 6): (-0.5, -30.5)}
+    extreme[(3, 4)] = (math.log(0.1), math.log(0.5))
+    for (i, t), (o, n) in extreme.items():
+        old[i, t], lp[i, t] = o, n
+    mask = (torch.rand(B, T, generator=g) > 0.2).to(torch.float64)
+    mask[:, 0] = 1.0
+    for i, t in extreme:
+        mask[i, t] = 1.0
+    mask[4] = 0.0  # an empty row
+    signs = {0: -1.3, 1: 0.9, 2: 0.7, 3: -1.1}  # the extreme tokens' advantages (per row for kind "row")
+    if kind == "row":
+        adv = torch.randn(B, 1, generator=g, dtype=torch.float64).expand(B, T).clone()
+        for i, a in signs.items():
+            adv[i] = a
+        adv[5] = 0.0  # a constant-reward group's row
+    else:
+        adv = torch.randn(B, T, generator=g, dtype=torch.float64)
+        for i, t in extreme:
+            adv[i, t] = signs[i]
+        adv[1, :3] = 0.0
+    if kind == "empty":
+        mask.zero_()
+    return tuple(t.to(dtype) for t in (lp, old, adv, mask))
+
+
+def value_and_grad(fn, lp):
+    """(loss, ∂loss/∂log π) of `fn(log π)`, both detached."""
+    leaf = lp.detach().clone().requires_grad_(True)
+    out = fn(leaf)
+    out.backward()
+    grad = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+    return out.detach(), grad
+
+
+def _bad(ours, theirs, tol):
+    return torch.nonzero(~((ours - theirs).abs() <= tol)).tolist()[:5]
+
+
+def assert_same(ours, theirs, dtype, engine64=None, rtol64: float = 1e-12):
+    """ours, theirs: (value, gradient) in `dtype`; engine64: the engine's (value, gradient) in float64 (float32 only).
+
+    float64: |ours − theirs| <= rtol64·|theirs| per entry (1e-300 absolute: an exact 0 must be 0). float32: per entry
+    within 2·|theirs32 − theirs64| + 8 ulps of the tensor's largest entry, the engine's own rounding."""
+    for name, a, b, ref in zip(("value", "gradient"), ours, theirs, engine64 or (None, None)):
+        a, b = a.to(torch.float64), b.to(torch.float64)
+        assert bool(torch.isfinite(b).all()), f"the engine's {name} is not finite"
+        if dtype == torch.float64:
+            tol = rtol64 * b.abs() + 1e-300
+        else:
+            eps = torch.finfo(torch.float32).eps
+            tol = 2.0 * (b - ref.to(torch.float64)).abs() + 8 * eps * b.abs().max()
+        assert bool(((a - b).abs() <= tol).all()), (
+            f"{name} differs from the engine's at {_bad(a, b, tol)}: ours {a.reshape(-1)[:4].tolist()}..., theirs "
+            f"{b.reshape(-1)[:4].tolist()}...; max |diff| {float((a - b).abs().max()):.3g}"
+        )
+
+
+TOL = {torch.float64: 1e-12, torch.float32: 2e-5}
+"""Relative tolerance of a parity: float64 to 1e-12; float32 to float32 rounding (the engine and divclip sum the
+same terms in another order, over values up to e^20·|A|)."""
+
+
+def inputs(advantages: str, dtype, seed: int = 0):
+    """(log π leaf, log π_old, A, bool mask, log π_rollout), (6, 9): rows of 9, 5, 0 (empty), 7, 1 and 9 tokens;
+    |log r| up to 30 on some tokens, row 5's mean log r 12 (> GSPO's clamp 10), the rest ~ N(0, 0.3²)."""
+    g = torch.Generator().manual_seed(seed)
+    rows, width = 6, 9
+    lengths = torch.tensor([9, 5, 0, 7, 1, 9])
+    mask = torch.arange(width)[None, :] < lengths[:, None]
+    log_r = 0.3 * torch.randn(rows, width, generator=g, dtype=torch.float64)
+    log_r[0, 2], log_r[0, 5], log_r[3, 1], log_r[3, 4], log_r[1, 0] = 30.0, -30.0, 25.0, -22.0, -0.25
+    log_r[5] = 12.0 + 0.5 * torch.randn(width, generator=g, dtype=torch.float64)
+    lp = -torch.rand(rows, width, generator=g, dtype=torch.float64) * 3 - 0.05
+    old = lp - log_r
+    rollout = old - 0.4 * torch.randn(rows, width, generator=g, dtype=torch.float64)
+    rollout[0, 3] = old[0, 3] + 25.0
+    if advantages == "token":
+        adv = torch.randn(rows, width, generator=g, dtype=torch.float64)
+    else:
+        adv = torch.randn(rows, 1, generator=g, dtype=torch.float64).expand(rows, width).clone()
+    cast = [t.to(dtype) for t in (lp, old, adv, rollout)]
+    return cast[0].requires_grad_(True), cast[1], cast[2], mask, cast[3]
