@@ -35,8 +35,12 @@ VARIANTS = {
         "kl3:0.023144&binary_tv:0.2",
         "kl3@clipfrac=0.1",
         "ratio:1:4",
+        "grpo/noclamp",
+        "kl3:0.02/noclamp",
     ],
     "gated": [
+        "binary_tv:0.2/gated/noclamp",
+        "binary_kl:0.05/gated/noclamp/tis=5",
         "dppo_tv",
         "ratio:0.2:0.28/gated",
         "binary_kl:0.05/gated",

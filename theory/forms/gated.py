@@ -2,8 +2,8 @@
 
 DPPO (arXiv:2602.04879; verl `dppo_kl`/`dppo_tv`), with any measure as the gate. Numpy weight: w = min(r, c_tis)
 on kept tokens (the clip form's keep rule without dual clip), 0 on clipped ones; r is verl's clamped ratio
-e^{clamp(log r, ±20)}, and the clamp does not zero the gradient. Its gradient, −A·min(r, c)·∇log π = −A·∇r for
-r < c, is the clip form's, token by token.
+e^{clamp(log r, ±20)} (the raw r with clamp_log_ratio False), and the clamp does not zero the gradient. Its
+gradient, −A·min(r, c)·∇log π = −A·∇r for r < c, is the clip form's, token by token.
 
 Two parameters make every verl dppo setting a spec (docs/theory.md §4.1):
 
@@ -63,7 +63,10 @@ def _verl_moved_out(spec, q, r, adv):
 
 def weight(spec, q, r, adv):
     """DPPO (form 'gated'): w = min(r, c_tis) on kept tokens, 0 where the bound is crossed in A's direction."""
-    ratio, _ = _verl_ratio(r)
+    # verl's clamped e^{clamp(log r, ±20)}, which keeps the gradient; the raw r with clamp_log_ratio False (SkyRL
+    # dppo read with '/noclamp'), as the torch loss's `_ratio`
+    clamps = spec.param("clamp_log_ratio", True)
+    ratio = _verl_ratio(r)[0] if clamps else np.asarray(r, dtype=np.float64)
     weight = ratio if spec.param("tis_cap", None) is None else np.minimum(ratio, spec.param("tis_cap", None))
     out = _verl_moved_out(spec, q, r, adv) if verl_gate(spec) else moved_out(spec, q, r, adv)
     return np.where(out, 0.0, weight)  # the decision sees the true ratio, as verl's dppo
