@@ -76,7 +76,7 @@ def _verl_ratio(r):
 def _spec_ratio(spec, r):
     """r as the spec's loss sees it: verl's clamp (`_verl_ratio`), or with `clamp_log_ratio` False (TRL, slime,
     OpenRLHF's gspo) r itself, every gradient kept."""
-    if getattr(spec, "clamp_log_ratio", True):
+    if spec.param("clamp_log_ratio", True):
         return _verl_ratio(r)
     r = np.asarray(r, dtype=np.float64)
     return r, np.ones(r.shape, dtype=bool)
