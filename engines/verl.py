@@ -403,7 +403,7 @@ def _dppo_spec(s, settings, g, keys):
 
     # δ_high where clip_ratio_high differs; verl's own gate arithmetic (its +1e-8, prob <= old_prob), so that
     # every decision is verl's (divclip.theory.forms.gated)
-    params = {"gate": 1.0, **({"delta_high": s.budget_high} if s.budget_high != s.budget_low else {})}
+    params = {"gate": "verl", **({"delta_high": s.budget_high} if s.budget_high != s.budget_low else {})}
     return ClipSpec(s.measure, delta=s.budget_low, form="gated", params={**dict(params), "tis_cap": s.tis_cap})
 
 

@@ -54,7 +54,7 @@ def upper_delta(spec):
     two clip widths, verl `dppo_kl`/`dppo_tv`), else δ; None for a budget-free spec or one of
     measure 'ratio' (whose upper side is eps_high)."""
     for name, value in getattr(spec, "params", ()):
-        if name == "delta_high" and value != 0.0:
+        if name == "delta_high" and value is not None:
             return value
     return spec.delta
 

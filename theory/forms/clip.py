@@ -66,7 +66,7 @@ def loss(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> PolicyTerm
     """
     from divclip.theory.spec import AllOf
 
-    simple = not isinstance(spec, AllOf) and not spec.p_dependent  # one p-free interval
+    simple = not isinstance(spec, AllOf)  # one interval: p-free, or a p-dependent measure's per-token roots
     if simple and spec.level == "token":
         return _interval_clip_mode(log_prob, old_log_prob, advantages, spec)
     if simple and spec.level == "sequence" and spec.param("dual_clip_c", None) is None:
@@ -142,8 +142,9 @@ def _sequence_clip_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec
 
 
 def _interval_clip_mode(log_prob, old_log_prob, advantages, spec: ClipSpec) -> PolicyTerms:
-    """Fast path of `loss` at token level for one p-free interval [lo, hi] (PPO, GRPO, DAPO, KL3, every ratio-clip
-    method), dual clip or not: `clipped_surrogate`'s floats in the fewest (B, T) operations. The decisions stay
+    """Fast path of `loss` at token level for one interval (PPO, GRPO, DAPO, KL3, every ratio-clip method: one
+    p-free [lo, hi]; binary KL/TV: the exact per-token roots of `_per_token_clip`), dual clip or not:
+    `clipped_surrogate`'s floats in the fewest (B, T) operations. The decisions stay
     bool and the gradient is one select, -A·r where kept and 0 elsewhere; compiled, this is one fused pass whose
     cost is its arithmetic on a CPU (0/1 float flags cost a conversion and a multiply each). The float flags the
     metrics read are converted at the end (dropped as dead code when a compiled loss does not return them).
@@ -153,7 +154,14 @@ def _interval_clip_mode(log_prob, old_log_prob, advantages, spec: ClipSpec) -> P
     and test_the_clip_mode_takes_the_fast_paths checks the dispatch reaches it."""
     import torch
 
-    from divclip.theory.forms._kernels import LOG_RATIO_CLAMP, PolicyTerms, _WithGradient, ratio_bounds
+    from divclip.theory.forms._kernels import (
+        LOG_RATIO_CLAMP,
+        PolicyTerms,
+        _decision_ratio,
+        _per_token_clip,
+        _WithGradient,
+        ratio_bounds,
+    )
 
     with torch.no_grad():
         raw = log_prob - old_log_prob  # (B, T)
@@ -161,10 +169,18 @@ def _interval_clip_mode(log_prob, old_log_prob, advantages, spec: ClipSpec) -> P
         out_of_range = (log_ratio != raw) if spec.param("clamp_log_ratio") else None  # verl's clamp stops the gradient
         ratio = log_ratio.exp() if spec.param("clamp_log_ratio") else raw.exp()
         del raw
-        lo, hi = ratio_bounds(spec)
+        if spec.p_dependent:  # only a token pushed past a bound by its own A is clipped (`_general_clip_mode`)
+            moved = (ratio - 1.0) * advantages > 0
+            true_ratio = _decision_ratio(spec, ratio, log_prob, old_log_prob)
+            clipped_ratio = _per_token_clip(spec, ratio, old_log_prob, moved, true_ratio, log_prob, log_prob)
+        else:
+            clipped_ratio = ratio.clamp(*ratio_bounds(spec))
         # -(A·r) is (-A)·r to the bit (a float product's sign is the XOR of its factors'), without a -A tensor
         loss_unclipped = torch.mul(advantages, ratio).neg_()  # -A·r
-        loss_clipped = ratio.clamp(lo, hi).mul_(advantages).neg_()  # -A·clip(r)
+        # -A·clip(r); in place on the clamp's own tensor (`_per_token_clip` may hand back `ratio` itself)
+        loss_clipped = (
+            torch.mul(clipped_ratio, advantages) if spec.p_dependent else clipped_ratio.mul_(advantages)
+        ).neg_()
         loss = torch.maximum(loss_unclipped, loss_clipped)
         clipped = loss_clipped > loss_unclipped  # the clipped branch is strictly larger: gradient 0
         del loss_clipped
@@ -210,7 +226,7 @@ def _general_clip_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec)
         elif spec.p_dependent:
             moved = (ratio - 1.0) * advantages > 0  # only a token pushed past a bound by its own A is clipped
             true_ratio = _decision_ratio(spec, ratio, log_prob, old_log_prob)
-            clipped_ratio = _per_token_clip(spec, ratio, old_log_prob, moved, true_ratio, log_prob)
+            clipped_ratio = _per_token_clip(spec, ratio, old_log_prob, moved, true_ratio, log_prob, log_prob)
         else:
             clipped_ratio = torch.clamp(ratio, *ratio_bounds(spec))
         sur = clipped_surrogate(ratio, clipped_ratio, advantages, spec.param("dual_clip_c"))
