@@ -133,7 +133,7 @@ EXAMPLE_Q = 1e-12
 """The old probability of that example token: q·e^25 ≈ 0.072, so π_θ = q·r is a probability."""
 _ENGINE_PARAMS = ("clamp_log_ratio", "seq_grad_mean")
 """Form parameters an engine's read sets where its arithmetic is not verl's (dropped, they take the form's defaults,
-verl's); the gated form's `delta_high` is verl's too (clip_ratio_high beside clip_ratio_low under dppo_*)."""
+verl's); the gated form's `delta_high` is verl's too (verl's upper clip width beside its lower one under dppo_*)."""
 
 
 def _clamps(spec) -> bool:
@@ -225,8 +225,8 @@ def arithmetic(spec) -> list[dict]:
                 "option": f"delta_high={upper_delta(spec):g}",
                 "where": "A > 0 tokens with r > 1",
                 "text": f"two widths of one {spec.measure_name}: A > 0 gated at D <= δ_high = {upper_delta(spec):g}, "
-                f"A < 0 at D <= δ = {spec.delta:g} (SkyRL delta_low/delta_high, verl clip_ratio_low/high)",
-                "verl": f"verl's dppo_* with clip_ratio_low ≠ clip_ratio_high alike; a single δ = {spec.delta:g} "
+                f"A < 0 at D <= δ = {spec.delta:g} (SkyRL delta_low/delta_high, verl's two dppo widths)",
+                "verl": f"verl's dppo_* with two widths alike; a single δ = {spec.delta:g} "
                 "would bound the upper side by it too",
                 "example": {"q": list(Q_GRID), "hi": hi.tolist(), "hi at δ": hi_one.tolist()},
             }

@@ -501,11 +501,11 @@ def _number(text: str, what: str, method: str) -> float:
 def _param_value(param, text: str, method: str):
     """The value of `param` written `text` in a method string: a number, 1/0 for a flag, a choice's name."""
     if param.kind == "flag":
-        if text not in ("1", "0"):
+        if text not in ("1", "0", "1.0", "0.0"):
             raise ValueError(
                 f"method {_echo(method)}: {param.name} is a flag: '/{param.spelling}=1' or '=0', got {_echo(text)}"
             )
-        return text == "1"
+        return text in ("1", "1.0")
     if param.kind == "choice":
         if text not in param.choices:
             raise ValueError(

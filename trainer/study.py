@@ -53,7 +53,8 @@ def method_string(name: str) -> str:
     """The method string of an atlas name ('verl:geo_mean' -> 'ratio/geo_mean/...') or of a method string."""
     from divclip.theory.atlas import find_method
 
-    return find_method(name).method
+    found = find_method(name)
+    return found.name if found.preset else found.method  # a preset's name is its method string
 
 
 def slug(name: str) -> str:

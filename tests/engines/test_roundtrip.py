@@ -63,7 +63,7 @@ def bounds(spec):
     """What must survive a round trip: loss form, level, and the clip interval (per p where it depends on p)."""
     from divclip.theory.spec import AllOf, is_adaptive
 
-    key = (spec.form, spec.level, type(spec).__name__, getattr(spec, "dual_clip_c", None))
+    key = (spec.form, spec.level, type(spec).__name__, spec.param("dual_clip_c", None))
     if spec.form == "sapo":  # verl's sapo fixes its aggregation (sapo_seq_mean=1): that travels as loss_agg_mode
         spec = dataclasses.replace(spec, params={})
     if isinstance(spec, AllOf) or is_adaptive(spec) or spec.form == "sapo":

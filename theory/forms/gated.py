@@ -7,8 +7,8 @@ gradient, −A·min(r, c)·∇log π = −A·∇r for r < c, is the clip form's,
 
 Two parameters make every verl dppo setting a spec (docs/theory.md §4.1):
 
-* `delta_high`, δ_high, the budget of the upper side where it differs from δ (verl's clip_ratio_high beside
-  clip_ratio_low): a token with r > 1 and A > 0 is gated by D <= δ_high, one with r < 1 and A < 0 by D <= δ.
+* `delta_high`, δ_high, the budget of the upper side where it differs from δ (verl's upper clip width beside
+  its lower one under dppo_*): a token with r > 1 and A > 0 is gated by D <= δ_high, one with r < 1 and A < 0 by D <= δ.
   None (the default) means δ for both sides. The bounds every consumer reads (`ClipSpec.ratio_bounds`,
   `_numpy.clip_bounds`) take the upper root at δ_high (`_numpy.upper_delta`).
 * `gate`, how the decision is computed: 'exact' (divclip's methods) on the exact D, from the log-probabilities
@@ -182,7 +182,7 @@ FORM = Form(
         Param(
             "tis_cap",
             None,
-            "truncate the stop-gradient IS weight at this value (verl dppo's clip_ratio_c); None: off",
+            "truncate the stop-gradient IS weight at this value (verl dppo's dual-clip constant); None: off",
             above=0.0,
             option="tis",
             label="TIS cap",
@@ -190,8 +190,8 @@ FORM = Form(
         Param(
             "delta_high",
             None,
-            "δ_high: the upper side's budget (r > 1, A > 0) where it differs from δ, as verl's clip_ratio_high "
-            "beside clip_ratio_low under dppo_*; None: δ for both sides",
+            "δ_high: the upper side's budget (r > 1, A > 0) where it differs from δ, as verl's upper clip width "
+            "beside its lower one under dppo_*; None: δ for both sides",
             above=0.0,
         ),
         Param(
