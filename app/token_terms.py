@@ -43,6 +43,7 @@ class TokenTerm:
     zero: bool  # the gradient is zero
     rule: str  # which rule made it so (or why the gradient is kept), one sentence
     bounds: tuple[float, float] | None  # (l, u) at this token's q where the method has an interval
+    arithmetic: tuple[str, ...] = ()  # the engine arithmetic the method string carries and what it does here
 
 
 def _n(x: float) -> str:
@@ -53,8 +54,10 @@ def token_bounds(spec: ClipSpec, q: float) -> tuple[float, float] | None:
     """(l, u) of the spec's interval at old probability q: its ratio clip, or the measure's per-token roots."""
     if isinstance(spec, AllOf) or spec.form == "sapo":
         return None
-    if spec.p_dependent:
-        lo, hi = theory.get_measure(spec.measure).bounds(spec.delta, q)
+    if spec.p_dependent:  # the upper root at δ_high where the gated form has two widths (`clip_bounds`)
+        from divclip.theory.forms._numpy import clip_bounds
+
+        lo, hi = clip_bounds(spec, q)
         return float(lo), float(hi)
     return spec.ratio_bounds()
 
@@ -95,6 +98,24 @@ def _loss_text(spec: ClipSpec, r: float, adv: float, bounds, loss: float) -> str
     return f"{forms.get(spec.form, f'loss form {spec.form!r}')}: ℓ = {_n(loss)} for this token"
 
 
+def _clamp_rule(spec: ClipSpec, r: float) -> str | None:
+    """The sentence for a gradient verl's log-ratio clamp stopped (the spec clamps, as verl; '/noclamp' specs,
+    slime's, TRL's and OpenRLHF's gspo, keep it), or None."""
+    from divclip.theory.losses import LOG_RATIO_CLAMP, SEQ_LOG_RATIO_MAX
+
+    if isinstance(spec, AllOf) or not spec.param("clamp_log_ratio", True) or not r > 0:
+        return None
+    log_r = math.log(r)
+    limit = SEQ_LOG_RATIO_MAX if spec.level == "sequence" else LOG_RATIO_CLAMP
+    if (log_r if spec.level == "sequence" else abs(log_r)) <= limit:
+        return None
+    what = "log s" if spec.level == "sequence" else "|log r|"
+    return (
+        f"Zero gradient: {what} = {_n(abs(log_r))} > {limit:g}, where verl's log-ratio clamp stops the gradient; "
+        "an engine that does not clamp (slime, TRL, OpenRLHF's gspo: '/noclamp') keeps it (docs/theory.md §1)."
+    )
+
+
 def _rule(spec: ClipSpec, terms, r: float, adv: float, bounds, weight: float) -> str:
     """Which rule zeroed the gradient (theory's clip flags say which bound acted), or why it is kept."""
     if adv == 0:
@@ -120,6 +141,8 @@ def _rule(spec: ClipSpec, terms, r: float, adv: float, bounds, weight: float) ->
             f"Gradient kept, weight clipped: r = {_n(r)} is outside{where}, and this loss form caps the "
             f"importance weight at w = {_n(weight)} instead of zeroing the gradient."
         )
+    if weight == 0 and (why := _clamp_rule(spec, r)):
+        return why
     if weight == 0:
         return f"Zero gradient: theory's weight for this form is 0 at r = {_n(r)}."
     if bounds and not bounds[0] <= r <= bounds[1]:
@@ -131,6 +154,54 @@ def _rule(spec: ClipSpec, terms, r: float, adv: float, bounds, weight: float) ->
     if bounds:
         return f"Gradient kept: r = {_n(r)} lies inside{where}, where no bound acts."
     return f"Gradient kept: this form has no hard clip; its weight at r = {_n(r)} is {_n(weight)}."
+
+
+def _arithmetic(spec, q: float, r: float, adv: float, weight: float) -> tuple[str, ...]:
+    """One sentence per engine option the spec carries (`divclip.theory.atlas.arithmetic`): what it changes, and
+    this token's w under it and under verl's arithmetic (`verl_arithmetic`), or where the two part."""
+    from divclip.theory.atlas import arithmetic, verl_arithmetic
+
+    gradient_weight = gradient_weight_function()
+    out = []
+    for a in arithmetic(spec):
+        option, ex = a["option"], a["example"]
+        if option == "noclamp":
+            log_r = math.log(r)
+            seq = spec.level == "sequence"
+            beyond = log_r > 10.0 if seq else abs(log_r) > 20.0
+            verl_w = float(np.asarray(gradient_weight(verl_arithmetic(spec), q, r, adv)))
+            if beyond or verl_w != weight:
+                here = f"here (log r = {_n(log_r)}) w = {_n(weight)}, under verl's clamp w = {_n(verl_w)}"
+            else:
+                i = 0 if "A<0" in ex and ex["A<0"][0] != ex["verl A<0"][0] else 1
+                key = "A<0" if i == 0 else "A>0"
+                part = (
+                    f" (e.g. q = {ex['q']:g}, log r = {ex['log_r'][i]:+g}, {key}: w = {_n(ex[key][i])}, under "
+                    f"verl's clamp {_n(ex['verl ' + key][i])})"
+                    if key in ex
+                    else ""
+                )
+                here = f"at this token's log r = {_n(log_r)} the two agree; they part at {a['where']}{part}"
+            out.append(f"Engine arithmetic, /noclamp: {a['text']}; {a['verl']}. {here[0].upper()}{here[1:]}.")
+        elif option == "seq_grad_mean=1":
+            out.append(
+                f"Engine arithmetic, {option}: {a['text']}. For this one-token sequence the two agree; one row with "
+                f"A = (1, −1), both kept at s = 1, gets ∂ℓ/∂log π = ({ex['gradient'][0]:+g}, {ex['gradient'][1]:+g}),"
+                f" verl ({ex['verl gradient'][0]:+g}, {ex['verl gradient'][1]:+g})."
+            )
+        elif option.startswith("delta_high"):
+            from divclip.theory.forms._numpy import upper_delta
+
+            bounds = token_bounds(spec, q)
+            one = theory.get_measure(spec.measure).bounds(spec.delta, min(q, 1.0 - np.finfo(float).eps))[1]
+            out.append(
+                f"Engine arithmetic, {option}: {a['text']}. At q = {_n(q)}: u = {_n(bounds[1])} at "
+                f"δ_high = {upper_delta(spec):g}, l = {_n(bounds[0])} at δ = {spec.delta:g}; one δ would put u "
+                f"at {_n(float(one))}."
+            )
+        else:
+            out.append(f"Engine arithmetic, {option}: {a['text']}.")
+    return tuple(out)
 
 
 def explain_token(methods: dict[str, ClipSpec], q: float, r: float, adv: float) -> list[TokenTerm]:
@@ -154,6 +225,7 @@ def explain_token(methods: dict[str, ClipSpec], q: float, r: float, adv: float) 
                 gradient == 0,
                 _rule(spec, terms, r, adv, bounds, weight),
                 bounds,
+                _arithmetic(spec, q, r, adv, weight) if not isinstance(spec, AllOf) else (),
             )
         )
     return out

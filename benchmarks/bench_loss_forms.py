@@ -36,6 +36,7 @@ DAPO = {A + "clip_ratio_low": 0.2, A + "clip_ratio_high": 0.28}
 
 ROWS = [  # (name, verl settings)
     ("gpg", {PL + "loss_mode": "gpg"}),
+    ("cispo (0.2/0.28)", {PL + "loss_mode": "cispo", **DAPO}),
     ("dro (β = 0.05)", {PL + "loss_mode": "dro", PL + "dro_beta": 0.05}),
     ("clip_cov (defaults, 0.2/0.28)", {PL + "loss_mode": "clip_cov", **DAPO}),
     ("kl_cov (defaults)", {PL + "loss_mode": "kl_cov"}),
@@ -106,7 +107,11 @@ def main():
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1: CPU time is per thread)")
     ap.add_argument("--wall", action="store_true", help="wall-clock time instead of the thread's CPU time")
+    ap.add_argument("--rows", help="comma-separated row names to run (default: all), e.g. 'gpg,cispo'")
     args = ap.parse_args()
+    if args.rows:
+        wanted = args.rows.split(",")
+        ROWS[:] = [row for row in ROWS if row[0].split(" ")[0] in wanted]
     torch.set_num_threads(args.threads)
     clock = time.perf_counter if args.wall else time.thread_time
     inputs = make_inputs(args.batch, args.length)

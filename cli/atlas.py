@@ -7,9 +7,12 @@
 
 Per method: family, sources (arXiv id and/or engine:mode), loss aggregation, parameters with their defaults,
 the keep interval at q in {0.001, 0.01, 0.1, 0.5, 0.9, 0.99} for A > 0 and A < 0, and the divergence budget it
-equals or comes nearest to (`divclip.theory.nearest_budget`). `--at Q,R` adds the gradient weight w of a token
-with old probability Q and ratio R (∂ℓ/∂log π = −A·w; 0 means clipped). `--json` prints the same as strict JSON
-(an unbounded interval end, ∞, is null); `--markdown` prints the method table of README.md and docs/theory.md §8.
+equals or comes nearest to (`divclip.theory.nearest_budget`); where a method string carries an engine's arithmetic
+('/noclamp', GSPO's `seq_grad_mean`, the gated form's `delta_high` and `gate`) a section says where it changes w
+or the gradient against verl's, with the numbers (`divclip.theory.atlas.arithmetic`), and `--at` adds verl's w.
+`--at Q,R` adds the gradient weight w of a token with old probability Q and ratio R (∂ℓ/∂log π = −A·w; 0 means
+clipped). `--json` prints the same as strict JSON (an unbounded interval end, ∞, is null); `--markdown` prints
+the method table of README.md and docs/theory.md §8.
 """
 
 from __future__ import annotations
@@ -58,7 +61,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "--correction",
         metavar="STRING",
         help="instead: the ρ = π_old/π_rollout interval each part of a rollout correction keeps, by sequence "
-        "length (e.g. is=sequence:tis=3.0/rs=token_k3:0.01; docs/theory.md, 'The three policies')",
+        "length (e.g. is=sequence:tis=3.0/rs=token_k3:0.01, or AReaL's filter=sequence:kl_k3:sum:mask:0.5/m2po=0.04; "
+        "docs/theory.md, 'The three policies')",
     )
     p.add_argument(
         "--lengths",
@@ -86,7 +90,7 @@ def _interval_text(lo, hi) -> str:
 
 
 def _weights(row: dict, tokens) -> list[dict]:
-    from divclip.theory.atlas import gradient_weight
+    from divclip.theory.atlas import gradient_weight, verl_arithmetic
 
     out = []
     for q, r in tokens:
@@ -94,6 +98,12 @@ def _weights(row: dict, tokens) -> list[dict]:
         try:
             entry["A>0"] = float(gradient_weight(row["method"], q, r, 1.0))
             entry["A<0"] = float(gradient_weight(row["method"], q, r, -1.0))
+            if row.get("arithmetic"):  # an engine's arithmetic: the same token under verl's (`verl_arithmetic`)
+                verl = verl_arithmetic(row["method"])
+                entry["verl"] = {
+                    "A>0": float(gradient_weight(verl, q, r, 1.0)),
+                    "A<0": float(gradient_weight(verl, q, r, -1.0)),
+                }
         except ValueError as exc:  # a sequence-level or batch-selective form: say why there is no w
             entry["error"] = str(exc)
         out.append(entry)
@@ -167,14 +177,26 @@ def print_text(rows: list[dict], tokens) -> None:
     notes = [f"  {r['name']}: {r['weight_note'] or 'see docs/theory.md §8'}" for r in rows if not r["intervals"]]
     if notes:
         print("\nNo interval:\n" + "\n".join(notes))
+    arith = [(r["name"], a) for r in rows for a in r.get("arithmetic", [])]
+    if arith:
+        print(
+            "\nEngine arithmetic the method strings carry, and what it changes in w or the gradient (docs/engines.md):"
+        )
+        for name, a in arith:
+            print(f"  {name}: {a['option']}, where {a['where']}: {a['text']}")
+            print(f"      verl: {a['verl']}")
+            if a["example"]:
+                print(f"      numbers: {_example_text(a)}")
     if tokens:
         print("\nGradient weight w at a token (∂ℓ/∂log π = −A·w; 0: clipped, r: an unclipped PPO token):")
         wl = []
         for r in rows:
             for w in r["weights"]:
                 cells = [w["error"]] * 2 if "error" in w else [f"{w['A>0']:.4g}", f"{w['A<0']:.4g}"]
+                verl = w.get("verl")
+                cells += [f"{verl['A>0']:.4g}", f"{verl['A<0']:.4g}"] if verl else ["-", "-"]
                 wl.append((r["name"], f"{w['q']:g}", f"{w['r']:g}", *cells, "" if w["feasible"] else "q·r > 1"))
-        _print_table(("method", "q", "r", "w (A>0)", "w (A<0)", "note"), wl)
+        _print_table(("method", "q", "r", "w (A>0)", "w (A<0)", "verl w (A>0)", "verl w (A<0)", "note"), wl)
         for q, r in tokens:
             if q * r > 1.0:
                 print(
@@ -187,6 +209,28 @@ def print_text(rows: list[dict], tokens) -> None:
         f"the binding bounds (hi for A > 0, lo for A < 0), bounds clamped to [{CLAMP[0]:g}, {CLAMP[1]:g}]; "
         "d = 0 is equal (docs/theory.md §8)."
     )
+
+
+def _example_text(a: dict) -> str:
+    """The numbers of one `divclip.theory.atlas.arithmetic` entry, short."""
+    ex = a["example"]
+    if "log_r" in ex and "A<0" in ex:
+        return (
+            "; ".join(
+                f"log r = {x:+g}: w {ex['A>0'][i]:.4g} / {ex['A<0'][i]:.4g}, verl {ex['verl A>0'][i]:.4g} / "
+                f"{ex['verl A<0'][i]:.4g} (A>0 / A<0)"
+                for i, x in enumerate(ex["log_r"])
+            )
+            + f" at q = {ex['q']:g}"
+        )
+    if "gradient" in ex:
+        fmt = lambda v: "(" + ", ".join(f"{x:+.4g}" for x in v) + ")"  # noqa: E731
+        return f"A = {fmt(ex['A'])}, s = {ex['s']:g}: ∂ℓ/∂log π {fmt(ex['gradient'])}, verl {fmt(ex['verl gradient'])}"
+    if "hi" in ex:
+        return "hi " + ", ".join(
+            f"{h:.4g} (δ: {h1:.4g}) at q={q:g}" for q, h, h1 in zip(ex["q"], ex["hi"], ex["hi at δ"])
+        )
+    return "-"
 
 
 def markdown_table(rows: list[dict]) -> str:

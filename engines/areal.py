@@ -125,6 +125,17 @@ def is_known(key: str) -> bool:
     return any(".".join(parts[:i]) in known for i in range(1, len(parts)))
 
 
+@functools.lru_cache(maxsize=1)
+def _sections() -> frozenset:
+    """Every dotted prefix of a known key (a sub-config: `ref.optimizer`)."""
+    return frozenset(k.rsplit(".", i)[0] for k in known_keys() for i in range(1, k.count(".") + 1))
+
+
+def is_known_setting(key: str, value) -> bool:
+    """`is_known`, and a sub-config set to null (`ref.optimizer: null`: an `OptimizerConfig | None` field)."""
+    return is_known(key) or (value is None and key in _sections())
+
+
 def detect(settings: Mapping) -> float:
     """AReaL's keys in the settings, those only AReaL has (actor.eps_clip, gconfig., ...) twice."""
     return dotted_key_score(settings, is_known, _UNIQUE)
@@ -162,7 +173,7 @@ def read(settings: Mapping, **_options) -> EngineRead:
         group_size=g["gconfig.n_samples"],
         keys=keys,
         kl={"kl_ctl": g[A + "kl_ctl"], "kl_estimator": g[A + "kl_estimator"]},
-        unknown_keys=unknown_keys(settings, is_known, known_keys()),
+        unknown_keys=unknown_keys(settings, lambda k: is_known_setting(k, settings[k]), known_keys()),
     )
     _structure(s, g)
     s.spec = _spec(s, g)
@@ -320,20 +331,33 @@ def _pitfalls(s: EngineRead, settings: Mapping, g: dict) -> None:
             )
         else:
             lower, upper, level, metric = g[RS + "lower"], g[RS + "upper"], g[RS + "level"], g[RS + "metric"]
-            band = f"[{lower:g}, {upper:g}]" if lower is not None else f"at most {upper:g}"
+            band = f"outside [{lower:g}, {upper:g}]" if lower is not None else f"above {upper:g}"
             pooled = f" ({g[RS + 'agg']} over the sequence)" if level == "sequence" else ""
-            what = f"{level}-level {g[RS + 'action']} where {metric}{pooled} is not {band}"
+            if g[RS + "action"] == "mask":
+                what = f"{level}-level mask where {metric}{pooled} is {band}"
+            else:
+                what = f"{level}-level clamp of the weight to [{lower if lower is not None else 0:g}, {upper:g}]" + (
+                    f" in a sequence whose {metric}{pooled} is {band}" if level == "sequence" else ""
+                )
             weight = (
                 "the geometric mean of ρ = π_prox/π_behave over its sequence"
                 if level == "sequence" and metric == "ratio"
                 else "ρ = π_prox/π_behave"
             )
             act = (
-                "set to 0 outside the band (the token stays in the loss's denominator)"
+                "set to 0 there (the token stays in the loss's denominator)"
                 if g[RS + "action"] == "mask"
-                else "clamped to the band"
+                else "clamped"
             )
             s.notes.append(f"rejection sampling: {what} on the behaviour weight π_prox/π_behave, beside the clip")
+            if g[RS + "action"] == "mask" and g[A + "importance_sampling_level"] == "sequence":
+                s.notes.append(
+                    "rejection sampling (mask) with importance_sampling_level = sequence: AReaL's GSPO ratio and its "
+                    "per-sequence advantage are means over the tokens the filter kept (ppo_actor_loss_fn hands them "
+                    "the filtered loss_mask), while its denominator counts every token; divclip's policy_loss with "
+                    "this correction averages over every valid token, so the two losses differ where a sequence has "
+                    "masked tokens (tests/engines/test_correction_areal.py)"
+                )
             s.advice.append(
                 Pitfall(
                     "is_correction_threshold",

@@ -26,7 +26,9 @@ settings and the list of what the engine cannot say. Per engine (docs/engines.md
 * AReaL 1.0.4 `actor.rejection_sampling` (RejectionSamplingConfig: level, action, metric, agg, upper 5.0,
   lower) is the correction's `filter` and `actor.m2_threshold` its `m2po`, both only with
   `actor.use_decoupled_loss` (without it AReaL ignores rejection_sampling, and π_prox = π_old makes M2PO's
-  (log π_old − log π_prox)² zero); unclamped in log. use_decoupled_loss with neither: no correction.
+  (log π_old − log π_prox)² zero); unclamped in log. use_decoupled_loss with neither: no correction. With
+  importance_sampling_level sequence (GSPO) a mask filter also shrinks the tokens AReaL's sequence ratio and
+  advantage are averaged over; `policy_loss` does not (its read says so).
 
 Every part an engine's writer cannot say is named (no part is dropped in silence): AReaL's filter is written
 to the others only where it is a token weight they have (ratio mask/clamp), its M2PO to none.

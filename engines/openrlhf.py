@@ -12,13 +12,14 @@ The loss is `openrlhf/models/loss.py` `PolicyLoss`, read line by line for the ma
 * `gspo`: r = exp(mean_t log r_t) per sequence, the same clip (and the dual clip, if set), log s not clamped
   (verl and divclip's default clamp it at 10): the spec is '/noclamp'. The gradient runs through the mean
   (`ratio = (log_ratio * action_mask).sum(-1) / ...`), so each token gets its row's mean of the kept −A·s, not
-  its own −A·s as in verl: the clip form's `seq_grad_mean` = 1 (equal to verl's when A is one value per row,
+  its own −A·s as in verl: the clip form's `seq_grad_mean` = True (equal to verl's when A is one value per row,
   not with OpenRLHF's default GAE advantages). gspo always aggregates per sample (`token_level_loss = False`).
 * Aggregation (`aggregate_loss`): token-mean is Σ m·ℓ / Σ m; the per-sample mean divides each row's sum by its
   integer token count + 1e-8, which rounds back to the count in float32, and averages the non-empty rows:
   divclip's seq-mean-token-mean-noeps exactly (`exact_aggregation`; the `loss_agg_mode` reported keeps verl's
-  name). Both are over the optimizer step's tokens or samples (`get_loss_batch_info`): one micro-batch per
-  step here. tests/engines/test_parity_openrlhf.py holds them against `PolicyLoss` itself.
+  name). Both are over the optimizer step's tokens or samples (`iter_grad_accum_global_norm`), so the
+  micro-batches of one step sum to divclip's loss on the step's whole batch. tests/engines/test_parity_openrlhf.py
+  holds them against `PolicyLoss` itself.
 * `--actor.eps_clip_low_high LOW HIGH` wins over `--actor.eps_clip` (both sides), as `train_ppo_ray` sets it;
   LOW >= 1 is no lower bound (ratio.clamp(1 - LOW, ...) below 0), LOW = 0 none below 1, as OpenRLHF runs them.
 * IS correction (`--algo.advantage.is_correction_*`) multiplies the ppo loss by a clamped or masked
@@ -254,7 +255,7 @@ def _spec(s: EngineRead):
             eps_high=s.budget_high,
             level=s.level,
             params={
-                **dict({"seq_grad_mean": 1.0} if gspo else ()),
+                **dict({"seq_grad_mean": True} if gspo else ()),
                 "dual_clip_c": s.dual_clip_c,
                 "clamp_log_ratio": not gspo,
             },
@@ -367,7 +368,7 @@ def _is_correction(s: EngineRead, g: dict) -> None:
 
 
 def exact_aggregation(read: EngineRead) -> str:
-    """The divclip loss_agg_mode that is OpenRLHF's `aggregate_loss` exactly on one micro-batch per optimizer step
+    """The divclip loss_agg_mode that is OpenRLHF's `aggregate_loss` exactly, on the optimizer step's whole batch
     (module doc string): token-mean, or seq-mean-token-mean-noeps for the per-sample mean (gspo's too).
     `read.loss_agg_mode` keeps verl's name, which adds 1e-8 to each row's count."""
     return "seq-mean-token-mean-noeps" if read.loss_agg_mode == "seq-mean-token-mean" else read.loss_agg_mode

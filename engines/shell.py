@@ -48,6 +48,7 @@ _FILE_SUFFIXES = (".py", ".sh", ".yaml", ".yml", ".json", ".txt", ".parquet", ".
 _MODULE_FLAGS = ("-m", "--module")
 _INTERPRETER_WORD = re.compile(r"^python(\d+(\.\d+)*)?$")
 _ENV_WORD = re.compile(r"^[A-Z][A-Z0-9_]*=")
+_DOTTED_OVERRIDE = re.compile(r"^[+~]*[A-Za-z_][\w\-@/]*\.[\w\-@/.]*=")  # a hydra override: a.b=...
 _DECLARATIONS = ("export", "local", "declare", "readonly", "typeset")
 MAX_SCRIPT_DEPTH = 2  # bash -c inside bash -c
 MAX_FLAG_VALUES = 8  # values one flag takes (argparse nargs); the rest of a line is command words
@@ -112,14 +113,27 @@ def read_script(text: str, name: str, out: Tokens | None = None, depth: int = 0)
         if scripted and args[:1] and args[0] in _DECLARATIONS:  # export/local/declare NAME=...: shell variables,
             env += [w for w in args[1:] if args[0] == "export" and _ENV_WORD.match(w)]  # exported capitals the
             args = []  # environment the engine may read
+        elif scripted and not launch.entry and args[:1] and args[0].startswith(("--", "$")) and len(args) > 1:
+            out.unread.append(
+                (
+                    line,
+                    f"this command starts with {args[0]}, not a program: the line before it probably lacks its "
+                    "`\\`, so bash runs it as a command of its own and the launch before it gets none of these flags; "
+                    "divclip reads them with the launch, as the script means",
+                )
+            )
+        elif scripted and not launch.entry and args and not any(_DOTTED_OVERRIDE.match(w) for w in args):
+            out.ignored += args  # another program's flags (`huggingface-cli download --local-dir ...`)
+            args = []
         part = read_tokens(env + args, Tokens(), None, f"line {line} of {name!r}", line, expand=False)
         # a value the shell expands from the run's environment is unknown here only in a script that runs the
         # engine; in an override list no shell expands it, and the engine would get `$CLIP` as written
         _merge(out, part, line, unresolved if scripted else [])
         if launch.entry and launch.args:
             shown = _entry_shown(launch.skipped)
-            shown += f" (in the function called at line {called})" if called else ""
-            out.launches.append(ScriptLaunch(line, shown, dict(part.values), set(part.added), list(part.deletions)))
+            shown += f" (in a function, line {line})" if called else ""  # listed at the line of its call
+            values, added, deletions = dict(part.values), set(part.added), list(part.deletions)
+            out.launches.append(ScriptLaunch(called or line, shown, values, added, deletions))
         else:
             out.common.update(part.values)
         for first, last, body in heredocs:

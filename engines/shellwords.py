@@ -803,10 +803,17 @@ class _Runner:
         self.unresolved: list = []
         self.call_lines: list = []  # per command: the line of the outermost function call it runs in, or None
         self.calls: list = []  # the lines of the calls being run
+        self.steps = 0  # commands run so far, calls included (bounded by MAX_WORDS)
 
     def run(self, items: list, depth: int = 0) -> None:
         env, branches = self.env, self.branches
         for item in items:
+            self.steps += 1
+            if self.steps > MAX_WORDS:  # functions calling functions: ten calls each, eight deep, is 10^8 commands
+                raise ConfigError(
+                    f"config {env.name!r} runs more than {MAX_WORDS} commands through its function calls: refused "
+                    "before reading them (a launch script runs a few hundred)"
+                )
             if isinstance(item, _Function):
                 if branches.active():
                     self.functions[item.name] = item

@@ -22,7 +22,9 @@ by one (tests/engines/test_skyrl.py runs each against `divclip.theory.policy_los
   Both see SkyRL's pre-scaled advantages (below): Clip-Cov's covariance window compares (Â − mean Â)(log π − ...)
   with clip_cov_lb/ub on the scaled Â (a different set of tokens than on A), and KL-Cov's κ·|log r| is not
   scaled, so it enters as a token sum; `aggregation` below gives the scale that makes divclip's loss theirs.
-  `rollout_is`, `cross_entropy`, `importance_sampling`: reported, not modelled.
+  `rollout_is`, `cross_entropy`, `importance_sampling`: reported, not modelled as a method. `rollout_is`'s weight
+  is read as the bypass correction `is=token:mask=LO_HI/bypass` (divclip.engines.read_correction); under method
+  `ratio/gpg` policy_loss with it is SkyRL's loss (tests/engines/test_skyrl_rollout_is.py).
 * `divclip_method`: divclip's plug-in (`PLUGIN`), any divclip method string.
 Every loss returns Σ mask·ℓ: SkyRL scales the advantages beforehand so that the sum is the `loss_reduction`
 (`apply_loss_reduction_to_advantages_minibatch`), and multiplies by its off-policy correction
@@ -611,8 +613,13 @@ def _pitfalls(s: EngineRead, g: dict) -> None:
                 "is_correction_threshold",
                 f"off-policy correction on ({what}): every token's "
                 f"loss is weighted by π_old/π_rollout beside the clip; "
-                "divclip reads it as a rollout correction (divclip.engines.read_correction), which "
-                "translate carries or names",
+                + (
+                    "with policy_loss_type rollout_is SkyRL also weights by π_θ/π_rollout, and one divclip "
+                    "correction holds one of the two: divclip.engines.read_correction refuses the pair by name"
+                    if s.loss_mode == "rollout_is"
+                    else "divclip reads it as a rollout correction (divclip.engines.read_correction), which "
+                    "translate carries or names"
+                ),
                 OPC + "tis_ratio_type",
                 f"skyrl {VERSION} skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py",
             )

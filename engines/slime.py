@@ -13,7 +13,7 @@ The loss is `slime/utils/ppo_utils.py` and `slime/backends/megatron_utils/loss.p
   anything else -> `compute_policy_loss`, PPO's clip with `--eps-clip` / `--eps-clip-high` (None: eps-clip) and
   the dual clip `--eps-clip-c` (off by default). r = exp(log π - log π_old) unclamped (verl clamps log r at ±20):
   every spec read here is '/noclamp' (the form parameter clamp_log_ratio=False), gspo's log s too. gspo differentiates s
-  through the per-sequence mean (the clip form's `seq_grad_mean` = 1: each token gets its row's mean of the kept
+  through the per-sequence mean (the clip form's `seq_grad_mean` = True: each token gets its row's mean of the kept
   −A·s). ε_low = --eps-clip >= 1 is no lower bound (ratio.clamp(1 - ε, ...) below 0), as slime runs it.
 * The loss is summed per sample over its tokens and divided by the sample's (rollout's) token count, at least 1
   (`get_sum_of_sample_mean`), and `loss_function` divides the sum over samples by the step's sample count,
@@ -22,11 +22,15 @@ The loss is `slime/utils/ppo_utils.py` and `slime/backends/megatron_utils/loss.p
   sum over `loss_function`'s num_tokens, each sample's count at least 1: token-mean-min1 exactly (token-mean
   when no sample is empty). tests/engines/test_parity_slime.py holds both against slime's own `loss_function`.
 * `--use-opsm` multiplies the loss by OPSM's mask (`compute_opsm_mask`: 0 on the tokens with A < 0 of a sample
-  whose mean log(π_old/π_θ) exceeds `--opsm-delta`), the denominators unchanged: named, not modelled.
+  whose mean log(π_old/π_θ) exceeds `--opsm-delta`), the denominators unchanged: not in the spec; the warning
+  gives the exact recipe, divclip's correction 'opsm=δ' with rollout_log_prob = π_old (TRL's OPSM compares with
+  π_rollout, so read_correction does not return it).
 * `--use-tis` multiplies the loss by clamp(π_old/π_rollout, tis-clip-low, tis-clip) (`vanilla_tis_function`); a
   custom function (`--custom-tis-function-path`, e.g. ICEPOP's mask) may replace it. A weight beside the clip.
 * `--use-rollout-logprobs` takes the inference engine's log-probs as π_old: then even one step per rollout sees
-  a ratio other than 1 (the train/inference mismatch), and the clip acts on that mismatch.
+  a ratio other than 1 (the train/inference mismatch), and the clip acts on that mismatch
+  (`EngineRead.ratio_anchor` = 'rollout': divclip's loss equals it with old_log_prob the rollout's log-probs;
+  --use-tis then still weighs by the recomputed π_old over π_rollout, which that call cannot see: named).
 
 Updates per rollout: `rollout_batch_size × n_samples_per_prompt` samples in steps of `global_batch_size`
 (or `--num-steps-per-rollout` steps), one pass (slime has no PPO epochs).
@@ -162,6 +166,8 @@ def read(settings: Mapping, **_options) -> EngineRead:
         unknown_keys=_typos(settings),
     )
     _structure(s, g)
+    if g["--use-rollout-logprobs"]:
+        s.ratio_anchor = "rollout"  # policy_loss_function: old_log_probs = batch["rollout_log_probs"]
     if form != "other":
         s.ratio_bounds = [max(1.0 - low, 0.0), 1.0 + high]
         s.spec = _spec(s)
@@ -269,7 +275,7 @@ def _spec(s: EngineRead):
             eps_high=s.budget_high,
             level=s.level,
             params={
-                **dict({"seq_grad_mean": 1.0} if s.level == "sequence" else ()),
+                **dict({"seq_grad_mean": True} if s.level == "sequence" else ()),
                 "dual_clip_c": s.dual_clip_c,
                 "clamp_log_ratio": False,
             },
@@ -310,7 +316,13 @@ def _pitfalls(s: EngineRead, g: dict) -> None:
                 "opsm_not_modelled",
                 f"--use-opsm: slime multiplies the policy loss by OPSM's mask, 0 on every token with A < 0 of a "
                 f"sample whose mean log(π_old/π_θ) exceeds --opsm-delta {g['--opsm-delta']:g} (the denominators "
-                "keep those tokens); divclip's spec does not carry it, so its loss is slime's without the mask",
+                "keep those tokens); divclip's spec does not carry it: policy_loss with the correction "
+                f"'opsm={g['--opsm-delta']:g}' and rollout_log_prob = π_old (not π_rollout) computes it"
+                + (
+                    " (with --use-tis too, whose weight is of π_old/π_rollout, no one correction does)"
+                    if g["--use-tis"]
+                    else ""
+                ),
                 "--use-opsm",
                 f"slime {COMMIT[:8]} slime/utils/ppo_utils.py compute_opsm_mask, {loss}",
             )
@@ -327,7 +339,14 @@ def _pitfalls(s: EngineRead, g: dict) -> None:
                 "is_correction_threshold",
                 f"TIS on: every token's loss is weighted by {what} (train/inference mismatch), beside the PPO clip; "
                 "divclip reads it as a rollout correction (divclip.engines.read_correction), which "
-                "translate carries or names",
+                "translate carries or names"
+                + (
+                    "; with --use-rollout-logprobs the ratio is π_θ/π_rollout while the weight stays the recomputed "
+                    "π_old's over π_rollout: give policy_loss old_log_prob = π_rollout and that correction's weights "
+                    "(of π_old, rollout_correction) as rollout_is_weights"
+                    if g["--use-rollout-logprobs"]
+                    else ""
+                ),
                 "--use-tis",
                 f"slime {COMMIT[:8]} {loss} (vanilla_tis_function, icepop_function)",
             )

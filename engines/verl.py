@@ -197,10 +197,58 @@ HYDRA_FLAGS = frozenset(
 is refused by its argparse ("unrecognized arguments")."""
 
 
-def is_known(key: str) -> bool:
-    """A key verl's Hydra accepts: a leaf of its config, or a key below an open (empty/null) leaf, or one of
-    hydra's own options (`--config-name`, `hydra.*`)."""
-    known = known_keys()
+# verl's packaged trainer configs beside ppo_trainer (`--config-name ppo_megatron_trainer`): each one's leaf keys as
+# a difference from ppo_trainer's ("NAME +key" / "NAME -key" lines), a snapshot of their _generated_*.yaml that
+# tests/engines/test_verl_config_names.py checks against the installed verl. Their defaults of KEYS are ppo_trainer's.
+TRAINER_CONFIGS = ("ppo_trainer", "ppo_megatron_trainer", "ppo_torchtitan_trainer", "ppo_veomni_trainer")
+TRAINER_CONFIGS_FILE = Path(__file__).with_name(f"verl_{VERSION}_trainer_configs.txt")
+CONFIG_NAME_FLAGS = ("--config-name", "-cn")
+
+
+@functools.lru_cache(maxsize=len(TRAINER_CONFIGS))
+def config_keys(name: str) -> frozenset:
+    """The leaf keys of one of verl's packaged trainer configs (`TRAINER_CONFIGS`)."""
+    if name == "ppo_trainer":
+        return known_keys()
+    plus, minus = set(), set()
+    for line in TRAINER_CONFIGS_FILE.read_text().splitlines():
+        if line and not line.startswith("#") and line.split()[0] == name:
+            key = line.split()[1]
+            (plus if key[0] == "+" else minus).add(key[1:])
+    return frozenset((known_keys() - minus) | plus)
+
+
+def config_name(settings: Mapping) -> str | None:
+    """The `--config-name` a launch gives verl's entry point (its `.yaml` suffix dropped), or None."""
+    for flag in CONFIG_NAME_FLAGS:
+        value = settings.get(flag)
+        if isinstance(value, str) and value:
+            return value.strip("'\"").removesuffix(".yaml")
+    return None
+
+
+def _config_tree(settings: Mapping) -> tuple[frozenset, str]:
+    """(the keys verl's config accepts for this launch, a note): a packaged --config-name's keys, else ppo_trainer's."""
+    name = config_name(settings)
+    if name is None or name == "ppo_trainer":
+        return known_keys(), ""
+    if name in TRAINER_CONFIGS:
+        return config_keys(name), (
+            f"--config-name {name}: keys checked against verl {VERSION}'s {name} (_generated_{name}.yaml); "
+            "its defaults of the settings read here are ppo_trainer's"
+        )
+    path = settings.get("--config-path") or settings.get("-cp")
+    where = f" in --config-path {path}" if isinstance(path, str) else ""
+    return known_keys(), (
+        f"--config-name {name} is the example's own config{where}, not one verl {VERSION} packages: divclip has not "
+        "read it, so its defaults are taken as ppo_trainer's and a key it adds may be named as unknown"
+    )
+
+
+def is_known(key: str, known: frozenset | None = None) -> bool:
+    """A key verl's Hydra accepts: a leaf of its config (`known`: ppo_trainer's unless a --config-name picks another),
+    or a key below an open (empty/null) leaf, or one of hydra's own options (`--config-name`, `hydra.*`)."""
+    known = known_keys() if known is None else known
     if key in known or key in HYDRA_FLAGS or key.startswith("hydra."):
         return True
     parts = key.split(".")
@@ -230,6 +278,7 @@ def read(settings: Mapping, **_options) -> EngineRead:
     c = g[A + "clip_ratio_c"]
     c = None if c == math.inf else c  # min(-A·c, ·) with c = inf caps nothing: no dual clip / IS truncation
     train, mini, epochs = g["data.train_batch_size"], g[A + "ppo_mini_batch_size"], g[A + "ppo_epochs"]
+    known, config_note = _config_tree(settings)
     minibatches = max(1, math.ceil(train / mini))
     updates = epochs * minibatches
     s = EngineRead(
@@ -260,10 +309,12 @@ def read(settings: Mapping, **_options) -> EngineRead:
             "adv_estimator": g["algorithm.adv_estimator"],
         },
         keys=keys,
-        unknown_keys=unknown_keys(settings, is_known, known_keys()),
+        unknown_keys=unknown_keys(settings, lambda k: is_known(k, known), known),
         roles=ROLES,
         on_policy_fix="ppo_epochs > 1 or ppo_mini_batch_size < train_batch_size",
     )
+    if config_note:
+        s.notes.append(config_note)
     if mode == "sapo" and s.loss_agg_mode != "seq-mean-token-mean":
         s.notes.append(
             f"verl {VERSION}'s sapo aggregates seq-mean-token-mean whatever loss_agg_mode says ({s.loss_agg_mode})"
@@ -352,7 +403,7 @@ def _dppo_spec(s, settings, g, keys):
 
     # δ_high where clip_ratio_high differs; verl's own gate arithmetic (its +1e-8, prob <= old_prob), so that
     # every decision is verl's (divclip.theory.forms.gated)
-    params = {"gate": 1.0, **({"delta_high": s.budget_high} if s.budget_high != s.budget_low else {})}
+    params = {"gate": "verl", **({"delta_high": s.budget_high} if s.budget_high != s.budget_low else {})}
     return ClipSpec(s.measure, delta=s.budget_low, form="gated", params={**dict(params), "tis_cap": s.tis_cap})
 
 

@@ -228,15 +228,9 @@ def _asymmetry(s, intended):
                         _k(s, "eps_high"),
                     )
                 )
-    if s.form == "gated" and s.budget_low != s.budget_high:
-        out.append(
-            finding(
-                "asymmetric_contradicts_measure",
-                f"{s.loss_mode} uses δ_low = {s.budget_low:g} and δ_high = {s.budget_high:g}: a {s.measure} budget is "
-                "one δ whose interval is already asymmetric per token; two δs are two different measures.",
-                _k(s, "eps_high"),
-            )
-        )
+    # A gated (DPPO) read with δ_low != δ_high is no contradiction: it is two budgets of one measure, the A > 0 side
+    # gated at δ_high and the A < 0 side at δ_low, as SkyRL's dppo and verl's dppo_* compute it, and the spec carries
+    # it (the gated form's `delta_high`; `divclip atlas` shows the two widths).
     return out
 
 

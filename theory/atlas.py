@@ -37,11 +37,13 @@ __all__ = [
     "METHODS",
     "Q_GRID",
     "Method",
+    "arithmetic",
     "catalogue",
     "declare_method",
     "find_method",
     "gradient_weight",
     "interval",
+    "verl_arithmetic",
 ]
 
 Q_GRID = (0.001, 0.01, 0.1, 0.5, 0.9, 0.99)
@@ -124,6 +126,126 @@ def interval(spec, q, sign: int):
     )
 
 
+# ------------------------------------------------------------------- an engine's arithmetic against verl's
+EXAMPLE_LOG_R = 25.0
+"""The log-ratio at which `arithmetic` shows what verl's clamp (|log r| <= 20) does: beyond it, inside float64."""
+EXAMPLE_Q = 1e-12
+"""The old probability of that example token: q·e^25 ≈ 0.072, so π_θ = q·r is a probability."""
+_ENGINE_PARAMS = ("clamp_log_ratio", "seq_grad_mean")
+"""Form parameters an engine's read sets where its arithmetic is not verl's (dropped, they take the form's defaults,
+verl's); the gated form's `delta_high` is verl's too (verl's upper clip width beside its lower one under dppo_*)."""
+
+
+def _clamps(spec) -> bool:
+    return bool(spec.param("clamp_log_ratio", True))
+
+
+def verl_arithmetic(spec):
+    """The spec with verl's arithmetic where an engine's read departs from it (docs/engines.md): log r clamped
+    (±20 at token level, log s <= 10 for GSPO) with the gradient zeroed beyond, GSPO's gradient sg(s)·π/sg(π)
+    (`seq_grad_mean` 0). The budget (a gated form's two δs too), form and every other option stay."""
+    import dataclasses
+
+    spec = _as_spec(spec)
+    if getattr(spec, "parts", None) is not None:
+        return spec
+    params = tuple((k, v) for k, v in spec.params if k not in _ENGINE_PARAMS)
+    return dataclasses.replace(spec, params=params)
+
+
+def _w(spec, q, r, adv) -> float:
+    return float(gradient_weight(spec, q, r, adv))
+
+
+def arithmetic(spec) -> list[dict]:
+    """The engine arithmetic `spec` carries ('/noclamp', `seq_grad_mean`, `delta_high`, `gate`) and what it
+    changes in w(q, r, A) or the gradient against verl's: one JSON-ready dict per option, {option, where, text,
+    verl, example}; [] for a spec with none of them.
+
+    `example` holds the numbers that show it, from the form's own weight (`gradient_weight`) on the spec and on
+    `verl_arithmetic(spec)`: for '/noclamp' the token q = 1e-12, log r = +25 (and −25) under each sign of A; for
+    `seq_grad_mean` one row of two kept tokens with A = (1, −1) at s = 1; for `delta_high` (verl's own too) the
+    upper bounds at δ_high and at the one δ on `Q_GRID`; `gate` = 1 changes no w beyond rounding (its decisions
+    are verl's)."""
+    from divclip.theory.forms._numpy import SEQ_LOG_RATIO_MAX, clip_bounds, upper_delta
+
+    spec = _as_spec(spec)
+    if getattr(spec, "parts", None) is not None:
+        return []
+    form, out = _form_of(spec), []
+    verl = verl_arithmetic(spec)
+    if not _clamps(spec):
+        seq = spec.level == "sequence"
+        bound = f"log s > {SEQ_LOG_RATIO_MAX:g}" if seq else "|log r| > 20"
+        example = {"q": EXAMPLE_Q, "log_r": [EXAMPLE_LOG_R, -EXAMPLE_LOG_R]}
+        if form.weight is not None:
+            for sign, key in ((1.0, "A>0"), (-1.0, "A<0")):
+                example[key] = [_w(spec, EXAMPLE_Q, np.exp(x), sign) for x in example["log_r"]]
+                example[f"verl {key}"] = [_w(verl, EXAMPLE_Q, np.exp(x), sign) for x in example["log_r"]]
+        if form.name == "gated":
+            verl_does = "verl's gated form takes its IS weight at e^{±20} (the clamp does not zero its gradient)"
+            here = "w = min(r, c) of the raw r"
+        else:
+            verl_does = f"verl clamps log {'s' if seq else 'r'} and zeroes the gradient there (w = 0)"
+            here = f"w = {'s' if seq else 'r'} wherever the clip keeps the token"
+        out.append(
+            {
+                "option": "noclamp",
+                "where": bound,
+                "text": f"log {'s' if seq else 'r'} not clamped (AReaL, slime, OpenRLHF GSPO): at {bound} {here}",
+                "verl": verl_does,
+                "example": example,
+            }
+        )
+    if spec.level == "sequence" and spec.form == "clip" and spec.param("seq_grad_mean"):
+        # one row, tokens A = (1, −1), both kept at s = 1: each token's ∂ℓ_t/∂log π_t
+        adv = np.array([1.0, -1.0])
+        s = 1.0
+        own = -adv * s  # verl: sg(s)·π_t/sg(π_t), each token its own −A·s
+        mean = np.full(2, float(np.mean(-adv * s)))  # through the mean: the row's mean of the kept −A·s
+        out.append(
+            {
+                "option": "seq_grad_mean=1",
+                "where": "rows whose tokens carry different A (GAE, token-level rewards)",
+                "text": "GSPO's gradient through the sequence mean (OpenRLHF, slime): each token gets −s·(its row's "
+                "mean of A·[kept]), not its own −A·s; with one A per row the two are equal",
+                "verl": "sg(s)·π_θ/sg(π_θ): each token its own −A·s",
+                "example": {"A": adv.tolist(), "s": s, "gradient": mean.tolist(), "verl gradient": own.tolist()},
+            }
+        )
+    if form.name == "gated" and upper_delta(spec) != spec.delta:
+        import dataclasses
+
+        q = np.asarray(Q_GRID)
+        hi = clip_bounds(spec, q)[1]
+        one = dataclasses.replace(spec, params=tuple((k, v) for k, v in spec.params if k != "delta_high"))
+        hi_one = clip_bounds(one, q)[1]
+        out.append(
+            {
+                "option": f"delta_high={upper_delta(spec):g}",
+                "where": "A > 0 tokens with r > 1",
+                "text": f"two widths of one {spec.measure_name}: A > 0 gated at D <= δ_high = {upper_delta(spec):g}, "
+                f"A < 0 at D <= δ = {spec.delta:g} (SkyRL delta_low/delta_high, verl's two dppo widths)",
+                "verl": f"verl's dppo_* with two widths alike; a single δ = {spec.delta:g} "
+                "would bound the upper side by it too",
+                "example": {"q": list(Q_GRID), "hi": hi.tolist(), "hi at δ": hi_one.tolist()},
+            }
+        )
+    if form.name == "gated" and spec.param("gate") == 1.0:
+        out.append(
+            {
+                "option": "gate=1",
+                "where": "tokens within rounding of the bound, A = 0 tokens",
+                "text": "decided with verl 0.9.1's dppo arithmetic (binary KL's +1e-8, the side by prob <= old_prob, "
+                "A = 0 on the negative side): verl's decisions bit for bit; w and the intervals move by under "
+                "1e-8/(1 − q) in D",
+                "verl": "this is verl's own arithmetic (divclip's methods decide on the exact D)",
+                "example": {},
+            }
+        )
+    return out
+
+
 # ------------------------------------------------------------------------------------- named methods
 # The named methods are the one catalogue, `divclip.theory.methods.METHODS` (re-exported here); `_METHODS` is its
 # read-only view, for this module's lookups.
@@ -199,9 +321,12 @@ def _parameters(spec, form: Form) -> list[dict]:
         elif getattr(spec, "parts", None) is None:
             doc = f"budget of D = {spec.measure_name}"
             out.append({"name": "delta", "value": spec.delta, "default": None, "doc": doc})
+    at_level = form.extra.get("params_at_level", {})  # e.g. the clip form's seq_grad_mean: level 'sequence' only
     for p in form.params:
         value = spec.param(p.name)
         if (p.default is None or p.kind == "flag") and value == p.default:
+            continue
+        if at_level.get(p.name, spec.level) != spec.level:
             continue
         out.append({"name": p.name, "value": value, "default": p.default, "doc": p.doc})
     return out
@@ -274,6 +399,7 @@ def atlas_row(method: Method, with_nearest: bool = True) -> dict:
         "token_level": form.weight is not None,
         "weight_note": _SEQUENCE_NOTE if spec.level == "sequence" else form.weight_note,
         "intervals": _intervals(spec),
+        "arithmetic": arithmetic(spec),
     }
     if with_nearest:
         row["nearest"] = nearest_budget(row["intervals"])

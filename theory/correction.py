@@ -20,7 +20,7 @@ ignored, nothing else is; "none" is the empty correction):
                                               log π_rollout - log π_train exceeds NUMBER gets weight 0
            | "filter=" FILTER                  AReaL's rejection_sampling (`Filter`): its behaviour weight, masked or
                                               clamped by a ratio or KL statistic of a token or a sequence
-           | "m2po=" NUMBER                    AReaL's M2PO (m2_threshold): drop the tokens of the batch with the
+           | "m2po=" NUMBER                    AReaL's M2PO threshold: drop the tokens of the batch with the
                                               largest (log ρ)² until the mean of the rest is below NUMBER
            | "noclamp"                         exp of the raw log-ratio (TRL); default: log ρ clamped to ±20 (verl)
            | "bypass"                          verl's bypass mode: π_old is π_rollout, ρ = π_θ/π_rollout in the loss
@@ -246,7 +246,7 @@ class Correction:
     filter: Filter | None = None
     """AReaL's rejection_sampling: its behaviour weight (instead of an is= weight) with its mask or clamp."""
     m2po: float | None = None
-    """AReaL's M2PO threshold τ (m2_threshold): of the batch's valid tokens, those with the largest (log ρ)² are
+    """AReaL's M2PO threshold τ (AReaL's M2PO setting): of the batch's valid tokens, those with the largest (log ρ)² are
     dropped (they leave the loss's mask and denominator) until the mean (log ρ)² of the rest is below τ; applied
     before every other part, which then sees the reduced mask (AReaL masks before its loss)."""
 

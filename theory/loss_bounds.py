@@ -26,6 +26,7 @@ and the double-double fixed point of `divclip.theory.bounds` for lower roots bel
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from divclip.theory.bounds import _lo_fixed_point
@@ -34,36 +35,41 @@ NEWTON_STEPS = 6  # 5 reach the rounding floor on the grid of tests/theory/test_
 _EPS = torch.finfo(torch.float64).eps
 
 
-def _newton_start(delta: float, p, up):
+def _newton_start(delta: float, p, up, xp=torch):
     """t0 per token: -min(quadratic start, z∞) for the upper root, the quadratic start -√(2δ(1-p)/p) for the
     lower one (D ≈ (1-p)/(2p)·z² resp. p/(2(1-p))·u² near r = 1)."""
     q1 = 1.0 - p
-    z0 = torch.minimum(torch.sqrt((2.0 * delta) * p / q1), (delta - p * torch.log(p)) / q1)
-    u0 = torch.sqrt((2.0 * delta) * q1 / p)
-    return -torch.where(up, z0, u0)
+    z0 = xp.minimum(xp.sqrt((2.0 * delta) * p / q1), (delta - p * xp.log(p)) / q1)
+    u0 = xp.sqrt((2.0 * delta) * q1 / p)
+    return -xp.where(up, z0, u0)
 
 
 @torch.no_grad()
-def binary_kl_root_nosync(delta: float, p, up, steps: int = NEWTON_STEPS):
+def binary_kl_root_nosync(delta: float, p, up, steps: int = NEWTON_STEPS, xp=torch):
     """Per token, the root of D(r, p) = δ above 1 where `up`, below 1 elsewhere. `p` float64 in (0, 1) (B, T)
     or any shape, `up` a bool tensor of p's shape; returns float64 r. Within 3 ulps of the exact roots where the
-    numpy solver is within 4 (tests/theory/test_loss_nosync.py); no host synchronisation."""
+    numpy solver is within 4 (tests/theory/test_loss_nosync.py); no host synchronisation. With xp=np the same
+    steps on numpy arrays (`divclip.theory.forms._kernels.binary_kl_clip_bounds`, the CPU's host solve)."""
     q1 = 1.0 - p
-    c1 = torch.where(up, q1, p)  # weight of φ(t)
-    c2 = torch.where(up, p, q1)  # weight of ψ(a)
-    t = _newton_start(delta, p, up)
-    live = torch.ones_like(up)
+    c1 = xp.where(up, q1, p)  # weight of φ(t)
+    c2 = xp.where(up, p, q1)  # weight of ψ(a)
+    t = _newton_start(delta, p, up, xp)
+    live = xp.ones_like(up)
     for _ in range(steps):
-        e = torch.expm1(t)
+        e = xp.expm1(t)
         a = -c1 * e / c2
-        f = (c1 * (e - t) + c2 * (a - torch.log1p(a))) - delta
+        f = (c1 * (e - t) + c2 * (a - xp.log1p(a))) - delta
         step = f * (c2 - c1 * e) / (c1 * e)
         t_new = t - step
-        t = torch.where(live, t_new, t)
-        live = live & (step.abs() > (4.0 * _EPS) * t_new.abs())
-    upper = 1.0 + (-q1 * torch.expm1(t) / p)  # r = 1 + x at z = -t
+        t = xp.where(live, t_new, t)
+        live = live & (xp.abs(step) > (4.0 * _EPS) * xp.abs(t_new))
+    upper = 1.0 + (-q1 * xp.expm1(t) / p)  # r = 1 + x at z = -t
     for _ in range(4):  # rounding may land on r·p >= 1 (D = inf) when the root is within an ulp of 1/p
-        upper = torch.where(upper * p >= 1.0, torch.nextafter(upper, torch.zeros_like(upper)), upper)
-    lower = torch.exp(t)
-    lower = torch.where(t < -1.0, _lo_fixed_point(lower, t, torch.full_like(p, delta), p, torch), lower)
-    return torch.where(up, upper, lower)
+        upper = xp.where(upper * p >= 1.0, xp.nextafter(upper, xp.zeros_like(upper)), upper)
+    lower = xp.exp(t)
+    far = t < -1.0
+    if xp is np:  # the fixed point on the far lower roots only (numpy has no lazy where either)
+        lower[far] = _lo_fixed_point(lower[far], t[far], np.full(int(far.sum()), delta), p[far], np)
+    else:
+        lower = torch.where(far, _lo_fixed_point(lower, t, torch.full_like(p, delta), p, torch), lower)
+    return xp.where(up, upper, lower)

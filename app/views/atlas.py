@@ -19,9 +19,9 @@ from divclip.app.correction_figures import (
     parse_list,
     weight_figure,
 )
-from divclip.app.page_parts import figure, number_with_slider, share_link, show_messages
+from divclip.app.page_parts import figure, markdown_text, number_with_slider, share_link, show_messages
 from divclip.app.state import ChoiceParam, FloatParam, IntParam, MethodListParam, PageState, TextParam
-from divclip.theory.atlas import catalogue_names, find_method, method_parameters, set_parameter
+from divclip.theory.atlas import arithmetic, catalogue_names, find_method, method_parameters, set_parameter
 
 SPEC = (
     MethodListParam("methods", "methods", ("grpo", "dapo", "dppo_kl", "sapo")),
@@ -147,6 +147,22 @@ if not methods:
 
 st.subheader(f"What each method does to a token with q = {q:.4g}")
 st.table(interval_rows(methods, q), hide_index=True)
+engine_lines = []
+for method in methods:
+    try:
+        entries = arithmetic(method)
+    except ValueError:
+        entries = []  # a method theory refuses is reported by the table and figures above
+    engine_lines += [
+        f"- `{method}`, **{markdown_text(a['option'])}**, where {markdown_text(a['where'])}: "
+        f"{markdown_text(a['text'])}; {markdown_text(a['verl'])}."
+        for a in entries
+    ]
+if engine_lines:
+    st.markdown(
+        "**Engine arithmetic the method strings carry** (docs/engines.md; `divclip atlas` prints the numbers):\n"
+        + "\n".join(engine_lines)
+    )
 r_fine = r_axis(values["rmax"], 401)
 figure(cross_section_figure(methods, q, r_fine), "divclip_atlas_cross_section", key="atlas.cross_section")
 

@@ -173,6 +173,10 @@ for term in terms:
             f"- **Loss term.** `{term.loss_text}`\n"
             f"- **Gradient weight.** w = {term.weight:.6g}, so ∂ℓ/∂log π = −A·w = {term.gradient:.6g}.\n"
             f"- **Why.** {markdown_text(term.rule)}{single}"
+            + "".join(
+                f"\n- **{markdown_text(line.split(':', 1)[0])}.** {markdown_text(line.split(':', 1)[1].strip())}"
+                for line in term.arithmetic
+            )
         )
 if terms:
     st.table(

@@ -36,6 +36,15 @@ PAGES = {
     "sanity_check": ("sanity_check", {}),
     "token_explainer": ("token_explainer", {}),
     "atlas": ("atlas", {}),
+    "atlas_engines": (
+        "atlas",
+        {"methods": "grpo/noclamp,gspo/noclamp/seq_grad_mean=1,binary_tv:0.1/gated/delta_high=0.3"},
+    ),
+    # the engine arithmetic a method string carries (issue 35): /noclamp, GSPO's seq_grad_mean, DPPO's two widths
+    "token_explainer_engines": (
+        "token_explainer",
+        {"methods": "grpo/noclamp,gspo/noclamp/seq_grad_mean=1,binary_tv:0.1/gated/delta_high=0.3"},
+    ),
     # the states issue 34 found broken: a long formula (DPPO-Binary-KL) beside the interval chart, five chips
     "clip_explorer_binary_kl": ("", {"measures": "kl3,ratio,binary_kl,chi2"}),
     "reallocation_five_specs": ("reallocation", {"specs": "grpo,dapo,atr,dppo_kl,dppo_tv"}),

@@ -89,3 +89,12 @@ def test_a_token_with_log_r_1000_is_reported_not_a_traceback():
     token = example_token("r.npz", buf.getvalue())
     assert (token["i"], token["t"], token["log_r"]) == (0, 0, 1000.0)
     assert token["r"] == math.inf and token["q"] == 0.0 and token["adv"] == 1.0
+
+
+def test_the_log_ratio_clamp_is_named_and_noclamp_keeps_the_gradient():
+    """Issue 35: at r = e^25 with A < 0 (a token that rose against its advantage) verl's clamp zeroes the gradient
+    and slime, TRL and OpenRLHF's gspo ('/noclamp') keep it, w = r: the explainer says which."""
+    got = by_method(1e-12, math.exp(25.0), -1.0, "grpo,grpo/noclamp")
+    assert got["grpo"].zero and "log-ratio clamp" in got["grpo"].rule and "25 > 20" in got["grpo"].rule
+    assert not got["grpo/noclamp"].zero and got["grpo/noclamp"].weight == pytest.approx(math.exp(25.0), rel=1e-12)
+    assert "clamp" not in got["grpo/noclamp"].rule

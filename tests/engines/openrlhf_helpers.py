@@ -47,3 +47,9 @@ def load():
     _bare("openrlhf.utils", root / "utils")  # its __init__ imports the tokenizer helpers (transformers)
     loss_utils = importlib.import_module("openrlhf.utils.loss_utils")
     return loss.PolicyLoss, loss_utils.get_loss_batch_info
+
+
+def loss_utils():
+    """The installed `openrlhf/utils/loss_utils.py` module (its optimizer-step normalisers)."""
+    load()
+    return importlib.import_module("openrlhf.utils.loss_utils")

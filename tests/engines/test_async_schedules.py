@@ -19,6 +19,9 @@ A = "trainer.algorithm."
 
 
 def test_skyrl_fully_async_is_off_policy_with_its_staleness_named():
+    from skyrl_helpers import load
+
+    load()  # SkyRL's package as its own tests load it (skyrl_helpers: the Tinker backend's import on 3.11)
     from skyrl.train.config import SkyRLTrainConfig
 
     cfg = SkyRLTrainConfig().trainer.fully_async

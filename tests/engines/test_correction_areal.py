@@ -290,3 +290,49 @@ def test_filter_and_an_is_weight_would_count_twice():
     with pytest.raises(ValueError, match="m2po must be a finite number > 0"):
         Correction(m2po=0.0)
     assert parse_correction("filter=sequence:kl_k1:sum:mask:-0.2_0.1").filter.lower == -0.2
+
+
+@pytest.mark.parametrize("case", CASES[::4], ids=lambda c: "-".join(map(str, c)))
+def test_the_pitfall_says_what_is_read(case):
+    """AReaL's is_correction_threshold advice names the filter divclip reads and that translate carries it."""
+    from divclip.engines import areal as areal_engine
+
+    settings = settings_of(*case)
+    (advice,) = [a for a in areal_engine.read(settings).advice if a.code == "is_correction_threshold"]
+    c = read_correction("areal", settings)
+    assert c is not None and "read_correction" in advice.message and "translate carries" in advice.message
+    level, metric, action, _, lower, upper = case
+    assert f"{level}-level {action}" in advice.message and f"{upper:g}" in advice.message
+    if action == "mask":
+        assert metric in advice.message and "denominator" in advice.message
+    geometric = level == "sequence" and metric == "ratio"
+    assert ("geometric mean" in advice.message) == geometric
+
+
+def test_with_gspo_a_mask_filter_also_shrinks_areals_sequence_means_and_the_read_says_so(areal):
+    """AReaL's GSPO ratio and per-sequence advantage average over the filter's kept tokens: divclip's loss
+    (equal without the filter) then differs, and the read names it."""
+    from divclip.engines import areal as areal_engine
+
+    prox, behave, mask = batch(seed=7, spikes=False)
+    g = torch.Generator().manual_seed(8)
+    lp = prox + 0.1 * torch.randn(prox.shape, generator=g)
+    adv = torch.randn(prox.shape, generator=g)
+    case = ("token", "ratio", "mask", "mean", 0.8, 1.3)
+    gspo = {"actor.importance_sampling_level": "sequence", "actor.eps_clip": 0.2}
+    read = areal_engine.read({**gspo, **settings_of(*case)})
+    assert any("GSPO ratio and its per-sequence advantage" in n for n in read.notes)
+    assert not any(
+        "GSPO ratio" in n for n in areal_engine.read({**gspo, **settings_of(*case[:2], "clamp", *case[3:])}).notes
+    )
+    adv_seq = areal_engine.loss_advantages(gspo, adv, mask)
+    c = read_correction("areal", settings_of(*case))
+    plain = areal.ppo_actor_loss_fn(lp, prox, behave, adv, 0.2, mask, importance_sampling_level="sequence")[0]
+    assert float(policy_loss(lp, prox, adv_seq, mask.float(), read.spec, "token-mean")[0]) == pytest.approx(
+        float(plain), rel=1e-6
+    )
+    theirs = areal.ppo_actor_loss_fn(
+        lp, prox, behave, adv, 0.2, mask, rejection_sampling=config(areal, *case), importance_sampling_level="sequence"
+    )[0]
+    mine = policy_loss(lp, prox, adv_seq, mask.float(), read.spec, "token-mean", rollout_log_prob=behave, correction=c)
+    assert float(mine[0]) != pytest.approx(float(theirs), rel=1e-3)

@@ -7,9 +7,10 @@ with |log r| up to 30, a row whose mean log-ratio is above verl's GSPO clamp (10
 advantages, padding and an empty row.
 
 PARITY_ROWS (engine, setting, status, note) is what tests/engines/parity_report.py turns into docs/engines.md's
-table; every 'exact' row is a case of `test_policy_loss_equals_openrlhfs_own_loss`. One micro-batch per optimizer
-step: OpenRLHF normalises by the step's token (sample) totals (`get_loss_batch_info`), so its micro-batch losses
-sum to the whole step's token-mean (seq-mean-token-mean-noeps): divclip's on the step's batch.
+table; every 'exact' setting is a case of `test_policy_loss_equals_openrlhfs_own_loss` (one micro-batch per
+optimizer step). With several, OpenRLHF normalises each by the step's token (sample) totals
+(`iter_grad_accum_global_norm`), so the micro-batch losses sum to divclip's on the step's whole batch
+(`test_micro_batches_of_one_step_sum_to_divclips_loss_of_the_step`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from divclip.engines import openrlhf
 from divclip.theory.losses import policy_loss
 
 pytest.importorskip("openrlhf")
-from openrlhf_helpers import load  # noqa: E402
+from openrlhf_helpers import load, loss_utils  # noqa: E402
 from parity_inputs import assert_same, inputs, value_and_grad  # noqa: E402
 
 IS = openrlhf.IS_FLAGS
@@ -78,13 +79,14 @@ PARITY_ROWS = [("openrlhf", name, "exact", NOTES.get(name, "")) for name in SETT
     ("openrlhf", "ppo, IS correction gating binary_kl / tv", "not modelled", "read_correction refuses it by name"),
     ("openrlhf", "an all-empty batch", "named", "OpenRLHF divides 0 by 0 (NaN); divclip's loss is 0 (agg_loss)"),
 ]
+MICRO = "micro-batches of one optimizer step (ppo token/sample mean, gspo)"
+PARITY_ROWS.insert(
+    len(SETTINGS), ("openrlhf", MICRO, "exact", "their sum (the step's normalisers) is divclip's loss on the step")
+)
 
 
-def openrlhf_loss(settings: dict, lp, old, adv, mask, rollout):
-    """OpenRLHF's PolicyLoss with the arguments ActorPPOTrainer.__init__ (trainer/ray/ppo_actor.py) passes, from
-    the flags at their train_ppo_ray defaults (openrlhf.KEYS, checked against its parser by test_openrlhf.py;
-    eps_clip_low_high unset is (eps_clip, eps_clip)), called as training_step calls it."""
-    policy_loss_cls, batch_info = load()
+def _module(policy_loss_cls, settings: dict):
+    """PolicyLoss(...) as ActorPPOTrainer.__init__ builds it from these flags (see `openrlhf_loss`)."""
 
     def flag(name):
         value = settings.get(name, openrlhf.KEYS[name].default)
@@ -105,6 +107,15 @@ def openrlhf_loss(settings: dict, lp, old, adv, mask, rollout):
         is_correction_gating=flag(IS + "gating"),
         is_correction_threshold=threshold if len(threshold) == 2 else [0.0, threshold[0]],
     )
+    return module
+
+
+def openrlhf_loss(settings: dict, lp, old, adv, mask, rollout):
+    """OpenRLHF's PolicyLoss with the arguments ActorPPOTrainer.__init__ (trainer/ray/ppo_actor.py) passes, from
+    the flags at their train_ppo_ray defaults (openrlhf.KEYS, checked against its parser by test_openrlhf.py;
+    eps_clip_low_high unset is (eps_clip, eps_clip)), called as training_step calls it."""
+    policy_loss_cls, batch_info = load()
+    module = _module(policy_loss_cls, settings)
     loss = module(lp, old, adv, action_mask=mask, rollout_log_probs=rollout, **batch_info(None, mask))[0]
     return loss
 
@@ -128,11 +139,34 @@ def _both(settings, kind, dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
 @pytest.mark.parametrize("kind", ["token", "row"])
-@pytest.mark.parametrize("name", [row[1] for row in PARITY_ROWS if row[2] == "exact"])
+@pytest.mark.parametrize("name", list(SETTINGS))
 def test_policy_loss_equals_openrlhfs_own_loss(name, kind, dtype):
     ours, theirs = _both(SETTINGS[name], kind, dtype)
     engine64 = None if dtype == torch.float64 else _both(SETTINGS[name], kind, torch.float64)[1]
     assert_same(ours, theirs, dtype, engine64)
+
+
+@pytest.mark.parametrize(
+    "name", ["ppo, defaults (token-mean)", "ppo, --actor.loss_agg_mode seq-mean-token-mean", "gspo, defaults (ε 0.2)"]
+)
+def test_micro_batches_of_one_step_sum_to_divclips_loss_of_the_step(name):
+    """Two micro-batches per optimizer step (gas 2): OpenRLHF's own `iter_grad_accum_global_norm` gives each the
+    step's token (sample) totals over gas, DeepSpeed scales each backward by 1/gas; the sum is divclip's loss on
+    the step's whole batch (gas 2: the float32 totals/2 are exact, so float64 to 1e-12)."""
+    settings, gas = SETTINGS[name], 2
+    lp, old, adv, mask, rollout = inputs("token", torch.float64)
+    parts = [slice(0, 3), slice(3, 6)]  # rows 9, 5, 0 | 7, 1, 9 tokens: unequal micro-batches
+
+    def theirs(x):
+        items = [(x[p], old[p], adv[p], mask[p], rollout[p]) for p in parts]
+        total = 0.0
+        for item, info in loss_utils().iter_grad_accum_global_norm(iter(items), None, gas, lambda it: it[3]):
+            policy_loss_cls, _ = load()
+            total = total + _module(policy_loss_cls, settings)(*item[:3], action_mask=item[3], **info)[0] / gas
+        return total
+
+    ours = value_and_grad(lambda x: divclip_loss(settings, x, old, adv, mask, rollout), lp)
+    assert_same(ours, value_and_grad(theirs, lp), torch.float64)
 
 
 def test_an_all_empty_batch_is_nan_in_openrlhf_and_zero_in_divclip():
@@ -143,7 +177,7 @@ def test_an_all_empty_batch_is_nan_in_openrlhf_and_zero_in_divclip():
 
 
 def test_every_setting_is_a_row():
-    assert [row[1] for row in PARITY_ROWS if row[2] == "exact"] == list(SETTINGS)
+    assert [row[1] for row in PARITY_ROWS if row[2] == "exact"] == [*SETTINGS, MICRO]
     assert set(NOTES) <= set(SETTINGS) and len({row[1] for row in PARITY_ROWS}) == len(PARITY_ROWS)
 
 

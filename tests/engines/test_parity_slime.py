@@ -20,6 +20,8 @@ from parity_inputs import assert_same, inputs, value_and_grad
 from divclip import engines
 from divclip.engines import slime
 from divclip.engines.errors import ConfigError
+from divclip.theory.correction_apply import rollout_correction
+from divclip.theory.losses import policy_loss
 
 WHY = slime_helpers.available()
 pytestmark = pytest.mark.skipif(WHY is not None, reason=WHY or "")
@@ -56,6 +58,10 @@ SETTINGS = {
         "--calculate-per-token-loss": True,
     },
     "gspo with --use-tis (the weights inside the sequence mean's gradient)": {**GSPO, "--use-tis": True},
+    "--use-rollout-logprobs (ratio to π_rollout)": {"--use-rollout-logprobs": True, "--eps-clip-c": "3"},
+    "--use-rollout-logprobs --use-tis": {"--use-rollout-logprobs": True, "--use-tis": True},
+    "--use-opsm --opsm-delta 0.01": {"--use-opsm": True, "--opsm-delta": "0.01"},
+    "gspo, --use-opsm, per-token loss": {**GSPO, "--use-opsm": True, "--calculate-per-token-loss": True},
 }
 NOTES = {
     "grpo, defaults (per-sample mean)": "/noclamp; aggregated seq-mean-token-mean-all (every sample counts)",
@@ -66,19 +72,31 @@ NOTES = {
     "cispo, --eps-clip 1 --eps-clip-high 4 (canonical)": "/cispo/noclamp",
 }
 for _name, _settings in SETTINGS.items():  # the correction each read gives, as its string
-    if (_c := engines.read_correction("slime", _settings)) is not None:
+    if not _settings.get("--use-opsm") and (_c := engines.read_correction("slime", _settings)) is not None:
         NOTES[_name] = f"read_correction: {_c}" + (
             ", the TIS weights inside seq_grad_mean's gradient" if "gspo" in _name else ""
         )
+NOTES["--use-rollout-logprobs (ratio to π_rollout)"] = "ratio_anchor 'rollout': old_log_prob = the rollout's log-probs"
+NOTES["--use-rollout-logprobs --use-tis"] = (
+    "ratio_anchor 'rollout', and the TIS weight of the recomputed π_old as rollout_is_weights (the read's recipe)"
+)
+for _name, _settings in SETTINGS.items():
+    if _settings.get("--use-opsm"):
+        NOTES[_name] = "the recipe the read's warning (opsm_not_modelled) gives: correction opsm=δ, rollout = π_old"
 PARITY_ROWS = [("slime", name, "exact", NOTES.get(name, "")) for name in SETTINGS] + [
-    ("slime", "--use-opsm", "named", "the read warns (opsm_not_modelled): its mask is not in the spec"),
+    (
+        "slime",
+        "--use-opsm with --use-tis",
+        "named",
+        "the read warns: two anchors (π_old, π_rollout), one correction",
+    ),
     ("slime", "--custom-pg-loss-reducer-function-path", "named", "the read warns (custom_reducer_not_modelled)"),
     ("slime", "--custom-tis-function-path", "not modelled", "read_correction refuses it: a custom function is code"),
     (
         "slime",
-        "--use-tis on a batch with no loss token",
+        "--use-tis or --use-opsm on a batch with no loss token",
         "named",
-        "divclip's correction raises a ValueError (as verl does); slime's loss is 0",
+        "divclip's correction raises a ValueError (as verl does); slime's loss is 0 (--use-opsm's recipe too)",
     ),
 ]
 
@@ -86,10 +104,19 @@ PARITY_ROWS = [("slime", name, "exact", NOTES.get(name, "")) for name in SETTING
 def divclip_loss(settings: dict, lp, old, adv, mask, rollout):
     read = engines.read("slime", settings)
     spec = engines.from_engine("slime", settings)
-    correction = engines.read_correction("slime", settings)
-    kw = {} if correction is None else {"rollout_log_prob": rollout, "correction": correction}
-    from divclip.theory.losses import policy_loss
-
+    if read.ratio_anchor == "rollout":  # --use-rollout-logprobs: π_old is the rollout's
+        correction = engines.read_correction("slime", settings)
+        weights = None
+        if correction is not None:  # the is_correction_threshold warning's recipe: the recomputed π_old's weight
+            assert "rollout_is_weights" in next(a.message for a in read.advice if a.code == "is_correction_threshold")
+            weights = rollout_correction(old, rollout, mask, correction, metrics=False)[0]
+        return policy_loss(lp, rollout, adv, mask, spec, slime.exact_aggregation(read), weights)[0]
+    if settings.get("--use-opsm"):  # the opsm_not_modelled warning's recipe: slime's OPSM compares with π_old
+        assert "rollout_log_prob = π_old" in next(a.message for a in read.advice if a.code == "opsm_not_modelled")
+        kw = {"rollout_log_prob": old, "correction": f"opsm={read.keys['--opsm-delta']['value']:g}"}
+    else:
+        correction = engines.read_correction("slime", settings)
+        kw = {} if correction is None else {"rollout_log_prob": rollout, "correction": correction}
     return policy_loss(lp, old, adv, mask, spec, slime.exact_aggregation(read), **kw)[0]
 
 
@@ -106,7 +133,8 @@ def _both(settings, kind, dtype):
 @pytest.mark.parametrize("kind", ["token", "row", "empty"])
 @pytest.mark.parametrize("name", [row[1] for row in PARITY_ROWS if row[2] == "exact"])
 def test_policy_loss_equals_slimes_own_loss(name, kind, dtype):
-    if kind == "empty" and "--use-tis" in SETTINGS[name]:
+    corrected = "--use-tis" in SETTINGS[name] or "--use-opsm" in SETTINGS[name]
+    if kind == "empty" and corrected and "--use-rollout-logprobs" not in SETTINGS[name]:  # (its weights: no check)
         with pytest.raises(ValueError, match="no valid token"):  # the named row above
             _both(SETTINGS[name], kind, dtype)
         return

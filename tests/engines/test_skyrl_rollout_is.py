@@ -91,3 +91,16 @@ def test_the_keys_default_to_skyrls_algorithm_config():
     for name in ("policy_loss_type", "eps_clip_low", "eps_clip_high"):
         assert CORRECTION_KEYS["skyrl"][A + name].default == getattr(shipped, name), name
     assert read_correction("skyrl", {}) is None  # regular: no correction
+
+
+def test_the_pitfall_says_the_pair_is_refused():
+    from divclip import engines
+
+    settings = {f"{A}policy_loss_type": "rollout_is", f"{A}off_policy_correction.sequence_mask_metric": "geometric"}
+    (advice,) = [a for a in engines.read("skyrl", settings).advice if a.code == "is_correction_threshold"]
+    assert "refuses the pair by name" in advice.message
+    with pytest.raises(ValueError, match="rollout_is with off_policy_correction"):
+        read_correction("skyrl", settings)
+    regular = {f"{A}off_policy_correction.sequence_mask_metric": "geometric"}
+    (advice,) = [a for a in engines.read("skyrl", regular).advice if a.code == "is_correction_threshold"]
+    assert "translate carries or names" in advice.message and read_correction("skyrl", regular) is not None

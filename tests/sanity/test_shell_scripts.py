@@ -115,7 +115,8 @@ def test_a_function_is_read_where_it_is_called_with_its_arguments():
     raw = read_config(FUNCTIONS.encode(), name="run.sh")
     assert [launch.values.get("x.y") for launch in raw.launches] == [1, 2]
     assert raw.launches[0].values["trainer.experiment_name"] == "exp-a"
-    assert "in the function called at line 10" in raw.launches[0].command
+    # listed at the line of the call, the command's own line said
+    assert [launch.line for launch in raw.launches] == [10, 10] and "(in a function, line 4)" in raw.launches[0].command
     assert sum("is called: its body is read here" in n for n in raw.notes) == 3  # twice, then run twice
 
 
@@ -239,3 +240,12 @@ def test_a_rollout_correction_is_named_beside_the_clip_with_its_keys():
     assert found is not None and report["config"]["correction"] == str(found)
     [note] = [n for n in report["notes"] if n.startswith("beside the clip: the rollout correction")]
     assert f"{key} = 'token'" in note and str(found) in note
+
+
+def test_function_calls_are_bounded_before_they_multiply():
+    from divclip.engines.shellwords import MAX_WORDS
+    from divclip.sanity import ConfigError
+
+    lines = ["f0() { :; }"] + [f"f{i}() {{ {'; '.join([f'f{i - 1}'] * 10)}; }}" for i in range(1, 8)] + ["f7"]
+    with pytest.raises(ConfigError, match=f"runs more than {MAX_WORDS} commands through its function calls"):
+        expand_script("\n".join(lines) + "\n", "t.sh")

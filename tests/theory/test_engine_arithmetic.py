@@ -71,9 +71,9 @@ def test_seq_grad_mean_is_autograd_through_the_sequence_mean():
 @pytest.mark.parametrize(
     "params, level, match",
     [
-        ({"seq_grad_mean": 1.0}, "token", "needs level='sequence'"),
-        ({"seq_grad_mean": 0.5}, "sequence", "must be 0 or 1"),
-        ({"seq_grad_mean": 2.0}, "sequence", "seq_grad_mean"),
+        ({"seq_grad_mean": True}, "token", "needs level='sequence'"),
+        ({"seq_grad_mean": 0.5}, "sequence", "seq_grad_mean must be True or False, got 0.5"),
+        ({"seq_grad_mean": 1.0}, "sequence", "seq_grad_mean must be True or False"),
     ],
 )
 def test_seq_grad_mean_refuses_what_it_cannot_mean(params, level, match):
@@ -82,7 +82,7 @@ def test_seq_grad_mean_refuses_what_it_cannot_mean(params, level, match):
 
 
 def test_seq_grad_mean_method_string_round_trips():
-    spec = ClipSpec("ratio", eps_low=3e-4, eps_high=4e-4, level="sequence", params={"seq_grad_mean": 1.0})
+    spec = ClipSpec("ratio", eps_low=3e-4, eps_high=4e-4, level="sequence", params={"seq_grad_mean": True})
     assert parse_method(method_string(spec)) == spec and "seq_grad_mean=1" in method_string(spec)
 
 

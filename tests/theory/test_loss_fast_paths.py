@@ -70,6 +70,28 @@ def test_interval_fast_path_equals_the_general_clip(method, dtype):
         assert float(fast.clipped.sum()) > 0, "the inputs must clip some tokens"  # the test exercises the clip
 
 
+PER_TOKEN_SPECS = ["binary_kl:0.05", "binary_tv:0.2", "binary_kl:0.05/dual=3", "binary_kl:0.02/noclamp"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("method", PER_TOKEN_SPECS)
+@pytest.mark.parametrize("host", [True, False])
+def test_per_token_fast_path_equals_the_general_clip(method, dtype, host, monkeypatch):
+    """The fast path with a p-dependent measure's per-token roots (issue 31 item 7), on the CPU's host solve and on
+    the sync-free every-token solve an accelerator runs."""
+    import divclip.theory.forms._kernels as kernels
+
+    if not host:
+        monkeypatch.setattr(kernels, "HOST_COMPACTION_DEVICES", ())
+    spec = parse_method(method)
+    for seed in range(3):
+        lp, old, adv, mask = _inputs(dtype, seed)
+        fast = clip_form._interval_clip_mode(lp, old, adv, spec)
+        ref = clip_form._general_clip_mode(lp, old, adv, mask, spec)
+        _assert_terms_equal(fast, ref, f"{method} {dtype} seed {seed}")
+        assert float(fast.clipped.sum()) > 0, "the inputs must clip some tokens"
+
+
 @pytest.mark.parametrize("method", SEQUENCE_SPECS)
 def test_sequence_fast_path_equals_the_general_clip(method):
     spec = parse_method(method)

@@ -45,8 +45,8 @@ EXTRA_SPECS = [
     "ratio:0.2:0.28/dual=3",
     "dppo_kl",
     "dppo_tv",
-    "binary_kl:0.02/gated/delta_high=0.08/gate=1",  # verl's dppo arithmetic, two budgets
-    "binary_tv:0.1/gated/delta_high=0.3/gate=1",
+    "binary_kl:0.02/gated/delta_high=0.08/gate=verl",  # verl's dppo arithmetic, two budgets
+    "binary_tv:0.1/gated/delta_high=0.3/gate=verl",
     "kl3:0.02/gated/delta_high=0.05",
     "sapo",
     "grpo",
@@ -126,6 +126,7 @@ class NoHostRead(TorchDispatchMode):
         "equal",
         "is_nonzero",
         "item",
+        "binary_kl_clip_bounds",  # divclip's CPU host solve of binary-KL bounds: nonzero inside one op
     }
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):

@@ -121,7 +121,7 @@ CASES = [
             A + "clip_ratio_high": 0.2,
             A + "clip_ratio_c": 20.0,
         },
-        ClipSpec("binary_tv", delta=0.2, form="gated", params={"gate": 1.0, "tis_cap": 20.0}),  # verl's gate arithmetic
+        ClipSpec("binary_tv", delta=0.2, form="gated", params={"gate": "verl", "tis_cap": 20.0}),  # verl's gate
         CLIP,
         lambda m: m["clipfrac"] > 0.02,
         noise=0.8,
@@ -137,7 +137,7 @@ CASES = [
             A + "clip_ratio_c": 20.0,
         },
         ClipSpec(
-            "binary_kl", delta=0.05, form="gated", params={"gate": 1.0, "tis_cap": 20.0}
+            "binary_kl", delta=0.05, form="gated", params={"gate": "verl", "tis_cap": 20.0}
         ),  # verl's gate arithmetic
         CLIP,
         lambda m: m["clipfrac"] > 0.02,

@@ -2,8 +2,8 @@
 process (issue 31 item 4).
 
 - clip_ratio_low != clip_ratio_high: the gated form's `delta_high` (δ_high for the upper side);
-- a spec read from verl (`gate=1`) decides with verl's arithmetic: its decisions are verl's bit for bit in float32
-  and float64, on tokens placed within an ulp of the root D = δ, where divclip's exact gate (`gate=0`) decides
+- a spec read from verl (`gate=verl`) decides with verl's arithmetic: its decisions are verl's bit for bit in float32
+  and float64, on tokens placed within an ulp of the root D = δ, where divclip's exact gate (`gate=exact`) decides
   thousands of them differently, and on inputs that are not log-probabilities (torch.randn, log π > 0);
 - `from_engine('verl', ...)` reads those settings as that spec and `to_engine` writes them back.
 
@@ -46,23 +46,23 @@ def verl_config(low, high, cap=20.0):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("measure, verl_fn, low, high", TWO_BUDGETS, ids=IDS)
-@pytest.mark.parametrize("gate", [0.0, 1.0])
+@pytest.mark.parametrize("gate", ["exact", "verl"])
 def test_two_budgets_are_verl_dppo(ca, dtype, measure, verl_fn, low, high, gate):
     """δ_low != δ_high, both gates: loss and gradient bit-equal to verl's (no token of this batch sits within
-    verl's 1e-8 of a root); with gate=1 the clipfrac is verl's pg_clipfrac itself, A = 0 tokens included."""
+    verl's 1e-8 of a root); with gate=verl the clipfrac is verl's pg_clipfrac itself, A = 0 tokens included."""
     old, lp, adv, mask = batch(dtype, seed=2, noise=1.2, adv_zero=True)
     adv[:, 1::3] = 0.0  # tokens on which verl's pg_clipfrac counts the negative side's mask
     loss, grad, m = run_ours(old, lp, adv, mask, gated(measure, low, high, gate), "token-mean")
     v_loss, v_grad, vm = run_verl(getattr(ca, verl_fn), old, lp, adv, mask, verl_config(low, high), "token-mean")
     assert torch.equal(loss, v_loss) and torch.equal(grad, v_grad)
     assert m["clipfrac_high"] > 0.01 and m["clipfrac_low"] > 0.01  # both budgets bind
-    if gate == 1.0:
+    if gate == "verl":
         assert m["clipfrac"] == pytest.approx(vm["actor/pg_clipfrac"], rel=TOL[dtype], abs=0)
     else:
         assert vm["actor/pg_clipfrac"] > m["clipfrac"]  # divclip's own count leaves A = 0 tokens out
     # the two budgets matter: one δ on both sides (either of them) is another loss
     for one in (low, high):
-        _, g_one, _ = run_ours(old, lp, adv, mask, gated(measure, one, 0.0, gate), "token-mean")
+        _, g_one, _ = run_ours(old, lp, adv, mask, gated(measure, one, None, gate), "token-mean")
         assert not torch.equal(g_one, v_grad)
 
 
@@ -90,12 +90,12 @@ def test_verl_gate_decides_as_verl_within_an_ulp_of_the_root(ca, dtype, measure,
     _, v_grad, _ = run_verl(getattr(ca, verl_fn), old, lp, adv, mask, verl_config(low, high), "token-sum")
     verl_kept = v_grad != 0  # A = ±1 and w = min(r, c) > 0: the gradient is 0 exactly where verl's mask is
     assert 0.2 < float(verl_kept.double().mean()) < 0.8  # the tokens straddle the roots
-    spec = gated(measure, low, high, 1.0)
+    spec = gated(measure, low, high, "verl")
     _, grad, _ = run_ours(old, lp, adv, mask, spec, "token-sum")
     assert torch.equal(grad, v_grad)
     clipped = policy_terms(lp, old, adv, mask, spec).clipped
     assert torch.equal(clipped == 0, verl_kept)  # every decision, token by token
-    exact = policy_terms(lp, old, adv, mask, gated(measure, low, high, 0.0)).clipped
+    exact = policy_terms(lp, old, adv, mask, gated(measure, low, high, "exact")).clipped
     differ = int(((exact == 0) != verl_kept).sum())
     if measure == "binary_kl":  # the exact D (no +1e-8, no ratio rounding) decides many of them otherwise
         assert differ > 0.05 * len(old)
@@ -107,19 +107,19 @@ def test_verl_gate_decides_as_verl_within_an_ulp_of_the_root(ca, dtype, measure,
 @pytest.mark.parametrize("measure, verl_fn, low, high", TWO_BUDGETS, ids=IDS)
 def test_verl_gate_matches_verl_on_randn_log_probs(ca, dtype, measure, verl_fn, low, high):
     """Inputs as a unit test draws them, old_log_prob and log_prob from torch.randn: half the "probabilities" are
-    above 1, where the exact binary KL is NaN (counted as outside the budget). gate=1 runs verl's arithmetic, so
+    above 1, where the exact binary KL is NaN (counted as outside the budget). gate=verl runs verl's arithmetic, so
     the loss, gradient and clipfrac are verl's there too (docs/theory.md §4.1)."""
     g = torch.Generator().manual_seed(5)
     old, lp, adv = (torch.randn(8, 32, generator=g, dtype=torch.float64).to(dtype) for _ in range(3))
     mask = (torch.rand(8, 32, generator=g) > 0.2).to(dtype)
     assert (old > 0).any() and (lp > 0).any()
-    loss, grad, m = run_ours(old, lp, adv, mask, gated(measure, low, high, 1.0), "token-mean")
+    loss, grad, m = run_ours(old, lp, adv, mask, gated(measure, low, high, "verl"), "token-mean")
     v_loss, v_grad, vm = run_verl(getattr(ca, verl_fn), old, lp, adv, mask, verl_config(low, high), "token-mean")
     assert torch.equal(loss, v_loss) and torch.equal(grad, v_grad)
     assert m["clipfrac"] == pytest.approx(vm["actor/pg_clipfrac"], rel=TOL[dtype], abs=0)
     assert 0.05 < m["clipfrac"] < 0.95
     if measure == "binary_kl":  # the exact gate reads those tokens otherwise (D is NaN where q or p > 1)
-        _, g_exact, _ = run_ours(old, lp, adv, mask, gated(measure, low, high, 0.0), "token-mean")
+        _, g_exact, _ = run_ours(old, lp, adv, mask, gated(measure, low, high, "exact"), "token-mean")
         assert not torch.equal(g_exact, v_grad)
 
 
@@ -140,7 +140,7 @@ def test_read_from_verl_is_verls_loss_and_writes_back(ca, mode, measure, verl_fn
         f"{a}clip_ratio_c": 10.0,
     }
     spec = engines.from_engine("verl", settings)
-    assert spec == gated(measure, low, high, 1.0, cap=10.0)
+    assert spec == gated(measure, low, high, "verl", cap=10.0)
     old, lp, adv, mask = batch(torch.float32, seed=4, noise=0.8, adv_zero=True)
     loss, grad, m = run_ours(old, lp, adv, mask, spec, "token-mean")
     v_loss, v_grad, vm = run_verl(getattr(ca, verl_fn), old, lp, adv, mask, verl_config(low, high, 10.0), "token-mean")

@@ -127,7 +127,7 @@ class Param:
 DUAL_CLIP_C = Param(
     "dual_clip_c",
     None,
-    "dual-clip cap c > 1 on −A·r for A < 0 (verl vanilla's clip_ratio_c, 3 by default there); None: off",
+    "dual-clip cap c > 1 on −A·r for A < 0 (verl vanilla's dual-clip constant, 3 by default there); None: off",
     above=1.0,
     option="dual",
     label="dual-clip cap",

@@ -31,10 +31,12 @@ conversion and a multiply.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
+import numpy as np
 import torch
 
 from divclip.theory.bounds import binary_kl_root
@@ -250,12 +252,25 @@ def _divergence(spec: ClipSpec, ratio, old_log_prob, log_prob=None):
     p·(log p - log q) + (1-p)·(log(1-p) - log(1-q)) with log(1-q) = log(-expm1(log q)): no ratio is formed, so no
     clamp or overflow enters the decision, and a new probability of exactly 1 gives D = ∞ (the exact KL; verl's
     +1e-8 makes it finite there, the one deliberate difference, tests/theory/test_losses_verl.py)."""
+    if spec.measure_name == "binary_kl":
+        return _binary_kl_divergence(ratio, old_log_prob, log_prob)
     p = old_log_prob.exp().clamp_(max=1.0 - torch.finfo(old_log_prob.dtype).eps)
-    if log_prob is not None and spec.measure_name == "binary_kl":
-        log_1mp = torch.log(-torch.expm1(old_log_prob).clamp_(max=-torch.finfo(old_log_prob.dtype).eps))
-        log_1mq = torch.log(-torch.expm1(log_prob))  # -inf at q = 1
-        return p * (old_log_prob - log_prob) + (1.0 - p) * (log_1mp - log_1mq), p
     return get_measure(spec.measure)._value(ratio, p, torch), p
+
+
+def _binary_kl_divergence(ratio, old_log_prob, log_prob=None, xp=torch):
+    """`_divergence` of binary KL: (D, p), from the log-probabilities where `log_prob` is given, else from r;
+    torch tensors, or numpy arrays with xp=np (the host solve of `binary_kl_clip_bounds`), in their dtype."""
+    eps = float(xp.finfo(old_log_prob.dtype).eps)
+    p = xp.exp(old_log_prob)
+    p = xp.where(p > 1.0 - eps, 1.0 - eps, p)  # p kept below 1 (NaN stays NaN)
+    if log_prob is not None:
+        em1 = xp.expm1(old_log_prob)
+        log_1mp = xp.log(-xp.where(em1 > -eps, -eps, em1))
+        with np.errstate(divide="ignore", invalid="ignore") if xp is np else contextlib.nullcontext():
+            log_1mq = xp.log(-xp.expm1(log_prob))  # -inf at q = 1, NaN above
+        return p * (old_log_prob - log_prob) + (1.0 - p) * (log_1mp - log_1mq), p
+    return get_measure("binary_kl")._value(ratio, p, xp), p
 
 
 @torch.no_grad()
@@ -312,14 +327,119 @@ def _decision_ratio(spec: ClipSpec, ratio, log_prob, old_log_prob):
     return ratio if clamped_ok else _true_ratio(log_prob, old_log_prob)
 
 
+# ------------------------------------------------------------- binary-KL bounds solved on the host (CPU)
+CANDIDATE_SLACK = 1e-3
+"""`_binary_kl_candidates` keeps every token whose χ² exceeds δ·(1 − CANDIDATE_SLACK): far more than the rounding
+of D or χ² in float32 (a few ulps, ~1e-6 relative), so no token with a computed D > δ is left out."""
+
+
+def _binary_kl_candidates(spec: ClipSpec, ratio, old_log_prob):
+    """A superset of the tokens whose binary KL exceeds δ, from a bound cheap enough to fuse into the loss's pass:
+    D = KL(p‖q) <= χ²(p‖q) = (p − q)²/(q(1 − q)) = p(1 − r)²/(r(1 − p·r)), q = p·r, so D > δ needs
+    p(1 − r)² > δ·r·(1 − p·r), no logarithm. Tokens whose ratio is clamped (|log r| > 19 here, verl clamps at 20:
+    their D is evaluated on the log-probs), whose new probability p·r reaches 1, or with a NaN are candidates too.
+    Near r = 1 χ² ≈ 2D, so the candidates are about the tokens with D > δ/2 (0.1% of bench_loss's tokens)."""
+    p = old_log_prob.exp().clamp_(max=1.0 - torch.finfo(old_log_prob.dtype).eps)
+    q = p * ratio
+    threshold = spec.delta * (1.0 - CANDIDATE_SLACK)
+    # ~(a <= b) keeps NaN; the log-ratio test reads r (e^19 = 1.8e8, e^-19 = 5.6e-9): no log per token
+    out = ~(p * (1.0 - ratio).square() <= threshold * ratio * (1.0 - q)) | ~(q < 1.0)
+    return out | ~((ratio < math.exp(19.0)) & (ratio > math.exp(-19.0)))
+
+
+def _flat_nonzero(flags: torch.Tensor) -> np.ndarray:
+    """The flat indices of the True entries of a contiguous CPU bool tensor, as a numpy array: from its 8-byte
+    words where it has 8k entries, so that a sparse mask costs one pass over an eighth of the entries, then a look
+    at the 8 entries of each non-zero word. The scan is torch's nonzero (a host read any dispatch mode sees)."""
+    flat = flags.reshape(-1)
+    if flat.numel() % 8:
+        return flat.nonzero().reshape(-1).numpy()
+    words = flat.view(torch.int64).nonzero().reshape(-1).numpy()  # the words holding a True
+    pos = (words[:, None] * 8 + np.arange(8)).reshape(-1)
+    return pos[flat.numpy()[pos]]
+
+
+@torch.library.custom_op("divclip::binary_kl_clip_bounds", mutates_args=())
+def binary_kl_clip_bounds(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    candidates: torch.Tensor,
+    delta: float,
+    clamp: bool,
+    from_log_probs: bool,
+) -> torch.Tensor:
+    """(B, T) in log_prob's dtype: the exact binary-KL bound of every candidate token whose D > δ (the upper root
+    hi(p) where r > 1, the lower lo(p) elsewhere), NO_BOUND (-1) on every other token; CPU tensors.
+
+    r is e^{clamp(log π − log π_old, ±20)} (unclamped with clamp=False), as `_token_ratio` forms it; D is
+    `_binary_kl_divergence` (torch, as on every token: the same decisions as the sync-free path), from the
+    log-probabilities with from_log_probs, else from r, in the inputs' dtype;
+    the roots are `binary_kl_root_nosync`'s six Newton steps (float64, within 4 ulps of the exact roots, one step
+    for every root: the reference solver's Newton in log r needs ~50 near p = 1). This is the host compaction
+    of `_per_token_clip` as one op that `torch.compile` calls whole (its nonzero would break a graph), so that a
+    compiled loss on the CPU solves the clipped tokens only. The candidates are a few thousand: D is evaluated in
+    pieces of `_SERIAL_CHUNK` and the roots in numpy, because torch would spread each of those small ops over its
+    threads, which on a loaded machine waits milliseconds per op for them to wake."""
+    out = np.full(log_prob.numel(), NO_BOUND, dtype=np.float64 if log_prob.dtype == torch.float64 else np.float32)
+    idx = _flat_nonzero(candidates.contiguous())  # (K,) flat indices of the candidates
+    if idx.size:
+        index = torch.from_numpy(idx)
+        old_all, lp_all = old_log_prob.reshape(-1)[index], log_prob.reshape(-1)[index]
+        r, p, which = [], [], []
+        for start in range(0, idx.size, _SERIAL_CHUNK):  # torch's own ops, so D is `_divergence`'s to the bit
+            old, lp = old_all[start : start + _SERIAL_CHUNK], lp_all[start : start + _SERIAL_CHUNK]
+            log_ratio = lp - old
+            r_chunk = (log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP) if clamp else log_ratio).exp()
+            divergence, p_chunk = _binary_kl_divergence(r_chunk, old, lp if from_log_probs else None)
+            which.append(~(divergence <= delta))  # NaN from a log-prob above 0 is outside the budget, as in verl
+            r.append(r_chunk)
+            p.append(p_chunk)
+        r, p, which = (torch.cat(x).numpy() for x in (r, p, which))
+        if which.any():
+            with np.errstate(all="ignore"):
+                bound = binary_kl_root_nosync(delta, p[which].astype(np.float64), r[which] > 1, xp=np)
+            out[idx[which]] = bound  # rounded to the dtype as `.to(dtype)` rounds
+    return torch.from_numpy(out).reshape(log_prob.shape)
+
+
+NO_BOUND = -1.0
+_SERIAL_CHUNK = 2048
+"""`binary_kl_clip_bounds` evaluates D in pieces of this many entries: ATen's vectorised math runs a piece that
+small on the calling thread (its parallel grain), so no op waits for the thread pool to wake."""
+"""`binary_kl_clip_bounds`'s value on a token it does not clip: below every bound (bounds are >= 0), so that the
+loss tells it with one vectorised comparison."""
+
+
+@binary_kl_clip_bounds.register_fake
+def _(old_log_prob, log_prob, candidates, delta, clamp, from_log_probs):
+    return torch.empty_like(log_prob, memory_format=torch.contiguous_format)
+
+
+def _host_solves_bounds(spec: ClipSpec, ratio) -> bool:
+    """Whether `_per_token_clip` hands the binary-KL bounds to `binary_kl_clip_bounds` (eager and compiled alike):
+    on the CPU while it is a host-compaction device (`HOST_COMPACTION_DEVICES`): its host reads cost nothing
+    there, and it computes in numpy."""
+    return spec.measure_name == "binary_kl" and ratio.device.type == "cpu" and "cpu" in HOST_COMPACTION_DEVICES
+
+
 @torch.no_grad()
-def _per_token_clip(spec: ClipSpec, ratio, old_log_prob, select, true_ratio=None, log_prob=None):
+def _per_token_clip(spec: ClipSpec, ratio, old_log_prob, select, true_ratio=None, log_prob=None, ratio_from=None):
     """clip(r) with exact per-token bounds where D > δ and `select` holds, else r.
 
     A selected token with r > 1 gets its upper root hi(p), one with r < 1 its lower root lo(p). D is evaluated
-    on `true_ratio` (the unclamped ratio) when given; the value clipped is `ratio`. See `_compact_on_host` for
-    which tokens are solved.
+    on `true_ratio` (the unclamped ratio) when given, from the log-probabilities where `log_prob` is given; the
+    value clipped is `ratio`. `ratio_from`, the log π that `ratio` was formed from (token level, as
+    `_token_ratio`), lets binary KL on the CPU take the fast path: a fused χ² test picks candidates and
+    `binary_kl_clip_bounds` decides them exactly and solves the clipped ones, compiled too. Otherwise see
+    `_compact_on_host` for which tokens are solved.
     """
+    if ratio_from is not None and _host_solves_bounds(spec, ratio) and (log_prob is not None or true_ratio is None):
+        candidates = _binary_kl_candidates(spec, ratio, old_log_prob)
+        bound = binary_kl_clip_bounds(
+            old_log_prob, ratio_from, candidates, float(spec.delta), spec.param("clamp_log_ratio"), log_prob is not None
+        )
+        keep = bound < 0 if select is None else (bound < 0) | ~select
+        return torch.where(keep, ratio, bound)
     divergence, p = _divergence(spec, ratio if true_ratio is None else true_ratio, old_log_prob, log_prob)
     which = ~(divergence <= spec.delta)  # NaN from a log-prob above 0 is outside the budget, as in verl
     if select is not None:

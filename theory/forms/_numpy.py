@@ -51,10 +51,10 @@ def clip_bounds(spec, q):
 
 def upper_delta(spec):
     """The budget of the upper side (r > 1): the form's `delta_high` where the spec sets one (DPPO with
-    clip_ratio_low != clip_ratio_high, verl `dppo_kl`/`dppo_tv`), else δ; None for a budget-free spec or one of
+    two clip widths, verl `dppo_kl`/`dppo_tv`), else δ; None for a budget-free spec or one of
     measure 'ratio' (whose upper side is eps_high)."""
     for name, value in getattr(spec, "params", ()):
-        if name == "delta_high" and value != 0.0:
+        if name == "delta_high" and value is not None:
             return value
     return spec.delta
 

@@ -50,7 +50,7 @@ def loss(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> PolicyTerm
     with torch.no_grad():
         log_ratio, ratio, _ = _ratio(spec, log_prob, old_log_prob, mask)
         if spec.p_dependent:
-            clipped_ratio = _per_token_clip(spec, ratio, old_log_prob, None)
+            clipped_ratio = _per_token_clip(spec, ratio, old_log_prob, None, ratio_from=log_prob)
         else:
             clipped_ratio = torch.clamp(ratio, *ratio_bounds(spec))
         clipped, clipped_low = _flag(torch.ne, clipped_ratio, ratio), _flag(torch.gt, clipped_ratio, ratio)

@@ -8,7 +8,7 @@ TRL grpo/bnpo/dr_grpo/dapo; GSPO (verl `gspo`) at level='sequence'. Numpy weight
   TRL, slime and OpenRLHF's gspo run). At level='sequence' (GSPO) r is the sequence's length-normalised ratio s,
   every token of the sequence gets w(s), and the clamp is log s <= 10.
 
-Parameter `seq_grad_mean` (level='sequence' only; 0 or 1, default 0): 1 differentiates s = exp(mean_t log r_t)
+Parameter `seq_grad_mean` (a flag, level='sequence' only; default False): True differentiates s = exp(mean_t log r_t)
 through the mean, as OpenRLHF 0.11.2 and slime compute GSPO, instead of verl's sg(s)·π_θ/sg(π_θ): the value is
 the same, but each token's gradient is its row's mean of −A·s over the kept tokens (divided by the row's
 token count, at least 1) rather than its own −A·s. With one advantage per row the two are equal; with
@@ -66,7 +66,7 @@ def loss(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> PolicyTerm
     """
     from divclip.theory.spec import AllOf
 
-    simple = not isinstance(spec, AllOf) and not spec.p_dependent  # one p-free interval
+    simple = not isinstance(spec, AllOf)  # one interval: p-free, or a p-dependent measure's per-token roots
     if simple and spec.level == "token":
         return _interval_clip_mode(log_prob, old_log_prob, advantages, spec)
     if simple and spec.level == "sequence" and spec.param("dual_clip_c", None) is None:
@@ -96,14 +96,10 @@ def _through_the_mean(terms: PolicyTerms, log_prob, mask) -> PolicyTerms:
 
 
 def _check(spec) -> None:
-    """`seq_grad_mean` is 0 or 1, and only at level='sequence' (a token ratio has no sequence mean)."""
-    value = spec.param("seq_grad_mean")
-    if value not in (0.0, 1.0):
-        raise ValueError(f"ClipSpec.params['seq_grad_mean'] must be 0 or 1 (a flag), got {value!r}")
-    if value and spec.level != "sequence":
+    """`seq_grad_mean` only at level='sequence' (a token ratio has no sequence mean)."""
+    if spec.param("seq_grad_mean") and spec.level != "sequence":
         raise ValueError(
-            f"ClipSpec.params['seq_grad_mean'] = 1 needs level='sequence' (GSPO's sequence ratio), got "
-            f"level={spec.level!r}"
+            f"ClipSpec.seq_grad_mean = True needs level='sequence' (GSPO's sequence ratio), got level={spec.level!r}"
         )
 
 
@@ -146,8 +142,9 @@ def _sequence_clip_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec
 
 
 def _interval_clip_mode(log_prob, old_log_prob, advantages, spec: ClipSpec) -> PolicyTerms:
-    """Fast path of `loss` at token level for one p-free interval [lo, hi] (PPO, GRPO, DAPO, KL3, every ratio-clip
-    method), dual clip or not: `clipped_surrogate`'s floats in the fewest (B, T) operations. The decisions stay
+    """Fast path of `loss` at token level for one interval (PPO, GRPO, DAPO, KL3, every ratio-clip method: one
+    p-free [lo, hi]; binary KL/TV: the exact per-token roots of `_per_token_clip`), dual clip or not:
+    `clipped_surrogate`'s floats in the fewest (B, T) operations. The decisions stay
     bool and the gradient is one select, -A·r where kept and 0 elsewhere; compiled, this is one fused pass whose
     cost is its arithmetic on a CPU (0/1 float flags cost a conversion and a multiply each). The float flags the
     metrics read are converted at the end (dropped as dead code when a compiled loss does not return them).
@@ -157,7 +154,14 @@ def _interval_clip_mode(log_prob, old_log_prob, advantages, spec: ClipSpec) -> P
     and test_the_clip_mode_takes_the_fast_paths checks the dispatch reaches it."""
     import torch
 
-    from divclip.theory.forms._kernels import LOG_RATIO_CLAMP, PolicyTerms, _WithGradient, ratio_bounds
+    from divclip.theory.forms._kernels import (
+        LOG_RATIO_CLAMP,
+        PolicyTerms,
+        _decision_ratio,
+        _per_token_clip,
+        _WithGradient,
+        ratio_bounds,
+    )
 
     with torch.no_grad():
         raw = log_prob - old_log_prob  # (B, T)
@@ -165,10 +169,18 @@ def _interval_clip_mode(log_prob, old_log_prob, advantages, spec: ClipSpec) -> P
         out_of_range = (log_ratio != raw) if spec.param("clamp_log_ratio") else None  # verl's clamp stops the gradient
         ratio = log_ratio.exp() if spec.param("clamp_log_ratio") else raw.exp()
         del raw
-        lo, hi = ratio_bounds(spec)
+        if spec.p_dependent:  # only a token pushed past a bound by its own A is clipped (`_general_clip_mode`)
+            moved = (ratio - 1.0) * advantages > 0
+            true_ratio = _decision_ratio(spec, ratio, log_prob, old_log_prob)
+            clipped_ratio = _per_token_clip(spec, ratio, old_log_prob, moved, true_ratio, log_prob, log_prob)
+        else:
+            clipped_ratio = ratio.clamp(*ratio_bounds(spec))
         # -(A·r) is (-A)·r to the bit (a float product's sign is the XOR of its factors'), without a -A tensor
         loss_unclipped = torch.mul(advantages, ratio).neg_()  # -A·r
-        loss_clipped = ratio.clamp(lo, hi).mul_(advantages).neg_()  # -A·clip(r)
+        # -A·clip(r); in place on the clamp's own tensor (`_per_token_clip` may hand back `ratio` itself)
+        loss_clipped = (
+            torch.mul(clipped_ratio, advantages) if spec.p_dependent else clipped_ratio.mul_(advantages)
+        ).neg_()
         loss = torch.maximum(loss_unclipped, loss_clipped)
         clipped = loss_clipped > loss_unclipped  # the clipped branch is strictly larger: gradient 0
         del loss_clipped
@@ -214,7 +226,7 @@ def _general_clip_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec)
         elif spec.p_dependent:
             moved = (ratio - 1.0) * advantages > 0  # only a token pushed past a bound by its own A is clipped
             true_ratio = _decision_ratio(spec, ratio, log_prob, old_log_prob)
-            clipped_ratio = _per_token_clip(spec, ratio, old_log_prob, moved, true_ratio, log_prob)
+            clipped_ratio = _per_token_clip(spec, ratio, old_log_prob, moved, true_ratio, log_prob, log_prob)
         else:
             clipped_ratio = torch.clamp(ratio, *ratio_bounds(spec))
         sur = clipped_surrogate(ratio, clipped_ratio, advantages, spec.param("dual_clip_c"))
@@ -262,12 +274,13 @@ FORM = Form(
         DUAL_CLIP_C,
         Param(
             "seq_grad_mean",
-            0.0,
-            "1: GSPO's gradient through the sequence mean (OpenRLHF, slime): each token gets its row's mean of the "
-            "kept −A·s; 0: verl's sg(s)·π/sg(π), each token its own −A·s (level='sequence' only)",
-            above=-1.0,
-            at_most=1.0,
+            False,
+            "True ('/seq_grad_mean=1'): GSPO's gradient through the sequence mean (OpenRLHF, slime): each token gets "
+            "its row's mean of the kept −A·s; False: verl's sg(s)·π/sg(π), each token its own −A·s (level "
+            "'sequence' only)",
+            kind="flag",
         ),
     ),
     check=_check,
+    extra={"params_at_level": {"seq_grad_mean": "sequence"}},  # a parameter shown (atlas) only at that level
 )

@@ -2,18 +2,18 @@
 
 DPPO (arXiv:2602.04879; verl `dppo_kl`/`dppo_tv`), with any measure as the gate. Numpy weight: w = min(r, c_tis)
 on kept tokens (the clip form's keep rule without dual clip), 0 on clipped ones; r is verl's clamped ratio
-e^{clamp(log r, ±20)}, and the clamp does not zero the gradient. Its gradient, −A·min(r, c)·∇log π = −A·∇r for
-r < c, is the clip form's, token by token.
+e^{clamp(log r, ±20)} (the raw r with clamp_log_ratio False), and the clamp does not zero the gradient. Its
+gradient, −A·min(r, c)·∇log π = −A·∇r for r < c, is the clip form's, token by token.
 
 Two parameters make every verl dppo setting a spec (docs/theory.md §4.1):
 
-* `delta_high`, δ_high, the budget of the upper side where it differs from δ (verl's clip_ratio_high beside
-  clip_ratio_low): a token with r > 1 and A > 0 is gated by D <= δ_high, one with r < 1 and A < 0 by D <= δ.
-  0 (the default) means δ for both sides. The bounds every consumer reads (`ClipSpec.ratio_bounds`,
+* `delta_high`, δ_high, the budget of the upper side where it differs from δ (verl's upper clip width beside
+  its lower one under dppo_*): a token with r > 1 and A > 0 is gated by D <= δ_high, one with r < 1 and A < 0 by D <= δ.
+  None (the default) means δ for both sides. The bounds every consumer reads (`ClipSpec.ratio_bounds`,
   `_numpy.clip_bounds`) take the upper root at δ_high (`_numpy.upper_delta`).
-* `gate`, how the decision is computed: 0 (divclip's methods) on the exact D, from the log-probabilities (binary KL
-  p·(log p − log q) + (1 − p)·(log(1 − p) − log(1 − q)), no ratio formed); 1 with verl 0.9.1's own arithmetic,
-  what `from_engine('verl', ...)` reads: prob = e^{log π}, binary KL
+* `gate`, how the decision is computed: 'exact' (divclip's methods) on the exact D, from the log-probabilities
+  (binary KL p·(log p − log q) + (1 − p)·(log(1 − p) − log(1 − q)), no ratio formed), 'verl' with verl 0.9.1's
+  own arithmetic, what `from_engine('verl', ...)` reads: prob = e^{log π}, binary KL
   p·(log p_old − log π) + (1 − p)·log((1 − p + 1e-8)/(1 − q + 1e-8)), the side by q <= p / q >= p, and the
   negative-side mask for A = 0 tokens as verl's `torch.where(A > 0, ...)` (so `clipfrac` is verl's pg_clipfrac).
   Its decisions are verl's bit for bit in float32 and float64, also on tokens within an ulp of the root and on
@@ -27,21 +27,21 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from divclip.theory.forms._form import CLAMP_LOG_RATIO, Form, Param
-from divclip.theory.forms._numpy import _shaped, _verl_ratio, _zero_or_one, clip_bounds, moved_out, upper_delta
+from divclip.theory.forms._numpy import _shaped, _verl_ratio, clip_bounds, moved_out, upper_delta
 
 if TYPE_CHECKING:
     from divclip.theory.forms._kernels import PolicyTerms
     from divclip.theory.spec import ClipSpec
 
 VERL_GATE_MEASURES = ("binary_kl", "binary_tv")
-"""The measures of verl's dppo losses: the ones `gate=1` (verl's arithmetic) applies to."""
+"""The measures of verl's dppo losses: the ones `gate=verl` (verl's arithmetic) applies to."""
 VERL_EPS = 1e-8
 """verl 0.9.1 compute_policy_loss_dppo_kl adds 1e-8 to 1 − p and 1 − q inside its binary KL's log."""
 
 
 def verl_gate(spec) -> bool:
-    """True where the spec decides with verl's dppo arithmetic (`gate` = 1)."""
-    return spec.param("gate") == 1.0
+    """True where the spec decides with verl's dppo arithmetic (`gate` = 'verl')."""
+    return spec.param("gate") == "verl"
 
 
 # ------------------------------------------------------------------------------------------ numpy
@@ -63,7 +63,10 @@ def _verl_moved_out(spec, q, r, adv):
 
 def weight(spec, q, r, adv):
     """DPPO (form 'gated'): w = min(r, c_tis) on kept tokens, 0 where the bound is crossed in A's direction."""
-    ratio, _ = _verl_ratio(r)
+    # verl's clamped e^{clamp(log r, ±20)}, which keeps the gradient; the raw r with clamp_log_ratio False (SkyRL
+    # dppo read with '/noclamp'), as the torch loss's `_ratio`
+    clamps = spec.param("clamp_log_ratio", True)
+    ratio = _verl_ratio(r)[0] if clamps else np.asarray(r, dtype=np.float64)
     weight = ratio if spec.param("tis_cap", None) is None else np.minimum(ratio, spec.param("tis_cap", None))
     out = _verl_moved_out(spec, q, r, adv) if verl_gate(spec) else moved_out(spec, q, r, adv)
     return np.where(out, 0.0, weight)  # the decision sees the true ratio, as verl's dppo
@@ -71,14 +74,14 @@ def weight(spec, q, r, adv):
 
 def interval(spec, q, sign: int):
     """The clip form's ranges without a dual clip: A > 0: (0, hi(q)); A < 0: (lo(q), ∞), hi at δ_high. The TIS
-    cap truncates the weight above c but keeps the gradient, so it does not enter. With gate=1 these are the
+    cap truncates the weight above c but keeps the gradient, so it does not enter. With gate=verl these are the
     exact roots still: verl's +1e-8 moves its own by less than 1e-8/(1 − q) in D."""
     lo, hi = clip_bounds(spec, q)
     return _shaped(q, 0.0, hi) if sign > 0 else _shaped(q, lo, np.inf)
 
 
 def check(spec):
-    """delta_high: a δ-budget measure at a fixed δ; gate: 0 or 1, and 1 only for verl's two measures."""
+    """delta_high: a δ-budget measure at a fixed δ; gate 'verl' only for verl's two measures."""
     from divclip.theory.spec import is_adaptive
 
     if upper_delta(spec) != spec.delta:
@@ -92,10 +95,9 @@ def check(spec):
                 f"ClipSpec.params['delta_high']={upper_delta(spec)!r}: an adaptive δ moves one budget; give the "
                 "gated form one δ (no delta_high) to adapt it"
             )
-    _zero_or_one(spec, "gate")
     if verl_gate(spec) and (spec.measure_name not in VERL_GATE_MEASURES or spec.level != "token"):
         raise ValueError(
-            f"ClipSpec.params['gate']=1 decides with verl's dppo_kl/dppo_tv arithmetic: it needs measure "
+            f"ClipSpec.params['gate']='verl' decides with verl's dppo_kl/dppo_tv arithmetic: it needs measure "
             f"{' or '.join(VERL_GATE_MEASURES)} at level 'token', got measure={spec.measure_name!r}, "
             f"level={spec.level!r}"
         )
@@ -180,26 +182,26 @@ FORM = Form(
         Param(
             "tis_cap",
             None,
-            "truncate the stop-gradient IS weight at this value (verl dppo's clip_ratio_c); None: off",
+            "truncate the stop-gradient IS weight at this value (verl dppo's dual-clip constant); None: off",
             above=0.0,
             option="tis",
             label="TIS cap",
         ),
         Param(
             "delta_high",
-            0.0,
-            "δ_high: the upper side's budget (r > 1, A > 0) where it differs from δ, as verl's clip_ratio_high "
-            "beside clip_ratio_low under dppo_*; 0: δ for both sides",
-            at_least=0.0,
+            None,
+            "δ_high: the upper side's budget (r > 1, A > 0) where it differs from δ, as verl's upper clip width "
+            "beside its lower one under dppo_*; None: δ for both sides",
+            above=0.0,
         ),
         Param(
             "gate",
-            0.0,
-            "0: decide on the exact D (divclip's methods); 1: with verl 0.9.1's dppo arithmetic (its +1e-8, "
-            "prob <= old_prob, A = 0 on the negative side), bit for bit its decisions: the spec "
+            "exact",
+            "exact: decide on the exact D (divclip's methods); verl: with verl 0.9.1's dppo arithmetic (its "
+            "+1e-8, prob <= old_prob, A = 0 on the negative side), bit for bit its decisions: the spec "
             "`from_engine('verl', ...)` reads",
-            at_least=0.0,
-            at_most=1.0,
+            kind="choice",
+            choices=("exact", "verl"),
         ),
     ),
     check=check,
