@@ -231,10 +231,10 @@ def arithmetic(spec) -> list[dict]:
                 "example": {"q": list(Q_GRID), "hi": hi.tolist(), "hi at δ": hi_one.tolist()},
             }
         )
-    if form.name == "gated" and spec.param("gate") == 1.0:
+    if form.name == "gated" and spec.param("gate") == "verl":
         out.append(
             {
-                "option": "gate=1",
+                "option": "gate=verl",
                 "where": "tokens within rounding of the bound, A = 0 tokens",
                 "text": "decided with verl 0.9.1's dppo arithmetic (binary KL's +1e-8, the side by prob <= old_prob, "
                 "A = 0 on the negative side): verl's decisions bit for bit; w and the intervals move by under "

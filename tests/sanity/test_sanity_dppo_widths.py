@@ -62,4 +62,4 @@ def test_an_inverted_ratio_clip_still_warns():
 def test_one_delta_has_no_two_widths():
     s = _verl(A + "policy_loss.loss_mode=dppo_tv", A + "clip_ratio_low=0.2", A + "clip_ratio_high=0.2")
     assert "asymmetric_contradicts_measure" not in _codes(s)
-    assert [a["option"] for a in arithmetic(s.spec)] == ["gate=1"]  # verl's own dppo arithmetic, one δ
+    assert [a["option"] for a in arithmetic(s.spec)] == ["gate=verl"]  # verl's own dppo arithmetic, one δ

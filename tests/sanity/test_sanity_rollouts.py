@@ -16,7 +16,7 @@ FRACTIONS = ("clipfrac", "clipfrac_low", "clipfrac_high", "dual_clipfrac")
 
 def spec_of(entry, section):
     b = entry["budget"]
-    common = {"dual_clip_c": section["dual_clip_c"], "level": section["level"]}
+    common = {"params": {"dual_clip_c": section["dual_clip_c"]}, "level": section["level"]}
     if entry["measure"] == "ratio":
         return ClipSpec("ratio", eps_low=b["eps_low"], eps_high=b["eps_high"], **common)
     return ClipSpec(entry["measure"], delta=b["delta"], **common)

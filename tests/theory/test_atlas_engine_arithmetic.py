@@ -99,9 +99,9 @@ def test_delta_high_shows_the_two_widths():
 def test_verls_own_arithmetic_shows_nothing():
     for method in ("grpo", "dapo", "gspo", "dppo_kl", "sapo", "kl3:0.02&binary_tv:0.2"):
         assert arithmetic(method) == [], method
-    assert [a["option"] for a in arithmetic("binary_kl:0.02/gated/delta_high=0.08/gate=1")] == [
+    assert [a["option"] for a in arithmetic("binary_kl:0.02/gated/delta_high=0.08/gate=verl")] == [
         "delta_high=0.08",
-        "gate=1",
+        "gate=verl",
     ]
 
 
@@ -111,7 +111,7 @@ def _run(capsys, argv):
 
 
 def test_cli_text_and_json_say_the_difference(capsys):
-    methods = "grpo/noclamp,gspo/noclamp/seq_grad_mean=1,binary_tv:0.1/gated/delta_high=0.3/gate=1,grpo"
+    methods = "grpo/noclamp,gspo/noclamp/seq_grad_mean=1,binary_tv:0.1/gated/delta_high=0.3/gate=verl,grpo"
     at = f"{EXAMPLE_Q!r},{math.exp(EXAMPLE_LOG_R)!r}"
     text = _run(capsys, ["atlas", "--methods", methods, "--at", at])
     assert "Engine arithmetic" in text

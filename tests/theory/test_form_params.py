@@ -51,7 +51,12 @@ def test_shared_declarations_and_kinds():
     assert FORMS["clip"].param("dual_clip_c") is DUAL_CLIP_C and FORMS["luspo"].param("dual_clip_c") is DUAL_CLIP_C
     assert CLAMP_LOG_RATIO.kind == "flag" and CLAMP_LOG_RATIO.default is True and CLAMP_LOG_RATIO.option == "noclamp"
     flags = sorted(p.name for p in declared_params().values() if p.kind == "flag")
-    assert flags == ["clamp_log_ratio", "rollout_is_batch_normalize", "sapo_seq_mean", "seq_grad_mean"]
+    assert flags == [
+        "clamp_log_ratio",
+        "rollout_is_batch_normalize",
+        "sapo_seq_mean",
+        "seq_grad_mean",
+    ]  # booleans: flags
 
 
 @pytest.mark.parametrize(
