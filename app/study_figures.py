@@ -54,12 +54,23 @@ def _band_colour(hex_colour: str, alpha: float = 0.18) -> str:
     return f"rgba({r},{g},{b},{alpha})"
 
 
-def curves_figure(task: dict, title: str = "") -> go.Figure:
-    """Held-out greedy accuracy against the RL step: mean over seeds (line) and ± one sd (band), per method."""
+def _drawn(task: dict, methods) -> set:
+    """The method names a figure draws: `methods` (None: every method of the task) and the baseline."""
+    names = set(task["methods"]) if methods is None else set(methods)
+    unknown = names - set(task["methods"])
+    if unknown:
+        raise ValueError(f"methods must be methods of the task {sorted(task['methods'])}, got {sorted(unknown)}")
+    return names | {task["baseline"]}
+
+
+def curves_figure(task: dict, title: str = "", methods=None) -> go.Figure:
+    """Held-out greedy accuracy against the RL step: mean over seeds (line) and ± one sd (band), per method
+    (`methods`: the names drawn beside the baseline; None: all; each keeps its colour of the whole list)."""
     fig = go.Figure()
-    for i, row in enumerate(task["methods"].values()):
+    drawn = _drawn(task, methods)
+    for i, (name, row) in enumerate(task["methods"].items()):
         curve = row.get("curve")
-        if not curve:
+        if not curve or name not in drawn:
             continue
         colour = COLOURS[i % len(COLOURS)]
         steps = curve["steps"]
@@ -107,15 +118,17 @@ def _show(v) -> str:
     return "n/a" if v is None else f"{v:+.3g}"
 
 
-def difference_figure(task: dict) -> go.Figure:
+def difference_figure(task: dict, methods=None) -> go.Figure:
     """Each method's held-out accuracy minus the baseline's on the same seed, in points, against the RL step:
-    one thin line per seed and the mean over seeds (the paired view the statistics use)."""
+    one thin line per seed and the mean over seeds (the paired view the statistics use); `methods`: the names
+    drawn (None: every method but the baseline)."""
     fig = go.Figure()
     base = task["methods"][task["baseline"]]
     if not base.get("curve") or "per_seed" not in base["curve"]:
         return fig
+    drawn = _drawn(task, methods)
     for i, (name, row) in enumerate(task["methods"].items()):
-        if name == task["baseline"] or not row.get("curve"):
+        if name == task["baseline"] or not row.get("curve") or name not in drawn:
             continue
         colour = COLOURS[i % len(COLOURS)]
         steps = row["curve"]["steps"]
@@ -195,10 +208,13 @@ def comparison_rows(task: dict) -> list[dict]:
     return rows
 
 
-def claim_lines(task: dict) -> list[str]:
-    """The paper's three claims as measured, one Markdown line each, per compared method."""
+def claim_lines(task: dict, methods=None) -> list[str]:
+    """The paper's three claims as measured, one Markdown line each, per compared method (`methods`: those
+    shown; None: all)."""
     lines = []
     for method, claims in task.get("claims", {}).items():
+        if methods is not None and method not in methods:
+            continue
         label = task["methods"][method]["label"]
         for c in claims.values():
             est, lo, hi = (c[k] for k in ("estimate", "ci_low", "ci_high"))

@@ -38,15 +38,27 @@ st.markdown(
     + (f"Wall time of the study: {wall / 60:.0f} min." if (wall := wall_seconds(results)) else "")
 )
 
-figure(curves_figure(task), "study_curves", use_container_width=True)
+others = [name for name in task["methods"] if name != task["baseline"]]
+default = [name for name in ("atr",) if name in others] or others[:1]
+shown = (
+    st.multiselect(
+        f"methods drawn beside {base['label']} (the tables below hold all {len(task['methods'])})",
+        others,
+        default=default,
+        format_func=lambda name: task["methods"][name]["label"],
+    )
+    if len(others) > 1
+    else others
+)
+figure(curves_figure(task, methods=shown), "study_curves", use_container_width=True)
 st.caption(
     "Line: mean held-out greedy accuracy over seeds; band: ± one standard deviation over seeds, cut at 0 and 1. "
     "A wide band is the seeds' warm starts differing (same for every method), not the methods."
 )
 
-if len(task["methods"]) > 1:
+if shown:
     st.subheader(f"Paired: each seed's accuracy minus {base['label']}'s")
-    figure(difference_figure(task), "study_differences", use_container_width=True)
+    figure(difference_figure(task, methods=shown), "study_differences", use_container_width=True)
     st.caption(
         f"Thin lines: one seed each (same warm start and prompts for both methods); thick: the mean over seeds. "
         f"Above 0 the method beats {base['label']} on that seed."
@@ -75,7 +87,8 @@ st.markdown(
 )
 st.dataframe(comparison_rows(task), hide_index=True, use_container_width=True)
 
-lines = claim_lines(task)
+lines = claim_lines(task, methods=shown)
 if lines:
     st.subheader("The paper's three claims at this scale")
+    st.caption("Made for ATR-GRPO; measured here for the methods drawn above (choose more there).")
     st.markdown("\n".join(f"* {line}" for line in lines))

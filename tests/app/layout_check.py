@@ -36,6 +36,7 @@ PAGES = {
     "sanity_check": ("sanity_check", {}),
     "token_explainer": ("token_explainer", {}),
     "atlas": ("atlas", {}),
+    "study": ("study", {}),
     "atlas_engines": (
         "atlas",
         {"methods": "grpo/noclamp,gspo/noclamp/seq_grad_mean=1,binary_tv:0.1/gated/delta_high=0.3"},
