@@ -134,11 +134,19 @@ def _nearest_text(n: dict | None) -> str:
     return f"{n['measure']} {delta} " + ("(equal)" if n["equal"] else f"(d={n['distance']:.3g})")
 
 
+def _value_text(value) -> str:
+    """A parameter's value: a number as %g, a flag as on/off, a choice as its word."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"{value:g}" if isinstance(value, (int, float)) else str(value)
+
+
 def _params_text(row: dict) -> str:
     parts = []
     for p in row["parameters"]:
-        default = "" if p["default"] is None or p["default"] == p["value"] else f" (default {p['default']:g})"
-        parts.append(f"{p['name']}={p['value']:g}{default}")
+        same = p["default"] is None or p["default"] == p["value"]
+        default = "" if same else f" (default {_value_text(p['default'])})"
+        parts.append(f"{p['name']}={_value_text(p['value'])}{default}")
     return " ".join(parts) or "-"
 
 
