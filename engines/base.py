@@ -239,6 +239,22 @@ def as_ratio_clip(spec):
 
 
 # ---------------------------------------------------------------------------------------------- typing
+def ratio_clip_spec(s: EngineRead, *, clamp_log_ratio: bool):
+    """The ratio clip an engine's read describes (widths, level, dual clip), for the engines whose sequence level
+    differentiates through the mean (OpenRLHF and slime GSPO: the clip form's `seq_grad_mean`); None with a note
+    where no divclip method says it exactly."""
+    from divclip.theory.spec import ClipSpec
+
+    params = {"dual_clip_c": s.dual_clip_c, "clamp_log_ratio": clamp_log_ratio}
+    if s.level == "sequence":
+        params["seq_grad_mean"] = True
+    try:
+        return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, level=s.level, params=params)
+    except ValueError as exc:
+        s.notes.append(f"no divclip method says this exactly: {exc}")
+        return None
+
+
 def check_keys(values) -> None:
     """Refuse a settings mapping with a key that is not a string (an engine's keys, flags and variables are all
     names): a ConfigError naming the key, before any reader calls a string method on it."""

@@ -47,6 +47,7 @@ from divclip.engines.base import (
     as_ratio_clip,
     check_spec,
     name_loss_terms,
+    ratio_clip_spec,
     recipe_aggregation,
     typed_values,
     unknown_keys,
@@ -245,24 +246,8 @@ def _floats(settings: Mapping, flag: str, n, keys: dict):
 
 
 def _spec(s: EngineRead):
-    from divclip.theory.spec import ClipSpec
-
-    gspo = s.level == "sequence"  # no clamp of log s, the gradient through the mean (module doc string)
-    try:
-        return ClipSpec(
-            "ratio",
-            eps_low=s.budget_low,
-            eps_high=s.budget_high,
-            level=s.level,
-            params={
-                **dict({"seq_grad_mean": True} if gspo else ()),
-                "dual_clip_c": s.dual_clip_c,
-                "clamp_log_ratio": not gspo,
-            },
-        )
-    except ValueError as exc:
-        s.notes.append(f"no divclip method says this exactly: {exc}")
-        return None
+    # GSPO (sequence level): no clamp of log s, the gradient through the mean (module doc string)
+    return ratio_clip_spec(s, clamp_log_ratio=s.level != "sequence")
 
 
 def _pitfalls(s: EngineRead, settings: Mapping, g: dict) -> None:

@@ -53,6 +53,7 @@ from divclip.engines.base import (
     check_spec,
     ignored_key_advice,
     name_loss_terms,
+    ratio_clip_spec,
     recipe_aggregation,
     typed_values,
 )
@@ -262,23 +263,14 @@ def _structure(s: EngineRead, g: dict) -> None:
 
 
 def _spec(s: EngineRead):
+    # slime exponentiates the raw log-ratio (compute_policy_loss, compute_cispo_loss): no clamp
+    if s.form != "cispo":
+        return ratio_clip_spec(s, clamp_log_ratio=False)
     from divclip.theory.spec import ClipSpec
 
-    try:  # slime exponentiates the raw log-ratio (compute_policy_loss, compute_cispo_loss): no clamp
-        if s.form == "cispo":
-            return ClipSpec(
-                "ratio", eps_low=s.budget_low, eps_high=s.budget_high, form="cispo", params={"clamp_log_ratio": False}
-            )
+    try:
         return ClipSpec(
-            "ratio",
-            eps_low=s.budget_low,
-            eps_high=s.budget_high,
-            level=s.level,
-            params={
-                **dict({"seq_grad_mean": True} if s.level == "sequence" else ()),
-                "dual_clip_c": s.dual_clip_c,
-                "clamp_log_ratio": False,
-            },
+            "ratio", eps_low=s.budget_low, eps_high=s.budget_high, form="cispo", params={"clamp_log_ratio": False}
         )
     except ValueError as exc:
         s.notes.append(f"no divclip method says this exactly: {exc}")
