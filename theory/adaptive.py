@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from divclip.theory.spec import AdaptiveSpec, ClipSpec
+from divclip.theory.spec import AdaptiveSpec, ClipSpec, is_adaptive, method_string
 
 __all__ = ["DeltaController", "delta_update", "process_controller"]
 
@@ -68,7 +68,7 @@ class DeltaController:
 
     def state_dict(self) -> dict:
         return {
-            "method": _method(self.spec),
+            "method": method_string(self.spec),
             "delta": self.delta.tolist(),
             "steps": self.steps,
             "last_signal": self.last_signal.tolist(),
@@ -76,9 +76,10 @@ class DeltaController:
 
     def load_state_dict(self, state: dict) -> None:
         """Restore a `state_dict`; a ValueError when it belongs to another method or run count."""
-        if not isinstance(state, dict) or state.get("method") != _method(self.spec):
+        method = method_string(self.spec)
+        if not isinstance(state, dict) or state.get("method") != method:
             got = state.get("method") if isinstance(state, dict) else state
-            raise ValueError(f"controller state is for method {got!r}, this controller runs {_method(self.spec)!r}")
+            raise ValueError(f"controller state is for method {got!r}, this controller runs {method!r}")
         delta = np.asarray(state["delta"], dtype=np.float64)
         if delta.shape != self.delta.shape or not np.all(np.isfinite(delta)) or np.any(delta <= 0):
             raise ValueError(f"controller state has δ {state['delta']!r}; expected {self.delta.size} finite values > 0")
@@ -91,17 +92,9 @@ def process_controller(controllers: dict, method: str, spec):
     """(the spec to run now, its controller or None) for an engine plug-in that keeps one controller per process and
     method string in `controllers`: a plain spec as it is; an adaptive one through the controller of `method`,
     made on first use, at its current δ."""
-    from divclip.theory.spec import is_adaptive
-
     if not is_adaptive(spec):
         return spec, None
     ctrl = controllers.get(method)
     if ctrl is None:
         ctrl = controllers[method] = DeltaController(spec)
     return ctrl.spec_for(0), ctrl
-
-
-def _method(spec) -> str:
-    from divclip.theory.spec import method_string
-
-    return method_string(spec)

@@ -22,16 +22,30 @@ is 'grpo' with token-mean).
 `catalogue()` is the atlas: every named method and every declared form, with family, sources, parameters and
 intervals (`divclip atlas`, the app's Atlas page, the method table in README.md and docs/theory.md §8).
 
-Torch-free: this module imports `divclip.theory.spec` inside functions only (spec is the parser of the method
-strings the rows hold, and imports nothing of the atlas).
+Torch-free: the forms' numpy weights and intervals, the method-string parser (`divclip.theory.spec`, which
+imports nothing of the atlas) and the nearest-budget search, all numpy.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from divclip.theory.forms import FORMS, Form, get_form
+from divclip.theory.forms._numpy import SEQ_LOG_RATIO_MAX, clip_bounds, upper_delta
+from divclip.theory.measures import MEASURES
 from divclip.theory.methods import METHODS, Method, declare_method
+from divclip.theory.nearest_budget import nearest_budget
+from divclip.theory.spec import (
+    PRESETS,
+    AdaptiveSpec,
+    as_spec,
+    did_you_mean,
+    method_string,
+    parse_method,
+    spec_label,
+)
 
 __all__ = [
     "METHODS",
@@ -57,8 +71,6 @@ def _form_of(spec) -> Form:
 
 def _as_spec(spec):
     """A ClipSpec from a ClipSpec, a method string or an atlas name ('dcpo', 'verl:vanilla'); δ0 if adaptive."""
-    from divclip.theory.spec import AdaptiveSpec, as_spec
-
     if isinstance(spec, str) and (spec.strip() in _METHODS or spec.strip() in FORMS):
         spec = find_method(spec).method  # an atlas name that is not itself a method string
     spec = as_spec(spec)
@@ -144,8 +156,6 @@ def verl_arithmetic(spec):
     """The spec with verl's arithmetic where an engine's read departs from it (docs/engines.md): log r clamped
     (±20 at token level, log s <= 10 for GSPO) with the gradient zeroed beyond, GSPO's gradient sg(s)·π/sg(π)
     (`seq_grad_mean` 0). The budget (a gated form's two δs too), form and every other option stay."""
-    import dataclasses
-
     spec = _as_spec(spec)
     if getattr(spec, "parts", None) is not None:
         return spec
@@ -167,8 +177,6 @@ def arithmetic(spec) -> list[dict]:
     `seq_grad_mean` one row of two kept tokens with A = (1, −1) at s = 1; for `delta_high` (verl's own too) the
     upper bounds at δ_high and at the one δ on `Q_GRID`; `gate` = 1 changes no w beyond rounding (its decisions
     are verl's)."""
-    from divclip.theory.forms._numpy import SEQ_LOG_RATIO_MAX, clip_bounds, upper_delta
-
     spec = _as_spec(spec)
     if getattr(spec, "parts", None) is not None:
         return []
@@ -214,8 +222,6 @@ def arithmetic(spec) -> list[dict]:
             }
         )
     if form.name == "gated" and upper_delta(spec) != spec.delta:
-        import dataclasses
-
         q = np.asarray(Q_GRID)
         hi = clip_bounds(spec, q)[1]
         one = dataclasses.replace(spec, params=tuple((k, v) for k, v in spec.params if k != "delta_high"))
@@ -262,8 +268,6 @@ def find_method(name: str) -> Method:
     if name in FORMS and FORMS[name].example:
         form = FORMS[name]
         return Method(name, form.example, form.sources or ("divclip",))
-    from divclip.theory.spec import MEASURES, PRESETS, did_you_mean, parse_method
-
     try:
         spec = parse_method(name)
     except ValueError as exc:
@@ -280,8 +284,6 @@ def find_method(name: str) -> Method:
 def catalogue_names() -> list[str]:
     """Every row of the atlas: the named methods, then each declared form that no named method uses (at its
     `Form.example`; a form without one is left out, and tests/theory/test_atlas.py names it)."""
-    from divclip.theory.spec import parse_method
-
     names = list(_METHODS)
     used = {parse_method(m.method).form for m in _METHODS.values()}
     names += [name for name, form in FORMS.items() if name not in used and name not in _METHODS and form.example]
@@ -346,10 +348,6 @@ def set_parameter(method, name: str, value: float) -> str:
     """The method string of `method` with one parameter (a budget field such as eps_high or delta, or one its form
     declares: dual_clip_c, tis_cap, tau_pos, clip_cov_ratio, ...) set to `value`; a ValueError says what is
     allowed."""
-    import dataclasses
-
-    from divclip.theory.spec import method_string
-
     spec = _as_spec(method)
     allowed = [p["name"] for p in _parameters(spec, _form_of(spec))]
     if name not in allowed:
@@ -380,9 +378,6 @@ def atlas_row(method: Method, with_nearest: bool = True) -> dict:
     """The atlas entry of one method: name, method string, label, form, family, summary, sources, loss
     aggregation, parameters (value and default), intervals on `Q_GRID` by the sign of A (None where the form
     has none), the weight's meaning, and the divergence budget it equals or comes nearest to."""
-    from divclip.theory.nearest_budget import nearest_budget
-    from divclip.theory.spec import method_string, parse_method, spec_label
-
     spec = parse_method(method.method)
     form = _form_of(spec)
     row = {

@@ -22,6 +22,7 @@ import math
 
 import torch
 
+from divclip.theory.correction import Correction, parse_correction
 from divclip.theory.forms import FORMS
 from divclip.theory.forms._kernels import (
     LOG_RATIO_CLAMP,
@@ -249,7 +250,6 @@ def policy_loss(
 
 def _corrected_loss(lp, old, adv, mask, spec, agg, weights, kw, rollout_log_prob, correction):
     """policy_loss with the rollout correction applied (see its docstring)."""
-    from divclip.theory.correction import Correction, parse_correction
     from divclip.theory.correction_apply import rollout_correction
 
     if correction is None or rollout_log_prob is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 
+from divclip.theory.conversions import delta_for_eps
 from divclip.theory.measures import MEASURES
 from divclip.theory.methods import preset_methods
 
@@ -41,8 +42,6 @@ KL3_CLIP = "KL3 clip"
 @functools.lru_cache(maxsize=1)
 def atr_delta() -> float:
     """ATR-GRPO's KL3 budget: the δ whose lower bound is GRPO's 1 − 0.2 (0.023143551314209757)."""
-    from divclip.theory.conversions import delta_for_eps
-
     return delta_for_eps("kl3", eps_low=0.2)
 
 

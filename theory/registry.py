@@ -17,6 +17,7 @@ import dataclasses
 import re
 from collections.abc import Callable
 
+from divclip.theory.formula import parse_formula
 from divclip.theory.measures import BUILTIN_NAMES, MEASURES, Measure
 from divclip.theory.spec import PRESETS
 
@@ -65,8 +66,6 @@ def register_measure(
     The name must be usable in a method string (letters, digits, '_'), new, and not a preset's name; the
     measure's `code` must be a formula `divclip.theory.formula.parse_formula` reads.
     """
-    from divclip.theory.formula import parse_formula  # sympy: loaded only when a measure is registered
-
     if not isinstance(measure, Measure):
         raise ValueError(
             f"measure must be a divclip.theory.Measure (a subclass instance or measure_from_formula(...)), got "

@@ -55,7 +55,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from divclip.theory.conversions import delta_for_eps
 from divclip.theory.forms import FORM_NAMES, FORMS, LEVELS, declared_params, forms_declaring, forms_with
+from divclip.theory.forms._form import is_adaptive
 from divclip.theory.forms._numpy import upper_delta
 from divclip.theory.measures import MEASURES, Measure, get_measure
 from divclip.theory.methods import preset_methods
@@ -419,11 +421,6 @@ class AdaptiveSpec(ClipSpec):
         return ClipSpec(**fields)
 
 
-def is_adaptive(spec) -> bool:
-    """True for a spec whose δ a controller sets each step (`AdaptiveSpec`)."""
-    return isinstance(spec, AdaptiveSpec)
-
-
 @functools.lru_cache(maxsize=256)
 def _scalar_bounds(spec: ClipSpec) -> tuple[float, float]:
     if spec.measure_name == "ratio" and spec.eps_low is not None:  # asymmetric widths: [1 - ε_low, 1 + ε_high]
@@ -590,8 +587,6 @@ def _base_fields(base: str, method: str, form: str | None) -> dict | ClipSpec:
         raise ValueError(
             f"method {_echo(method)}: the p-dependent measure {_echo(head)} needs a budget, e.g. '{head}:0.05'"
         )
-    from divclip.theory.conversions import delta_for_eps
-
     return {"measure": head, "delta": delta_for_eps(head, eps_low=DEFAULT_EPS_LOW)}
 
 

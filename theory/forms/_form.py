@@ -31,6 +31,8 @@ __all__ = [
     "forms_declaring",
     "forms_with",
     "get_form",
+    "is_adaptive",
+    "is_intersection",
     "param_names",
 ]
 
@@ -270,3 +272,17 @@ def forms_with(capability: str) -> list[str]:
     if capability == "dual_clip":
         return sorted(name for name, form in _FORMS.items() if form.dual_clip)
     raise ValueError(f"capability must be 'sequence' or 'dual_clip', got {capability!r}")
+
+
+# ------------------------------------------------------------------------------------------ kinds of spec
+# `divclip.theory.spec` defines ClipSpec and its two kinds, and imports this package to check a spec's form: a form
+# module cannot import spec back, so it tells the kinds apart by the field each kind alone has.
+def is_intersection(spec) -> bool:
+    """True for an intersection of clip budgets (`divclip.theory.spec.AllOf`, the spec with `parts`)."""
+    return getattr(spec, "parts", None) is not None
+
+
+def is_adaptive(spec) -> bool:
+    """True for a spec whose δ a controller sets each step (`divclip.theory.spec.AdaptiveSpec`, the spec with a
+    `signal`)."""
+    return getattr(spec, "signal", None) is not None

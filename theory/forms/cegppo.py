@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from divclip.theory.forms._form import Form, Param
 from divclip.theory.forms._numpy import _p_free
-from divclip.theory.forms.gppo import _gppo_interval, _gppo_weight
+from divclip.theory.forms.gppo import _gppo_interval, _gppo_terms, _gppo_weight
 
 if TYPE_CHECKING:
     from divclip.theory.forms._kernels import PolicyTerms
@@ -24,8 +24,6 @@ def _cegppo_betas(spec):
 # ------------------------------------------------------------------------------------------ torch
 def loss(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> PolicyTerms:
     """CE-GPPO (arXiv:2509.20712 eqs. 8, 10) with β1 = cegppo_beta1, β2 = cegppo_beta2."""
-    from divclip.theory.forms.gppo import _gppo_terms
-
     betas = spec.param("cegppo_beta1"), spec.param("cegppo_beta2")
     return _gppo_terms(log_prob, old_log_prob, advantages, spec, *betas)
 

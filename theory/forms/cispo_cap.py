@@ -7,6 +7,7 @@ operations in the same order), so that with `clamp_log_ratio=False` its per-toke
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -21,16 +22,16 @@ def cispo_cap_as_cispo(spec):
     """The two-sided `cispo` spec (MiniMax's CISPO, verl's and slime's `cispo`) equal to a `cispo_cap` spec:
     lower width 1 (bound 0, which r never crosses) and upper width c − 1; exact in float64 (1 + (c − 1) == c for
     c >= 1). A ValueError for a cap at or below 1 or the sequence ratio, which the two-sided form cannot say."""
-    from divclip.theory.spec import ClipSpec
-
     cap = spec.param("cispo_cap")
     if cap <= 1.0 or spec.level != "token":
         raise ValueError(
             f"cispo clips the token ratio to [1 − ε_low, 1 + ε_high]: an IS weight cap of {cap:g} at "
             f"level {spec.level!r} has no two-sided cispo form (it needs a cap above 1, token level)"
         )
-    return ClipSpec(
-        "ratio",
+    return dataclasses.replace(  # a new ClipSpec (of spec's class: divclip.theory.spec imports the forms)
+        spec,
+        measure="ratio",
+        delta=None,
         eps_low=1.0,
         eps_high=cap - 1.0,
         form="cispo",

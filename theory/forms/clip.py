@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from divclip.theory.forms._form import CLAMP_LOG_RATIO, DUAL_CLIP_C, Form, Param
+from divclip.theory.forms._form import CLAMP_LOG_RATIO, DUAL_CLIP_C, Form, Param, is_intersection
 from divclip.theory.forms._numpy import SEQ_LOG_RATIO_MAX, _shaped, _spec_ratio, clip_bounds, moved_out
 
 if TYPE_CHECKING:
@@ -64,16 +64,14 @@ def loss(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> PolicyTerm
 
     The value is `clipped_surrogate`'s; the gradient is the rule it implies, -A·r·∇log π on kept tokens.
     """
-    from divclip.theory.spec import AllOf
-
-    simple = not isinstance(spec, AllOf)  # one interval: p-free, or a p-dependent measure's per-token roots
+    simple = not is_intersection(spec)  # one interval: p-free, or a p-dependent measure's per-token roots
     if simple and spec.level == "token":
         return _interval_clip_mode(log_prob, old_log_prob, advantages, spec)
     if simple and spec.level == "sequence" and spec.param("dual_clip_c", None) is None:
         terms = _sequence_clip_mode(log_prob, old_log_prob, advantages, mask, spec)
     else:
         terms = _general_clip_mode(log_prob, old_log_prob, advantages, mask, spec)
-    if spec.level == "sequence" and spec.form == "clip" and not isinstance(spec, AllOf) and spec.param("seq_grad_mean"):
+    if spec.level == "sequence" and spec.form == "clip" and not is_intersection(spec) and spec.param("seq_grad_mean"):
         terms = _through_the_mean(terms, log_prob, mask)
     return terms
 
@@ -216,12 +214,11 @@ def _general_clip_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec)
         clipped_surrogate,
         ratio_bounds,
     )
-    from divclip.theory.spec import AllOf
 
     with torch.no_grad():
         log_ratio, ratio, in_range = _ratio(spec, log_prob, old_log_prob, mask)
         each = None
-        if isinstance(spec, AllOf):
+        if is_intersection(spec):
             clipped_ratio, each, lo, hi = _intersection_clip(spec, ratio, old_log_prob)
         elif spec.p_dependent:
             moved = (ratio - 1.0) * advantages > 0  # only a token pushed past a bound by its own A is clipped

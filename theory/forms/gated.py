@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from divclip.theory.forms._form import CLAMP_LOG_RATIO, Form, Param
+from divclip.theory.forms._form import CLAMP_LOG_RATIO, Form, Param, is_adaptive
 from divclip.theory.forms._numpy import _shaped, _verl_ratio, clip_bounds, moved_out, upper_delta
 
 if TYPE_CHECKING:
@@ -82,8 +82,6 @@ def interval(spec, q, sign: int):
 
 def check(spec):
     """delta_high: a δ-budget measure at a fixed δ; gate 'verl' only for verl's two measures."""
-    from divclip.theory.spec import is_adaptive
-
     if upper_delta(spec) != spec.delta:
         if spec.measure_name == "ratio":
             raise ValueError(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from divclip.theory.forms._form import CLAMP_LOG_RATIO, DUAL_CLIP_C, Form
+from divclip.theory.forms.clip import loss as clip_loss
 
 if TYPE_CHECKING:
     from divclip.theory.forms._kernels import PolicyTerms
@@ -19,8 +20,6 @@ if TYPE_CHECKING:
 def loss(log_prob, old_log_prob, advantages, mask, spec) -> PolicyTerms:
     """LUSPO (arXiv:2602.05261): per token the clip form (GSPO's at level='sequence'); the length weighting is the
     aggregation, 'seq-mean-token-sum-all' (TRL luspo: Σ_t m·ℓ per sequence, mean over the batch)."""
-    from divclip.theory.forms.clip import loss as clip_loss
-
     return clip_loss(log_prob, old_log_prob, advantages, mask, spec)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from divclip.theory.forms._form import Form
-from divclip.theory.forms.reinforce_is import _IS_PARAMS
+from divclip.theory.forms.reinforce_is import _IS_PARAMS, _reinforce_is
 
 if TYPE_CHECKING:
     from divclip.theory.forms._kernels import PolicyTerms
@@ -19,8 +19,6 @@ if TYPE_CHECKING:
 def loss(log_prob, old_log_prob, advantages, mask, spec) -> PolicyTerms:
     """verl `bypass_mode` REINFORCE, IS weight per sequence: w = min(Π_t r_t, C) on every token.
     `ratio` is that (untruncated, clamped) sequence weight."""
-    from divclip.theory.forms.reinforce_is import _reinforce_is
-
     return _reinforce_is(log_prob, old_log_prob, advantages, mask, spec, "sequence")
 
 
