@@ -97,10 +97,12 @@ REDUCTIONS = {
     "token_mean": "token-mean",
     "sequence_mean": "seq-mean-token-mean",
     "seq_mean_token_sum_norm": "seq-mean-token-sum-norm",
-    "token_mean_legacy": "token-mean",
+    "token_mean_legacy": "token-mean-legacy",
     "prompt_mean": None,
 }
-"""SkyRL loss_reduction -> verl's loss_agg_mode (prompt_mean, a token mean per prompt group, has none)."""
+"""SkyRL loss_reduction -> divclip's loss_agg_mode: verl's names, and token-mean-legacy (a token mean per micro-batch
+of micro_train_batch_size_per_gpu rows, their mean: `policy_loss`'s loss_scale_factor is that row count);
+prompt_mean, a token mean per prompt group, has none."""
 
 KEYS: dict[str, Key] = {
     A + "policy_loss_type": Key("str", "regular", choices=LOSS_TYPES, doc="the policy loss (a registry name)"),
@@ -639,9 +641,10 @@ def _reduction_pitfalls(s: EngineRead, g: dict) -> None:
             Pitfall(
                 "skyrl_reduction_differs",
                 f"loss_reduction=token_mean_legacy takes a token mean within each micro-batch of "
-                f"micro_train_batch_size_per_gpu = {micro} sequences, then the mean over micro-batches: a token mean "
-                "of the mini-batch only when every micro-batch holds as many tokens; divclip reads it as token-mean"
-                " (divclip.engines.skyrl.aggregation gives its exact weights)",
+                f"micro_train_batch_size_per_gpu = {micro} sequences, then the mean over micro-batches (rows past "
+                "the last whole micro-batch get no weight): verl's token-mean of the mini-batch only when every "
+                f"micro-batch holds as many tokens; divclip reads it as token-mean-legacy, exact with policy_loss's "
+                f"loss_scale_factor = {micro} (divclip.engines.skyrl.aggregation gives the same weights)",
                 A + "loss_reduction",
                 where,
             )
@@ -684,12 +687,12 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
         keys = _write_plugin(spec, env, notes)
     agg = _aggregation(spec, recipe, loss_agg_mode, notes)
     if agg is not None:
-        reduction = {v: k for k, v in REDUCTIONS.items() if v and k != "token_mean_legacy"}.get(agg)
+        reduction = {v: k for k, v in REDUCTIONS.items() if v}.get(agg)
         if reduction is None:
             diffs.append(
                 Difference(
                     f"aggregation {agg}",
-                    "SkyRL has token_mean, sequence_mean, "
+                    "SkyRL has token_mean, token_mean_legacy, sequence_mean, "
                     "seq_mean_token_sum_norm and prompt_mean; its default token_mean stands",
                 )
             )

@@ -38,7 +38,7 @@ from divclip.engines.base import (
 )
 from divclip.engines.errors import ConfigError
 from divclip.engines.pitfalls import Pitfall
-from divclip.theory.agg_modes import LOSS_AGG_MODES
+from divclip.theory.agg_modes import ENGINE_AGG_MODES, LOSS_AGG_MODES, TRL_AGG_MODES
 from divclip.theory.measures import MEASURES, get_measure
 
 NAME = "verl"
@@ -985,6 +985,15 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
     agg = _aggregation(spec, recipe, loss_agg_mode, notes) or (
         "seq-mean-token-mean" if spec.form == "sapo" else KEYS[A + "loss_agg_mode"].default
     )
+    if agg in ENGINE_AGG_MODES + TRL_AGG_MODES:  # another engine's arithmetic: verl's default, named
+        diffs.append(
+            Difference(
+                f"aggregation {agg}",
+                f"verl has {', '.join(LOSS_AGG_MODES)} only (divclip.theory.agg_modes); its default "
+                f"{KEYS[A + 'loss_agg_mode'].default} is written",
+            )
+        )
+        agg = KEYS[A + "loss_agg_mode"].default
     if agg not in LOSS_AGG_MODES:
         raise ValueError(f"loss_agg_mode must be one of {list(LOSS_AGG_MODES)}, got {agg!r}")
     keys["loss_agg_mode"] = agg

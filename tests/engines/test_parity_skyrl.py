@@ -157,7 +157,12 @@ PARITY_ROWS = (
         ),
         ("skyrl", "outlier_token_is_threshold_low/high", "not modelled", "a warning names it"),
         ("skyrl", "sequence_mean read as seq-mean-token-mean", "named", "verl's skips empty rows"),
-        ("skyrl", "token_mean_legacy read as token-mean", "named", "equal only for equal micro-batch tokens"),
+        (
+            "skyrl",
+            "token_mean_legacy read as token-mean-legacy",
+            "exact",
+            "policy_loss's token-mean-legacy, loss_scale_factor = micro_train_batch_size_per_gpu (named)",
+        ),
         ("skyrl", "zero_variance_filter", "named", "constant-reward prompts become empty rows"),
         ("skyrl", "advantage_batch_normalize", "named", "A whitened over the batch before the loss"),
     ]
@@ -248,6 +253,51 @@ def test_every_loss_reduction_is_skyrls(settings, kind, dtype):
     """SkyRL's pre-scaling per mini-batch (empty rows, micro-batches, max_seq_len, prompts) is skyrl.aggregation's."""
     settings = {**settings, A + "policy_loss_type": "sapo"}  # a loss without the float32 exp: 1e-12 in float64
     _check(settings, kind, dtype)
+
+
+@DTYPES
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("micro", [1, 2, 4, 5, 6, 7])
+def test_token_mean_legacy_is_policy_losss_token_mean_legacy(micro, kind, dtype):
+    """SkyRL's token_mean_legacy, read as token-mean-legacy, is policy_loss's token-mean-legacy with
+    loss_scale_factor = micro_train_batch_size_per_gpu on the raw advantages (no pre-scaling): on 6 rows, micro 4
+    and 5 leave rows past the last whole micro-batch unweighted, micro 7 leaves none whole (the loss 0)."""
+    settings = {
+        A + "policy_loss_type": "sapo",
+        A + "loss_reduction": "token_mean_legacy",
+        "trainer.micro_train_batch_size_per_gpu": micro,
+    }
+    r = skyrl.read(settings)
+    assert r.loss_agg_mode == "token-mean-legacy"
+    assert f"loss_scale_factor = {micro}" in _said(r)
+
+    def ours(x, old, adv, mask):
+        return policy_loss(x, old, adv, mask, r.spec, r.loss_agg_mode, loss_scale_factor=micro, metrics=False)[0]
+
+    def pair(dt):
+        lp, old, adv, mask = batch(kind, dt)
+        return (
+            value_and_grad(lambda x: ours(x, old, adv, mask), lp),
+            value_and_grad(lambda x: _theirs(settings, x, old, adv, mask), lp),
+        )
+
+    pairs = {dt: pair(dt) for dt in {dtype, torch.float64}}
+    assert_same(*pairs[dtype], dtype, None if dtype == torch.float64 else pairs[torch.float64][1])
+    if micro == 7 or kind == "empty":
+        assert float(pairs[dtype][1][0]) == 0.0
+    elif micro in (4, 5):  # the rows past the last whole micro-batch have no gradient, in SkyRL and here
+        assert not bool(pairs[dtype][0][1][micro:].any()) and bool(pairs[dtype][0][1][:micro].any())
+
+
+def test_token_mean_legacy_refuses_a_micro_batch_that_is_not_a_row_count():
+    lp, old, adv, mask = batch("token")
+    for bad in (0, 2.5, True, -1):
+        with pytest.raises(ValueError, match=r"loss_scale_factor must be None or a whole number >= 1 for token-mean"):
+            policy_loss(lp, old, adv, mask, "grpo", "token-mean-legacy", loss_scale_factor=bad)
+    # None: one micro-batch of every row, verl's token-mean
+    a = policy_loss(lp, old, adv, mask, "grpo", "token-mean-legacy", metrics=False)[0]
+    b = policy_loss(lp, old, adv, mask, "grpo", "token-mean", metrics=False)[0]
+    assert torch.isclose(a, b, rtol=1e-12, atol=0)
 
 
 @DTYPES
