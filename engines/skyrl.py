@@ -54,6 +54,7 @@ from divclip.engines.base import (
     check_spec,
     dotted_key_score,
     ignored_key_advice,
+    is_example_key,
     name_loss_terms,
     recipe_aggregation,
     typed_values,
@@ -191,7 +192,7 @@ def detect(settings: Mapping) -> float:
 
 
 # ------------------------------------------------------------------------------------------------ read
-def read(settings: Mapping, **_options) -> EngineRead:
+def read(settings: Mapping, *, entry: str | None = None, **_options) -> EngineRead:
     """The clip settings of a flat SkyRL config ({dotted key or ENV_VAR: value})."""
     settings = resolve_interpolations(settings)
     g, keys = typed_values(settings, KEYS)
@@ -232,7 +233,8 @@ def read(settings: Mapping, **_options) -> EngineRead:
             "adv_estimator": g[A + "advantage_estimator"],
         },
         keys=keys,
-        unknown_keys=unknown_keys(settings, is_known, known_keys()),
+        # `entry`: the module the launch runs; an example's own AlgorithmConfig subclass adds keys (example_keys.txt)
+        unknown_keys=unknown_keys(settings, lambda k: is_known(k) or is_example_key(k, NAME, entry), known_keys()),
     )
     READERS.get(loss, _other)(s, g, settings, keys)
     _arithmetic_notes(s, g)
