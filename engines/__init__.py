@@ -164,7 +164,8 @@ def translation_differences(found: EngineRead, out: EngineWrite) -> list:
     nearest known key), and each STRUCTURE fact whose value the target's defaults change (read back from `out`)."""
     diffs = [*found.differences, *out.differences]
     for key, near in found.unknown_keys:
-        hint = f", nearest {near}" if near else ""
+        origin = unknown_key_origin(found.engine, key, found.entry)  # another version's, or an example's own key
+        hint = f"; {origin}" if origin else f", nearest {near}" if near else ""
         diffs.append(Difference(f"{key!s} (not a {found.engine} setting{hint})", "dropped, not written"))
     back = read(out.engine, out.flat())
     for attr, what in STRUCTURE:

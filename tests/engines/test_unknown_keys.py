@@ -212,3 +212,11 @@ def test_openrlhf_renamed_flags_are_0_11_0s():
         assert openrlhf.key_origin(old).startswith("not a flag of OpenRLHF 0.11.2: OpenRLHF 0.11.0 had it")
     assert openrlhf.key_origin("--actor.eps_clip_hihg") is None
     assert unknown_key_origin("openrlhf", "--algo.advantage.is_correction_enable").endswith("is_correction_level)")
+
+
+def test_translate_names_where_a_dropped_key_comes_from():
+    from divclip import engines
+
+    _, diffs = engines.translate({"trainer.use_legacy_worker_impl": "auto"}, "verl", "skyrl")
+    dropped = [str(d) for d in diffs if str(d).startswith("trainer.use_legacy_worker_impl")]
+    assert len(dropped) == 1 and "verl 0.5.0 to 0.8.0.dev had it" in dropped[0] and "dropped, not written" in dropped[0]
