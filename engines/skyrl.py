@@ -17,7 +17,9 @@ by one (tests/engines/test_skyrl.py runs each against `divclip.theory.policy_los
 * `sapo`: the soft gate with sapo.tau_pos / tau_neg, as verl's.
 * `dppo`: DPPO's binary TV / KL mask (dppo.dppo_type, delta_low / delta_high) on the ratio against the rollout
   log-probs when the generator returns them (π_old otherwise); the IS weight r is not truncated. Its value is
-  −r·A·mask with r differentiable, divclip's gated form −A·sg(r)·log π·mask: the same gradient, another value.
+  −r·A·mask with r differentiable: the gated form with surrogate 'ratio' (verl's dppo is surrogate 'logp',
+  −A·sg(r)·log π·mask: the same gradient within |log r| <= 20, another value), its mask verl's dppo arithmetic
+  (gate 'verl': SkyRL's is a copy of it).
 * `clip_cov`, `kl_cov`: the covariance-selected forms (r unclamped), read as divclip's forms of the same name.
   Both see SkyRL's pre-scaled advantages (below): Clip-Cov's covariance window compares (Â − mean Â)(log π − ...)
   with clip_cov_lb/ub on the scaled Â (a different set of tokens than on A), and KL-Cov's κ·|log r| is not
@@ -334,8 +336,12 @@ def _dppo(s, g, settings, keys):
             "the rollout log-probs when the generator returns them (π_old otherwise)",
         )
     )
-    # δ_high where it differs from δ_low: the gated form's delta_high (divclip.theory.forms.gated)
-    params = {"delta_high": s.budget_high} if s.budget_high != s.budget_low else {}
+    # δ_high where it differs from δ_low: the gated form's delta_high (divclip.theory.forms.gated); SkyRL's loss
+    # value −r·A·mask with r differentiable (through its ±20 clamp): surrogate 'ratio'; its mask is verl's dppo
+    # arithmetic op for op (prob = exp(log π), the binary KL's +1e-8, strict prob_diff tests): gate 'verl'
+    params = {"surrogate": "ratio", "gate": "verl"}
+    if s.budget_high != s.budget_low:
+        params["delta_high"] = s.budget_high
     s.spec = _try(s, lambda: ClipSpec(s.measure, delta=s.budget_low, form="gated", params=params))
 
 
@@ -429,10 +435,10 @@ def _arithmetic_notes(s: EngineRead, g: dict) -> None:
         )
     if s.loss_mode == "dppo" and s.spec is not None:
         s.notes.append(
-            "dppo: SkyRL's loss value is −r·A·mask with r differentiable, divclip's gated form −A·sg(r)·log π·mask: "
-            "the same gradient −A·r·mask where |log r| <= 20, not the same loss value; beyond |log r| = 20 SkyRL's "
-            f"clamp zeroes the gradient, where divclip's gated form (as verl's dppo) keeps −A·e^±20 ({where}."
-            "dppo_policy_loss)"
+            "dppo: SkyRL's loss value is −r·A·mask with r differentiable, read as the gated form's surrogate 'ratio' "
+            "(verl's dppo is −A·sg(r)·log π·mask, surrogate 'logp': the same gradient −A·r·mask where |log r| <= 20,"
+            " another value); beyond |log r| = 20 SkyRL's clamp zeroes the gradient, as the spec's does "
+            f"({where}.dppo_policy_loss)"
         )
     differs = []  # (message, key): where the spec under the read's loss_agg_mode is not SkyRL's loss
     if s.loss_mode == "clip_cov":
@@ -727,6 +733,14 @@ def _write_native(spec, notes: list, diffs: list) -> dict | None:
                 Difference(
                     f"IS-weight truncation at {spec.param('tis_cap', None):g} (tis_cap)",
                     "SkyRL's dppo does not truncate the IS weight",
+                )
+            )
+        if spec.param("surrogate", None) != "ratio":
+            diffs.append(
+                Difference(
+                    f"loss value −A·sg(r)·log π (surrogate {spec.param('surrogate', None)!r})",
+                    "SkyRL's dppo is −r·A·mask with r differentiable (surrogate 'ratio'): the same gradient "
+                    "where |log r| <= 20, 0 beyond",
                 )
             )
         diffs.append(

@@ -83,6 +83,40 @@ LOSSES = [
         "its random pick drawn as SkyRL draws it",
     ),
     ("kl_cov", {A + "policy_loss_type": "kl_cov"}, 1e-12, "penalty as a token sum (named)"),
+    (
+        "dppo (binary_tv 0.2)",
+        {A + "policy_loss_type": "dppo"},
+        FLOAT32_EXP,
+        "gated surrogate 'ratio', gate 'verl'; float64: to SkyRL's float32 exp (named)",
+    ),
+    (
+        "dppo binary_kl 0.05",
+        {
+            A + "policy_loss_type": "dppo",
+            A + "dppo.dppo_type": "binary_kl",
+            A + "dppo.delta_low": 0.05,
+            A + "dppo.delta_high": 0.05,
+        },
+        FLOAT32_EXP,
+        "gated surrogate 'ratio', gate 'verl'; float64: to SkyRL's float32 exp (named)",
+    ),
+    (
+        "dppo delta_low 0.1 != delta_high 0.3",
+        {A + "policy_loss_type": "dppo", A + "dppo.delta_low": 0.1, A + "dppo.delta_high": 0.3},
+        FLOAT32_EXP,
+        "the gated form's delta_high; float64: to SkyRL's float32 exp (named)",
+    ),
+    (
+        "dppo binary_kl delta_low 0.02 != delta_high 0.1",
+        {
+            A + "policy_loss_type": "dppo",
+            A + "dppo.dppo_type": "binary_kl",
+            A + "dppo.delta_low": 0.02,
+            A + "dppo.delta_high": 0.1,
+        },
+        FLOAT32_EXP,
+        "the gated form's delta_high; float64: to SkyRL's float32 exp (named)",
+    ),
 ]
 REDUCTIONS = [
     ("token_mean", {}, "token-mean"),
@@ -141,13 +175,6 @@ PARITY_ROWS = (
         for name, _, tol in CORRECTIONS
     ]
     + [
-        (
-            "skyrl",
-            "policy_loss_type dppo",
-            "gradient",
-            "value −r·A·mask, divclip's −A·sg(r)·log π; the clamp at |log r| = 20 zeroes SkyRL's gradient (named)",
-        ),
-        ("skyrl", "dppo delta_low != delta_high", "gradient", "the gated form's delta_high; as dppo above"),
         ("skyrl", "policy_loss_type divclip_method", "exact", "divclip's plug-in"),
         (
             "skyrl",
@@ -305,29 +332,32 @@ def test_covariance_forms_on_raw_advantages_are_not_skyrls_and_the_read_says_so(
         assert phrase in _said(skyrl.read(settings)), loss
 
 
-def test_dppo_has_skyrls_gradient_where_log_r_is_within_20_and_the_read_names_the_rest():
-    for dppo_type, low, high in (("binary_tv", 0.2, 0.2), ("binary_kl", 0.05, 0.05), ("binary_tv", 0.1, 0.3)):
-        settings = {
-            A + "policy_loss_type": "dppo",
-            A + "dppo.dppo_type": dppo_type,
-            A + "dppo.delta_low": low,
-            A + "dppo.delta_high": high,
-        }
-        for dtype in (torch.float64, torch.float32):
-            lp, old, adv, mask = batch("token", dtype)
-            ours, theirs = _pair(settings, "token", dtype)
-            inside = (lp - old).abs() <= 20
-            tol = FLOAT32_EXP if dtype == torch.float64 else 1e-5
-            torch.testing.assert_close(ours[1][inside], theirs[1][inside], rtol=tol, atol=0)
-            assert bool((theirs[1][~inside] == 0).all()) and bool((ours[1][~inside & (mask > 0)] != 0).any())
-            assert not torch.isclose(ours[0], theirs[0], rtol=1e-3)  # −A·sg(r)·log π is not −r·A
-        notes = " ".join(skyrl.read(settings).notes)
-        assert "−r·A·mask with r differentiable" in notes and "beyond |log r| = 20" in notes
+def test_dppo_logp_surrogate_is_not_skyrls_value_and_the_read_names_it():
+    """verl's dppo surrogate −A·sg(r)·log π has SkyRL's gradient within |log r| <= 20 but another value, and keeps
+    −A·e^±20 beyond, where SkyRL's clamp zeroes it: the read's surrogate 'ratio' is what makes the two equal."""
+    from divclip.theory.spec import ClipSpec
+
+    settings = {A + "policy_loss_type": "dppo"}
+    r = skyrl.read(settings)
+    assert r.spec.param("surrogate") == "ratio"
+    lp, old, adv, mask = batch("token")
+    logp = ClipSpec(r.spec.measure, delta=r.spec.delta, form="gated", params={"gate": "verl"})
+    scaled = adv * skyrl.aggregation(settings, mask)  # SkyRL's pre-scaled advantages (token_mean: A / N)
+    ours = value_and_grad(lambda x: policy_loss(x, old, scaled, mask, logp, "token-sum", metrics=False)[0], lp)
+    theirs = value_and_grad(lambda x: _theirs(settings, x, old, adv, mask), lp)
+    inside = (lp - old).abs() <= 20
+    torch.testing.assert_close(ours[1][inside], theirs[1][inside], rtol=FLOAT32_EXP, atol=0)
+    assert bool((theirs[1][~inside] == 0).all()) and bool((ours[1][~inside & (mask > 0)] != 0).any())
+    assert not torch.isclose(ours[0], theirs[0], rtol=1e-3)  # −A·sg(r)·log π is not −r·A
+    notes = " ".join(r.notes)
+    assert "−r·A·mask with r differentiable" in notes and "surrogate 'ratio'" in notes
 
 
 def test_dppo_with_two_deltas_is_the_gated_forms_delta_high():
     r = skyrl.read({A + "policy_loss_type": "dppo", A + "dppo.delta_low": 0.1, A + "dppo.delta_high": 0.2})
     assert r.spec is not None and (r.spec.delta, r.spec.param("delta_high")) == (0.1, 0.2)
+    assert skyrl.write(r.spec).settings[A + "policy_loss_type"] == "dppo"
+    assert not [d for d in skyrl.write(r.spec).differences if "surrogate" in d.what]
 
 
 def test_divclip_method_through_skyrls_dispatch_is_policy_loss():
