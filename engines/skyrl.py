@@ -134,6 +134,12 @@ KEYS: dict[str, Key] = {
     ),
     OPC + "token_mask_is_threshold_low": Key("float", None, nullable=True, above=-math.inf, doc="token IS mask low"),
     OPC + "token_mask_is_threshold_high": Key("float", None, nullable=True, above=-math.inf, doc="token IS mask high"),
+    OPC + "outlier_token_is_threshold_low": Key(
+        "float", None, nullable=True, above=-math.inf, doc="drop a sequence with a token IS ratio below this"
+    ),
+    OPC + "outlier_token_is_threshold_high": Key(
+        "float", None, nullable=True, above=-math.inf, doc="drop a sequence with a token IS ratio above this"
+    ),
     A + "use_tis": Key("bool", False, doc="deprecated: tis_ratio_type=token"),
     A + "tis_imp_ratio_cap": Key("float", -1.0, above=-math.inf, doc="deprecated: its cap"),
     A + "advantage_estimator": Key("str", "grpo", doc="advantage estimator"),
@@ -600,7 +606,13 @@ def _pitfalls(s: EngineRead, g: dict) -> None:
     tis = g[OPC + "tis_ratio_type"] or ("token" if g[A + "use_tis"] else None)
     masks = [
         k
-        for k in ("sequence_mask_metric", "token_mask_is_threshold_low", "token_mask_is_threshold_high")
+        for k in (
+            "sequence_mask_metric",
+            "token_mask_is_threshold_low",
+            "token_mask_is_threshold_high",
+            "outlier_token_is_threshold_low",
+            "outlier_token_is_threshold_high",
+        )
         if g[OPC + k] is not None
     ]
     if tis or masks:

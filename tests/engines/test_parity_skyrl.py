@@ -160,6 +160,32 @@ CORRECTIONS = [  # (name, settings, float64 tolerance): SkyRL's TIS weight is sa
         },
         FLOAT32_EXP,
     ),
+    (
+        "off_policy_correction outlier_token_is_threshold_low/high 0.7 / 1.5",
+        {OPC + "outlier_token_is_threshold_low": 0.7, OPC + "outlier_token_is_threshold_high": 1.5},
+        1e-12,
+    ),
+    (
+        "off_policy_correction outlier_token_is_threshold_high 1.5 alone",
+        {OPC + "outlier_token_is_threshold_high": 1.5},
+        1e-12,
+    ),
+    (
+        "off_policy_correction outlier_token_is_threshold_low 0.6 alone",
+        {OPC + "outlier_token_is_threshold_low": 0.6},
+        1e-12,
+    ),
+    (
+        "off_policy_correction outlier mask + token TIS + geometric sequence mask",
+        {
+            OPC + "outlier_token_is_threshold_high": 1.55,
+            OPC + "tis_ratio_type": "token",
+            OPC + "sequence_mask_metric": "geometric",
+            OPC + "geo_mask_high": 1.2,
+            OPC + "geo_mask_low": 0.8,
+        },
+        FLOAT32_EXP,
+    ),
 ]
 
 PARITY_ROWS = (
@@ -182,7 +208,6 @@ PARITY_ROWS = (
             "not modelled",
             "named; rollout_is is ratio/gpg with a bypass correction (tests/engines/test_skyrl_rollout_is.py)",
         ),
-        ("skyrl", "outlier_token_is_threshold_low/high", "not modelled", "a warning names it"),
         ("skyrl", "sequence_mean read as seq-mean-token-mean", "named", "verl's skips empty rows"),
         ("skyrl", "token_mean_legacy read as token-mean", "named", "equal only for equal micro-batch tokens"),
         ("skyrl", "zero_variance_filter", "named", "constant-reward prompts become empty rows"),
@@ -427,3 +452,37 @@ def test_every_row_is_tested():
     )
     assert [row[1] for row in PARITY_ROWS[: len(tested)]] == tested
     assert len({row[1] for row in PARITY_ROWS}) == len(PARITY_ROWS)
+
+
+@pytest.mark.parametrize("low,high", [(0.7, 1.5), (None, 1.5), (0.6, None), (None, 1.55)])
+def test_the_outlier_mask_is_skyrls_compute_outlier_token_mask(low, high):
+    """SkyRL drops a whole sequence for one token whose π_old/π_rollout leaves [low, high] (an unset side open):
+    divclip's rule seq_any_k1 keeps exactly the rows SkyRL's own function keeps, and on this batch some rows go."""
+    from divclip.theory.correction_apply import rollout_correction
+
+    opc_utils = __import__("skyrl.backends.skyrl_train.utils.off_policy_correction_utils", fromlist=["x"])
+    settings = {OPC + "outlier_token_is_threshold_low": low, OPC + "outlier_token_is_threshold_high": high}
+    _, old, _, mask = batch("token")
+    ro = old + 0.3 * torch.randn(old.shape, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    theirs, _ = opc_utils.compute_outlier_token_mask(old, ro, mask, _config(settings).off_policy_correction)
+    c = engines.read_correction("skyrl", settings)
+    assert [r.option for r in c.rejections] == ["seq_any_k1"]
+    _, keep, _ = rollout_correction(old, ro, mask, c)
+    valid = mask.sum(-1) > 0
+    ours_rows = (keep.sum(-1) == mask.sum(-1))[valid]
+    assert ours_rows.tolist() == theirs.squeeze(-1).bool()[valid].tolist()
+    assert 0 < int(ours_rows.sum()) < int(valid.sum())  # the mask bites, and keeps some
+    written, cannot = engines.write_correction(c, "skyrl")
+    assert not cannot and written[OPC + "outlier_token_is_threshold_low"] == (
+        None if low is None else pytest.approx(low)
+    )
+    assert written[OPC + "outlier_token_is_threshold_high"] == (None if high is None else pytest.approx(high))
+    _, verl_cannot = engines.write_correction(c, "verl")
+    assert any("seq_any_k1" in x for x in verl_cannot)
+
+
+def test_the_outlier_band_is_refused_when_skyrl_could_not_mean_it():
+    with pytest.raises(ValueError, match=r"outlier_token_is_threshold_low/high must be > 0 with low <= high"):
+        engines.read_correction(
+            "skyrl", {OPC + "outlier_token_is_threshold_low": 2.0, OPC + "outlier_token_is_threshold_high": 1.5}
+        )
