@@ -310,6 +310,8 @@ def _read_skyrl(g, settings):
     k = SKYRL
     if g["trainer.algorithm.policy_loss_type"] == "rollout_is":
         return _skyrl_rollout_is(g, settings)
+    if g["trainer.algorithm.policy_loss_type"] in ("importance_sampling", "cross_entropy"):
+        return None  # these losses call no apply_off_policy_correction (SkyRL's read warns if it is set)
     level = g[k + "tis_ratio_type"] or ("token" if g["trainer.algorithm.use_tis"] else None)
     fields: dict = {}
     if level is not None:

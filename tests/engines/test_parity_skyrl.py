@@ -84,6 +84,12 @@ LOSSES = [
     ),
     ("kl_cov", {A + "policy_loss_type": "kl_cov"}, 1e-12, "penalty as a token sum (named)"),
     (
+        "importance_sampling",
+        {A + "policy_loss_type": "importance_sampling"},
+        1e-12,
+        "form importance_sampling /noclamp (plain exp in the input dtype)",
+    ),
+    (
         "dppo (binary_tv 0.2)",
         {A + "policy_loss_type": "dppo"},
         FLOAT32_EXP,
@@ -116,6 +122,26 @@ LOSSES = [
         },
         FLOAT32_EXP,
         "the gated form's delta_high; float64: to SkyRL's float32 exp (named)",
+    ),
+]
+ROLLOUT_LOSSES = [  # (name, settings, float64 tolerance, note): losses that read the rollout log-probs
+    (
+        "rollout_is (eps_clip 0.2 / 0.2)",
+        {A + "policy_loss_type": "rollout_is"},
+        FLOAT32_EXP,
+        "ratio/gpg with read_correction's bypass IcePop band; float64: to SkyRL's float32 exp (named)",
+    ),
+    (
+        "rollout_is eps_clip 0.5 / 1.0",
+        {A + "policy_loss_type": "rollout_is", A + "eps_clip_low": 0.5, A + "eps_clip_high": 1.0},
+        FLOAT32_EXP,
+        "ratio/gpg with read_correction's bypass IcePop band; float64: to SkyRL's float32 exp (named)",
+    ),
+    (
+        "dppo against the rollout log-probs",
+        {A + "policy_loss_type": "dppo"},
+        FLOAT32_EXP,
+        "SkyRL's behaviour policy is π_rollout: divclip's old_log_prob must be it (named)",
     ),
 ]
 REDUCTIONS = [
@@ -190,6 +216,7 @@ CORRECTIONS = [  # (name, settings, float64 tolerance): SkyRL's TIS weight is sa
 
 PARITY_ROWS = (
     [("skyrl", f"policy_loss_type {name}", "exact", note) for name, _, _, note in LOSSES]
+    + [("skyrl", f"policy_loss_type {name}", "exact", note) for name, _, _, note in ROLLOUT_LOSSES]
     + [("skyrl", f"loss_reduction {name}", "exact", "skyrl.aggregation") for name, _, _ in REDUCTIONS]
     + [
         (
@@ -204,9 +231,15 @@ PARITY_ROWS = (
         ("skyrl", "policy_loss_type divclip_method", "exact", "divclip's plug-in"),
         (
             "skyrl",
-            "rollout_is, cross_entropy, importance_sampling",
-            "not modelled",
-            "named; rollout_is is ratio/gpg with a bypass correction (tests/engines/test_skyrl_rollout_is.py)",
+            "policy_loss_type cross_entropy",
+            "named",
+            "SFT Σ −log π·mask: no spec; policy_loss on ratio/gpg with A = 1 is its loss (tested)",
+        ),
+        (
+            "skyrl",
+            "off_policy_correction with importance_sampling / cross_entropy",
+            "named",
+            "SkyRL applies none: read_correction gives None, a warning names the keys",
         ),
         ("skyrl", "sequence_mean read as seq-mean-token-mean", "named", "verl's skips empty rows"),
         ("skyrl", "token_mean_legacy read as token-mean", "named", "equal only for equal micro-batch tokens"),
@@ -254,7 +287,10 @@ def _ours(settings, lp, old, adv, mask, rollout=None):
     assert r.spec is not None, r.notes
     scaled = adv * skyrl.aggregation(settings, mask).to(adv.dtype)
     kw = {}
-    if rollout is not None:
+    if rollout is not None and r.loss_mode == "dppo":  # SkyRL's dppo anchors its ratio and mask at π_rollout
+        assert r.ratio_anchor == "rollout"
+        old = rollout
+    elif rollout is not None:
         kw = dict(rollout_log_prob=rollout, correction=engines.read_correction("skyrl", settings))
     torch.manual_seed(7)
     return policy_loss(lp, old, scaled, mask, r.spec, "token-sum", metrics=False, **kw)[0]
@@ -291,6 +327,16 @@ DTYPES = pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["
 @pytest.mark.parametrize("settings,rtol64", [c[1:3] for c in LOSSES], ids=[c[0] for c in LOSSES])
 def test_policy_loss_is_skyrls_loss(settings, rtol64, kind, dtype):
     _check(settings, kind, dtype, rtol64)
+
+
+@DTYPES
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("settings,rtol64", [c[1:3] for c in ROLLOUT_LOSSES], ids=[c[0] for c in ROLLOUT_LOSSES])
+def test_rollout_losses_are_skyrls_loss(settings, rtol64, kind, dtype):
+    """rollout_is (and dppo, whose behaviour policy is π_rollout when the generator returns it) with the rollout
+    log-probs: policy_loss on the read's spec, with read_correction's correction for rollout_is and π_rollout as
+    old_log_prob for dppo, is SkyRL's loss."""
+    _check(settings, kind, dtype, rtol64, rollout=True)
 
 
 @DTYPES
@@ -394,16 +440,55 @@ def test_divclip_method_through_skyrls_dispatch_is_policy_loss():
         _check(settings, "token", dtype)
 
 
-def test_unmodelled_losses_and_the_outlier_mask_are_named():
-    for loss in ("rollout_is", "cross_entropy", "importance_sampling"):
-        r = skyrl.read({A + "policy_loss_type": loss})
-        assert r.spec is None and any("reported, not modelled" in n for n in r.notes), loss
-    from divclip.sanity.report import build_report
+def test_cross_entropy_is_gpg_at_a_equal_1_and_the_read_says_so():
+    """SkyRL's cross_entropy (SFT) ignores A and π_old: Σ −log π·mask, which is policy_loss on ratio/gpg with A = 1
+    (token-sum), value and gradient, in float64 to 1e-12 and float32 to SkyRL's rounding; the read gives no spec
+    and says so."""
+    settings = {A + "policy_loss_type": "cross_entropy"}
+    r = skyrl.read(settings)
+    assert r.spec is None and any("A = 1 on every token" in n for n in r.notes)
+    for kind in KINDS:
+        for dtype in (torch.float64, torch.float32):
+            lp, old, adv, mask = batch(kind, dtype)
+            ones = torch.ones_like(adv)
 
-    report = build_report(
-        config=b"{}", config_name="x.yaml", overrides=[OPC + "outlier_token_is_threshold_high=100"], framework="skyrl"
-    )
-    assert any("outlier_token_is_threshold" in w["message"] for w in report["warnings"])
+            def ours(x, old=old, ones=ones, mask=mask):
+                return policy_loss(x, old, ones, mask, "ratio/gpg", "token-sum", metrics=False)[0]
+
+            mine = value_and_grad(ours, lp)
+            theirs = value_and_grad(lambda x, old=old, adv=adv, mask=mask: _theirs(settings, x, old, adv, mask), lp)
+            ref = None
+            if dtype != torch.float64:
+                lp64, old64, adv64, mask64 = batch(kind, torch.float64)
+                ref = value_and_grad(lambda x: _theirs(settings, x, old64, adv64, mask64), lp64)
+            assert_same(mine, theirs, dtype, ref)
+            if kind != "empty":
+                assert int(torch.count_nonzero(theirs[1])) >= 5
+
+
+@pytest.mark.parametrize("loss", ["importance_sampling", "cross_entropy"])
+def test_losses_that_apply_no_correction_read_none_and_warn(loss):
+    """SkyRL's importance_sampling and cross_entropy call no apply_off_policy_correction: its loss with a TIS
+    setting and rollout log-probs is its loss without; divclip reads no correction and warns."""
+    settings = {A + "policy_loss_type": loss, OPC + "tis_ratio_type": "token"}
+    lp, old, adv, mask = batch("token")
+    ro = old + 0.3
+    with_ro = _theirs(settings, lp, old, adv, mask, ro)
+    assert torch.equal(with_ro, _theirs(settings, lp, old, adv, mask))
+    assert engines.read_correction("skyrl", settings) is None
+    r = skyrl.read(settings)
+    assert any(a.code == "ignored_key" and "never applies it" in a.message for a in r.advice)
+
+
+def test_every_loss_type_is_read():
+    """Every policy_loss_type of SkyRL's registry has a reader (none is 'reported, not modelled')."""
+    registry = set(ppo_utils.PolicyLossRegistry.list_available())
+    assert registry <= set(skyrl.LOSS_TYPES), registry - set(skyrl.LOSS_TYPES)
+    for loss in skyrl.LOSS_TYPES:
+        if loss == skyrl.METHOD_MODE:
+            continue
+        notes = skyrl.read({A + "policy_loss_type": loss}).notes
+        assert not any("reported, not modelled" in n for n in notes), loss
 
 
 def test_the_verl_names_of_the_reductions_are_exact_or_warned():
@@ -447,6 +532,7 @@ def test_aggregation_refuses_what_skyrl_refuses():
 def test_every_row_is_tested():
     tested = (
         [f"policy_loss_type {c[0]}" for c in LOSSES]
+        + [f"policy_loss_type {c[0]}" for c in ROLLOUT_LOSSES]
         + [f"loss_reduction {c[0]}" for c in REDUCTIONS]
         + [c[0] for c in CORRECTIONS]
     )
