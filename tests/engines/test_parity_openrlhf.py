@@ -41,6 +41,35 @@ SETTINGS = {
         IS + "threshold": ["0.5", "2"],
     },
     "ppo, IS correction token mask [0.5, 5] (defaults)": {IS + "level": "token"},
+    "ppo, IS correction seq mask [0.5, 5]": {IS + "level": "seq"},
+    "ppo, IS correction seq mask [0.8, 1.25], per-sample mean": {
+        IS + "level": "seq",
+        IS + "threshold": ["0.8", "1.25"],
+        "--actor.loss_agg_mode": "seq-mean-token-mean",
+    },
+    "ppo, IS correction seq mask, one threshold 1.1 ([0, 1.1])": {IS + "level": "seq", IS + "threshold": ["1.1"]},
+    "ppo, IS correction token gating binary_kl 0.01": {
+        IS + "level": "token",
+        IS + "gating": "binary_kl",
+        IS + "threshold": ["0.01"],
+    },
+    "ppo, IS correction token gating tv 0.05, dual clip 3": {
+        IS + "level": "token",
+        IS + "gating": "tv",
+        IS + "threshold": ["0.05"],
+        "--actor.dual_clip": "3",
+    },
+    "ppo, IS correction seq gating binary_kl 0.005": {
+        IS + "level": "seq",
+        IS + "gating": "binary_kl",
+        IS + "threshold": ["0.005"],
+    },
+    "ppo, IS correction seq gating tv -1 0.03, per-sample mean": {
+        IS + "level": "seq",
+        IS + "gating": "tv",
+        IS + "threshold": ["-1", "0.03"],
+        "--actor.loss_agg_mode": "seq-mean-token-mean",
+    },
     "gspo, defaults (ε 0.2)": {"--actor.policy_loss_type": "gspo"},
     "gspo, ε 3e-4 / 4e-4, dual clip 3": {
         "--actor.policy_loss_type": "gspo",
@@ -70,13 +99,6 @@ for _name, _settings in SETTINGS.items():  # the correction each read gives, as 
     if (_c := engines.read_correction("openrlhf", _settings)) is not None:
         NOTES[_name] = f"read_correction: {_c}"
 PARITY_ROWS = [("openrlhf", name, "exact", NOTES.get(name, "")) for name in SETTINGS] + [
-    (
-        "openrlhf",
-        "ppo, IS correction at seq level",
-        "not modelled",
-        "read_correction refuses it by name: a whole sequence's weights zeroed, kept in the denominator",
-    ),
-    ("openrlhf", "ppo, IS correction gating binary_kl / tv", "not modelled", "read_correction refuses it by name"),
     ("openrlhf", "an all-empty batch", "named", "OpenRLHF divides 0 by 0 (NaN); divclip's loss is 0 (agg_loss)"),
 ]
 MICRO = "micro-batches of one optimizer step (ppo token/sample mean, gspo)"
