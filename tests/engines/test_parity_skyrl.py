@@ -16,7 +16,17 @@ import functools
 import pytest
 import torch
 from omegaconf import OmegaConf
-from parity_inputs import KINDS, assert_same, batch, value_and_grad
+from parity_inputs import (
+    KINDS,
+    LOW_DTYPES,
+    LOW_IDS,
+    assert_low_precision,
+    assert_same,
+    batch,
+    low_precision_runs,
+    moderate,
+    value_and_grad,
+)
 from skyrl_helpers import load
 
 from divclip import engines
@@ -622,3 +632,47 @@ def test_the_outlier_band_is_refused_when_skyrl_could_not_mean_it():
         engines.read_correction(
             "skyrl", {OPC + "outlier_token_is_threshold_low": 2.0, OPC + "outlier_token_is_threshold_high": 1.5}
         )
+
+
+# ----------------------------------------------------------------------------------------------- bf16 / fp16
+LOW = [c for c in LOSSES if c[0] in ("regular", "dual_clip", "gspo", "cispo (defaults 0 / 5)", "sapo")]
+LOW_ROWS = (
+    "bf16 inputs, |log r| to 30 (regular, dual_clip, gspo, cispo, sapo; token_mean)",
+    "fp16 inputs, |log r| <= 3 (the same settings)",
+)
+LOW_NOTE = (
+    "divclip computes in float32 (bf16/fp16 in, a float32 loss out); SkyRL's ratio is float32 (safe_exp_delta), "
+    "the rest of its loss and its advantage pre-scaling in the input dtype (divclip scales A by "
+    "skyrl.aggregation in float32): equal to SkyRL's run on the same {dtype} values in float64 to float32 "
+    "rounding (the gradient to one {dtype} ulp), and to its own {dtype} run to its rounding "
+    "(parity_inputs.assert_low_precision)"
+)
+PARITY_ROWS += [
+    ("skyrl", LOW_ROWS[0], "exact", LOW_NOTE.format(dtype="bf16")),
+    ("skyrl", LOW_ROWS[1], "exact", LOW_NOTE.format(dtype="fp16")),
+]
+
+
+def _ours_low(settings, lp, old, adv, mask):
+    """`_ours` with the pre-scaling in float32 (divclip's compute dtype) for bf16 / fp16 advantages."""
+    r = skyrl.read(settings)
+    scaled = adv.to(torch.float32) * skyrl.aggregation(settings, mask).to(torch.float32)
+    return policy_loss(lp, old, scaled, mask, r.spec, "token-sum", metrics=False)[0]
+
+
+@pytest.mark.parametrize("dtype", LOW_DTYPES, ids=LOW_IDS)
+@pytest.mark.parametrize("settings", [c[1] for c in LOW], ids=[c[0] for c in LOW])
+def test_low_precision_inputs_are_skyrls_own_loss(settings, dtype):
+    """log π, log π_old, A and the mask in bf16 (|log r| to 30) or fp16 (|log r| <= 3: `moderate`), as a bf16 /
+    fp16 worker hands them to SkyRL's loss (parity_inputs.assert_low_precision states the tolerance)."""
+    lp, old, adv, mask = batch("token", torch.float64)
+    if dtype == torch.float16:
+        lp, _ = moderate(lp, old)
+    runs = low_precision_runs(
+        lambda x, *a: _ours_low(settings, x, *a),
+        lambda x, *a: _theirs(settings, x, *a),
+        lp,
+        (old, adv, mask),
+        dtype,
+    )
+    assert_low_precision(*runs, dtype)
