@@ -315,7 +315,9 @@ class _Reader:
         words, stack = [], list(reversed(nodes))
         while stack:
             node = stack.pop()
-            if node.type == "command":
+            if node.type == "redirected_statement":  # `command -v x > /dev/null`: the command decides
+                stack += [node.child_by_field_name("body")] if node.child_by_field_name("body") else []
+            elif node.type == "command":
                 words += self.command(node).words
             elif node.type in _WORDS or node.type in _EXPANSIONS:
                 words.append(self.word(node))
