@@ -225,7 +225,10 @@ class _Reader:
                 while k < len(children) and children[k].start_byte == chain[-1].end_byte and _wordlike(children[k]):
                     chain.append(children[k])
                     k += 1
-                words.append(self.word(child) if len(chain) == 1 else self.joined(chain))
+                if len(chain) > 1:
+                    words.append(self.joined(chain))
+                else:
+                    words.append(self.assignment(child) if child.type == "variable_assignment" else self.word(child))
         return self.emit(words, _line(node))
 
     def joined(self, chain: list) -> Word:
@@ -610,17 +613,17 @@ def _errors(root) -> list:
     return out
 
 
-_CLOSERS = frozenset(("'", '"', "`", ")", "}", "]", "]]", "fi", "done", "esac", "))", "heredoc_end"))
+_CLOSERS = frozenset(("'", '"', "`", ")", "}", "]", "]]", "fi", "done", "esac", "))"))
 
 
 def _refuse_unclosed(node, source: bytes, name: str) -> None:
-    line = _line(node)
     at = node.parent if node.is_missing and node.parent is not None else node
+    line = _line(at)  # where the construct opens
     near = source[at.start_byte : at.start_byte + 60].decode("utf-8", "surrogatepass").split("\n")[0].strip()
     what = None
     if node.is_missing and node.type in _CLOSERS:
         if at.type == "array":
-            what, line = "an array '(' is never closed", _line(at)
+            what = "an array '(' is never closed"
         elif node.type == "`":
             what = "no closing backtick"
         elif node.type in ('"', "'"):
