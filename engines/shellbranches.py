@@ -3,8 +3,9 @@
 A condition `[ A = B ]`, `[ A != B ]`, `[[ A == B ]]`, `[ A -le B ]`, `[ -z A ]`, `[ -n A ]`, `[ A ]` (with `!`
 in front, or `test ...`; several joined by `&&` / `||`, also inside `[[ ]]`) whose words are fully known after
 expansion (the script's defaults, `${DEVICE:-gpu}`) is evaluated and only the branch bash would take is read; each
-decision is said in a note. The condition's words come from bash's syntax tree (`divclip.engines.shellwords`). A condition that depends on what
-only running the script knows (an unset variable, `$(nproc)`, `-f file`) reads every branch, said too.
+decision is said in a note. The condition's words come from bash's syntax tree (`divclip.engines.shellwords`). A
+condition that depends on what only running the script knows (an unset variable, `$(nproc)`, `-f file`) reads
+every branch, said too.
 
 `case WORD in PATTERN | PATTERN) ... ;; esac` is decided the same way: with WORD known, the first branch whose
 pattern matches it (bash's glob patterns: `*`, `?`, `[...]`) is read and the others are not (`;&` falls

@@ -49,6 +49,8 @@ MAX_NESTING = 32  # ${a:-${b:-${c...}}} levels
 MAX_WORDS = 100_000  # words, commands and references of one script (a launch script has a few thousand)
 MAX_SYNTAX_DEPTH = 64  # statements inside statements: ( ( ( ... ) ) ), if inside if ...
 MAX_LOOP_VALUES = 16  # a for loop over more values than this is read once, its variable named as unresolved
+MAX_PIECES = MAX_WORDS * 3 // 2  # pieces between blanks and ; & |, plus $ signs, a text may hold before parsing
+_PIECE = re.compile(rb"[^\s;&|]+")
 _MAX_HASH_FIXES = 16  # re-parses for the `#` in a first word (module doc string)
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -577,6 +579,15 @@ def _parse(text: str, name: str):
     """The syntax tree of `text` and notes on what bash's grammar could not read; a ConfigError for an unclosed
     quote, `${`, `$(`, backtick, array or compound statement (bash refuses those too)."""
     source = text.encode("utf-8", "surrogatepass")
+    # each piece between blanks and ; & | is a word or more, each $ a reference, outside quotes and heredocs: a
+    # text with far more of them than MAX_WORDS is refused before tree-sitter builds its whole syntax tree
+    pieces = source.count(b"$") + sum(1 for _ in _PIECE.finditer(source))
+    if pieces > MAX_PIECES:
+        raise ConfigError(
+            f"config {name!r} cannot be split into shell words (line 1): more than {MAX_WORDS} words, commands and "
+            f"$references at a glance ({pieces} pieces between blanks and ; & |, and $ signs, over {MAX_PIECES}): "
+            "refused before parsing, not a launch script"
+        )
     for _ in range(_MAX_HASH_FIXES):
         tree = _PARSER.parse(source)
         if not tree.root_node.has_error:
@@ -594,11 +605,22 @@ def _parse(text: str, name: str):
     for node in _errors(tree.root_node):
         _refuse_unclosed(node, source, name)
         near = source[node.start_byte : node.end_byte].decode("utf-8", "surrogatepass").strip().split("\n")[0]
-        notes.append(
-            f"line {_line(node)}: bash's grammar (tree-sitter-bash) cannot read `{near[:60]}` here: the rest of the "
-            "script is read as the parser recovered it"
-        )
+        if _inside_word(node):
+            how = "it is kept as written in its word"
+        else:
+            how = "the script around it is read as the parser recovered it (check what this line sets)"
+        notes.append(f"line {_line(node)}: bash's grammar (tree-sitter-bash) cannot read `{near[:60]}` here: {how}")
     return source, tree, notes
+
+
+def _inside_word(node) -> bool:
+    """Whether an ERROR node lies inside one word (an expansion's default, a command substitution)."""
+    parent = node.parent
+    while parent is not None:
+        if parent.type in _EXPANSIONS or parent.type in ("string", "concatenation"):
+            return True
+        parent = parent.parent
+    return False
 
 
 def _errors(root) -> list:

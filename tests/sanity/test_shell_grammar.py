@@ -9,6 +9,7 @@ anything.
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 
@@ -55,6 +56,7 @@ SCRIPTS = {
         "python3 -m m dir=$d arg=$R/checkpoint/$project_name/$e\n"
     ),
     "hash_in_the_first_word": "a#b c\npython3 -m m x#y=1 # a comment\n",
+    "grammar_recovered_in_a_word": 'T=${T:-["/Y"]}\n: "${N:=$(( 2 * (3 + 1) ))}"\npython3 -m m t=$T n=$N\n',
     "ansi_and_escaped_strings": "python3 -m m $'a\\tb' \"q\\\"q\" 'raw\\n' f\\ g\n",
 }
 
@@ -109,3 +111,50 @@ def test_an_unclosed_construct_names_the_file_line_and_text(script, line, what):
         ConfigError, match=rf"config 'r\.sh' cannot be split into shell words \(line {line}\): {what}, at"
     ):
         expand_script(script, "r.sh")
+
+
+def test_what_the_grammar_cannot_read_inside_a_word_is_said():
+    notes = expand_script(SCRIPTS["grammar_recovered_in_a_word"], "t.sh").notes
+    assert [n.split(":")[0] for n in notes if "bash's grammar (tree-sitter-bash) cannot read" in n] == [
+        "line 1",
+        "line 2",
+    ]
+    assert all("it is kept as written in its word" in n for n in notes if "cannot read" in n)
+
+
+CONDITIONS = [
+    ["[", "a", "=", "a", "]", "&&", "[", "1", "-le", "0", "]"],
+    ["[", "a", "=", "b", "]", "||", "[", "-n", "x", "]"],
+    ["[", "a", "=", "b", "]", "||", "[", "x", "]", "&&", "[", "-z", "x", "]"],
+    ["!", "[", "2", "-gt", "10", "]", "||", "[", "a", "!=", "a", "]"],
+    ["[[", "a", "==", "b", "||", "c", "==", "c", "&&", "-n", "x", "]]"],
+    ["[[", "!", "(", "gpu", "==", "npu", "||", "gpu", "==", "ascend", ")", "&&", "-z", "", "]]"],
+    ["[[", "Qwen2.5-7B", "==", "*7B", "]]"],
+    ["test", "3", "-ne", "3", "||", "test", "-z", ""],
+]
+
+
+@pytest.mark.skipif(BASH is None, reason="bash is the reference")
+@pytest.mark.parametrize("words", CONDITIONS, ids=[" ".join(w) for w in CONDITIONS])
+def test_a_known_condition_is_decided_as_bash_decides_it(words):
+    from divclip.engines.shellbranches import evaluate
+
+    quoted = " ".join(
+        w if w in ("[[", "]]", "(", ")", "&&", "||", "!", "==") or w.startswith("*") else shlex.quote(w) for w in words
+    )
+    done = subprocess.run(
+        [BASH, "--noprofile", "--norc", "-c", f"if {quoted}; then echo T; else echo F; fi"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert evaluate(words) is (done.stdout.strip() == "T")
+
+
+def test_a_text_with_far_more_pieces_than_words_allowed_is_refused_before_parsing():
+    from divclip.engines.shellwords import MAX_PIECES, MAX_WORDS
+
+    with pytest.raises(ConfigError, match=rf"more than {MAX_WORDS} words, commands and \$references at a glance"):
+        expand_script("a " * (MAX_PIECES + 1), "r.sh")
+    assert len(expand_script("python3 -m m " + "a" * 3 * MAX_PIECES + "\n", "r.sh").commands) == 1
