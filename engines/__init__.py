@@ -18,9 +18,21 @@ flags as written (`--actor.eps_clip`), environment variables in capitals (`DIVCL
 from __future__ import annotations
 
 from collections.abc import Mapping
-from importlib import import_module
 
-from divclip.engines.base import Difference, EngineRead, EngineWrite, Key, as_ratio_clip, describe, example_origin
+from divclip.engines.base import (
+    Difference,
+    EngineRead,
+    EngineWrite,
+    Key,
+    as_ratio_clip,
+    check_keys,
+    describe,
+    example_origin,
+)
+from divclip.engines.correction import read_correction as _read_correction
+from divclip.engines.correction import write_correction as _write_correction
+from divclip.engines.registry import ENGINES, available_engines, get_engine
+from divclip.theory.spec import as_spec
 
 __all__ = [
     "ENGINES",
@@ -43,34 +55,6 @@ __all__ = [
     "write_correction",
 ]
 
-ENGINES = ("verl", "trl", "openrlhf", "areal", "skyrl", "slime")
-"""Every engine divclip reads and writes, in the order the CLI and the app list them."""
-
-
-def get_engine(name: str):
-    """The module of engine `name` (NAME, VERSION, DEFAULTS_FROM, KEYS, read, write, detect, FORMATS, render,
-    PLUGIN); a ValueError lists the engines."""
-    if name not in ENGINES:
-        raise ValueError(f"engine must be one of {list(ENGINES)}, got {name!r}")
-    try:
-        return import_module(f"divclip.engines.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name != f"divclip.engines.{name}":
-            raise
-        raise ValueError(f"engine {name!r} is not available in this divclip build") from None
-
-
-def available_engines() -> tuple[str, ...]:
-    """The engines of ENGINES whose module is present."""
-    out = []
-    for name in ENGINES:
-        try:
-            get_engine(name)
-        except ValueError:
-            continue
-        out.append(name)
-    return tuple(out)
-
 
 def read(engine: str, settings: Mapping, **options) -> EngineRead:
     """What divclip reads in `settings` of `engine` (options: TRL's num_processes)."""
@@ -79,8 +63,6 @@ def read(engine: str, settings: Mapping, **options) -> EngineRead:
 
 def write(spec, engine: str, **options) -> EngineWrite:
     """`spec` (a ClipSpec or a method string) as `engine`'s settings (options: recipe, loss_agg_mode, label)."""
-    from divclip.theory.spec import as_spec
-
     return get_engine(engine).write(as_spec(spec), **options)
 
 
@@ -108,18 +90,14 @@ def to_engine(spec, engine: str, *, correction=None, **options) -> dict:
 
 def read_correction(engine: str, settings: Mapping):
     """The rollout correction (`divclip.theory.correction.Correction`) `settings` of `engine` apply, or None."""
-    from divclip.engines.correction import read_correction as read_one
-
     get_engine(engine)
-    return read_one(engine, _mapping(settings))
+    return _read_correction(engine, _mapping(settings))
 
 
 def write_correction(correction, engine: str) -> tuple[dict, list[str]]:
     """(settings, cannot): `correction` in `engine`'s keys and what `engine` cannot say of it."""
-    from divclip.engines.correction import write_correction as write_one
-
     get_engine(engine)
-    return write_one(correction, engine)
+    return _write_correction(correction, engine)
 
 
 def translate(settings: Mapping, src: str, dst: str, **options) -> tuple[dict, list]:
@@ -205,8 +183,6 @@ def detect_engine(settings: Mapping) -> str | None:
 
 
 def _mapping(settings) -> Mapping:
-    from divclip.engines.base import check_keys
-
     if not isinstance(settings, Mapping):
         raise ValueError(f"settings must be a mapping of the engine's keys to values, got {type(settings).__name__}")
     check_keys(settings)

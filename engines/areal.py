@@ -52,6 +52,7 @@ from divclip.engines.base import (
 from divclip.engines.errors import ConfigError
 from divclip.engines.hydra import resolve_interpolations
 from divclip.engines.pitfalls import Pitfall, on_policy_note
+from divclip.theory.spec import ClipSpec
 
 NAME = "areal"
 VERSION = "1.0.4"
@@ -279,8 +280,6 @@ def _structure(s: EngineRead, g: dict) -> None:
 
 
 def _spec(s: EngineRead, g: dict):
-    from divclip.theory.spec import ClipSpec
-
     m2 = g[A + "m2_threshold"]
     if m2 is not None:  # M2PO: a batch mask before the clip, the rollout correction's m2po (engines/correction.py)
         if g[A + "use_decoupled_loss"]:

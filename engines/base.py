@@ -28,8 +28,13 @@ import reprlib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from divclip.engines.advice import ratio_bounds
 from divclip.engines.config import looks_like_float
 from divclip.engines.errors import ConfigError
+from divclip.engines.pitfalls import Pitfall
+from divclip.engines.registry import get_engine
+from divclip.theory.method_names import method_for
+from divclip.theory.spec import PRESETS, AllOf, ClipSpec, is_adaptive, method_string
 
 MAX_INT = 2**31 - 1  # batch sizes, epochs, steps: anything larger is a typo (and overflows float division)
 ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")  # an environment variable a launch command sets in front
@@ -113,8 +118,6 @@ class EngineRead:
         return self.keys.get(key, {}).get("origin") == "set"
 
     def to_dict(self) -> dict:
-        from divclip.theory.spec import method_string
-
         skip = {"advice", "spec", "differences", "unknown_keys", "roles"}
         out = {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.name not in skip}
         out["framework"] = self.engine
@@ -151,8 +154,6 @@ class EngineWrite:
 
     def text(self, fmt: str | None = None) -> str:
         """The block in one of the engine's FORMATS (default: its first), with the label and comments on top."""
-        from divclip.engines import get_engine
-
         module = get_engine(self.engine)
         fmt = module.FORMATS[0] if fmt is None else getattr(module, "FORMAT_ALIASES", {}).get(fmt, fmt)
         if fmt not in module.FORMATS:
@@ -200,8 +201,6 @@ RECIPES = {
 
 def recipe_for(spec) -> Recipe | None:
     """The published recipe of `spec` when it is a named method (a preset), else None."""
-    from divclip.theory.spec import PRESETS
-
     for name, known in PRESETS.items():
         if known == spec and name in RECIPES:
             return RECIPES[name]
@@ -212,8 +211,6 @@ def recipe_for(spec) -> Recipe | None:
 def as_ratio_clip(spec):
     """(ratio ClipSpec, Difference): a p-independent divergence clip at δ as the ratio clip on its exact
     interval [l_δ, u_δ] (docs/theory.md §2). A ValueError says why a spec has no ratio equivalent."""
-    from divclip.theory.spec import AllOf, ClipSpec, is_adaptive, method_string
-
     if is_adaptive(spec):
         raise ValueError(f"{method_string(spec)!r} adapts δ during training: a fixed ratio clip cannot follow it")
     if spec.form != "clip":
@@ -246,8 +243,6 @@ def ratio_clip_spec(s: EngineRead, *, clamp_log_ratio: bool):
     """The ratio clip an engine's read describes (widths, level, dual clip), for the engines whose sequence level
     differentiates through the mean (OpenRLHF and slime GSPO: the clip form's `seq_grad_mean`); None with a note
     where no divclip method says it exactly."""
-    from divclip.theory.spec import ClipSpec
-
     params = {"dual_clip_c": s.dual_clip_c, "clamp_log_ratio": clamp_log_ratio}
     if s.level == "sequence":
         params["seq_grad_mean"] = True
@@ -367,8 +362,6 @@ def show(v) -> str:
 def ignored_key_advice(s: EngineRead, ignored: dict, cite: str) -> list:
     """An "ignored_key" Pitfall for each key of `ignored[s.loss_mode]` ({loss_mode: (key, ...)}) that the settings
     set explicitly: the chosen loss never reads it, so the value the user wrote has no effect."""
-    from divclip.engines.pitfalls import Pitfall
-
     return [
         Pitfall(
             "ignored_key",
@@ -487,8 +480,6 @@ def dotted_key_score(settings, is_known, unique_prefixes) -> float:
 # ---------------------------------------------------------------------------------------------- labels
 def check_spec(spec, label: str | None = None):
     """(spec, label) for a write: `spec` must be a ClipSpec; the label defaults to 'method — description'."""
-    from divclip.theory.spec import ClipSpec, method_string
-
     if not isinstance(spec, ClipSpec):
         raise ValueError(f"spec must be a ClipSpec, got {type(spec).__name__}")
     return spec, label if label is not None else f"{method_string(spec)} — {describe(spec)}"
@@ -496,10 +487,6 @@ def check_spec(spec, label: str | None = None):
 
 def describe(spec) -> str:
     """'ATR-GRPO: PPO clip by kl3, δ = 0.0231436, r in [0.8, 1.230842]' — the method, its budget and its clip."""
-    from divclip.engines import advice
-    from divclip.theory.method_names import method_for
-    from divclip.theory.spec import AllOf, is_adaptive
-
     if isinstance(spec, AllOf):
         return "intersection, per token [max lo, min hi] of: " + "; ".join(describe(p) for p in spec.parts)
     if is_adaptive(spec):
@@ -516,7 +503,7 @@ def describe(spec) -> str:
         what = "GSPO" if spec.level == "sequence" else method_for("ratio", spec.eps_low, spec.eps_high)
         form = "ratio clip" if spec.form == "clip" else f"{spec.form} with ratio widths"
         return f"{what}: {form} [{1 - spec.eps_low:.7g}, {1 + spec.eps_high:.7g}] ({spec.level} level)"
-    bounds = advice.ratio_bounds(name, spec.delta, spec.delta)
+    bounds = ratio_bounds(name, spec.delta, spec.delta)
     where = (
         f"r in [{bounds[0]:.7g}, {bounds[1]:.7g}]"
         if not isinstance(bounds[0], dict)

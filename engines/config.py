@@ -34,6 +34,7 @@ from divclip.engines.errors import ConfigError
 from divclip.engines.files import DuplicateKeyError, display_name, json_loads_unique, read_capped
 from divclip.engines.launchers import task_script
 from divclip.engines.pyconfig import read_python
+from divclip.engines.registry import get_engine
 from divclip.engines.shell import Tokens, looks_like_float, read_script, read_tokens, split_line
 from divclip.engines.shell import parse_value as parse_override_value
 
@@ -100,10 +101,9 @@ def read_config(source, name: str | None = None, overrides=(), max_bytes: int = 
 
 
 def _engine_classes(classes) -> bool:
-    """A script that builds an engine's config class with no literal setting (its defaults, or its command line)."""
-    from divclip.engines.trl import detect_classes
-
-    return detect_classes(classes)
+    """A script that builds an engine's config class with no literal setting (its defaults, or its command line):
+    TRL's classes, which its engine module knows (found by name: every engine module imports this reader)."""
+    return get_engine("trl").detect_classes(classes)
 
 
 def _read_bytes(source, name, max_bytes) -> tuple[bytes, str]:

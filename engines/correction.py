@@ -47,7 +47,8 @@ import math
 from collections.abc import Mapping
 
 from divclip.engines.base import ConfigError, Key, typed_values
-from divclip.theory.correction import RS_OPTIONS, SEQ_ANY_K1, Correction, Filter, Rejection
+from divclip.engines.openrlhf import _floats, check_is_flags
+from divclip.theory.correction import RS_OPTIONS, SEQ_ANY_K1, Correction, Filter, Rejection, parse_correction
 
 __all__ = ["CORRECTION_KEYS", "read_correction", "write_correction"]
 
@@ -139,8 +140,6 @@ def read_correction(engine: str, settings: Mapping) -> Correction | None:
 def write_correction(correction: Correction | None, engine: str) -> tuple[dict, list[str]]:
     """(settings, cannot): `correction` in `engine`'s keys, and one sentence per part the engine cannot say (those
     parts are left out of the settings). None writes the engine's 'off'."""
-    from divclip.theory.correction import parse_correction
-
     if engine not in CORRECTION_KEYS:
         raise ValueError(f"engine must be one of {list(CORRECTION_KEYS)}, got {engine!r}")
     c = Correction() if correction is None else parse_correction(correction)
@@ -454,15 +453,13 @@ OPENRLHF = "--algo.advantage.is_correction_"
 
 
 def _read_openrlhf(g, settings):
-    from divclip.engines import openrlhf
-
     level, mode, gating = (g[OPENRLHF + k] for k in ("level", "mode", "gating"))
     if level == "off":
         return None
     if g["--actor.policy_loss_type"] == "gspo":  # no weight under gspo: its ratio is anchored at π_rollout
         return None  # (EngineRead.ratio_anchor = 'rollout', divclip.engines.openrlhf)
-    low, high = openrlhf._floats(settings, OPENRLHF + "threshold", "+", {})  # one value: (0, HIGH)
-    openrlhf.check_is_flags(level, mode, gating, low, high)
+    low, high = _floats(settings, OPENRLHF + "threshold", "+", {})  # one value: (0, HIGH)
+    check_is_flags(level, mode, gating, low, high)
     try:
         if level == "token" and gating == "ratio":  # PolicyLoss: clip clamps ρ to [low, high]; mask keeps ρ
             low = None if low == 0 else low  # inside it, else weight 0 (no log clamp); clamp(min=0) is nothing

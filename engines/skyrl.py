@@ -70,6 +70,9 @@ from divclip.engines.base import (
 from divclip.engines.errors import ConfigError
 from divclip.engines.hydra import resolve_interpolations
 from divclip.engines.pitfalls import Pitfall, on_policy_note
+from divclip.theory.forms import FORMS
+from divclip.theory.forms._numpy import upper_delta
+from divclip.theory.spec import AllOf, ClipSpec, is_adaptive, method_string, parse_method
 
 NAME = "skyrl"
 VERSION = "0.3.0"
@@ -307,8 +310,6 @@ IGNORED_BY_LOSS = {"sapo": (A + "eps_clip_low", A + "eps_clip_high", A + "clip_r
 
 
 def _ratio(s, g, settings, keys):
-    from divclip.theory.spec import ClipSpec
-
     s.form, s.measure = "clip", "ratio"
     s.budget_low, s.budget_high = g[A + "eps_clip_low"], g[A + "eps_clip_high"]
     s.level = "sequence" if s.loss_mode == "gspo" else "token"
@@ -322,16 +323,12 @@ def _ratio(s, g, settings, keys):
 
 
 def _cispo(s, g, settings, keys):
-    from divclip.theory.spec import ClipSpec
-
     s.form, s.measure = "cispo", "ratio"
     s.budget_low, s.budget_high = g[A + "cispo.cispo_eps_clip_low"], g[A + "cispo.cispo_eps_clip_high"]
     s.spec = _try(s, lambda: ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, form="cispo"))
 
 
 def _sapo(s, g, settings, keys):
-    from divclip.theory.spec import ClipSpec
-
     s.form = "sapo"
     s.spec = _try(
         s, lambda: ClipSpec(form="sapo", params={"tau_pos": g[A + "sapo.tau_pos"], "tau_neg": g[A + "sapo.tau_neg"]})
@@ -339,8 +336,6 @@ def _sapo(s, g, settings, keys):
 
 
 def _dppo(s, g, settings, keys):
-    from divclip.theory.spec import ClipSpec
-
     s.form, s.measure = "gated", g[A + "dppo.dppo_type"]
     s.budget_low, s.budget_high = g[A + "dppo.delta_low"], g[A + "dppo.delta_high"]
     s.differences.append(
@@ -362,9 +357,6 @@ def _dppo(s, g, settings, keys):
 
 def _covariance(s, g, settings, keys):
     """clip_cov / kl_cov: divclip's form of the same name, with SkyRL's parameters under the form's names."""
-    from divclip.theory.forms import FORMS
-    from divclip.theory.spec import ClipSpec
-
     mode = s.loss_mode
     form = FORMS.get(mode)
     if form is None:
@@ -391,8 +383,6 @@ def _covariance(s, g, settings, keys):
 
 
 def _method(s, g, settings, keys):
-    from divclip.theory.spec import parse_method
-
     text = settings.get(METHOD_ENV)
     keys[METHOD_ENV] = {"value": text, "origin": "set" if text is not None else "default"}
     if not isinstance(text, str) or not text.strip():
@@ -418,8 +408,6 @@ def _rollout_is(s, g, settings, keys):
     (1 − eps_clip_low, 1 + eps_clip_high), else 0: the REINFORCE form gpg under the bypass correction
     `read_correction` gives (is=token:mask=LO_HI/bypass); the band is open in SkyRL, closed in divclip (they differ
     only for an r exactly on a bound)."""
-    from divclip.theory.spec import parse_method
-
     s.budget_low, s.budget_high = g[A + "eps_clip_low"], g[A + "eps_clip_high"]
     s.spec = parse_method("ratio/gpg")
     s.notes.append(
@@ -434,8 +422,6 @@ def _importance_sampling(s, g, settings, keys):
     """importance_sampling (ppo_utils.importance_sampling_loss, Tinker's): −exp(log π − log π_old)·A summed over the
     mask, plain exp in the input dtype (no clamp, no float32), no off-policy correction: the form
     importance_sampling with /noclamp."""
-    from divclip.theory.spec import parse_method
-
     s.spec = parse_method("ratio/importance_sampling/noclamp")
     s.notes.append(
         "importance_sampling: SkyRL's loss is −r·A with r = exp(log π − log π_old) differentiable, not clamped and "
@@ -788,8 +774,6 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
 
 def _write_native(spec, notes: list, diffs: list) -> dict | None:
     """SkyRL's own loss for `spec`, or None when only the plug-in runs it."""
-    from divclip.theory.spec import AllOf, is_adaptive
-
     if isinstance(spec, AllOf) or is_adaptive(spec):
         return None
     if spec.form == "sapo":
@@ -826,8 +810,6 @@ def _write_native(spec, notes: list, diffs: list) -> dict | None:
                 "SkyRL's dppo uses the rollout log-probs where the generator returns them (π_old otherwise)",
             )
         )
-        from divclip.theory.forms._numpy import upper_delta
-
         return {
             "policy_loss_type": "dppo",
             "dppo.dppo_type": spec.measure_name,
@@ -859,8 +841,6 @@ def _write_native(spec, notes: list, diffs: list) -> dict | None:
 
 
 def _write_plugin(spec, env: dict, notes: list) -> dict:
-    from divclip.theory.spec import method_string
-
     if getattr(spec, "signal", None) == "entropy":
         raise ValueError("SkyRL does not hand the policy loss the entropy: adapt to clipfrac or kl3 for SkyRL")
     env[METHOD_ENV] = method_string(spec)

@@ -60,6 +60,8 @@ from divclip.engines.base import (
 from divclip.engines.errors import ConfigError
 from divclip.engines.launch import render_launch
 from divclip.engines.pitfalls import Pitfall, on_policy_note
+from divclip.theory.forms.cispo_cap import cispo_cap_as_cispo
+from divclip.theory.spec import ClipSpec
 
 NAME = "slime"
 COMMIT = "624b824a898ab0ec1fcb4d373004c7f3852bf515"
@@ -266,8 +268,6 @@ def _spec(s: EngineRead):
     # slime exponentiates the raw log-ratio (compute_policy_loss, compute_cispo_loss): no clamp
     if s.form != "cispo":
         return ratio_clip_spec(s, clamp_log_ratio=False)
-    from divclip.theory.spec import ClipSpec
-
     try:
         return ClipSpec(
             "ratio", eps_low=s.budget_low, eps_high=s.budget_high, form="cispo", params={"clamp_log_ratio": False}
@@ -362,8 +362,6 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
     notes: list = []
     diffs: list = []
     if spec.form == "cispo_cap":  # TRL's cispo: slime's cispo at --eps-clip 1 (no lower bound)
-        from divclip.theory.forms.cispo_cap import cispo_cap_as_cispo
-
         spec = cispo_cap_as_cispo(spec)
     if spec.form == "cispo":
         settings = _write_cispo(spec, notes)

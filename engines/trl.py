@@ -41,7 +41,9 @@ from divclip.engines.base import (
 from divclip.engines.errors import ConfigError
 from divclip.engines.pitfalls import Pitfall
 from divclip.theory.conversions import delta_for_eps
+from divclip.theory.forms import get_form
 from divclip.theory.measures import MEASURES, get_measure
+from divclip.theory.spec import AllOf, ClipSpec, is_adaptive, method_string, parse_method
 
 NAME = "trl"
 VERSION = "1.16.0"
@@ -288,8 +290,6 @@ def read(settings: Mapping, *, num_processes: int = 1, classes=(), fields=frozen
 
 def _other_trainer(s: EngineRead, trainer: str, g: dict, values: dict) -> EngineRead:
     """GMPO, RLOO and async GRPO: GRPOConfig's fields read with their trainer's defaults, then what differs."""
-    from divclip.theory.spec import ClipSpec
-
     eps = g["epsilon"]
     high = g["epsilon_high"] if g["epsilon_high"] is not None else eps
     if trainer == "gmpo":  # gmpo_trainer.py: log r clipped in A's direction, exp of the mean per sequence
@@ -406,8 +406,6 @@ def _read_spec(s: EngineRead, g: dict) -> None:
 # float64 TRL's sapo temperatures and VESPO's k, λ are float32 values (torch.where on Python floats), a 1e-8
 # relative difference.
 def _clip_spec(s: EngineRead, g: dict):
-    from divclip.theory.spec import ClipSpec
-
     form = "luspo" if s.loss_mode == "luspo" else "clip"
     c = s.dual_clip_c
     if c is not None and s.clip_measure in (None, "ratio") and c < 1.0 + s.budget_high:
@@ -428,15 +426,11 @@ def _clip_spec(s: EngineRead, g: dict):
 
 
 def _cispo_spec(s: EngineRead, g: dict):
-    from divclip.theory.spec import ClipSpec
-
     # an absolute cap on the IS weight, no lower bound (ScaleRL's ε_max): the cispo_cap form, at any cap
     return ClipSpec(form="cispo_cap", level=s.level, params={"cispo_cap": s.cap, "clamp_log_ratio": False})
 
 
 def _sapo_spec(s: EngineRead, g: dict):
-    from divclip.theory.spec import ClipSpec
-
     return ClipSpec(
         form="sapo",
         level=s.level,
@@ -446,9 +440,6 @@ def _sapo_spec(s: EngineRead, g: dict):
 
 def _vespo_spec(s: EngineRead, g: dict):
     """VESPO forms its own sequence weight (Σ log r, clamped): importance_sampling_level does not change its loss."""
-    from divclip.theory.forms import get_form
-    from divclip.theory.spec import ClipSpec
-
     names = ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")
     form = get_form("vespo")  # its defaults are GRPOConfig's: only the ones set differently go in the method
     return ClipSpec(form="vespo", params={k: g[k] for k in names if g[k] != form.param(k).default})
@@ -543,8 +534,6 @@ def _divclip(s: EngineRead, values: dict, g: dict, keys: dict, steps: int) -> No
 
 
 def _method(s: EngineRead, text: str) -> None:
-    from divclip.theory.spec import parse_method
-
     try:
         s.spec = parse_method(text)
     except ValueError as exc:
@@ -664,8 +653,6 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
     diffs: list = []
     agg = loss_agg_mode if loss_agg_mode is not None else _recipe_agg(spec, recipe, notes)
     if _combined(spec) or _dual_below_upper(spec):  # DivClipGRPOConfig(clip_method=...): divclip's own loss
-        from divclip.theory.spec import method_string
-
         if not _combined(spec):
             notes.append(_DUAL_NOTE.format(c=spec.param("dual_clip_c", None), hi=1.0 + spec.eps_high))
         notes.append("clip_method replaces clip_measure/clip_delta/epsilon_high; TRL's epsilon is ignored")
@@ -832,8 +819,6 @@ def _dual_below_upper(spec) -> bool:
 
 
 def _combined(spec) -> bool:
-    from divclip.theory.spec import AllOf, is_adaptive
-
     return isinstance(spec, AllOf) or is_adaptive(spec)
 
 

@@ -29,6 +29,7 @@ from divclip.engines.base import (
     EngineRead,
     EngineWrite,
     Key,
+    check_spec,
     example_keys,
     ignored_key_advice,
     name_loss_terms,
@@ -40,7 +41,11 @@ from divclip.engines.base import (
 from divclip.engines.errors import ConfigError
 from divclip.engines.pitfalls import Pitfall
 from divclip.theory.agg_modes import ENGINE_AGG_MODES, LOSS_AGG_MODES, TRL_AGG_MODES
+from divclip.theory.forms import get_form
+from divclip.theory.forms._numpy import upper_delta
+from divclip.theory.forms.cispo_cap import cispo_cap_as_cispo
 from divclip.theory.measures import MEASURES, get_measure
+from divclip.theory.spec import AllOf, ClipSpec, is_adaptive, method_string, parse_method
 
 NAME = "verl"
 VERSION = "0.9.1"
@@ -456,20 +461,14 @@ def _read_spec(s: EngineRead, settings, g: dict, keys: dict) -> None:
 
 # --------------------------------------------------------------------------- loss_mode -> ClipSpec
 def _vanilla(s, settings, g, keys):
-    from divclip.theory.spec import ClipSpec
-
     return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, params={"dual_clip_c": s.dual_clip_c})
 
 
 def _gspo(s, settings, g, keys):
-    from divclip.theory.spec import ClipSpec
-
     return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, level="sequence")
 
 
 def _dppo_spec(s, settings, g, keys):
-    from divclip.theory.spec import ClipSpec
-
     # δ_high where clip_ratio_high differs; verl's own gate arithmetic (its +1e-8, prob <= old_prob), so that
     # every decision is verl's (divclip.theory.forms.gated)
     params = {"gate": "verl", **({"delta_high": s.budget_high} if s.budget_high != s.budget_low else {})}
@@ -477,14 +476,10 @@ def _dppo_spec(s, settings, g, keys):
 
 
 def _cispo(s, settings, g, keys):
-    from divclip.theory.spec import ClipSpec
-
     return ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, form="cispo")
 
 
 def _sapo(s, settings, g, keys):
-    from divclip.theory.spec import ClipSpec
-
     # verl's sapo aggregates seq-mean-token-mean whatever loss_agg_mode says: the spec does too (sapo_seq_mean)
     return ClipSpec(
         form="sapo", params={"sapo_seq_mean": True, "tau_pos": g[A + "tau_pos"], "tau_neg": g[A + "tau_neg"]}
@@ -492,8 +487,6 @@ def _sapo(s, settings, g, keys):
 
 
 def _divclip_spec(s, settings, g, keys):
-    from divclip.theory.spec import ClipSpec
-
     if s.delta_low == s.delta_high:
         if s.clip_measure == "ratio":
             return ClipSpec("ratio", eps_low=s.delta_low, eps_high=s.delta_high, params={"dual_clip_c": s.dual_clip_c})
@@ -502,8 +495,6 @@ def _divclip_spec(s, settings, g, keys):
 
 
 def _method(s, settings, g, keys):
-    from divclip.theory.spec import parse_method
-
     text = settings.get(METHOD_ENV)
     keys[METHOD_ENV] = {"value": text, "origin": "set" if text is not None else "default"}
     if not isinstance(text, str) or not text.strip():
@@ -521,21 +512,15 @@ def _method(s, settings, g, keys):
 
 def _params(form_name: str, values: dict) -> dict:
     """The form's parameters that differ from its defaults (so the method string names only those)."""
-    from divclip.theory.forms import get_form
-
     form = get_form(form_name)
     return {name: v for name, v in values.items() if v != form.param(name).default}
 
 
 def _gpg(s, settings, g, keys):
-    from divclip.theory.spec import ClipSpec
-
     return ClipSpec(form="gpg")
 
 
 def _dro(s, settings, g, keys):
-    from divclip.theory.spec import ClipSpec
-
     beta = g[PL + "dro_beta"]
     if beta is None:
         raise ConfigError(
@@ -545,8 +530,6 @@ def _dro(s, settings, g, keys):
 
 
 def _clip_cov(s, settings, g, keys):
-    from divclip.theory.spec import ClipSpec
-
     params = {name: g[PL + name] for name in ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub")}
     return ClipSpec(
         "ratio", eps_low=s.budget_low, eps_high=s.budget_high, form="clip_cov", params=_params("clip_cov", params)
@@ -554,8 +537,6 @@ def _clip_cov(s, settings, g, keys):
 
 
 def _kl_cov(s, settings, g, keys):
-    from divclip.theory.spec import ClipSpec
-
     return ClipSpec(
         form="kl_cov",
         params=_params("kl_cov", {"kl_cov_ratio": g[PL + "kl_cov_ratio"], "kl_cov_coef": g[PL + "ppo_kl_coef"]}),
@@ -564,8 +545,6 @@ def _kl_cov(s, settings, g, keys):
 
 def _geo_mean(s, settings, g, keys):
     """GMPO clips log r to [−clip_ratio_low, clip_ratio_high]: verl's widths are log-space widths here."""
-    from divclip.theory.spec import ClipSpec
-
     clip = g[A + "clip_ratio"]
     low = g[A + "clip_ratio_low"] if g[A + "clip_ratio_low"] is not None else clip
     high = g[A + "clip_ratio_high"] if g[A + "clip_ratio_high"] is not None else clip
@@ -575,8 +554,6 @@ def _geo_mean(s, settings, g, keys):
 def _bypass(s, settings, g, keys):
     """bypass_mode: loss_type ppo_clip is vanilla on the rollout log-probs (its IS weights feed metrics only);
     reinforce is −A·log π, weighted by the truncated rollout IS weight when rollout_is is set."""
-    from divclip.theory.spec import ClipSpec
-
     if g[RC + "rollout_rs"] is not None and g[RC + "loss_type"] != "ppo_clip":
         raise ValueError(
             f"{RC}rollout_rs={g[RC + 'rollout_rs']!r} with loss_type reinforce: divclip models the rejection as a "
@@ -919,8 +896,6 @@ def _write_gated(spec, env: dict, notes: list) -> dict:
     modes = {m: mode for mode, m in _DPPO.items()}
     if name not in modes:
         raise ValueError(f"verl has DPPO masks for binary_kl and binary_tv only, got measure {name!r}")
-    from divclip.theory.forms._numpy import upper_delta
-
     notes.append("dppo_*: clip_ratio_low/high are the δ of the mask, clip_ratio_c truncates the IS weight")
     return {
         "policy_loss.loss_mode": modes[name],
@@ -951,8 +926,6 @@ def _write_sapo(spec, env: dict, notes: list) -> dict:
 
 def _write_cispo_cap(spec, env: dict, notes: list) -> dict:
     """TRL's cispo (`cispo_cap`: the IS weight capped at c, no lower bound) is verl's cispo at clip_ratio_low = 1."""
-    from divclip.theory.forms.cispo_cap import cispo_cap_as_cispo
-
     return _write_cispo(cispo_cap_as_cispo(spec), env, notes)
 
 
@@ -1032,8 +1005,6 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
     """`spec` as complete verl settings: every key the clip reads once, loss_mode explicit, the plug-in hook where
     needed; `recipe` adds the method's published aggregation (`loss_agg_mode` given here wins). A ValueError says
     what verl cannot express."""
-    from divclip.engines.base import check_spec
-
     spec, label = check_spec(spec, label)
     env: dict = {}
     notes: list = []
@@ -1086,14 +1057,10 @@ def _aggregation(spec, recipe: bool, loss_agg_mode, notes: list) -> str | None:
 
 
 def _combined(spec) -> bool:
-    from divclip.theory.spec import AllOf, is_adaptive
-
     return isinstance(spec, AllOf) or is_adaptive(spec)
 
 
 def _write_method(spec, env: dict, notes: list) -> dict:
-    from divclip.theory.spec import method_string
-
     if getattr(spec, "signal", None) == "entropy":
         raise ValueError("verl does not hand the policy loss the entropy: adapt to clipfrac or kl3 for verl")
     env.update({PLUGIN_ENV: PLUGIN, METHOD_ENV: method_string(spec)})
