@@ -219,12 +219,14 @@ def loss_advantages(settings: Mapping, advantages, loss_mask):
     """The advantages AReaL's loss uses for these settings: at importance_sampling_level sequence each row's mean
     over its loss tokens, on those tokens (0 elsewhere), as `_compute_sequence_level_ratio_and_advantages` does;
     at token level `advantages` itself. With them, `policy_loss(lp, old, loss_advantages(...), mask, read.spec,
-    "token-mean")` is AReaL's `ppo_actor_loss_fn` / `sapo_loss_fn` (tests/engines/test_parity_areal.py)."""
+    "token-mean")` is AReaL's `ppo_actor_loss_fn` / `sapo_loss_fn` (tests/engines/test_parity_areal.py). The row
+    mean is taken in policy_loss's compute dtype (float32 for bf16/fp16 advantages, which it returns in float32)."""
     import torch
 
     g, _ = typed_values(resolve_interpolations(settings), KEYS)
     if g[A + "importance_sampling_level"] != "sequence":
         return advantages
+    advantages = advantages if advantages.dtype == torch.float64 else advantages.to(torch.float32)
     mask = loss_mask.to(advantages.dtype)
     row = (advantages * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1)
     return torch.where(loss_mask.bool(), row.expand_as(advantages), torch.zeros_like(advantages))
