@@ -15,10 +15,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from divclip.engines import available_engines, get_engine
+from divclip.engines import available_engines, get_engine, unknown_key_origin
 from divclip.engines.advice import DPPO_DELTA_RANGE, DPPO_VALIDATED, PUBLISHED_RANGES
 from divclip.engines.base import EngineRead
 from divclip.sanity.budget import implied_eps_high
+from divclip.sanity.settings import unresolved_read_keys
 from divclip.theory import get_measure
 
 
@@ -244,8 +245,6 @@ def _engine_advice(s, _):
 def input_findings(raw, s: EngineRead) -> list[Finding]:
     """Keys the engine does not know (with the nearest known key) and config keys written without '=': each a
     warning, never silent (the engine itself would refuse the first, and ignore or choke on the second)."""
-    from divclip.engines import get_engine, unknown_key_origin
-
     module = get_engine(s.engine)
     source = getattr(module, "KNOWN_KEYS_FROM", module.DEFAULTS_FROM)
     out = []
@@ -290,8 +289,6 @@ def input_findings(raw, s: EngineRead) -> list[Finding]:
 def _unresolved_findings(raw, s: EngineRead) -> list[Finding]:
     """A setting the engine reads whose value only running the script knows: named with where the value comes
     from, and the engine's default divclip went on with."""
-    from divclip.sanity.settings import unresolved_read_keys
-
     out = []
     for key, (line, value, refs) in list(unresolved_read_keys(raw, s.engine).items())[:MAX_UNKNOWN_SHOWN]:
         origins = "; ".join(f"{ref} is {origin}" if not origin.startswith("$") else origin for ref, origin in refs)

@@ -28,6 +28,8 @@ import numpy as np
 from divclip.sanity.errors import SanityInputError
 from divclip.sanity.loaders import Rollouts
 from divclip.sanity.rollouts import P_EDGES, RolloutOptions, _log_prob
+from divclip.theory.atlas import atlas_row, find_method, gradient_weight
+from divclip.theory.spec import parse_method
 
 MAX_METHODS = 8
 ENTROPY_SOURCE = "arXiv 2505.22617 (entropy change = −Cov(log π, A) under policy gradient; Clip-Cov)"
@@ -35,8 +37,6 @@ ENTROPY_SOURCE = "arXiv 2505.22617 (entropy change = −Cov(log π, A) under pol
 
 def parse_methods(methods) -> list[str]:
     """The method list from 'dcpo,grpo' or a list; each must be an atlas name or a method string."""
-    from divclip.theory.atlas import find_method
-
     names = [m.strip() for m in (methods.split(",") if isinstance(methods, str) else methods) if m.strip()]
     if not names or len(names) > MAX_METHODS:
         raise SanityInputError(f"--methods must name 1 to {MAX_METHODS} methods (e.g. dcpo,grpo), got {methods!r}")
@@ -62,9 +62,6 @@ def _share(removed: np.ndarray, total: np.ndarray) -> float | None:
 
 
 def _method_entry(name: str, q, log_r, adv, inside, cells, centred) -> dict:
-    from divclip.theory.atlas import atlas_row, find_method, gradient_weight
-    from divclip.theory.spec import parse_method
-
     method = find_method(name)
     spec = parse_method(method.method)
     row = atlas_row(method, with_nearest=False)

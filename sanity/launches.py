@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from divclip.engines.config import RawConfig
 from divclip.sanity.settings import clip_settings
+from divclip.theory.spec import method_string
 
 
 def launch_config(raw: RawConfig, launch) -> RawConfig:
@@ -41,8 +42,6 @@ def split_launches(raw: RawConfig, framework: str | None, num_processes: int) ->
                 why = "no settings of an engine divclip reads (a helper or data script, not a training run)"
             row.update(engine=None, read=False, why=why[:200])
         else:
-            from divclip.theory.spec import method_string
-
             row.update(
                 engine=s.engine,
                 read=True,

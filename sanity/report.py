@@ -14,15 +14,27 @@ from __future__ import annotations
 
 import math
 
+from divclip.engines import read_correction
 from divclip.engines.base import EngineRead
 from divclip.engines.config import read_config, split_overrides
+from divclip.engines.correction import CORRECTION_KEYS
+from divclip.engines.trl import field_name
 from divclip.sanity.budget import divergence_intervals, equivalent_budgets
-from divclip.sanity.checks import check_settings, finding, input_findings, scale_findings
+from divclip.sanity.checks import SPREAD_HINT, Finding, check_settings, finding, input_findings, scale_findings
+from divclip.sanity.compare import compare_methods
+from divclip.sanity.corrections import (
+    DEFAULT_CORRECTIONS,
+    DEFAULT_MAX_MASKED,
+    SOURCES,
+    analyse_corrections,
+    parse_corrections,
+)
 from divclip.sanity.errors import SanityInputError
 from divclip.sanity.launches import launch_notes, split_launches
 from divclip.sanity.loaders import Limits, load_rollouts
 from divclip.sanity.rollouts import RolloutOptions, analyse_rollouts
-from divclip.sanity.settings import clip_settings
+from divclip.sanity.settings import clip_settings, unresolved_read_keys
+from divclip.theory import get_measure
 
 SCHEMA = "divclip.check/1"
 DEFAULT_EPS = 0.2  # GRPO's ε and verl's/TRL's default ratio width, used when nothing else says
@@ -168,8 +180,6 @@ def _build(
         if raw.ignored_tokens:
             report["notes"].append(f"ignored command words (not settings): {raw.ignored_tokens[:8]}")
     elif intended is not None:
-        from divclip.theory import get_measure
-
         get_measure(intended)
     opts = _rollout_options(settings, eps_low, eps_high, deltas, sigma, seed, report["notes"])
     if eps_low is not None or eps_high is not None:  # widths given here, not in the config: same scale checks
@@ -184,8 +194,6 @@ def _build(
         report["rollouts"] = section
         _measured_spread(report["warnings"], section)
         if methods is not None:
-            from divclip.sanity.compare import compare_methods
-
             report["compare"] = compare_methods(data, methods, opts)
         _check_corrections(report, data, settings, raw, corrections, max_masked)
         if section["on_policy"]:
@@ -202,8 +210,6 @@ def _build(
 
 def _unresolved_notes(raw, settings) -> list[str]:
     """The values only running the script knows, in settings divclip does not read (kept as written)."""
-    from divclip.sanity.settings import unresolved_read_keys
-
     read = unresolved_read_keys(raw, settings.engine)
     rest = [f"{k}={v[1]}" for k, v in raw.unresolved.items() if k not in read and k in raw.values]
     if not rest:
@@ -214,14 +220,6 @@ def _unresolved_notes(raw, settings) -> list[str]:
 
 def _check_corrections(report, data, settings, raw, corrections, max_masked) -> None:
     """The "corrections" section: the config's correction, --corrections, or the engines' defaults."""
-    from divclip.engines import read_correction
-    from divclip.sanity.corrections import (
-        DEFAULT_CORRECTIONS,
-        DEFAULT_MAX_MASKED,
-        analyse_corrections,
-        parse_corrections,
-    )
-
     chosen = {}
     if settings is not None:
         try:
@@ -251,10 +249,6 @@ def _check_corrections(report, data, settings, raw, corrections, max_masked) -> 
 
 def _config_correction(report, settings, raw) -> None:
     """The config's rollout correction as a string in report["config"]["correction"], and TRL's silent default."""
-    from divclip.engines import read_correction
-    from divclip.engines.correction import CORRECTION_KEYS
-    from divclip.sanity.corrections import SOURCES
-
     values = _field_names(settings.engine, raw.values)
     given = [k for k in CORRECTION_KEYS.get(settings.engine, {}) if k in values]
     shown = ", ".join(f"{k} = {values[k]!r}" for k in given[:6])
@@ -286,22 +280,15 @@ def _field_names(engine: str, values: dict) -> dict:
     """TRL's settings by field name (`--use_vllm` on a command line is the field use_vllm), as its readers take them."""
     if engine != "trl":
         return values
-    from divclip.engines.trl import field_name
-
     return {field_name(k) if isinstance(k, str) else k: v for k, v in values.items()}
 
 
 def finding_correction(message: str) -> dict:
-    from divclip.sanity.checks import Finding
-    from divclip.sanity.corrections import SOURCES
-
     return Finding("correction_not_modelled", message, SOURCES["correction_not_modelled"]).to_dict()
 
 
 def _measured_spread(warnings: list, section: dict) -> None:
     """Put this batch's own figure into the sequence-level scale warning, where the file has log_prob."""
-    from divclip.sanity.checks import SPREAD_HINT
-
     spread = section["ratios"].get("sequence_spread")
     if not spread:
         return

@@ -25,6 +25,7 @@ from divclip.sanity.errors import SanityInputError
 from divclip.sanity.loaders import Rollouts
 from divclip.theory import MEASURES, delta_for_eps, get_measure
 from divclip.theory.forms._numpy import LOG_RATIO_CLAMP
+from divclip.theory.spec import ClipSpec
 
 DEFAULT_SIGMA = 0.05  # a typical per-token |log r| after one off-policy mini-batch step; an assumption
 P_EDGES = (0.0, 1e-3, 1e-2, 0.1, 0.5, 0.9, 0.99, 1.0)
@@ -81,8 +82,6 @@ def _finite(v) -> bool:
 # ---------------------------------------------------------------------------------------------- specs
 def rollout_specs(opts: RolloutOptions) -> list[dict]:
     """[{measure, spec (ClipSpec or None), budget, problem}] for every registered measure."""
-    from divclip.theory.spec import ClipSpec
-
     out = []
     for m in MEASURES.values():
         row = {"measure": m.name, "spec": None, "budget": None, "problem": None}
