@@ -13,8 +13,10 @@ settings and the list of what the engine cannot say. Per engine (docs/engines.md
 * SkyRL 0.3.0 `trainer.algorithm.off_policy_correction.*`: tis_ratio_type with token/sequence caps (2.0 / 5.0);
   sequence_mask_metric geometric ([geo_mask_low, geo_mask_high] on exp(mean log ρ)) or product (on Π ρ); the
   token mask [token_mask_is_threshold_low, _high]. The ρ bands become verl's k1 rules, which bound 1/ρ:
-  [c, C] on ρ is [1/C, 1/c] on exp(k1). The outlier-token mask (a sequence dropped for one token out of band)
-  has no verl rule and is refused. `policy_loss_type: rollout_is` is the bypass correction
+  [c, C] on ρ is [1/C, 1/c] on exp(k1). The outlier-token mask outlier_token_is_threshold_low/high (a
+  sequence dropped for one token out of band; either side may be unset) is the rule `seq_any_k1` on the same
+  inverted band (an unset side: beyond e^20, where the ±20 clamp of log ρ never reaches; verl has no such
+  rule). `policy_loss_type: rollout_is` is the bypass correction
   `is=token:mask=(1 - eps_clip_low)_(1 + eps_clip_high)/bypass` (its loss: that weight under method ratio/gpg).
 * slime (624b824a): --use-tis is `vanilla_tis_function`, w = clamp(ρ, --tis-clip-low, --tis-clip) unclamped in
   log; a --custom-tis-function-path (ICEPOP's `icepop_function` among them) and --use-opsm are refused (a
@@ -45,7 +47,7 @@ import math
 from collections.abc import Mapping
 
 from divclip.engines.base import ConfigError, Key, typed_values
-from divclip.theory.correction import RS_OPTIONS, Correction, Filter, Rejection
+from divclip.theory.correction import RS_OPTIONS, SEQ_ANY_K1, Correction, Filter, Rejection
 
 __all__ = ["CORRECTION_KEYS", "read_correction", "write_correction"]
 
@@ -250,9 +252,15 @@ def _write_verl(c: Correction):
         else:
             what = f"{c.is_mode} to [{c.is_floor}, {c.is_cap}]"
             cannot.append(f"verl has no importance weight {what} (TIS: a cap alone; IcePop: a band 0 < c <= C)")
-    if c.rejections:
-        out[VERL + "rollout_rs"] = ",".join(r.option for r in c.rejections)
-        out[VERL + "rollout_rs_threshold"] = ",".join(r.threshold for r in c.rejections)
+    rules = [r for r in c.rejections if r.option in RS_OPTIONS]
+    if rules:
+        out[VERL + "rollout_rs"] = ",".join(r.option for r in rules)
+        out[VERL + "rollout_rs_threshold"] = ",".join(r.threshold for r in rules)
+    for r in c.rejections:
+        if r.option not in RS_OPTIONS:
+            cannot.append(
+                f"verl has no rejection option {r.option} (rs={r.option}:{r.threshold}, SkyRL's outlier mask)"
+            )
     if c.opsm is not None:
         cannot.append(f"verl has no off-policy sequence mask (opsm={c.opsm!r})")
     if not c.clamp_log_ratio and c.active:
@@ -297,6 +305,11 @@ def _write_trl(c: Correction):
 
 
 # -------------------------------------------------------------------------------------------------- SkyRL
+OPEN_SIDE = math.exp(21.0)
+"""An unset side of SkyRL's outlier band: ρ = e^{±21} lies beyond e^{±20}, where SkyRL (safe_exp_delta) and
+divclip's rules clamp log ρ, so no token ever crosses it: the side is open, exactly."""
+
+
 def _inverse_band(name, lo, hi) -> Rejection:
     """A band [lo, hi] on ρ (or Π ρ, or exp(mean log ρ)) as verl's k1 rule, which bounds the inverse."""
     return Rejection(name, 1.0 / lo, 1.0 / hi)
@@ -306,11 +319,8 @@ def _read_skyrl(g, settings):
     k = SKYRL
     if g["trainer.algorithm.policy_loss_type"] == "rollout_is":
         return _skyrl_rollout_is(g, settings)
-    if g[k + "outlier_token_is_threshold_low"] is not None or g[k + "outlier_token_is_threshold_high"] is not None:
-        raise ConfigError(
-            f"{k}outlier_token_is_threshold_*: SkyRL drops a whole sequence for one token out of band; divclip's "
-            "corrections have no such rule (verl has no seq_max_k1)"
-        )
+    if g["trainer.algorithm.policy_loss_type"] in ("importance_sampling", "cross_entropy"):
+        return None  # these losses call no apply_off_policy_correction (SkyRL's read warns if it is set)
     level = g[k + "tis_ratio_type"] or ("token" if g["trainer.algorithm.use_tis"] else None)
     fields: dict = {}
     if level is not None:
@@ -329,6 +339,14 @@ def _read_skyrl(g, settings):
                 "the tokens the mask kept; divclip's sequence weight sums over every valid token"
             )
         rules.append(_inverse_band("token_k1", lo, hi))
+    low, high = g[k + "outlier_token_is_threshold_low"], g[k + "outlier_token_is_threshold_high"]
+    if low is not None or high is not None:  # compute_outlier_token_mask: drop a sequence for one ρ out of band
+        if (low is not None and low <= 0) or (high is not None and high <= 0) or (low or 0) > (high or math.inf):
+            raise ConfigError(
+                f"{k}outlier_token_is_threshold_low/high must be > 0 with low <= high (a band on ρ), got "
+                f"low={low!r}, high={high!r}"
+            )
+        rules.append(_inverse_band(SEQ_ANY_K1, low or 1.0 / OPEN_SIDE, high or OPEN_SIDE))
     metric = g[k + "sequence_mask_metric"]
     if metric is not None:
         band = "geo_mask" if metric == "geometric" else "product_mask"
@@ -366,9 +384,13 @@ def _write_skyrl(c: Correction):
             out[k + f"{c.is_level}_tis_ratio_clip_high"] = c.is_cap
         else:
             cannot.append(f"SkyRL's TIS is a cap alone: {c.is_mode} to [{c.is_floor}, {c.is_cap}] is not expressible")
-    sequence_rules = [r for r in c.rejections if r.level == "sequence"]
+    sequence_rules = [r for r in c.rejections if r.level == "sequence" and r.option != SEQ_ANY_K1]
     for r in c.rejections:
-        if r.option == "token_k1":
+        if r.option == SEQ_ANY_K1:
+            low, high = 1 / r.upper, 1 / r.lower
+            out[k + "outlier_token_is_threshold_low"] = None if low <= math.exp(-20.0) else low
+            out[k + "outlier_token_is_threshold_high"] = None if high >= math.exp(20.0) else high
+        elif r.option == "token_k1":
             out[k + "token_mask_is_threshold_low"], out[k + "token_mask_is_threshold_high"] = 1 / r.upper, 1 / r.lower
         elif r.option in ("seq_mean_k1", "seq_sum_k1") and r is sequence_rules[0]:
             band = "geo_mask" if r.option == "seq_mean_k1" else "product_mask"

@@ -111,6 +111,15 @@ RENAMED = {  # flags of OpenRLHF <= 0.11.0 that 0.11.2's parser refuses
     IS_FLAGS + "type": IS_FLAGS + "mode / " + IS_FLAGS + "gating",
 }
 
+
+def key_origin(key: str) -> str | None:
+    """Which other OpenRLHF version had `key` (RENAMED: 0.11.0's parser, OpenRLHF/OpenRLHF v0.11.0
+    openrlhf/cli/train_ppo_ray.py), said as the unknown-key warning says it."""
+    if key not in RENAMED:
+        return None
+    return f"not a flag of OpenRLHF {VERSION}: OpenRLHF 0.11.0 had it ({VERSION} renamed it {RENAMED[key]})"
+
+
 KNOWN_FLAGS_FILE = Path(__file__).with_name(f"openrlhf_{VERSION}_flags.txt")
 KNOWN_KEYS_FROM = (
     f"openrlhf {VERSION} {ENTRY}: every option string of its argparse parser (snapshot: {KNOWN_FLAGS_FILE.name})"

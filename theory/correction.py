@@ -29,6 +29,8 @@ ignored, nothing else is; "none" is the empty correction):
                                               (C may be "inf" after a floor: c "_inf" bounds w from below only)
     OPTION := token_k1 | token_k2 | token_k3 | seq_sum_k1 | seq_sum_k2 | seq_sum_k3
            | seq_mean_k1 | seq_mean_k2 | seq_mean_k3 | seq_max_k2 | seq_max_k3       (verl's rejection options)
+           | seq_any_k1                        SkyRL's outlier-token mask: drop the whole sequence when any of its
+                                              tokens fails the token_k1 band (not verl's)
     THRESHOLD := NUMBER                        upper bound on the statistic (k2, k3)
            | lo "_" hi                         k1 only: bounds on exp(statistic); a bare NUMBER C means 1/C "_" C
     FILTER := "token:" METRIC ":" ACTION ":" BAND | "sequence:" METRIC ":" AGG ":" ACTION ":" BAND [":token"]
@@ -70,6 +72,8 @@ __all__ = [
     "IS_LEVELS",
     "IS_MODES",
     "RS_OPTIONS",
+    "REJECTION_OPTIONS",
+    "SEQ_ANY_K1",
     "FILTER_ACTIONS",
     "FILTER_AGGS",
     "FILTER_METRICS",
@@ -98,6 +102,12 @@ RS_OPTIONS = (
     "seq_max_k3",
 )
 """verl 0.9.1's `SUPPORTED_ROLLOUT_RS_OPTIONS` (verl has no seq_max_k1: a max of -log ρ bounds only one side)."""
+SEQ_ANY_K1 = "seq_any_k1"
+"""SkyRL 0.3.0's outlier-token mask (off_policy_correction.outlier_token_is_threshold_low/high,
+`compute_outlier_token_mask`): a sequence is dropped when any valid token has ρ outside [low, high]; as a k1 rule
+its band is token_k1's (on exp(k1) = 1/ρ), and one failing token drops the sequence. verl has no such option."""
+REJECTION_OPTIONS = RS_OPTIONS + (SEQ_ANY_K1,)
+"""Every rejection option divclip applies: verl's `RS_OPTIONS` and SkyRL's `SEQ_ANY_K1`."""
 FILTER_METRICS = ("ratio", "kl_k1", "kl_k2", "kl_k3", "binary_kl", "binary_tv")
 FILTER_ACTIONS = ("mask", "clamp")
 FILTER_AGGS = ("sum", "mean", "max")
@@ -127,7 +137,8 @@ class Rejection:
     """One rejection rule (one of verl's rejection options with its threshold)."""
 
     option: str
-    """A name in `RS_OPTIONS`: token_k3 drops a token, seq_mean_k1 a whole sequence, and so on."""
+    """A name in `REJECTION_OPTIONS`: token_k3 drops a token, seq_mean_k1 a whole sequence, seq_any_k1 a whole
+    sequence for one token out of the k1 band (SkyRL's outlier mask), and so on."""
     upper: float
     """Upper bound: on the statistic for k2/k3; on exp(k1) = π_rollout/π_old (token) or its sum/mean in log
     space (sequence) for k1."""
@@ -135,8 +146,8 @@ class Rejection:
     """k1 only (required there): lower bound, in the same units as `upper`; None for k2/k3."""
 
     def __post_init__(self):
-        if self.option not in RS_OPTIONS:
-            raise ValueError(f"Rejection.option must be one of {list(RS_OPTIONS)}, got {self.option!r}")
+        if self.option not in REJECTION_OPTIONS:
+            raise ValueError(f"Rejection.option must be one of {list(REJECTION_OPTIONS)}, got {self.option!r}")
         object.__setattr__(self, "upper", _number("Rejection", "upper", self.upper))
         if self.is_k1:
             if self.lower is None:
@@ -158,7 +169,8 @@ class Rejection:
 
     @property
     def aggregation(self) -> str:
-        """'token', 'sum', 'mean' or 'max': how the token statistic is pooled over a sequence."""
+        """'token', 'sum', 'mean', 'max' or 'any' (seq_any_k1: the sequence fails when any token fails the band):
+        how the token statistic is pooled over a sequence."""
         return self.option.split("_")[1] if self.level == "sequence" else "token"
 
     @property
@@ -278,7 +290,7 @@ class Correction:
     """Divide the weights by their batch mean (token: over tokens; sequence: over sequences), as verl can."""
     rejections: tuple[Rejection, ...] = ()
     """Rejection rules; a token is kept when every rule keeps it (verl's comma-combined options); stored in
-    the order of `RS_OPTIONS`."""
+    the order of `REJECTION_OPTIONS`."""
     opsm: float | None = None
     """Off-policy sequence mask threshold δ (DeepSeek-V3.2 eq. 9; TRL off_policy_mask_threshold): weight 0 for a
     sequence with A < 0 and mean(log π_rollout - log π_train) > δ. Needs the advantages."""
@@ -325,8 +337,9 @@ class Correction:
         options = [r.option for r in rejections]
         if len(set(options)) != len(options):
             raise ValueError(f"Correction.rejections names an option twice: {options}")
-        # AND is order-free: one canonical order (RS_OPTIONS') makes equal corrections compare equal
-        object.__setattr__(self, "rejections", tuple(sorted(rejections, key=lambda r: RS_OPTIONS.index(r.option))))
+        # AND is order-free: one canonical order (REJECTION_OPTIONS') makes equal corrections compare equal
+        order = REJECTION_OPTIONS.index
+        object.__setattr__(self, "rejections", tuple(sorted(rejections, key=lambda r: order(r.option))))
         if self.opsm is not None:
             object.__setattr__(self, "opsm", _number("Correction", "opsm", self.opsm, zero_ok=True))
         if self.filter is not None:
@@ -402,8 +415,8 @@ def _is_part(value: str, fields: dict, source: str) -> None:
 
 def _rs_part(value: str, source: str) -> Rejection:
     option, sep, threshold = value.partition(":")
-    if option not in RS_OPTIONS:
-        raise ValueError(f"correction {_echo(source)}: rs= takes one of {list(RS_OPTIONS)}, got {option!r}")
+    if option not in REJECTION_OPTIONS:
+        raise ValueError(f"correction {_echo(source)}: rs= takes one of {list(REJECTION_OPTIONS)}, got {option!r}")
     if not sep:
         raise ValueError(f"correction {_echo(source)}: rs={option} needs a threshold (rs={option}:NUMBER)")
     lower, upper = _band(threshold, f"rs={option} threshold", source)

@@ -7,7 +7,8 @@ with l = log ρ = old_log_prob - rollout_log_prob,
   `clamp_log_ratio=False`, TRL); 0 on padding; then truncated to [c, C] or zeroed outside it ('mask');
   batch normalisation divides by the masked mean (over tokens; over sequences at sequence level);
 * each rejection rule keeps a token (token_*) or a whole sequence (seq_*) whose statistic k1 = -l, k2 = l²/2 or
-  k3 = e^l - 1 - l (l clamped to ±20), or its sum / mean / max over the sequence, lies within the threshold;
+  k3 = e^l - 1 - l (l clamped to ±20), or its sum / mean / max over the sequence, lies within the threshold
+  (seq_any_k1, SkyRL's outlier mask: every valid token's k1 within the band, else the whole sequence goes);
   keep_mask = response_mask · Π_rules keep;
 * the off-policy sequence mask (TRL's OPSM) multiplies the weights by 0 for a sequence with A < 0 whose mean
   k1 exceeds δ, as TRL multiplies the per-token loss (a zero weight still counts in the loss's denominator; a
@@ -165,12 +166,14 @@ def _keep(log_ratio, mask, c: Correction, metrics: dict | None):
     keep = torch.ones_like(log_ratio, dtype=torch.bool)
     for r in c.rejections:
         stat = _statistic(log_ratio, r.estimator)
-        if r.level == "sequence":
+        if r.level == "sequence" and r.aggregation != "any":
             stat = _pooled(stat, mask, r.aggregation)[:, None].expand_as(log_ratio)
         if r.is_k1:
             ok = (stat >= math.log(r.lower)) & (stat <= math.log(r.upper))
         else:
             ok = stat <= r.upper
+        if r.aggregation == "any":  # SkyRL's outlier mask: a sequence is kept when every valid token is in band
+            ok = (ok | ~mask.bool()).all(-1, keepdim=True).expand_as(log_ratio)
         keep &= ok
         if metrics is not None:
             metrics[f"rs_{r.option}_masked_fraction"] = float(_masked_mean((~ok).to(mask.dtype), mask))

@@ -104,6 +104,7 @@ def correction_intervals(correction, lengths=DEFAULT_LENGTHS) -> list[dict]:
             "mean": "the geometric mean of ρ" if r.is_k1 else f"the mean token {r.estimator}",
             "sum": "Π ρ_t" if r.is_k1 else f"the sum of token {r.estimator}",
             "max": f"every token's {r.estimator}",
+            "any": "ρ of every token (one out drops the sequence)",
         }[r.aggregation]
         rows.append(
             {

@@ -244,8 +244,10 @@ def test_what_a_target_cannot_express_is_named():
 
 
 def test_unmodelled_engine_corrections_are_refused_by_name():
-    with pytest.raises(ValueError, match="outlier"):
-        read_correction("skyrl", {SKYRL + "outlier_token_is_threshold_high": 5.0})
+    # SkyRL's outlier-token mask is modelled since (rule seq_any_k1; tests/engines/test_parity_skyrl.py)
+    assert (
+        read_correction("skyrl", {SKYRL + "outlier_token_is_threshold_high": 5.0}).rejections[0].option == "seq_any_k1"
+    )
     with pytest.raises(ValueError, match="custom"):
         read_correction("slime", {"--use-tis": True, "--custom-tis-function-path": "x.icepop"})
     # OpenRLHF's seq-level gate is modelled since (a filter keeping token weights: test_openrlhf_gates_...);
