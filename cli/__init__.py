@@ -4,8 +4,9 @@
 
 Each subcommand is a module here with the same two functions: `add_parser(subparsers)` adds its argparse
 parser, `run(args) -> int` runs it and returns the exit status. `SUBCOMMANDS` below lists them; follow a flag
-from there to its module. Subcommand modules import only argparse-level code at import time; torch,
-transformers and the heavy maths are imported inside `run`, so `divclip --help` and `divclip bounds` stay fast.
+from there to its module. Subcommand modules import divclip's torch-free layers (theory, engines, sanity) at the
+top; torch and transformers (the trainer, the toy arena) are imported inside `run`, so `divclip --help` and
+`divclip bounds` load no torch (tests/test_layers.py holds every other import at the top).
 
 Errors take one path, `main`: a bad argument (argparse) or a ValueError raised by a subcommand prints one line,
 `divclip: error: …`, naming the argument, its value and what is allowed, on stderr, and the status is 2.

@@ -22,6 +22,11 @@ import json
 import math
 import sys
 
+from divclip.theory.atlas import Q_GRID, catalogue, gradient_weight, verl_arithmetic
+from divclip.theory.correction import parse_correction
+from divclip.theory.correction_bounds import correction_intervals
+from divclip.theory.nearest_budget import CLAMP
+
 
 def _token(text: str) -> tuple[float, float]:
     q_text, sep, r_text = text.partition(",")
@@ -90,8 +95,6 @@ def _interval_text(lo, hi) -> str:
 
 
 def _weights(row: dict, tokens) -> list[dict]:
-    from divclip.theory.atlas import gradient_weight, verl_arithmetic
-
     out = []
     for q, r in tokens:
         entry = {"q": q, "r": r, "feasible": q * r <= 1.0}  # π_θ = q·r must be a probability
@@ -151,9 +154,6 @@ def _params_text(row: dict) -> str:
 
 
 def print_text(rows: list[dict], tokens) -> None:
-    from divclip.theory.atlas import Q_GRID
-    from divclip.theory.nearest_budget import CLAMP
-
     _print_table(
         ("method", "family", "method string", "agg", "parameters", "sources", "nearest budget"),
         [
@@ -251,9 +251,6 @@ def markdown_table(rows: list[dict]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from divclip.theory.atlas import Q_GRID, catalogue
-    from divclip.theory.nearest_budget import CLAMP
-
     if getattr(args, "correction", None) is not None:
         return _run_correction(args)
     if args.methods is not None and not args.methods.strip(" ,"):
@@ -291,9 +288,6 @@ def _lengths(text: str) -> tuple[int, ...]:
 
 def _run_correction(args) -> int:
     """`divclip atlas --correction`: `divclip.theory.correction_bounds.correction_intervals` as text or JSON."""
-    from divclip.theory.correction import parse_correction
-    from divclip.theory.correction_bounds import correction_intervals
-
     if args.markdown or args.methods is not None or args.at:
         raise ValueError("--correction prints a correction's intervals alone: drop --methods, --at and --markdown")
     c = parse_correction(args.correction)

@@ -6,6 +6,7 @@ import json
 import math
 
 from divclip.cli.options import finite_float
+from divclip.theory import delta_for_eps, equivalent_ratio_clip, get_measure
 
 
 def add_parser(subparsers):
@@ -20,8 +21,6 @@ def add_parser(subparsers):
 
 
 def run(args) -> int:
-    from divclip.theory import delta_for_eps, equivalent_ratio_clip, get_measure
-
     m = get_measure(args.measure)
     given = [x is not None for x in (args.delta, args.eps_low, args.eps_high)]
     if sum(given) != 1:

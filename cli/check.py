@@ -24,6 +24,9 @@ from pathlib import Path
 
 from divclip.cli.options import bounded_int, finite_float
 from divclip.engines import ENGINES
+from divclip.sanity.errors import ConfigError
+from divclip.sanity.report import build_report, jsonable
+from divclip.sanity.text import format_report
 from divclip.sanity.validation import MAX_BYTES_CAP, Limits
 
 
@@ -127,8 +130,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def split_inputs(inputs: list[str]) -> tuple[str | None, list[str]]:
     """(config path or None, hydra override tokens) from the positional arguments."""
-    from divclip.sanity.errors import ConfigError
-
     path, overrides = None, []
     for item in inputs:
         if "=" in item and not _is_file(item):
@@ -150,9 +151,6 @@ def _is_file(item: str) -> bool:
 def run(args: argparse.Namespace) -> int:
     """Run `divclip check`: print the report (text or JSON) and return 0 (1 under --strict with unknown keys);
     bad input raises ValueError."""
-    from divclip.sanity.report import build_report, jsonable
-    from divclip.sanity.text import format_report
-
     path, overrides = split_inputs(list(args.inputs))
     report = build_report(
         config=path,

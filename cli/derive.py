@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from divclip.theory import symbolic
+
 
 def add_parser(subparsers):
     p = subparsers.add_parser("derive", help="the SymPy derivation of a measure's clip bounds, step by step")
@@ -13,8 +15,6 @@ def add_parser(subparsers):
 
 
 def run(args) -> int:
-    from divclip.theory import symbolic
-
     steps = symbolic.derivation(args.measure)
     print(symbolic.render(steps, args.format))
     failed = [s.title for s in steps if not s.run_check().passed]

@@ -14,7 +14,8 @@ engine says differently is a `# differs:` line; a method it cannot express is a 
 
 from __future__ import annotations
 
-from divclip.engines import ENGINES
+from divclip.engines import ENGINES, write
+from divclip.theory.spec import parse_method
 
 FORMATS = ("overrides", "flags", "yaml", "python")
 """Every engine's formats together; 'overrides' also names an engine's command line where it has flags."""
@@ -49,9 +50,6 @@ def add_parser(subparsers):
 
 
 def run(args) -> int:
-    from divclip.engines import write
-    from divclip.theory.spec import parse_method
-
     spec = parse_method(args.method)
     print(write(spec, args.engine, recipe=not args.clip_only).text(args.format), end="")
     return 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from divclip.theory.measures import LISTING_DELTA, LISTING_P, measure_listing
+
 
 def add_parser(subparsers):
     p = subparsers.add_parser("measures", help="table of the registered divergence measures")
@@ -12,8 +14,6 @@ def add_parser(subparsers):
 
 
 def run(args) -> int:
-    from divclip.theory.measures import LISTING_DELTA, LISTING_P, measure_listing
-
     listing = measure_listing()  # every registered measure, built in or added with theory.register_measure
     rows = [(r["name"], r["formula"], "yes" if r["p_dependent"] else "no",
              "[{:.4f}, {:.4f}]".format(*r["interval"]), r["source"]) for r in listing]  # fmt: skip

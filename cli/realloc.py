@@ -10,6 +10,22 @@ import argparse
 import json
 import math
 
+from divclip.theory.measures import MEASURES
+from divclip.theory.reallocation import (
+    DEFAULT_BUCKET_EDGES,
+    DEFAULT_COMPARE_SPECS,
+    DEFAULT_EPOCHS,
+    DEFAULT_LR,
+    MAX_ABS_ADVANTAGE,
+    MAX_ACTIONS,
+    check_advantages,
+    check_probs,
+    constrained_optimum,
+    feasible_region,
+    make_buckets,
+)
+from divclip.theory.spec import PRESETS, ClipSpec, parse_method, spec_label
+
 
 class _LibraryHelp(argparse.HelpFormatter):
     """Fills the `{name}`s of this parser's help texts from the library when the help is printed, not when the
@@ -18,17 +34,7 @@ class _LibraryHelp(argparse.HelpFormatter):
     def _get_help_string(self, action):
         if not action.help or "{" not in action.help:
             return action.help
-        from divclip.theory.measures import MEASURES
-        from divclip.theory.reallocation import (
-            DEFAULT_BUCKET_EDGES,
-            DEFAULT_COMPARE_SPECS,
-            DEFAULT_EPOCHS,
-            DEFAULT_LR,
-            MAX_ABS_ADVANTAGE,
-            MAX_ACTIONS,
-        )
         from divclip.theory.softmax_dynamics import MAX_EPOCHS, MAX_LR
-        from divclip.theory.spec import PRESETS
 
         return action.help.format(
             measures=sorted(MEASURES),
@@ -90,9 +96,6 @@ def _numbers(flag: str, text: str) -> list[float]:
 
 
 def _spec(args):
-    from divclip.theory.measures import MEASURES
-    from divclip.theory.spec import PRESETS, ClipSpec, parse_method, spec_label
-
     flags = {"--delta": args.delta, "--eps-low": args.eps_low, "--eps-high": args.eps_high}
     given = [flag for flag, v in flags.items() if v is not None] + (["--form"] if args.form != "clip" else [])
     if not given or args.measure not in MEASURES:
@@ -189,17 +192,6 @@ def _print_comparison(c) -> None:
 def run(args) -> int:
     """Run `divclip realloc`; prints a report (or JSON) and returns 0. Bad input raises ValueError."""
     from divclip.theory.comparison import compare_measures
-    from divclip.theory.reallocation import (
-        DEFAULT_BUCKET_EDGES,
-        DEFAULT_COMPARE_SPECS,
-        DEFAULT_EPOCHS,
-        DEFAULT_LR,
-        check_advantages,
-        check_probs,
-        constrained_optimum,
-        feasible_region,
-        make_buckets,
-    )
 
     # Validate with the flags' names, then hand the raw numbers on so that the library renormalises once.
     probs, adv = _numbers("--probs", args.probs), _numbers("--adv", args.adv)

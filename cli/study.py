@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import sys
 
+from divclip.trainer.study import DEFAULT_METHODS, Study, run_study, summary_table, total_wall_s
+
 
 def _csv(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
@@ -81,8 +83,6 @@ def add_parser(subparsers):
 
 
 def study_from_args(args):
-    from divclip.trainer.study import DEFAULT_METHODS, Study
-
     return Study(
         methods=DEFAULT_METHODS if args.methods is None else tuple(_csv(args.methods)),
         seeds=tuple(_seeds(args.seeds)),
@@ -99,8 +99,6 @@ def study_from_args(args):
 def run(args) -> int:
     """Handler of `divclip study`: run (or resume) the grid, print the summary table; returns 0."""
     study = study_from_args(args)  # every check runs here, before any training
-    from divclip.trainer.study import run_study, summary_table, total_wall_s
-
     n = len(study.methods) * len(study.seeds) * len(study.tasks)
     print(f"divclip study: {n} runs into {study.output_dir}", file=sys.stderr)
     summary = run_study(study)

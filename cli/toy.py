@@ -18,6 +18,9 @@ import sys
 import time
 from pathlib import Path
 
+from divclip.theory.spec import parse_methods
+from divclip.toy_envs.validation import check_int
+
 ENV_NAMES = ("bandit", "sparse", "sequence")  # checked against divclip.toy_envs.registry.ENVS in the tests
 REPORT_FILES = ("metrics.csv", "report.html", "claims.md")
 """What a run writes into --out; an earlier run's copies move to --out/superseded/<time>-toy/ first."""
@@ -128,15 +131,12 @@ def run(args) -> int:
     """Run the arena and write the report; a ValueError names any bad option (the CLI exits 2)."""
     from divclip.toy_envs.arena import MAX_SEEDS, iter_arena
     from divclip.toy_envs.report import claims_markdown, write_report
-    from divclip.toy_envs.validation import check_int
 
     if args.env not in ENV_NAMES:
         raise ValueError(f"--env must be one of {list(ENV_NAMES)}, got {args.env!r}")
     n = check_int("--seeds", args.seeds, minimum=1, maximum=MAX_SEEDS)
     start = check_int("--seed-start", args.seed_start, minimum=0, maximum=2**62 - n)
     every = check_int("--every", args.every, minimum=1)
-    from divclip.theory.spec import parse_methods
-
     baseline = getattr(args, "baseline", None)
     if baseline is not None and baseline not in parse_methods(args.methods):
         raise ValueError(

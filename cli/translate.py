@@ -17,7 +17,11 @@ import dataclasses
 import json
 
 from divclip.cli.export import FORMATS
-from divclip.engines import ENGINES
+from divclip.engines import ENGINES, get_engine, read_correction, translation_differences, write_correction
+from divclip.engines.base import Difference
+from divclip.engines.config import read_config
+from divclip.sanity.report import _field_names
+from divclip.sanity.settings import clip_settings
 
 
 def add_parser(subparsers):
@@ -41,10 +45,6 @@ def add_parser(subparsers):
 
 
 def run(args) -> int:
-    from divclip.engines import get_engine, translation_differences
-    from divclip.engines.config import read_config
-    from divclip.sanity.settings import clip_settings
-
     raw = read_config(args.config)
     found = clip_settings(raw, args.source)
     if found.spec is None:
@@ -88,10 +88,6 @@ def run(args) -> int:
 def _correction(engine: str, raw, target: str) -> tuple[dict, list]:
     """The source's rollout correction in the target's keys, and a Difference per part the target cannot say (or
     for a correction divclip does not model): the third policy travels as `divclip.engines.translate` carries it."""
-    from divclip.engines import read_correction, write_correction
-    from divclip.engines.base import Difference
-    from divclip.sanity.report import _field_names
-
     try:
         correction = read_correction(engine, _field_names(engine, raw.values))
     except ValueError as exc:
