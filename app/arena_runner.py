@@ -37,7 +37,7 @@ from multiprocessing.connection import Connection, wait
 
 import numpy as np
 
-from divclip.toy_envs import iter_arena
+from divclip.toy_envs import ArenaResult, iter_arena
 
 TARGET_CHUNKS = 200  # yields per run: each one sends only the new steps, so the total traffic stays linear
 ABANDON_S = 30.0  # seconds without a redraw after which a run is cancelled (the page polls every 0.4-1 s)
@@ -174,8 +174,6 @@ class ArenaRun:
         self._buf = np.full((len(names), methods, seeds, total), np.nan)
 
     def _on_block(self, start: int, block: np.ndarray, stopped: bool) -> None:
-        from divclip.toy_envs import ArenaResult
-
         end = start + block.shape[-1]
         self._buf[..., start:end] = block
         metrics = {}

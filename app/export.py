@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from divclip.app.intervals import ClipInterval
 from divclip.engines import describe, write
+from divclip.theory.spec import ClipSpec
 
 __all__ = ["DPPO_TIS_CAP", "FORMATS", "describe", "engine_format", "interval_spec", "method_export"]
 
@@ -22,8 +23,6 @@ _COMMAND_LINES = ("overrides", "flags")
 def interval_spec(iv: ClipInterval):
     """The method an explorer interval stands for: the ratio clip at (ε_low, ε_high), DPPO's mask for binary KL/TV
     (the method the page names), else the PPO clip by that measure at δ (p only places the drawing)."""
-    from divclip.theory.spec import ClipSpec
-
     if iv.delta is None:  # the widths come back as 1 - lo, hi - 1 (0.19999999999999996): 15 digits are the slider's
         return ClipSpec("ratio", eps_low=float(f"{iv.eps_low:.15g}"), eps_high=float(f"{iv.eps_high:.15g}"))
     if iv.name in _DPPO:

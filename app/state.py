@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from divclip.theory.atlas import find_method
+
 # Query parameters Streamlit itself uses; never reported as unknown.
 _RESERVED = ("embed", "embed_options")
 
@@ -192,8 +194,6 @@ class MethodListParam:
     max_items: int = 4
 
     def parse(self, raw: str) -> tuple[tuple[str, ...], str | None]:
-        from divclip.theory.atlas import find_method
-
         names, problems = [], []
         for name in dict.fromkeys(n.strip() for n in raw.split(",") if n.strip()):
             try:

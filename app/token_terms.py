@@ -14,20 +14,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from divclip import theory
+from divclip.sanity.loaders import load_rollouts
+from divclip.theory import gradient_weight
+from divclip.theory.atlas import arithmetic, verl_arithmetic
+from divclip.theory.forms._numpy import clip_bounds, upper_delta
 from divclip.theory.spec import AllOf, ClipSpec, spec_label
-
-
-def gradient_weight_function():
-    """`divclip.theory.gradient_weight(spec, q, r, adv)`; an ImportError names what is missing when theory does not
-    have it yet (it comes with the atlas)."""
-    try:
-        from divclip.theory import gradient_weight
-    except ImportError as exc:
-        raise ImportError(
-            "divclip.theory.gradient_weight is missing: the token explainer needs the atlas's "
-            "gradient weight w(q, r, A)"
-        ) from exc
-    return gradient_weight
 
 
 @dataclass(frozen=True)
@@ -55,8 +46,6 @@ def token_bounds(spec: ClipSpec, q: float) -> tuple[float, float] | None:
     if isinstance(spec, AllOf) or spec.form == "sapo":
         return None
     if spec.p_dependent:  # the upper root at δ_high where the gated form has two widths (`clip_bounds`)
-        from divclip.theory.forms._numpy import clip_bounds
-
         lo, hi = clip_bounds(spec, q)
         return float(lo), float(hi)
     return spec.ratio_bounds()
@@ -159,9 +148,6 @@ def _rule(spec: ClipSpec, terms, r: float, adv: float, bounds, weight: float) ->
 def _arithmetic(spec, q: float, r: float, adv: float, weight: float) -> tuple[str, ...]:
     """One sentence per engine option the spec carries (`divclip.theory.atlas.arithmetic`): what it changes, and
     this token's w under it and under verl's arithmetic (`verl_arithmetic`), or where the two part."""
-    from divclip.theory.atlas import arithmetic, verl_arithmetic
-
-    gradient_weight = gradient_weight_function()
     out = []
     for a in arithmetic(spec):
         option, ex = a["option"], a["example"]
@@ -190,8 +176,6 @@ def _arithmetic(spec, q: float, r: float, adv: float, weight: float) -> tuple[st
                 f" verl ({ex['verl gradient'][0]:+g}, {ex['verl gradient'][1]:+g})."
             )
         elif option.startswith("delta_high"):
-            from divclip.theory.forms._numpy import upper_delta
-
             bounds = token_bounds(spec, q)
             one = theory.get_measure(spec.measure).bounds(spec.delta, min(q, 1.0 - np.finfo(float).eps))[1]
             out.append(
@@ -206,7 +190,6 @@ def _arithmetic(spec, q: float, r: float, adv: float, weight: float) -> tuple[st
 
 def explain_token(methods: dict[str, ClipSpec], q: float, r: float, adv: float) -> list[TokenTerm]:
     """One TokenTerm per method for the token (q, r, A); a method theory refuses raises its ValueError."""
-    gradient_weight = gradient_weight_function()
     out = []
     for text, spec in methods.items():
         bounds = token_bounds(spec, q)
@@ -234,8 +217,6 @@ def explain_token(methods: dict[str, ClipSpec], q: float, r: float, adv: float) 
 def example_token(name: str, data: bytes) -> dict | None:
     """A token of an uploaded rollout file to explain: the counted token whose ratio moved most (largest |log r|,
     ratios from the file's log_prob; without one, the largest |A| at r = 1). Returns {q, r, adv, i, t} or None."""
-    from divclip.sanity.loaders import load_rollouts
-
     ro = load_rollouts(data, name)
     return token_at(ro, *most_moved(ro)) if ro.n_tokens else None
 

@@ -52,8 +52,8 @@ LAZY_PACKAGES = (
 )
 """The packages whose import is heavy (torch and what builds on it) or optional (an engine, the app's, a training
 extra): the only reasons for a divclip module to be imported inside a function."""
-LAZY_CHECKED = ("theory", "engines", "sanity", "cli")
-"""The layers whose function-level imports the rule checks (all of `PACKAGES` once each is done)."""
+LAZY_CHECKED = tuple(PACKAGES)
+"""The layers whose function-level imports the rule checks: every one."""
 FORBIDDEN = {
     "theory": ("engines", "sanity", "cli", "app", "trainer", "toy_envs"),
     "engines": ("sanity", "cli", "app"),

@@ -20,6 +20,7 @@ import numpy as np
 from scipy import stats
 
 from divclip.theory.methods import METHODS
+from divclip.theory.spec import is_adaptive, parse_method
 from divclip.toy_envs.base import PASS_AT_K
 from divclip.toy_envs.result import METRIC_DOCS, ArenaResult
 
@@ -456,8 +457,6 @@ def entropy_trajectory_table(result: ArenaResult, points: int = 5) -> str:
 def delta_table(result: ArenaResult) -> str:
     """Adaptive methods: δ (across-seed mean) at step 1, a quarter, half way and the end, and the controlled
     signal over the last quarter of steps against its target. Empty when no method adapts δ."""
-    from divclip.theory.spec import is_adaptive, parse_method
-
     rows = []
     T = result.steps_done
     for i, m in enumerate(result.methods):

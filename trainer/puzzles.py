@@ -18,7 +18,7 @@ import re
 
 import numpy as np
 
-from divclip.trainer.tasks import Example, Task, exact_match
+from divclip.trainer.task_types import Example, Task, exact_match
 
 PUZZLE_ALPHABET = "0123456789+-*=,: "
 """Characters of every prompt and answer of these tasks (the tiny model's character vocabulary)."""

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from divclip.theory.atlas import find_method
 from divclip.theory.methods import METHODS
 from divclip.trainer import study_stats as st
 
@@ -51,8 +52,6 @@ SUMMARY_METRICS = ("final_accuracy", "final_pass_at_k", "auc", "steps_to_90", "e
 
 def method_string(name: str) -> str:
     """The method string of an atlas name ('verl:geo_mean' -> 'ratio/geo_mean/...') or of a method string."""
-    from divclip.theory.atlas import find_method
-
     found = find_method(name)
     return found.name if found.preset else found.method  # a preset's name is its method string
 

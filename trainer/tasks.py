@@ -8,38 +8,17 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 
-
-@dataclass(frozen=True)
-class Example:
-    prompt: str
-    answer: str
-
-
-@dataclass(frozen=True)
-class Task:
-    name: str
-    train: tuple[Example, ...]
-    eval: tuple[Example, ...]
-    score: Callable[[str, str], float]
-    """Verifier: score(completion_text, answer) -> 1.0 or 0.0."""
-
-    def sample(self, n: int, rng: np.random.Generator) -> list[Example]:
-        """n training examples drawn uniformly with replacement."""
-        return [self.train[i] for i in rng.integers(0, len(self.train), size=n)]
+from divclip.engines.files import json_object_line
+from divclip.trainer.puzzles import countdown_task, multiplication_task
+from divclip.trainer.task_types import Example, Task, exact_match
 
 
 # -------------------------------------------------------------------------------------------- arithmetic
-def exact_match(completion: str, answer: str) -> float:
-    return float(completion.strip() == answer.strip())
-
-
 def arithmetic_task(digits: int = 2, eval_size: int = 200, seed: int = 0) -> Task:
     """Every sum a + b of two `digits`-digit operands, zero-padded ("07+35=" -> "42"), scored by exact match."""
     n = 10**digits
@@ -143,8 +122,6 @@ def _show(value) -> str:
 def load_jsonl(path: str | Path) -> list[Example]:
     """Read {"prompt": str, "answer": str | number} lines; any bad line is a ValueError naming file and line.
     Duplicate keys in a line, prompts longer than MAX_PROMPT_CHARS and more than MAX_EXAMPLES lines are refused."""
-    from divclip.engines.files import json_object_line
-
     path = Path(path)
     allowed = "a JSON object with 'prompt' (a non-empty string) and 'answer' (a string or a number)"
     examples = []
@@ -198,9 +175,7 @@ def load_task(task: str, *, arith_digits: int = 2, eval_size: int = 200, seed: i
     if task == "arith":
         return arithmetic_task(arith_digits, eval_size, seed)
     if task in BUILTIN_TASKS:
-        from divclip.trainer import puzzles
-
         if task == "mult":
-            return puzzles.multiplication_task(arith_digits, eval_size, seed)
-        return puzzles.countdown_task(eval_size, seed)
+            return multiplication_task(arith_digits, eval_size, seed)
+        return countdown_task(eval_size, seed)
     return jsonl_task(task, eval_size, seed)

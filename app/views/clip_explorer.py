@@ -18,6 +18,7 @@ from divclip.app.page_parts import figure, formula_latex, number_with_slider, sh
 from divclip.app.presets import EXPLORER_SPEC, PRESETS, kl3_delta_matching, matching_preset
 from divclip.app.state import PageState, format_number
 from divclip.engines import available_engines, get_engine
+from divclip.theory.correction import parse_correction
 from divclip.theory.spec import method_string
 from divclip.theory.symbolic import derivable_measures
 
@@ -169,8 +170,6 @@ st.download_button(
 
 def correction_section(intervals, values) -> None:
     """A rollout correction's ρ intervals beside the measures' clips (the third policy, docs/theory.md §10)."""
-    from divclip.theory.correction import parse_correction
-
     example = f"is=sequence:tis=2.0/rs=token_k3:{values['delta']:.6g}"
     text_col, length_col = st.columns([4, 1], vertical_alignment="bottom")
     text_col.text_input(

@@ -9,6 +9,7 @@ import streamlit as st
 from divclip.app.page_parts import markdown_text, number_with_slider, share_link, show_messages
 from divclip.app.state import FloatParam, PageState, TextParam
 from divclip.app.token_terms import explain_token, most_moved, token_at
+from divclip.sanity.loaders import load_rollouts
 from divclip.theory.spec import parse_methods
 
 ROLLOUT_TYPES = ["npz", "parquet", "jsonl", "safetensors"]
@@ -42,8 +43,6 @@ def use_token(token: dict) -> None:
 
 @st.cache_data(max_entries=4, show_spinner="Reading the rollout file…")
 def loaded_rollouts(name: str, data: bytes):
-    from divclip.sanity.loaders import load_rollouts
-
     return load_rollouts(data, name)
 
 
