@@ -48,6 +48,7 @@ MAX_EXPANSION_BYTES = 4 * 2**20  # what a script's expansions may produce in all
 MAX_NESTING = 32  # ${a:-${b:-${c...}}} levels
 MAX_WORDS = 100_000  # words, commands and references of one script (a launch script has a few thousand)
 MAX_SYNTAX_DEPTH = 64  # statements inside statements: ( ( ( ... ) ) ), if inside if ...
+MAX_SYNTAX_NOTES = 8  # places bash's grammar cannot read, each said in a note (the rest counted)
 MAX_LOOP_VALUES = 16  # a for loop over more values than this is read once, its variable named as unresolved
 MAX_PIECES = MAX_WORDS * 3 // 2  # pieces between blanks and ; & |, plus $ signs, a text may hold before parsing
 _PIECE = re.compile(rb"[^\s;&|]+")
@@ -602,36 +603,33 @@ def _parse(text: str, name: str):
         for at in reversed(hashes):  # bash reads `a#b` as one word: the `#` escaped, the text parsed again
             source = source[:at] + b"\\" + source[at:]
     notes = []
-    for node in _errors(tree.root_node):
+    errors = _errors(tree.root_node)
+    for node, in_word in errors[:MAX_SYNTAX_NOTES]:
         _refuse_unclosed(node, source, name)
         near = source[node.start_byte : node.end_byte].decode("utf-8", "surrogatepass").strip().split("\n")[0]
-        if _inside_word(node):
+        if in_word:
             how = "it is kept as written in its word"
         else:
             how = "the script around it is read as the parser recovered it (check what this line sets)"
         notes.append(f"line {_line(node)}: bash's grammar (tree-sitter-bash) cannot read `{near[:60]}` here: {how}")
+    if len(errors) > MAX_SYNTAX_NOTES:
+        for node, _ in errors[MAX_SYNTAX_NOTES:]:
+            _refuse_unclosed(node, source, name)
+        notes.append(f"{len(errors) - MAX_SYNTAX_NOTES} more places bash's grammar cannot read (not listed)")
     return source, tree, notes
 
 
-def _inside_word(node) -> bool:
-    """Whether an ERROR node lies inside one word (an expansion's default, a command substitution)."""
-    parent = node.parent
-    while parent is not None:
-        if parent.type in _EXPANSIONS or parent.type in ("string", "concatenation"):
-            return True
-        parent = parent.parent
-    return False
-
-
 def _errors(root) -> list:
-    """The ERROR and missing nodes of a tree, in the order of the text (not looking inside an ERROR)."""
-    out, stack = [], [root]
+    """The ERROR and missing nodes of a tree in the order of the text (not looking inside an ERROR), each with
+    whether it lies inside one word (an expansion's default, a command substitution, a string)."""
+    out, stack = [], [(root, False)]
     while stack:
-        node = stack.pop()
+        node, in_word = stack.pop()
         if node.is_error or node.is_missing:
-            out.append(node)
+            out.append((node, in_word))
         elif node.has_error:
-            stack += reversed(node.children)
+            inner = in_word or node.type in _EXPANSIONS or node.type in ("string", "concatenation")
+            stack += [(c, inner) for c in reversed(node.children)]
     return out
 
 
@@ -950,8 +948,8 @@ class _Runner:
             self.steps += 1
             if self.steps > MAX_WORDS:  # functions calling functions: ten calls each, eight deep, is 10^8 commands
                 raise ConfigError(
-                    f"config {env.name!r} runs more than {MAX_WORDS} commands through its function calls: refused "
-                    "before reading them (a launch script runs a few hundred)"
+                    f"config {env.name!r} runs more than {MAX_WORDS} commands through its function calls and loops: "
+                    "refused before reading them (a launch script runs a few hundred)"
                 )
             if isinstance(item, _If):
                 self.run_if(item, depth)

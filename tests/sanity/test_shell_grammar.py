@@ -158,3 +158,22 @@ def test_a_text_with_far_more_pieces_than_words_allowed_is_refused_before_parsin
     with pytest.raises(ConfigError, match=rf"more than {MAX_WORDS} words, commands and \$references at a glance"):
         expand_script("a " * (MAX_PIECES + 1), "r.sh")
     assert len(expand_script("python3 -m m " + "a" * 3 * MAX_PIECES + "\n", "r.sh").commands) == 1
+
+
+@pytest.mark.parametrize(
+    "script, match",
+    [
+        ("if true; then " * 100 + "a" + "; fi" * 100 + "\n", r"\(line 1\): statements nested more than 64 deep"),
+        ("{ " * 100 + "a; " + "}; " * 100 + "\n", r"\(line 1\): statements nested more than 64 deep"),
+        ("for i in 1 2; do " * 20 + "a $i; " + "done; " * 20 + "\n", r"runs more than 100000 commands through"),
+    ],
+)
+def test_deep_or_multiplying_statements_are_refused_by_name(script, match):
+    with pytest.raises(ConfigError, match=match):
+        expand_script(script, "r.sh")
+
+
+def test_a_condition_nested_past_the_bound_is_left_undecided_not_recursed():
+    done = expand_script("if [[ " + "( " * 3000 + "a" + " )" * 3000 + " ]]; then b; fi\n", "r.sh")
+    assert [w for _, w, _ in done.commands] == [["b"]]
+    assert any("read as if it could go either way" in n for n in done.notes)
