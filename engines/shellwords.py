@@ -145,6 +145,7 @@ class _Reader:
 
     def __init__(self, source: bytes, name: str):
         self.src, self.name, self.count = source, name, 0
+        self.lines: list | None = None
 
     def fail(self, what: str, line: int):
         raise ConfigError(f"config {self.name!r} cannot be split into shell words (line {line}): {what}")
@@ -295,8 +296,9 @@ class _Reader:
         first = _line(body) if body is not None else last
         if body is None and end is None:
             first = last = _line(node) + 1
-        lines = self.src.decode("utf-8", "surrogatepass").split("\n")[first - 1 : last - 1]
-        return first, last, "\n".join(lines)
+        if self.lines is None:  # split once: a script of many heredocs stays linear
+            self.lines = self.src.decode("utf-8", "surrogatepass").split("\n")
+        return first, last, "\n".join(self.lines[first - 1 : last - 1])
 
     def if_statement(self, node, depth: int) -> _If:
         clauses = [self.clause(node, depth)]
@@ -355,7 +357,7 @@ class _Reader:
         body_node = node.child_by_field_name("body")
         body = self.statements(_statements(body_node), depth + 1) if body_node is not None else []
         header_end = body_node.start_byte if body_node is not None else node.end_byte
-        header = " ".join(self.text(node.start_byte, header_end).split())
+        header = " ".join(self.text(node.start_byte, header_end).split()).rstrip(";").rstrip()
         line = _line(node)
         if node.type == "for_statement":
             variable = node.child_by_field_name("variable")
@@ -999,6 +1001,16 @@ class _Runner:
         if call is not None:
             self.call(call, words[1:], command.line, depth)
             return
+        if words[:1] == ["unset"]:  # unset NAME ...: bash forgets the variables (unset -f: functions)
+            names = [w for w in words[1:] if not w.startswith("-")]
+            table = self.functions if "-f" in words[1:] else None
+            for unset in names:
+                if table is not None:
+                    table.pop(unset, None)
+                    continue
+                env.values.pop(unset, None)
+                env.unknown.pop(unset, None)
+                env.tainted.pop(unset, None)
         if words[:1] == ["shift"] and env.args is not None:
             n = int(words[1]) if len(words) > 1 and words[1].isdigit() else 1
             env.args = env.args[n:]

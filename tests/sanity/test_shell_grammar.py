@@ -57,6 +57,7 @@ SCRIPTS = {
     ),
     "hash_in_the_first_word": "a#b c\npython3 -m m x#y=1 # a comment\n",
     "grammar_recovered_in_a_word": 'T=${T:-["/Y"]}\n: "${N:=$(( 2 * (3 + 1) ))}"\npython3 -m m t=$T n=$N\n',
+    "unset_forgets": "A=1\nB=2\nunset A\npython3 -m m a=${A:-u} b=$B\n",
     "ansi_and_escaped_strings": "python3 -m m $'a\\tb' \"q\\\"q\" 'raw\\n' f\\ g\n",
 }
 
@@ -80,7 +81,7 @@ def test_a_while_read_loop_is_read_once_and_its_variable_named():
     [(line, words, _)] = done.commands
     assert (line, words) == (2, ["python3", "-m", "verl.trainer.main_ppo", "a.clip=$clip"])
     [[(text, origin)]] = done.unresolved
-    assert text == "$clip" and origin.startswith("$clip is set at line 1 from the loop `while IFS= read -r clip;")
+    assert text == "$clip" and origin.startswith("$clip is set at line 1 from the loop `while IFS= read -r clip`")
     assert any(n.startswith("line 1:") and "its body is read once ($clip named as unresolved)" in n for n in done.notes)
 
 
