@@ -157,7 +157,7 @@ class _Reader:
             self.fail(f"more than {MAX_WORDS} words, commands and $references: refused, not a launch script", line)
 
     def text(self, start: int, end: int) -> str:
-        return self.src[start:end].decode("utf-8", "surrogatepass")
+        return self.src[start:end].decode("utf-8", "surrogateescape")
 
     # ------------------------------------------------------------------------------------- statements
     def statements(self, nodes, depth: int) -> list:
@@ -249,13 +249,13 @@ class _Reader:
             start = value.start_byte if value is not None else first.end_byte
             head = self.text(first.start_byte, start)
         text = self.text(start, chain[-1].end_byte)
-        tree = _PARSER.parse(b'"' + text.encode("utf-8", "surrogatepass") + b'"')
+        tree = _PARSER.parse(b'"' + _encode(text) + b'"')
         string = tree.root_node.named_children[0] if tree.root_node.named_children else None
         string = string.named_children[0] if string is not None and string.named_children else None
         string = string.named_children[0] if string is not None and string.named_children else None
         if any(c in text for c in "'\"\\`") or tree.root_node.has_error or string is None or string.type != "string":
             self.fail(f"bash's grammar (tree-sitter-bash) cannot read the word here, at {text[:60]!r}", _line(first))
-        reader = _Reader(b'"' + text.encode("utf-8", "surrogatepass") + b'"', self.name)
+        reader = _Reader(b'"' + _encode(text) + b'"', self.name)
         reader.count = self.count
         parts = reader.sequence(string, 1, string.end_byte - 1, True, 0)
         self.count = reader.count
@@ -297,7 +297,7 @@ class _Reader:
         if body is None and end is None:
             first = last = _line(node) + 1
         if self.lines is None:  # split once: a script of many heredocs stays linear
-            self.lines = self.src.decode("utf-8", "surrogatepass").split("\n")
+            self.lines = self.src.decode("utf-8", "surrogateescape").split("\n")
         return first, last, "\n".join(self.lines[first - 1 : last - 1])
 
     def if_statement(self, node, depth: int) -> _If:
@@ -330,7 +330,7 @@ class _Reader:
             elif node.type in _WORDS or node.type in _EXPANSIONS:
                 words.append(self.word(node))
             elif node.child_count == 0:
-                words.append(Word([node.text.decode("utf-8", "surrogatepass")], _line(node)))
+                words.append(Word([_node_text(node)], _line(node)))
             else:  # test_command, binary/unary/parenthesized expressions, lists, negations: their tokens in order
                 stack += reversed([c for c in node.children if c.type not in ("comment", ";", "\n")])
         return words
@@ -363,10 +363,10 @@ class _Reader:
             variable = node.child_by_field_name("variable")
             values = [self.word(v) for v in _field(node, "value")]
             in_list = any(c.type == "in" for c in node.children)
-            return _Loop("for", line, header, body, variable.text.decode(), values if in_list else None)
+            return _Loop("for", line, header, body, _node_text(variable), values if in_list else None)
         if node.type == "c_style_for_statement":
             header_nodes = _field(node, "initializer") + _field(node, "update")
-            assigned = [n.text.decode() for n in _descendants(header_nodes) if n.type in ("variable_name", "word")]
+            assigned = [_node_text(n) for n in _descendants(header_nodes) if n.type in ("variable_name", "word")]
             return _Loop("for ((", line, header, body, assigned=[a for a in assigned if _NAME.fullmatch(a)])
         assigned = []
         for condition in _field(node, "condition"):
@@ -389,7 +389,7 @@ class _Reader:
         self.tick(line)
         name = node.child_by_field_name("name")
         op = next((c.type for c in node.children if c.type in ("=", "+=")), "=")
-        head = (name.text.decode("utf-8", "surrogatepass") if name is not None else "") + op
+        head = (_node_text(name) if name is not None else "") + op
         value = node.child_by_field_name("value")
         if value is None:
             return Word([head], line)
@@ -443,11 +443,7 @@ class _Reader:
             if child.type not in _EXPANSIONS:
                 continue  # string_content: read from the text itself
             text = self.text(child.start_byte, child.end_byte)
-            real = (
-                child.start_byte
-                + len(text.encode("utf-8", "surrogatepass"))
-                - len(text.lstrip().encode("utf-8", "surrogatepass"))
-            )
+            real = child.start_byte + len(_encode(text)) - len(_encode(text.lstrip()))
             if real > pos:
                 parts.append(_unescape(self.text(pos, real), True))
             parts.append(self.ref(child, text.lstrip(), in_quotes, depth))
@@ -468,12 +464,12 @@ class _Reader:
             self.fail(f"${{...}} nested more than {MAX_NESTING} deep", _line(node))
         children = [c for c in node.children if c.type not in ("${", "}")]
         head = children[0] if children else None
-        if head is not None and head.type == "variable_name" and _NAME.fullmatch(head.text.decode()):
-            ref = Ref(head.text.decode(), quoted, text)
+        if head is not None and head.type == "variable_name" and _NAME.fullmatch(_node_text(head)):
+            ref = Ref(_node_text(head), quoted, text)
         elif head is not None and head.type == "subscript":
             index = head.child_by_field_name("index")
             name = head.child_by_field_name("name")
-            ref = Ref(name.text.decode(), quoted, text, index=index.text.decode() if index is not None else "")
+            ref = Ref(_node_text(name), quoted, text, index=_node_text(index) if index is not None else "")
         else:  # ${#A[@]}, ${!x}, ${1}, ${@:2}: not resolved here
             return Ref("", quoted, text, opaque=True)
         rest = children[1:]
@@ -515,6 +511,19 @@ _WORDS = frozenset(
         "brace_expression",
     )
 )
+
+
+def _encode(text: str) -> bytes:
+    """The bytes of `text` for the parser: a file's undecodable bytes (read as surrogates) are those bytes again;
+    any text slice of them decodes back (surrogateescape never fails, even on a sequence the parser cut)."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass")
+
+
+def _node_text(node) -> str:
+    return node.text.decode("utf-8", "surrogateescape")
 
 
 def _wordlike(node) -> bool:
@@ -581,7 +590,7 @@ def _c_string(body: str) -> str:
 def _parse(text: str, name: str):
     """The syntax tree of `text` and notes on what bash's grammar could not read; a ConfigError for an unclosed
     quote, `${`, `$(`, backtick, array or compound statement (bash refuses those too)."""
-    source = text.encode("utf-8", "surrogatepass")
+    source = _encode(text)
     # each piece between blanks and ; & | is a word or more, each $ a reference, outside quotes and heredocs: a
     # text with far more of them than MAX_WORDS is refused before tree-sitter builds its whole syntax tree
     pieces = source.count(b"$") + sum(1 for _ in _PIECE.finditer(source))
@@ -608,7 +617,7 @@ def _parse(text: str, name: str):
     errors = _errors(tree.root_node)
     for node, in_word in errors[:MAX_SYNTAX_NOTES]:
         _refuse_unclosed(node, source, name)
-        near = source[node.start_byte : node.end_byte].decode("utf-8", "surrogatepass").strip().split("\n")[0]
+        near = source[node.start_byte : node.end_byte].decode("utf-8", "surrogateescape").strip().split("\n")[0]
         if in_word:
             how = "it is kept as written in its word"
         else:
@@ -641,7 +650,7 @@ _CLOSERS = frozenset(("'", '"', "`", ")", "}", "]", "]]", "fi", "done", "esac", 
 def _refuse_unclosed(node, source: bytes, name: str) -> None:
     at = node.parent if node.is_missing and node.parent is not None else node
     line = _line(at)  # where the construct opens
-    near = source[at.start_byte : at.start_byte + 60].decode("utf-8", "surrogatepass").split("\n")[0].strip()
+    near = source[at.start_byte : at.start_byte + 60].decode("utf-8", "surrogateescape").split("\n")[0].strip()
     what = None
     if node.is_missing and node.type in _CLOSERS:
         if at.type == "array":

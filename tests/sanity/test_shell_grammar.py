@@ -178,3 +178,10 @@ def test_a_condition_nested_past_the_bound_is_left_undecided_not_recursed():
     done = expand_script("if [[ " + "( " * 3000 + "a" + " )" * 3000 + " ]]; then b; fi\n", "r.sh")
     assert [w for _, w, _ in done.commands] == [["b"]]
     assert any("read as if it could go either way" in n for n in done.notes)
+
+
+def test_an_undecodable_byte_stays_in_its_word():
+    """A file's byte that is not UTF-8 is read as a surrogate (surrogateescape): the parser gets the byte itself and
+    the word keeps it, where a split multi-byte sequence once ended in a UnicodeDecodeError."""
+    [(_, words, _)] = expand_script("python3 -m m a=\udcff b \udcff${X:-y}\n", "t.sh").commands
+    assert words == ["python3", "-m", "m", "a=\udcff", "b", "\udcffy"]
