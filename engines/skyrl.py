@@ -17,14 +17,20 @@ by one (tests/engines/test_skyrl.py runs each against `divclip.theory.policy_los
 * `sapo`: the soft gate with sapo.tau_pos / tau_neg, as verl's.
 * `dppo`: DPPO's binary TV / KL mask (dppo.dppo_type, delta_low / delta_high) on the ratio against the rollout
   log-probs when the generator returns them (π_old otherwise); the IS weight r is not truncated. Its value is
-  −r·A·mask with r differentiable, divclip's gated form −A·sg(r)·log π·mask: the same gradient, another value.
+  −r·A·mask with r differentiable: the gated form with surrogate 'ratio' (verl's dppo is surrogate 'logp',
+  −A·sg(r)·log π·mask: the same gradient within |log r| <= 20, another value), its mask verl's dppo arithmetic
+  (gate 'verl': SkyRL's is a copy of it).
 * `clip_cov`, `kl_cov`: the covariance-selected forms (r unclamped), read as divclip's forms of the same name.
   Both see SkyRL's pre-scaled advantages (below): Clip-Cov's covariance window compares (Â − mean Â)(log π − ...)
   with clip_cov_lb/ub on the scaled Â (a different set of tokens than on A), and KL-Cov's κ·|log r| is not
   scaled, so it enters as a token sum; `aggregation` below gives the scale that makes divclip's loss theirs.
-  `rollout_is`, `cross_entropy`, `importance_sampling`: reported, not modelled as a method. `rollout_is`'s weight
-  is read as the bypass correction `is=token:mask=LO_HI/bypass` (divclip.engines.read_correction); under method
-  `ratio/gpg` policy_loss with it is SkyRL's loss (tests/engines/test_skyrl_rollout_is.py).
+* `rollout_is`: REINFORCE weighted by an IcePop band on π_θ/π_rollout: read as the spec `ratio/gpg` with the
+  bypass correction `is=token:mask=LO_HI/bypass` (divclip.engines.read_correction); policy_loss with both is
+  SkyRL's loss (tests/engines/test_skyrl_rollout_is.py, test_parity_skyrl.py).
+* `importance_sampling` (Tinker's): −r·A, r = exp(log π − log π_old) differentiable, plain exp in the input dtype,
+  no clip, no off-policy correction: the form importance_sampling, `ratio/importance_sampling/noclamp`.
+* `cross_entropy`: SFT, Σ −log π·mask (A, π_old and the correction ignored): no spec (nothing to clip); its loss is
+  policy_loss on `ratio/gpg` with A = 1, which the read says and tests/engines/test_parity_skyrl.py checks.
 * `divclip_method`: divclip's plug-in (`PLUGIN`), any divclip method string.
 Every loss returns Σ mask·ℓ: SkyRL scales the advantages beforehand so that the sum is the `loss_reduction`
 (`apply_loss_reduction_to_advantages_minibatch`), and multiplies by its off-policy correction
@@ -54,6 +60,7 @@ from divclip.engines.base import (
     check_spec,
     dotted_key_score,
     ignored_key_advice,
+    is_example_key,
     name_loss_terms,
     recipe_aggregation,
     typed_values,
@@ -97,10 +104,12 @@ REDUCTIONS = {
     "token_mean": "token-mean",
     "sequence_mean": "seq-mean-token-mean",
     "seq_mean_token_sum_norm": "seq-mean-token-sum-norm",
-    "token_mean_legacy": "token-mean",
+    "token_mean_legacy": "token-mean-legacy",
     "prompt_mean": None,
 }
-"""SkyRL loss_reduction -> verl's loss_agg_mode (prompt_mean, a token mean per prompt group, has none)."""
+"""SkyRL loss_reduction -> divclip's loss_agg_mode: verl's names, and token-mean-legacy (a token mean per micro-batch
+of micro_train_batch_size_per_gpu rows, their mean: `policy_loss`'s loss_scale_factor is that row count);
+prompt_mean, a token mean per prompt group, has none."""
 
 KEYS: dict[str, Key] = {
     A + "policy_loss_type": Key("str", "regular", choices=LOSS_TYPES, doc="the policy loss (a registry name)"),
@@ -132,6 +141,12 @@ KEYS: dict[str, Key] = {
     ),
     OPC + "token_mask_is_threshold_low": Key("float", None, nullable=True, above=-math.inf, doc="token IS mask low"),
     OPC + "token_mask_is_threshold_high": Key("float", None, nullable=True, above=-math.inf, doc="token IS mask high"),
+    OPC + "outlier_token_is_threshold_low": Key(
+        "float", None, nullable=True, above=-math.inf, doc="drop a sequence with a token IS ratio below this"
+    ),
+    OPC + "outlier_token_is_threshold_high": Key(
+        "float", None, nullable=True, above=-math.inf, doc="drop a sequence with a token IS ratio above this"
+    ),
     A + "use_tis": Key("bool", False, doc="deprecated: tis_ratio_type=token"),
     A + "tis_imp_ratio_cap": Key("float", -1.0, above=-math.inf, doc="deprecated: its cap"),
     A + "advantage_estimator": Key("str", "grpo", doc="advantage estimator"),
@@ -189,7 +204,7 @@ def detect(settings: Mapping) -> float:
 
 
 # ------------------------------------------------------------------------------------------------ read
-def read(settings: Mapping, **_options) -> EngineRead:
+def read(settings: Mapping, *, entry: str | None = None, **_options) -> EngineRead:
     """The clip settings of a flat SkyRL config ({dotted key or ENV_VAR: value})."""
     settings = resolve_interpolations(settings)
     g, keys = typed_values(settings, KEYS)
@@ -230,7 +245,8 @@ def read(settings: Mapping, **_options) -> EngineRead:
             "adv_estimator": g[A + "advantage_estimator"],
         },
         keys=keys,
-        unknown_keys=unknown_keys(settings, is_known, known_keys()),
+        # `entry`: the module the launch runs; an example's own AlgorithmConfig subclass adds keys (example_keys.txt)
+        unknown_keys=unknown_keys(settings, lambda k: is_known(k) or is_example_key(k, NAME, entry), known_keys()),
     )
     READERS.get(loss, _other)(s, g, settings, keys)
     _arithmetic_notes(s, g)
@@ -334,8 +350,13 @@ def _dppo(s, g, settings, keys):
             "the rollout log-probs when the generator returns them (π_old otherwise)",
         )
     )
-    # δ_high where it differs from δ_low: the gated form's delta_high (divclip.theory.forms.gated)
-    params = {"delta_high": s.budget_high} if s.budget_high != s.budget_low else {}
+    # δ_high where it differs from δ_low: the gated form's delta_high (divclip.theory.forms.gated); SkyRL's loss
+    # value −r·A·mask with r differentiable (through its ±20 clamp): surrogate 'ratio'; its mask is verl's dppo
+    # arithmetic op for op (prob = exp(log π), the binary KL's +1e-8, strict prob_diff tests): gate 'verl'
+    params = {"surrogate": "ratio", "gate": "verl"}
+    s.ratio_anchor = "rollout"  # mu_log_probs = rollout_logprobs where the generator returns them
+    if s.budget_high != s.budget_low:
+        params["delta_high"] = s.budget_high
     s.spec = _try(s, lambda: ClipSpec(s.measure, delta=s.budget_low, form="gated", params=params))
 
 
@@ -392,10 +413,49 @@ def _method(s, g, settings, keys):
         s.notes.append(f"{METHOD_MODE} is registered by the plug-in: the command needs {ENTRYPOINT_KEY}={PLUGIN}")
 
 
+def _rollout_is(s, g, settings, keys):
+    """rollout_is (ppo_utils.rollout_is_policy_loss): −sg(f(r))·A·log π with r = π_θ/π_rollout and f(r) = r on
+    (1 − eps_clip_low, 1 + eps_clip_high), else 0: the REINFORCE form gpg under the bypass correction
+    `read_correction` gives (is=token:mask=LO_HI/bypass); the band is open in SkyRL, closed in divclip (they differ
+    only for an r exactly on a bound)."""
+    from divclip.theory.spec import parse_method
+
+    s.budget_low, s.budget_high = g[A + "eps_clip_low"], g[A + "eps_clip_high"]
+    s.spec = parse_method("ratio/gpg")
+    s.notes.append(
+        f"rollout_is: SkyRL's loss is REINFORCE (−A·log π, the form gpg) weighted by r = π_θ/π_rollout where r is "
+        f"inside (1 − eps_clip_low, 1 + eps_clip_high) = ({1 - s.budget_low:g}, {1 + s.budget_high:g}), 0 outside: "
+        "the spec ratio/gpg with the bypass correction divclip.engines.read_correction('skyrl', ...) gives "
+        "(policy_loss(..., rollout_log_prob=π_rollout, correction=...))"
+    )
+
+
+def _importance_sampling(s, g, settings, keys):
+    """importance_sampling (ppo_utils.importance_sampling_loss, Tinker's): −exp(log π − log π_old)·A summed over the
+    mask, plain exp in the input dtype (no clamp, no float32), no off-policy correction: the form
+    importance_sampling with /noclamp."""
+    from divclip.theory.spec import parse_method
+
+    s.spec = parse_method("ratio/importance_sampling/noclamp")
+    s.notes.append(
+        "importance_sampling: SkyRL's loss is −r·A with r = exp(log π − log π_old) differentiable, not clamped and "
+        "not clipped (Tinker's importance_sampling): the spec ratio/importance_sampling/noclamp; it applies no "
+        "off_policy_correction"
+    )
+
+
+def _cross_entropy(s, g, settings, keys):
+    """cross_entropy (ppo_utils.cross_entropy_loss): SFT, Σ −log π·mask, ignoring A, π_old and the correction."""
+    s.notes.append(
+        "cross_entropy is SkyRL's supervised loss (Tinker's cross_entropy): Σ −log π·mask, ignoring the advantages, "
+        "π_old and any off_policy_correction: no ratio and no clip, so nothing here for a clip to check; its value "
+        "and gradient are policy_loss on ratio/gpg with A = 1 on every token, loss_agg_mode token-sum"
+    )
+
+
 def _other(s, g, settings, keys):
     s.notes.append(
-        f"policy_loss_type {s.loss_mode!r} is reported, not modelled (divclip reads regular, dual_clip, "
-        "gspo, cispo, sapo, dppo, clip_cov, kl_cov and divclip_method)"
+        f"policy_loss_type {s.loss_mode!r} is reported, not modelled (divclip reads " + ", ".join(READERS) + ")"
     )
 
 
@@ -408,11 +468,16 @@ READERS = {
     "dppo": _dppo,
     "clip_cov": _covariance,
     "kl_cov": _covariance,
+    "rollout_is": _rollout_is,
+    "importance_sampling": _importance_sampling,
+    "cross_entropy": _cross_entropy,
     METHOD_MODE: _method,
 }
 """{policy_loss_type: fn(read, typed values, settings, keys)}: what sets the read's form and ClipSpec."""
 
 
+NO_CORRECTION_LOSSES = ("importance_sampling", "cross_entropy")
+"""The registry losses that never call apply_off_policy_correction."""
 SAFE_EXP_LOSSES = ("regular", "dual_clip", "cispo", "dppo", "rollout_is")
 """The registry losses whose ratio is `safe_exp_delta`: exp in float32 of log r clamped to ±20, cast back."""
 
@@ -429,10 +494,10 @@ def _arithmetic_notes(s: EngineRead, g: dict) -> None:
         )
     if s.loss_mode == "dppo" and s.spec is not None:
         s.notes.append(
-            "dppo: SkyRL's loss value is −r·A·mask with r differentiable, divclip's gated form −A·sg(r)·log π·mask: "
-            "the same gradient −A·r·mask where |log r| <= 20, not the same loss value; beyond |log r| = 20 SkyRL's "
-            f"clamp zeroes the gradient, where divclip's gated form (as verl's dppo) keeps −A·e^±20 ({where}."
-            "dppo_policy_loss)"
+            "dppo: SkyRL's loss value is −r·A·mask with r differentiable, read as the gated form's surrogate 'ratio' "
+            "(verl's dppo is −A·sg(r)·log π·mask, surrogate 'logp': the same gradient −A·r·mask where |log r| <= 20,"
+            " another value); beyond |log r| = 20 SkyRL's clamp zeroes the gradient, as the spec's does "
+            f"({where}.dppo_policy_loss)"
         )
     differs = []  # (message, key): where the spec under the read's loss_agg_mode is not SkyRL's loss
     if s.loss_mode == "clip_cov":
@@ -594,7 +659,13 @@ def _pitfalls(s: EngineRead, g: dict) -> None:
     tis = g[OPC + "tis_ratio_type"] or ("token" if g[A + "use_tis"] else None)
     masks = [
         k
-        for k in ("sequence_mask_metric", "token_mask_is_threshold_low", "token_mask_is_threshold_high")
+        for k in (
+            "sequence_mask_metric",
+            "token_mask_is_threshold_low",
+            "token_mask_is_threshold_high",
+            "outlier_token_is_threshold_low",
+            "outlier_token_is_threshold_high",
+        )
         if g[OPC + k] is not None
     ]
     if tis or masks:
@@ -604,6 +675,17 @@ def _pitfalls(s: EngineRead, g: dict) -> None:
         what = (f"{tis}-level TIS capped at {cap:g}" if tis else "") + (
             (", " if tis else "") + "masks " + ", ".join(masks) if masks else ""
         )
+        if s.loss_mode in NO_CORRECTION_LOSSES:
+            s.advice.append(
+                Pitfall(
+                    "ignored_key",
+                    f"off-policy correction set ({what}) but policy_loss_type={s.loss_mode} never applies it "
+                    "(it calls no apply_off_policy_correction): the loss is unweighted",
+                    OPC + "tis_ratio_type",
+                    f"skyrl {VERSION} ppo_utils.{s.loss_mode}_loss",
+                )
+            )
+            return
         s.notes.append(
             f"off-policy correction: {what}: a train/inference weight beside the clip"
             + ("; its TIS weight is exp in float32 whatever the input dtype (safe_exp_delta)" if tis else "")
@@ -639,9 +721,10 @@ def _reduction_pitfalls(s: EngineRead, g: dict) -> None:
             Pitfall(
                 "skyrl_reduction_differs",
                 f"loss_reduction=token_mean_legacy takes a token mean within each micro-batch of "
-                f"micro_train_batch_size_per_gpu = {micro} sequences, then the mean over micro-batches: a token mean "
-                "of the mini-batch only when every micro-batch holds as many tokens; divclip reads it as token-mean"
-                " (divclip.engines.skyrl.aggregation gives its exact weights)",
+                f"micro_train_batch_size_per_gpu = {micro} sequences, then the mean over micro-batches (rows past "
+                "the last whole micro-batch get no weight): verl's token-mean of the mini-batch only when every "
+                f"micro-batch holds as many tokens; divclip reads it as token-mean-legacy, exact with policy_loss's "
+                f"loss_scale_factor = {micro} (divclip.engines.skyrl.aggregation gives the same weights)",
                 A + "loss_reduction",
                 where,
             )
@@ -684,12 +767,12 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
         keys = _write_plugin(spec, env, notes)
     agg = _aggregation(spec, recipe, loss_agg_mode, notes)
     if agg is not None:
-        reduction = {v: k for k, v in REDUCTIONS.items() if v and k != "token_mean_legacy"}.get(agg)
+        reduction = {v: k for k, v in REDUCTIONS.items() if v}.get(agg)
         if reduction is None:
             diffs.append(
                 Difference(
                     f"aggregation {agg}",
-                    "SkyRL has token_mean, sequence_mean, "
+                    "SkyRL has token_mean, token_mean_legacy, sequence_mean, "
                     "seq_mean_token_sum_norm and prompt_mean; its default token_mean stands",
                 )
             )
@@ -727,6 +810,14 @@ def _write_native(spec, notes: list, diffs: list) -> dict | None:
                 Difference(
                     f"IS-weight truncation at {spec.param('tis_cap', None):g} (tis_cap)",
                     "SkyRL's dppo does not truncate the IS weight",
+                )
+            )
+        if spec.param("surrogate", None) != "ratio":
+            diffs.append(
+                Difference(
+                    f"loss value −A·sg(r)·log π (surrogate {spec.param('surrogate', None)!r})",
+                    "SkyRL's dppo is −r·A·mask with r differentiable (surrogate 'ratio'): the same gradient "
+                    "where |log r| <= 20, 0 beyond",
                 )
             )
         diffs.append(

@@ -131,7 +131,7 @@ EXAMPLE_LOG_R = 25.0
 """The log-ratio at which `arithmetic` shows what verl's clamp (|log r| <= 20) does: beyond it, inside float64."""
 EXAMPLE_Q = 1e-12
 """The old probability of that example token: q·e^25 ≈ 0.072, so π_θ = q·r is a probability."""
-_ENGINE_PARAMS = ("clamp_log_ratio", "seq_grad_mean")
+_ENGINE_PARAMS = ("clamp_log_ratio", "seq_grad_mean", "surrogate")
 """Form parameters an engine's read sets where its arithmetic is not verl's (dropped, they take the form's defaults,
 verl's); the gated form's `delta_high` is verl's too (verl's upper clip width beside its lower one under dppo_*)."""
 
@@ -158,15 +158,15 @@ def _w(spec, q, r, adv) -> float:
 
 
 def arithmetic(spec) -> list[dict]:
-    """The engine arithmetic `spec` carries ('/noclamp', `seq_grad_mean`, `delta_high`, `gate`) and what it
+    """The engine arithmetic `spec` carries ('/noclamp', `seq_grad_mean`, `delta_high`, `surrogate`, `gate`) and what it
     changes in w(q, r, A) or the gradient against verl's: one JSON-ready dict per option, {option, where, text,
     verl, example}; [] for a spec with none of them.
 
     `example` holds the numbers that show it, from the form's own weight (`gradient_weight`) on the spec and on
     `verl_arithmetic(spec)`: for '/noclamp' the token q = 1e-12, log r = +25 (and −25) under each sign of A; for
     `seq_grad_mean` one row of two kept tokens with A = (1, −1) at s = 1; for `delta_high` (verl's own too) the
-    upper bounds at δ_high and at the one δ on `Q_GRID`; `gate` = 1 changes no w beyond rounding (its decisions
-    are verl's)."""
+    upper bounds at δ_high and at the one δ on `Q_GRID`; for `surrogate` = ratio the '/noclamp' token; `gate` = 1
+    changes no w beyond rounding (its decisions are verl's)."""
     from divclip.theory.forms._numpy import SEQ_LOG_RATIO_MAX, clip_bounds, upper_delta
 
     spec = _as_spec(spec)
@@ -229,6 +229,23 @@ def arithmetic(spec) -> list[dict]:
                 "verl": f"verl's dppo_* with two widths alike; a single δ = {spec.delta:g} "
                 "would bound the upper side by it too",
                 "example": {"q": list(Q_GRID), "hi": hi.tolist(), "hi at δ": hi_one.tolist()},
+            }
+        )
+    if form.name == "gated" and spec.param("surrogate") == "ratio":
+        example = {"q": EXAMPLE_Q, "log_r": [EXAMPLE_LOG_R, -EXAMPLE_LOG_R]}
+        for sign, key in ((1.0, "A>0"), (-1.0, "A<0")):
+            example[key] = [_w(spec, EXAMPLE_Q, np.exp(x), sign) for x in example["log_r"]]
+            example[f"verl {key}"] = [_w(verl, EXAMPLE_Q, np.exp(x), sign) for x in example["log_r"]]
+        clamped = _clamps(spec)
+        out.append(
+            {
+                "option": "surrogate=ratio",
+                "where": "the loss value everywhere; w where |log r| > 20" if clamped else "the loss value",
+                "text": "the kept token's loss is −A·r with r differentiable (SkyRL's dppo): the gradient −A·r·∇log π "
+                "of −A·sg(r)·log π, another value"
+                + ("; through the ±20 clamp of log r its gradient is 0 beyond it (w = 0)" if clamped else ""),
+                "verl": "−A·sg(r)·log π (verl's dppo): w = r at e^{±20} where |log r| > 20",
+                "example": example,
             }
         )
     if form.name == "gated" and spec.param("gate") == "verl":

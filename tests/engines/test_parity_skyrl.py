@@ -16,7 +16,17 @@ import functools
 import pytest
 import torch
 from omegaconf import OmegaConf
-from parity_inputs import KINDS, assert_same, batch, value_and_grad
+from parity_inputs import (
+    KINDS,
+    LOW_DTYPES,
+    LOW_IDS,
+    assert_low_precision,
+    assert_same,
+    batch,
+    low_precision_runs,
+    moderate,
+    value_and_grad,
+)
 from skyrl_helpers import load
 
 from divclip import engines
@@ -83,6 +93,66 @@ LOSSES = [
         "its random pick drawn as SkyRL draws it",
     ),
     ("kl_cov", {A + "policy_loss_type": "kl_cov"}, 1e-12, "penalty as a token sum (named)"),
+    (
+        "importance_sampling",
+        {A + "policy_loss_type": "importance_sampling"},
+        1e-12,
+        "form importance_sampling /noclamp (plain exp in the input dtype)",
+    ),
+    (
+        "dppo (binary_tv 0.2)",
+        {A + "policy_loss_type": "dppo"},
+        FLOAT32_EXP,
+        "gated surrogate 'ratio', gate 'verl'; float64: to SkyRL's float32 exp (named)",
+    ),
+    (
+        "dppo binary_kl 0.05",
+        {
+            A + "policy_loss_type": "dppo",
+            A + "dppo.dppo_type": "binary_kl",
+            A + "dppo.delta_low": 0.05,
+            A + "dppo.delta_high": 0.05,
+        },
+        FLOAT32_EXP,
+        "gated surrogate 'ratio', gate 'verl'; float64: to SkyRL's float32 exp (named)",
+    ),
+    (
+        "dppo delta_low 0.1 != delta_high 0.3",
+        {A + "policy_loss_type": "dppo", A + "dppo.delta_low": 0.1, A + "dppo.delta_high": 0.3},
+        FLOAT32_EXP,
+        "the gated form's delta_high; float64: to SkyRL's float32 exp (named)",
+    ),
+    (
+        "dppo binary_kl delta_low 0.02 != delta_high 0.1",
+        {
+            A + "policy_loss_type": "dppo",
+            A + "dppo.dppo_type": "binary_kl",
+            A + "dppo.delta_low": 0.02,
+            A + "dppo.delta_high": 0.1,
+        },
+        FLOAT32_EXP,
+        "the gated form's delta_high; float64: to SkyRL's float32 exp (named)",
+    ),
+]
+ROLLOUT_LOSSES = [  # (name, settings, float64 tolerance, note): losses that read the rollout log-probs
+    (
+        "rollout_is (eps_clip 0.2 / 0.2)",
+        {A + "policy_loss_type": "rollout_is"},
+        FLOAT32_EXP,
+        "ratio/gpg with read_correction's bypass IcePop band; float64: to SkyRL's float32 exp (named)",
+    ),
+    (
+        "rollout_is eps_clip 0.5 / 1.0",
+        {A + "policy_loss_type": "rollout_is", A + "eps_clip_low": 0.5, A + "eps_clip_high": 1.0},
+        FLOAT32_EXP,
+        "ratio/gpg with read_correction's bypass IcePop band; float64: to SkyRL's float32 exp (named)",
+    ),
+    (
+        "dppo against the rollout log-probs",
+        {A + "policy_loss_type": "dppo"},
+        FLOAT32_EXP,
+        "SkyRL's behaviour policy is π_rollout: divclip's old_log_prob must be it (named)",
+    ),
 ]
 REDUCTIONS = [
     ("token_mean", {}, "token-mean"),
@@ -126,10 +196,37 @@ CORRECTIONS = [  # (name, settings, float64 tolerance): SkyRL's TIS weight is sa
         },
         FLOAT32_EXP,
     ),
+    (
+        "off_policy_correction outlier_token_is_threshold_low/high 0.7 / 1.5",
+        {OPC + "outlier_token_is_threshold_low": 0.7, OPC + "outlier_token_is_threshold_high": 1.5},
+        1e-12,
+    ),
+    (
+        "off_policy_correction outlier_token_is_threshold_high 1.5 alone",
+        {OPC + "outlier_token_is_threshold_high": 1.5},
+        1e-12,
+    ),
+    (
+        "off_policy_correction outlier_token_is_threshold_low 0.6 alone",
+        {OPC + "outlier_token_is_threshold_low": 0.6},
+        1e-12,
+    ),
+    (
+        "off_policy_correction outlier mask + token TIS + geometric sequence mask",
+        {
+            OPC + "outlier_token_is_threshold_high": 1.55,
+            OPC + "tis_ratio_type": "token",
+            OPC + "sequence_mask_metric": "geometric",
+            OPC + "geo_mask_high": 1.2,
+            OPC + "geo_mask_low": 0.8,
+        },
+        FLOAT32_EXP,
+    ),
 ]
 
 PARITY_ROWS = (
     [("skyrl", f"policy_loss_type {name}", "exact", note) for name, _, _, note in LOSSES]
+    + [("skyrl", f"policy_loss_type {name}", "exact", note) for name, _, _, note in ROLLOUT_LOSSES]
     + [("skyrl", f"loss_reduction {name}", "exact", "skyrl.aggregation") for name, _, _ in REDUCTIONS]
     + [
         (
@@ -141,23 +238,26 @@ PARITY_ROWS = (
         for name, _, tol in CORRECTIONS
     ]
     + [
-        (
-            "skyrl",
-            "policy_loss_type dppo",
-            "gradient",
-            "value −r·A·mask, divclip's −A·sg(r)·log π; the clamp at |log r| = 20 zeroes SkyRL's gradient (named)",
-        ),
-        ("skyrl", "dppo delta_low != delta_high", "gradient", "the gated form's delta_high; as dppo above"),
         ("skyrl", "policy_loss_type divclip_method", "exact", "divclip's plug-in"),
         (
             "skyrl",
-            "rollout_is, cross_entropy, importance_sampling",
-            "not modelled",
-            "named; rollout_is is ratio/gpg with a bypass correction (tests/engines/test_skyrl_rollout_is.py)",
+            "policy_loss_type cross_entropy",
+            "named",
+            "SFT Σ −log π·mask: no spec; policy_loss on ratio/gpg with A = 1 is its loss (tested)",
         ),
-        ("skyrl", "outlier_token_is_threshold_low/high", "not modelled", "a warning names it"),
+        (
+            "skyrl",
+            "off_policy_correction with importance_sampling / cross_entropy",
+            "named",
+            "SkyRL applies none: read_correction gives None, a warning names the keys",
+        ),
         ("skyrl", "sequence_mean read as seq-mean-token-mean", "named", "verl's skips empty rows"),
-        ("skyrl", "token_mean_legacy read as token-mean", "named", "equal only for equal micro-batch tokens"),
+        (
+            "skyrl",
+            "token_mean_legacy read as token-mean-legacy",
+            "exact",
+            "policy_loss's token-mean-legacy, loss_scale_factor = micro_train_batch_size_per_gpu (named)",
+        ),
         ("skyrl", "zero_variance_filter", "named", "constant-reward prompts become empty rows"),
         ("skyrl", "advantage_batch_normalize", "named", "A whitened over the batch before the loss"),
     ]
@@ -202,7 +302,10 @@ def _ours(settings, lp, old, adv, mask, rollout=None):
     assert r.spec is not None, r.notes
     scaled = adv * skyrl.aggregation(settings, mask).to(adv.dtype)
     kw = {}
-    if rollout is not None:
+    if rollout is not None and r.loss_mode == "dppo":  # SkyRL's dppo anchors its ratio and mask at π_rollout
+        assert r.ratio_anchor == "rollout"
+        old = rollout
+    elif rollout is not None:
         kw = dict(rollout_log_prob=rollout, correction=engines.read_correction("skyrl", settings))
     torch.manual_seed(7)
     return policy_loss(lp, old, scaled, mask, r.spec, "token-sum", metrics=False, **kw)[0]
@@ -243,11 +346,66 @@ def test_policy_loss_is_skyrls_loss(settings, rtol64, kind, dtype):
 
 @DTYPES
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("settings,rtol64", [c[1:3] for c in ROLLOUT_LOSSES], ids=[c[0] for c in ROLLOUT_LOSSES])
+def test_rollout_losses_are_skyrls_loss(settings, rtol64, kind, dtype):
+    """rollout_is (and dppo, whose behaviour policy is π_rollout when the generator returns it) with the rollout
+    log-probs: policy_loss on the read's spec, with read_correction's correction for rollout_is and π_rollout as
+    old_log_prob for dppo, is SkyRL's loss."""
+    _check(settings, kind, dtype, rtol64, rollout=True)
+
+
+@DTYPES
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("settings", [c[1] for c in REDUCTIONS], ids=[c[0] for c in REDUCTIONS])
 def test_every_loss_reduction_is_skyrls(settings, kind, dtype):
     """SkyRL's pre-scaling per mini-batch (empty rows, micro-batches, max_seq_len, prompts) is skyrl.aggregation's."""
     settings = {**settings, A + "policy_loss_type": "sapo"}  # a loss without the float32 exp: 1e-12 in float64
     _check(settings, kind, dtype)
+
+
+@DTYPES
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("micro", [1, 2, 4, 5, 6, 7])
+def test_token_mean_legacy_is_policy_losss_token_mean_legacy(micro, kind, dtype):
+    """SkyRL's token_mean_legacy, read as token-mean-legacy, is policy_loss's token-mean-legacy with
+    loss_scale_factor = micro_train_batch_size_per_gpu on the raw advantages (no pre-scaling): on 6 rows, micro 4
+    and 5 leave rows past the last whole micro-batch unweighted, micro 7 leaves none whole (the loss 0)."""
+    settings = {
+        A + "policy_loss_type": "sapo",
+        A + "loss_reduction": "token_mean_legacy",
+        "trainer.micro_train_batch_size_per_gpu": micro,
+    }
+    r = skyrl.read(settings)
+    assert r.loss_agg_mode == "token-mean-legacy"
+    assert f"loss_scale_factor = {micro}" in _said(r)
+
+    def ours(x, old, adv, mask):
+        return policy_loss(x, old, adv, mask, r.spec, r.loss_agg_mode, loss_scale_factor=micro, metrics=False)[0]
+
+    def pair(dt):
+        lp, old, adv, mask = batch(kind, dt)
+        return (
+            value_and_grad(lambda x: ours(x, old, adv, mask), lp),
+            value_and_grad(lambda x: _theirs(settings, x, old, adv, mask), lp),
+        )
+
+    pairs = {dt: pair(dt) for dt in {dtype, torch.float64}}
+    assert_same(*pairs[dtype], dtype, None if dtype == torch.float64 else pairs[torch.float64][1])
+    if micro == 7 or kind == "empty":
+        assert float(pairs[dtype][1][0]) == 0.0
+    elif micro in (4, 5):  # the rows past the last whole micro-batch have no gradient, in SkyRL and here
+        assert not bool(pairs[dtype][0][1][micro:].any()) and bool(pairs[dtype][0][1][:micro].any())
+
+
+def test_token_mean_legacy_refuses_a_micro_batch_that_is_not_a_row_count():
+    lp, old, adv, mask = batch("token")
+    for bad in (0, 2.5, True, -1):
+        with pytest.raises(ValueError, match=r"loss_scale_factor must be None or a whole number >= 1 for token-mean"):
+            policy_loss(lp, old, adv, mask, "grpo", "token-mean-legacy", loss_scale_factor=bad)
+    # None: one micro-batch of every row, verl's token-mean
+    a = policy_loss(lp, old, adv, mask, "grpo", "token-mean-legacy", metrics=False)[0]
+    b = policy_loss(lp, old, adv, mask, "grpo", "token-mean", metrics=False)[0]
+    assert torch.isclose(a, b, rtol=1e-12, atol=0)
 
 
 @DTYPES
@@ -305,29 +463,32 @@ def test_covariance_forms_on_raw_advantages_are_not_skyrls_and_the_read_says_so(
         assert phrase in _said(skyrl.read(settings)), loss
 
 
-def test_dppo_has_skyrls_gradient_where_log_r_is_within_20_and_the_read_names_the_rest():
-    for dppo_type, low, high in (("binary_tv", 0.2, 0.2), ("binary_kl", 0.05, 0.05), ("binary_tv", 0.1, 0.3)):
-        settings = {
-            A + "policy_loss_type": "dppo",
-            A + "dppo.dppo_type": dppo_type,
-            A + "dppo.delta_low": low,
-            A + "dppo.delta_high": high,
-        }
-        for dtype in (torch.float64, torch.float32):
-            lp, old, adv, mask = batch("token", dtype)
-            ours, theirs = _pair(settings, "token", dtype)
-            inside = (lp - old).abs() <= 20
-            tol = FLOAT32_EXP if dtype == torch.float64 else 1e-5
-            torch.testing.assert_close(ours[1][inside], theirs[1][inside], rtol=tol, atol=0)
-            assert bool((theirs[1][~inside] == 0).all()) and bool((ours[1][~inside & (mask > 0)] != 0).any())
-            assert not torch.isclose(ours[0], theirs[0], rtol=1e-3)  # −A·sg(r)·log π is not −r·A
-        notes = " ".join(skyrl.read(settings).notes)
-        assert "−r·A·mask with r differentiable" in notes and "beyond |log r| = 20" in notes
+def test_dppo_logp_surrogate_is_not_skyrls_value_and_the_read_names_it():
+    """verl's dppo surrogate −A·sg(r)·log π has SkyRL's gradient within |log r| <= 20 but another value, and keeps
+    −A·e^±20 beyond, where SkyRL's clamp zeroes it: the read's surrogate 'ratio' is what makes the two equal."""
+    from divclip.theory.spec import ClipSpec
+
+    settings = {A + "policy_loss_type": "dppo"}
+    r = skyrl.read(settings)
+    assert r.spec.param("surrogate") == "ratio"
+    lp, old, adv, mask = batch("token")
+    logp = ClipSpec(r.spec.measure, delta=r.spec.delta, form="gated", params={"gate": "verl"})
+    scaled = adv * skyrl.aggregation(settings, mask)  # SkyRL's pre-scaled advantages (token_mean: A / N)
+    ours = value_and_grad(lambda x: policy_loss(x, old, scaled, mask, logp, "token-sum", metrics=False)[0], lp)
+    theirs = value_and_grad(lambda x: _theirs(settings, x, old, adv, mask), lp)
+    inside = (lp - old).abs() <= 20
+    torch.testing.assert_close(ours[1][inside], theirs[1][inside], rtol=FLOAT32_EXP, atol=0)
+    assert bool((theirs[1][~inside] == 0).all()) and bool((ours[1][~inside & (mask > 0)] != 0).any())
+    assert not torch.isclose(ours[0], theirs[0], rtol=1e-3)  # −A·sg(r)·log π is not −r·A
+    notes = " ".join(r.notes)
+    assert "−r·A·mask with r differentiable" in notes and "surrogate 'ratio'" in notes
 
 
 def test_dppo_with_two_deltas_is_the_gated_forms_delta_high():
     r = skyrl.read({A + "policy_loss_type": "dppo", A + "dppo.delta_low": 0.1, A + "dppo.delta_high": 0.2})
     assert r.spec is not None and (r.spec.delta, r.spec.param("delta_high")) == (0.1, 0.2)
+    assert skyrl.write(r.spec).settings[A + "policy_loss_type"] == "dppo"
+    assert not [d for d in skyrl.write(r.spec).differences if "surrogate" in d.what]
 
 
 def test_divclip_method_through_skyrls_dispatch_is_policy_loss():
@@ -339,16 +500,55 @@ def test_divclip_method_through_skyrls_dispatch_is_policy_loss():
         _check(settings, "token", dtype)
 
 
-def test_unmodelled_losses_and_the_outlier_mask_are_named():
-    for loss in ("rollout_is", "cross_entropy", "importance_sampling"):
-        r = skyrl.read({A + "policy_loss_type": loss})
-        assert r.spec is None and any("reported, not modelled" in n for n in r.notes), loss
-    from divclip.sanity.report import build_report
+def test_cross_entropy_is_gpg_at_a_equal_1_and_the_read_says_so():
+    """SkyRL's cross_entropy (SFT) ignores A and π_old: Σ −log π·mask, which is policy_loss on ratio/gpg with A = 1
+    (token-sum), value and gradient, in float64 to 1e-12 and float32 to SkyRL's rounding; the read gives no spec
+    and says so."""
+    settings = {A + "policy_loss_type": "cross_entropy"}
+    r = skyrl.read(settings)
+    assert r.spec is None and any("A = 1 on every token" in n for n in r.notes)
+    for kind in KINDS:
+        for dtype in (torch.float64, torch.float32):
+            lp, old, adv, mask = batch(kind, dtype)
+            ones = torch.ones_like(adv)
 
-    report = build_report(
-        config=b"{}", config_name="x.yaml", overrides=[OPC + "outlier_token_is_threshold_high=100"], framework="skyrl"
-    )
-    assert any("outlier_token_is_threshold" in w["message"] for w in report["warnings"])
+            def ours(x, old=old, ones=ones, mask=mask):
+                return policy_loss(x, old, ones, mask, "ratio/gpg", "token-sum", metrics=False)[0]
+
+            mine = value_and_grad(ours, lp)
+            theirs = value_and_grad(lambda x, old=old, adv=adv, mask=mask: _theirs(settings, x, old, adv, mask), lp)
+            ref = None
+            if dtype != torch.float64:
+                lp64, old64, adv64, mask64 = batch(kind, torch.float64)
+                ref = value_and_grad(functools.partial(_theirs, settings, old=old64, adv=adv64, mask=mask64), lp64)
+            assert_same(mine, theirs, dtype, ref)
+            if kind != "empty":
+                assert int(torch.count_nonzero(theirs[1])) >= 5
+
+
+@pytest.mark.parametrize("loss", ["importance_sampling", "cross_entropy"])
+def test_losses_that_apply_no_correction_read_none_and_warn(loss):
+    """SkyRL's importance_sampling and cross_entropy call no apply_off_policy_correction: its loss with a TIS
+    setting and rollout log-probs is its loss without; divclip reads no correction and warns."""
+    settings = {A + "policy_loss_type": loss, OPC + "tis_ratio_type": "token"}
+    lp, old, adv, mask = batch("token")
+    ro = old + 0.3
+    with_ro = _theirs(settings, lp, old, adv, mask, ro)
+    assert torch.equal(with_ro, _theirs(settings, lp, old, adv, mask))
+    assert engines.read_correction("skyrl", settings) is None
+    r = skyrl.read(settings)
+    assert any(a.code == "ignored_key" and "never applies it" in a.message for a in r.advice)
+
+
+def test_every_loss_type_is_read():
+    """Every policy_loss_type of SkyRL's registry has a reader (none is 'reported, not modelled')."""
+    registry = set(ppo_utils.PolicyLossRegistry.list_available())
+    assert registry <= set(skyrl.LOSS_TYPES), registry - set(skyrl.LOSS_TYPES)
+    for loss in skyrl.LOSS_TYPES:
+        if loss == skyrl.METHOD_MODE:
+            continue
+        notes = skyrl.read({A + "policy_loss_type": loss}).notes
+        assert not any("reported, not modelled" in n for n in notes), loss
 
 
 def test_the_verl_names_of_the_reductions_are_exact_or_warned():
@@ -392,8 +592,87 @@ def test_aggregation_refuses_what_skyrl_refuses():
 def test_every_row_is_tested():
     tested = (
         [f"policy_loss_type {c[0]}" for c in LOSSES]
+        + [f"policy_loss_type {c[0]}" for c in ROLLOUT_LOSSES]
         + [f"loss_reduction {c[0]}" for c in REDUCTIONS]
         + [c[0] for c in CORRECTIONS]
     )
     assert [row[1] for row in PARITY_ROWS[: len(tested)]] == tested
     assert len({row[1] for row in PARITY_ROWS}) == len(PARITY_ROWS)
+
+
+@pytest.mark.parametrize("low,high", [(0.7, 1.5), (None, 1.5), (0.6, None), (None, 1.55)])
+def test_the_outlier_mask_is_skyrls_compute_outlier_token_mask(low, high):
+    """SkyRL drops a whole sequence for one token whose π_old/π_rollout leaves [low, high] (an unset side open):
+    divclip's rule seq_any_k1 keeps exactly the rows SkyRL's own function keeps, and on this batch some rows go."""
+    from divclip.theory.correction_apply import rollout_correction
+
+    opc_utils = __import__("skyrl.backends.skyrl_train.utils.off_policy_correction_utils", fromlist=["x"])
+    settings = {OPC + "outlier_token_is_threshold_low": low, OPC + "outlier_token_is_threshold_high": high}
+    _, old, _, mask = batch("token")
+    ro = old + 0.3 * torch.randn(old.shape, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    theirs, _ = opc_utils.compute_outlier_token_mask(old, ro, mask, _config(settings).off_policy_correction)
+    c = engines.read_correction("skyrl", settings)
+    assert [r.option for r in c.rejections] == ["seq_any_k1"]
+    _, keep, _ = rollout_correction(old, ro, mask, c)
+    valid = mask.sum(-1) > 0
+    ours_rows = (keep.sum(-1) == mask.sum(-1))[valid]
+    assert ours_rows.tolist() == theirs.squeeze(-1).bool()[valid].tolist()
+    assert 0 < int(ours_rows.sum()) < int(valid.sum())  # the mask bites, and keeps some
+    written, cannot = engines.write_correction(c, "skyrl")
+    assert not cannot and written[OPC + "outlier_token_is_threshold_low"] == (
+        None if low is None else pytest.approx(low)
+    )
+    assert written[OPC + "outlier_token_is_threshold_high"] == (None if high is None else pytest.approx(high))
+    _, verl_cannot = engines.write_correction(c, "verl")
+    assert any("seq_any_k1" in x for x in verl_cannot)
+
+
+def test_the_outlier_band_is_refused_when_skyrl_could_not_mean_it():
+    with pytest.raises(ValueError, match=r"outlier_token_is_threshold_low/high must be > 0 with low <= high"):
+        engines.read_correction(
+            "skyrl", {OPC + "outlier_token_is_threshold_low": 2.0, OPC + "outlier_token_is_threshold_high": 1.5}
+        )
+
+
+# ----------------------------------------------------------------------------------------------- bf16 / fp16
+LOW = [c for c in LOSSES if c[0] in ("regular", "dual_clip", "gspo", "cispo (defaults 0 / 5)", "sapo")]
+LOW_ROWS = (
+    "bf16 inputs, |log r| to 30 (regular, dual_clip, gspo, cispo, sapo; token_mean)",
+    "fp16 inputs, |log r| <= 3 (the same settings)",
+)
+LOW_NOTE = (
+    "divclip computes in float32 (bf16/fp16 in, a float32 loss out); SkyRL's ratio is float32 (safe_exp_delta), "
+    "the rest of its loss and its advantage pre-scaling in the input dtype (divclip scales A by "
+    "skyrl.aggregation in float32): equal to SkyRL's run on the same {dtype} values in float64 to float32 "
+    "rounding (the gradient to one {dtype} ulp), and to its own {dtype} run to its rounding "
+    "(parity_inputs.assert_low_precision)"
+)
+PARITY_ROWS += [
+    ("skyrl", LOW_ROWS[0], "exact", LOW_NOTE.format(dtype="bf16")),
+    ("skyrl", LOW_ROWS[1], "exact", LOW_NOTE.format(dtype="fp16")),
+]
+
+
+def _ours_low(settings, lp, old, adv, mask):
+    """`_ours` with the pre-scaling in float32 (divclip's compute dtype) for bf16 / fp16 advantages."""
+    r = skyrl.read(settings)
+    scaled = adv.to(torch.float32) * skyrl.aggregation(settings, mask).to(torch.float32)
+    return policy_loss(lp, old, scaled, mask, r.spec, "token-sum", metrics=False)[0]
+
+
+@pytest.mark.parametrize("dtype", LOW_DTYPES, ids=LOW_IDS)
+@pytest.mark.parametrize("settings", [c[1] for c in LOW], ids=[c[0] for c in LOW])
+def test_low_precision_inputs_are_skyrls_own_loss(settings, dtype):
+    """log π, log π_old, A and the mask in bf16 (|log r| to 30) or fp16 (|log r| <= 3: `moderate`), as a bf16 /
+    fp16 worker hands them to SkyRL's loss (parity_inputs.assert_low_precision states the tolerance)."""
+    lp, old, adv, mask = batch("token", torch.float64)
+    if dtype == torch.float16:
+        lp, _ = moderate(lp, old)
+    runs = low_precision_runs(
+        lambda x, *a: _ours_low(settings, x, *a),
+        lambda x, *a: _theirs(settings, x, *a),
+        lp,
+        (old, adv, mask),
+        dtype,
+    )
+    assert_low_precision(*runs, dtype)

@@ -97,31 +97,31 @@ CASES = [  # (SkyRL config, divclip spec, log-ratio scale, compare loss values)
     # SkyRL's cispo defaults: cispo_eps_clip_low = 0 floors the IS weight at 1 (refused before: ε_low = 0)
     (dict(policy_loss_type="cispo"), "ratio:0:5/cispo", 0.8, True),
     (dict(policy_loss_type="sapo", sapo={"tau_pos": 1.0, "tau_neg": 1.05}), "sapo", 0.8, True),
-    # dppo's value is -r·A·mask, divclip's gated form -A·sg(r)·log π: the same gradient, not the same value
+    # dppo's value is -r·A·mask: the gated form's surrogate 'ratio' (value and gradient), its mask verl's arithmetic
     (
         dict(policy_loss_type="dppo", dppo={"dppo_type": "binary_tv", "delta_low": 0.2, "delta_high": 0.2}),
-        "binary_tv:0.2/gated",
+        "binary_tv:0.2/gated/gate=verl/surrogate=ratio",
         0.8,
-        False,
+        True,
     ),
     (
         dict(policy_loss_type="dppo", dppo={"dppo_type": "binary_kl", "delta_low": 0.05, "delta_high": 0.05}),
-        "binary_kl:0.05/gated",
+        "binary_kl:0.05/gated/gate=verl/surrogate=ratio",
         0.8,
-        False,
+        True,
     ),
     # δ_low != δ_high: the gated form's delta_high (issue 31 item 4)
     (
         dict(policy_loss_type="dppo", dppo={"dppo_type": "binary_tv", "delta_low": 0.1, "delta_high": 0.3}),
-        "binary_tv:0.1/gated/delta_high=0.3",
+        "binary_tv:0.1/gated/delta_high=0.3/gate=verl/surrogate=ratio",
         0.8,
-        False,
+        True,
     ),
     (
         dict(policy_loss_type="dppo", dppo={"dppo_type": "binary_kl", "delta_low": 0.01, "delta_high": 0.05}),
-        "binary_kl:0.01/gated/delta_high=0.05",
+        "binary_kl:0.01/gated/delta_high=0.05/gate=verl/surrogate=ratio",
         0.8,
-        False,
+        True,
     ),
 ]
 

@@ -96,6 +96,35 @@ def test_delta_high_shows_the_two_widths():
     assert verl_arithmetic("binary_tv:0.1/gated/delta_high=0.3").param("delta_high") == 0.3  # verl's dppo too
 
 
+@pytest.mark.parametrize("measure", ["binary_tv:0.2", "binary_kl:0.05"])
+def test_the_ratio_surrogate_zeroes_w_beyond_the_clamp_where_verls_keeps_e20(measure):
+    """SkyRL's dppo (surrogate=ratio): −A·r through the ±20 clamp, so at log r = ±25 (kept by the gate at
+    q = 1e-12) w = 0 by autograd, where verl's −A·sg(r)·log π keeps w = e^{±20}; with /noclamp w = e^{±25}."""
+    method = f"{measure}/gated/surrogate=ratio"
+    (entry,) = [a for a in arithmetic(method) if a["option"] == "surrogate=ratio"]
+    ex = entry["example"]
+    spec, verl = parse_method(method), verl_arithmetic(method)
+    assert verl.param("surrogate") == "logp" and spec.param("surrogate") == "ratio"
+    for i, log_r in enumerate(ex["log_r"]):
+        for key, adv in (("A>0", 1.0), ("A<0", -1.0)):
+            assert ex[key][i] == pytest.approx(_w_autograd(spec, log_r, adv), rel=1e-12, abs=1e-300)
+            assert ex[f"verl {key}"][i] == pytest.approx(_w_autograd(verl, log_r, adv), rel=1e-12, abs=1e-300)
+    assert ex["A>0"] == [0.0, 0.0] and ex["A<0"] == [0.0, 0.0]
+    if measure.startswith("binary_tv"):  # binary KL gates the A > 0 token out (D ≈ 1.8 > 0.05)
+        assert ex["verl A>0"][0] == pytest.approx(math.exp(20.0), rel=1e-14)
+    assert ex["verl A<0"][1] == pytest.approx(math.exp(-20.0), rel=1e-14)
+    raw = parse_method(method + "/noclamp")
+    assert _w_autograd(raw, -25.0, -1.0) == pytest.approx(math.exp(-25.0), rel=1e-12)
+    assert float(gradient_weight(raw, EXAMPLE_Q, math.exp(-25.0), -1.0)) == pytest.approx(math.exp(-25.0), rel=1e-12)
+
+
+def test_the_ratio_surrogate_is_refused_with_a_tis_cap():
+    with pytest.raises(ValueError, match=r"tis_cap.*surrogate 'ratio'"):
+        parse_method("binary_tv:0.2/gated/surrogate=ratio/tis=2")
+    with pytest.raises(ValueError, match=r"surrogate must be one of \['logp', 'ratio'\], got 'r'"):
+        parse_method("binary_tv:0.2/gated/surrogate=r")
+
+
 def test_verls_own_arithmetic_shows_nothing():
     for method in ("grpo", "dapo", "gspo", "dppo_kl", "sapo", "kl3:0.02&binary_tv:0.2"):
         assert arithmetic(method) == [], method

@@ -38,7 +38,7 @@ def test_clipspec_holds_the_budget_level_and_form_only():
         ("tis_cap", ["gated"]),
         ("tau_pos", ["sapo"]),
         ("tau_neg", ["sapo"]),
-        ("clamp_log_ratio", ["clip", "gated", "cispo", "sapo", "cispo_cap", "luspo"]),
+        ("clamp_log_ratio", ["clip", "gated", "cispo", "sapo", "cispo_cap", "luspo", "importance_sampling"]),
     ],
 )
 def test_the_former_fields_are_declared_by_the_forms_that_read_them(name, forms):

@@ -47,6 +47,8 @@ EXTRA_SPECS = [
     "dppo_tv",
     "binary_kl:0.02/gated/delta_high=0.08/gate=verl",  # verl's dppo arithmetic, two budgets
     "binary_tv:0.1/gated/delta_high=0.3/gate=verl",
+    "binary_tv:0.1/gated/delta_high=0.3/gate=verl/surrogate=ratio",  # SkyRL's dppo: −A·r, r differentiable
+    "binary_kl:0.02/gated/surrogate=ratio/noclamp",
     "kl3:0.02/gated/delta_high=0.05",
     "sapo",
     "grpo",

@@ -101,6 +101,8 @@ FORM_MODULES = (
     "geo_mean",
     "reinforce_is",
     "reinforce_seq_is",
+    # SkyRL's own (Tinker's importance_sampling loss)
+    "importance_sampling",
 )
 """The form modules of this package, declared in this order; a form file not listed here is an error
 (tests/theory/test_form_files.py)."""

@@ -18,6 +18,12 @@ Two parameters make every verl dppo setting a spec (docs/theory.md §4.1):
   negative-side mask for A = 0 tokens as verl's `torch.where(A > 0, ...)` (so `clipfrac` is verl's pg_clipfrac).
   Its decisions are verl's bit for bit in float32 and float64, also on tokens within an ulp of the root and on
   inputs that are not log-probabilities (log π > 0, as torch.randn gives), where the exact D is NaN.
+* `surrogate`, what the kept token's loss value is: 'logp' (the default, verl's dppo) −A·sg(r)·log π, or 'ratio'
+  (SkyRL 0.3.0's dppo_policy_loss, what `from_engine('skyrl', ...)` reads) −A·r with r differentiable. Where
+  |log r| <= 20 the two have one gradient, −A·r·∇log π, and different values; beyond it 'ratio' takes the
+  gradient through the clamped e^{±20}, which is 0 (as SkyRL's safe_exp_delta; with `/noclamp` r = exp(log r)
+  keeps it), while 'logp' keeps −A·e^{±20}. So w(q, r) differs there: r·1[|log r| <= 20] against r clamped.
+  'ratio' takes no `tis_cap` (no engine truncates a differentiable ratio's weight).
 """
 
 from __future__ import annotations
@@ -66,8 +72,10 @@ def weight(spec, q, r, adv):
     # verl's clamped e^{clamp(log r, ±20)}, which keeps the gradient; the raw r with clamp_log_ratio False (SkyRL
     # dppo read with '/noclamp'), as the torch loss's `_ratio`
     clamps = spec.param("clamp_log_ratio", True)
-    ratio = _verl_ratio(r)[0] if clamps else np.asarray(r, dtype=np.float64)
+    ratio, kept = _verl_ratio(r) if clamps else (np.asarray(r, dtype=np.float64), True)
     weight = ratio if spec.param("tis_cap", None) is None else np.minimum(ratio, spec.param("tis_cap", None))
+    if spec.param("surrogate") == "ratio":  # −A·r through the clamp: its gradient is 0 beyond |log r| = 20
+        weight = np.where(kept, weight, 0.0)
     out = _verl_moved_out(spec, q, r, adv) if verl_gate(spec) else moved_out(spec, q, r, adv)
     return np.where(out, 0.0, weight)  # the decision sees the true ratio, as verl's dppo
 
@@ -95,6 +103,11 @@ def check(spec):
                 f"ClipSpec.params['delta_high']={upper_delta(spec)!r}: an adaptive δ moves one budget; give the "
                 "gated form one δ (no delta_high) to adapt it"
             )
+    if spec.param("surrogate") == "ratio" and spec.param("tis_cap") is not None:
+        raise ValueError(
+            f"ClipSpec.params['tis_cap']={spec.param('tis_cap')!r} truncates the stop-gradient weight of "
+            "surrogate 'logp'; surrogate 'ratio' (−A·r, r differentiable) takes none: drop one of the two"
+        )
     if verl_gate(spec) and (spec.measure_name not in VERL_GATE_MEASURES or spec.level != "token"):
         raise ValueError(
             f"ClipSpec.params['gate']='verl' decides with verl's dppo_kl/dppo_tv arithmetic: it needs measure "
@@ -120,7 +133,7 @@ def loss(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> PolicyTerm
     )
 
     with torch.no_grad():
-        log_ratio, ratio, _ = _ratio(spec, log_prob, old_log_prob, mask)
+        log_ratio, ratio, in_range = _ratio(spec, log_prob, old_log_prob, mask)
         delta_low, delta_high = spec.delta, upper_delta(spec)  # δ_high: the upper side's own budget, else δ
         adv_pos = advantages > 0  # bool decisions; 0/1 floats only for the metrics
         if verl_gate(spec):
@@ -162,12 +175,20 @@ def loss(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> PolicyTerm
         weight = (
             ratio if spec.param("tis_cap") is None else ratio.clamp(max=spec.param("tis_cap"))
         )  # truncated IS weight
-        # verl's −A·w·log π·valid in its product order (bit-equal losses, NaN where log π = −inf as there); the
-        # gradient −A·w where valid, 0 elsewhere, in closed form (what autograd gives through that product)
         scale = torch.mul(advantages, weight).neg_()  # (−A)·w, as −A then ·w rounds: negation is exact
-        value = torch.mul(scale, _const(log_prob)).mul_((~dropped).to(scale.dtype))
+        if spec.param("surrogate") == "ratio":
+            # SkyRL's −(r·A·mask) (r·A = A·r; negation exact); its gradient −A·r·mask, 0 where the ±20 clamp
+            # cut log r (autograd through SkyRL's safe_exp_delta clamp; kept with /noclamp, in_range None)
+            value = scale.mul((~dropped).to(scale.dtype))
+            grad = scale.masked_fill_(dropped, 0.0)
+            if in_range is not None:
+                grad = grad.mul_(in_range)
+        else:
+            # verl's −A·w·log π·valid in its product order (bit-equal losses, NaN where log π = −inf as there);
+            # the gradient −A·w where valid, 0 elsewhere, in closed form (what autograd gives through that product)
+            value = torch.mul(scale, _const(log_prob)).mul_((~dropped).to(scale.dtype))
+            grad = scale.masked_fill_(dropped, 0.0)
         clipped, clipped_low = dropped.to(scale.dtype), low.to(scale.dtype)
-        grad = scale.masked_fill_(dropped, 0.0)
     loss = _WithGradient.apply(log_prob, value, grad)
     return PolicyTerms(loss, log_ratio, ratio, clipped, clipped_low, grad=grad)
 
@@ -202,6 +223,15 @@ FORM = Form(
             "`from_engine('verl', ...)` reads",
             kind="choice",
             choices=("exact", "verl"),
+        ),
+        Param(
+            "surrogate",
+            "logp",
+            "logp: the kept token's loss is −A·sg(r)·log π (verl's dppo); ratio: −A·r with r differentiable "
+            "(SkyRL's dppo): the same gradient where |log r| <= 20, another value, and gradient 0 beyond the ±20 "
+            "clamp (unless /noclamp)",
+            kind="choice",
+            choices=("logp", "ratio"),
         ),
     ),
     check=check,
