@@ -55,6 +55,14 @@ SCRIPTS = {
         "R=/r\nproject_name=p\ne=x\nd=$R/checkpoint/$project_name/$e\n"
         "python3 -m m dir=$d arg=$R/checkpoint/$project_name/$e\n"
     ),
+    "cut_words_in_every_context": (
+        "D=/r\nproject_name=p\ne=x\nA=( $D/checkpoint/$project_name/$e b )\nexport E=$D/checkpoint/$project_name/$e\n"
+        "f() { local L=$D/checkpoint/$project_name/$e; python3 -m m l=$L; }\nf\n"
+        "for v in $D/checkpoint/$project_name/$e; do python3 -m m v=$v; done\n"
+        'python3 -m m "${A[@]}" e=$E\n'
+        "if [ $D/checkpoint/$project_name/$e = /r/checkpoint/p/x ]; then python3 -m m c=1; else python3 -m m c=2; fi\n"
+    ),
+    "positional_after_a_slash": "f() { python3 -m m p=$D/ifaces/$1 q=$1x r=$D-$2.$D; }\nD=/d\nf one two\n",
     "hash_in_the_first_word": "a#b c\npython3 -m m x#y=1 # a comment\n",
     "grammar_recovered_in_a_word": 'T=${T:-["/Y"]}\n: "${N:=$(( 2 * (3 + 1) ))}"\npython3 -m m t=$T n=$N\n',
     "unset_forgets": "A=1\nB=2\nunset A\npython3 -m m a=${A:-u} b=$B\n",
