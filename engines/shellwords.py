@@ -1,7 +1,7 @@
 """Read a shell script into commands of words as bash would, through bash's grammar, without running anything.
 
-The syntax is tree-sitter-bash's (the `tree-sitter` and `tree-sitter-bash` packages: the grammar editors and
-GitHub use for bash), and the reader walks its syntax tree:
+The syntax is tree-sitter-bash's (the `tree-sitter` and `tree-sitter-bash` packages), and the reader walks its
+syntax tree:
 
 * statements and `;`, `&&`, `||`, `|`, `&` lists, `( ... )` subshells (their variables stay inside), `{ ... }`
   groups, `!` negations, `\\`-newline continuations; `#` starts a comment only where bash's grammar says so;
@@ -9,12 +9,12 @@ GitHub use for bash), and the reader walks its syntax tree:
   expansions inside; `$'...'` with C escapes;
 * `<<WORD`, `<<-WORD`, `<<'WORD'` heredocs: the body is data, not read (reported in `Command.heredocs`);
   `<<<` here-strings and the target of a redirection (`> log`, `2>&1`) are not words;
-* `NAME=value`, `NAME+=( ... )`, `export` / `declare` / `local` / `readonly` / `typeset` assignments; a
+* `NAME=value`, `NAME+=( ... )`, `export` / `declare` / `local` / `readonly` / `typeset` assignments, `unset`; a
   `NAME=( ... )` array (over several lines, with comments) is one `Word` holding its elements;
 * `$NAME`, `${NAME}`, `${NAME:-d}`, `${NAME-d}`, `${NAME:=d}`, `${NAME=d}`, `${NAME:+a}`, `${NAME:?m}`,
   `${NAME[@]}`, `${NAME[i]}` are references (`Ref`) that `expand` resolves from the script's own variables;
-  anything else (`$(cmd)`, backticks, `$1`, `${#A[@]}`, `${V%x}`, `${V//a/b}`) is kept as written, since only
-  running the script knows it (a command substitution is never run);
+  anything else (`$(cmd)`, backticks, `$1` outside a function, `${#A[@]}`, `${V%x}`, `${V//a/b}`) is kept as
+  written, since only running the script knows it (a command substitution is never run);
 * `if` / `elif` / `else` and `case` are decided with the script's own values where they can be
   (`divclip.engines.shellbranches`, the branch taken said in a note); a function is read where it is called, with
   its arguments as $1 ... "$@"; a `for NAME in ...` loop over values the script knows is read once per value
@@ -34,7 +34,9 @@ word per element, an assignment's value is not split; a reference it cannot reso
 words are not known, so `$(scontrol show hostnames)` is not cut at its blanks). `$(( ))` is evaluated on the
 script's integers. Every byte an expansion produces is counted against MAX_EXPANSION_BYTES before it is built
 (variables that each repeat the last ten times, six deep, would otherwise grow a 7 kB script to gigabytes),
-`${...}` nests at most MAX_NESTING deep and statements MAX_SYNTAX_DEPTH deep.
+`${...}` nests at most MAX_NESTING deep and statements MAX_SYNTAX_DEPTH deep; a text with more than MAX_PIECES
+pieces between blanks and `; & |` plus `$` signs is refused before it is parsed (each is a word or a reference,
+outside quotes and heredocs: far more than MAX_WORDS of them is not a launch script).
 """
 
 from __future__ import annotations
