@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from importlib import import_module
 
-from divclip.engines.base import Difference, EngineRead, EngineWrite, Key, as_ratio_clip, describe, example_origin
+from divclip.engines.base import Difference, EngineRead, EngineWrite, Key, as_ratio_clip, describe, example_origin_parts
 
 __all__ = [
     "ENGINES",
@@ -151,10 +151,11 @@ what the loss computes (the group baseline, whether the clip can bind at all, ho
 def unknown_key_origin(engine: str, key: str, entry: str | None = None) -> str | None:
     """Where a key `engine` does not know comes from, when divclip can tell: another version of the engine had it
     (the engine module's `key_origin`), and/or one of the engine's own examples declares it in its own config
-    (`divclip.engines.base.example_origin`; `entry`, the module the launch runs, when it is such an example whose
+    (`divclip.engines.base.example_origin_parts`; `entry`, the module the launch runs, when it is such an example whose
     config lacks the key); None otherwise. The key stays unknown: the modelled version refuses it."""
-    own = getattr(get_engine(engine), "key_origin", None)
-    parts = [own(key) if own is not None else None, example_origin(engine, key, entry)]
+    own = getattr(get_engine(engine), "key_origin", None)  # key_origin(key, entry)
+    launched, others = example_origin_parts(engine, key, entry)
+    parts = [launched, own(key, entry) if own is not None else None, others]
     return "; ".join(p for p in parts if p) or None
 
 

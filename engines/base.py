@@ -6,12 +6,15 @@ An engine module (`divclip.engines.verl`, `.trl`, ...) holds everything divclip 
 `FORMATS` (the texts `EngineWrite.text` prints, the first the default), `render(write, fmt) -> [lines]` and
 `PLUGIN` (the module that plugs divclip's loss into the engine, or None).
 
-`read(settings, **options)` takes any options (`divclip check` passes num_processes) and fills
+`read(settings, **options)` takes any options (`divclip check` passes num_processes, and `entry`, the module the
+launch runs: an example's own config adds keys, `example_keys`) and fills
 `EngineRead.roles` ({"eps_low": key, "epochs": key, ...}) so the sanity checks name the engine's own keys, and
 `unknown_keys` (with the nearest known key); an engine's own pitfalls go in `EngineRead.advice` as
 `divclip.engines.pitfalls.Pitfall(code, message, key, source)` (a module whose pitfalls each have one fixed source
 lists them in `CHECK_SOURCES`, which `divclip.sanity.checks.SOURCES` takes in). A module also has
-`KNOWN_KEYS_FROM` (the source of the unknown-key warning) and may have `FORMAT_ALIASES` ({"overrides": "flags"}).
+`KNOWN_KEYS_FROM` (the source of the unknown-key warning) and may have `FORMAT_ALIASES` ({"overrides": "flags"}) and
+`key_origin(key, entry)` (which other version of the engine, or of the example `entry` a launch runs, had a key
+it does not know: the unknown-key warning says it).
 
 Settings are flat mappings of the engine's own names: dotted keys as a YAML file or hydra override writes them
 (`actor_rollout_ref.actor.clip_ratio_low`), flags with their dashes as a launch command writes them
@@ -436,24 +439,22 @@ def is_example_key(key: str, engine: str, entry: str | None) -> bool:
     return any(_under(key, declared) for declared in example_keys(engine, entry))
 
 
-def example_origin(engine: str, key: str, entry: str | None = None) -> str | None:
-    """Where the engine's own examples declare `key` (EXAMPLE_KEYS_FILE), for a launch of `entry` that does not
-    accept it: the example that declares it, and, when `entry` is an example with a config of its own, that its
-    config does not. None when neither."""
+def example_origin_parts(engine: str, key: str, entry: str | None = None) -> tuple[str | None, str | None]:
+    """(that the launched example `entry` has a config of its own and it lacks `key`, which of the engine's own
+    examples declare `key` instead: EXAMPLE_KEYS_FILE), each None where it does not apply."""
     found = sorted({(module, source) for e, module, source, k in _example_rows() if e == engine and _under(key, k)})
     own = sorted({source for e, module, source, _ in _example_rows() if e == engine and module == entry})
-    parts = [f"the launched {entry}'s own config ({own[0]}) does not declare it"] if own else []
+    launched = f"the launched {entry}'s own config ({own[0]}) does not declare it" if own else None
+    if not found:
+        return launched, None
     if len(found) == 1:
         module, source = found[0]
-        parts.append(f"the engine's own example {module} declares it ({source}): only its launch accepts it")
-    elif found:
-        named = [f"{module} ({source})" for module, source in found[:3]]
-        named += [f"{len(found) - 3} more"] if len(found) > 3 else []
-        parts.append(
-            f"the engine's own examples {', '.join(named[:-1])} and {named[-1]} declare it: only their launches "
-            "accept it"
-        )
-    return "; ".join(parts) or None
+        return launched, f"the engine's own example {module} declares it ({source}): only its launch accepts it"
+    named = [f"{module} ({source})" for module, source in found[:3]]
+    named += [f"{len(found) - 3} more"] if len(found) > 3 else []
+    return launched, (
+        f"the engine's own examples {', '.join(named[:-1])} and {named[-1]} declare it: only their launches accept it"
+    )
 
 
 _MODULE_WORD = re.compile(r"^[A-Za-z_][\w.]*$")

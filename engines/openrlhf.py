@@ -112,9 +112,9 @@ RENAMED = {  # flags of OpenRLHF <= 0.11.0 that 0.11.2's parser refuses
 }
 
 
-def key_origin(key: str) -> str | None:
+def key_origin(key: str, entry: str | None = None) -> str | None:
     """Which other OpenRLHF version had `key` (RENAMED: 0.11.0's parser, OpenRLHF/OpenRLHF v0.11.0
-    openrlhf/cli/train_ppo_ray.py), said as the unknown-key warning says it."""
+    openrlhf/cli/train_ppo_ray.py), said as the unknown-key warning says it; `entry` (the launch's module) aside."""
     if key not in RENAMED:
         return None
     return f"not a flag of OpenRLHF {VERSION}: OpenRLHF 0.11.0 had it ({VERSION} renamed it {RENAMED[key]})"

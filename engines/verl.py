@@ -198,17 +198,30 @@ OTHER_VERSIONS = ("0.4.1", "0.5.0", "0.6.0", "0.6.1", "0.7.0", "0.8.0.dev")
 OTHER_VERSIONS_FILE = Path(__file__).with_name(f"verl_{VERSION}_other_versions_keys.txt")
 
 
-def other_versions_lines(configs: Mapping) -> list[str]:
+def other_versions_lines(configs: Mapping, recipes: Mapping | None = None) -> list[str]:
     """The lines of OTHER_VERSIONS_FILE: `key version ...` for every leaf key of {version: [config yaml texts]}
-    that no trainer config of verl VERSION (TRAINER_CONFIGS) accepts, in key order."""
+    that no trainer config of verl VERSION (TRAINER_CONFIGS) accepts, in key order; then `MODULE:key version ...`
+    for every own key of a recipe's hydra config ({version: {recipe module: its config text}}, verl's recipe/ up
+    to 0.7.0) that neither those configs nor the recipe's config now (EXAMPLE_KEYS_FILE) accept."""
     now = frozenset().union(*(config_keys(name) for name in TRAINER_CONFIGS))
     found: dict = {}
+
+    def add(name: str, version: str) -> None:
+        if version not in found.setdefault(name, []):
+            found[name].append(version)
+
     for version, texts in configs.items():
         for text in texts:
             for key in known_keys_from(text):
-                if not is_known(key, now) and version not in found.setdefault(key, []):
-                    found[key].append(version)
-    return [f"{key} {' '.join(found[key])}" for key in sorted(found)]
+                if not is_known(key, now):
+                    add(key, version)
+    plain = sorted(found)
+    for version, by_module in (recipes or {}).items():
+        for module, text in by_module.items():
+            for key in recipe_keys_from(text)[1]:
+                if not is_known(key, now | example_keys(NAME, module)):
+                    add(f"{module}:{key}", version)
+    return [f"{key} {' '.join(found[key])}" for key in plain + sorted(set(found) - set(plain))]
 
 
 @functools.lru_cache(maxsize=1)
@@ -221,20 +234,26 @@ def _other_versions() -> dict:
     return out
 
 
-def key_origin(key: str) -> str | None:
-    """Which earlier verl releases had `key` (or a key it sits below), said as the unknown-key warning says it."""
-    parts = key.split(".")
-    table = _other_versions()
-    hit = next((".".join(parts[:i]) for i in range(len(parts), 0, -1) if ".".join(parts[:i]) in table), None)
-    if hit is None:
-        return None
-    versions = table[hit]
+def _span(versions: tuple) -> str:
     order = [OTHER_VERSIONS.index(v) for v in versions]
     if len(versions) > 2 and order == list(range(order[0], order[-1] + 1)):
-        span = f"{versions[0]} to {versions[-1]}"
-    else:
-        span = ", ".join(versions)
-    return f"not a key of verl {VERSION}: verl {span} had it"
+        return f"{versions[0]} to {versions[-1]}"
+    return ", ".join(versions)
+
+
+def key_origin(key: str, entry: str | None = None) -> str | None:
+    """Which earlier verl releases had `key` (or a key it sits below) in their trainer configs, or, for a launch of
+    the recipe `entry`, in that recipe's own config then; said as the unknown-key warning says it."""
+    parts = key.split(".")
+    table = _other_versions()
+    prefixes = [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
+    hit = next((p for p in prefixes if p in table), None)
+    if hit is not None:
+        return f"not a key of verl {VERSION}: verl {_span(table[hit])} had it"
+    hit = next((f"{entry}:{p}" for p in prefixes if entry and f"{entry}:{p}" in table), None)
+    if hit is not None:
+        return f"{entry}'s config in verl {_span(table[hit])} (verl's recipe/ then) had it"
+    return None
 
 
 def recipe_keys_from(recipe_yaml: str) -> tuple[str, list[str]]:

@@ -52,6 +52,32 @@ def _unknown(path_or_text, name=None) -> list[dict]:
 
 
 # ------------------------------------------------------------------------------ verl's other versions
+def _recipes(rev: str) -> dict:
+    """{recipe module: its hydra config text} of verl's recipe/ at `rev`, for the recipes built on a trainer config."""
+    out = {}
+    where = MIRRORS / "volcengine+verl" / "repo"
+    _git("volcengine/verl", rev, "verl/trainer/config/ppo_trainer.yaml")  # skips without the mirror or the rev
+    found = subprocess.run(  # git grep exits 1 when nothing matches (0.8.0.dev has no recipe/ of its own)
+        ["git", f"--git-dir={where}", "grep", "-n", "hydra.main(", rev, "--", "recipe/*.py"],
+        capture_output=True,
+        text=True,
+    )
+    for line in found.stdout.splitlines():
+        path = line.split(":")[1]
+        if 'config_path="config", config_name="' not in line:
+            continue
+        name = line.split('config_name="')[1].split('"')[0]
+        shown = subprocess.run(
+            ["git", f"--git-dir={where}", "show", f"{rev}:{path.rsplit('/', 1)[0]}/config/{name}.yaml"],
+            capture_output=True,
+            text=True,
+        )
+        defaults = (yaml.safe_load(shown.stdout) or {}).get("defaults", []) if shown.returncode == 0 else []
+        if any(isinstance(d, str) and d in verl.TRAINER_CONFIGS for d in defaults):
+            out[path.removesuffix(".py").replace("/", ".")] = shown.stdout
+    return out
+
+
 def test_the_other_versions_snapshot_is_the_releases_configs():
     configs = {
         version: [
@@ -61,8 +87,10 @@ def test_the_other_versions_snapshot_is_the_releases_configs():
         for version, (rev, prefix) in VERL_RELEASES.items()
     }
     assert tuple(configs) == verl.OTHER_VERSIONS
+    recipes = {version: _recipes(rev) for version, (rev, _) in VERL_RELEASES.items()}
+    assert "recipe.dapo.main_dapo" in recipes["0.7.0"] and not recipes["0.8.0.dev"]  # moved to verl-recipe
     lines = [ln for ln in verl.OTHER_VERSIONS_FILE.read_text().splitlines() if ln and not ln.startswith("#")]
-    assert lines == verl.other_versions_lines(configs)
+    assert lines == verl.other_versions_lines(configs, {v: r for v, r in recipes.items() if r})
 
 
 def test_no_key_of_another_version_is_a_key_of_the_installed_verl():
@@ -71,7 +99,7 @@ def test_no_key_of_another_version_is_a_key_of_the_installed_verl():
         installed |= verl.known_keys_from(installed_file("verl", f"trainer/config/_generated_{name}.yaml").read_text())
     table = verl._other_versions()
     assert len(table) >= 100
-    assert not [k for k in table if verl.is_known(k, frozenset(installed))]
+    assert not [k for k in table if verl.is_known(k.split(":")[-1], frozenset(installed))]
     assert (
         verl.key_origin("trainer.use_legacy_worker_impl") == "not a key of verl 0.9.1: verl 0.5.0 to 0.8.0.dev had it"
     )
@@ -169,8 +197,11 @@ def test_an_example_recipe_whose_own_config_lacks_the_key_says_so():
         f"reward_model.overlong_buffer.{k}" for k in ("enable", "len", "penalty_factor")
     }
     for w in found:
-        assert "the launched recipe.dapo.main_dapo's own config" in w["message"]
-        assert "dapo/config/dapo_trainer.yaml) does not declare it" in w["message"]
+        assert (
+            "verl would refuse it; the launched recipe.dapo.main_dapo's own config (verl-project/verl-recipe@48ea0a7e:"
+            "dapo/config/dapo_trainer.yaml) does not declare it; recipe.dapo.main_dapo's config in verl 0.4.1 to 0.7.0 "
+            "(verl's recipe/ then) had it; the engine's own examples "
+        ) in w["message"]
     assert "reward_model.overlong_buffer.enable" not in example_keys("verl", "recipe.dapo.main_dapo")
     text = _git("verl-project/verl-recipe", "48ea0a797f", "dapo/config/dapo_trainer.yaml")
     assert "overlong_buffer_cfg" in text and "reward_model" not in text  # what the recipe's config declares instead
