@@ -32,18 +32,18 @@ divclip's float64 ratio by up to |log r|·2^-24 + 2^-24 relative: 2e-6 at |log r
 
 # (name, SkyRL settings, float64 tolerance, note)
 LOSSES = [
-    ("regular", {A + "policy_loss_type": "regular"}, FLOAT32_EXP, "float64: to SkyRL's float32 exp (named)"),
+    ("regular", {A + "policy_loss_type": "regular"}, 1e-12, "exp_dtype=float32 (SkyRL's float32 exp)"),
     (
         "regular, eps_clip_low/high 0.2/0.28",
         {A + "eps_clip_low": 0.2, A + "eps_clip_high": 0.28},
-        FLOAT32_EXP,
-        "float64: to SkyRL's float32 exp (named)",
+        1e-12,
+        "exp_dtype=float32 (SkyRL's float32 exp)",
     ),
     (
         "dual_clip",
         {A + "policy_loss_type": "dual_clip"},
-        FLOAT32_EXP,
-        "clip_ratio_c 3; float64: to SkyRL's float32 exp (named)",
+        1e-12,
+        "clip_ratio_c 3; exp_dtype=float32",
     ),
     (
         "gspo",
@@ -54,14 +54,14 @@ LOSSES = [
     (
         "cispo (defaults 0 / 5)",
         {A + "policy_loss_type": "cispo"},
-        FLOAT32_EXP,
-        "float64: to SkyRL's float32 exp (named)",
+        1e-12,
+        "exp_dtype=float32 (SkyRL's float32 exp)",
     ),
     (
         "cispo 0.5 / 1.0",
         {A + "policy_loss_type": "cispo", A + "cispo.cispo_eps_clip_low": 0.5, A + "cispo.cispo_eps_clip_high": 1.0},
-        FLOAT32_EXP,
-        "float64: to SkyRL's float32 exp (named)",
+        1e-12,
+        "exp_dtype=float32 (SkyRL's float32 exp)",
     ),
     ("sapo", {A + "policy_loss_type": "sapo"}, 1e-12, ""),
     (
@@ -92,8 +92,8 @@ LOSSES = [
     (
         "dppo (binary_tv 0.2)",
         {A + "policy_loss_type": "dppo"},
-        FLOAT32_EXP,
-        "gated surrogate 'ratio', gate 'verl'; float64: to SkyRL's float32 exp (named)",
+        1e-12,
+        "gated surrogate 'ratio', gate 'verl'; exp_dtype=float32",
     ),
     (
         "dppo binary_kl 0.05",
@@ -103,14 +103,14 @@ LOSSES = [
             A + "dppo.delta_low": 0.05,
             A + "dppo.delta_high": 0.05,
         },
-        FLOAT32_EXP,
-        "gated surrogate 'ratio', gate 'verl'; float64: to SkyRL's float32 exp (named)",
+        1e-12,
+        "gated surrogate 'ratio', gate 'verl'; exp_dtype=float32",
     ),
     (
         "dppo delta_low 0.1 != delta_high 0.3",
         {A + "policy_loss_type": "dppo", A + "dppo.delta_low": 0.1, A + "dppo.delta_high": 0.3},
-        FLOAT32_EXP,
-        "the gated form's delta_high; float64: to SkyRL's float32 exp (named)",
+        1e-12,
+        "the gated form's delta_high; exp_dtype=float32",
     ),
     (
         "dppo binary_kl delta_low 0.02 != delta_high 0.1",
@@ -120,8 +120,8 @@ LOSSES = [
             A + "dppo.delta_low": 0.02,
             A + "dppo.delta_high": 0.1,
         },
-        FLOAT32_EXP,
-        "the gated form's delta_high; float64: to SkyRL's float32 exp (named)",
+        1e-12,
+        "the gated form's delta_high; exp_dtype=float32",
     ),
 ]
 ROLLOUT_LOSSES = [  # (name, settings, float64 tolerance, note): losses that read the rollout log-probs
@@ -357,16 +357,27 @@ def test_off_policy_correction_is_skyrls(settings, rtol64, dtype):
     assert not torch.isclose(theirs[0], plain[0], rtol=1e-6)  # the correction changed SkyRL's loss
 
 
-def test_the_float32_exp_is_named_and_is_all_that_differs_in_float64():
-    """SkyRL's safe_exp_delta rounds the ratio to float32 in a float64 run: divclip's float64 loss is off it by that
-    rounding and no more, and the read says so."""
-    settings = {A + "policy_loss_type": "regular"}
-    ours, theirs = _pair(settings, "token", torch.float64)
+@pytest.mark.parametrize("loss", ["regular", "dual_clip", "cispo", "dppo"])
+def test_the_float32_exp_is_the_specs_exp_dtype_and_all_that_differs_without_it(loss):
+    """SkyRL's safe_exp_delta rounds the ratio (and the gradient through it) to float32 in a float64 run: the read's
+    exp_dtype=float32 makes divclip's float64 loss SkyRL's to 1e-12 (the parity rows), and the same spec with the
+    input dtype's exp is off by that rounding and no more."""
+    import dataclasses
+
+    settings = {A + "policy_loss_type": loss}
+    r = skyrl.read(settings)
+    assert r.spec.param("exp_dtype") == "float32"
+    assert any("exp_dtype=float32 does the same" in n for n in r.notes)
+    plain = dataclasses.replace(r.spec, params=tuple((k, v) for k, v in r.spec.params if k != "exp_dtype"))
+    lp, old, adv, mask = batch("token")
+    scaled = adv * skyrl.aggregation(settings, mask)
+    ours = value_and_grad(lambda x: policy_loss(x, old, scaled, mask, plain, "token-sum", metrics=False)[0], lp)
+    theirs = value_and_grad(lambda x: _theirs(settings, x, old, adv, mask), lp)
     assert not torch.allclose(ours[1], theirs[1], rtol=1e-12, atol=0)  # the rounding is there
     assert torch.allclose(ours[1], theirs[1], rtol=FLOAT32_EXP, atol=0)  # and no more
-    for loss in skyrl.SAFE_EXP_LOSSES:
-        notes = skyrl.read({A + "policy_loss_type": loss}).notes
-        assert loss == "rollout_is" or any("in float32 whatever the input dtype" in n for n in notes), loss
+    for name in skyrl.SAFE_EXP_LOSSES:
+        notes = skyrl.read({A + "policy_loss_type": name}).notes
+        assert any("in float32 whatever the input dtype" in n for n in notes), name
 
 
 def test_the_batch_reaches_every_branch_of_skyrls_clip():
