@@ -34,12 +34,21 @@ def _delta_pair(text: str) -> tuple[str, float]:
     return name.strip(), finite_float("--delta value")(value)
 
 
+EXIT_STATUS = (
+    "exit status: 0 the report was printed (warnings included); 1 with --strict, the report was printed and the "
+    "config holds a key its engine does not know (warning unknown_key: a typo, or a key of another version of the "
+    "engine or of an example's own config that this launch does not run, each said in the warning); 2 bad input "
+    "(one line on stderr)"
+)
+
+
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "check",
         help="sanity-check a training engine's clip setting (and a rollout batch) before a long run",
         description="What a clip setting means as a divergence budget, whether it can bind, which tokens it "
         "clips, and what KL3 (or any measure) would do instead.",
+        epilog=EXIT_STATUS,
     )
     p.add_argument(
         "inputs",

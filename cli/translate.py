@@ -59,7 +59,11 @@ def run(args) -> int:
         label=f"from {found.engine} {raw.name}: {found.loss_mode}",
     )
     differences = translation_differences(found, out)
-    out = dataclasses.replace(out, differences=tuple(differences[len(found.differences) :]))
+    keys, more = _correction(found.engine, raw, args.target)
+    differences += more
+    out = dataclasses.replace(
+        out, settings={**out.settings, **keys}, differences=tuple(differences[len(found.differences) :])
+    )
     if args.json:
         print(
             json.dumps(
@@ -79,6 +83,23 @@ def run(args) -> int:
     else:
         print(out.text(args.format), end="")
     return 0
+
+
+def _correction(engine: str, raw, target: str) -> tuple[dict, list]:
+    """The source's rollout correction in the target's keys, and a Difference per part the target cannot say (or
+    for a correction divclip does not model): the third policy travels as `divclip.engines.translate` carries it."""
+    from divclip.engines import read_correction, write_correction
+    from divclip.engines.base import Difference
+    from divclip.sanity.report import _field_names
+
+    try:
+        correction = read_correction(engine, _field_names(engine, raw.values))
+    except ValueError as exc:
+        return {}, [Difference("rollout correction (not modelled)", f"not carried: {exc}")]
+    if correction is None:
+        return {}, []
+    keys, cannot = write_correction(correction, target)
+    return keys, [Difference(f"rollout correction {correction}", f"{target}: {why}") for why in cannot]
 
 
 def _json_value(v):

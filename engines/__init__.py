@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from importlib import import_module
 
-from divclip.engines.base import Difference, EngineRead, EngineWrite, Key, as_ratio_clip, describe
+from divclip.engines.base import Difference, EngineRead, EngineWrite, Key, as_ratio_clip, describe, example_origin_parts
 
 __all__ = [
     "ENGINES",
@@ -38,6 +38,7 @@ __all__ = [
     "to_engine",
     "translate",
     "translation_differences",
+    "unknown_key_origin",
     "write",
     "write_correction",
 ]
@@ -147,13 +148,25 @@ STRUCTURE = (
 what the loss computes (the group baseline, whether the clip can bind at all, how tokens are averaged)."""
 
 
+def unknown_key_origin(engine: str, key: str, entry: str | None = None) -> str | None:
+    """Where a key `engine` does not know comes from, when divclip can tell: another version of the engine had it
+    (the engine module's `key_origin`), and/or one of the engine's own examples declares it in its own config
+    (`divclip.engines.base.example_origin_parts`; `entry`, the module the launch runs, when it is such an example whose
+    config lacks the key); None otherwise. The key stays unknown: the modelled version refuses it."""
+    own = getattr(get_engine(engine), "key_origin", None)  # key_origin(key, entry)
+    launched, others = example_origin_parts(engine, key, entry)
+    parts = [launched, own(key, entry) if own is not None else None, others]
+    return "; ".join(p for p in parts if p) or None
+
+
 def translation_differences(found: EngineRead, out: EngineWrite) -> list:
     """Everything a translation of `found` (the source's read) into `out` (the target's write) does not carry:
     the source's own differences, the target's, each key of the source that is not a source setting (with the
     nearest known key), and each STRUCTURE fact whose value the target's defaults change (read back from `out`)."""
     diffs = [*found.differences, *out.differences]
     for key, near in found.unknown_keys:
-        hint = f", nearest {near}" if near else ""
+        origin = unknown_key_origin(found.engine, key, found.entry)  # another version's, or an example's own key
+        hint = f"; {origin}" if origin else f", nearest {near}" if near else ""
         diffs.append(Difference(f"{key!s} (not a {found.engine} setting{hint})", "dropped, not written"))
     back = read(out.engine, out.flat())
     for attr, what in STRUCTURE:

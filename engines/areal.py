@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -42,6 +43,7 @@ from divclip.engines.base import (
     check_spec,
     dotted_key_score,
     ignored_key_advice,
+    is_example_key,
     name_loss_terms,
     recipe_for,
     typed_values,
@@ -131,9 +133,19 @@ def _sections() -> frozenset:
     return frozenset(k.rsplit(".", i)[0] for k in known_keys() for i in range(1, k.count(".") + 1))
 
 
+_NODE_REFERENCE = re.compile(r"^\$\{([A-Za-z_][\w.]*)\}$")
+
+
 def is_known_setting(key: str, value) -> bool:
-    """`is_known`, and a sub-config set to null (`ref.optimizer: null`: an `OptimizerConfig | None` field)."""
-    return is_known(key) or (value is None and key in _sections())
+    """`is_known`, and a sub-config set to null (`ref.optimizer: null`: an `OptimizerConfig | None` field) or to
+    another sub-config by interpolation (`critic.optimizer: ${actor.optimizer}`: OmegaConf, which AReaL's
+    load_expr_config merges the YAML with, takes a node's interpolation and resolves it to that node)."""
+    if is_known(key):
+        return True
+    if key not in _sections():
+        return False
+    reference = _NODE_REFERENCE.match(value) if isinstance(value, str) else None
+    return value is None or (reference is not None and reference.group(1) in _sections())
 
 
 def detect(settings: Mapping) -> float:
@@ -142,7 +154,7 @@ def detect(settings: Mapping) -> float:
 
 
 # ------------------------------------------------------------------------------------------------ read
-def read(settings: Mapping, **_options) -> EngineRead:
+def read(settings: Mapping, *, entry: str | None = None, **_options) -> EngineRead:
     """The clip settings of a flat AReaL config ({dotted key: value})."""
     settings = resolve_interpolations(settings)
     g, keys = typed_values(settings, KEYS)
@@ -173,7 +185,11 @@ def read(settings: Mapping, **_options) -> EngineRead:
         group_size=g["gconfig.n_samples"],
         keys=keys,
         kl={"kl_ctl": g[A + "kl_ctl"], "kl_estimator": g[A + "kl_estimator"]},
-        unknown_keys=unknown_keys(settings, lambda k: is_known_setting(k, settings[k]), known_keys()),
+        unknown_keys=unknown_keys(
+            settings,
+            lambda k: is_known_setting(k, settings[k]) or is_example_key(k, NAME, entry),
+            known_keys(),
+        ),
     )
     _structure(s, g)
     s.spec = _spec(s, g)
@@ -203,12 +219,14 @@ def loss_advantages(settings: Mapping, advantages, loss_mask):
     """The advantages AReaL's loss uses for these settings: at importance_sampling_level sequence each row's mean
     over its loss tokens, on those tokens (0 elsewhere), as `_compute_sequence_level_ratio_and_advantages` does;
     at token level `advantages` itself. With them, `policy_loss(lp, old, loss_advantages(...), mask, read.spec,
-    "token-mean")` is AReaL's `ppo_actor_loss_fn` / `sapo_loss_fn` (tests/engines/test_parity_areal.py)."""
+    "token-mean")` is AReaL's `ppo_actor_loss_fn` / `sapo_loss_fn` (tests/engines/test_parity_areal.py). The row
+    mean is taken in policy_loss's compute dtype (float32 for bf16/fp16 advantages, which it returns in float32)."""
     import torch
 
     g, _ = typed_values(resolve_interpolations(settings), KEYS)
     if g[A + "importance_sampling_level"] != "sequence":
         return advantages
+    advantages = advantages if advantages.dtype == torch.float64 else advantages.to(torch.float32)
     mask = loss_mask.to(advantages.dtype)
     row = (advantages * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1)
     return torch.where(loss_mask.bool(), row.expand_as(advantages), torch.zeros_like(advantages))

@@ -6,12 +6,15 @@ An engine module (`divclip.engines.verl`, `.trl`, ...) holds everything divclip 
 `FORMATS` (the texts `EngineWrite.text` prints, the first the default), `render(write, fmt) -> [lines]` and
 `PLUGIN` (the module that plugs divclip's loss into the engine, or None).
 
-`read(settings, **options)` takes any options (`divclip check` passes num_processes) and fills
+`read(settings, **options)` takes any options (`divclip check` passes num_processes, and `entry`, the module the
+launch runs: an example's own config adds keys, `example_keys`) and fills
 `EngineRead.roles` ({"eps_low": key, "epochs": key, ...}) so the sanity checks name the engine's own keys, and
 `unknown_keys` (with the nearest known key); an engine's own pitfalls go in `EngineRead.advice` as
 `divclip.engines.pitfalls.Pitfall(code, message, key, source)` (a module whose pitfalls each have one fixed source
 lists them in `CHECK_SOURCES`, which `divclip.sanity.checks.SOURCES` takes in). A module also has
-`KNOWN_KEYS_FROM` (the source of the unknown-key warning) and may have `FORMAT_ALIASES` ({"overrides": "flags"}).
+`KNOWN_KEYS_FROM` (the source of the unknown-key warning) and may have `FORMAT_ALIASES` ({"overrides": "flags"}) and
+`key_origin(key, entry)` (which other version of the engine, or of the example `entry` a launch runs, had a key
+it does not know: the unknown-key warning says it).
 
 Settings are flat mappings of the engine's own names: dotted keys as a YAML file or hydra override writes them
 (`actor_rollout_ref.actor.clip_ratio_low`), flags with their dashes as a launch command writes them
@@ -21,10 +24,12 @@ Settings are flat mappings of the engine's own names: dotted keys as a YAML file
 from __future__ import annotations
 
 import difflib
+import functools
 import math
 import re
 import reprlib
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 
 from divclip.engines.config import looks_like_float
 from divclip.engines.errors import ConfigError
@@ -99,6 +104,7 @@ class EngineRead:
     roles: dict = field(default_factory=dict)  # {role: the engine's key}: eps, eps_low, eps_high, dual_clip,
     # tis_cap, cap, epochs, mini_batch, train_batch (what the checks name in their warnings)
     on_policy_fix: str = ""  # the settings that make the update off-policy, in the engine's words
+    entry: str | None = None  # the module the launch runs (`python -m ENTRY`), when the settings come from one
     ratio_anchor: str = "old"  # the ratio's denominator: "old" (π_old) or "rollout" (π_rollout: OpenRLHF's gspo
     # with IS correction on takes log π_θ − log π_rollout, so old_log_prob must be the rollout's)
 
@@ -398,6 +404,75 @@ def unknown_keys(values, is_known, candidates) -> list[tuple[str, str | None]]:
         # difflib against hundreds of known keys is ~4 ms a key: only the keys a report lists get their nearest
         out.append((key, nearest_key(key, candidates) if len(out) < MAX_NEAREST else None))
     return out
+
+
+# ------------------------------------------------------------------------------------- the examples' own keys
+EXAMPLE_KEYS_FILE = Path(__file__).with_name("example_keys.txt")
+
+
+@functools.lru_cache(maxsize=1)
+def _example_rows() -> tuple:
+    """(engine, entry module, where it is declared, key) per line of EXAMPLE_KEYS_FILE."""
+    rows = []
+    for line in EXAMPLE_KEYS_FILE.read_text().splitlines():
+        if line and not line.startswith("#"):
+            engine, entry, source, key = line.split()
+            rows.append((engine, entry, source, key))
+    return tuple(rows)
+
+
+def _under(key: str, declared: str) -> bool:
+    """`key` is `declared` or below it (`agent_run_args.max_turns` under a dict field `agent_run_args`)."""
+    return key == declared or key.startswith(declared + ".")
+
+
+def example_keys(engine: str, entry: str | None) -> frozenset:
+    """The keys an engine's own example entry point (`entry`, the module a launch runs: `python -m ENTRY`) adds to
+    the engine's config, with its own hydra config or config class (EXAMPLE_KEYS_FILE); empty for any other entry."""
+    if not entry:
+        return frozenset()
+    return frozenset(key for e, module, _, key in _example_rows() if e == engine and module == entry)
+
+
+def is_example_key(key: str, engine: str, entry: str | None) -> bool:
+    """`key` is one `entry`'s own config declares (or a key below one it declares as an open dict)."""
+    return any(_under(key, declared) for declared in example_keys(engine, entry))
+
+
+def example_origin_parts(engine: str, key: str, entry: str | None = None) -> tuple[str | None, str | None]:
+    """(that the launched example `entry` has a config of its own and it lacks `key`, which of the engine's own
+    examples declare `key` instead: EXAMPLE_KEYS_FILE), each None where it does not apply."""
+    found = sorted({(module, source) for e, module, source, k in _example_rows() if e == engine and _under(key, k)})
+    own = sorted({source for e, module, source, _ in _example_rows() if e == engine and module == entry})
+    launched = f"the launched {entry}'s own config ({own[0]}) does not declare it" if own else None
+    if not found:
+        return launched, None
+    if len(found) == 1:
+        module, source = found[0]
+        return launched, f"the engine's own example {module} declares it ({source}): only its launch accepts it"
+    named = [f"{module} ({source})" for module, source in found[:3]]
+    named += [f"{len(found) - 3} more"] if len(found) > 3 else []
+    return launched, (
+        f"the engine's own examples {', '.join(named[:-1])} and {named[-1]} declare it: only their launches accept it"
+    )
+
+
+_MODULE_WORD = re.compile(r"^[A-Za-z_][\w.]*$")
+
+
+def entry_module(command: str | None) -> str | None:
+    """The module a launch command runs: the word after its last `-m`, or a `.py` script's path as a module
+    (`python3 examples/tir/train_tir.py` -> examples.tir.train_tir); None when neither."""
+    words = (command or "").split()
+    if "-m" in words:
+        i = len(words) - 1 - words[::-1].index("-m")
+        module = words[i + 1] if i + 1 < len(words) else ""
+        return module if _MODULE_WORD.match(module) else None
+    scripts = [w for w in words if w.endswith(".py")]
+    if not scripts:
+        return None
+    module = scripts[-1].removeprefix("./").removesuffix(".py").replace("/", ".")
+    return module if _MODULE_WORD.match(module) else None
 
 
 def dotted_key_score(settings, is_known, unique_prefixes) -> float:

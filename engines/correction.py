@@ -23,8 +23,12 @@ settings and the list of what the engine cannot say. Per engine (docs/engines.md
   custom function is code; slime's OPSM compares π_old, not π_rollout).
 * OpenRLHF 0.11.2 `--algo.advantage.is_correction_*`: token level, ratio gating: clip is w = clamp(ρ, low,
   high), mask w = ρ inside [low, high] else 0 (one threshold value: low 0), unclamped in log; none under gspo,
-  whose ratio is taken to π_rollout instead (`EngineRead.ratio_anchor`). Sequence level
-  (weights zeroed for a whole sequence that stays in the denominator) and the binary_kl/tv gates are refused.
+  whose ratio is taken to π_rollout instead (`EngineRead.ratio_anchor`). Level seq (mask) is the filter
+  `sequence:ratio:mean:mask:LOW_HIGH:token`: each token keeps its own ρ where exp(mean log ρ) of its sequence is
+  in [low, high], 0 in the whole sequence elsewhere (it stays in the denominator). Gating binary_kl / tv (mask,
+  one δ: band [0, δ]) is the filter `token:binary_kl:mask:0.0_δ` (binary_tv for tv), at level seq
+  `sequence:METRIC:mean:mask:0.0_δ`: ρ kept where the divergence of π_old from π_rollout (or its sequence mean)
+  is inside the band.
 * AReaL 1.0.4 `actor.rejection_sampling` (RejectionSamplingConfig: level, action, metric, agg, upper 5.0,
   lower) is the correction's `filter` and `actor.m2_threshold` its `m2po`, both only with
   `actor.use_decoupled_loss` (without it AReaL ignores rejection_sampling, and π_prox = π_old makes M2PO's
@@ -32,8 +36,9 @@ settings and the list of what the engine cannot say. Per engine (docs/engines.md
   importance_sampling_level sequence (GSPO) a mask filter also shrinks the tokens AReaL's sequence ratio and
   advantage are averaged over; `policy_loss` does not (its read says so).
 
-Every part an engine's writer cannot say is named (no part is dropped in silence): AReaL's filter is written
-to the others only where it is a token weight they have (ratio mask/clamp), its M2PO to none.
+Every part an engine's writer cannot say is named (no part is dropped in silence): a filter is written to the
+others only where it is a token weight they have (ratio mask/clamp) or, to OpenRLHF, its own gate; AReaL's M2PO
+to none; OpenRLHF's gates (binary metrics, a sequence gate keeping token weights) to AReaL neither.
 """
 
 from __future__ import annotations
@@ -141,6 +146,8 @@ def write_correction(correction: Correction | None, engine: str) -> tuple[dict, 
     c = Correction() if correction is None else parse_correction(correction)
     if engine == "areal":
         return _write_areal(c)
+    if engine == "openrlhf" and c.filter is not None and _openrlhf_gate(c.filter) is not None:
+        return _write_openrlhf(c)
     c, cannot = _without_areal_parts(c, engine)
     out, more = _WRITERS[engine](c)
     return out, cannot + more
@@ -158,9 +165,11 @@ def _without_areal_parts(c: Correction, engine: str) -> tuple[Correction, list[s
             mode = "mask" if f.action == "mask" else "truncate"
             weight = dict(is_level="token", is_mode=mode, is_cap=f.upper, is_floor=f.lower, clamp_log_ratio=False)
         else:
-            what = "the geometric mean of the sequence" if f.metric == "ratio" else f"ρ, gated by {f.metric}"
+            geometric = f.metric == "ratio" and f.seq_weight == "geometric"
+            what = "the geometric mean of the sequence" if geometric else f"ρ, gated by {f.metric}"
+            owner = "AReaL" if f.areal else "OpenRLHF"
             cannot.append(
-                f"{engine} has no AReaL filter {f} (a weight of {what}, {f.action}ed on the {f.level} statistic)"
+                f"{engine} has no {owner} filter {f} (a weight of {what}, {f.action}ed on the {f.level} statistic)"
             )
     if c.m2po is not None:
         cannot.append(f"{engine} has no M2PO second-moment mask (m2po={c.m2po!r}, AReaL's m2_threshold)")
@@ -452,23 +461,60 @@ def _read_openrlhf(g, settings):
         return None
     if g["--actor.policy_loss_type"] == "gspo":  # no weight under gspo: its ratio is anchored at π_rollout
         return None  # (EngineRead.ratio_anchor = 'rollout', divclip.engines.openrlhf)
-    if level != "token" or gating != "ratio":
-        raise ConfigError(
-            f"{OPENRLHF}level {level} with gating {gating}: OpenRLHF's sequence-level gate zeroes the weights of a "
-            "whole sequence (it stays in the denominator) and its binary_kl/tv gates read π(a) itself; neither is "
-            "modelled as a divclip correction (token-level ratio gating is)"
-        )
     low, high = openrlhf._floats(settings, OPENRLHF + "threshold", "+", {})  # one value: (0, HIGH)
-    low = None if low == 0 else low  # clamp(min=0) and ρ >= 0 do nothing to a ratio
-    try:  # PolicyLoss: clip clamps ρ to [low, high]; mask keeps ρ inside it, else weight 0 (no log clamp)
-        return Correction("token", "truncate" if mode == "clip" else "mask", high, low, clamp_log_ratio=False)
+    openrlhf.check_is_flags(level, mode, gating, low, high)
+    try:
+        if level == "token" and gating == "ratio":  # PolicyLoss: clip clamps ρ to [low, high]; mask keeps ρ
+            low = None if low == 0 else low  # inside it, else weight 0 (no log clamp); clamp(min=0) is nothing
+            return Correction("token", "truncate" if mode == "clip" else "mask", high, low, clamp_log_ratio=False)
+        # the gate on a statistic per token or per sequence mean; a unit out of band gets weight 0, every
+        # survivor keeps its own ρ, every token stays in the denominator (module docstring)
+        metric = {"ratio": "ratio", "binary_kl": "binary_kl", "tv": "binary_tv"}[gating]
+        sequence = level == "seq"
+        lower = None if metric == "ratio" and low == 0 else low  # exp(mean log ρ) >= 0: no lower bound
+        return Correction(
+            filter=Filter(
+                level="sequence" if sequence else "token",
+                metric=metric,
+                action="mask",
+                upper=high,
+                lower=lower,
+                seq_weight="token" if sequence and metric == "ratio" else "geometric",
+            )
+        )
     except ValueError as exc:
         raise ConfigError(f"{OPENRLHF}threshold: {exc}") from None
+
+
+def _openrlhf_gate(f: Filter) -> dict | None:
+    """OpenRLHF's is_correction flags that are the filter `f`, or None where OpenRLHF has no such gate."""
+    gating = {"binary_kl": "binary_kl", "binary_tv": "tv"}.get(f.metric)
+    if f.action != "mask" or (f.level == "sequence" and f.agg != "mean"):
+        return None
+    if gating is not None and (f.lower is None or f.lower <= 0):
+        band = [0.0 if f.lower is None else f.lower, f.upper]
+    elif f.metric == "ratio" and f.level == "sequence" and f.seq_weight == "token":
+        band = [0.0 if f.lower is None else f.lower, f.upper]
+        gating = "ratio"
+    else:
+        return None
+    level = "seq" if f.level == "sequence" else "token"
+    return {
+        OPENRLHF + "level": level,
+        OPENRLHF + "mode": "mask",
+        OPENRLHF + "gating": gating,
+        OPENRLHF + "threshold": band,
+    }
 
 
 def _write_openrlhf(c: Correction):
     out: dict = {OPENRLHF + "level": "off"}
     cannot = []
+    gate = None if c.filter is None else _openrlhf_gate(c.filter)
+    if gate is not None:
+        out.update(gate)
+        if c.m2po is not None:
+            cannot.append(f"OpenRLHF has no M2PO second-moment mask (m2po={c.m2po!r}, AReaL's m2_threshold)")
     if c.is_level is not None:
         if c.is_level == "token" and c.is_cap is not None:
             out[OPENRLHF + "level"], out[OPENRLHF + "gating"] = "token", "ratio"
@@ -522,6 +568,13 @@ def _write_areal(c: Correction):
     out: dict = {}
     cannot = []
     f = c.filter
+    if f is not None and not f.areal:
+        cannot.append(
+            f"AReaL's rejection_sampling has no filter {f} (OpenRLHF's gate: "
+            + ("each token keeps its own ρ" if f.seq_weight == "token" else f"metric {f.metric}")
+            + "; AReaL's metrics are ratio, kl_k1, kl_k2, kl_k3)"
+        )
+        f = None
     if f is None and c.is_level is not None:
         band_ok = c.is_cap is not None and c.is_cap > 1 and (c.is_floor is None or c.is_floor > 0)
         if c.is_level == "token" and band_ok:

@@ -8,10 +8,11 @@ OpenRLHF runs `python3 -m openrlhf.cli.train_ppo_ray --actor.eps_clip 0.2 ...` a
   values: none (a `store_true` switch, read as True), one (a string, typed later by the engine's Key), or several
   (`nargs`, kept as a list: `--actor.eps_clip_low_high 0.2 0.27`);
 * a flag given twice keeps its last value, as argparse does (`repeated` lists it);
-* the words are the shell's (`divclip.engines.shellwords`, no shlex): `\\` continuations, `#` comments only at
-  a word start, quotes (a quoted string that spans lines, a JSON runtime environment, is one word), heredoc
-  bodies skipped as data, arrays passed with `${X[@]}` spliced in, `$VAR` / `${VAR:-default}` expanded from
-  the script's own variables as it runs top to bottom (otherwise the text stays as written and typing names it);
+* the words are the shell's (`divclip.engines.shellwords`, bash's grammar through tree-sitter-bash, no shlex):
+  `\\` continuations, comments, quotes (a quoted string that spans lines, a JSON runtime environment, is one
+  word), heredoc bodies skipped as data, arrays passed with `${X[@]}` spliced in, `$VAR` / `${VAR:-default}`
+  expanded from the script's own variables as it runs top to bottom (otherwise the text stays as written and typing
+  names it);
 * shell words around the flags (`python3`, `-m`, `ray job submit`) are skipped, and `VAR=value` assignments
   (with or without `export`) become environment entries `{VAR: value}` when VAR is in capitals, so a plug-in
   hook (`DIVCLIP_METHOD=...`) reads like a setting.

@@ -23,7 +23,9 @@ The loss is `openrlhf/models/loss.py` `PolicyLoss`, read line by line for the ma
 * `--actor.eps_clip_low_high LOW HIGH` wins over `--actor.eps_clip` (both sides), as `train_ppo_ray` sets it;
   LOW >= 1 is no lower bound (ratio.clamp(1 - LOW, ...) below 0), LOW = 0 none below 1, as OpenRLHF runs them.
 * IS correction (`--algo.advantage.is_correction_*`) multiplies the ppo loss by a clamped or masked
-  π_old/π_rollout (train/inference mismatch): a weight outside the ClipSpec, reported, never translated. Under
+  π_old/π_rollout (train/inference mismatch): a weight outside the ClipSpec, read as a rollout correction by
+  `divclip.engines.read_correction` (token ratio: an is= weight; level seq or gating binary_kl / tv: a filter
+  whose survivors keep their own ρ, the zeroed tokens kept in the denominator). Under
   gspo it applies no weight at all: the sequence ratio is anchored at π_rollout instead (log_probs −
   rollout_log_probs), `EngineRead.ratio_anchor` = 'rollout': divclip's loss equals it with old_log_prob the
   rollout's log-probs.
@@ -108,6 +110,15 @@ RENAMED = {  # flags of OpenRLHF <= 0.11.0 that 0.11.2's parser refuses
     IS_FLAGS + "enable": IS_FLAGS + "level",
     IS_FLAGS + "type": IS_FLAGS + "mode / " + IS_FLAGS + "gating",
 }
+
+
+def key_origin(key: str, entry: str | None = None) -> str | None:
+    """Which other OpenRLHF version had `key` (RENAMED: 0.11.0's parser, OpenRLHF/OpenRLHF v0.11.0
+    openrlhf/cli/train_ppo_ray.py), said as the unknown-key warning says it; `entry` (the launch's module) aside."""
+    if key not in RENAMED:
+        return None
+    return f"not a flag of OpenRLHF {VERSION}: OpenRLHF 0.11.0 had it ({VERSION} renamed it {RENAMED[key]})"
+
 
 KNOWN_FLAGS_FILE = Path(__file__).with_name(f"openrlhf_{VERSION}_flags.txt")
 KNOWN_KEYS_FROM = (
@@ -294,9 +305,8 @@ def _pitfalls(s: EngineRead, settings: Mapping, g: dict) -> None:
             )
 
 
-def _is_correction(s: EngineRead, g: dict) -> None:
-    level, mode, gating = (g[IS_FLAGS + k] for k in ("level", "mode", "gating"))
-    low, high = g[IS_FLAGS + "threshold"]
+def check_is_flags(level: str, mode: str, gating: str, low: float, high: float) -> None:
+    """The is_correction combinations `PolicyLoss.__init__` refuses, as a ConfigError naming the flags."""
     cite = f"openrlhf {VERSION} openrlhf/models/loss.py PolicyLoss.__init__"
     if mode == "clip" and (level == "seq" or gating != "ratio"):
         raise ConfigError(
@@ -308,6 +318,12 @@ def _is_correction(s: EngineRead, g: dict) -> None:
             f"{IS_FLAGS}gating {gating} takes an upper bound only (one threshold, a δ), got "
             f"{low:g} {high:g}: OpenRLHF refuses this ({cite})"
         )
+
+
+def _is_correction(s: EngineRead, g: dict) -> None:
+    level, mode, gating = (g[IS_FLAGS + k] for k in ("level", "mode", "gating"))
+    low, high = g[IS_FLAGS + "threshold"]
+    check_is_flags(level, mode, gating, low, high)
     if level == "off":
         return
     if s.loss_mode == "gspo":
@@ -329,23 +345,26 @@ def _is_correction(s: EngineRead, g: dict) -> None:
             )
         )
         return
-    what = "clamped into" if mode == "clip" else "dropped outside"
+    if level == "token" and gating == "ratio":
+        what = "clamped into" if mode == "clip" else "zeroed outside"
+        weight = f"π_old/π_rollout, {what} [{low:g}, {high:g}]"
+    else:
+        unit = "its sequence's mean" if level == "seq" else "the token's"
+        stat = {"ratio": "exp(mean log ρ)", "binary_kl": "binary KL", "tv": "binary TV"}[gating]
+        if level == "token":
+            stat = {"binary_kl": "binary KL", "tv": "binary TV"}[gating]
+        gate = f"{stat} of π_rollout vs π_old" if gating != "ratio" else stat
+        weight = f"π_old/π_rollout, zeroed where {unit} {gate} leaves [{low:g}, {high:g}]"
     s.notes.append(
-        f"IS correction ({level}, {mode}, {gating}): the loss is multiplied by π_old/π_rollout, "
-        f"{what} [{low:g}, {high:g}]: a train/inference-mismatch weight beside the clip, not part of it"
+        f"IS correction ({level}, {mode}, {gating}): the loss is multiplied by {weight} (zeroed tokens stay in "
+        "the denominator): a train/inference-mismatch weight beside the clip, not part of it"
     )
     s.advice.append(
         Pitfall(
             "is_correction_threshold",
             f"IS correction on ({level}-level {mode} on {gating}, band [{low:g}, {high:g}]): every token's loss is "
-            "weighted by π_old/π_rollout beside the PPO clip; "
-            + (
-                "divclip reads it as a rollout correction (divclip.engines.read_correction), which translate "
-                "carries or names"
-                if level == "token" and gating == "ratio"
-                else "divclip models no correction for it (divclip.engines.read_correction refuses it by name), "
-                "so translate refuses it too"
-            ),
+            "weighted by π_old/π_rollout beside the PPO clip; divclip reads it as a rollout correction "
+            "(divclip.engines.read_correction), which translate carries or names",
             IS_FLAGS + "level",
             f"openrlhf {VERSION} openrlhf/models/loss.py PolicyLoss.forward",
         )

@@ -1,8 +1,9 @@
 """Read a launch command (a shell script, an override list, a flag line) into flat settings, safely.
 
-Nothing is executed. The text is split into commands of words as bash would (`divclip.engines.shellwords`: `#`
-comments only at the start of a word, quotes, `\\` continuations, heredoc bodies skipped as data, arrays,
-`$V` / `${V:-d}` expanded from the script's own variables, within a byte budget), and each word is classified:
+Nothing is executed. The text is read into commands of words through bash's grammar (`divclip.engines.shellwords`
+walks tree-sitter-bash's syntax tree: quotes, `\\` continuations, comments, heredoc bodies skipped as data, arrays,
+`$V` / `${V:-d}` expanded from the script's own variables within a byte budget, if/case/functions/loops), and each
+word is classified:
 
 * `key=value` (with `+`/`++` in front: a key hydra adds) — a hydra override or an environment variable
   (`VERL_USE_EXTERNAL_MODULES=...`) that the command sets; `~key` deletes.
@@ -199,7 +200,7 @@ def read_tokens(
     expand: bool = True,
 ) -> Tokens:
     """Classify one line's tokens into `out` (see the module doc string); `expand=False` for words the shell
-    splitter has expanded already."""
+    reader has expanded already."""
     variables = {} if variables is None else variables
     if expand:
         tokens = [_expand(t, variables) for t in tokens]

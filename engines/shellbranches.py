@@ -1,9 +1,11 @@
 """`if` / `elif` / `else` / `fi` and `case` in a launch script, decided with the script's own values where it can be.
 
-A condition `[ A = B ]`, `[ A != B ]`, `[[ A == B ]]`, `[ -z A ]`, `[ -n A ]`, `[ A ]` (with `!` in front, or
-`test ...`) whose words are fully known after expansion (the script's defaults, `${DEVICE:-gpu}`) is evaluated
-and only the branch bash would take is read; each decision is said in a note. A condition that depends on what
-only running the script knows (an unset variable, `$(nproc)`, `-f file`) reads every branch, said too.
+A condition `[ A = B ]`, `[ A != B ]`, `[[ A == B ]]`, `[ A -le B ]`, `[ -z A ]`, `[ -n A ]`, `[ A ]` (with `!`
+in front, or `test ...`; several joined by `&&` / `||`, also inside `[[ ]]`) whose words are fully known after
+expansion (the script's defaults, `${DEVICE:-gpu}`) is evaluated and only the branch bash would take is read; each
+decision is said in a note. The condition's words come from bash's syntax tree (`divclip.engines.shellwords`). A
+condition that depends on what only running the script knows (an unset variable, `$(nproc)`, `-f file`) reads
+every branch, said too.
 
 `case WORD in PATTERN | PATTERN) ... ;; esac` is decided the same way: with WORD known, the first branch whose
 pattern matches it (bash's glob patterns: `*`, `?`, `[...]`) is read and the others are not (`;&` falls
@@ -13,6 +15,7 @@ note.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
@@ -113,20 +116,111 @@ class Branches:
         return value
 
 
+_INTEGER = re.compile(r"^\s*[-+]?\d{1,18}\s*$")
+_NUMERIC = {
+    "-eq": int.__eq__,
+    "-ne": int.__ne__,
+    "-lt": int.__lt__,
+    "-le": int.__le__,
+    "-gt": int.__gt__,
+    "-ge": int.__ge__,
+}
+_LISTS = ("&&", "||")
+
+
 def evaluate(words: list):
-    """True/False of a test command's words, or None where it cannot be decided without running anything."""
-    negate = bool(words) and words[0] == "!"
-    words = words[1:] if negate else words
-    if words[:1] == ["["] and words[-1:] == ["]"] or words[:1] == ["[["] and words[-1:] == ["]]"]:
-        inner = words[1:-1]
-    elif words[:1] == ["test"]:
-        inner = words[1:]
+    """True/False of a condition's words, or None where it cannot be decided without running anything.
+
+    The words are a list of commands joined by `&&` / `||` (bash: equal precedence, left to right), each
+    `[ ... ]`, `[[ ... ]]` or `test ...` (with `!` in front), any other command undecided. Inside `[[ ]]`, `&&`
+    binds tighter than `||`, with `!` and `( )`; a test is `A = B`, `A == B`, `A != B`, `A -eq B` (and `-ne -lt
+    -le -gt -ge` on integers), `-z A`, `-n A` or `A`. Unknown parts keep a decision open unless the others settle
+    it (`false && unknown` is false), as bash would short-circuit."""
+    value, i = _command_list(list(words), 0)
+    return value if i == len(words) else None
+
+
+def _command_list(words: list, i: int):
+    value, i = _command(words, i)
+    while i < len(words) and words[i] in _LISTS:
+        op = words[i]
+        rhs, i = _command(words, i + 1)
+        value = _and(value, rhs) if op == "&&" else _or(value, rhs)
+    return value, i
+
+
+def _command(words: list, i: int):
+    negate = False
+    while i < len(words) and words[i] == "!":
+        negate, i = not negate, i + 1
+    if i >= len(words):
+        return None, i
+    head = words[i]
+    if head in ("[", "[["):
+        close = "]" if head == "[" else "]]"
+        end = next((k for k in range(i + 1, len(words)) if words[k] == close), None)
+        if end is None:
+            return None, len(words)
+        inner = words[i + 1 : end]
+        value = _test(inner) if head == "[" else _conditional(inner)
+        i = end + 1
     else:
-        return None
-    if any("$" in w or "`" in w for w in inner):
+        end = next((k for k in range(i, len(words)) if words[k] in _LISTS), len(words))
+        value = _test(words[i + 1 : end]) if head == "test" else None
+        i = end
+    return (None if value is None else value != negate), i
+
+
+def _conditional(words: list):
+    """`[[ ... ]]`: || of && of ! / ( ) / tests."""
+    value, i = _cond_or(words, 0)
+    return value if i == len(words) else None
+
+
+def _cond_or(words, i):
+    value, i = _cond_and(words, i)
+    while i < len(words) and words[i] == "||":
+        rhs, i = _cond_and(words, i + 1)
+        value = _or(value, rhs)
+    return value, i
+
+
+def _cond_and(words, i):
+    value, i = _cond_not(words, i)
+    while i < len(words) and words[i] == "&&":
+        rhs, i = _cond_not(words, i + 1)
+        value = _and(value, rhs)
+    return value, i
+
+
+def _cond_not(words, i):
+    if i < len(words) and words[i] == "!":
+        value, i = _cond_not(words, i + 1)
+        return (None if value is None else not value), i
+    if i < len(words) and words[i] == "(":
+        value, i = _cond_or(words, i + 1)
+        if i < len(words) and words[i] == ")":
+            return value, i + 1
+        return None, len(words)
+    end = next((k for k in range(i, len(words)) if words[k] in ("&&", "||", ")")), len(words))
+    return _test(words[i:end], pattern=True), end
+
+
+def _test(inner: list, pattern: bool = False):
+    """One test's words (inside `[ ]`, after `test`, or one operand of `[[ ]]`)."""
+    negate = bool(inner) and inner[0] == "!" and len(inner) > 1
+    inner = inner[1:] if negate else inner
+    if not inner or any("$" in w or "`" in w for w in inner):
         return None
     if len(inner) == 3 and inner[1] in _COMPARE:
-        value = (inner[0] == inner[2]) == _COMPARE[inner[1]]
+        if pattern and any(c in inner[2] for c in "*?["):  # [[ A == glob ]]: bash matches a pattern
+            value = fnmatchcase(inner[0], inner[2]) == _COMPARE[inner[1]]
+        else:
+            value = (inner[0] == inner[2]) == _COMPARE[inner[1]]
+    elif len(inner) == 3 and inner[1] in _NUMERIC:
+        if not (_INTEGER.match(inner[0]) and _INTEGER.match(inner[2])):
+            return None
+        value = _NUMERIC[inner[1]](int(inner[0]), int(inner[2]))
     elif len(inner) == 2 and inner[0] in ("-z", "-n"):
         value = (inner[1] == "") == (inner[0] == "-z")
     elif len(inner) == 1:
@@ -134,3 +228,11 @@ def evaluate(words: list):
     else:
         return None
     return value != negate
+
+
+def _and(a, b):
+    return False if a is False or b is False else True if a is True and b is True else None
+
+
+def _or(a, b):
+    return True if a is True or b is True else False if a is False and b is False else None

@@ -1,27 +1,36 @@
-"""Split a shell script into commands of words as bash would, without running anything, in one linear pass.
+"""Read a shell script into commands of words as bash would, through bash's grammar, without running anything.
 
-`shlex` is not used: it treats `#` inside a word as a comment (`--save /ckpt/run#1` lost the rest of the line),
-knows no heredocs, arrays or `${V:-d}`, and builds each word by string concatenation (quadratic: minutes on one
-3.9 MB word). Here:
+The syntax is tree-sitter-bash's (the `tree-sitter` and `tree-sitter-bash` packages: the grammar editors and
+GitHub use for bash), and the reader walks its syntax tree:
 
-* words split on blanks; `;`, `&&`, `||`, `|`, `&` and newlines end a command; `\\`-newline continues it;
-  `#` starts a comment only at the start of a word;
+* statements and `;`, `&&`, `||`, `|`, `&` lists, `( ... )` subshells (their variables stay inside), `{ ... }`
+  groups, `!` negations, `\\`-newline continuations; `#` starts a comment only where bash's grammar says so;
 * quotes are the shell's: '...' literal; "..." with `\\` escaping only `$ \\` " `` ` `` and newline, and
   expansions inside; `$'...'` with C escapes;
-* `<<WORD`, `<<-WORD`, `<<'WORD'` heredocs: the body is data, skipped (and reported in `Command.heredocs`);
-  `<<<` here-strings and the target of a redirection (`> log`, `2>&1`) are dropped from the words;
-* `NAME=( ... )` / `NAME+=( ... )` arrays (over several lines, with comments) are one `Word` holding its elements;
-* `$NAME`, `${NAME}`, `${NAME:-d}`, `${NAME-d}`, `${NAME:=d}`, `${NAME=d}`, `${NAME:+a}`, `${NAME[@]}`,
-  `${NAME[i]}` are references (`Ref`) that `expand` resolves from the script's own variables; anything else
-  (`$(cmd)`, backticks, `$1`, `${#A[@]}`, `${V%x}`) is kept as written, since only running the script knows it.
+* `<<WORD`, `<<-WORD`, `<<'WORD'` heredocs: the body is data, not read (reported in `Command.heredocs`);
+  `<<<` here-strings and the target of a redirection (`> log`, `2>&1`) are not words;
+* `NAME=value`, `NAME+=( ... )`, `export` / `declare` / `local` / `readonly` / `typeset` assignments; a
+  `NAME=( ... )` array (over several lines, with comments) is one `Word` holding its elements;
+* `$NAME`, `${NAME}`, `${NAME:-d}`, `${NAME-d}`, `${NAME:=d}`, `${NAME=d}`, `${NAME:+a}`, `${NAME:?m}`,
+  `${NAME[@]}`, `${NAME[i]}` are references (`Ref`) that `expand` resolves from the script's own variables;
+  anything else (`$(cmd)`, backticks, `$1`, `${#A[@]}`, `${V%x}`, `${V//a/b}`) is kept as written, since only
+  running the script knows it (a command substitution is never run);
+* `if` / `elif` / `else` and `case` are decided with the script's own values where they can be
+  (`divclip.engines.shellbranches`, the branch taken said in a note); a function is read where it is called, with
+  its arguments as $1 ... "$@"; a `for NAME in ...` loop over values the script knows is read once per value
+  (at most MAX_LOOP_VALUES), any other loop (`while read`, `for ((...))`, a list only running knows) once, its
+  variables named as unresolved, said in a note; `(( ))` commands set nothing.
+
+A text bash's grammar cannot read (an unclosed quote, `${`, array or `$(`) is a ConfigError naming the file, the
+line and the text there, never a traceback. (tree-sitter-bash 0.25 reads a `#` right after the first characters
+of a script's first word as a comment, where bash reads one word: such a `#` is read as part of its word.)
 
 `expand` does what bash does with the words: unquoted expansions are split on blanks, `"${A[@]}"` gives one
 word per element, an assignment's value is not split; a reference it cannot resolve stays as written, whole (its
 words are not known, so `$(scontrol show hostnames)` is not cut at its blanks). `$(( ))` is evaluated on the
 script's integers. Every byte an expansion produces is counted against MAX_EXPANSION_BYTES before it is built
-(variables that each repeat the last ten times, six deep, would otherwise grow a 7 kB script to gigabytes), and
-`${...}` nests at most MAX_NESTING deep. `case`, functions (read where they are called, with their arguments as
-$1 ... "$@") and `(( ))` commands are understood; `if`/`case` decisions are `divclip.engines.shellbranches`'.
+(variables that each repeat the last ten times, six deep, would otherwise grow a 7 kB script to gigabytes),
+`${...}` nests at most MAX_NESTING deep and statements MAX_SYNTAX_DEPTH deep.
 """
 
 from __future__ import annotations
@@ -29,20 +38,31 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+import tree_sitter_bash
+from tree_sitter import Language, Parser
+
 from divclip.engines.errors import ConfigError
 from divclip.engines.shellbranches import Branches
 
 MAX_EXPANSION_BYTES = 4 * 2**20  # what a script's expansions may produce in all: a config's own size limit
 MAX_NESTING = 32  # ${a:-${b:-${c...}}} levels
 MAX_WORDS = 100_000  # words, commands and references of one script (a launch script has a few thousand)
+MAX_SYNTAX_DEPTH = 64  # statements inside statements: ( ( ( ... ) ) ), if inside if ...
+MAX_LOOP_VALUES = 16  # a for loop over more values than this is read once, its variable named as unresolved
+MAX_PIECES = MAX_WORDS * 3 // 2  # pieces between blanks and ; & |, plus $ signs, a text may hold before parsing
+_PIECE = re.compile(rb"[^\s;&|]+")
+_MAX_HASH_FIXES = 16  # re-parses for the `#` in a first word (module doc string)
 
-_PLAIN = re.compile(r"[^\s'\"\\$`;&|()<>#]+")  # one character class, no backtracking
-_IN_DOUBLE = re.compile(r"[^\"\\$`]+")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_ASSIGN_HEAD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\+?)=")
-_SPECIAL = re.compile(r"[0-9@*#?$!-]")
 _OPS = (":-", ":=", ":+", ":?", "-", "=", "+", "?")
 _C_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "e": "\x1b", "a": "\a", "0": "\0"}
+_UNQUOTED_ESCAPE = re.compile(r"\\(.)", re.DOTALL)
+_DOUBLE_ESCAPE = re.compile(r"\\([$`\"\\\n])")
+_EXPANSIONS = frozenset(
+    ("simple_expansion", "expansion", "command_substitution", "arithmetic_expansion", "process_substitution")
+)
+_LOOPS = frozenset(("for_statement", "c_style_for_statement", "while_statement"))
+_PARSER = Parser(Language(tree_sitter_bash.language()))
 
 
 @dataclass
@@ -78,422 +98,598 @@ class Command:
     words: list
     line: int
     heredocs: list = field(default_factory=list)  # [(first line, last line, body)]
-    kind: str = ""  # "" a command; "case" (words: case SUBJECT), "pattern;;" (a case branch's patterns, after
-    # a branch that ended with ;; — or ";&", ";;&"), "esac",
-    # "function" (words: the name; its body is the compound command after it)
 
 
-class _Lexer:
-    def __init__(self, text: str, name: str):
-        self.text, self.n, self.name = text, len(text), name
-        self.i, self.line = 0, 1
-        self.commands: list = []
-        self.words: list = []
-        self.cur: Word | None = None
-        self.heredocs: list = []  # pending [(delimiter, strip tabs)]
-        self.array: Word | None = None  # an open NAME=( ... )
-        self.drop_next = False  # the next word is a redirection's target
-        self.count = 0
-        self.cases = 0  # open `case ... esac`
-        self.in_pattern = False  # reading a case branch's patterns, up to its ')'
-        self.branch_end = ";;"  # how the case branch before ended: ;; (done), ;& (fall through), ;;& (test on)
+@dataclass
+class _Function:
+    name: str
+    body: list  # [statement]
+    first: int
+    last: int
 
-    def fail(self, what: str, line: int | None = None):
-        raise ConfigError(f"config {self.name!r} cannot be split into shell words (line {line or self.line}): {what}")
 
-    # ------------------------------------------------------------------------------------- words
-    def word(self) -> Word:
-        if self.cur is None:
-            self.cur = Word(line=self.line)
-        return self.cur
+@dataclass
+class _If:
+    clauses: list  # [(condition words, or None for else; line; body)]
+    last: int  # the line of its `fi`
 
-    def tick(self) -> None:
+
+@dataclass
+class _Case:
+    subject: Word
+    line: int
+    items: list  # [(pattern words, line, how the branch ends: ";;", ";&" or ";;&", body)]
+    last: int
+
+
+@dataclass
+class _Loop:
+    kind: str  # for, for ((, while, until
+    line: int
+    header: str  # as written, for the notes
+    body: list
+    variable: str | None = None  # for NAME in ...
+    values: list | None = None  # the words after `in` (None: no list)
+    assigned: list = field(default_factory=list)  # what the loop sets that only running it gives (`read a b`)
+
+
+@dataclass
+class _Group:
+    body: list
+    subshell: bool  # ( ... ): what it sets stays inside
+
+
+class _Reader:
+    """The statements of a syntax tree (tree-sitter-bash) as Commands of Words and the compound statements."""
+
+    def __init__(self, source: bytes, name: str):
+        self.src, self.name, self.count = source, name, 0
+
+    def fail(self, what: str, line: int):
+        raise ConfigError(f"config {self.name!r} cannot be split into shell words (line {line}): {what}")
+
+    def tick(self, line: int) -> None:
         """Count one word, command or reference against MAX_WORDS: the bound on all later work."""
         self.count += 1
         if self.count > MAX_WORDS:
-            self.fail(f"more than {MAX_WORDS} words, commands and $references: refused, not a launch script")
+            self.fail(f"more than {MAX_WORDS} words, commands and $references: refused, not a launch script", line)
 
-    def end_word(self) -> None:
-        w, self.cur = self.cur, None
-        if w is None:
-            return
-        self.tick()
-        text = None if w.quoted else w.literal()
-        if self.drop_next:
-            self.drop_next = False
-        elif self.array is not None:
-            self.array.array.append(w)
-        elif self.cases and not self.words and text == "esac":
-            self.cases -= 1
-            self.in_pattern, self.branch_end = False, ";;"
-            self.emit([w], "esac")
-        elif text == "in" and len(self.words) == 2 and self.words[0].literal() == "case" and not self.in_pattern:
-            self.emit(self.words, "case")  # case SUBJECT in: the branches' patterns follow
-            self.words, self.cases, self.in_pattern, self.branch_end = [], self.cases + 1, True, ";;"
-        else:
-            self.words.append(w)
+    def text(self, start: int, end: int) -> str:
+        return self.src[start:end].decode("utf-8", "surrogatepass")
 
-    def emit(self, words: list, kind: str) -> None:
-        self.tick()
-        self.commands.append(Command(list(words), words[0].line if words else self.line, kind=kind))
+    # ------------------------------------------------------------------------------------- statements
+    def statements(self, nodes, depth: int) -> list:
+        if depth > MAX_SYNTAX_DEPTH:
+            self.fail(f"statements nested more than {MAX_SYNTAX_DEPTH} deep", _line(nodes[0]) if nodes else 1)
+        out: list = []
+        for node in nodes:
+            out += self.statement(node, depth)
+        return out
 
-    def end_command(self) -> None:
-        self.end_word()
-        if self.array is not None or self.in_pattern:
-            return  # a newline inside NAME=( ... ) separates elements; a case pattern runs up to its ')'
-        self.drop_next = False
-        if self.words:
-            self.tick()
-            self.commands.append(Command(self.words, self.words[0].line))
-        self.words = []
-
-    # -------------------------------------------------------------------------------------- main loop
-    def run(self) -> list:
-        text = self.text
-        while self.i < self.n:
-            c = text[self.i]
-            m = _PLAIN.match(text, self.i)
-            if m:
-                self.word().parts.append(m.group())
-                self.i = m.end()
-            elif c == "\n":
-                self.end_command()
-                self.i += 1
-                self.line += 1
-                if self.heredocs:
-                    self.skip_heredocs()
-            elif c in " \t\r\f\v":
-                self.end_word()
-                self.i += 1
-            elif c == "#":
-                if self.cur is None:  # a comment only at the start of a word
-                    end = text.find("\n", self.i)
-                    self.i = self.n if end < 0 else end
+    def statement(self, node, depth: int) -> list:
+        kind, line = node.type, _line(node)
+        if kind == "command":
+            return [self.command(node)]
+        if kind in ("variable_assignment", "variable_assignments"):
+            items = [node] if kind == "variable_assignment" else _named(node)
+            return [self.emit([self.assignment(a) for a in items if a.type == "variable_assignment"], line)]
+        if kind in ("declaration_command", "unset_command"):
+            words = [Word([node.children[0].type], line)]
+            words += [self.assignment(c) if c.type == "variable_assignment" else self.word(c) for c in _named(node)]
+            return [self.emit(words, line)]
+        if kind == "redirected_statement":
+            return self.redirected(node, depth)
+        if kind in ("list", "pipeline"):  # left-nested for a && b && c: walked without recursing per operator
+            operands, stack = [], [node]
+            while stack:
+                n = stack.pop()
+                if n.type == kind:
+                    stack += reversed([c for c in _named(n) if c.type != "comment"])
                 else:
-                    self.cur.parts.append("#")
-                    self.i += 1
-            elif c == "\\":
-                self.backslash()
-            elif c == "'":
-                self.single_quote()
-            elif c == '"':
-                self.double_quote()
-            elif c == "$":
-                self.word().parts.append(self.dollar(quoted=False))
-            elif c == "`":
-                self.word().parts.append(self.backtick(quoted=False))
-            elif c in "()":
-                self.paren(c)
-            elif c in "<>":
-                self.redirection()
-            else:  # ; & |
-                self.operator()
-        self.end_command()
-        if self.array is not None:
-            self.fail("an array '(' is never closed", self.array.line)
-        return self.commands
+                    operands.append(n)
+            return self.statements(operands, depth + 1)
+        if kind == "negated_command":
+            return self.statements(_statements(node), depth + 1)
+        if kind in ("subshell", "compound_statement"):
+            return [_Group(self.statements(_statements(node), depth + 1), kind == "subshell")]
+        if kind == "if_statement":
+            return [self.if_statement(node, depth)]
+        if kind == "case_statement":
+            return [self.case_statement(node, depth)]
+        if kind == "function_definition":
+            body = node.child_by_field_name("body")
+            inner = _statements(body) if body is not None and body.type == "compound_statement" else [body]
+            name = self.word(node.child_by_field_name("name")).literal() or ""
+            return [_Function(name, self.statements([n for n in inner if n], depth + 1), line, node.end_point[0] + 1)]
+        if kind in _LOOPS:
+            return [self.loop(node, depth)]
+        if kind == "test_command":
+            return [self.emit(self.condition([node]), line)]
+        return []  # a comment, an arithmetic (( )) command: nothing set, nothing passed
 
-    def backslash(self) -> None:
-        nxt = self.text[self.i + 1] if self.i + 1 < self.n else ""
-        if nxt == "\n":
-            self.line += 1
-        elif nxt:
-            w = self.word()
-            w.parts.append(nxt)
-            w.quoted = True
-        self.i += 2
+    def emit(self, words: list, line: int) -> Command:
+        self.tick(line)
+        return Command(words, line)
 
-    def single_quote(self) -> None:
-        end = self.text.find("'", self.i + 1)
-        if end < 0:
-            self.fail("no closing quotation (')")
-        body = self.text[self.i + 1 : end]
-        w = self.word()
-        w.parts.append(body)
-        w.quoted = True
-        self.line += body.count("\n")
-        self.i = end + 1
-
-    def double_quote(self) -> None:
-        w, start = self.word(), self.line
-        w.quoted = True
-        self.i += 1
-        text = self.text
-        while True:
-            if self.i >= self.n:
-                self.fail('no closing quotation (")', start)
-            m = _IN_DOUBLE.match(text, self.i)
-            if m:
-                w.parts.append(m.group())
-                self.line += m.group().count("\n")
-                self.i = m.end()
+    def command(self, node) -> Command:
+        words, children, k = [], node.children, 0
+        while k < len(children):
+            child = children[k]
+            k += 1
+            if child.type == "file_redirect":  # `2>&1 --flag`: the grammar gives --flag to the redirection
+                words += [self.word(d) for d in _field(child, "destination")[1:]]
+            elif child.type in ("herestring_redirect", "comment") or not child.is_named and child.type != "$":
                 continue
-            c = text[self.i]
-            if c == '"':
-                self.i += 1
-                return
-            if c == "\\":
-                nxt = text[self.i + 1] if self.i + 1 < self.n else ""
-                if nxt == "\n":
-                    self.line += 1
-                elif nxt in '$`"\\':
-                    w.parts.append(nxt)
-                else:
-                    w.parts.append("\\" + nxt)
-                self.i += 2
-            elif c == "$":
-                w.parts.append(self.dollar(quoted=True))
+            elif child.type == "$" and k < len(children) and children[k].start_byte == child.end_byte:
+                continue  # $"..." (a translated string): the string follows
             else:
-                w.parts.append(self.backtick(quoted=True))
+                chain = [child]
+                while k < len(children) and children[k].start_byte == chain[-1].end_byte and _wordlike(children[k]):
+                    chain.append(children[k])
+                    k += 1
+                if len(chain) > 1:
+                    words.append(self.joined(chain))
+                else:
+                    words.append(self.assignment(child) if child.type == "variable_assignment" else self.word(child))
+        return self.emit(words, _line(node))
 
-    # ------------------------------------------------------------------------------------- expansions
-    def dollar(self, quoted: bool, depth: int = 0):
-        self.tick()
-        text, start = self.text, self.i
-        nxt = text[start + 1] if start + 1 < self.n else ""
-        if nxt == "{":
-            return self.braced(quoted, depth)
-        if nxt == "(":
-            end = self.matching(start + 1, "(", ")")
-            self.i = end
-            return Ref("", quoted, text[start:end], opaque=True)
-        if nxt == "'" and not quoted:
-            return self.ansi_c()
-        m = _NAME.match(text, start + 1)
-        if m:
-            self.i = m.end()
-            return Ref(m.group(), quoted, "$" + m.group())
-        if nxt and _SPECIAL.match(nxt):
-            self.i = start + 2
-            return Ref("", quoted, text[start : start + 2], opaque=True)
-        self.i = start + 1
-        return "$"
+    def joined(self, chain: list) -> Word:
+        """One word the grammar cut in two (tree-sitter-bash 0.25 reads `$A/x/$long_name/$c` as `$A/x/` and
+        `long_name/$c`, losing the `$`): its text read again. Without quotes or backslashes in it, the word reads
+        the same inside double quotes (what is not split stays the same text): it is parsed so, its references
+        marked unquoted again."""
+        first = chain[0]
+        if first.type == "command_name" and first.named_children:
+            first = first.named_children[0]
+        head, start = "", first.start_byte
+        if first.type == "variable_assignment":
+            value = first.child_by_field_name("value")
+            start = value.start_byte if value is not None else first.end_byte
+            head = self.text(first.start_byte, start)
+        text = self.text(start, chain[-1].end_byte)
+        tree = _PARSER.parse(b'"' + text.encode("utf-8", "surrogatepass") + b'"')
+        string = tree.root_node.named_children[0] if tree.root_node.named_children else None
+        string = string.named_children[0] if string is not None and string.named_children else None
+        string = string.named_children[0] if string is not None and string.named_children else None
+        if any(c in text for c in "'\"\\`") or tree.root_node.has_error or string is None or string.type != "string":
+            self.fail(f"bash's grammar (tree-sitter-bash) cannot read the word here, at {text[:60]!r}", _line(first))
+        reader = _Reader(b'"' + text.encode("utf-8", "surrogatepass") + b'"', self.name)
+        reader.count = self.count
+        parts = reader.sequence(string, 1, string.end_byte - 1, True, 0)
+        self.count = reader.count
+        for part in parts:
+            if isinstance(part, Ref):
+                part.quoted = False
+        return Word([head, *parts] if head else parts, _line(first), False)
 
-    def braced(self, quoted: bool, depth: int):
+    def redirected(self, node, depth: int) -> list:
+        body = node.child_by_field_name("body")
+        items = self.statements([body], depth + 1) if body is not None else []
+        extra, heredocs, after = [], [], []
+        for redirect in _field(node, "redirect"):
+            if redirect.type == "file_redirect":
+                extra += [self.word(d) for d in _field(redirect, "destination")[1:]]
+            elif redirect.type == "heredoc_redirect":
+                heredocs.append(self.heredoc(redirect))
+                for k, child in enumerate(redirect.children):
+                    if redirect.field_name_for_child(k) == "argument":
+                        extra.append(self.word(child))  # python3 - <<EOF arg: arg is the command's
+                    elif child.type == "file_redirect":
+                        extra += [self.word(d) for d in _field(child, "destination")[1:]]
+                    elif child.is_named and child.type not in ("heredoc_start", "heredoc_body", "heredoc_end"):
+                        after += self.statements([child], depth + 1)  # cat <<EOF | python3 ...: the pipe goes on
+        first = _first_command(items)
+        if first is None and (extra or heredocs):
+            first = self.emit([], _line(node))
+            items.insert(0, first)
+        if first is not None:
+            first.words += extra
+            first.heredocs += heredocs
+        return items + after
+
+    def heredoc(self, node) -> tuple:
+        end = next((c for c in node.children if c.type == "heredoc_end"), None)
+        body = next((c for c in node.children if c.type == "heredoc_body"), None)
+        last = _line(end) if end is not None else node.end_point[0] + 1
+        first = _line(body) if body is not None else last
+        if body is None and end is None:
+            first = last = _line(node) + 1
+        lines = self.src.decode("utf-8", "surrogatepass").split("\n")[first - 1 : last - 1]
+        return first, last, "\n".join(lines)
+
+    def if_statement(self, node, depth: int) -> _If:
+        clauses = [self.clause(node, depth)]
+        for child in node.named_children:
+            if child.type in ("elif_clause", "else_clause"):
+                clauses.append(self.clause(child, depth))
+        return _If(clauses, node.end_point[0] + 1)
+
+    def clause(self, node, depth: int) -> tuple:
+        """(condition words or None, line, body) of `if`/`elif ... then ...` or `else ...`."""
+        condition, body, seen_then = [], [], node.type == "else_clause"
+        for child in node.children:
+            if child.type == "then":
+                seen_then = True
+            elif child.is_named and child.type not in ("elif_clause", "else_clause", "comment"):
+                (body if seen_then else condition).append(child)
+        words = None if node.type == "else_clause" else self.condition(condition[-1:])
+        return words, _line(node), self.statements(body, depth + 1)
+
+    def condition(self, nodes: list) -> list:
+        """A condition's words, flattened (`[ A = B ] && [[ -n C || D ]]` word by word) for shellbranches.evaluate."""
+        words, stack = [], list(reversed(nodes))
+        while stack:
+            node = stack.pop()
+            if node.type == "redirected_statement":  # `command -v x > /dev/null`: the command decides
+                stack += [node.child_by_field_name("body")] if node.child_by_field_name("body") else []
+            elif node.type == "command":
+                words += self.command(node).words
+            elif node.type in _WORDS or node.type in _EXPANSIONS:
+                words.append(self.word(node))
+            elif node.child_count == 0:
+                words.append(Word([node.text.decode("utf-8", "surrogatepass")], _line(node)))
+            else:  # test_command, binary/unary/parenthesized expressions, lists, negations: their tokens in order
+                stack += reversed([c for c in node.children if c.type not in ("comment", ";", "\n")])
+        return words
+
+    def case_statement(self, node, depth: int) -> _Case:
+        subject = self.word(node.child_by_field_name("value"))
+        items = []
+        for item in (c for c in node.named_children if c.type == "case_item"):
+            patterns, body, end, seen = [], [], ";;", False
+            for k, child in enumerate(item.children):
+                name = item.field_name_for_child(k)
+                if name == "value" and not seen:
+                    patterns.append(self.word(child))
+                elif child.type == ")" and not seen:
+                    seen = True
+                elif name in ("termination", "fallthrough"):
+                    end = child.type
+                elif child.is_named and child.type != "comment" and seen:
+                    body.append(child)
+            items.append((patterns, _line(item), end, self.statements(body, depth + 1)))
+        return _Case(subject, _line(node), items, node.end_point[0] + 1)
+
+    def loop(self, node, depth: int) -> _Loop:
+        body_node = node.child_by_field_name("body")
+        body = self.statements(_statements(body_node), depth + 1) if body_node is not None else []
+        header_end = body_node.start_byte if body_node is not None else node.end_byte
+        header = " ".join(self.text(node.start_byte, header_end).split())
+        line = _line(node)
+        if node.type == "for_statement":
+            variable = node.child_by_field_name("variable")
+            values = [self.word(v) for v in _field(node, "value")]
+            in_list = any(c.type == "in" for c in node.children)
+            return _Loop("for", line, header, body, variable.text.decode(), values if in_list else None)
+        if node.type == "c_style_for_statement":
+            header_nodes = _field(node, "initializer") + _field(node, "update")
+            assigned = [n.text.decode() for n in _descendants(header_nodes) if n.type in ("variable_name", "word")]
+            return _Loop("for ((", line, header, body, assigned=[a for a in assigned if _NAME.fullmatch(a)])
+        assigned = []
+        for condition in _field(node, "condition"):
+            for command in [condition] if condition.type == "command" else []:
+                words = self.command(command).words
+                while words and words[0].parts[:1] and _ASSIGNMENT.match(str(words[0].parts[0])):
+                    words = words[1:]  # IFS= read -r line
+                if words and words[0].literal() == "read":  # while read -r a b: a and b are what it reads
+                    texts = [w.literal() or "" for w in words[1:]]
+                    skip = {"-p", "-d", "-n", "-N", "-t", "-u", "-a", "-i"}
+                    assigned += [
+                        t for k, t in enumerate(texts) if _NAME.fullmatch(t) and (k == 0 or texts[k - 1] not in skip)
+                    ] or ["REPLY"]
+        kind = next((c.type for c in node.children if c.type in ("while", "until")), "while")
+        return _Loop(kind, line, header, body, assigned=assigned)
+
+    # ------------------------------------------------------------------------------------- words
+    def assignment(self, node) -> Word:
+        line = _line(node)
+        self.tick(line)
+        name = node.child_by_field_name("name")
+        op = next((c.type for c in node.children if c.type in ("=", "+=")), "=")
+        head = (name.text.decode("utf-8", "surrogatepass") if name is not None else "") + op
+        value = node.child_by_field_name("value")
+        if value is None:
+            return Word([head], line)
+        if value.type == "array":
+            return Word([head], line, array=[self.word(e) for e in value.named_children if e.type != "comment"])
+        parts, quoted = self.parts(value, False, 0)
+        return Word([head, *parts], line, quoted)
+
+    def word(self, node) -> Word:
+        if node.type == "command_name" and node.named_children:
+            node = node.named_children[0]
+        self.tick(_line(node))
+        parts, quoted = self.parts(node, False, 0)
+        return Word(parts, _line(node), quoted)
+
+    def parts(self, node, in_quotes: bool, depth: int) -> tuple[list, bool]:
+        """The literal text and references of one word-like node, and whether any of it was quoted."""
+        kind = node.type
+        if kind in _EXPANSIONS:
+            text = self.text(node.start_byte, node.end_byte)
+            blank = text[: len(text) - len(text.lstrip())]  # the grammar puts the blank before ${ inside it
+            return [*([blank] if blank else []), self.ref(node, text.lstrip(), in_quotes, depth)], False
+        if kind == "raw_string":
+            return [self.text(node.start_byte + 1, node.end_byte - 1)], True
+        if kind == "ansi_c_string":
+            return [_c_string(self.text(node.start_byte + 2, node.end_byte - 1))], True
+        if kind in ("string", "translated_string"):
+            start = node.start_byte + (2 if kind == "translated_string" else 1)
+            return self.sequence(node, start, node.end_byte - 1, True, depth), True
+        if kind in ("concatenation", "array") or kind not in _WORDS and node.named_child_count:
+            quoted = False
+            parts = []
+            pos = node.start_byte
+            for child in node.named_children:
+                if child.start_byte > pos:
+                    parts.append(_unescape(self.text(pos, child.start_byte), in_quotes))
+                sub, q = self.parts(child, in_quotes, depth)
+                parts += sub
+                quoted = quoted or q
+                pos = child.end_byte
+            if node.end_byte > pos and kind == "concatenation":
+                parts.append(_unescape(self.text(pos, node.end_byte), in_quotes))
+            return parts if node.named_child_count else [self.text(node.start_byte, node.end_byte)], quoted
+        text = self.text(node.start_byte, node.end_byte)
+        return [_unescape(text, in_quotes)], "\\" in text and not in_quotes
+
+    def sequence(self, node, start: int, end: int, in_quotes: bool, depth: int) -> list:
+        """Inside "...": the text between the expansions (escapes as in double quotes) and the expansions."""
+        parts, pos = [], start
+        for child in node.named_children:
+            if child.type not in _EXPANSIONS:
+                continue  # string_content: read from the text itself
+            text = self.text(child.start_byte, child.end_byte)
+            real = (
+                child.start_byte
+                + len(text.encode("utf-8", "surrogatepass"))
+                - len(text.lstrip().encode("utf-8", "surrogatepass"))
+            )
+            if real > pos:
+                parts.append(_unescape(self.text(pos, real), True))
+            parts.append(self.ref(child, text.lstrip(), in_quotes, depth))
+            pos = child.end_byte
+        if end > pos:
+            parts.append(_unescape(self.text(pos, end), True))
+        return parts
+
+    def ref(self, node, text: str, quoted: bool, depth: int) -> Ref:
+        self.tick(_line(node))
+        kind = node.type
+        if kind == "simple_expansion":
+            name = text[1:]
+            return Ref(name, quoted, text) if _NAME.fullmatch(name) else Ref("", quoted, text, opaque=True)
+        if kind != "expansion":  # $(...), `...`, $(( )), <(...): only running the script knows them
+            return Ref("", quoted, text, opaque=True)
         if depth >= MAX_NESTING:
-            self.fail(f"${{...}} nested more than {MAX_NESTING} deep")
-        text, start = self.text, self.i
-        m = _NAME.match(text, start + 2)
-        if not m:  # ${#A[@]}, ${!x}, ${1}: not resolved here
-            end = self.matching(start + 1, "{", "}")
-            self.i = end
-            return Ref("", quoted, text[start:end], opaque=True)
-        ref = Ref(m.group(), quoted, "")
-        i = m.end()
-        if i < self.n and text[i] == "[":
-            close = text.find("]", i)
-            if close < 0:
-                self.fail("no closing ']' in ${...}")
-            ref.index = text[i + 1 : close]
-            i = close + 1
-        if i < self.n and text[i] == "}":
-            self.i = i + 1
-            ref.text = text[start : self.i]
+            self.fail(f"${{...}} nested more than {MAX_NESTING} deep", _line(node))
+        children = [c for c in node.children if c.type not in ("${", "}")]
+        head = children[0] if children else None
+        if head is not None and head.type == "variable_name" and _NAME.fullmatch(head.text.decode()):
+            ref = Ref(head.text.decode(), quoted, text)
+        elif head is not None and head.type == "subscript":
+            index = head.child_by_field_name("index")
+            name = head.child_by_field_name("name")
+            ref = Ref(name.text.decode(), quoted, text, index=index.text.decode() if index is not None else "")
+        else:  # ${#A[@]}, ${!x}, ${1}, ${@:2}: not resolved here
+            return Ref("", quoted, text, opaque=True)
+        rest = children[1:]
+        if not rest:
             return ref
-        op = next((o for o in _OPS if text.startswith(o, i)), None)
-        if op is None:  # ${V%x}, ${V/a/b}, ${V:1:2}: string operations
-            end = self.matching(start + 1, "{", "}")
-            self.i = end
-            ref.opaque, ref.text = True, text[start:end]
+        op = rest[0]
+        if op.type not in _OPS or op.is_named:  # ${V%x}, ${V//a/b}, ${V:1:2}: string operations
+            ref.opaque = True
             return ref
-        ref.op, self.i = op, i + len(op)
-        ref.word = self.word_until_brace(quoted, depth + 1, self.line)
-        ref.text = text[start : self.i]
+        ref.op = op.type
+        close = node.children[-1].start_byte if node.children[-1].type == "}" else node.end_byte
+        words = [c for c in rest[1:]]
+        parts, pos = [], op.end_byte
+        for child in words:
+            if child.start_byte > pos:
+                parts.append(_unescape(self.text(pos, child.start_byte), quoted))
+            parts += self.parts(child, quoted, depth + 1)[0]
+            pos = child.end_byte
+        if close > pos:
+            parts.append(_unescape(self.text(pos, close), quoted))
+        ref.word = parts
         return ref
 
-    def word_until_brace(self, quoted: bool, depth: int, first_line: int) -> list:
-        """The parts of an operator's word inside ${NAME:-word}, up to its closing brace."""
-        parts: list = []
-        text = self.text
-        while True:
-            if self.i >= self.n:
-                self.fail("no closing '}' in ${...}", first_line)
-            c = text[self.i]
-            if c == "}":
-                self.i += 1
-                return parts
-            if c == "$":
-                parts.append(self.dollar(quoted, depth))
-            elif c == "\\" and self.i + 1 < self.n:
-                parts.append(text[self.i + 1])
-                self.i += 2
-            elif c == "'" and not quoted:
-                end = text.find("'", self.i + 1)
-                if end < 0:
-                    self.fail("no closing quotation (')")
-                parts.append(text[self.i + 1 : end])
-                self.i = end + 1
-            elif c == '"':
-                self.i += 1  # quotes inside the word group, they do not end it
-            else:
-                if c == "\n":
-                    self.line += 1
-                parts.append(c)
-                self.i += 1
 
-    def matching(self, i: int, opening: str, closing: str) -> int:
-        """The index after the `closing` that matches text[i] == `opening`, skipping quoted text."""
-        level, text = 0, self.text
-        while i < self.n:
-            c = text[i]
-            if c == opening:
-                level += 1
-            elif c == closing:
-                level -= 1
-                if level == 0:
-                    return i + 1
-            elif c == "\\":
-                i += 1
-            elif c == "'":
-                end = text.find("'", i + 1)
-                i = self.n if end < 0 else end
-            elif c == "\n":
-                self.line += 1
+_WORDS = frozenset(
+    (
+        "word",
+        "number",
+        "extglob_pattern",
+        "regex",
+        "test_operator",
+        "variable_name",
+        "string",
+        "raw_string",
+        "ansi_c_string",
+        "translated_string",
+        "concatenation",
+        "special_variable_name",
+        "brace_expression",
+    )
+)
+
+
+def _wordlike(node) -> bool:
+    return node.is_named and node.type not in ("file_redirect", "heredoc_redirect", "herestring_redirect", "comment")
+
+
+def _line(node) -> int:
+    return node.start_point[0] + 1
+
+
+def _named(node) -> list:
+    return [c for c in node.named_children if c.type != "comment"]
+
+
+def _field(node, name: str) -> list:
+    return [c for k, c in enumerate(node.children) if node.field_name_for_child(k) == name]
+
+
+def _statements(node) -> list:
+    """The statements inside a group, subshell, do-group or negation."""
+    return [] if node is None else [c for c in node.named_children if c.type != "comment"]
+
+
+def _descendants(nodes: list) -> list:
+    out, stack = [], list(nodes)
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        stack += n.children
+    return out
+
+
+def _first_command(items: list):
+    for item in items:
+        if isinstance(item, Command):
+            return item
+        inner = item.body if isinstance(item, (_Group, _Loop)) else None
+        found = _first_command(inner) if inner else None
+        if found is not None:
+            return found
+    return None
+
+
+def _unescape(text: str, in_quotes: bool) -> str:
+    if "\\" not in text:
+        return text
+    if in_quotes:
+        return _DOUBLE_ESCAPE.sub(lambda m: "" if m.group(1) == "\n" else m.group(1), text)
+    return _UNQUOTED_ESCAPE.sub(lambda m: "" if m.group(1) == "\n" else m.group(1), text)
+
+
+def _c_string(body: str) -> str:
+    out, i = [], 0
+    while i < len(body):
+        if body[i] == "\\" and i + 1 < len(body):
+            out.append(_C_ESCAPES.get(body[i + 1], "\\" + body[i + 1]))
+            i += 2
+        else:
+            out.append(body[i])
             i += 1
-        self.fail(f"no closing {closing!r}")
+    return "".join(out)
 
-    def backtick(self, quoted: bool) -> Ref:
-        self.tick()
-        start, i = self.i, self.i + 1
-        while i < self.n and self.text[i] != "`":
-            i += 2 if self.text[i] == "\\" else 1
-        if i >= self.n:
-            self.fail("no closing backtick")
-        self.line += self.text.count("\n", start, i)
-        self.i = i + 1
-        return Ref("", quoted, self.text[start : self.i], opaque=True)
 
-    def ansi_c(self) -> str:
-        out, i, text = [], self.i + 2, self.text
-        while i < self.n and text[i] != "'":
-            if text[i] == "\\" and i + 1 < self.n:
-                out.append(_C_ESCAPES.get(text[i + 1], "\\" + text[i + 1]))
-                i += 2
-            else:
-                out.append(text[i])
-                i += 1
-        if i >= self.n:
-            self.fail("no closing quotation in $'...'")
-        self.i = i + 1
-        self.word().quoted = True
-        return "".join(out)
-
-    # ------------------------------------------------------------------------------------- operators
-    def paren(self, c: str) -> None:
-        text = self.text
-        if self.in_pattern:  # case branch: `(pattern | pattern)` up to its ')'
-            if c == ")":
-                self.end_word()
-                self.emit(self.words, "pattern" + self.branch_end)
-                self.words, self.in_pattern = [], False
-            self.i += 1
-            return
-        if c == "(" and self.cur is None and text.startswith("((", self.i):  # (( arithmetic )): no words
-            self.end_command()
-            self.i = self.matching(self.i, "(", ")")
-            return
-        head = self.cur.literal() if self.cur is not None and not self.cur.quoted else None
-        if c == "(" and head is not None and _NAME.fullmatch(head) and self.array is None:
-            j = self.i + 1
-            while j < self.n and text[j] in " \t":
-                j += 1
-            if j < self.n and text[j] == ")" and (not self.words or [w.literal() for w in self.words] == ["function"]):
-                self.cur = None  # NAME() or function NAME(): a function definition, its body next
-                self.emit([Word([head], self.line)], "function")
-                self.words = []
-                self.i = j + 1
-                return
-        if c == "(" and head is not None and self.array is None and _ASSIGN_HEAD.fullmatch(head):
-            self.array, self.cur = Word([head], self.cur.line, array=[]), None
-            self.i += 1
-            return
-        if c == ")" and self.array is not None:
-            self.end_word()
-            array, self.array = self.array, None
-            self.words.append(array)
-            self.i += 1
-            return
-        self.end_command()  # a subshell's or a function's parentheses: command boundaries
-        self.i += 1
-
-    def operator(self) -> None:
-        text = self.text
-        if text.startswith("&>", self.i):
-            self.end_word()
-            self.drop_next = True
-            self.i += 3 if text.startswith("&>>", self.i) else 2
-            return
-        if self.in_pattern and text[self.i] == "|":  # pattern | pattern in a case branch
-            self.end_word()
-            self.i += 1
-            return
-        self.end_command()
-        op = text[self.i : self.i + 3] if text.startswith(";;&", self.i) else text[self.i : self.i + 2]
-        if self.cases and op in (";;", ";&", ";;&"):  # the end of a case branch: the next patterns follow
-            self.in_pattern, self.branch_end = True, op
-        self.i += len(op) if op in ("&&", "||", ";;", "|&", ";&", ";;&") else 1
-
-    def redirection(self) -> None:
-        text, i = self.text, self.i
-        fd = self.cur.literal() if self.cur is not None else None
-        if fd is not None and fd.isdigit():
-            self.cur = None  # 2>&1: the digits are a file descriptor, not a word
+def _parse(text: str, name: str):
+    """The syntax tree of `text` and notes on what bash's grammar could not read; a ConfigError for an unclosed
+    quote, `${`, `$(`, backtick, array or compound statement (bash refuses those too)."""
+    source = text.encode("utf-8", "surrogatepass")
+    # each piece between blanks and ; & | is a word or more, each $ a reference, outside quotes and heredocs: a
+    # text with far more of them than MAX_WORDS is refused before tree-sitter builds its whole syntax tree
+    pieces = source.count(b"$") + sum(1 for _ in _PIECE.finditer(source))
+    if pieces > MAX_PIECES:
+        raise ConfigError(
+            f"config {name!r} cannot be split into shell words (line 1): more than {MAX_WORDS} words, commands and "
+            f"$references at a glance ({pieces} pieces between blanks and ; & |, and $ signs, over {MAX_PIECES}): "
+            "refused before parsing, not a launch script"
+        )
+    for _ in range(_MAX_HASH_FIXES):
+        tree = _PARSER.parse(source)
+        if not tree.root_node.has_error:
+            return source, tree, []
+        hashes = [
+            c.start_byte
+            for c in _comments(tree.root_node)
+            if c.start_byte and source[c.start_byte - 1 : c.start_byte] not in b" \t\n;&|()<>"
+        ]
+        if not hashes:
+            break
+        for at in reversed(hashes):  # bash reads `a#b` as one word: the `#` escaped, the text parsed again
+            source = source[:at] + b"\\" + source[at:]
+    notes = []
+    for node in _errors(tree.root_node):
+        _refuse_unclosed(node, source, name)
+        near = source[node.start_byte : node.end_byte].decode("utf-8", "surrogatepass").strip().split("\n")[0]
+        if _inside_word(node):
+            how = "it is kept as written in its word"
         else:
-            self.end_word()
-        if text.startswith("<<<", i):
-            self.i, self.drop_next = i + 3, True
-            return
-        if text.startswith("<<", i):
-            self.i = i + 3 if text.startswith("<<-", i) else i + 2
-            self.heredoc(strip=text.startswith("<<-", i))
-            return
-        j = i + 1
-        while j < self.n and text[j] in "<>&|":
-            j += 1
-        self.i = j
-        if text[j - 1] == "&" and j < self.n and (text[j].isdigit() or text[j] == "-"):
-            self.i = j + 1  # >&2, <&-
-            return
-        self.drop_next = True
+            how = "the script around it is read as the parser recovered it (check what this line sets)"
+        notes.append(f"line {_line(node)}: bash's grammar (tree-sitter-bash) cannot read `{near[:60]}` here: {how}")
+    return source, tree, notes
 
-    def heredoc(self, strip: bool) -> None:
-        while self.i < self.n and self.text[self.i] in " \t":
-            self.i += 1
-        m = _PLAIN.match(self.text, self.i)
-        c = self.text[self.i] if self.i < self.n else ""
-        if m:
-            delim = m.group()
-            self.i = m.end()
-        elif c in "'\"":
-            end = self.text.find(c, self.i + 1)
-            if end < 0:
-                self.fail("no closing quotation in a heredoc delimiter")
-            delim, self.i = self.text[self.i + 1 : end], end + 1
+
+def _inside_word(node) -> bool:
+    """Whether an ERROR node lies inside one word (an expansion's default, a command substitution)."""
+    parent = node.parent
+    while parent is not None:
+        if parent.type in _EXPANSIONS or parent.type in ("string", "concatenation"):
+            return True
+        parent = parent.parent
+    return False
+
+
+def _errors(root) -> list:
+    """The ERROR and missing nodes of a tree, in the order of the text (not looking inside an ERROR)."""
+    out, stack = [], [root]
+    while stack:
+        node = stack.pop()
+        if node.is_error or node.is_missing:
+            out.append(node)
+        elif node.has_error:
+            stack += reversed(node.children)
+    return out
+
+
+_CLOSERS = frozenset(("'", '"', "`", ")", "}", "]", "]]", "fi", "done", "esac", "))"))
+
+
+def _refuse_unclosed(node, source: bytes, name: str) -> None:
+    at = node.parent if node.is_missing and node.parent is not None else node
+    line = _line(at)  # where the construct opens
+    near = source[at.start_byte : at.start_byte + 60].decode("utf-8", "surrogatepass").split("\n")[0].strip()
+    what = None
+    if node.is_missing and node.type in _CLOSERS:
+        if at.type == "array":
+            what = "an array '(' is never closed"
+        elif node.type == "`":
+            what = "no closing backtick"
+        elif node.type in ('"', "'"):
+            what = f"no closing quotation ({node.type})"
+        elif node.type == "}" and at.type == "expansion":
+            what = "no closing '}' in ${...}"
         else:
-            self.fail("a heredoc '<<' without its delimiter word")
-        self.heredocs.append((delim, strip))
-
-    def skip_heredocs(self) -> None:
-        """After the line that opened them, each heredoc's body up to its delimiter line (data, not words)."""
-        text = self.text
-        for delim, strip in self.heredocs:
-            first, lines = self.line, []
-            while self.i < self.n:
-                end = text.find("\n", self.i)
-                end = self.n if end < 0 else end
-                line = text[self.i : end]
-                self.i, self.line = end + 1, self.line + 1
-                if (line.lstrip("\t") if strip else line) == delim:
-                    break
-                lines.append(line)
-            if self.commands:
-                self.commands[-1].heredocs.append((first, self.line - 1, "\n".join(lines)))
-        self.heredocs = []
+            what = f"no closing {node.type!r}"
+    elif node.is_error and not source[node.end_byte :].strip():  # an ERROR that runs to the end: never closed
+        start = near.lstrip()
+        if start.startswith("'"):
+            what = "no closing quotation (')"
+        elif start.startswith('"'):
+            what = 'no closing quotation (")'
+        elif start.startswith("${"):
+            what = "no closing '}' in ${...}"
+        elif start.startswith(("$(", "`")):
+            what = "no closing ')' or backtick"
+    if what is not None:
+        raise ConfigError(f"config {name!r} cannot be split into shell words (line {line}): {what}, at {near!r}")
 
 
-def split_commands(text: str, name: str) -> list[Command]:
-    """The commands of a shell script, as words before expansion (module doc string)."""
-    return _Lexer(text, name).run()
+def _comments(root) -> list:
+    out, stack = [], [root]
+    while stack:
+        node = stack.pop()
+        if node.type == "comment":
+            out.append(node)
+        elif node.has_error:
+            stack += node.children
+        elif node.type == "program":
+            stack += node.children
+    return out
+
+
+def split_commands(text: str, name: str) -> list:
+    """The statements of a shell script: Commands of words before expansion, and the compound statements
+    (if, case, loops, groups, function definitions) holding theirs (module doc string)."""
+    return _read(text, name)[0]
+
+
+def _read(text: str, name: str) -> tuple[list, list]:
+    source, tree, notes = _parse(text, name)
+    return _Reader(source, name).statements(_statements(tree.root_node), 0), notes
 
 
 # ------------------------------------------------------------------------------------------- expansion
@@ -711,67 +907,10 @@ class Script:
     commands: list  # [(line, [word], [(first line, last line, heredoc body)])]
     variables: dict  # {name: value or [values]} at the end
     unused_arrays: dict  # {name: line of its definition}
-    notes: list = field(default_factory=list)  # how each if/elif/case was decided, which functions were called
+    notes: list = field(default_factory=list)  # how each if/elif/case/loop was read, which functions were called
     unresolved: list = field(default_factory=list)  # per command: [(text as written, where its value comes from)]
     unused_functions: dict = field(default_factory=dict)  # {name: (first line, last line)}: defined, never called
     call_lines: list = field(default_factory=list)  # per command: the line of the call it runs in (None: none)
-
-
-@dataclass
-class _Function:
-    name: str
-    body: list  # [Command | _Function]
-    first: int
-    last: int
-
-
-def _head(command: Command) -> str | None:
-    return command.words[0].literal() if command.words and not command.words[0].quoted else None
-
-
-def _group(commands: list) -> list:
-    """The commands with each function definition gathered into a `_Function` holding its body: `NAME() { ... }`,
-    `function NAME { ... }`, `function NAME() ...` (a body is the `{ ... }` group after the name, or one command)."""
-    out, i, n = [], 0, len(commands)
-    while i < n:
-        command = commands[i]
-        head = _head(command)
-        if command.kind == "function" or (head == "function" and not command.kind and len(command.words) >= 2):
-            name = command.words[0 if command.kind else 1].literal() or ""
-            rest = [] if command.kind else command.words[2:]
-            if rest and rest[0].literal() == "{":  # function NAME { cmd ...: the group opens on this line
-                opening = [Command(rest[1:], command.line)] if rest[1:] else []
-                body, i = _brace_body(commands, i + 1, opening)
-            elif i + 1 < n and _head(commands[i + 1]) == "{":
-                first = commands[i + 1]
-                opening = [Command(first.words[1:], first.line, first.heredocs)] if first.words[1:] else []
-                body, i = _brace_body(commands, i + 2, opening)
-            else:
-                body, i = commands[i + 1 : i + 2], i + 2
-            last = body[-1].line if body else command.line
-            out.append(_Function(name, _group(body), command.line, max(last, commands[min(i, n) - 1].line)))
-            continue
-        out.append(command)
-        i += 1
-    return out
-
-
-def _brace_body(commands: list, i: int, body: list) -> tuple[list, int]:
-    """The commands up to the `}` that closes a function's `{` (groups inside it counted); returns the body and
-    the index after that `}`."""
-    depth = 1
-    while i < len(commands):
-        command = commands[i]
-        head = _head(command)
-        if head == "{":
-            depth += 1
-        elif head == "}":
-            depth -= 1
-            if depth == 0:
-                return body, i + 1
-        body.append(command)
-        i += 1
-    return body, i
 
 
 def _origin(ref: Ref, env: Variables) -> str:
@@ -782,7 +921,7 @@ def _origin(ref: Ref, env: Variables) -> str:
         return f"${ref.name} is set at line {line} from {', '.join(refs)[:80]}: only running the script gives it"
     if text.startswith("$(("):
         return "arithmetic on values the script does not know: only running it gives it"
-    if text.startswith(("$(", "`")):
+    if text.startswith(("$(", "`", "<(", ">(")):
         return "the output of a command: only running the script gives it"
     if ref.opaque and ref.name:
         return f"a string operation on ${ref.name}: not evaluated here"
@@ -794,7 +933,7 @@ def _origin(ref: Ref, env: Variables) -> str:
 
 
 class _Runner:
-    """Runs the grouped commands top to bottom as bash would, without running anything (expand_script)."""
+    """Runs the statements top to bottom as bash would, without running anything (expand_script)."""
 
     def __init__(self, name: str):
         self.env, self.arrays, self.out, self.branches = Variables(name), {}, [], Branches()
@@ -814,56 +953,115 @@ class _Runner:
                     f"config {env.name!r} runs more than {MAX_WORDS} commands through its function calls: refused "
                     "before reading them (a launch script runs a few hundred)"
                 )
-            if isinstance(item, _Function):
-                if branches.active():
-                    self.functions[item.name] = item
+            if isinstance(item, _If):
+                self.run_if(item, depth)
+            elif isinstance(item, _Case):
+                self.run_case(item, depth)
+            elif not branches.active():
+                continue  # a branch bash would not take
+            elif isinstance(item, _Function):
+                self.functions[item.name] = item
+            elif isinstance(item, _Loop):
+                self.run_loop(item, depth)
+            elif isinstance(item, _Group):
+                saved = (dict(env.values), dict(env.unknown), dict(env.tainted)) if item.subshell else None
+                self.run(item.body, depth)
+                if saved is not None:  # ( ... ): a subshell's variables stay in it
+                    env.values, env.unknown, env.tainted = saved
+            else:
+                self.command(item, depth)
+
+    def command(self, command: Command, depth: int) -> None:
+        env = self.env
+        env.missing = []
+        words, prefix = [], True  # prefix: only assignments (or export ...) so far
+        for word in command.words:
+            if word.array is not None:
+                self.arrays[_define_array(word, env)] = word.line
                 continue
-            command = item
-            if command.kind in ("case", "esac") or command.kind.startswith("pattern"):
-                env.missing = []
-                texts = ["".join(expand(w, env, split=False)) for w in command.words[command.kind == "case" :]]
-                branches.case_keyword(command.kind, texts, not env.missing, command.line)
-                continue
-            first = _head(command)
-            handled, drop = branches.keyword(
-                first, lambda c=command: [f for w in c.words for f in expand(w, env)], command.line
-            )
-            if not branches.active() or drop is None:
-                continue  # a branch bash would not take, or an if/elif condition or fi
+            head = word.parts[0] if word.parts and isinstance(word.parts[0], str) else ""
+            before = len(env.missing)
+            fields = expand(word, env, split=not _ASSIGNMENT.match(head))  # NAME=$V is not split
+            if prefix and fields and _ASSIGNMENT.match(fields[0]):
+                key, value = fields[0].split("=", 1)
+                env.values[key] = value
+                # NAME=$(nproc): what NAME holds is not known either (kept as $NAME, whole); NAME=$X/data:
+                # its text is kept, and each command using it is told what it holds
+                unknown = env.missing[before:]
+                env.unknown.pop(key, None)
+                env.tainted.pop(key, None)
+                if len(unknown) == 1 and value == unknown[0][0]:
+                    env.unknown[key] = (command.line, [unknown[0][0]])
+                elif unknown:
+                    env.tainted[key] = unknown
+            elif word.literal() not in _DECLARE:
+                prefix = False
+            words += fields
+        call = self.functions.get(words[0]) if words else None
+        if call is not None:
+            self.call(call, words[1:], command.line, depth)
+            return
+        if words[:1] == ["shift"] and env.args is not None:
+            n = int(words[1]) if len(words) > 1 and words[1].isdigit() else 1
+            env.args = env.args[n:]
+        self.out.append((command.line, words, command.heredocs))
+        self.unresolved.append(list(dict.fromkeys(env.missing)))
+        self.call_lines.append(self.calls[0] if self.calls else None)
+
+    def run_if(self, item: _If, depth: int) -> None:
+        env = self.env
+        for k, (condition, line, body) in enumerate(item.clauses):
+            keyword = "if" if k == 0 else "elif" if condition is not None else "else"
             env.missing = []
-            words, prefix = [], True  # prefix: only assignments (or export ...) so far
-            for word in command.words[drop:]:
-                if word.array is not None:
-                    self.arrays[_define_array(word, env)] = word.line
-                    continue
-                head = word.parts[0] if word.parts and isinstance(word.parts[0], str) else ""
-                before = len(env.missing)
-                fields = expand(word, env, split=not _ASSIGNMENT.match(head))  # NAME=$V is not split
-                if prefix and fields and _ASSIGNMENT.match(fields[0]):
-                    key, value = fields[0].split("=", 1)
-                    env.values[key] = value
-                    # NAME=$(nproc): what NAME holds is not known either (kept as $NAME, whole); NAME=$X/data:
-                    # its text is kept, and each command using it is told what it holds
-                    unknown = env.missing[before:]
-                    env.unknown.pop(key, None)
-                    env.tainted.pop(key, None)
-                    if len(unknown) == 1 and value == unknown[0][0]:
-                        env.unknown[key] = (command.line, [unknown[0][0]])
-                    elif unknown:
-                        env.tainted[key] = unknown
-                elif word.literal() not in _DECLARE:
-                    prefix = False
-                words += fields
-            call = self.functions.get(words[0]) if words else None
-            if call is not None:
-                self.call(call, words[1:], command.line, depth)
-                continue
-            if words[:1] == ["shift"] and env.args is not None:
-                n = int(words[1]) if len(words) > 1 and words[1].isdigit() else 1
-                env.args = env.args[n:]
-            self.out.append((command.line, words, command.heredocs))
-            self.unresolved.append(list(dict.fromkeys(env.missing)))
-            self.call_lines.append(self.calls[0] if self.calls else None)
+            self.branches.keyword(keyword, lambda c=condition: ["if", *(f for w in c for f in expand(w, env))], line)
+            self.run(body, depth)
+        self.branches.keyword("fi", None, item.last)
+
+    def run_case(self, item: _Case, depth: int) -> None:
+        env, branches = self.env, self.branches
+        env.missing = []
+        subject = "".join(expand(item.subject, env, split=False))
+        branches.case_keyword("case", [subject], not env.missing, item.line)
+        before = ";;"  # how the branch before ended
+        for patterns, line, end, body in item.items:
+            env.missing = []
+            texts = ["".join(expand(w, env, split=False)) for w in patterns]
+            branches.case_keyword("pattern" + before, texts, not env.missing, line)
+            self.run(body, depth)
+            before = end
+        branches.case_keyword("esac", [], True, item.last)
+
+    def run_loop(self, loop: _Loop, depth: int) -> None:
+        env, notes = self.env, self.branches.notes
+        shown = loop.header if len(loop.header) <= 60 else loop.header[:57] + "..."
+        values = None
+        if loop.variable is not None and loop.values is not None:
+            env.missing = []
+            values = [f for w in loop.values for f in expand(w, env)]
+            if env.missing or len(values) > MAX_LOOP_VALUES:
+                values = None
+        if values is not None and not values:
+            notes.append(f"line {loop.line}: `{shown}` loops over no values: its body is not run")
+            return
+        if values is not None:
+            notes.append(
+                f"line {loop.line}: `{shown}` loops over {len(values)} value(s) the script sets: its body is read "
+                "once per value"
+            )
+            for value in values:
+                env.values[loop.variable] = value
+                env.unknown.pop(loop.variable, None)
+                env.tainted.pop(loop.variable, None)
+                self.run(loop.body, depth)
+            return
+        assigned = [loop.variable] if loop.variable is not None else loop.assigned
+        for name in assigned:
+            env.unknown[name] = (loop.line, [f"the loop `{shown}`"])
+        notes.append(
+            f"line {loop.line}: how often `{shown}` runs, and what it sets, only running the script knows: its body "
+            "is read once" + (f" ({', '.join('$' + a for a in assigned)} named as unresolved)" if assigned else "")
+        )
+        self.run(loop.body, depth)
 
     def call(self, function: _Function, args: list, line: int, depth: int) -> None:
         if depth >= MAX_CALL_DEPTH:
@@ -886,12 +1084,14 @@ class _Runner:
 
 
 def expand_script(text: str, name: str) -> Script:
-    """Split `text` (split_commands) and expand each command's words as bash would running it top to bottom:
+    """Read `text` (split_commands) and expand each command's words as bash would running it top to bottom:
     `NAME=value` before the command word (or after export/declare/...) sets a variable for what follows,
     `NAME=( ... )` defines an array, `${NAME[@]}` passes one, `if`/`case` take the branch the script's own values
-    decide, a function's body is read where it is called (module doc string)."""
+    decide, a function's body is read where it is called, loops as the module doc string says."""
     runner = _Runner(name)
-    runner.run(_group(split_commands(text, name)))
+    statements, syntax = _read(text, name)
+    runner.branches.notes += syntax
+    runner.run(statements)
     env = runner.env
     unused = {a: line for a, line in runner.arrays.items() if a not in env.arrays_used}
     never = {f.name: (f.first, f.last) for f in runner.functions.values() if f.name not in runner.called}

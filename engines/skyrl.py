@@ -60,6 +60,7 @@ from divclip.engines.base import (
     check_spec,
     dotted_key_score,
     ignored_key_advice,
+    is_example_key,
     name_loss_terms,
     recipe_aggregation,
     typed_values,
@@ -103,10 +104,12 @@ REDUCTIONS = {
     "token_mean": "token-mean",
     "sequence_mean": "seq-mean-token-mean",
     "seq_mean_token_sum_norm": "seq-mean-token-sum-norm",
-    "token_mean_legacy": "token-mean",
+    "token_mean_legacy": "token-mean-legacy",
     "prompt_mean": None,
 }
-"""SkyRL loss_reduction -> verl's loss_agg_mode (prompt_mean, a token mean per prompt group, has none)."""
+"""SkyRL loss_reduction -> divclip's loss_agg_mode: verl's names, and token-mean-legacy (a token mean per micro-batch
+of micro_train_batch_size_per_gpu rows, their mean: `policy_loss`'s loss_scale_factor is that row count);
+prompt_mean, a token mean per prompt group, has none."""
 
 KEYS: dict[str, Key] = {
     A + "policy_loss_type": Key("str", "regular", choices=LOSS_TYPES, doc="the policy loss (a registry name)"),
@@ -201,7 +204,7 @@ def detect(settings: Mapping) -> float:
 
 
 # ------------------------------------------------------------------------------------------------ read
-def read(settings: Mapping, **_options) -> EngineRead:
+def read(settings: Mapping, *, entry: str | None = None, **_options) -> EngineRead:
     """The clip settings of a flat SkyRL config ({dotted key or ENV_VAR: value})."""
     settings = resolve_interpolations(settings)
     g, keys = typed_values(settings, KEYS)
@@ -242,7 +245,8 @@ def read(settings: Mapping, **_options) -> EngineRead:
             "adv_estimator": g[A + "advantage_estimator"],
         },
         keys=keys,
-        unknown_keys=unknown_keys(settings, is_known, known_keys()),
+        # `entry`: the module the launch runs; an example's own AlgorithmConfig subclass adds keys (example_keys.txt)
+        unknown_keys=unknown_keys(settings, lambda k: is_known(k) or is_example_key(k, NAME, entry), known_keys()),
     )
     READERS.get(loss, _other)(s, g, settings, keys)
     _arithmetic_notes(s, g)
@@ -730,9 +734,10 @@ def _reduction_pitfalls(s: EngineRead, g: dict) -> None:
             Pitfall(
                 "skyrl_reduction_differs",
                 f"loss_reduction=token_mean_legacy takes a token mean within each micro-batch of "
-                f"micro_train_batch_size_per_gpu = {micro} sequences, then the mean over micro-batches: a token mean "
-                "of the mini-batch only when every micro-batch holds as many tokens; divclip reads it as token-mean"
-                " (divclip.engines.skyrl.aggregation gives its exact weights)",
+                f"micro_train_batch_size_per_gpu = {micro} sequences, then the mean over micro-batches (rows past "
+                "the last whole micro-batch get no weight): verl's token-mean of the mini-batch only when every "
+                f"micro-batch holds as many tokens; divclip reads it as token-mean-legacy, exact with policy_loss's "
+                f"loss_scale_factor = {micro} (divclip.engines.skyrl.aggregation gives the same weights)",
                 A + "loss_reduction",
                 where,
             )
@@ -775,12 +780,12 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
         keys = _write_plugin(spec, env, notes)
     agg = _aggregation(spec, recipe, loss_agg_mode, notes)
     if agg is not None:
-        reduction = {v: k for k, v in REDUCTIONS.items() if v and k != "token_mean_legacy"}.get(agg)
+        reduction = {v: k for k, v in REDUCTIONS.items() if v}.get(agg)
         if reduction is None:
             diffs.append(
                 Difference(
                     f"aggregation {agg}",
-                    "SkyRL has token_mean, sequence_mean, "
+                    "SkyRL has token_mean, token_mean_legacy, sequence_mean, "
                     "seq_mean_token_sum_norm and prompt_mean; its default token_mean stands",
                 )
             )

@@ -29,6 +29,7 @@ from divclip.engines.base import (
     EngineRead,
     EngineWrite,
     Key,
+    example_keys,
     ignored_key_advice,
     name_loss_terms,
     recipe_aggregation,
@@ -38,7 +39,7 @@ from divclip.engines.base import (
 )
 from divclip.engines.errors import ConfigError
 from divclip.engines.pitfalls import Pitfall
-from divclip.theory.agg_modes import LOSS_AGG_MODES
+from divclip.theory.agg_modes import ENGINE_AGG_MODES, LOSS_AGG_MODES, TRL_AGG_MODES
 from divclip.theory.measures import MEASURES, get_measure
 
 NAME = "verl"
@@ -189,6 +190,85 @@ def known_keys_from(generated_yaml: str) -> set:
     return out
 
 
+# verl keys of other versions: OTHER_VERSIONS_FILE lists the leaf keys of earlier verl releases' trainer configs
+# (ppo_trainer and ppo_megatron_trainer, `git show <tag>:verl/trainer/config/_generated_<name>.yaml`, ppo_trainer.yaml
+# itself for 0.4.1) that no trainer config of verl VERSION accepts, each with the versions that have it.
+OTHER_VERSIONS = ("0.4.1", "0.5.0", "0.6.0", "0.6.1", "0.7.0", "0.8.0.dev")
+"""The releases OTHER_VERSIONS_FILE was read from (0.8.0.dev: volcengine/verl b178a3cd, the corpus's examples)."""
+OTHER_VERSIONS_FILE = Path(__file__).with_name(f"verl_{VERSION}_other_versions_keys.txt")
+
+
+def other_versions_lines(configs: Mapping, recipes: Mapping | None = None) -> list[str]:
+    """The lines of OTHER_VERSIONS_FILE: `key version ...` for every leaf key of {version: [config yaml texts]}
+    that no trainer config of verl VERSION (TRAINER_CONFIGS) accepts, in key order; then `MODULE:key version ...`
+    for every own key of a recipe's hydra config ({version: {recipe module: its config text}}, verl's recipe/ up
+    to 0.7.0) that neither those configs nor the recipe's config now (EXAMPLE_KEYS_FILE) accept."""
+    now = frozenset().union(*(config_keys(name) for name in TRAINER_CONFIGS))
+    found: dict = {}
+
+    def add(name: str, version: str) -> None:
+        if version not in found.setdefault(name, []):
+            found[name].append(version)
+
+    for version, texts in configs.items():
+        for text in texts:
+            for key in known_keys_from(text):
+                if not is_known(key, now):
+                    add(key, version)
+    plain = sorted(found)
+    for version, by_module in (recipes or {}).items():
+        for module, text in by_module.items():
+            for key in recipe_keys_from(text)[1]:
+                if not is_known(key, now | example_keys(NAME, module)):
+                    add(f"{module}:{key}", version)
+    return [f"{key} {' '.join(found[key])}" for key in plain + sorted(set(found) - set(plain))]
+
+
+@functools.lru_cache(maxsize=1)
+def _other_versions() -> dict:
+    out = {}
+    for line in OTHER_VERSIONS_FILE.read_text().splitlines():
+        if line and not line.startswith("#"):
+            key, *versions = line.split()
+            out[key] = tuple(versions)
+    return out
+
+
+def _span(versions: tuple) -> str:
+    order = [OTHER_VERSIONS.index(v) for v in versions]
+    if len(versions) > 2 and order == list(range(order[0], order[-1] + 1)):
+        return f"{versions[0]} to {versions[-1]}"
+    return ", ".join(versions)
+
+
+def key_origin(key: str, entry: str | None = None) -> str | None:
+    """Which earlier verl releases had `key` (or a key it sits below) in their trainer configs, or, for a launch of
+    the recipe `entry`, in that recipe's own config then; said as the unknown-key warning says it."""
+    parts = key.split(".")
+    table = _other_versions()
+    prefixes = [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
+    hit = next((p for p in prefixes if p in table), None)
+    if hit is not None:
+        return f"not a key of verl {VERSION}: verl {_span(table[hit])} had it"
+    hit = next((f"{entry}:{p}" for p in prefixes if entry and f"{entry}:{p}" in table), None)
+    if hit is not None:
+        return f"{entry}'s config in verl {_span(table[hit])} (verl's recipe/ then) had it"
+    return None
+
+
+def recipe_keys_from(recipe_yaml: str) -> tuple[str, list[str]]:
+    """(the packaged config a verl recipe's hydra config builds on, its own leaf keys that config lacks): what
+    EXAMPLE_KEYS_FILE lists for `python -m recipe.<name>.main_<x>` (a recipe's `@hydra.main(config_name=...)`)."""
+    import yaml
+
+    tree = yaml.safe_load(recipe_yaml) or {}
+    bases = [d for d in tree.get("defaults", []) if isinstance(d, str) and d != "_self_"]
+    base = bases[0] if bases and bases[0] in TRAINER_CONFIGS else "ppo_trainer"
+    body = {k: v for k, v in tree.items() if k not in ("defaults", "hydra")}
+    own = known_keys_from(yaml.safe_dump(body)) if body else set()
+    return base, sorted(k for k in own if not is_known(k, config_keys(base)))
+
+
 HYDRA_FLAGS = frozenset(
     "--help -h --hydra-help --version --cfg -c --resolve --package -p --run -r --multirun -m --shell-completion -sc "
     "--config-path -cp --config-name -cn --config-dir -cd --experimental-rerun --info -i".split()
@@ -266,8 +346,9 @@ def detect(settings: Mapping) -> float:
 
 
 # ------------------------------------------------------------------------------------------------ read
-def read(settings: Mapping, **_options) -> EngineRead:
-    """The clip settings of a flat verl config ({dotted key or ENV_VAR: value})."""
+def read(settings: Mapping, *, entry: str | None = None, **_options) -> EngineRead:
+    """The clip settings of a flat verl config ({dotted key or ENV_VAR: value}); `entry`, the module the launch
+    runs, adds a recipe's own keys (`python -m recipe.entropy.main_entropy`: example_keys.txt)."""
     g, keys = typed_values(settings, KEYS)
     mode = "bypass_mode" if g[RC + "bypass_mode"] else g[A + "policy_loss.loss_mode"]  # apply_bypass_mode sets it
     runs = "vanilla" if mode == "bypass_mode" and g[RC + "loss_type"] == "ppo_clip" else mode  # what the loss is
@@ -279,6 +360,13 @@ def read(settings: Mapping, **_options) -> EngineRead:
     c = None if c == math.inf else c  # min(-A·c, ·) with c = inf caps nothing: no dual clip / IS truncation
     train, mini, epochs = g["data.train_batch_size"], g[A + "ppo_mini_batch_size"], g[A + "ppo_epochs"]
     known, config_note = _config_tree(settings)
+    recipe = example_keys(NAME, entry)
+    if recipe:
+        known = known | recipe
+        config_note = (config_note + "; " if config_note else "") + (
+            f"{entry}: keys checked against verl {VERSION}'s packaged config and the recipe's own hydra config "
+            "(divclip.engines example_keys.txt); its defaults of the settings read here are ppo_trainer's"
+        )
     minibatches = max(1, math.ceil(train / mini))
     updates = epochs * minibatches
     s = EngineRead(
@@ -985,6 +1073,15 @@ def write(spec, *, recipe: bool = True, loss_agg_mode: str | None = None, label:
     agg = _aggregation(spec, recipe, loss_agg_mode, notes) or (
         "seq-mean-token-mean" if spec.form == "sapo" else KEYS[A + "loss_agg_mode"].default
     )
+    if agg in ENGINE_AGG_MODES + TRL_AGG_MODES:  # another engine's arithmetic: verl's default, named
+        diffs.append(
+            Difference(
+                f"aggregation {agg}",
+                f"verl has {', '.join(LOSS_AGG_MODES)} only (divclip.theory.agg_modes); its default "
+                f"{KEYS[A + 'loss_agg_mode'].default} is written",
+            )
+        )
+        agg = KEYS[A + "loss_agg_mode"].default
     if agg not in LOSS_AGG_MODES:
         raise ValueError(f"loss_agg_mode must be one of {list(LOSS_AGG_MODES)}, got {agg!r}")
     keys["loss_agg_mode"] = agg

@@ -244,13 +244,14 @@ def _engine_advice(s, _):
 def input_findings(raw, s: EngineRead) -> list[Finding]:
     """Keys the engine does not know (with the nearest known key) and config keys written without '=': each a
     warning, never silent (the engine itself would refuse the first, and ignore or choke on the second)."""
-    from divclip.engines import get_engine
+    from divclip.engines import get_engine, unknown_key_origin
 
     module = get_engine(s.engine)
     source = getattr(module, "KNOWN_KEYS_FROM", module.DEFAULTS_FROM)
     out = []
     for key, near in s.unknown_keys[:MAX_UNKNOWN_SHOWN]:
-        hint = f"; did you mean {near!r}?" if near else ""
+        origin = unknown_key_origin(s.engine, key, s.entry)  # another version's key, or an example's own: still refused
+        hint = f"; {origin}" if origin else f"; did you mean {near!r}?" if near else ""
         out.append(
             Finding(
                 "unknown_key",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from divclip.engines import ENGINES, available_engines, get_engine
 from divclip.engines import trl as _trl
 from divclip.engines import verl as _verl
-from divclip.engines.base import EngineRead, Key
+from divclip.engines.base import EngineRead, Key, entry_module
 from divclip.engines.config import RawConfig
 from divclip.sanity.errors import ConfigError
 
@@ -63,13 +63,17 @@ def clip_settings(raw: RawConfig, framework: str | None = None, num_processes: i
         )
     dropped = unresolved_read_keys(raw, engine)
     values = {k: v for k, v in raw.values.items() if k not in dropped}  # the engine's default stands, said
+    launched = getattr(raw, "launches", [])
+    entry = entry_module(launched[-1].command) if launched else None  # an example's own config adds keys
     found = module.read(
         values,
+        entry=entry,
         num_processes=num_processes,
         classes=tuple(getattr(raw, "classes", ())),
         fields=frozenset(getattr(raw, "fields", ())),
     )
     found.unknown_keys = [(k, near) for k, near in found.unknown_keys if k not in raw.added]
+    found.entry = entry
     if found.form == "divclip" and found.measure is None:  # per-token bounds: the checks read measure and δ there
         found.measure, found.budget_low, found.budget_high = found.clip_measure, found.delta_low, found.delta_high
     return found

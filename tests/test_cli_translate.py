@@ -87,3 +87,26 @@ def test_translate_between_the_same_structure_names_no_structure_difference(caps
     config.write_text("trainer.algorithm.eps_clip_high=0.28\n")  # SkyRL's own defaults, to SkyRL
     assert main(["translate", str(config), "--to", "skyrl", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["differences"] == []
+
+
+def test_the_rollout_correction_travels_or_is_named(tmp_path, capsys):
+    """`divclip translate` carries the source's rollout correction as `engines.translate` does: OpenRLHF's
+    seq-level tv gate, which verl cannot say, is named for verl (and verl's correction written off); to OpenRLHF
+    itself it is carried and reads back the same."""
+    flags = "--algo.advantage.is_correction_"
+    f = tmp_path / "orl.sh"
+    f.write_text(
+        f"python3 -m openrlhf.cli.train_ppo_ray {flags}level seq {flags}gating tv {flags}threshold 0.1 "
+        "--train.max_epochs 2\n"
+    )
+    source = engines.read_correction(
+        "openrlhf", {flags + "level": "seq", flags + "gating": "tv", flags + "threshold": "0.1"}
+    )
+    assert main(["translate", str(f), "--to", "verl", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert any(d.startswith(f"rollout correction {source}: verl:") for d in out["differences"])
+    assert engines.read_correction("verl", out["settings"]) is None  # written as verl's 'off', and said
+    assert main(["translate", str(f), "--to", "openrlhf", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert engines.read_correction("openrlhf", out["settings"]) == source
+    assert not any("rollout correction" in d for d in out["differences"])

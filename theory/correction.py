@@ -33,13 +33,20 @@ ignored, nothing else is; "none" is the empty correction):
                                               tokens fails the token_k1 band (not verl's)
     THRESHOLD := NUMBER                        upper bound on the statistic (k2, k3)
            | lo "_" hi                         k1 only: bounds on exp(statistic); a bare NUMBER C means 1/C "_" C
-    FILTER := "token:" METRIC ":" ACTION ":" BAND | "sequence:" METRIC ":" AGG ":" ACTION ":" BAND
-    METRIC := ratio | kl_k1 | kl_k2 | kl_k3    ACTION := mask | clamp    AGG := sum | mean | max
-    BAND   := upper | lower "_" upper          (AReaL's bounds on the metric; lower may be negative for kl_k1)
+    FILTER := "token:" METRIC ":" ACTION ":" BAND | "sequence:" METRIC ":" AGG ":" ACTION ":" BAND [":token"]
+    METRIC := ratio | kl_k1 | kl_k2 | kl_k3    (AReaL's)    | binary_kl | binary_tv    (OpenRLHF's gating)
+    ACTION := mask | clamp    AGG := sum | mean | max
+    BAND   := upper | lower "_" upper          (bounds on the metric; lower may be negative for kl_k1 and the
+                                              binary divergences)
+    ":token" (sequence ratio mask only): each token keeps its own ρ as weight where its sequence passes
+                                              (OpenRLHF's seq gate); without it the weight is the sequence's
+                                              geometric mean (AReaL's)
 
 Examples: `is=token:tis=2.0`, `is=sequence:mask=0.5_5.0/norm`, `rs=seq_mean_k1:0.999_1.001`,
 `is=token/rs=token_k3:0.01/rs=seq_max_k2:0.5`, `is=sequence:mask=3.0/noclamp` (TRL's default sequence_mask),
-`filter=token:ratio:mask:5.0` (AReaL's migration of the old behave_imp_weight_cap 5), `m2po=0.04`.
+`filter=token:ratio:mask:5.0` (AReaL's migration of the old behave_imp_weight_cap 5), `m2po=0.04`,
+`filter=sequence:ratio:mean:mask:0.5_5.0:token` (OpenRLHF's is_correction_level seq),
+`filter=token:binary_kl:mask:0.0_0.05` (OpenRLHF's is_correction_gating binary_kl with threshold 0.05).
 
 The statistics are verl's: with l = log ρ (clamped to ±20), k1 = -l, k2 = l²/2, k3 = e^l - 1 - l; a seq_sum /
 seq_mean / seq_max option sums / averages / maximises the token statistic over the sequence and keeps or drops the
@@ -48,7 +55,11 @@ bounds the inverse ratio; the default geometric band 0.999_1.001 is symmetric en
 
 A filter's statistics are AReaL's (areal/utils/functional/functional.py `apply_rejection_sampling`, with
 `KLEstimator(log π_prox, log π_behave)`): ratio = ρ, kl_k1 = log ρ, kl_k2 = (log ρ)²/2 and kl_k3 = 1/ρ - 1 + log ρ
-(verl's k1 and k3 are of the inverse ratio). Its weight is never clamped in log (AReaL does not).
+(verl's k1 and k3 are of the inverse ratio). Its weight is never clamped in log (AReaL does not). The binary
+metrics are OpenRLHF 0.11.2's gating statistics (openrlhf/models/loss.py `PolicyLoss.forward`): with
+p = e^{log π_rollout} and q = e^{log π_old}, each clamped to [1e-6, 1 − 1e-6], binary_kl = p·log(p/q) +
+(1 − p)·log((1 − p)/(1 − q)) and binary_tv = |p − q|: divclip's binary_kl and binary_tv measures D(ρ, π_rollout)
+(`divclip.theory.measures`) in OpenRLHF's arithmetic.
 """
 
 from __future__ import annotations
@@ -66,6 +77,8 @@ __all__ = [
     "FILTER_ACTIONS",
     "FILTER_AGGS",
     "FILTER_METRICS",
+    "FILTER_SEQ_WEIGHTS",
+    "AREAL_METRICS",
     "Correction",
     "Filter",
     "Rejection",
@@ -95,10 +108,15 @@ SEQ_ANY_K1 = "seq_any_k1"
 its band is token_k1's (on exp(k1) = 1/ρ), and one failing token drops the sequence. verl has no such option."""
 REJECTION_OPTIONS = RS_OPTIONS + (SEQ_ANY_K1,)
 """Every rejection option divclip applies: verl's `RS_OPTIONS` and SkyRL's `SEQ_ANY_K1`."""
-FILTER_METRICS = ("ratio", "kl_k1", "kl_k2", "kl_k3")
+FILTER_METRICS = ("ratio", "kl_k1", "kl_k2", "kl_k3", "binary_kl", "binary_tv")
 FILTER_ACTIONS = ("mask", "clamp")
 FILTER_AGGS = ("sum", "mean", "max")
-"""AReaL 1.0.4's RejectionSamplingConfig choices (metric, action, agg)."""
+"""AReaL 1.0.4's RejectionSamplingConfig choices (metric, action, agg); the binary metrics are OpenRLHF 0.11.2's
+is_correction_gating binary_kl and tv."""
+AREAL_METRICS = ("ratio", "kl_k1", "kl_k2", "kl_k3")
+"""The metrics AReaL has (binary_kl and binary_tv are OpenRLHF's)."""
+FILTER_SEQ_WEIGHTS = ("geometric", "token")
+"""A sequence ratio filter's weight: the sequence's geometric mean (AReaL) or each token's own ρ (OpenRLHF)."""
 DEFAULT_IS_CAP = 2.0
 """verl's `rollout_is_threshold` default, used when an `is=` part names no bound."""
 MAX_ECHO = 80
@@ -168,8 +186,8 @@ class Rejection:
 
 @dataclass(frozen=True)
 class Filter:
-    """AReaL 1.0.4's `actor.rejection_sampling` (RejectionSamplingConfig): the behaviour weight π_prox/π_behave
-    and what happens to it where a statistic leaves [lower, upper].
+    """AReaL 1.0.4's `actor.rejection_sampling` (RejectionSamplingConfig), or OpenRLHF 0.11.2's is_correction
+    gate: the behaviour weight π_prox/π_behave and what happens to it where a statistic leaves [lower, upper].
 
     The weight is ρ per token; at sequence level with metric ratio it is the geometric mean exp(mean log ρ) of
     the sequence, the same for each of its tokens. 'mask' sets the weight to 0 where the token's (or its
@@ -177,7 +195,12 @@ class Filter:
     mask before the filter). 'clamp' (metric ratio only) clamps the weight to [lower or 0, upper]: every token
     at token level; at sequence level only in a sequence whose statistic is outside the band. The sequence
     statistic of ratio is exp(sum / mean / max of log ρ); of a KL metric the sum / mean / max of the token
-    values. AReaL's own validation is applied (ratio: upper > 1, lower > 0; kl_k2/kl_k3: upper > 0)."""
+    values. AReaL's own validation is applied (ratio: upper > 1, lower > 0; kl_k2/kl_k3: upper > 0).
+
+    OpenRLHF's gate (`seq_weight` 'token', the binary metrics): at sequence level with metric ratio each token
+    keeps its own ρ where exp(mean log ρ) is inside the band, 0 in the whole sequence elsewhere (the tokens stay
+    in the denominator), with OpenRLHF's bounds (upper > 0, lower >= 0); binary_kl / binary_tv (module
+    docstring) gate ρ per token, or by their sequence mean, action mask only, upper > 0."""
 
     level: str = "token"
     """'token' or 'sequence' (AReaL's default: token)."""
@@ -192,6 +215,9 @@ class Filter:
     agg: str = "mean"
     """Sequence level: 'sum', 'mean' or 'max' of the token statistic (of log ρ for ratio). Token level: 'mean'
     (AReaL ignores it there)."""
+    seq_weight: str = "geometric"
+    """Sequence level, metric ratio, action mask: 'geometric' (AReaL: every token's weight is the sequence's
+    geometric mean of ρ) or 'token' (OpenRLHF: each token keeps its own ρ). 'geometric' everywhere else."""
 
     def __post_init__(self):
         for name, allowed in (
@@ -199,6 +225,7 @@ class Filter:
             ("metric", FILTER_METRICS),
             ("action", FILTER_ACTIONS),
             ("agg", FILTER_AGGS),
+            ("seq_weight", FILTER_SEQ_WEIGHTS),
         ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"Filter.{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
@@ -209,15 +236,32 @@ class Filter:
             object.__setattr__(self, "lower", _number("Filter", "lower", self.lower, positive=False))
             if self.lower > self.upper:
                 raise ValueError(f"Filter.lower must be <= upper, got lower={self.lower!r} upper={self.upper!r}")
-        if self.metric == "ratio":
+        token_weight = self.seq_weight == "token"
+        if token_weight and not (self.level == "sequence" and self.metric == "ratio" and self.action == "mask"):
+            raise ValueError(
+                "Filter.seq_weight 'token' applies to a sequence ratio mask only (OpenRLHF's seq gate), got "
+                f"level={self.level!r} metric={self.metric!r} action={self.action!r}"
+            )
+        if token_weight:  # OpenRLHF's bounds on exp(mean log ρ): any band of non-negative numbers
+            if self.upper <= 0 or (self.lower is not None and self.lower < 0):
+                raise ValueError(
+                    f"Filter.upper must be > 0 and lower >= 0 for OpenRLHF's sequence ratio gate, got "
+                    f"lower={self.lower!r} upper={self.upper!r}"
+                )
+        elif self.metric == "ratio":
             if self.upper <= 1.0:
                 raise ValueError(f"Filter.upper must be > 1 for metric 'ratio' (AReaL refuses it), got {self.upper!r}")
             if self.lower is not None and self.lower <= 0:
                 raise ValueError(f"Filter.lower must be > 0 for metric 'ratio' (AReaL refuses it), got {self.lower!r}")
-        if self.metric in ("kl_k2", "kl_k3") and self.upper <= 0:
+        if self.metric in ("kl_k2", "kl_k3", "binary_kl", "binary_tv") and self.upper <= 0:
             raise ValueError(f"Filter.upper must be > 0 for metric {self.metric!r}, got {self.upper!r}")
         if self.action == "clamp" and self.metric != "ratio":
             raise ValueError(f"Filter.action 'clamp' needs metric 'ratio' (AReaL refuses it), got {self.metric!r}")
+
+    @property
+    def areal(self) -> bool:
+        """True where AReaL has this filter (its metrics, the geometric sequence weight)."""
+        return self.metric in AREAL_METRICS and self.seq_weight == "geometric"
 
     @property
     def band(self) -> str:
@@ -225,7 +269,8 @@ class Filter:
 
     def __str__(self) -> str:
         agg = f"{self.agg}:" if self.level == "sequence" else ""
-        return f"{self.level}:{self.metric}:{agg}{self.action}:{self.band}"
+        weight = ":token" if self.seq_weight == "token" else ""
+        return f"{self.level}:{self.metric}:{agg}{self.action}:{self.band}{weight}"
 
 
 @dataclass(frozen=True)
@@ -256,7 +301,8 @@ class Correction:
     """verl's bypass mode: old_log_prob is the rollout's, so ρ = π_θ/π_rollout is computed inside the loss from the
     current log-probs; a ratio-clipped loss then applies only the rejection (verl's PPO-clip bypass)."""
     filter: Filter | None = None
-    """AReaL's rejection_sampling: its behaviour weight (instead of an is= weight) with its mask or clamp."""
+    """AReaL's rejection_sampling or OpenRLHF's is_correction gate (`Filter`): its behaviour weight (instead of an
+    is= weight) with its mask or clamp."""
     m2po: float | None = None
     """AReaL's M2PO threshold τ (AReaL's M2PO setting): of the batch's valid tokens, those with the largest (log ρ)² are
     dropped (they leave the loss's mask and denominator) until the mean (log ρ)² of the rest is below τ; applied
@@ -386,10 +432,14 @@ def _rs_part(value: str, source: str) -> Rejection:
 def _filter_part(value: str, source: str) -> Filter:
     fields = value.split(":")
     level = fields[0]
+    seq_weight = "geometric"
+    if level == "sequence" and len(fields) == 6 and fields[-1] == "token":
+        seq_weight, fields = "token", fields[:-1]
     want = 5 if level == "sequence" else 4
     if level not in IS_LEVELS or len(fields) != want:
         raise ValueError(
-            f"correction {_echo(source)}: filter= is token:METRIC:ACTION:BAND or sequence:METRIC:AGG:ACTION:BAND "
+            f"correction {_echo(source)}: filter= is token:METRIC:ACTION:BAND or sequence:METRIC:AGG:ACTION:BAND"
+            "[:token] "
             f"(METRIC one of {list(FILTER_METRICS)}, AGG one of {list(FILTER_AGGS)}, ACTION one of "
             f"{list(FILTER_ACTIONS)}); got {value!r}"
         )
@@ -402,7 +452,9 @@ def _filter_part(value: str, source: str) -> Filter:
     else:
         lower, upper = None, _float(band, "filter= bound", source)
     try:
-        return Filter(level=level, metric=metric, action=action, upper=upper, lower=lower, agg=agg)
+        return Filter(
+            level=level, metric=metric, action=action, upper=upper, lower=lower, agg=agg, seq_weight=seq_weight
+        )
     except ValueError as exc:
         raise ValueError(f"correction {_echo(source)}: {exc}") from None
 

@@ -18,6 +18,8 @@ with l = log ρ = old_log_prob - rollout_log_prob,
   its behaviour weight, exp(l) per token or the geometric mean of the sequence (metric ratio at sequence level),
   never clamped in log, non-finite l read as 0, masked (weight 0) or clamped as `Filter` says; the tokens stay
   in keep_mask (AReaL's loss counts them in its denominator);
+* OpenRLHF's gate (a `Filter` with seq_weight 'token' or a binary metric) keeps each token's ρ where the
+  token's (or its sequence's mean) statistic is inside the band, 0 elsewhere, the tokens kept in keep_mask;
 * AReaL's M2PO (`Correction.m2po`, areal/trainer/ppo/actor.py `_apply_m2po_masking`) drops the valid tokens of
   the batch with the largest l² until the mean l² of the rest is below the threshold; the other parts then see
   the reduced mask, as AReaL's loss does.
@@ -222,8 +224,15 @@ def _filter_weights(old, rollout, mask, f, metrics: dict | None):
         stat = raw
     elif f.metric == "kl_k2":
         stat = raw.square() / 2.0
-    else:
+    elif f.metric == "kl_k3":
         stat = torch.exp(-raw) - 1 + raw
+    else:  # OpenRLHF's gating statistics, in its arithmetic (PolicyLoss.forward; divclip.theory.correction)
+        p = rollout.exp().clamp(1e-6, 1 - 1e-6)
+        q = old.exp().clamp(1e-6, 1 - 1e-6)
+        if f.metric == "binary_kl":
+            stat = p * (p / q).log() + (1 - p) * ((1 - p) / (1 - q)).log()
+        else:
+            stat = (p - q).abs()
 
     def inside(x):
         return (x >= f.lower) & (x <= f.upper) if f.lower is not None else x <= f.upper
@@ -236,7 +245,7 @@ def _filter_weights(old, rollout, mask, f, metrics: dict | None):
         values = log_ratio if ratio else stat
         masked = torch.where(valid, values, torch.zeros_like(values))
         count = mask.sum(-1, keepdim=True).clamp(min=1)
-        if ratio:
+        if ratio and f.seq_weight == "geometric":  # AReaL; OpenRLHF's seq gate keeps each token's ρ
             w = torch.exp(masked.sum(-1, keepdim=True) / count).expand_as(log_ratio)
             original = w
         if f.agg == "sum":

@@ -15,6 +15,10 @@ the KL bound by L (ratio and kl_k1: the L-th root). A lower bound on kl_k2 or kl
 around ρ = 1; the interval given is the outer one. M2PO keeps a batch drifting uniformly by ρ where (log ρ)² is
 below its threshold τ: ρ in [e^{-√τ}, e^{√τ}] at every L (a batch statistic: in a mixed batch it drops the
 largest (log ρ)² first).
+
+OpenRLHF's binary gates bound divclip's binary_kl and binary_tv measures D(ρ, p) with p = π_rollout
+(`divclip.theory.measures`): the ρ interval depends on p, so it is given at p = `BINARY_P` (0.5; the measure's
+`bounds(δ, p)` gives any other), the same at every L for a token or a sequence mean.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from divclip.theory.measures import get_measure
 __all__ = ["DEFAULT_LENGTHS", "correction_intervals", "filter_interval", "rejection_interval"]
 
 DEFAULT_LENGTHS = (1, 10, 100, 1000)
+BINARY_P = 0.5
+"""π_rollout at which a binary_kl / binary_tv filter's ρ interval is given (module docstring)."""
 
 
 def _divergence_interval(estimator: str, delta: float) -> tuple[float, float]:
@@ -52,6 +58,9 @@ def filter_interval(f: Filter, length: int = 1) -> tuple[float, float]:
     """(lo, hi): the per-token ρ, constant over a sequence of `length` tokens, that AReaL's filter `f` keeps
     (mask) or leaves unclamped (clamp)."""
     pooled = length if f.level == "sequence" and f.agg == "sum" else 1
+    if f.metric in ("binary_kl", "binary_tv"):  # D(ρ, p) at p = BINARY_P; the sum over L tokens divides δ by L
+        lo, hi = get_measure(f.metric).bounds(f.upper / pooled, BINARY_P)
+        return float(lo), float(hi)
     if f.metric == "ratio":  # Π ρ_t = ρ^L at sum, ρ itself at mean (geometric) and max
         lo = 0.0 if f.lower is None else f.lower
         return _root(lo, pooled), _root(f.upper, pooled)
@@ -106,12 +115,14 @@ def correction_intervals(correction, lengths=DEFAULT_LENGTHS) -> list[dict]:
         )
     if c.filter is not None:
         f = c.filter
+        owner = "AReaL's" if f.areal or f.metric == "ratio" else f"OpenRLHF's (at π_rollout = {BINARY_P:g})"
         if f.level == "token":
-            stat = "ρ per token" if f.metric == "ratio" else f"AReaL's token {f.metric}"
+            stat = "ρ per token" if f.metric == "ratio" else f"{owner} token {f.metric}"
         elif f.metric == "ratio":
             stat = {"sum": "Π ρ_t", "mean": "the geometric mean of ρ", "max": "the largest ρ_t"}[f.agg]
+            stat += ", each token weighted by its own ρ" if f.seq_weight == "token" else ""
         else:
-            stat = f"the {f.agg} of AReaL's token {f.metric}"
+            stat = f"the {f.agg} of {owner} token {f.metric}"
         band = f"outside [{f.lower:g}, {f.upper:g}]" if f.lower is not None else f"above {f.upper:g}"
         act = "weight 0" if f.action == "mask" else "weight clamped"
         rows.append(

@@ -56,6 +56,8 @@ def binary_kl_root_nosync(delta: float, p, up, steps: int = NEWTON_STEPS, xp=tor
     t = _newton_start(delta, p, up, xp)
     live = xp.ones_like(up)
     for _ in range(steps):
+        if xp is np and not live.any():  # on the host: every entry has stopped moving, the rest are no-ops
+            break
         e = xp.expm1(t)
         a = -c1 * e / c2
         f = (c1 * (e - t) + c2 * (a - xp.log1p(a))) - delta

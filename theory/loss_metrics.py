@@ -57,6 +57,21 @@ def _aggregate_trl(loss_mat, loss_mask, loss_agg_mode, loss_scale_factor, masked
     return masked.sum(-1).mean()  # seq-mean-token-sum-all: TRL luspo
 
 
+def _token_mean_per_micro_batch(loss_mat, loss_mask, rows_per_micro_batch):
+    """token-mean-legacy (SkyRL's token_mean_legacy): the mean over the whole micro-batches of `rows_per_micro_batch`
+    rows of each one's Σ m·ℓ / max(Σ m, 1); rows past the last whole one get no weight, and with none whole the
+    loss is 0, as SkyRL's pre-scaled advantages give. Shapes only decide the cut: no host read."""
+    rows = loss_mat.shape[0]
+    micro = rows if rows_per_micro_batch is None else int(rows_per_micro_batch)
+    count = rows // micro if micro > 0 else 0
+    used = count * micro
+    if count == 0:
+        return (loss_mat * loss_mask).sum() * 0.0  # no whole micro-batch (or no row): 0, the graph kept
+    sums = torch.sum(loss_mat[:used] * loss_mask[:used], dim=-1).reshape(count, micro).sum(-1)  # (count,)
+    tokens = torch.sum(loss_mask[:used], dim=-1).reshape(count, micro).sum(-1)
+    return (sums / _nonzero(tokens)).sum() / count
+
+
 def aggregate(loss_mat, loss_mask, loss_agg_mode, loss_scale_factor, masked_sum):
     """`agg_loss` without validation; `masked_sum` does the token-level masked sums."""
     if loss_agg_mode in TRL_AGG_MODES:
@@ -65,6 +80,8 @@ def aggregate(loss_mat, loss_mask, loss_agg_mode, loss_scale_factor, masked_sum)
         return masked_sum(loss_mat, loss_mask) / _nonzero(loss_mask.sum())
     if loss_agg_mode == "token-mean-min1":  # slime per-token: an empty row counts one token
         return masked_sum(loss_mat, loss_mask) / _nonzero(torch.sum(loss_mask, dim=-1).clamp(min=1).sum())
+    if loss_agg_mode == "token-mean-legacy":  # SkyRL token_mean_legacy: a token mean per micro-batch, their mean
+        return _token_mean_per_micro_batch(loss_mat, loss_mask, loss_scale_factor)
     if loss_agg_mode == "seq-mean-token-mean-noeps":  # OpenRLHF: Σ m·ℓ / n per non-empty row, their mean
         seq_tokens = torch.sum(loss_mask, dim=-1)  # (B,)
         seq_mask = (seq_tokens > 0).to(loss_mat.dtype)
@@ -90,6 +107,15 @@ def check_agg(loss_agg_mode, loss_scale_factor):
     allowed = LOSS_AGG_MODES + TRL_AGG_MODES + ENGINE_AGG_MODES
     if loss_agg_mode not in allowed:
         raise ValueError(f"loss_agg_mode must be one of {list(allowed)}, got {loss_agg_mode!r}")
+    if loss_agg_mode == "token-mean-legacy":
+        if loss_scale_factor is not None and not (
+            isinstance(loss_scale_factor, int) and not isinstance(loss_scale_factor, bool) and loss_scale_factor >= 1
+        ):
+            raise ValueError(
+                "loss_scale_factor must be None or a whole number >= 1 for token-mean-legacy (the rows of one "
+                f"micro-batch, SkyRL's micro_train_batch_size_per_gpu), got {loss_scale_factor!r}"
+            )
+        return
     if loss_scale_factor is not None and not (
         isinstance(loss_scale_factor, (int, float)) and math.isfinite(loss_scale_factor) and loss_scale_factor > 0
     ):
@@ -109,7 +135,9 @@ def agg_loss(loss_mat, loss_mask, loss_agg_mode: str, loss_scale_factor=None):
     batch's token count).
     Two more engines' (`divclip.theory.agg_modes.ENGINE_AGG_MODES`): seq-mean-token-mean-noeps: mean over
     non-empty sequences of Σ m·ℓ / Σ m, no + 1e-8 (OpenRLHF); token-mean-min1: Σ m·ℓ / Σ_rows max(Σ m, 1)
-    (slime's per-token loss, an empty row counting one token).
+    (slime's per-token loss, an empty row counting one token); token-mean-legacy: the mean over micro-batches of
+    `loss_scale_factor` rows (None: all rows) of each one's token mean, rows past the last whole one unweighted
+    (SkyRL's token_mean_legacy).
     With dp_size = 1 and no global batch info, verl's global token/sequence counts are these local ones.
     One deliberate difference: an all-zero mask gives 0 here, where verl divides 0 by 0 (NaN).
     """

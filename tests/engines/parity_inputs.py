@@ -116,3 +116,65 @@ def inputs(advantages: str, dtype, seed: int = 0):
         adv = torch.randn(rows, 1, generator=g, dtype=torch.float64).expand(rows, width).clone()
     cast = [t.to(dtype) for t in (lp, old, adv, rollout)]
     return cast[0].requires_grad_(True), cast[1], cast[2], mask, cast[3]
+
+
+LOW_DTYPES = (torch.bfloat16, torch.float16)
+LOW_IDS = ("bf16", "fp16")
+MODERATE = 3.0
+"""|log r| and |log ρ| bound of the fp16 rows' inputs (`moderate`): e^3·|A| stays far below fp16's 65504, as an
+fp16 run keeps its ratios; the bf16 rows keep |log r| up to 30 (bf16 has float32's range)."""
+
+
+def moderate(lp, old, rollout=None, bound: float = MODERATE):
+    """(log π, rollout) with log r = log π − log π_old (and log π_old − log π_rollout) clamped to ±bound."""
+    lp = old + (lp.detach() - old).clamp(-bound, bound)
+    return lp, None if rollout is None else old - (old - rollout).clamp(-bound, bound)
+
+
+def low_precision_runs(ours_fn, theirs_fn, lp, others, dtype):
+    """(ours, theirs_low, theirs32, theirs64), each (value, gradient in log π): the float64 inputs `lp`, `others`
+    rounded once to `dtype` (bf16/fp16) as the engine receives them; divclip and the engine on those tensors, and
+    the engine again on the same values upcast to float32 and float64 (bool masks unchanged)."""
+
+    def cast(t, to):
+        return t.to(to) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+
+    low = [cast(t, dtype) for t in others]
+    lp_low = cast(lp.detach(), dtype)
+    ours = value_and_grad(lambda x: ours_fn(x, *low), lp_low)
+    theirs_low = value_and_grad(lambda x: theirs_fn(x, *low), lp_low)
+    up = {}
+    for to in (torch.float32, torch.float64):
+        args = [cast(t, to) for t in low]
+        up[to] = value_and_grad(lambda x, args=args: theirs_fn(x, *args), lp_low.to(to))
+    return ours, theirs_low, up[torch.float32], up[torch.float64]
+
+
+def assert_low_precision(ours, theirs_low, theirs32, theirs64, dtype):
+    """divclip on bf16/fp16 inputs (computed in float32, its gradient cast back to the input dtype) against the
+    engine on the same input values. Per entry, with eps32 float32's epsilon and eps the input dtype's:
+
+    * finite, value and gradient;
+    * equal to the engine's code run exactly (float64) on those values, to float32 rounding: |ours − theirs64| <=
+      2·|theirs32 − theirs64| + 8·eps32·max|theirs64| (the float32 rule of `assert_same`), plus, for the gradient,
+      eps·|theirs64| + the dtype's smallest subnormal (the cast of divclip's float32 gradient to the input dtype
+      rounds it by at most half an ulp, and an ulp of x is at most eps·|x|);
+    * equal to the engine's own run in that dtype to its rounding: |ours − theirs_low| <= 2·|theirs_low − theirs64|
+      plus the same allowance (the engine's error in its dtype is what it is: an exp of a bf16 log-ratio is off by
+      up to |log r|·2^-8 relative, 12% at |log r| = 30)."""
+    eps32 = torch.finfo(torch.float32).eps
+    info = torch.finfo(dtype)
+    for name, a, low, b32, b64 in zip(("value", "gradient"), ours, theirs_low, theirs32, theirs64):
+        assert bool(torch.isfinite(a).all()), f"divclip's {name} is not finite on {dtype} inputs"
+        assert bool(torch.isfinite(low).all()), f"the engine's {name} is not finite on {dtype} inputs"
+        a, low, b32, b64 = (t.to(torch.float64) for t in (a, low, b32, b64))
+        allowance = 8 * eps32 * b64.abs().max()
+        if name == "gradient":
+            allowance = allowance + info.eps * b64.abs() + info.smallest_normal * info.eps
+        for ref, spread, what in ((b64, b32, "exactly (float64)"), (low, low, f"in {dtype}")):
+            tol = 2.0 * (spread - b64).abs() + allowance
+            assert bool(((a - ref).abs() <= tol).all()), (
+                f"{name} on {dtype} inputs differs from the engine's run {what} at {_bad(a, ref, tol)}: ours "
+                f"{a.reshape(-1)[:4].tolist()}..., theirs {ref.reshape(-1)[:4].tolist()}...; max |diff| "
+                f"{float((a - ref).abs().max()):.3g}"
+            )

@@ -7,7 +7,9 @@ docs/engines.md between `<!-- parity-report -->` and `<!-- /parity-report -->` t
 
   exact         value and gradient equal to the engine's: float64 to 1e-12 relative, float32 to the engine's own
                 rounding (or, where the engine computes in float32 whatever the input, to that rounding: the note
-                says so)
+                says so); bf16 / fp16 inputs: to float32 rounding of the engine's code run in float64 on the same
+                input values (divclip computes in float32), and to the engine's own rounding in that dtype
+                (parity_inputs.assert_low_precision)
   gradient      the gradient is the engine's, the loss value is not (named by the read)
   named         the engine computes it differently; the read's warning or note says how
   as correction the engine's mask or weight beside the clip is read as a rollout correction (read_correction),

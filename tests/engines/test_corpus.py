@@ -45,14 +45,7 @@ TRUTH_FIELDS = {
     "beside",
 }
 
-_LEGACY = "SkyRL loss_reduction token_mean_legacy (per-micro-batch token mean) read as token-mean (item 4)"
-
-KNOWN_GAPS = {
-    # SkyRL
-    "skyrl/train__algorithms__dapo__run_dapo_gsm8k.sh": _LEGACY,
-    "skyrl/train__algorithms__dapo__run_dapo_qwen3_1.7b_aime.sh": _LEGACY,
-    "skyrl/train__algorithms__dapo__run_dapo_qwen3_1.7b_aime_fully_async.sh": _LEGACY,
-}
+KNOWN_GAPS: dict = {}  # none now: SkyRL's token_mean_legacy is read as token-mean-legacy since issue 31 item 4
 # truths divclip's method grammar cannot write yet (the reader must learn them, not the truth change): none now,
 # ε_low = 0 and ε_low >= 1 are ratio clips since issue 31 item 4
 UNWRITABLE_TODAY: set = set()

@@ -250,8 +250,10 @@ def test_unmodelled_engine_corrections_are_refused_by_name():
     )
     with pytest.raises(ValueError, match="custom"):
         read_correction("slime", {"--use-tis": True, "--custom-tis-function-path": "x.icepop"})
-    with pytest.raises(ValueError, match="is modelled as a divclip correction|neither is modelled"):
-        read_correction("openrlhf", {"--algo.advantage.is_correction_level": "seq"})
+    # OpenRLHF's seq-level gate is modelled since (a filter keeping token weights: test_openrlhf_gates_...);
+    # what OpenRLHF itself refuses stays refused by name
+    with pytest.raises(ValueError, match="mode clip needs .*level token"):
+        read_correction("openrlhf", {OPENRLHF + "level": "seq", OPENRLHF + "mode": "clip"})
     assert read_correction("openrlhf", {}) is None
     assert read_correction("areal", {"actor.rejection_sampling.level": "token"}) is None  # ignored without decoupled
     # AReaL's rejection_sampling is modelled since (the filter= part; tests/engines/test_correction_areal.py)
@@ -367,3 +369,64 @@ def test_skyrl_loss_with_its_correction_equals_skyrls(settings):
     torch.testing.assert_close(leaf.grad, ref_leaf.grad.to(leaf.grad.dtype), rtol=2e-6, atol=1e-6)
     plain = policy_loss(lp, old, adv, mask, "grpo", "token-sum")[0]
     assert not torch.allclose(plain, ours.detach(), rtol=1e-4)
+
+
+OPENRLHF_GATES = {
+    "seq ratio": ({OPENRLHF + "level": "seq"}, "filter=sequence:ratio:mean:mask:0.5_5.0:token"),
+    "seq ratio, one threshold": ({OPENRLHF + "level": "seq", OPENRLHF + "threshold": ["1.2"]}, None),
+    "token binary_kl": (
+        {OPENRLHF + "level": "token", OPENRLHF + "gating": "binary_kl", OPENRLHF + "threshold": "0.02"},
+        None,
+    ),
+    "seq tv": ({OPENRLHF + "level": "seq", OPENRLHF + "gating": "tv", OPENRLHF + "threshold": ["-1", "0.1"]}, None),
+}
+
+
+@pytest.mark.parametrize("name", list(OPENRLHF_GATES))
+def test_openrlhf_gates_read_as_filters_and_write_back(name):
+    """OpenRLHF's seq-level and binary_kl / tv gates are filters (their parity with PolicyLoss itself:
+    tests/engines/test_parity_openrlhf.py); their string reads back; OpenRLHF writes them back to the same
+    correction; AReaL and verl name them as what they cannot say."""
+    settings, text = OPENRLHF_GATES[name]
+    c = read_correction("openrlhf", settings)
+    f = c.filter
+    assert f is not None and f.action == "mask" and c.is_level is None and not c.clamp_log_ratio
+    assert f.level == ("sequence" if settings[OPENRLHF + "level"] == "seq" else "token")
+    gating = settings.get(OPENRLHF + "gating", "ratio")
+    assert f.metric == {"ratio": "ratio", "binary_kl": "binary_kl", "tv": "binary_tv"}[gating]
+    assert f.seq_weight == ("token" if f.metric == "ratio" else "geometric") and not f.areal
+    if text is not None:
+        assert str(c) == text
+    assert parse_correction(str(c)) == c
+    out, cannot = write_correction(c, "openrlhf")
+    assert cannot == [] and read_correction("openrlhf", out) == c
+    _, cannot = write_correction(c, "areal")
+    assert len(cannot) == 1 and "OpenRLHF's gate" in cannot[0] and str(f) in cannot[0]
+    _, cannot = write_correction(c, "verl")
+    assert any("OpenRLHF filter" in x for x in cannot)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"level": "token", "seq_weight": "token"}, "seq_weight 'token' applies to a sequence ratio mask only"),
+        ({"level": "sequence", "action": "clamp", "seq_weight": "token"}, "sequence ratio mask only"),
+        ({"level": "sequence", "seq_weight": "token", "lower": -0.5, "upper": 2.0}, "lower >= 0"),
+        ({"seq_weight": "mean"}, r"seq_weight must be one of \['geometric', 'token'\], got 'mean'"),
+        ({"metric": "binary_kl", "action": "clamp"}, "clamp' needs metric 'ratio'"),
+        ({"metric": "binary_tv", "upper": 0.0}, "upper must be > 0 for metric 'binary_tv'"),
+    ],
+)
+def test_filter_gate_options_refused_by_name(kwargs, match):
+    from divclip.theory.correction import Filter
+
+    with pytest.raises(ValueError, match=match):
+        Filter(**kwargs)
+
+
+def test_openrlhf_seq_ratio_gate_accepts_openrlhfs_bands_areal_refuses():
+    """OpenRLHF takes any band on exp(mean log ρ), e.g. [0.9, 1.0]; AReaL's ratio filter needs upper > 1."""
+    c = read_correction("openrlhf", {OPENRLHF + "level": "seq", OPENRLHF + "threshold": ["0.9", "1.0"]})
+    assert (c.filter.lower, c.filter.upper) == (0.9, 1.0)
+    with pytest.raises(ValueError, match="upper must be > 1"):
+        parse_correction("filter=sequence:ratio:mean:mask:0.9_1.0")

@@ -12,7 +12,17 @@ table of docs/engines.md ("Each engine's own loss, exactly"); every row is a tes
 import pytest
 import torch
 from areal_helpers import functional, m2po
-from parity_inputs import KINDS, assert_same, batch, value_and_grad
+from parity_inputs import (
+    KINDS,
+    LOW_DTYPES,
+    LOW_IDS,
+    assert_low_precision,
+    assert_same,
+    batch,
+    low_precision_runs,
+    moderate,
+    value_and_grad,
+)
 
 from divclip import engines
 from divclip.engines import areal
@@ -63,6 +73,29 @@ PARITY_ROWS = [("areal", name, "exact", note) for name, _, note in EXACT] + [
         "use_decoupled_loss + rejection_sampling",
         "exact",
         "read as the rollout correction's filter: tests/engines/test_correction_areal.py",
+    ),
+]
+
+LOW = [c for c in EXACT if c[0] in ("PPO clip (defaults: eps_clip 0.2)", "dual clip c_clip", "use_sapo_loss")]
+LOW += [c for c in EXACT if c[0] == "importance_sampling_level sequence (GSPO)"]
+LOW_ROWS = (
+    "bf16 inputs, |log r| to 30 (PPO clip, dual clip, SAPO, sequence level)",
+    "fp16 inputs, |log r| <= 3 (the same settings)",
+)
+LOW_NOTE = (
+    "divclip computes in float32 (bf16/fp16 in, a float32 loss out), AReaL in the input dtype: equal to "
+    "ppo_actor_loss_fn / sapo_loss_fn on the same {dtype} values run in float64 to float32 rounding (the gradient "
+    "to one {dtype} ulp), and to their own {dtype} run to its rounding (parity_inputs.assert_low_precision)"
+)
+PARITY_ROWS += [
+    ("areal", LOW_ROWS[0], "exact", LOW_NOTE.format(dtype="bf16")),
+    ("areal", LOW_ROWS[1], "exact", LOW_NOTE.format(dtype="fp16")),
+    (
+        "areal",
+        "fp16 inputs with |log r| to 30",
+        "named",
+        "AReaL's unclamped fp16 ratio overflows (e^30 > 65504): its loss is inf; divclip's is finite (float32 "
+        "inside) and AReaL's float64 value on the same inputs",
     ),
 ]
 
@@ -195,6 +228,29 @@ def test_m2po_is_areals_through_the_rollout_correction(dtype):
     off = areal.read({A + "m2_threshold": 0.04})
     assert engines.read_correction("areal", {A + "m2_threshold": 0.04}) is None
     assert any("has no effect without use_decoupled_loss" in n for n in off.notes)
+
+
+def _low_runs(settings, dtype, bound=None):
+    lp, old, adv, mask = batch("token", torch.float64)
+    if bound:
+        lp, _ = moderate(lp, old)
+    return low_precision_runs(
+        lambda x, *a: _ours(settings, x, *a), lambda x, *a: _theirs(settings, x, *a), lp, (old, adv, mask), dtype
+    )
+
+
+@pytest.mark.parametrize("dtype", LOW_DTYPES, ids=LOW_IDS)
+@pytest.mark.parametrize("settings", [c[1] for c in LOW], ids=[c[0] for c in LOW])
+def test_low_precision_inputs_are_areals_own_loss(settings, dtype):
+    """log π, log π_old and A in bf16 (|log r| to 30) or fp16 (|log r| <= 3: `moderate`), as a bf16 / fp16 actor
+    hands them to AReaL's loss (parity_inputs.assert_low_precision states the tolerance)."""
+    assert_low_precision(*_low_runs(settings, dtype, bound=dtype == torch.float16), dtype)
+
+
+def test_fp16_with_extreme_log_ratios_overflows_in_areal_not_in_divclip():
+    ours, theirs_low, _, theirs64 = _low_runs({}, torch.float16)
+    assert not bool(torch.isfinite(theirs_low[0]))
+    assert bool(torch.isfinite(ours[0])) and float(ours[0]) == pytest.approx(float(theirs64[0]), rel=1e-6)
 
 
 def test_every_row_is_tested():

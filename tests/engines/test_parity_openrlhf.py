@@ -24,7 +24,16 @@ from divclip.theory.losses import policy_loss
 
 pytest.importorskip("openrlhf")
 from openrlhf_helpers import load, loss_utils  # noqa: E402
-from parity_inputs import assert_same, inputs, value_and_grad  # noqa: E402
+from parity_inputs import (  # noqa: E402
+    LOW_DTYPES,
+    LOW_IDS,
+    assert_low_precision,
+    assert_same,
+    inputs,
+    low_precision_runs,
+    moderate,
+    value_and_grad,
+)
 
 IS = openrlhf.IS_FLAGS
 SETTINGS = {
@@ -41,6 +50,35 @@ SETTINGS = {
         IS + "threshold": ["0.5", "2"],
     },
     "ppo, IS correction token mask [0.5, 5] (defaults)": {IS + "level": "token"},
+    "ppo, IS correction seq mask [0.5, 5]": {IS + "level": "seq"},
+    "ppo, IS correction seq mask [0.8, 1.25], per-sample mean": {
+        IS + "level": "seq",
+        IS + "threshold": ["0.8", "1.25"],
+        "--actor.loss_agg_mode": "seq-mean-token-mean",
+    },
+    "ppo, IS correction seq mask, one threshold 1.1 ([0, 1.1])": {IS + "level": "seq", IS + "threshold": ["1.1"]},
+    "ppo, IS correction token gating binary_kl 0.01": {
+        IS + "level": "token",
+        IS + "gating": "binary_kl",
+        IS + "threshold": ["0.01"],
+    },
+    "ppo, IS correction token gating tv 0.05, dual clip 3": {
+        IS + "level": "token",
+        IS + "gating": "tv",
+        IS + "threshold": ["0.05"],
+        "--actor.dual_clip": "3",
+    },
+    "ppo, IS correction seq gating binary_kl 0.005": {
+        IS + "level": "seq",
+        IS + "gating": "binary_kl",
+        IS + "threshold": ["0.005"],
+    },
+    "ppo, IS correction seq gating tv -1 0.03, per-sample mean": {
+        IS + "level": "seq",
+        IS + "gating": "tv",
+        IS + "threshold": ["-1", "0.03"],
+        "--actor.loss_agg_mode": "seq-mean-token-mean",
+    },
     "gspo, defaults (ε 0.2)": {"--actor.policy_loss_type": "gspo"},
     "gspo, ε 3e-4 / 4e-4, dual clip 3": {
         "--actor.policy_loss_type": "gspo",
@@ -70,14 +108,36 @@ for _name, _settings in SETTINGS.items():  # the correction each read gives, as 
     if (_c := engines.read_correction("openrlhf", _settings)) is not None:
         NOTES[_name] = f"read_correction: {_c}"
 PARITY_ROWS = [("openrlhf", name, "exact", NOTES.get(name, "")) for name in SETTINGS] + [
+    ("openrlhf", "an all-empty batch", "named", "OpenRLHF divides 0 by 0 (NaN); divclip's loss is 0 (agg_loss)"),
+]
+LOW = [
+    "ppo, defaults (token-mean)",
+    "ppo, --actor.loss_agg_mode seq-mean-token-mean",
+    "ppo, IS correction token clip [0.5, 2]",
+    "ppo, IS correction seq mask [0.5, 5]",
+    "ppo, IS correction token gating binary_kl 0.01",
+    "gspo, defaults (ε 0.2)",
+]
+"""The settings of the bf16 / fp16 rows (`test_low_precision_inputs_are_openrlhfs_own_loss`)."""
+LOW_NOTE = (
+    "divclip computes in float32 (bf16/fp16 in, a float32 loss out), OpenRLHF in the input dtype: equal to "
+    "PolicyLoss on the same {what} values run in float64 to float32 rounding (the gradient to one {dtype} ulp), "
+    "and to PolicyLoss's own {dtype} run to its rounding (parity_inputs.assert_low_precision)"
+)
+LOW_ROWS = (
+    "bf16 inputs, |log r| to 30 (ppo token / sample mean, IS clip, seq gate, binary_kl gate; gspo)",
+    "fp16 inputs, |log r| <= 3 (the same settings)",
+)
+PARITY_ROWS += [
+    ("openrlhf", LOW_ROWS[0], "exact", LOW_NOTE.format(what="bf16", dtype="bf16")),
+    ("openrlhf", LOW_ROWS[1], "exact", LOW_NOTE.format(what="fp16", dtype="fp16")),
     (
         "openrlhf",
-        "ppo, IS correction at seq level",
-        "not modelled",
-        "read_correction refuses it by name: a whole sequence's weights zeroed, kept in the denominator",
+        "fp16 inputs with |log r| to 30",
+        "named",
+        "OpenRLHF's fp16 ratio overflows (e^25 > 65504): its loss is inf or NaN; divclip's is finite (float32 "
+        "inside) and PolicyLoss's float64 value on the same inputs",
     ),
-    ("openrlhf", "ppo, IS correction gating binary_kl / tv", "not modelled", "read_correction refuses it by name"),
-    ("openrlhf", "an all-empty batch", "named", "OpenRLHF divides 0 by 0 (NaN); divclip's loss is 0 (agg_loss)"),
 ]
 MICRO = "micro-batches of one optimizer step (ppo token/sample mean, gspo)"
 PARITY_ROWS.insert(
@@ -177,7 +237,7 @@ def test_an_all_empty_batch_is_nan_in_openrlhf_and_zero_in_divclip():
 
 
 def test_every_setting_is_a_row():
-    assert [row[1] for row in PARITY_ROWS if row[2] == "exact"] == [*SETTINGS, MICRO]
+    assert [row[1] for row in PARITY_ROWS if row[2] == "exact"] == [*SETTINGS, MICRO, *LOW_ROWS]
     assert set(NOTES) <= set(SETTINGS) and len({row[1] for row in PARITY_ROWS}) == len(PARITY_ROWS)
 
 
@@ -204,3 +264,36 @@ def test_gspo_with_is_correction_is_named_as_anchored_at_the_rollout():
     (advice,) = [a for a in r.advice if a.code == "is_correction_threshold"]
     assert "no IS weight" in advice.message and "π_rollout" in advice.message
     assert engines.read("openrlhf", {IS + "level": "token"}).ratio_anchor == "old"
+
+
+@pytest.mark.parametrize("dtype", LOW_DTYPES, ids=LOW_IDS)
+@pytest.mark.parametrize("name", LOW)
+def test_low_precision_inputs_are_openrlhfs_own_loss(name, dtype):
+    """log π, log π_old, A and log π_rollout in bf16 (|log r| to 30) or fp16 (|log r| <= 3: `moderate`), as a
+    bf16 / fp16 actor hands them to PolicyLoss (parity_inputs.assert_low_precision states the tolerance)."""
+    settings = SETTINGS[name]
+    lp, old, adv, mask, rollout = inputs("token", torch.float64)
+    if dtype == torch.float16:
+        lp, rollout = moderate(lp, old, rollout)
+    runs = low_precision_runs(
+        lambda x, *a: divclip_loss(settings, x, *a),
+        lambda x, *a: openrlhf_loss(settings, x, *a),
+        lp,
+        (old, adv, mask, rollout),
+        dtype,
+    )
+    assert_low_precision(*runs, dtype)
+
+
+def test_fp16_with_extreme_log_ratios_overflows_in_openrlhf_not_in_divclip():
+    settings = SETTINGS["ppo, defaults (token-mean)"]
+    lp, old, adv, mask, rollout = inputs("token", torch.float64)
+    ours, theirs_low, _, theirs64 = low_precision_runs(
+        lambda x, *a: divclip_loss(settings, x, *a),
+        lambda x, *a: openrlhf_loss(settings, x, *a),
+        lp,
+        (old, adv, mask, rollout),
+        torch.float16,
+    )
+    assert not bool(torch.isfinite(theirs_low[0]))
+    assert bool(torch.isfinite(ours[0])) and float(ours[0]) == pytest.approx(float(theirs64[0]), rel=1e-6)

@@ -16,7 +16,17 @@ import functools
 import pytest
 import torch
 from omegaconf import OmegaConf
-from parity_inputs import KINDS, assert_same, batch, value_and_grad
+from parity_inputs import (
+    KINDS,
+    LOW_DTYPES,
+    LOW_IDS,
+    assert_low_precision,
+    assert_same,
+    batch,
+    low_precision_runs,
+    moderate,
+    value_and_grad,
+)
 from skyrl_helpers import load
 
 from divclip import engines
@@ -242,7 +252,12 @@ PARITY_ROWS = (
             "SkyRL applies none: read_correction gives None, a warning names the keys",
         ),
         ("skyrl", "sequence_mean read as seq-mean-token-mean", "named", "verl's skips empty rows"),
-        ("skyrl", "token_mean_legacy read as token-mean", "named", "equal only for equal micro-batch tokens"),
+        (
+            "skyrl",
+            "token_mean_legacy read as token-mean-legacy",
+            "exact",
+            "policy_loss's token-mean-legacy, loss_scale_factor = micro_train_batch_size_per_gpu (named)",
+        ),
         ("skyrl", "zero_variance_filter", "named", "constant-reward prompts become empty rows"),
         ("skyrl", "advantage_batch_normalize", "named", "A whitened over the batch before the loss"),
     ]
@@ -346,6 +361,51 @@ def test_every_loss_reduction_is_skyrls(settings, kind, dtype):
     """SkyRL's pre-scaling per mini-batch (empty rows, micro-batches, max_seq_len, prompts) is skyrl.aggregation's."""
     settings = {**settings, A + "policy_loss_type": "sapo"}  # a loss without the float32 exp: 1e-12 in float64
     _check(settings, kind, dtype)
+
+
+@DTYPES
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("micro", [1, 2, 4, 5, 6, 7])
+def test_token_mean_legacy_is_policy_losss_token_mean_legacy(micro, kind, dtype):
+    """SkyRL's token_mean_legacy, read as token-mean-legacy, is policy_loss's token-mean-legacy with
+    loss_scale_factor = micro_train_batch_size_per_gpu on the raw advantages (no pre-scaling): on 6 rows, micro 4
+    and 5 leave rows past the last whole micro-batch unweighted, micro 7 leaves none whole (the loss 0)."""
+    settings = {
+        A + "policy_loss_type": "sapo",
+        A + "loss_reduction": "token_mean_legacy",
+        "trainer.micro_train_batch_size_per_gpu": micro,
+    }
+    r = skyrl.read(settings)
+    assert r.loss_agg_mode == "token-mean-legacy"
+    assert f"loss_scale_factor = {micro}" in _said(r)
+
+    def ours(x, old, adv, mask):
+        return policy_loss(x, old, adv, mask, r.spec, r.loss_agg_mode, loss_scale_factor=micro, metrics=False)[0]
+
+    def pair(dt):
+        lp, old, adv, mask = batch(kind, dt)
+        return (
+            value_and_grad(lambda x: ours(x, old, adv, mask), lp),
+            value_and_grad(lambda x: _theirs(settings, x, old, adv, mask), lp),
+        )
+
+    pairs = {dt: pair(dt) for dt in {dtype, torch.float64}}
+    assert_same(*pairs[dtype], dtype, None if dtype == torch.float64 else pairs[torch.float64][1])
+    if micro == 7 or kind == "empty":
+        assert float(pairs[dtype][1][0]) == 0.0
+    elif micro in (4, 5):  # the rows past the last whole micro-batch have no gradient, in SkyRL and here
+        assert not bool(pairs[dtype][0][1][micro:].any()) and bool(pairs[dtype][0][1][:micro].any())
+
+
+def test_token_mean_legacy_refuses_a_micro_batch_that_is_not_a_row_count():
+    lp, old, adv, mask = batch("token")
+    for bad in (0, 2.5, True, -1):
+        with pytest.raises(ValueError, match=r"loss_scale_factor must be None or a whole number >= 1 for token-mean"):
+            policy_loss(lp, old, adv, mask, "grpo", "token-mean-legacy", loss_scale_factor=bad)
+    # None: one micro-batch of every row, verl's token-mean
+    a = policy_loss(lp, old, adv, mask, "grpo", "token-mean-legacy", metrics=False)[0]
+    b = policy_loss(lp, old, adv, mask, "grpo", "token-mean", metrics=False)[0]
+    assert torch.isclose(a, b, rtol=1e-12, atol=0)
 
 
 @DTYPES
@@ -583,3 +643,47 @@ def test_the_outlier_band_is_refused_when_skyrl_could_not_mean_it():
         engines.read_correction(
             "skyrl", {OPC + "outlier_token_is_threshold_low": 2.0, OPC + "outlier_token_is_threshold_high": 1.5}
         )
+
+
+# ----------------------------------------------------------------------------------------------- bf16 / fp16
+LOW = [c for c in LOSSES if c[0] in ("regular", "dual_clip", "gspo", "cispo (defaults 0 / 5)", "sapo")]
+LOW_ROWS = (
+    "bf16 inputs, |log r| to 30 (regular, dual_clip, gspo, cispo, sapo; token_mean)",
+    "fp16 inputs, |log r| <= 3 (the same settings)",
+)
+LOW_NOTE = (
+    "divclip computes in float32 (bf16/fp16 in, a float32 loss out); SkyRL's ratio is float32 (safe_exp_delta), "
+    "the rest of its loss and its advantage pre-scaling in the input dtype (divclip scales A by "
+    "skyrl.aggregation in float32): equal to SkyRL's run on the same {dtype} values in float64 to float32 "
+    "rounding (the gradient to one {dtype} ulp), and to its own {dtype} run to its rounding "
+    "(parity_inputs.assert_low_precision)"
+)
+PARITY_ROWS += [
+    ("skyrl", LOW_ROWS[0], "exact", LOW_NOTE.format(dtype="bf16")),
+    ("skyrl", LOW_ROWS[1], "exact", LOW_NOTE.format(dtype="fp16")),
+]
+
+
+def _ours_low(settings, lp, old, adv, mask):
+    """`_ours` with the pre-scaling in float32 (divclip's compute dtype) for bf16 / fp16 advantages."""
+    r = skyrl.read(settings)
+    scaled = adv.to(torch.float32) * skyrl.aggregation(settings, mask).to(torch.float32)
+    return policy_loss(lp, old, scaled, mask, r.spec, "token-sum", metrics=False)[0]
+
+
+@pytest.mark.parametrize("dtype", LOW_DTYPES, ids=LOW_IDS)
+@pytest.mark.parametrize("settings", [c[1] for c in LOW], ids=[c[0] for c in LOW])
+def test_low_precision_inputs_are_skyrls_own_loss(settings, dtype):
+    """log π, log π_old, A and the mask in bf16 (|log r| to 30) or fp16 (|log r| <= 3: `moderate`), as a bf16 /
+    fp16 worker hands them to SkyRL's loss (parity_inputs.assert_low_precision states the tolerance)."""
+    lp, old, adv, mask = batch("token", torch.float64)
+    if dtype == torch.float16:
+        lp, _ = moderate(lp, old)
+    runs = low_precision_runs(
+        lambda x, *a: _ours_low(settings, x, *a),
+        lambda x, *a: _theirs(settings, x, *a),
+        lp,
+        (old, adv, mask),
+        dtype,
+    )
+    assert_low_precision(*runs, dtype)

@@ -15,7 +15,16 @@ from __future__ import annotations
 import pytest
 import slime_helpers
 import torch
-from parity_inputs import assert_same, inputs, value_and_grad
+from parity_inputs import (
+    LOW_DTYPES,
+    LOW_IDS,
+    assert_low_precision,
+    assert_same,
+    inputs,
+    low_precision_runs,
+    moderate,
+    value_and_grad,
+)
 
 from divclip import engines
 from divclip.engines import slime
@@ -100,6 +109,35 @@ PARITY_ROWS = [("slime", name, "exact", NOTES.get(name, "")) for name in SETTING
     ),
 ]
 
+LOW = [
+    "grpo, defaults (per-sample mean)",
+    "--calculate-per-token-loss",
+    "gspo, 3e-4 / 4e-4",
+    "cispo, --eps-clip 1 --eps-clip-high 4 (canonical)",
+    "--use-tis (clamp 0..2)",
+]
+"""The settings of the bf16 / fp16 rows (`test_low_precision_inputs_are_slimes_own_loss`)."""
+LOW_ROWS = (
+    "bf16 inputs, |log r| to 30 (grpo per-sample / per-token, gspo, cispo, --use-tis)",
+    "fp16 inputs, |log r| <= 3 (the same settings)",
+)
+LOW_NOTE = (
+    "divclip computes in float32 (bf16/fp16 in, a float32 loss out), slime in the input dtype: equal to slime's "
+    "loss_function on the same {dtype} values run in float64 to float32 rounding (the gradient to one {dtype} "
+    "ulp), and to its own {dtype} run to its rounding (parity_inputs.assert_low_precision)"
+)
+PARITY_ROWS += [
+    ("slime", LOW_ROWS[0], "exact", LOW_NOTE.format(dtype="bf16")),
+    ("slime", LOW_ROWS[1], "exact", LOW_NOTE.format(dtype="fp16")),
+    (
+        "slime",
+        "fp16 inputs with |log r| to 30",
+        "named",
+        "slime's unclamped fp16 ratio overflows (e^30 > 65504): its loss is inf; divclip's is finite (float32 "
+        "inside) and slime's float64 value on the same inputs",
+    ),
+]
+
 
 def divclip_loss(settings: dict, lp, old, adv, mask, rollout):
     read = engines.read("slime", settings)
@@ -131,7 +169,7 @@ def _both(settings, kind, dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
 @pytest.mark.parametrize("kind", ["token", "row", "empty"])
-@pytest.mark.parametrize("name", [row[1] for row in PARITY_ROWS if row[2] == "exact"])
+@pytest.mark.parametrize("name", list(SETTINGS))
 def test_policy_loss_equals_slimes_own_loss(name, kind, dtype):
     corrected = "--use-tis" in SETTINGS[name] or "--use-opsm" in SETTINGS[name]
     if kind == "empty" and corrected and "--use-rollout-logprobs" not in SETTINGS[name]:  # (its weights: no check)
@@ -149,7 +187,7 @@ def test_a_negative_eps_clip_is_a_clear_error():
 
 
 def test_every_setting_is_a_row():
-    assert [row[1] for row in PARITY_ROWS if row[2] == "exact"] == list(SETTINGS)
+    assert [row[1] for row in PARITY_ROWS if row[2] == "exact"] == [*SETTINGS, *LOW_ROWS]
     assert set(NOTES) <= set(SETTINGS) and len({row[1] for row in PARITY_ROWS}) == len(PARITY_ROWS)
 
 
@@ -175,3 +213,31 @@ def test_use_opsm_is_named_with_what_it_does():
     with_mask, _ = slime_helpers.run({"--use-opsm": True, "--opsm-delta": "0.01"}, lp, old, adv, mask, rollout)
     without, _ = slime_helpers.run({}, lp, old, adv, mask, rollout)
     assert with_mask.item() != without.item()  # the setting changes slime's loss: it must not be silent
+
+
+def _low_runs(name, dtype, bound=None):
+    settings = SETTINGS[name]
+    lp, old, adv, mask, rollout = inputs("token", torch.float64)
+    if bound:
+        lp, rollout = moderate(lp, old, rollout)
+    return low_precision_runs(
+        lambda x, *a: divclip_loss(settings, x, *a),
+        lambda x, *a: slime_helpers.run(settings, x, *a)[0],
+        lp,
+        (old, adv, mask, rollout),
+        dtype,
+    )
+
+
+@pytest.mark.parametrize("dtype", LOW_DTYPES, ids=LOW_IDS)
+@pytest.mark.parametrize("name", LOW)
+def test_low_precision_inputs_are_slimes_own_loss(name, dtype):
+    """log π, log π_old, A and log π_rollout in bf16 (|log r| to 30) or fp16 (|log r| <= 3: `moderate`), as a
+    bf16 / fp16 run hands them to slime's loss (parity_inputs.assert_low_precision states the tolerance)."""
+    assert_low_precision(*_low_runs(name, dtype, bound=dtype == torch.float16), dtype)
+
+
+def test_fp16_with_extreme_log_ratios_overflows_in_slime_not_in_divclip():
+    ours, theirs_low, _, theirs64 = _low_runs("grpo, defaults (per-sample mean)", torch.float16)
+    assert not bool(torch.isfinite(theirs_low[0]))
+    assert bool(torch.isfinite(ours[0])) and float(ours[0]) == pytest.approx(float(theirs64[0]), rel=1e-6)

@@ -68,3 +68,13 @@ def test_token_mean_and_prompt_mean_raise_no_reduction_warning():
     for reduction in ("token_mean", "prompt_mean"):
         found = engines.read("skyrl", {A + "loss_reduction": reduction}).advice
         assert "skyrl_reduction_differs" not in {a.code for a in found}
+
+
+def test_token_mean_legacy_is_read_by_name_and_translated_or_named():
+    settings = {A + "loss_reduction": "token_mean_legacy", "trainer.micro_train_batch_size_per_gpu": 4}
+    assert engines.read("skyrl", settings).loss_agg_mode == "token-mean-legacy"
+    flat, _ = engines.translate(settings, "skyrl", "skyrl")
+    assert flat[A + "loss_reduction"] == "token_mean_legacy"
+    for dst in ("verl", "trl", "openrlhf", "areal", "slime"):  # none has it: each names the aggregation it drops
+        _, diffs = engines.translate(settings, "skyrl", dst)
+        assert any(str(d).startswith("aggregation token-mean-legacy") for d in diffs), dst

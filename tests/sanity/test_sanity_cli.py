@@ -155,3 +155,25 @@ def test_strict_exits_1_on_an_unknown_key_after_the_report(capsys, tmp_path):
     clean.write_text("actor_rollout_ref.actor.clip_ratio_high=0.28\n")
     code, out, _ = run(capsys, "check", str(clean), "--strict")
     assert code == 0 and "[unknown_key]" not in out
+
+
+def test_help_gives_the_exit_statuses(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["check", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert done.value.code == 0
+    assert "exit status: 0 the report was printed" in out and "1 with --strict" in out and "2 bad input" in out
+
+
+def test_strict_stops_on_a_key_of_another_version_not_on_an_examples_own_key(capsys):
+    """--strict exits 1 for a key the modelled engine refuses whatever it is (a key verl 0.9.1 no longer has), and 0
+    for a launch of an example whose own config class declares its extra keys (SkyRL's DAPO example)."""
+    from pathlib import Path
+
+    corpus = Path(__file__).parents[1] / "fixtures" / "engines" / "corpus"
+    code, out, _ = run(capsys, "check", str(corpus / "verl/sapo_trainer__run_qwen30b_sapo.sh"), "--strict", "--json")
+    unknown = [w for w in json.loads(out)["warnings"] if w["code"] == "unknown_key"]
+    assert code == 1 and [w["key"] for w in unknown] == ["trainer.use_legacy_worker_impl"]
+    assert "verl 0.5.0 to 0.8.0.dev had it" in unknown[0]["message"]
+    code, out, _ = run(capsys, "check", str(corpus / "skyrl/train__algorithms__dapo__run_dapo_gsm8k.sh"), "--strict")
+    assert code == 0 and "[unknown_key]" not in out

@@ -1,5 +1,5 @@
-"""The bash-style splitter itself (sanity/shellwords.py): words, quotes, expansions and bounds, against what
-bash does with the same text (the expected fields are bash's own, written out)."""
+"""The shell reader itself (engines/shellwords.py, through tree-sitter-bash): words, quotes, expansions and bounds,
+against what bash does with the same text (the expected fields are bash's own, written out)."""
 
 from __future__ import annotations
 

@@ -128,3 +128,34 @@ def test_m2po_interval_for_a_uniform_batch(tau):
     old = torch.full((1, 50), math.log(0.3), dtype=torch.float64)
     _, keep, _ = rollout_correction(old, old - math.log(hi * (1 + 1e-6)), torch.ones_like(old), c)
     assert int(keep.sum()) == 1  # outside: AReaL drops all but one token
+
+
+@pytest.mark.parametrize("length", (1, 7))
+@pytest.mark.parametrize(
+    "text",
+    [
+        "filter=token:binary_kl:mask:0.0_0.05",
+        "filter=token:binary_tv:mask:0.1",
+        "filter=sequence:binary_kl:mean:mask:0.02",
+        "filter=sequence:binary_tv:sum:mask:0.3",
+    ],
+)
+def test_binary_gate_interval_is_the_measures_at_the_stated_rollout_probability(text, length):
+    """OpenRLHF's binary gates: the interval is divclip's binary_kl / binary_tv measure bounds at π_rollout =
+    BINARY_P (δ/L for a sum); a sequence of tokens at π_rollout = BINARY_P, each at ρ just inside, keeps its
+    weights ρ; just outside, weight 0."""
+    from divclip.theory.correction_bounds import BINARY_P
+    from divclip.theory.measures import get_measure
+
+    c = parse_correction(text)
+    (row,) = correction_intervals(c, LENGTHS + (length,))
+    pooled = length if c.filter.agg == "sum" and c.filter.level == "sequence" else 1
+    ref = get_measure(c.filter.metric).bounds(c.filter.upper / pooled, BINARY_P)
+    assert row["by_length"][length] == pytest.approx(tuple(float(x) for x in ref), rel=1e-15)
+    assert "OpenRLHF" in row["bounds"]
+    rollout = torch.full((1, length), math.log(BINARY_P), dtype=torch.float64)
+    for edge in row["by_length"][length]:
+        for factor, kept in ((1 - 1e-6, edge > 1), (1 + 1e-6, edge < 1)):
+            rho = edge * factor
+            w, _, _ = rollout_correction(rollout + math.log(rho), rollout, torch.ones_like(rollout), c)
+            assert float(w[0, 0]) == (pytest.approx(rho, rel=1e-12) if kept else 0.0), (text, edge, factor)

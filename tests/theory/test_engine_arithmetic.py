@@ -33,7 +33,24 @@ def test_the_engine_aggregations_against_plain_sums():
     assert agg_loss(loss, mask, "seq-mean-token-mean").item() != noeps  # verl's 1e-8 in each count
 
 
-@pytest.mark.parametrize("mode", ["seq-mean-token-mean-noeps", "token-mean-min1"])
+@pytest.mark.parametrize("micro", [1, 2, 3, 4, 5])
+def test_token_mean_legacy_against_plain_sums(micro):
+    """SkyRL's token_mean_legacy: the token mean of each whole micro-batch of `micro` rows, their mean; rows past the
+    last whole one count nothing, and with none whole the loss is 0 (SkyRL's own function: test_parity_skyrl.py)."""
+    loss, mask = torch.tensor(ROWS, dtype=torch.float64), torch.tensor(MASK, dtype=torch.float64)
+    counts = [sum(m) for m in MASK]
+    sums = [sum(x * m for x, m in zip(row, ms)) for row, ms in zip(ROWS, MASK)]
+    whole = len(ROWS) // micro
+    cuts = [range(i * micro, (i + 1) * micro) for i in range(whole)]
+    means = [sum(sums[i] for i in c) / max(sum(counts[i] for i in c), 1) for c in cuts]
+    want = sum(means) / whole if whole else 0.0
+    got = agg_loss(loss, mask, "token-mean-legacy", micro).item()
+    assert got == pytest.approx(want, rel=1e-15, abs=0)
+    if micro == 2:  # the second micro-batch (an empty row and 2 tokens) weighs as much as the first (4 tokens)
+        assert got != pytest.approx(agg_loss(loss, mask, "token-mean").item(), rel=1e-3)
+
+
+@pytest.mark.parametrize("mode", ["seq-mean-token-mean-noeps", "token-mean-min1", "token-mean-legacy"])
 def test_the_engine_aggregations_of_an_empty_mask_are_zero_and_bf16_is_finite(mode):
     empty = torch.zeros(2, 3)
     assert agg_loss(torch.ones(2, 3), empty, mode).item() == 0.0

@@ -1,0 +1,160 @@
+"""Constructs the tree-sitter-bash reader handles that the former hand-written splitter did not (issue 31 item 1):
+`&&` / `||` conditions (also inside `[[ ]]`), `for` loops over known values, subshells, heredoc-fed commands with
+nested quotes, a pipe after a heredoc, words tree-sitter-bash 0.25 cuts short, and what stays unresolved.
+
+The reference is bash itself: each script runs under /usr/bin/bash with `python3` replaced by a function that prints
+its arguments (an empty environment), and the words divclip reads must be the ones bash passed. divclip never runs
+anything.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+
+import pytest
+
+from divclip.engines.config import read_config
+from divclip.engines.shellwords import expand_script
+from divclip.sanity.errors import ConfigError
+
+BASH = shutil.which("bash")
+_STUB = 'python3() { printf "%s\\0" python3 "$@"; printf "\\n"; }\n'
+
+
+def _bash(script: str) -> list[list[str]]:
+    done = subprocess.run(
+        [BASH, "--noprofile", "--norc", "-c", _STUB + script],
+        env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return [line.split("\0")[:-1] for line in done.stdout.splitlines() if line.startswith("python3\0")]
+
+
+def _divclip(script: str) -> list[list[str]]:
+    return [words for _, words, _ in expand_script(script, "t.sh").commands if words[:1] == ["python3"]]
+
+
+SCRIPTS = {
+    "and_or_conditions": (
+        "D=${D:-gpu}\nN=2\n"
+        'if [[ $D == gpu && $N -le 4 ]] || [ -z "$UNSET_X" ]; then\n  python3 -m m a=1\n'
+        'elif [ "$D" != gpu ] && [ 1 -eq 1 ]; then\n  python3 -m m a=2\nelse\n  python3 -m m a=3\nfi\n'
+        "if [[ ! ( $D == npu || $D == ascend ) && -n $D ]]; then python3 -m m b=1; else python3 -m m b=2; fi\n"
+    ),
+    "for_over_values": "for clip in 0.2 0.28; do\n  for n in 4 8; do python3 -m m high=$clip n=$n; done\ndone\n",
+    "subshell_keeps_its_variables": "X=1\n(X=2; python3 -m m inner=$X)\npython3 -m m outer=$X\n",
+    "heredoc_fed_nested_quotes": (
+        'V="d e"\npython3 -m m "a\'b" \'c"d\' --x="${U:-"$V f"}" <<\'END\' tail=1\nbody $V "not a word"\nEND\n'
+    ),
+    "pipe_after_heredoc": "cat <<END | python3 -m m a.b=1 'c d'\nx=$HOME\nEND\n",
+    "long_names_between_slashes": (
+        "R=/r\nproject_name=p\ne=x\nd=$R/checkpoint/$project_name/$e\n"
+        "python3 -m m dir=$d arg=$R/checkpoint/$project_name/$e\n"
+    ),
+    "hash_in_the_first_word": "a#b c\npython3 -m m x#y=1 # a comment\n",
+    "grammar_recovered_in_a_word": 'T=${T:-["/Y"]}\n: "${N:=$(( 2 * (3 + 1) ))}"\npython3 -m m t=$T n=$N\n',
+    "ansi_and_escaped_strings": "python3 -m m $'a\\tb' \"q\\\"q\" 'raw\\n' f\\ g\n",
+}
+
+
+@pytest.mark.skipif(BASH is None, reason="bash is the reference")
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_the_words_are_the_ones_bash_passes(name):
+    expected = _bash(SCRIPTS[name])
+    assert expected and _divclip(SCRIPTS[name]) == expected
+
+
+def test_and_or_conditions_are_decided_and_said():
+    notes = expand_script(SCRIPTS["and_or_conditions"], "t.sh").notes
+    assert any(n.startswith("line 3:") and "is true with the script's own values" in n for n in notes)
+    assert any(n.startswith("line 10:") and "is true with the script's own values" in n for n in notes)
+
+
+def test_a_while_read_loop_is_read_once_and_its_variable_named():
+    script = "while IFS= read -r clip; do\n  python3 -m verl.trainer.main_ppo a.clip=$clip\ndone < clips.txt\n"
+    done = expand_script(script, "t.sh")
+    [(line, words, _)] = done.commands
+    assert (line, words) == (2, ["python3", "-m", "verl.trainer.main_ppo", "a.clip=$clip"])
+    [[(text, origin)]] = done.unresolved
+    assert text == "$clip" and origin.startswith("$clip is set at line 1 from the loop `while IFS= read -r clip;")
+    assert any(n.startswith("line 1:") and "its body is read once ($clip named as unresolved)" in n for n in done.notes)
+
+
+def test_a_for_loop_over_values_only_running_knows_is_read_once():
+    done = expand_script("for s in $(seq 3); do python3 -m m seed=$s; done\n", "t.sh")
+    assert [w for _, w, _ in done.commands] == [["python3", "-m", "m", "seed=$s"]]
+    assert "from the loop `for s in $(seq 3)" in done.unresolved[0][0][1]
+
+
+def test_a_string_replacement_is_named_unresolved():
+    key = "actor_rollout_ref.actor.clip_ratio_low"
+    script = f"V=0.2\npython3 -m verl.trainer.main_ppo {key}=${{V//2/3}}\n"
+    raw = read_config(script.encode(), name="run.sh")
+    line, _, refs = raw.unresolved[key]
+    assert line == 2 and refs == [("${V//2/3}", "a string operation on $V: not evaluated here")]
+
+
+@pytest.mark.parametrize(
+    "script, line, what",
+    [
+        ("python3 -m m a=1 \\\n  b=$(echo x\n", 2, "no closing '\\)'"),
+        ("if [ x ]; then\n  python3 -m m a=1\n", 1, "no closing 'fi'"),
+        ("python3 -m m a=`id\n", 1, "no closing backtick"),
+    ],
+)
+def test_an_unclosed_construct_names_the_file_line_and_text(script, line, what):
+    with pytest.raises(
+        ConfigError, match=rf"config 'r\.sh' cannot be split into shell words \(line {line}\): {what}, at"
+    ):
+        expand_script(script, "r.sh")
+
+
+def test_what_the_grammar_cannot_read_inside_a_word_is_said():
+    notes = expand_script(SCRIPTS["grammar_recovered_in_a_word"], "t.sh").notes
+    assert [n.split(":")[0] for n in notes if "bash's grammar (tree-sitter-bash) cannot read" in n] == [
+        "line 1",
+        "line 2",
+    ]
+    assert all("it is kept as written in its word" in n for n in notes if "cannot read" in n)
+
+
+CONDITIONS = [
+    ["[", "a", "=", "a", "]", "&&", "[", "1", "-le", "0", "]"],
+    ["[", "a", "=", "b", "]", "||", "[", "-n", "x", "]"],
+    ["[", "a", "=", "b", "]", "||", "[", "x", "]", "&&", "[", "-z", "x", "]"],
+    ["!", "[", "2", "-gt", "10", "]", "||", "[", "a", "!=", "a", "]"],
+    ["[[", "a", "==", "b", "||", "c", "==", "c", "&&", "-n", "x", "]]"],
+    ["[[", "!", "(", "gpu", "==", "npu", "||", "gpu", "==", "ascend", ")", "&&", "-z", "", "]]"],
+    ["[[", "Qwen2.5-7B", "==", "*7B", "]]"],
+    ["test", "3", "-ne", "3", "||", "test", "-z", ""],
+]
+
+
+@pytest.mark.skipif(BASH is None, reason="bash is the reference")
+@pytest.mark.parametrize("words", CONDITIONS, ids=[" ".join(w) for w in CONDITIONS])
+def test_a_known_condition_is_decided_as_bash_decides_it(words):
+    from divclip.engines.shellbranches import evaluate
+
+    quoted = " ".join(
+        w if w in ("[[", "]]", "(", ")", "&&", "||", "!", "==") or w.startswith("*") else shlex.quote(w) for w in words
+    )
+    done = subprocess.run(
+        [BASH, "--noprofile", "--norc", "-c", f"if {quoted}; then echo T; else echo F; fi"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert evaluate(words) is (done.stdout.strip() == "T")
+
+
+def test_a_text_with_far_more_pieces_than_words_allowed_is_refused_before_parsing():
+    from divclip.engines.shellwords import MAX_PIECES, MAX_WORDS
+
+    with pytest.raises(ConfigError, match=rf"more than {MAX_WORDS} words, commands and \$references at a glance"):
+        expand_script("a " * (MAX_PIECES + 1), "r.sh")
+    assert len(expand_script("python3 -m m " + "a" * 3 * MAX_PIECES + "\n", "r.sh").commands) == 1
