@@ -423,10 +423,18 @@ def _rollout_is(s, g, settings, keys):
     (1 − eps_clip_low, 1 + eps_clip_high), else 0: the REINFORCE form gpg under the bypass correction
     `read_correction` gives (is=token:mask=LO_HI/bypass); the band is open in SkyRL, closed in divclip (they differ
     only for an r exactly on a bound)."""
+    from divclip.engines.correction import read_correction
     from divclip.theory.spec import parse_method
 
     s.budget_low, s.budget_high = g[A + "eps_clip_low"], g[A + "eps_clip_high"]
     s.spec = parse_method("ratio/gpg")
+    try:
+        read_correction(NAME, settings)
+    except ConfigError as exc:  # an off_policy_correction beside it: two rollout ratios, one divclip correction
+        s.notes.append(
+            f"rollout_is with an off_policy_correction: {exc}; policy_loss on ratio/gpg with the rollout_is band "
+            "alone is SkyRL's loss without that correction"
+        )
     s.notes.append(
         f"rollout_is: SkyRL's loss is REINFORCE (−A·log π, the form gpg) weighted by r = π_θ/π_rollout where r is "
         f"inside (1 − eps_clip_low, 1 + eps_clip_high) = ({1 - s.budget_low:g}, {1 + s.budget_high:g}), 0 outside: "

@@ -551,6 +551,21 @@ def test_losses_that_apply_no_correction_read_none_and_warn(loss):
     assert any(a.code == "ignored_key" and "never applies it" in a.message for a in r.advice)
 
 
+def test_rollout_is_with_an_off_policy_correction_names_the_correction_it_cannot_hold():
+    """SkyRL then weights by π_θ/π_rollout (its band) and by π_old/π_rollout (the correction) at once: one divclip
+    correction holds one of the two, so the read's method (ratio/gpg, the corpus truth) comes with a note that the
+    second one is not in it, and it does change SkyRL's loss."""
+    settings = {A + "policy_loss_type": "rollout_is", OPC + "sequence_mask_metric": "geometric"}
+    r = skyrl.read(settings)
+    assert r.spec == skyrl.read({A + "policy_loss_type": "rollout_is"}).spec
+    assert any("rollout_is with an off_policy_correction" in n and "without that correction" in n for n in r.notes)
+    lp, old, adv, mask = batch("token")
+    ro = old + 0.3 * torch.randn(old.shape, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    both = _theirs(settings, lp, old, adv, mask, ro)
+    alone = _theirs({A + "policy_loss_type": "rollout_is"}, lp, old, adv, mask, ro)
+    assert not torch.isclose(both, alone, rtol=1e-6)  # the correction changes SkyRL's rollout_is loss
+
+
 def test_every_loss_type_is_read():
     """Every policy_loss_type of SkyRL's registry has a reader (none is 'reported, not modelled')."""
     registry = set(ppo_utils.PolicyLossRegistry.list_available())
