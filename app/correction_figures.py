@@ -22,7 +22,7 @@ import numpy as np
 
 from divclip.app.figures import figure_of, log_axis, page_layout, vertical_line
 from divclip.theory.correction import Correction, parse_correction
-from divclip.theory.correction_bounds import correction_intervals
+from divclip.theory.correction_bounds import BINARY_P, correction_intervals
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")  # one per correction (at most four)
 DEFAULT_CORRECTIONS = "is=sequence:mask=3.0/noclamp, rs=token_k3:0.01, filter=sequence:ratio:sum:mask:0.5_2.0"
@@ -66,7 +66,9 @@ def rho_axis(n: int = 241) -> np.ndarray:
 def kept_weight(c: Correction, rho: np.ndarray, length: int) -> np.ndarray:
     """Per ρ: the weight × keep of a token in a sequence of `length` tokens all at ρ (1 where the correction
     has no weight and keeps the token, 0 where it drops it), by `rollout_correction`; the mean over the
-    sequence's tokens, which are all alike except under M2PO (a batch of one sequence: it keeps one token)."""
+    sequence's tokens, which are all alike except under M2PO (a batch of one sequence: it keeps one token).
+    π_rollout is held at `correction_bounds.BINARY_P` (0.5), where the intervals of OpenRLHF's binary gates are
+    given (every other part reads ρ alone)."""
     import torch
 
     from divclip.theory.correction_apply import rollout_correction
@@ -74,8 +76,8 @@ def kept_weight(c: Correction, rho: np.ndarray, length: int) -> np.ndarray:
     if not (isinstance(length, int) and not isinstance(length, bool) and length >= 1):
         raise ValueError(f"length must be an integer >= 1, got {length!r}")
     rho = np.asarray(rho, dtype=np.float64)
-    old = torch.full((rho.size, length), math.log(0.5), dtype=torch.float64)
-    rollout = old - torch.from_numpy(np.log(rho))[:, None]
+    rollout = torch.full((rho.size, length), math.log(BINARY_P), dtype=torch.float64)
+    old = rollout + torch.from_numpy(np.log(rho))[:, None]
     mask = torch.ones_like(old)
     adv = -torch.ones_like(old) if c.opsm is not None else None  # OPSM acts on A < 0 only
 

@@ -168,9 +168,15 @@ def _without_areal_parts(c: Correction, engine: str) -> tuple[Correction, list[s
             geometric = f.metric == "ratio" and f.seq_weight == "geometric"
             what = "the geometric mean of the sequence" if geometric else f"ρ, gated by {f.metric}"
             owner = "AReaL" if f.areal else "OpenRLHF"
-            cannot.append(
-                f"{engine} has no {owner} filter {f} (a weight of {what}, {f.action}ed on the {f.level} statistic)"
-            )
+            if engine == "openrlhf" and not f.areal:  # an OpenRLHF-kind filter its flags cannot say
+                cannot.append(
+                    f"OpenRLHF's is_correction gate is a mask on the token's statistic or its sequence mean, with a "
+                    f"lower bound <= 0 for binary_kl / tv: filter {f} is not expressible"
+                )
+            else:
+                cannot.append(
+                    f"{engine} has no {owner} filter {f} (a weight of {what}, {f.action}ed on the {f.level} statistic)"
+                )
     if c.m2po is not None:
         cannot.append(f"{engine} has no M2PO second-moment mask (m2po={c.m2po!r}, AReaL's m2_threshold)")
     return dataclasses.replace(c, filter=None, m2po=None, **weight), cannot

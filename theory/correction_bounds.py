@@ -115,14 +115,15 @@ def correction_intervals(correction, lengths=DEFAULT_LENGTHS) -> list[dict]:
         )
     if c.filter is not None:
         f = c.filter
-        owner = "AReaL's" if f.areal or f.metric == "ratio" else f"OpenRLHF's (at π_rollout = {BINARY_P:g})"
+        owner = "AReaL's" if f.areal else "OpenRLHF's"
+        at = f" at π_rollout = {BINARY_P:g}" if f.metric in ("binary_kl", "binary_tv") else ""
         if f.level == "token":
-            stat = "ρ per token" if f.metric == "ratio" else f"{owner} token {f.metric}"
+            stat = "ρ per token" if f.metric == "ratio" else f"{owner} token {f.metric}{at}"
         elif f.metric == "ratio":
             stat = {"sum": "Π ρ_t", "mean": "the geometric mean of ρ", "max": "the largest ρ_t"}[f.agg]
-            stat += ", each token weighted by its own ρ" if f.seq_weight == "token" else ""
+            stat += " (each token weighted by its own ρ)" if f.seq_weight == "token" else ""
         else:
-            stat = f"the {f.agg} of {owner} token {f.metric}"
+            stat = f"the {f.agg} of {owner} token {f.metric}{at}"
         band = f"outside [{f.lower:g}, {f.upper:g}]" if f.lower is not None else f"above {f.upper:g}"
         act = "weight 0" if f.action == "mask" else "weight clamped"
         rows.append(

@@ -63,6 +63,14 @@ PAGES = {
             "L": "300",
         },
     ),
+    # OpenRLHF's gates (issue 35): a sequence ratio gate keeping token weights, binary KL / TV gates at π_rollout 0.5
+    "atlas_corrections_openrlhf": (
+        "atlas",
+        {
+            "corrections": "filter=sequence:ratio:mean:mask:0.5_5.0:token, filter=token:binary_kl:mask:0.0_0.05, "
+            "filter=sequence:binary_tv:mean:mask:0.0_0.1"
+        },
+    ),
 }
 PRESENTER_STEPS = 10  # the KL3 lecture: 8 derivation steps, the sign of A, the numbers
 

@@ -148,3 +148,21 @@ def test_explorer_overlay_from_the_url():
     assert len(at.get("plotly_chart")) == 4
     at.button(key="explorer.correction_example").click().run()
     assert len(at.get("plotly_chart")) == 5
+
+
+@pytest.mark.parametrize(
+    "text", ["filter=token:binary_tv:mask:0.0_0.1", "filter=sequence:binary_kl:mean:mask:0.0_0.02"]
+)
+def test_openrlhfs_binary_gates_are_drawn_at_the_rollout_probability_of_their_band(text):
+    """The weight curve and the kept band of a binary gate hold the same π_rollout (0.5): ρ inside the binary
+    measure's bounds at p = 0.5 (divclip.theory.measures), 0 outside."""
+    from divclip.theory.measures import get_measure
+
+    c = parse_correction(text)
+    lo, hi = (float(x) for x in get_measure(c.filter.metric).bounds(c.filter.upper, 0.5))
+    w = kept_weight(c, RHO, 3)
+    inside = (RHO > lo * (1 + 1e-9)) & (RHO < hi * (1 - 1e-9))
+    np.testing.assert_allclose(w[inside], RHO[inside], rtol=1e-12)
+    assert np.all(w[(RHO < lo * (1 - 1e-9)) | (RHO > hi * (1 + 1e-9))] == 0.0)
+    band = kept_band(c, (1, 3))
+    np.testing.assert_allclose([band[0][1], band[1][1]], [lo, hi], rtol=1e-12)

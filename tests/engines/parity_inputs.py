@@ -178,3 +178,24 @@ def assert_low_precision(ours, theirs_low, theirs32, theirs64, dtype):
                 f"{a.reshape(-1)[:4].tolist()}..., theirs {ref.reshape(-1)[:4].tolist()}...; max |diff| "
                 f"{float((a - ref).abs().max()):.3g}"
             )
+
+
+def assert_fp16_overflow_is_the_engines(ours, theirs_low, theirs32, theirs64):
+    """fp16 inputs with |log r| to 30 (the runs of `low_precision_runs`): the engine's fp16 loss overflows (inf or
+    NaN); divclip's value is finite and the engine's float64 value on the same inputs to float32 rounding; its
+    gradient, cast to fp16 at the leaf, is non-finite exactly where the engine's float64 gradient is beyond fp16's
+    largest number (65504), and the engine's float64 gradient to float32 rounding and one fp16 ulp elsewhere."""
+    assert not bool(torch.isfinite(theirs_low[0])), "the engine's fp16 loss is finite: no overflow to name"
+    eps32, info = torch.finfo(torch.float32).eps, torch.finfo(torch.float16)
+    value, ref = float(ours[0]), float(theirs64[0])
+    assert math.isfinite(value) and abs(value - ref) <= 2 * abs(float(theirs32[0]) - ref) + 8 * eps32 * abs(ref)
+    grad, ref = ours[1].to(torch.float64), theirs64[1]
+    beyond = ref.abs() > info.max
+    assert torch.equal(~torch.isfinite(grad), beyond)
+    tol = (
+        2 * (theirs32[1] - ref).abs()
+        + 8 * eps32 * ref[~beyond].abs().max()
+        + info.eps * ref.abs()
+        + info.tiny * info.eps
+    )
+    assert bool(((grad - ref).abs() <= tol)[~beyond].all())

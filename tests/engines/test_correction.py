@@ -430,3 +430,18 @@ def test_openrlhf_seq_ratio_gate_accepts_openrlhfs_bands_areal_refuses():
     assert (c.filter.lower, c.filter.upper) == (0.9, 1.0)
     with pytest.raises(ValueError, match="upper must be > 1"):
         parse_correction("filter=sequence:ratio:mean:mask:0.9_1.0")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "filter=token:binary_kl:mask:0.1_0.2",
+        "filter=sequence:binary_tv:sum:mask:0.1",
+        "filter=sequence:binary_kl:max:mask:0.1",
+    ],
+)
+def test_openrlhf_kind_filters_openrlhf_cannot_say_are_named(text):
+    """A lower bound > 0 on a divergence, or a sum / max over the sequence: OpenRLHF's flags have neither."""
+    out, cannot = write_correction(text, "openrlhf")
+    assert out == {OPENRLHF + "level": "off"} and len(cannot) == 1
+    assert "not expressible" in cannot[0] and text.removeprefix("filter=") in cannot[0]

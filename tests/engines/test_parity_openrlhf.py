@@ -27,6 +27,7 @@ from openrlhf_helpers import load, loss_utils  # noqa: E402
 from parity_inputs import (  # noqa: E402
     LOW_DTYPES,
     LOW_IDS,
+    assert_fp16_overflow_is_the_engines,
     assert_low_precision,
     assert_same,
     inputs,
@@ -136,7 +137,9 @@ PARITY_ROWS += [
         "fp16 inputs with |log r| to 30",
         "named",
         "OpenRLHF's fp16 ratio overflows (e^25 > 65504): its loss is inf or NaN; divclip's is finite (float32 "
-        "inside) and PolicyLoss's float64 value on the same inputs",
+        "inside) and PolicyLoss's float64 value on the same inputs; its gradient, cast to fp16 at the "
+        "leaf, is inf exactly where the float64 gradient is beyond 65504 "
+        "(parity_inputs.assert_fp16_overflow_is_the_engines)",
     ),
 ]
 MICRO = "micro-batches of one optimizer step (ppo token/sample mean, gspo)"
@@ -288,12 +291,11 @@ def test_low_precision_inputs_are_openrlhfs_own_loss(name, dtype):
 def test_fp16_with_extreme_log_ratios_overflows_in_openrlhf_not_in_divclip():
     settings = SETTINGS["ppo, defaults (token-mean)"]
     lp, old, adv, mask, rollout = inputs("token", torch.float64)
-    ours, theirs_low, _, theirs64 = low_precision_runs(
+    runs = low_precision_runs(
         lambda x, *a: divclip_loss(settings, x, *a),
         lambda x, *a: openrlhf_loss(settings, x, *a),
         lp,
         (old, adv, mask, rollout),
         torch.float16,
     )
-    assert not bool(torch.isfinite(theirs_low[0]))
-    assert bool(torch.isfinite(ours[0])) and float(ours[0]) == pytest.approx(float(theirs64[0]), rel=1e-6)
+    assert_fp16_overflow_is_the_engines(*runs)

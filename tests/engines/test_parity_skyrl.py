@@ -20,6 +20,7 @@ from parity_inputs import (
     KINDS,
     LOW_DTYPES,
     LOW_IDS,
+    assert_fp16_overflow_is_the_engines,
     assert_low_precision,
     assert_same,
     batch,
@@ -676,6 +677,15 @@ LOW_NOTE = (
 PARITY_ROWS += [
     ("skyrl", LOW_ROWS[0], "exact", LOW_NOTE.format(dtype="bf16")),
     ("skyrl", LOW_ROWS[1], "exact", LOW_NOTE.format(dtype="fp16")),
+    (
+        "skyrl",
+        "fp16 inputs with |log r| to 30",
+        "named",
+        "SkyRL's float32 ratio times fp16 advantages overflows fp16 (e^30 > 65504): its loss is inf; divclip's is "
+        "finite (float32 inside) and SkyRL's float64 value on the same inputs; its gradient, cast to fp16 at the "
+        "leaf, is inf exactly where the float64 gradient is beyond 65504 "
+        "(parity_inputs.assert_fp16_overflow_is_the_engines)",
+    ),
 ]
 
 
@@ -702,3 +712,11 @@ def test_low_precision_inputs_are_skyrls_own_loss(settings, dtype):
         dtype,
     )
     assert_low_precision(*runs, dtype)
+
+
+def test_fp16_with_extreme_log_ratios_overflows_in_skyrl_not_in_divclip():
+    lp, old, adv, mask = batch("token", torch.float64)
+    runs = low_precision_runs(
+        lambda x, *a: _ours_low({}, x, *a), lambda x, *a: _theirs({}, x, *a), lp, (old, adv, mask), torch.float16
+    )
+    assert_fp16_overflow_is_the_engines(*runs)
