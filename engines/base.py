@@ -202,9 +202,14 @@ RECIPES = {
 
 
 def recipe_for(spec) -> Recipe | None:
-    """The published recipe of `spec` when it is a named method (a preset), else None."""
-    from divclip.theory.spec import PRESETS
+    """The published recipe of `spec` when it is a named method (a preset), else None. The float32 exp of SkyRL's
+    read (`exp_dtype`) is rounding, not another method: `grpo/exp_dtype=float32` has GRPO's recipe."""
+    import dataclasses
 
+    from divclip.theory.spec import PRESETS, ClipSpec
+
+    if type(spec) is ClipSpec and spec.param("exp_dtype", "input") != "input":
+        spec = dataclasses.replace(spec, params=tuple(kv for kv in spec.params if kv[0] != "exp_dtype"))
     for name, known in PRESETS.items():
         if known == spec and name in RECIPES:
             return RECIPES[name]

@@ -720,3 +720,14 @@ def test_fp16_with_extreme_log_ratios_overflows_in_skyrl_not_in_divclip():
         lambda x, *a: _ours_low({}, x, *a), lambda x, *a: _theirs({}, x, *a), lp, (old, adv, mask), torch.float16
     )
     assert_fp16_overflow_is_the_engines(*runs)
+
+
+def test_the_float32_exp_keeps_the_methods_recipe():
+    """SkyRL's regular reads as grpo/exp_dtype=float32: written to another engine it is still GRPO's recipe (the
+    float32 exp is rounding, not another method)."""
+    from divclip.theory.spec import parse_method
+
+    spec = skyrl.read({A + "policy_loss_type": "regular"}).spec
+    assert spec == parse_method("grpo/exp_dtype=float32")
+    for engine in ("verl", "trl"):
+        assert engines.to_engine(spec, engine) == engines.to_engine(parse_method("grpo"), engine), engine
