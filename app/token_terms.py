@@ -199,6 +199,12 @@ def _arithmetic(spec, q: float, r: float, adv: float, weight: float) -> tuple[st
                 f"δ_high = {upper_delta(spec):g}, l = {_n(bounds[0])} at δ = {spec.delta:g}; one δ would put u "
                 f"at {_n(float(one))}."
             )
+        elif option == "surrogate=ratio":
+            verl_w = float(np.asarray(gradient_weight(verl_arithmetic(spec), q, r, adv)))
+            out.append(
+                f"Engine arithmetic, {option}: {a['text']}; {a['verl']}. Here (log r = {_n(math.log(r))}) "
+                f"w = {_n(weight)}, under verl's surrogate w = {_n(verl_w)}."
+            )
         else:
             out.append(f"Engine arithmetic, {option}: {a['text']}.")
     return tuple(out)
