@@ -95,6 +95,9 @@ def _loss_text(spec: ClipSpec, r: float, adv: float, bounds, loss: float) -> str
         "sapo": "ℓ = −A·σ(τ(r − 1))·4/τ, SAPO's soft gate (τ by the sign of A)",
         "clip": "ℓ = max(−A·r, −A·clip(r))",
     }
+    if spec.form == "gated" and spec.param("surrogate") == "ratio":  # SkyRL's dppo: −A·r, r differentiable
+        forms["gated"] = "ℓ = −A·r (r differentiable), zeroed where the bound is crossed in A's direction"
+    forms["importance_sampling"] = "ℓ = −A·r (r differentiable, no clip)"
     return f"{forms.get(spec.form, f'loss form {spec.form!r}')}: ℓ = {_n(loss)} for this token"
 
 

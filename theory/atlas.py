@@ -244,7 +244,7 @@ def arithmetic(spec) -> list[dict]:
                 "text": "the kept token's loss is −A·r with r differentiable (SkyRL's dppo): the gradient −A·r·∇log π "
                 "of −A·sg(r)·log π, another value"
                 + ("; through the ±20 clamp of log r its gradient is 0 beyond it (w = 0)" if clamped else ""),
-                "verl": "−A·sg(r)·log π (verl's dppo): w = r at e^{±20} where |log r| > 20",
+                "verl": "−A·sg(r)·log π (verl's dppo): w = r at e^±20 where |log r| > 20",
                 "example": example,
             }
         )

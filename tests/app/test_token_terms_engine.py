@@ -95,3 +95,7 @@ def test_skyrls_dppo_surrogate_and_float32_exp_are_said_with_this_tokens_weights
     said = lines["Engine arithmetic, surrogate=ratio"]
     assert "w = 0, under verl's surrogate w = " + f"{math.exp(20.0):.6g}" in said
     assert "safe_exp_delta" in lines["Engine arithmetic, exp_dtype=float32"]
+    assert term.loss_text.startswith("ℓ = −A·r (r differentiable)")  # SkyRL's value, not −A·sg(r)·log π
+    q, r = 0.3, 1.1  # inside the gate: ℓ = −A·r, checked against theory's loss on the spec
+    (term,) = explain_token({method: spec}, q, r, adv)
+    assert term.loss == pytest.approx(-adv * r, rel=1e-6) and f"ℓ = {-adv * r:.6g} for this token" in term.loss_text
