@@ -215,8 +215,10 @@ def rounded_rows(rows: Iterable[Mapping], digits: int = 6) -> list[dict]:
 def layout_css() -> str:
     """Page-wide CSS: on a phone-width screen the page keeps its margins small and wide formulas scroll
     sideways instead of running off the screen (st.table scrolls by itself; figures keep a toolbar row above
-    their titles, see `toolbar_room`)."""
+    their titles, see `toolbar_room`). A table cell may break a long word anywhere (a correction or method string
+    has no spaces), so that st.table's columns fit the page instead of pushing the last one out of view."""
     return """<style>
+[data-testid="stTable"] td, [data-testid="stTable"] td p { overflow-wrap: anywhere !important; }
 @media (max-width: 640px) {
   [data-testid="stMainBlockContainer"] { padding-left: 0.75rem; padding-right: 0.75rem; }
   .katex-display { overflow-x: auto; overflow-y: hidden; }

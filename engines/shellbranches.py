@@ -126,6 +126,7 @@ _NUMERIC = {
     "-ge": int.__ge__,
 }
 _LISTS = ("&&", "||")
+MAX_GROUPING = 64  # ( and ! in one condition
 
 
 def evaluate(words: list):
@@ -136,6 +137,8 @@ def evaluate(words: list):
     binds tighter than `||`, with `!` and `( )`; a test is `A = B`, `A == B`, `A != B`, `A -eq B` (and `-ne -lt
     -le -gt -ge` on integers), `-z A`, `-n A` or `A`. Unknown parts keep a decision open unless the others settle
     it (`false && unknown` is false), as bash would short-circuit."""
+    if sum(w in ("(", "!") for w in words) > MAX_GROUPING:
+        return None  # nested deeper than any launch script's condition: not decided (and no deep recursion)
     value, i = _command_list(list(words), 0)
     return value if i == len(words) else None
 

@@ -1,7 +1,7 @@
 """Read a shell script into commands of words as bash would, through bash's grammar, without running anything.
 
-The syntax is tree-sitter-bash's (the `tree-sitter` and `tree-sitter-bash` packages: the grammar editors and
-GitHub use for bash), and the reader walks its syntax tree:
+The syntax is tree-sitter-bash's (the `tree-sitter` and `tree-sitter-bash` packages), and the reader walks its
+syntax tree:
 
 * statements and `;`, `&&`, `||`, `|`, `&` lists, `( ... )` subshells (their variables stay inside), `{ ... }`
   groups, `!` negations, `\\`-newline continuations; `#` starts a comment only where bash's grammar says so;
@@ -9,37 +9,44 @@ GitHub use for bash), and the reader walks its syntax tree:
   expansions inside; `$'...'` with C escapes;
 * `<<WORD`, `<<-WORD`, `<<'WORD'` heredocs: the body is data, not read (reported in `Command.heredocs`);
   `<<<` here-strings and the target of a redirection (`> log`, `2>&1`) are not words;
-* `NAME=value`, `NAME+=( ... )`, `export` / `declare` / `local` / `readonly` / `typeset` assignments; a
+* `NAME=value`, `NAME+=( ... )`, `export` / `declare` / `local` / `readonly` / `typeset` assignments, `unset`; a
   `NAME=( ... )` array (over several lines, with comments) is one `Word` holding its elements;
 * `$NAME`, `${NAME}`, `${NAME:-d}`, `${NAME-d}`, `${NAME:=d}`, `${NAME=d}`, `${NAME:+a}`, `${NAME:?m}`,
   `${NAME[@]}`, `${NAME[i]}` are references (`Ref`) that `expand` resolves from the script's own variables;
-  anything else (`$(cmd)`, backticks, `$1`, `${#A[@]}`, `${V%x}`, `${V//a/b}`) is kept as written, since only
-  running the script knows it (a command substitution is never run);
+  anything else (`$(cmd)`, backticks, `$1` outside a function, `${#A[@]}`, `${V%x}`, `${V//a/b}`) is kept as
+  written, since only running the script knows it (a command substitution is never run);
 * `if` / `elif` / `else` and `case` are decided with the script's own values where they can be
   (`divclip.engines.shellbranches`, the branch taken said in a note); a function is read where it is called, with
   its arguments as $1 ... "$@"; a `for NAME in ...` loop over values the script knows is read once per value
   (at most MAX_LOOP_VALUES), any other loop (`while read`, `for ((...))`, a list only running knows) once, its
   variables named as unresolved, said in a note; `(( ))` commands set nothing.
 
-A text bash's grammar cannot read (an unclosed quote, `${`, array or `$(`) is a ConfigError naming the file, the
-line and the text there, never a traceback. (tree-sitter-bash 0.25 reads a `#` right after the first characters
-of a script's first word as a comment, where bash reads one word: such a `#` is read as part of its word.)
+A text bash's grammar cannot read (an unclosed quote, `${`, array, `$(` or `if`) is a ConfigError naming the file,
+the line and the text there, never a traceback; what it cannot read elsewhere is said in a note. tree-sitter-bash
+0.25 misreads three things bash reads plainly, worked around here: `$A/x/$b/` (the second `$` lost, its issue 315;
+`$D/ifaces/$1`, issue 306): every bare `$NAME` / `$1` outside quotes, comments and heredoc bodies is given to the
+parser as `${NAME}` (the same expansion); a `#` right after the first characters of a script's first word (read as
+a comment) is given escaped; and two sibling words with no blank between them are read as the one word they are.
+The parser's offsets are mapped back (`_Source`), so every text the reader keeps is the script's own.
 
 `expand` does what bash does with the words: unquoted expansions are split on blanks, `"${A[@]}"` gives one
 word per element, an assignment's value is not split; a reference it cannot resolve stays as written, whole (its
 words are not known, so `$(scontrol show hostnames)` is not cut at its blanks). `$(( ))` is evaluated on the
 script's integers. Every byte an expansion produces is counted against MAX_EXPANSION_BYTES before it is built
 (variables that each repeat the last ten times, six deep, would otherwise grow a 7 kB script to gigabytes),
-`${...}` nests at most MAX_NESTING deep and statements MAX_SYNTAX_DEPTH deep.
+`${...}` nests at most MAX_NESTING deep and statements MAX_SYNTAX_DEPTH deep; a text with more than MAX_PIECES
+pieces between blanks and `; & |` plus `$` signs is refused before it is parsed (each is a word or a reference,
+outside quotes and heredocs: far more than MAX_WORDS of them is not a launch script).
 """
 
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from dataclasses import dataclass, field
 
 import tree_sitter_bash
-from tree_sitter import Language, Parser
+from tree_sitter import Language, Parser, Query, QueryCursor
 
 from divclip.engines.errors import ConfigError
 from divclip.engines.shellbranches import Branches
@@ -48,6 +55,7 @@ MAX_EXPANSION_BYTES = 4 * 2**20  # what a script's expansions may produce in all
 MAX_NESTING = 32  # ${a:-${b:-${c...}}} levels
 MAX_WORDS = 100_000  # words, commands and references of one script (a launch script has a few thousand)
 MAX_SYNTAX_DEPTH = 64  # statements inside statements: ( ( ( ... ) ) ), if inside if ...
+MAX_SYNTAX_NOTES = 8  # places bash's grammar cannot read, each said in a note (the rest counted)
 MAX_LOOP_VALUES = 16  # a for loop over more values than this is read once, its variable named as unresolved
 MAX_PIECES = MAX_WORDS * 3 // 2  # pieces between blanks and ; & |, plus $ signs, a text may hold before parsing
 _PIECE = re.compile(rb"[^\s;&|]+")
@@ -62,7 +70,10 @@ _EXPANSIONS = frozenset(
     ("simple_expansion", "expansion", "command_substitution", "arithmetic_expansion", "process_substitution")
 )
 _LOOPS = frozenset(("for_statement", "c_style_for_statement", "while_statement"))
-_PARSER = Parser(Language(tree_sitter_bash.language()))
+_LANGUAGE = Language(tree_sitter_bash.language())
+_PARSER = Parser(_LANGUAGE)
+_LITERAL = Query(_LANGUAGE, "[(raw_string) (comment) (heredoc_body) (ansi_c_string)] @literal")  # no $ expands
+_BARE = re.compile(rb"(?<![\\$])\$([A-Za-z_][A-Za-z0-9_]*|[0-9])")  # $NAME, $1: not \$NAME, not $$NAME
 
 
 @dataclass
@@ -139,11 +150,45 @@ class _Group:
     subshell: bool  # ( ... ): what it sets stays inside
 
 
+class _Source:
+    """The bytes the parser reads (`new`) and the script's own (`orig`): `inserted` holds the offsets in `new` of the
+    bytes added to work around tree-sitter-bash 0.25's misreadings (module doc string), so every text the reader
+    takes is the script's as written."""
+
+    def __init__(self, orig: bytes):
+        self.orig, self.new, self.inserted = orig, orig, []
+
+    def insert(self, at: list) -> _Source:
+        """A copy with `at` [(offset in `new`, bytes)] (sorted, each offset once) inserted."""
+        out, pieces, last, shift, added = _Source(self.orig), [], 0, 0, []
+        moved = []
+        k = 0
+        for pos, data in at:
+            while k < len(self.inserted) and self.inserted[k] < pos:
+                moved.append(self.inserted[k] + shift)
+                k += 1
+            pieces += [self.new[last:pos], data]
+            added += [pos + shift + j for j in range(len(data))]
+            shift += len(data)
+            last = pos
+        moved += [p + shift for p in self.inserted[k:]]
+        pieces.append(self.new[last:])
+        out.new, out.inserted = b"".join(pieces), sorted(moved + added)
+        return out
+
+    def text(self, start: int, end: int) -> str:
+        """The script's own text between two offsets of `new`."""
+        if self.inserted:
+            start, end = start - bisect_left(self.inserted, start), end - bisect_left(self.inserted, end)
+        return self.orig[start:end].decode("utf-8", "surrogateescape")
+
+
 class _Reader:
     """The statements of a syntax tree (tree-sitter-bash) as Commands of Words and the compound statements."""
 
-    def __init__(self, source: bytes, name: str):
+    def __init__(self, source: _Source, name: str):
         self.src, self.name, self.count = source, name, 0
+        self.lines: list | None = None
 
     def fail(self, what: str, line: int):
         raise ConfigError(f"config {self.name!r} cannot be split into shell words (line {line}): {what}")
@@ -155,7 +200,7 @@ class _Reader:
             self.fail(f"more than {MAX_WORDS} words, commands and $references: refused, not a launch script", line)
 
     def text(self, start: int, end: int) -> str:
-        return self.src[start:end].decode("utf-8", "surrogatepass")
+        return self.src.text(start, end)
 
     # ------------------------------------------------------------------------------------- statements
     def statements(self, nodes, depth: int) -> list:
@@ -175,7 +220,7 @@ class _Reader:
             return [self.emit([self.assignment(a) for a in items if a.type == "variable_assignment"], line)]
         if kind in ("declaration_command", "unset_command"):
             words = [Word([node.children[0].type], line)]
-            words += [self.assignment(c) if c.type == "variable_assignment" else self.word(c) for c in _named(node)]
+            words += self.words_of(_named(node))
             return [self.emit(words, line)]
         if kind == "redirected_statement":
             return self.redirected(node, depth)
@@ -224,14 +269,29 @@ class _Reader:
                 continue  # $"..." (a translated string): the string follows
             else:
                 chain = [child]
-                while k < len(children) and children[k].start_byte == chain[-1].end_byte and _wordlike(children[k]):
+                while k < len(children) and _adjacent(chain[-1], children[k]):
                     chain.append(children[k])
                     k += 1
-                if len(chain) > 1:
-                    words.append(self.joined(chain))
-                else:
-                    words.append(self.assignment(child) if child.type == "variable_assignment" else self.word(child))
+                words += self.words_of(chain)
         return self.emit(words, _line(node))
+
+    def words_of(self, nodes: list) -> list:
+        """The words of sibling nodes separated by blanks; siblings with no blank between them are one word the
+        grammar cut (joined)."""
+        out, k = [], 0
+        while k < len(nodes):
+            chain = [nodes[k]]
+            k += 1
+            while k < len(nodes) and _adjacent(chain[-1], nodes[k]):
+                chain.append(nodes[k])
+                k += 1
+            if len(chain) > 1:
+                out.append(self.joined(chain))
+            elif chain[0].type == "variable_assignment":
+                out.append(self.assignment(chain[0]))
+            else:
+                out.append(self.word(chain[0]))
+        return out
 
     def joined(self, chain: list) -> Word:
         """One word the grammar cut in two (tree-sitter-bash 0.25 reads `$A/x/$long_name/$c` as `$A/x/` and
@@ -247,13 +307,13 @@ class _Reader:
             start = value.start_byte if value is not None else first.end_byte
             head = self.text(first.start_byte, start)
         text = self.text(start, chain[-1].end_byte)
-        tree = _PARSER.parse(b'"' + text.encode("utf-8", "surrogatepass") + b'"')
+        tree = _PARSER.parse(b'"' + _encode(text) + b'"')
         string = tree.root_node.named_children[0] if tree.root_node.named_children else None
         string = string.named_children[0] if string is not None and string.named_children else None
         string = string.named_children[0] if string is not None and string.named_children else None
         if any(c in text for c in "'\"\\`") or tree.root_node.has_error or string is None or string.type != "string":
-            self.fail(f"bash's grammar (tree-sitter-bash) cannot read the word here, at {text[:60]!r}", _line(first))
-        reader = _Reader(b'"' + text.encode("utf-8", "surrogatepass") + b'"', self.name)
+            return self.concatenated(chain)  # *" "* (a pattern with a quoted blank): the pieces as they are
+        reader = _Reader(_Source(b'"' + _encode(text) + b'"'), self.name)
         reader.count = self.count
         parts = reader.sequence(string, 1, string.end_byte - 1, True, 0)
         self.count = reader.count
@@ -261,6 +321,22 @@ class _Reader:
             if isinstance(part, Ref):
                 part.quoted = False
         return Word([head, *parts] if head else parts, _line(first), False)
+
+    def concatenated(self, chain: list) -> Word:
+        """Sibling nodes with no blank between them as one word, each read as it is (and the text between them)."""
+        parts, quoted, pos = [], False, chain[0].start_byte
+        for node in chain:
+            if node.start_byte > pos:
+                parts.append(_unescape(self.text(pos, node.start_byte), False))
+            if node.type == "variable_assignment":
+                word = self.assignment(node)
+                sub, q = word.parts, word.quoted
+            else:
+                sub, q = self.parts(node.named_children[0] if node.type == "command_name" else node, False, 0)
+            parts += sub
+            quoted = quoted or q
+            pos = node.end_byte
+        return Word(parts, _line(chain[0]), quoted)
 
     def redirected(self, node, depth: int) -> list:
         body = node.child_by_field_name("body")
@@ -294,8 +370,9 @@ class _Reader:
         first = _line(body) if body is not None else last
         if body is None and end is None:
             first = last = _line(node) + 1
-        lines = self.src.decode("utf-8", "surrogatepass").split("\n")[first - 1 : last - 1]
-        return first, last, "\n".join(lines)
+        if self.lines is None:  # split once: a script of many heredocs stays linear
+            self.lines = self.src.orig.decode("utf-8", "surrogateescape").split("\n")
+        return first, last, "\n".join(self.lines[first - 1 : last - 1])
 
     def if_statement(self, node, depth: int) -> _If:
         clauses = [self.clause(node, depth)]
@@ -320,16 +397,28 @@ class _Reader:
         words, stack = [], list(reversed(nodes))
         while stack:
             node = stack.pop()
-            if node.type == "redirected_statement":  # `command -v x > /dev/null`: the command decides
+            if isinstance(node, _Chain):
+                words.append(self.joined(node.nodes))
+            elif node.type == "redirected_statement":  # `command -v x > /dev/null`: the command decides
                 stack += [node.child_by_field_name("body")] if node.child_by_field_name("body") else []
             elif node.type == "command":
                 words += self.command(node).words
             elif node.type in _WORDS or node.type in _EXPANSIONS:
                 words.append(self.word(node))
             elif node.child_count == 0:
-                words.append(Word([node.text.decode("utf-8", "surrogatepass")], _line(node)))
+                words.append(Word([_node_text(node)], _line(node)))
             else:  # test_command, binary/unary/parenthesized expressions, lists, negations: their tokens in order
-                stack += reversed([c for c in node.children if c.type not in ("comment", ";", "\n")])
+                children, grouped = [c for c in node.children if c.type not in ("comment", ";", "\n")], []
+                for child in children:
+                    if (
+                        grouped
+                        and _adjacent(grouped[-1][-1], child)
+                        and _WORDS.issuperset((grouped[-1][-1].type, child.type))
+                    ):
+                        grouped[-1].append(child)  # a word the grammar cut in two (joined)
+                    else:
+                        grouped.append([child])
+                stack += reversed([g[0] if len(g) == 1 else _Chain(g) for g in grouped])
         return words
 
     def case_statement(self, node, depth: int) -> _Case:
@@ -354,16 +443,16 @@ class _Reader:
         body_node = node.child_by_field_name("body")
         body = self.statements(_statements(body_node), depth + 1) if body_node is not None else []
         header_end = body_node.start_byte if body_node is not None else node.end_byte
-        header = " ".join(self.text(node.start_byte, header_end).split())
+        header = " ".join(self.text(node.start_byte, header_end).split()).rstrip(";").rstrip()
         line = _line(node)
         if node.type == "for_statement":
             variable = node.child_by_field_name("variable")
-            values = [self.word(v) for v in _field(node, "value")]
+            values = self.words_of(_field(node, "value"))
             in_list = any(c.type == "in" for c in node.children)
-            return _Loop("for", line, header, body, variable.text.decode(), values if in_list else None)
+            return _Loop("for", line, header, body, _node_text(variable), values if in_list else None)
         if node.type == "c_style_for_statement":
             header_nodes = _field(node, "initializer") + _field(node, "update")
-            assigned = [n.text.decode() for n in _descendants(header_nodes) if n.type in ("variable_name", "word")]
+            assigned = [_node_text(n) for n in _descendants(header_nodes) if n.type in ("variable_name", "word")]
             return _Loop("for ((", line, header, body, assigned=[a for a in assigned if _NAME.fullmatch(a)])
         assigned = []
         for condition in _field(node, "condition"):
@@ -386,12 +475,12 @@ class _Reader:
         self.tick(line)
         name = node.child_by_field_name("name")
         op = next((c.type for c in node.children if c.type in ("=", "+=")), "=")
-        head = (name.text.decode("utf-8", "surrogatepass") if name is not None else "") + op
+        head = (_node_text(name) if name is not None else "") + op
         value = node.child_by_field_name("value")
         if value is None:
             return Word([head], line)
         if value.type == "array":
-            return Word([head], line, array=[self.word(e) for e in value.named_children if e.type != "comment"])
+            return Word([head], line, array=self.words_of([e for e in value.named_children if e.type != "comment"]))
         parts, quoted = self.parts(value, False, 0)
         return Word([head, *parts], line, quoted)
 
@@ -440,11 +529,7 @@ class _Reader:
             if child.type not in _EXPANSIONS:
                 continue  # string_content: read from the text itself
             text = self.text(child.start_byte, child.end_byte)
-            real = (
-                child.start_byte
-                + len(text.encode("utf-8", "surrogatepass"))
-                - len(text.lstrip().encode("utf-8", "surrogatepass"))
-            )
+            real = child.start_byte + len(_encode(text)) - len(_encode(text.lstrip()))
             if real > pos:
                 parts.append(_unescape(self.text(pos, real), True))
             parts.append(self.ref(child, text.lstrip(), in_quotes, depth))
@@ -465,12 +550,12 @@ class _Reader:
             self.fail(f"${{...}} nested more than {MAX_NESTING} deep", _line(node))
         children = [c for c in node.children if c.type not in ("${", "}")]
         head = children[0] if children else None
-        if head is not None and head.type == "variable_name" and _NAME.fullmatch(head.text.decode()):
-            ref = Ref(head.text.decode(), quoted, text)
+        if head is not None and head.type == "variable_name" and _NAME.fullmatch(_node_text(head)):
+            ref = Ref(_node_text(head), quoted, text)
         elif head is not None and head.type == "subscript":
             index = head.child_by_field_name("index")
             name = head.child_by_field_name("name")
-            ref = Ref(name.text.decode(), quoted, text, index=index.text.decode() if index is not None else "")
+            ref = Ref(_node_text(name), quoted, text, index=_node_text(index) if index is not None else "")
         else:  # ${#A[@]}, ${!x}, ${1}, ${@:2}: not resolved here
             return Ref("", quoted, text, opaque=True)
         rest = children[1:]
@@ -512,6 +597,28 @@ _WORDS = frozenset(
         "brace_expression",
     )
 )
+
+
+def _encode(text: str) -> bytes:
+    """The bytes of `text` for the parser: a file's undecodable bytes (read as surrogates) are those bytes again;
+    any text slice of them decodes back (surrogateescape never fails, even on a sequence the parser cut)."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass")
+
+
+def _node_text(node) -> str:
+    return node.text.decode("utf-8", "surrogateescape")
+
+
+@dataclass
+class _Chain:
+    nodes: list  # sibling nodes with no blank between them: one word
+
+
+def _adjacent(before, after) -> bool:
+    return after.start_byte == before.end_byte and _wordlike(before) and _wordlike(after)
 
 
 def _wordlike(node) -> bool:
@@ -578,7 +685,7 @@ def _c_string(body: str) -> str:
 def _parse(text: str, name: str):
     """The syntax tree of `text` and notes on what bash's grammar could not read; a ConfigError for an unclosed
     quote, `${`, `$(`, backtick, array or compound statement (bash refuses those too)."""
-    source = text.encode("utf-8", "surrogatepass")
+    source = _encode(text)
     # each piece between blanks and ; & | is a word or more, each $ a reference, outside quotes and heredocs: a
     # text with far more of them than MAX_WORDS is refused before tree-sitter builds its whole syntax tree
     pieces = source.count(b"$") + sum(1 for _ in _PIECE.finditer(source))
@@ -588,60 +695,63 @@ def _parse(text: str, name: str):
             f"$references at a glance ({pieces} pieces between blanks and ; & |, and $ signs, over {MAX_PIECES}): "
             "refused before parsing, not a launch script"
         )
+    source = _Source(source)
+    tree = _PARSER.parse(source.new)
+    braced = _braced(source, tree)
+    if braced is not None:  # $A/x/$b/: tree-sitter-bash 0.25 loses the second `$` (its issue 315); ${b} it reads
+        again = _PARSER.parse(braced.new)
+        if not again.root_node.has_error or tree.root_node.has_error:
+            source, tree = braced, again
     for _ in range(_MAX_HASH_FIXES):
-        tree = _PARSER.parse(source)
         if not tree.root_node.has_error:
             return source, tree, []
         hashes = [
-            c.start_byte
+            (c.start_byte, b"\\")
             for c in _comments(tree.root_node)
-            if c.start_byte and source[c.start_byte - 1 : c.start_byte] not in b" \t\n;&|()<>"
+            if c.start_byte and source.new[c.start_byte - 1 : c.start_byte] not in b" \t\n;&|()<>"
         ]
         if not hashes:
             break
-        for at in reversed(hashes):  # bash reads `a#b` as one word: the `#` escaped, the text parsed again
-            source = source[:at] + b"\\" + source[at:]
+        source = source.insert(hashes)  # bash reads `a#b` as one word: the `#` escaped, the text parsed again
+        tree = _PARSER.parse(source.new)
     notes = []
-    for node in _errors(tree.root_node):
+    errors = _errors(tree.root_node)
+    for node, in_word in errors[:MAX_SYNTAX_NOTES]:
         _refuse_unclosed(node, source, name)
-        near = source[node.start_byte : node.end_byte].decode("utf-8", "surrogatepass").strip().split("\n")[0]
-        if _inside_word(node):
+        near = source.text(node.start_byte, node.end_byte).strip().split("\n")[0]
+        if in_word:
             how = "it is kept as written in its word"
         else:
             how = "the script around it is read as the parser recovered it (check what this line sets)"
         notes.append(f"line {_line(node)}: bash's grammar (tree-sitter-bash) cannot read `{near[:60]}` here: {how}")
+    if len(errors) > MAX_SYNTAX_NOTES:
+        for node, _ in errors[MAX_SYNTAX_NOTES:]:
+            _refuse_unclosed(node, source, name)
+        notes.append(f"{len(errors) - MAX_SYNTAX_NOTES} more places bash's grammar cannot read (not listed)")
     return source, tree, notes
 
 
-def _inside_word(node) -> bool:
-    """Whether an ERROR node lies inside one word (an expansion's default, a command substitution)."""
-    parent = node.parent
-    while parent is not None:
-        if parent.type in _EXPANSIONS or parent.type in ("string", "concatenation"):
-            return True
-        parent = parent.parent
-    return False
-
-
 def _errors(root) -> list:
-    """The ERROR and missing nodes of a tree, in the order of the text (not looking inside an ERROR)."""
-    out, stack = [], [root]
+    """The ERROR and missing nodes of a tree in the order of the text (not looking inside an ERROR), each with
+    whether it lies inside one word (an expansion's default, a command substitution, a string)."""
+    out, stack = [], [(root, False)]
     while stack:
-        node = stack.pop()
+        node, in_word = stack.pop()
         if node.is_error or node.is_missing:
-            out.append(node)
+            out.append((node, in_word))
         elif node.has_error:
-            stack += reversed(node.children)
+            inner = in_word or node.type in _EXPANSIONS or node.type in ("string", "concatenation")
+            stack += [(c, inner) for c in reversed(node.children)]
     return out
 
 
 _CLOSERS = frozenset(("'", '"', "`", ")", "}", "]", "]]", "fi", "done", "esac", "))"))
 
 
-def _refuse_unclosed(node, source: bytes, name: str) -> None:
+def _refuse_unclosed(node, source: _Source, name: str) -> None:
     at = node.parent if node.is_missing and node.parent is not None else node
     line = _line(at)  # where the construct opens
-    near = source[at.start_byte : at.start_byte + 60].decode("utf-8", "surrogatepass").split("\n")[0].strip()
+    near = source.text(at.start_byte, min(at.start_byte + 60, len(source.new))).split("\n")[0].strip()
     what = None
     if node.is_missing and node.type in _CLOSERS:
         if at.type == "array":
@@ -654,7 +764,7 @@ def _refuse_unclosed(node, source: bytes, name: str) -> None:
             what = "no closing '}' in ${...}"
         else:
             what = f"no closing {node.type!r}"
-    elif node.is_error and not source[node.end_byte :].strip():  # an ERROR that runs to the end: never closed
+    elif node.is_error and not source.new[node.end_byte :].strip():  # an ERROR that runs to the end: never closed
         start = near.lstrip()
         if start.startswith("'"):
             what = "no closing quotation (')"
@@ -666,6 +776,25 @@ def _refuse_unclosed(node, source: bytes, name: str) -> None:
             what = "no closing ')' or backtick"
     if what is not None:
         raise ConfigError(f"config {name!r} cannot be split into shell words (line {line}): {what}, at {near!r}")
+
+
+def _braced(source: _Source, tree):
+    """`source` with each bare `$NAME` / `$1` outside quotes, comments and heredoc bodies written `${NAME}` (the same
+    expansion in bash: the next character is not a name's), or None when it has none."""
+    found = [m for m in _BARE.finditer(source.new)]
+    if not found:
+        return None
+    literal = sorted(
+        (n.start_byte, n.end_byte) for n in QueryCursor(_LITERAL).captures(tree.root_node).get("literal", [])
+    )
+    at, k = [], 0
+    for m in found:
+        while k < len(literal) and literal[k][1] <= m.start():
+            k += 1
+        if k < len(literal) and literal[k][0] <= m.start():
+            continue  # '$a', # $a, a heredoc's $a: not an expansion the reader reads
+        at += [(m.start() + 1, b"{"), (m.end(), b"}")]
+    return source.insert(at) if at else None
 
 
 def _comments(root) -> list:
@@ -950,8 +1079,8 @@ class _Runner:
             self.steps += 1
             if self.steps > MAX_WORDS:  # functions calling functions: ten calls each, eight deep, is 10^8 commands
                 raise ConfigError(
-                    f"config {env.name!r} runs more than {MAX_WORDS} commands through its function calls: refused "
-                    "before reading them (a launch script runs a few hundred)"
+                    f"config {env.name!r} runs more than {MAX_WORDS} commands through its function calls and loops: "
+                    "refused before reading them (a launch script runs a few hundred)"
                 )
             if isinstance(item, _If):
                 self.run_if(item, depth)
@@ -1001,6 +1130,16 @@ class _Runner:
         if call is not None:
             self.call(call, words[1:], command.line, depth)
             return
+        if words[:1] == ["unset"]:  # unset NAME ...: bash forgets the variables (unset -f: functions)
+            names = [w for w in words[1:] if not w.startswith("-")]
+            table = self.functions if "-f" in words[1:] else None
+            for unset in names:
+                if table is not None:
+                    table.pop(unset, None)
+                    continue
+                env.values.pop(unset, None)
+                env.unknown.pop(unset, None)
+                env.tainted.pop(unset, None)
         if words[:1] == ["shift"] and env.args is not None:
             n = int(words[1]) if len(words) > 1 and words[1].isdigit() else 1
             env.args = env.args[n:]

@@ -117,9 +117,12 @@ _LAYOUT_FACTS = """() => {
             if (code.getBoundingClientRect().height > (lines + 0.5) * lh) out.push(`code wraps: ${label(code)}`);
         }
     }
-    // an st.table cell cut at the page's edge
+    // an st.table cell cut at the page's edge (the table itself, or the scroller st.table wraps it in, hiding
+    // the last column behind a sideways scroll)
     for (const t of main.querySelectorAll('[data-testid="stTable"]')) {
-        if (visible(t) && t.scrollWidth > t.clientWidth + 1) out.push(`table wider than its box: ${label(t)}`);
+        const table = t.querySelector('table') || t;
+        if (visible(t) && Math.max(t.scrollWidth, table.scrollWidth) > t.clientWidth + 1)
+            out.push(`table wider than its box: ${label(t)}`);
     }
     // an st.dataframe whose columns run past its box (its last column cut at the page's edge)
     for (const grid of main.querySelectorAll('[data-testid="stDataFrame"] .dvn-scroller')) {
