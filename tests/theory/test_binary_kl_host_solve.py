@@ -123,3 +123,21 @@ def test_the_host_solve_is_off_where_the_cpu_is_not_a_compaction_device(monkeypa
 @pytest.mark.parametrize("method", ["binary_kl:0.05", "binary_kl:0.05/cispo"])
 def test_compiled_host_solve_matches_eager(method):
     compiled_agrees(method)
+
+
+def test_the_op_reads_candidates_as_bool_or_their_uint8_bytes():
+    """The loss hands `binary_kl_clip_bounds` its candidates as uint8 bytes (`_as_bytes`: compiled, a select cast
+    to uint8, which inductor stores far faster than a bool): the same bounds as from the bool mask, the compiled
+    bytes those of the eager view, and every candidate past the budget solved (the bounds the reference's)."""
+    lp, old, adv = hard_inputs(torch.float32)
+    spec = ClipSpec("binary_kl", delta=0.05)
+    ratio = (lp - old).clamp(-20, 20).exp()
+    flags = K._binary_kl_candidates(spec, ratio, old)
+    compiled = torch.compile(K._as_bytes, fullgraph=True)(flags)
+    assert compiled.dtype == torch.uint8 and torch.equal(compiled, flags.view(torch.uint8))
+    from_bool = K.binary_kl_clip_bounds(old, lp, flags, 0.05, True, True)
+    from_bytes = K.binary_kl_clip_bounds(old, lp, compiled, 0.05, True, True)
+    assert torch.equal(from_bool, from_bytes)
+    want, which = reference_clip(spec, ratio, old, lp, torch.ones_like(flags))
+    assert int(which.sum()) > 1000 and torch.equal(from_bytes >= 0, which)
+    assert torch.equal(from_bytes[which], want[which])
