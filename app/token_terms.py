@@ -84,6 +84,9 @@ def _loss_text(spec: ClipSpec, r: float, adv: float, bounds, loss: float) -> str
         "sapo": "ℓ = −A·σ(τ(r − 1))·4/τ, SAPO's soft gate (τ by the sign of A)",
         "clip": "ℓ = max(−A·r, −A·clip(r))",
     }
+    if spec.form == "gated" and spec.param("surrogate") == "ratio":  # SkyRL's dppo: −A·r, r differentiable
+        forms["gated"] = "ℓ = −A·r (r differentiable), zeroed where the bound is crossed in A's direction"
+    forms["importance_sampling"] = "ℓ = −A·r (r differentiable, no clip)"
     return f"{forms.get(spec.form, f'loss form {spec.form!r}')}: ℓ = {_n(loss)} for this token"
 
 
@@ -182,6 +185,12 @@ def _arithmetic(spec, q: float, r: float, adv: float, weight: float) -> tuple[st
                 f"Engine arithmetic, {option}: {a['text']}. At q = {_n(q)}: u = {_n(bounds[1])} at "
                 f"δ_high = {upper_delta(spec):g}, l = {_n(bounds[0])} at δ = {spec.delta:g}; one δ would put u "
                 f"at {_n(float(one))}."
+            )
+        elif option == "surrogate=ratio":
+            verl_w = float(np.asarray(gradient_weight(verl_arithmetic(spec), q, r, adv)))
+            out.append(
+                f"Engine arithmetic, {option}: {a['text']}; {a['verl']}. Here (log r = {_n(math.log(r))}) "
+                f"w = {_n(weight)}, under verl's surrogate w = {_n(verl_w)}."
             )
         else:
             out.append(f"Engine arithmetic, {option}: {a['text']}.")

@@ -23,6 +23,7 @@ Settings are flat mappings of the engine's own names: dotted keys as a YAML file
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import math
@@ -203,7 +204,10 @@ RECIPES = {
 
 
 def recipe_for(spec) -> Recipe | None:
-    """The published recipe of `spec` when it is a named method (a preset), else None."""
+    """The published recipe of `spec` when it is a named method (a preset), else None. The float32 exp of SkyRL's
+    read (`exp_dtype`) is rounding, not another method: `grpo/exp_dtype=float32` has GRPO's recipe."""
+    if type(spec) is ClipSpec and spec.param("exp_dtype", "input") != "input":
+        spec = dataclasses.replace(spec, params=tuple(kv for kv in spec.params if kv[0] != "exp_dtype"))
     for name, known in PRESETS.items():
         if known == spec and name in RECIPES:
             return RECIPES[name]

@@ -67,6 +67,7 @@ from divclip.engines.base import (
     unknown_keys,
     yaml_tree,
 )
+from divclip.engines.correction import read_correction
 from divclip.engines.errors import ConfigError
 from divclip.engines.hydra import resolve_interpolations
 from divclip.engines.pitfalls import Pitfall, on_policy_note
@@ -314,18 +315,23 @@ def _ratio(s, g, settings, keys):
     s.budget_low, s.budget_high = g[A + "eps_clip_low"], g[A + "eps_clip_high"]
     s.level = "sequence" if s.loss_mode == "gspo" else "token"
     s.dual_clip_c = g[A + "clip_ratio_c"] if s.loss_mode == "dual_clip" else None
+    params = {"dual_clip_c": s.dual_clip_c}
+    if s.loss_mode in SAFE_EXP_LOSSES:  # regular, dual_clip: safe_exp_delta's float32 exp (gspo has its own)
+        params["exp_dtype"] = "float32"
     s.spec = _try(
-        s,
-        lambda: ClipSpec(
-            "ratio", eps_low=s.budget_low, eps_high=s.budget_high, level=s.level, params={"dual_clip_c": s.dual_clip_c}
-        ),
+        s, lambda: ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, level=s.level, params=params)
     )
 
 
 def _cispo(s, g, settings, keys):
     s.form, s.measure = "cispo", "ratio"
     s.budget_low, s.budget_high = g[A + "cispo.cispo_eps_clip_low"], g[A + "cispo.cispo_eps_clip_high"]
-    s.spec = _try(s, lambda: ClipSpec("ratio", eps_low=s.budget_low, eps_high=s.budget_high, form="cispo"))
+    s.spec = _try(
+        s,
+        lambda: ClipSpec(
+            "ratio", eps_low=s.budget_low, eps_high=s.budget_high, form="cispo", params={"exp_dtype": "float32"}
+        ),
+    )
 
 
 def _sapo(s, g, settings, keys):
@@ -348,7 +354,7 @@ def _dppo(s, g, settings, keys):
     # δ_high where it differs from δ_low: the gated form's delta_high (divclip.theory.forms.gated); SkyRL's loss
     # value −r·A·mask with r differentiable (through its ±20 clamp): surrogate 'ratio'; its mask is verl's dppo
     # arithmetic op for op (prob = exp(log π), the binary KL's +1e-8, strict prob_diff tests): gate 'verl'
-    params = {"surrogate": "ratio", "gate": "verl"}
+    params = {"surrogate": "ratio", "gate": "verl", "exp_dtype": "float32"}
     s.ratio_anchor = "rollout"  # mu_log_probs = rollout_logprobs where the generator returns them
     if s.budget_high != s.budget_low:
         params["delta_high"] = s.budget_high
@@ -410,6 +416,13 @@ def _rollout_is(s, g, settings, keys):
     only for an r exactly on a bound)."""
     s.budget_low, s.budget_high = g[A + "eps_clip_low"], g[A + "eps_clip_high"]
     s.spec = parse_method("ratio/gpg")
+    try:
+        read_correction(NAME, settings)
+    except ConfigError as exc:  # an off_policy_correction beside it: two rollout ratios, one divclip correction
+        s.notes.append(
+            f"rollout_is with an off_policy_correction: {exc}; policy_loss on ratio/gpg with the rollout_is band "
+            "alone is SkyRL's loss without that correction"
+        )
     s.notes.append(
         f"rollout_is: SkyRL's loss is REINFORCE (−A·log π, the form gpg) weighted by r = π_θ/π_rollout where r is "
         f"inside (1 − eps_clip_low, 1 + eps_clip_high) = ({1 - s.budget_low:g}, {1 + s.budget_high:g}), 0 outside: "
@@ -473,11 +486,19 @@ def _arithmetic_notes(s: EngineRead, g: dict) -> None:
     float32 exp, dppo's value, the covariance forms on pre-scaled advantages, prompt_mean, the batch whitening."""
     where = f"skyrl {VERSION} ppo_utils"
     if s.loss_mode in SAFE_EXP_LOSSES and s.spec is not None:
-        s.notes.append(
-            f"{s.loss_mode}: SkyRL computes r = exp(log r) in float32 whatever the input dtype ({where}."
-            "safe_exp_delta, log r clamped to ±20): with float64 log-probs its ratio carries float32 rounding "
-            "(about 6e-8 relative) that divclip's float64 loss does not"
-        )
+        if s.spec.param("exp_dtype", None) == "float32":
+            s.notes.append(
+                f"{s.loss_mode}: SkyRL computes r = exp(log r) in float32 whatever the input dtype ({where}."
+                "safe_exp_delta, log r clamped to ±20): the spec's exp_dtype=float32 does the same, so with float64 "
+                "log-probs its ratio and gradient carry SkyRL's float32 rounding (about 6e-8 relative)"
+            )
+        else:
+            s.notes.append(
+                f"{s.loss_mode}: SkyRL computes r = exp(log r) in float32 whatever the input dtype ({where}."
+                "safe_exp_delta, log r clamped to ±20): with float64 log-probs its ratio carries float32 rounding "
+                "(about 6e-8 relative) that divclip's float64 loss does not (its rollout correction's weight is exp "
+                "in the input dtype)"
+            )
     if s.loss_mode == "dppo" and s.spec is not None:
         s.notes.append(
             "dppo: SkyRL's loss value is −r·A·mask with r differentiable, read as the gated form's surrogate 'ratio' "

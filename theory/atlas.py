@@ -143,7 +143,7 @@ EXAMPLE_LOG_R = 25.0
 """The log-ratio at which `arithmetic` shows what verl's clamp (|log r| <= 20) does: beyond it, inside float64."""
 EXAMPLE_Q = 1e-12
 """The old probability of that example token: q·e^25 ≈ 0.072, so π_θ = q·r is a probability."""
-_ENGINE_PARAMS = ("clamp_log_ratio", "seq_grad_mean", "surrogate")
+_ENGINE_PARAMS = ("clamp_log_ratio", "seq_grad_mean", "surrogate", "exp_dtype")
 """Form parameters an engine's read sets where its arithmetic is not verl's (dropped, they take the form's defaults,
 verl's); the gated form's `delta_high` is verl's too (verl's upper clip width beside its lower one under dppo_*)."""
 
@@ -168,15 +168,15 @@ def _w(spec, q, r, adv) -> float:
 
 
 def arithmetic(spec) -> list[dict]:
-    """The engine arithmetic `spec` carries ('/noclamp', `seq_grad_mean`, `delta_high`, `surrogate`, `gate`) and what it
-    changes in w(q, r, A) or the gradient against verl's: one JSON-ready dict per option, {option, where, text,
-    verl, example}; [] for a spec with none of them.
+    """The engine arithmetic `spec` carries ('/noclamp', `seq_grad_mean`, `delta_high`, `surrogate`, `exp_dtype`,
+    `gate`) and what it changes in w(q, r, A) or the gradient against verl's: one JSON-ready dict per option,
+    {option, where, text, verl, example}; [] for a spec with none of them.
 
     `example` holds the numbers that show it, from the form's own weight (`gradient_weight`) on the spec and on
     `verl_arithmetic(spec)`: for '/noclamp' the token q = 1e-12, log r = +25 (and −25) under each sign of A; for
     `seq_grad_mean` one row of two kept tokens with A = (1, −1) at s = 1; for `delta_high` (verl's own too) the
     upper bounds at δ_high and at the one δ on `Q_GRID`; for `surrogate` = ratio the '/noclamp' token; `gate` = 1
-    changes no w beyond rounding (its decisions are verl's)."""
+    and `exp_dtype` = float32 change no w beyond rounding (`gate`'s decisions are verl's)."""
     spec = _as_spec(spec)
     if getattr(spec, "parts", None) is not None:
         return []
@@ -250,8 +250,19 @@ def arithmetic(spec) -> list[dict]:
                 "text": "the kept token's loss is −A·r with r differentiable (SkyRL's dppo): the gradient −A·r·∇log π "
                 "of −A·sg(r)·log π, another value"
                 + ("; through the ±20 clamp of log r its gradient is 0 beyond it (w = 0)" if clamped else ""),
-                "verl": "−A·sg(r)·log π (verl's dppo): w = r at e^{±20} where |log r| > 20",
+                "verl": "−A·sg(r)·log π (verl's dppo): w = r at e^±20 where |log r| > 20",
                 "example": example,
+            }
+        )
+    if spec.param("exp_dtype", "input") == "float32":
+        out.append(
+            {
+                "option": "exp_dtype=float32",
+                "where": "every token, at float32 rounding (about 6e-8 relative) with float64 inputs",
+                "text": "r = exp(log r) in float32 whatever the input dtype, and the gradient through it rounded as "
+                "autograd through that exp rounds it (SkyRL's safe_exp_delta): w moves by float32 rounding only",
+                "verl": "exp in the input's dtype",
+                "example": {},
             }
         )
     if form.name == "gated" and spec.param("gate") == "verl":

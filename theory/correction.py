@@ -103,8 +103,8 @@ RS_OPTIONS = (
 )
 """verl 0.9.1's `SUPPORTED_ROLLOUT_RS_OPTIONS` (verl has no seq_max_k1: a max of -log ρ bounds only one side)."""
 SEQ_ANY_K1 = "seq_any_k1"
-"""SkyRL 0.3.0's outlier-token mask (off_policy_correction.outlier_token_is_threshold_low/high,
-`compute_outlier_token_mask`): a sequence is dropped when any valid token has ρ outside [low, high]; as a k1 rule
+"""SkyRL 0.3.0's outlier-token mask (its off-policy correction's outlier thresholds, `compute_outlier_token_mask`;
+read by divclip.engines.correction): a sequence is dropped when any valid token has ρ outside [low, high]; as a k1 rule
 its band is token_k1's (on exp(k1) = 1/ρ), and one failing token drops the sequence. verl has no such option."""
 REJECTION_OPTIONS = RS_OPTIONS + (SEQ_ANY_K1,)
 """Every rejection option divclip applies: verl's `RS_OPTIONS` and SkyRL's `SEQ_ANY_K1`."""

@@ -80,3 +80,22 @@ def test_atlas_page_lists_the_engine_arithmetic():
     assert len(lines) == len(expected) == 3
     for line, (method, a) in zip(lines, expected):
         assert line.startswith(f"- `{method}`, **{a['option']}**") and a["where"] in line
+
+
+def test_skyrls_dppo_surrogate_and_float32_exp_are_said_with_this_tokens_weights():
+    """SkyRL's dppo (surrogate=ratio, exp_dtype=float32): at log r = 25 (kept by binary TV at q = 1e-12, A > 0) its
+    w is 0 by autograd through the clamp, verl's surrogate keeps e^20; the float32 exp gets its own line."""
+    method = "binary_tv:0.2/gated/gate=verl/surrogate=ratio/exp_dtype=float32"
+    spec = parse_methods(method)[method]
+    q, log_r, adv = 1e-12, 25.0, 1.0
+    (term,) = explain_token({method: spec}, q, math.exp(log_r), adv)
+    assert term.gradient == _grad(spec, q, log_r, adv) == 0.0
+    assert _grad(verl_arithmetic(spec), q, log_r, adv) == pytest.approx(-math.exp(20.0), rel=1e-12)
+    lines = {line.split(":")[0]: line for line in term.arithmetic}
+    said = lines["Engine arithmetic, surrogate=ratio"]
+    assert "w = 0, under verl's surrogate w = " + f"{math.exp(20.0):.6g}" in said
+    assert "safe_exp_delta" in lines["Engine arithmetic, exp_dtype=float32"]
+    assert term.loss_text.startswith("ℓ = −A·r (r differentiable)")  # SkyRL's value, not −A·sg(r)·log π
+    q, r = 0.3, 1.1  # inside the gate: ℓ = −A·r, checked against theory's loss on the spec
+    (term,) = explain_token({method: spec}, q, r, adv)
+    assert term.loss == pytest.approx(-adv * r, rel=1e-6) and f"ℓ = {-adv * r:.6g} for this token" in term.loss_text

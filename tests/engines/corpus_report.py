@@ -91,6 +91,7 @@ def _fields(spec) -> dict:
         defaults = {}
     out["params"] = {**defaults, **dict(spec.params or ())}
     out["params"].pop("clamp_log_ratio", None)
+    out["params"].pop("exp_dtype", None)  # SkyRL's float32 exp: arithmetic outside the corpus truth, as the clamp
     return out
 
 

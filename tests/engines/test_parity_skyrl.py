@@ -43,18 +43,18 @@ divclip's float64 ratio by up to |log r|·2^-24 + 2^-24 relative: 2e-6 at |log r
 
 # (name, SkyRL settings, float64 tolerance, note)
 LOSSES = [
-    ("regular", {A + "policy_loss_type": "regular"}, FLOAT32_EXP, "float64: to SkyRL's float32 exp (named)"),
+    ("regular", {A + "policy_loss_type": "regular"}, 1e-12, "exp_dtype=float32 (SkyRL's float32 exp)"),
     (
         "regular, eps_clip_low/high 0.2/0.28",
         {A + "eps_clip_low": 0.2, A + "eps_clip_high": 0.28},
-        FLOAT32_EXP,
-        "float64: to SkyRL's float32 exp (named)",
+        1e-12,
+        "exp_dtype=float32 (SkyRL's float32 exp)",
     ),
     (
         "dual_clip",
         {A + "policy_loss_type": "dual_clip"},
-        FLOAT32_EXP,
-        "clip_ratio_c 3; float64: to SkyRL's float32 exp (named)",
+        1e-12,
+        "clip_ratio_c 3; exp_dtype=float32",
     ),
     (
         "gspo",
@@ -65,14 +65,14 @@ LOSSES = [
     (
         "cispo (defaults 0 / 5)",
         {A + "policy_loss_type": "cispo"},
-        FLOAT32_EXP,
-        "float64: to SkyRL's float32 exp (named)",
+        1e-12,
+        "exp_dtype=float32 (SkyRL's float32 exp)",
     ),
     (
         "cispo 0.5 / 1.0",
         {A + "policy_loss_type": "cispo", A + "cispo.cispo_eps_clip_low": 0.5, A + "cispo.cispo_eps_clip_high": 1.0},
-        FLOAT32_EXP,
-        "float64: to SkyRL's float32 exp (named)",
+        1e-12,
+        "exp_dtype=float32 (SkyRL's float32 exp)",
     ),
     ("sapo", {A + "policy_loss_type": "sapo"}, 1e-12, ""),
     (
@@ -103,8 +103,8 @@ LOSSES = [
     (
         "dppo (binary_tv 0.2)",
         {A + "policy_loss_type": "dppo"},
-        FLOAT32_EXP,
-        "gated surrogate 'ratio', gate 'verl'; float64: to SkyRL's float32 exp (named)",
+        1e-12,
+        "gated surrogate 'ratio', gate 'verl'; exp_dtype=float32",
     ),
     (
         "dppo binary_kl 0.05",
@@ -114,14 +114,14 @@ LOSSES = [
             A + "dppo.delta_low": 0.05,
             A + "dppo.delta_high": 0.05,
         },
-        FLOAT32_EXP,
-        "gated surrogate 'ratio', gate 'verl'; float64: to SkyRL's float32 exp (named)",
+        1e-12,
+        "gated surrogate 'ratio', gate 'verl'; exp_dtype=float32",
     ),
     (
         "dppo delta_low 0.1 != delta_high 0.3",
         {A + "policy_loss_type": "dppo", A + "dppo.delta_low": 0.1, A + "dppo.delta_high": 0.3},
-        FLOAT32_EXP,
-        "the gated form's delta_high; float64: to SkyRL's float32 exp (named)",
+        1e-12,
+        "the gated form's delta_high; exp_dtype=float32",
     ),
     (
         "dppo binary_kl delta_low 0.02 != delta_high 0.1",
@@ -131,8 +131,8 @@ LOSSES = [
             A + "dppo.delta_low": 0.02,
             A + "dppo.delta_high": 0.1,
         },
-        FLOAT32_EXP,
-        "the gated form's delta_high; float64: to SkyRL's float32 exp (named)",
+        1e-12,
+        "the gated form's delta_high; exp_dtype=float32",
     ),
 ]
 ROLLOUT_LOSSES = [  # (name, settings, float64 tolerance, note): losses that read the rollout log-probs
@@ -418,16 +418,27 @@ def test_off_policy_correction_is_skyrls(settings, rtol64, dtype):
     assert not torch.isclose(theirs[0], plain[0], rtol=1e-6)  # the correction changed SkyRL's loss
 
 
-def test_the_float32_exp_is_named_and_is_all_that_differs_in_float64():
-    """SkyRL's safe_exp_delta rounds the ratio to float32 in a float64 run: divclip's float64 loss is off it by that
-    rounding and no more, and the read says so."""
-    settings = {A + "policy_loss_type": "regular"}
-    ours, theirs = _pair(settings, "token", torch.float64)
+@pytest.mark.parametrize("loss", ["regular", "dual_clip", "cispo", "dppo"])
+def test_the_float32_exp_is_the_specs_exp_dtype_and_all_that_differs_without_it(loss):
+    """SkyRL's safe_exp_delta rounds the ratio (and the gradient through it) to float32 in a float64 run: the read's
+    exp_dtype=float32 makes divclip's float64 loss SkyRL's to 1e-12 (the parity rows), and the same spec with the
+    input dtype's exp is off by that rounding and no more."""
+    import dataclasses
+
+    settings = {A + "policy_loss_type": loss}
+    r = skyrl.read(settings)
+    assert r.spec.param("exp_dtype") == "float32"
+    assert any("exp_dtype=float32 does the same" in n for n in r.notes)
+    plain = dataclasses.replace(r.spec, params=tuple((k, v) for k, v in r.spec.params if k != "exp_dtype"))
+    lp, old, adv, mask = batch("token")
+    scaled = adv * skyrl.aggregation(settings, mask)
+    ours = value_and_grad(lambda x: policy_loss(x, old, scaled, mask, plain, "token-sum", metrics=False)[0], lp)
+    theirs = value_and_grad(lambda x: _theirs(settings, x, old, adv, mask), lp)
     assert not torch.allclose(ours[1], theirs[1], rtol=1e-12, atol=0)  # the rounding is there
     assert torch.allclose(ours[1], theirs[1], rtol=FLOAT32_EXP, atol=0)  # and no more
-    for loss in skyrl.SAFE_EXP_LOSSES:
-        notes = skyrl.read({A + "policy_loss_type": loss}).notes
-        assert loss == "rollout_is" or any("in float32 whatever the input dtype" in n for n in notes), loss
+    for name in skyrl.SAFE_EXP_LOSSES:
+        notes = skyrl.read({A + "policy_loss_type": name}).notes
+        assert any("in float32 whatever the input dtype" in n for n in notes), name
 
 
 def test_the_batch_reaches_every_branch_of_skyrls_clip():
@@ -539,6 +550,21 @@ def test_losses_that_apply_no_correction_read_none_and_warn(loss):
     assert engines.read_correction("skyrl", settings) is None
     r = skyrl.read(settings)
     assert any(a.code == "ignored_key" and "never applies it" in a.message for a in r.advice)
+
+
+def test_rollout_is_with_an_off_policy_correction_names_the_correction_it_cannot_hold():
+    """SkyRL then weights by π_θ/π_rollout (its band) and by π_old/π_rollout (the correction) at once: one divclip
+    correction holds one of the two, so the read's method (ratio/gpg, the corpus truth) comes with a note that the
+    second one is not in it, and it does change SkyRL's loss."""
+    settings = {A + "policy_loss_type": "rollout_is", OPC + "sequence_mask_metric": "geometric"}
+    r = skyrl.read(settings)
+    assert r.spec == skyrl.read({A + "policy_loss_type": "rollout_is"}).spec
+    assert any("rollout_is with an off_policy_correction" in n and "without that correction" in n for n in r.notes)
+    lp, old, adv, mask = batch("token")
+    ro = old + 0.3 * torch.randn(old.shape, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    both = _theirs(settings, lp, old, adv, mask, ro)
+    alone = _theirs({A + "policy_loss_type": "rollout_is"}, lp, old, adv, mask, ro)
+    assert not torch.isclose(both, alone, rtol=1e-6)  # the correction changes SkyRL's rollout_is loss
 
 
 def test_every_loss_type_is_read():
@@ -694,3 +720,14 @@ def test_fp16_with_extreme_log_ratios_overflows_in_skyrl_not_in_divclip():
         lambda x, *a: _ours_low({}, x, *a), lambda x, *a: _theirs({}, x, *a), lp, (old, adv, mask), torch.float16
     )
     assert_fp16_overflow_is_the_engines(*runs)
+
+
+def test_the_float32_exp_keeps_the_methods_recipe():
+    """SkyRL's regular reads as grpo/exp_dtype=float32: written to another engine it is still GRPO's recipe (the
+    float32 exp is rounding, not another method)."""
+    from divclip.theory.spec import parse_method
+
+    spec = skyrl.read({A + "policy_loss_type": "regular"}).spec
+    assert spec == parse_method("grpo/exp_dtype=float32")
+    for engine in ("verl", "trl"):
+        assert engines.to_engine(spec, engine) == engines.to_engine(parse_method("grpo"), engine), engine

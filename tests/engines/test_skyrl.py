@@ -80,46 +80,46 @@ def _grad(fn, lp):
 
 
 CASES = [  # (SkyRL config, divclip spec, log-ratio scale, compare loss values)
-    (dict(policy_loss_type="regular", eps_clip_low=0.2, eps_clip_high=0.28), "dapo", 0.5, True),
+    (dict(policy_loss_type="regular", eps_clip_low=0.2, eps_clip_high=0.28), "dapo/exp_dtype=float32", 0.5, True),
     (
         dict(policy_loss_type="dual_clip", eps_clip_low=0.2, eps_clip_high=0.2, clip_ratio_c=3.0),
-        "grpo/dual=3",
+        "grpo/dual=3/exp_dtype=float32",
         1.5,
         True,
     ),
     (dict(policy_loss_type="gspo", eps_clip_low=3e-4, eps_clip_high=4e-4), "gspo", 1e-3, True),
     (
         dict(policy_loss_type="cispo", cispo={"cispo_eps_clip_low": 0.5, "cispo_eps_clip_high": 1.0}),
-        "ratio:0.5:1.0/cispo",
+        "ratio:0.5:1.0/cispo/exp_dtype=float32",
         0.8,
         True,
     ),
     # SkyRL's cispo defaults: cispo_eps_clip_low = 0 floors the IS weight at 1 (refused before: ε_low = 0)
-    (dict(policy_loss_type="cispo"), "ratio:0:5/cispo", 0.8, True),
+    (dict(policy_loss_type="cispo"), "ratio:0:5/cispo/exp_dtype=float32", 0.8, True),
     (dict(policy_loss_type="sapo", sapo={"tau_pos": 1.0, "tau_neg": 1.05}), "sapo", 0.8, True),
     # dppo's value is -r·A·mask: the gated form's surrogate 'ratio' (value and gradient), its mask verl's arithmetic
     (
         dict(policy_loss_type="dppo", dppo={"dppo_type": "binary_tv", "delta_low": 0.2, "delta_high": 0.2}),
-        "binary_tv:0.2/gated/gate=verl/surrogate=ratio",
+        "binary_tv:0.2/gated/gate=verl/surrogate=ratio/exp_dtype=float32",
         0.8,
         True,
     ),
     (
         dict(policy_loss_type="dppo", dppo={"dppo_type": "binary_kl", "delta_low": 0.05, "delta_high": 0.05}),
-        "binary_kl:0.05/gated/gate=verl/surrogate=ratio",
+        "binary_kl:0.05/gated/gate=verl/surrogate=ratio/exp_dtype=float32",
         0.8,
         True,
     ),
     # δ_low != δ_high: the gated form's delta_high (issue 31 item 4)
     (
         dict(policy_loss_type="dppo", dppo={"dppo_type": "binary_tv", "delta_low": 0.1, "delta_high": 0.3}),
-        "binary_tv:0.1/gated/delta_high=0.3/gate=verl/surrogate=ratio",
+        "binary_tv:0.1/gated/delta_high=0.3/gate=verl/surrogate=ratio/exp_dtype=float32",
         0.8,
         True,
     ),
     (
         dict(policy_loss_type="dppo", dppo={"dppo_type": "binary_kl", "delta_low": 0.01, "delta_high": 0.05}),
-        "binary_kl:0.01/gated/delta_high=0.05/gate=verl/surrogate=ratio",
+        "binary_kl:0.01/gated/delta_high=0.05/gate=verl/surrogate=ratio/exp_dtype=float32",
         0.8,
         True,
     ),
@@ -263,8 +263,10 @@ def test_write_then_read_gives_the_same_clip(method):
             None,
         )
         assert any("truncate" in str(d) for d in w.differences)
-    else:
-        assert back.spec == spec
+    else:  # SkyRL's float32 exp (exp_dtype) is arithmetic the read adds, not part of the clip
+        assert (
+            dataclasses.replace(back.spec, params=tuple(kv for kv in back.spec.params if kv[0] != "exp_dtype")) == spec
+        )
 
 
 def test_kl3_is_written_as_its_exact_ratio_bounds_and_binary_kl_needs_the_plugin():
@@ -295,13 +297,13 @@ def test_read_pitfalls_and_structure():
             "trainer.algorithm.eps_clip_hgh": 0.3,
         }
     )
-    assert r.spec == parse_method("ratio:0:5/cispo") and r.updates_per_batch == 1 and r.on_policy
+    assert r.spec == parse_method("ratio:0:5/cispo/exp_dtype=float32") and r.updates_per_batch == 1 and r.on_policy
     codes = {a.code for a in r.advice}
     assert {"on_policy_clip_inert", "cispo_lower_bound_active"} <= codes
     assert all(a.source.startswith("skyrl 0.3.0") for a in r.advice)
     assert r.unknown_keys == [("trainer.algorithm.eps_clip_hgh", "trainer.algorithm.eps_clip_high")]
     r = skyrl.read({"trainer.algorithm.policy_loss_type": "regular", "trainer.algorithm.clip_ratio_c": 2.0})
-    assert r.spec == parse_method("grpo") and r.updates_per_batch == 4
+    assert r.spec == parse_method("grpo/exp_dtype=float32") and r.updates_per_batch == 4
     assert [a.code for a in r.advice] == ["ignored_key"]
     with pytest.raises(ValueError, match="policy_mini_batch_size"):
         skyrl.read({"trainer.train_batch_size": 8, "trainer.policy_mini_batch_size": 16})
@@ -319,7 +321,7 @@ def test_fixture_run_gsm8k_reads_as_grpo_with_four_minibatches():
 
     raw = read_config(FIXTURES / "run_gsm8k.sh")
     r = skyrl.read(raw.values)
-    assert r.spec == parse_method("grpo") and r.loss_agg_mode == "token-mean"
+    assert r.spec == parse_method("grpo/exp_dtype=float32") and r.loss_agg_mode == "token-mean"
     assert (r.minibatches, r.updates_per_batch, r.group_size, r.kl["use_kl_loss"]) == (4, 4, 5, True)
     assert not r.on_policy and r.unknown_keys == []
 

@@ -125,6 +125,19 @@ def test_the_ratio_surrogate_is_refused_with_a_tis_cap():
         parse_method("binary_tv:0.2/gated/surrogate=r")
 
 
+def test_skyrls_float32_exp_is_shown_and_verls_arithmetic_drops_it():
+    """exp_dtype=float32 (SkyRL's safe_exp_delta): named, its w within float32 rounding of verl's (the same numpy
+    weight: the rounding is the torch loss's), and verl_arithmetic takes exp in the input dtype."""
+    (entry,) = arithmetic("grpo/exp_dtype=float32")
+    assert entry["option"] == "exp_dtype=float32" and "safe_exp_delta" in entry["text"]
+    assert verl_arithmetic("grpo/exp_dtype=float32") == parse_method("grpo")
+    spec = parse_method("grpo/exp_dtype=float32")
+    for log_r in (-0.15, 0.1, 0.3):
+        w32, w = _w_autograd(spec, log_r, 1.0), _w_autograd(parse_method("grpo"), log_r, 1.0)
+        assert w32 != w or log_r == 0.3  # rounded as float32 (0 where clipped)
+        assert w32 == pytest.approx(w, rel=2e-7)
+
+
 def test_verls_own_arithmetic_shows_nothing():
     for method in ("grpo", "dapo", "gspo", "dppo_kl", "sapo", "kl3:0.02&binary_tv:0.2"):
         assert arithmetic(method) == [], method

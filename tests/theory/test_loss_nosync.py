@@ -49,6 +49,9 @@ EXTRA_SPECS = [
     "binary_tv:0.1/gated/delta_high=0.3/gate=verl",
     "binary_tv:0.1/gated/delta_high=0.3/gate=verl/surrogate=ratio",  # SkyRL's dppo: −A·r, r differentiable
     "binary_kl:0.02/gated/surrogate=ratio/noclamp",
+    "grpo/dual=3/exp_dtype=float32",  # SkyRL's float32 exp (regular, dual_clip, cispo, dppo)
+    "ratio:0:5/cispo/exp_dtype=float32",
+    "binary_tv:0.2/gated/gate=verl/surrogate=ratio/exp_dtype=float32",
     "kl3:0.02/gated/delta_high=0.05",
     "sapo",
     "grpo",

@@ -41,6 +41,7 @@ from divclip.theory.forms._form import (
     _FORMS,  # noqa: F401  (the catalogue's dict, for tests' clean-up)
     CLAMP_LOG_RATIO,
     DUAL_CLIP_C,
+    EXP_DTYPE,
     FAMILIES,
     FORM_NAMES,
     FORMS,
@@ -59,6 +60,7 @@ from divclip.theory.forms._form import (
 __all__ = [
     "CLAMP_LOG_RATIO",
     "DUAL_CLIP_C",
+    "EXP_DTYPE",
     "FAMILIES",
     "FORMS",
     "FORM_MODULES",

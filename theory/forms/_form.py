@@ -24,6 +24,7 @@ __all__ = [
     "PARAM_KINDS",
     "CLAMP_LOG_RATIO",
     "DUAL_CLIP_C",
+    "EXP_DTYPE",
     "Form",
     "Param",
     "declare_form",
@@ -144,6 +145,16 @@ CLAMP_LOG_RATIO = Param(
     option="noclamp",
 )
 """verl's ±20 clamp of log r before exp, declared by the forms whose loss takes exp(log r) through it."""
+EXP_DTYPE = Param(
+    "exp_dtype",
+    "input",
+    "input: r = exp(log r) in the input's dtype; float32: exp in float32 whatever the input dtype, cast back (SkyRL's "
+    "safe_exp_delta), and a gradient through r, −A·r, rounded as autograd through that float32 exp rounds it",
+    kind="choice",
+    choices=("input", "float32"),
+)
+"""SkyRL 0.3.0's float32 exp of the token ratio, declared by the forms SkyRL's safe_exp_delta losses read as
+(clip, cispo, gated); token level only."""
 
 
 @dataclass(frozen=True)

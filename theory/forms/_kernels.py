@@ -181,8 +181,27 @@ def _in_range(x, lo: float, hi: float):
     return _flag(torch.ge, x, lo).mul_(_flag(torch.le, x, hi))
 
 
+def exp_float32(spec) -> bool:
+    """True where the spec's ratio is exp in float32 whatever the input dtype (`exp_dtype` = 'float32', SkyRL)."""
+    return spec.param("exp_dtype", "input") == "float32"
+
+
+def _exp(log_ratio, exp32: bool):
+    """exp(log r): in its dtype, or with exp32 in float32 and cast back (SkyRL's safe_exp_delta)."""
+    return log_ratio.to(torch.float32).exp().to(log_ratio.dtype) if exp32 else log_ratio.exp()
+
+
+def ratio_gradient(advantages, log_ratio, exp32: bool, ratio=None):
+    """−A·r, the gradient of −A·r in log π (a token-sum upstream of 1): with exp32 the product autograd forms through
+    a float32 exp, fp32(−A)·exp32(log r) rounded in float32, then cast back (SkyRL's value, bit for bit); else
+    −(A·ratio) in the input's dtype. `log_ratio` is the log r the exp took (clamped where the spec clamps)."""
+    if exp32:
+        return torch.mul(advantages.to(torch.float32), log_ratio.to(torch.float32).exp()).neg_().to(advantages.dtype)
+    return torch.mul(advantages, ratio).neg_()
+
+
 @torch.no_grad()
-def _token_ratio(log_prob, old_log_prob, clamp: bool = True):
+def _token_ratio(log_prob, old_log_prob, clamp: bool = True, exp32: bool = False):
     """(log r clamped to ±20 as verl, r, 0/1 flags of |log r| <= 20): the clamp stops the gradient.
     clamp=False (TRL): r = exp(log r) unclamped, flags None; the log r returned (for the metrics) is clamped.
 
@@ -191,9 +210,9 @@ def _token_ratio(log_prob, old_log_prob, clamp: bool = True):
     raw = log_prob - old_log_prob  # (B, T)
     log_ratio = raw.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     if not clamp:
-        return log_ratio, raw.exp_(), None
+        return log_ratio, (_exp(raw, True) if exp32 else raw.exp_()), None
     in_range = _flag(torch.eq, log_ratio, raw)  # |log r| <= 20; 0 for NaN, as _in_range, in one pass
-    return log_ratio, log_ratio.exp(), in_range
+    return log_ratio, _exp(log_ratio, exp32), in_range
 
 
 @torch.no_grad()
@@ -225,10 +244,11 @@ def sequence_column(t):
 
 
 def _ratio(spec: ClipSpec, log_prob, old_log_prob, mask):
-    """`_token_ratio` or, at level='sequence', `_sequence_ratio`, clamped as `spec.param("clamp_log_ratio")` says."""
+    """`_token_ratio` or, at level='sequence', `_sequence_ratio`, clamped as `spec.param("clamp_log_ratio")` says,
+    exp in float32 where `exp_dtype` says (token level)."""
     if spec.level == "sequence":
         return _sequence_ratio(log_prob, old_log_prob, mask, spec.param("clamp_log_ratio"))
-    return _token_ratio(log_prob, old_log_prob, spec.param("clamp_log_ratio"))
+    return _token_ratio(log_prob, old_log_prob, spec.param("clamp_log_ratio"), exp_float32(spec))
 
 
 def _binary_kl_bound(delta: float, p, side: int):
@@ -382,9 +402,9 @@ def binary_kl_clip_bounds(
 
     r is e^{clamp(log π − log π_old, ±20)} (unclamped with clamp=False), as `_token_ratio` forms it; D is
     `_binary_kl_divergence` (torch, as on every token: the same decisions as the sync-free path), from the
-    log-probabilities with from_log_probs, else from r, in the inputs' dtype;
-    the roots are `binary_kl_root_nosync`'s Newton steps (at most six, float64, within 4 ulps of the exact roots, one step
-    for every root: the reference solver's Newton in log r needs ~50 near p = 1). This is the host compaction
+    log-probabilities with from_log_probs, else from r, in the inputs' dtype; the roots are
+    `binary_kl_root_nosync`'s Newton steps (at most six, float64, within 4 ulps of the exact roots, one step for
+    every root: the reference solver's Newton in log r needs ~50 near p = 1). This is the host compaction
     of `_per_token_clip` as one op that `torch.compile` calls whole (its nonzero would break a graph), so that a
     compiled loss on the CPU solves the clipped tokens only. The candidates are a few thousand: D is evaluated in
     pieces of `_SERIAL_CHUNK` and the roots in numpy, because torch would spread each of those small ops over its

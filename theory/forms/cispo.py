@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from divclip.theory.forms._form import CLAMP_LOG_RATIO, Form
+from divclip.theory.forms._form import CLAMP_LOG_RATIO, EXP_DTYPE, Form
 from divclip.theory.forms._numpy import _shaped, _spec_ratio, clip_bounds
 
 if TYPE_CHECKING:
@@ -68,6 +68,6 @@ FORM = Form(
     weight=weight,
     interval=interval,
     example="ratio:0.2:0.2/cispo",
-    params=(CLAMP_LOG_RATIO,),
+    params=(CLAMP_LOG_RATIO, EXP_DTYPE),
     loss=loss,
 )

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from divclip.theory.forms._form import CLAMP_LOG_RATIO, DUAL_CLIP_C, Form, Param, is_intersection
+from divclip.theory.forms._form import CLAMP_LOG_RATIO, DUAL_CLIP_C, EXP_DTYPE, Form, Param, is_intersection
 from divclip.theory.forms._numpy import SEQ_LOG_RATIO_MAX, _shaped, _spec_ratio, clip_bounds, moved_out
 
 if TYPE_CHECKING:
@@ -95,6 +95,11 @@ def _through_the_mean(terms: PolicyTerms, log_prob, mask) -> PolicyTerms:
 
 def _check(spec) -> None:
     """`seq_grad_mean` only at level='sequence' (a token ratio has no sequence mean)."""
+    if spec.param("exp_dtype") != "input" and spec.level != "token":
+        raise ValueError(
+            f"ClipSpec.exp_dtype = {spec.param('exp_dtype')!r} rounds the token ratio's exp (SkyRL's safe_exp_delta): "
+            f"it needs level='token', got level={spec.level!r}"
+        )
     if spec.param("seq_grad_mean") and spec.level != "sequence":
         raise ValueError(
             f"ClipSpec.seq_grad_mean = True needs level='sequence' (GSPO's sequence ratio), got level={spec.level!r}"
@@ -156,16 +161,21 @@ def _interval_clip_mode(log_prob, old_log_prob, advantages, spec: ClipSpec) -> P
         LOG_RATIO_CLAMP,
         PolicyTerms,
         _decision_ratio,
+        _exp,
         _per_token_clip,
         _WithGradient,
+        exp_float32,
         ratio_bounds,
+        ratio_gradient,
     )
 
     with torch.no_grad():
         raw = log_prob - old_log_prob  # (B, T)
         log_ratio = raw.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
         out_of_range = (log_ratio != raw) if spec.param("clamp_log_ratio") else None  # verl's clamp stops the gradient
-        ratio = log_ratio.exp() if spec.param("clamp_log_ratio") else raw.exp()
+        exp32 = exp_float32(spec)  # SkyRL: exp in float32 whatever the dtype (`exp_dtype`)
+        exp_of = log_ratio if spec.param("clamp_log_ratio") else raw
+        ratio = _exp(exp_of, exp32)
         del raw
         if spec.p_dependent:  # only a token pushed past a bound by its own A is clipped (`_general_clip_mode`)
             moved = (ratio - 1.0) * advantages > 0
@@ -192,7 +202,8 @@ def _interval_clip_mode(log_prob, old_log_prob, advantages, spec: ClipSpec) -> P
             drop = drop | dual
         if out_of_range is not None:
             drop = drop | out_of_range  # (NaN drops too)
-        grad = loss_unclipped.masked_fill_(drop, 0.0)  # d(-A·r)/d log π = -A·r where kept, else 0
+        # d(-A·r)/d log π = -A·r where kept, else 0 (rounded as through a float32 exp with exp32)
+        grad = (ratio_gradient(advantages, exp_of, True) if exp32 else loss_unclipped).masked_fill_(drop, 0.0)
         dtype = ratio.dtype
         flags = clipped.to(dtype), (clipped & negative).to(dtype), None if dual is None else dual.to(dtype)
     return PolicyTerms(_WithGradient.apply(log_prob, loss, grad), log_ratio, ratio, *flags, None, grad)
@@ -212,7 +223,9 @@ def _general_clip_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec)
         _ratio,
         _WithGradient,
         clipped_surrogate,
+        exp_float32,
         ratio_bounds,
+        ratio_gradient,
     )
 
     with torch.no_grad():
@@ -232,7 +245,12 @@ def _general_clip_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec)
             keep.sub_(sur.dual)
         if in_range is not None:  # None only where the spec does not clamp (TRL): a static choice
             keep.mul_(in_range)  # verl's log-ratio clamp also stops the gradient
-        grad = sur.loss_unclipped.mul_(keep)  # d(-A·r)/d log π = -A·r where kept, else 0
+        if exp_float32(spec):  # the gradient through SkyRL's float32 exp, rounded as its autograd rounds it
+            raw = log_prob - old_log_prob
+            exp_of = log_ratio if spec.param("clamp_log_ratio") else raw
+            grad = ratio_gradient(advantages, exp_of, True).mul_(keep)
+        else:
+            grad = sur.loss_unclipped.mul_(keep)  # d(-A·r)/d log π = -A·r where kept, else 0
         clipped_low = _flag(torch.lt, advantages, 0.0).mul_(sur.clipped)
         by_part = None
         if each is not None:  # which part's bound bound: its lo is the max / its hi the min
@@ -268,6 +286,7 @@ FORM = Form(
     loss=loss,
     params=(
         CLAMP_LOG_RATIO,
+        EXP_DTYPE,
         DUAL_CLIP_C,
         Param(
             "seq_grad_mean",

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from divclip.theory.forms._form import CLAMP_LOG_RATIO, Form, Param, is_adaptive
+from divclip.theory.forms._form import CLAMP_LOG_RATIO, EXP_DTYPE, Form, Param, is_adaptive
 from divclip.theory.forms._numpy import _shaped, _verl_ratio, clip_bounds, moved_out, upper_delta
 
 if TYPE_CHECKING:
@@ -127,7 +127,9 @@ def loss(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> PolicyTerm
         _divergence,
         _ratio,
         _WithGradient,
+        exp_float32,
         ratio_bounds,
+        ratio_gradient,
     )
 
     with torch.no_grad():
@@ -178,6 +180,9 @@ def loss(log_prob, old_log_prob, advantages, mask, spec: ClipSpec) -> PolicyTerm
             # SkyRL's −(r·A·mask) (r·A = A·r; negation exact); its gradient −A·r·mask, 0 where the ±20 clamp
             # cut log r (autograd through SkyRL's safe_exp_delta clamp; kept with /noclamp, in_range None)
             value = scale.mul((~dropped).to(scale.dtype))
+            if exp_float32(spec):  # the gradient through SkyRL's float32 exp, rounded as its autograd rounds it
+                exp_of = log_ratio if spec.param("clamp_log_ratio") else log_prob - old_log_prob
+                scale = ratio_gradient(advantages, exp_of, True)
             grad = scale.masked_fill_(dropped, 0.0)
             if in_range is not None:
                 grad = grad.mul_(in_range)
@@ -198,6 +203,7 @@ FORM = Form(
     ("arXiv:2602.04879", "verl:dppo_kl", "verl:dppo_tv"),
     params=(
         CLAMP_LOG_RATIO,
+        EXP_DTYPE,
         Param(
             "tis_cap",
             None,
