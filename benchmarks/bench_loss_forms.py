@@ -7,7 +7,10 @@ Inputs are `bench_loss.make_inputs` (float32, GRPO advantages, response lengths 
 row is one verl loss_mode with its settings: divclip's spec is read from those settings with
 `divclip.engines.from_engine("verl", ...)`, verl's function is `core_algos.get_policy_loss_fn(mode)`.
 Time: one call plus `loss.backward()` on a fresh leaf, the sides interleaved, `repeats` rounds after a
-warm-up; divclip runs with metrics=True (verl computes its metrics) and once more with metrics=False. On a
+warm-up; divclip runs with metrics=True (all its diagnostics), with the diagnostics verl's function returns for
+that row (metrics=names: verl's actor/pg_clipfrac, pg_clipfrac_lower and ppo_kl are divclip's clipfrac,
+dual_clipfrac and ppo_kl; gpg returns none, so divclip's list is empty and it still reads the loss to check it is
+finite; verl's rollout_corr/* metrics have no divclip counterpart here) and with metrics=False. On a
 shared machine wall-clock time measures the neighbours, so by default torch runs one thread and the table
 shows the CPU time of that thread (`time.thread_time`), fastest of the rounds; `--wall --threads N` times
 wall-clock instead.
@@ -53,8 +56,13 @@ ROWS = [  # (name, verl settings)
 ]
 
 
-def verl_fn(settings: dict, agg: str):
-    """verl's registered function for `settings` and the ActorConfig it reads (bypass as verl's trainer sets it)."""
+VERL_METRICS = {"actor/pg_clipfrac": "clipfrac", "actor/pg_clipfrac_lower": "dual_clipfrac", "actor/ppo_kl": "ppo_kl"}
+"""verl's policy-loss metric names -> the divclip diagnostic that costs the same pass."""
+
+
+def verl_fn(settings: dict, agg: str, with_metrics: bool = False):
+    """verl's registered function for `settings` and the ActorConfig it reads (bypass as verl's trainer sets it);
+    with_metrics: the function returns (loss, verl's metrics dict)."""
     from verl.trainer.config.algorithm import RolloutCorrectionConfig
     from verl.trainer.ppo import core_algos as ca
     from verl.workers.config.actor import PolicyLossConfig
@@ -70,10 +78,18 @@ def verl_fn(settings: dict, agg: str):
         loss["rollout_correction"] = RolloutCorrectionConfig(bypass_mode=True, **correction)
     config = verl_config(policy_loss=PolicyLossConfig(**loss), loss_agg_mode=agg, **actor)
     fn = ca.get_policy_loss_fn(config.policy_loss.loss_mode)
+    if with_metrics:
+        return lambda lp, x: fn(x["old"], lp, x["adv"], x["mask"], agg, config)
     return lambda lp, x: fn(x["old"], lp, x["adv"], x["mask"], agg, config)[0]
 
 
-def divclip_fn(settings: dict, agg: str, metrics: bool = True):
+def verl_metric_names(settings: dict, agg: str, inputs) -> list[str]:
+    """The divclip diagnostics matching the metrics verl's function returns for `settings` (one call)."""
+    _, out = verl_fn(settings, agg, with_metrics=True)(inputs["log_prob"].detach(), inputs)
+    return [VERL_METRICS[k] for k in out if k in VERL_METRICS]
+
+
+def divclip_fn(settings: dict, agg: str, metrics=True):
     spec = from_engine("verl", settings)
     return lambda lp, x: policy_loss(lp, x["old"], x["adv"], x["mask"], spec, agg, metrics=metrics)[0]
 
@@ -86,9 +102,21 @@ def step(fn, inputs, clock) -> float:
 
 
 def time_rows(inputs, repeats: int, clock, agg: str = "token-mean"):
-    """{name: [verl, divclip, divclip metrics=False] as lists of seconds}, the three interleaved."""
-    made = [(name, (verl_fn(s, agg), divclip_fn(s, agg), divclip_fn(s, agg, metrics=False))) for name, s in ROWS]
-    times = {name: ([], [], []) for name, _ in made}
+    """{name: [verl, divclip, divclip with verl's metrics, divclip metrics=False] as lists of seconds}, the four
+    interleaved."""
+    made = [
+        (
+            name,
+            (
+                verl_fn(s, agg),
+                divclip_fn(s, agg),
+                divclip_fn(s, agg, metrics=verl_metric_names(s, agg, inputs)),
+                divclip_fn(s, agg, metrics=False),
+            ),
+        )
+        for name, s in ROWS
+    ]
+    times = {name: ([], [], [], []) for name, _ in made}
     for _name, fns in made:  # warm-up
         for fn in fns:
             step(fn, inputs, clock)
@@ -124,13 +152,17 @@ def main():
         f"{os.cpu_count()} CPUs, load average {load}, {'wall-clock' if args.wall else 'thread CPU'} time, "
         f"fastest of {args.repeats}"
     )
-    print("| verl loss_mode | verl ms | divclip ms | divclip / verl | divclip metrics=False ms | / verl |")
-    print("|---|---|---|---|---|---|")
-    for name, (theirs, ours, bare) in times.items():
-        v, d, b = min(theirs), min(ours), min(bare)
+    print(
+        "| verl loss_mode | verl ms | divclip ms | divclip / verl | divclip, verl's metrics ms | / verl "
+        "| divclip metrics=False ms | / verl |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for name, (theirs, ours, same, bare) in times.items():
+        v, d, m, b = min(theirs), min(ours), min(same), min(bare)
         print(
             f"| {name} | {v * 1e3:.1f} (median {statistics.median(theirs) * 1e3:.0f}) | {d * 1e3:.1f} (median "
-            f"{statistics.median(ours) * 1e3:.0f}) | {d / v:.2f}x | {b * 1e3:.1f} | {b / v:.2f}x |"
+            f"{statistics.median(ours) * 1e3:.0f}) | {d / v:.2f}x | {m * 1e3:.1f} | {m / v:.2f}x | {b * 1e3:.1f} "
+            f"| {b / v:.2f}x |"
         )
 
 

@@ -18,5 +18,5 @@ token-mean-min1: Σ m·ℓ over the rows' token counts each at least 1, an empty
 loss: `loss_function`'s num_tokens, Megatron's per-token normaliser);
 token-mean-legacy: the rows cut into micro-batches of `loss_scale_factor` rows (None: one micro-batch of all
 rows), the token mean Σ m·ℓ / max(Σ m, 1) of each whole micro-batch, then their mean; rows past the last whole
-micro-batch get no weight (SkyRL 0.3.0 loss_reduction=token_mean_legacy, micro_train_batch_size_per_gpu rows:
-ppo_utils.apply_loss_reduction_to_advantages_minibatch)."""
+micro-batch get no weight (SkyRL 0.3.0's legacy token-mean reduction over micro-batches of its per-GPU micro
+batch size, ppo_utils.apply_loss_reduction_to_advantages_minibatch; the keys: divclip.engines.skyrl)."""

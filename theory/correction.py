@@ -45,8 +45,9 @@ ignored, nothing else is; "none" is the empty correction):
 Examples: `is=token:tis=2.0`, `is=sequence:mask=0.5_5.0/norm`, `rs=seq_mean_k1:0.999_1.001`,
 `is=token/rs=token_k3:0.01/rs=seq_max_k2:0.5`, `is=sequence:mask=3.0/noclamp` (TRL's default sequence_mask),
 `filter=token:ratio:mask:5.0` (AReaL's migration of the old behave_imp_weight_cap 5), `m2po=0.04`,
-`filter=sequence:ratio:mean:mask:0.5_5.0:token` (OpenRLHF's is_correction_level seq),
-`filter=token:binary_kl:mask:0.0_0.05` (OpenRLHF's is_correction_gating binary_kl with threshold 0.05).
+`filter=sequence:ratio:mean:mask:0.5_5.0:token` (OpenRLHF's sequence-level IS correction),
+`filter=token:binary_kl:mask:0.0_0.05` (OpenRLHF's binary_kl gating of its IS correction at threshold 0.05; the
+flags: divclip.engines.openrlhf).
 
 The statistics are verl's: with l = log ρ (clamped to ±20), k1 = -l, k2 = l²/2, k3 = e^l - 1 - l; a seq_sum /
 seq_mean / seq_max option sums / averages / maximises the token statistic over the sequence and keeps or drops the
@@ -112,7 +113,7 @@ FILTER_METRICS = ("ratio", "kl_k1", "kl_k2", "kl_k3", "binary_kl", "binary_tv")
 FILTER_ACTIONS = ("mask", "clamp")
 FILTER_AGGS = ("sum", "mean", "max")
 """AReaL 1.0.4's RejectionSamplingConfig choices (metric, action, agg); the binary metrics are OpenRLHF 0.11.2's
-is_correction_gating binary_kl and tv."""
+binary_kl and tv gating of its IS correction."""
 AREAL_METRICS = ("ratio", "kl_k1", "kl_k2", "kl_k3")
 """The metrics AReaL has (binary_kl and binary_tv are OpenRLHF's)."""
 FILTER_SEQ_WEIGHTS = ("geometric", "token")

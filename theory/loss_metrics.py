@@ -113,7 +113,7 @@ def check_agg(loss_agg_mode, loss_scale_factor):
         ):
             raise ValueError(
                 "loss_scale_factor must be None or a whole number >= 1 for token-mean-legacy (the rows of one "
-                f"micro-batch, SkyRL's micro_train_batch_size_per_gpu), got {loss_scale_factor!r}"
+                f"micro-batch, SkyRL's per-GPU micro-batch size), got {loss_scale_factor!r}"
             )
         return
     if loss_scale_factor is not None and not (
@@ -164,10 +164,13 @@ METRIC_NAMES = (
 
 
 @torch.no_grad()
-def clip_stats(terms, mask, extra=()):
-    """The diagnostics as one 1-D tensor on the loss's device: the values of METRIC_NAMES, the number of
-    unmasked tokens, then the masked means of the 0/1 (B, T) flags in `extra`. No host read: turn it into
-    floats with one `.tolist()` (`metrics_from_stats`), one device-to-host transfer for everything.
+def clip_stats(terms, mask, extra=(), names=METRIC_NAMES):
+    """The diagnostics as one 1-D tensor on the loss's device: the values of `names` (METRIC_NAMES, or a subset of
+    it, in METRIC_NAMES' order), the number of unmasked tokens, then the masked means of the 0/1 (B, T) flags in
+    `extra`. No host read: turn it into floats with one `.tolist()` (`metrics_from_stats`), one device-to-host
+    transfer for everything. A subset computes only what its names need: without ppo_kl, kl3 and the ratio's
+    statistics the log-ratio is never read (it may be None), without kl3 and a token ratio's statistics no
+    expm1 pass runs, without ratio_min/ratio_max no min/max pass.
 
     `terms` carries (B, T) tensors: log_ratio, ratio, and 0/1 float flags clipped, clipped_low, dual (or None).
     Each masked sum is a dot product with the mask. ratio None means exp(log_ratio) (`PolicyTerms`): its sums come
@@ -177,8 +180,10 @@ def clip_stats(terms, mask, extra=()):
     Those two are fast paths of the plain masked sums over a materialised (B, T) ratio; held equal to them (to
     rounding: the sums run in another order) by tests/theory/test_loss_fast_paths.py::
     test_clip_stats_fast_paths_equal_the_plain_sums; the metrics themselves against numpy by
-    tests/theory/test_losses.py::test_metrics_against_numpy.
+    tests/theory/test_losses.py::test_metrics_against_numpy; a subset equal to the same entries of the whole set,
+    bit for bit, by tests/theory/test_metric_subsets.py.
     """
+    wanted = set(names)
     m = mask.reshape(-1)
 
     def masked_sum(x):
@@ -187,26 +192,42 @@ def clip_stats(terms, mask, extra=()):
     x, ratio = terms.log_ratio, terms.ratio
     n = m.sum()
     zero = torch.zeros((), dtype=m.dtype, device=m.device)
-    scratch = torch.expm1(x)  # (B, T) r - 1 of the token ratio, reused below
-    n_clip, n_low, n_dual = (
-        zero if f is None else masked_sum(f) for f in (terms.clipped, terms.clipped_low, terms.dual)
-    )
-    sum_x = masked_sum(x)
-    if ratio is None:  # the token ratio: Σ m·r = Σ m·(r - 1) + n; min/max of r - 1, plus 1
-        sum_ratio, (ratio_min, ratio_max) = masked_sum(scratch) + n, _masked_min_max(scratch, mask, 1.0, zero)
-    elif (column := sequence_column(ratio)) is not None:  # one ratio per sequence: (B, 1) work
-        lengths = mask.sum(dim=-1, keepdim=True)  # (B, 1)
-        sum_ratio, (ratio_min, ratio_max) = (
-            torch.dot(column.reshape(-1), lengths.reshape(-1)),
-            _masked_min_max(column, torch.clamp(lengths, max=1.0), 0.0, zero),
+    ratio_stats = wanted & {"ratio_mean", "ratio_min", "ratio_max"}
+    sums = {}  # name -> masked sum (divided by the count below)
+    if wanted & {"clipfrac", "clipfrac_low", "clipfrac_high", "dual_clipfrac"}:
+        n_clip, n_low, n_dual = (
+            zero if f is None else masked_sum(f) for f in (terms.clipped, terms.clipped_low, terms.dual)
         )
-    else:
-        sum_ratio, (ratio_min, ratio_max) = masked_sum(ratio), _masked_min_max(ratio, mask, 0.0, zero)
-    sum_k3 = masked_sum(scratch.sub_(x))  # Σ m·(r - 1 - log r); expm1 keeps tokens with r ≈ 1 accurate
-    sums = [n_clip, n_low, n_clip - n_low, n_dual, -sum_x, sum_k3, sum_ratio]
-    sums += [masked_sum(f) for f in extra]
-    means = torch.stack(sums) / (n + 1e-8)
-    return torch.cat([means[:7], torch.stack([ratio_min, ratio_max, n]), means[7:]])
+        sums.update(clipfrac=n_clip, clipfrac_low=n_low, clipfrac_high=n_clip - n_low, dual_clipfrac=n_dual)
+    if "ppo_kl" in wanted:
+        sums["ppo_kl"] = -masked_sum(x)
+    # (B, T) r - 1 of the token ratio, reused below
+    scratch = torch.expm1(x) if "kl3" in wanted or (ratio is None and ratio_stats) else None
+    ratio_min = ratio_max = zero
+    if ratio_stats:
+        want_min_max = bool(ratio_stats & {"ratio_min", "ratio_max"})
+        if ratio is None:  # the token ratio: Σ m·r = Σ m·(r - 1) + n; min/max of r - 1, plus 1
+            sums["ratio_mean"] = masked_sum(scratch) + n
+            if want_min_max:
+                ratio_min, ratio_max = _masked_min_max(scratch, mask, 1.0, zero)
+        elif (column := sequence_column(ratio)) is not None:  # one ratio per sequence: (B, 1) work
+            lengths = mask.sum(dim=-1, keepdim=True)  # (B, 1)
+            sums["ratio_mean"] = torch.dot(column.reshape(-1), lengths.reshape(-1))
+            if want_min_max:
+                ratio_min, ratio_max = _masked_min_max(column, torch.clamp(lengths, max=1.0), 0.0, zero)
+        else:
+            sums["ratio_mean"] = masked_sum(ratio)
+            if want_min_max:
+                ratio_min, ratio_max = _masked_min_max(ratio, mask, 0.0, zero)
+    if "kl3" in wanted:
+        sums["kl3"] = masked_sum(scratch.sub_(x))  # Σ m·(r - 1 - log r); expm1 keeps tokens with r ≈ 1 accurate
+    mean_names = [k for k in METRIC_NAMES if k in wanted and k not in ("ratio_min", "ratio_max")]
+    stacked = [sums[k] for k in mean_names] + [masked_sum(f) for f in extra]
+    means = torch.stack(stacked) / (n + 1e-8) if stacked else zero.new_zeros(0)
+    by_name = dict(zip(mean_names, means[: len(mean_names)]))
+    by_name.update(ratio_min=ratio_min, ratio_max=ratio_max)
+    head = [by_name[k] for k in METRIC_NAMES if k in wanted] + [n]
+    return torch.cat([torch.stack(head), means[len(mean_names) :]])
 
 
 def _masked_min_max(values, mask, shift: float, zero):
@@ -223,11 +244,12 @@ def _masked_min_max(values, mask, shift: float, zero):
     return low + shift, high + shift
 
 
-def metrics_from_stats(stats: list[float]) -> dict[str, float]:
-    """The METRIC_NAMES dict from `clip_stats(...).tolist()` (its leading entries)."""
-    metrics = {name: v + 0.0 for name, v in zip(METRIC_NAMES, stats)}  # + 0.0 turns -0.0 into 0.0
-    if stats[len(METRIC_NAMES)] <= 0:  # empty mask: no ratio was seen
-        metrics.update(ratio_mean=1.0, ratio_min=1.0, ratio_max=1.0)
+def metrics_from_stats(stats: list[float], names=METRIC_NAMES) -> dict[str, float]:
+    """The dict of `names` from `clip_stats(..., names=names).tolist()` (its leading entries)."""
+    names = [k for k in METRIC_NAMES if k in set(names)]
+    metrics = {name: v + 0.0 for name, v in zip(names, stats)}  # + 0.0 turns -0.0 into 0.0
+    if stats[len(names)] <= 0:  # empty mask: no ratio was seen
+        metrics.update({k: 1.0 for k in ("ratio_mean", "ratio_min", "ratio_max") if k in metrics})
     return metrics
 
 

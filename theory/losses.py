@@ -155,7 +155,7 @@ def policy_loss(
     rollout_is_weights=None,
     *,
     loss_scale_factor=None,
-    metrics: bool = True,
+    metrics: bool | tuple[str, ...] | list[str] | set[str] = True,
     rollout_log_prob=None,
     correction=None,
 ):
@@ -184,6 +184,11 @@ def policy_loss(
     metrics=True reads everything on the host in one transfer (one `.tolist()` of a tensor holding every
     diagnostic and the loss), and raises a ValueError naming the input when the loss is not finite: a NaN input
     reaches the scalar loss even under the mask, and only then are the inputs inspected.
+    metrics given as names (a list, tuple or set from METRIC_NAMES) computes only those diagnostics, with the same
+    one host transfer and the same finite check; an empty one computes none but still checks (what an engine
+    function that returns no metrics, such as verl's gpg, is compared with in benchmarks/bench_loss_forms.py).
+    The values are those of metrics=True, bit for bit; the per-part intersection metrics and the rollout
+    correction's come with metrics=True only.
     metrics=False returns (loss, {}) and reads nothing on the host: no `.item()`, no data-dependent branch, so
     on a GPU there is no stream synchronisation and `torch.compile(fullgraph=True)` traces the whole call. A
     non-finite input is then reported by the loss itself, which comes out NaN (or ±inf) under the same condition
@@ -201,8 +206,7 @@ def policy_loss(
     prefix 'rollout_corr/'.
     """
     check_agg(loss_agg_mode, loss_scale_factor)
-    if not isinstance(metrics, bool):
-        raise ValueError(f"metrics must be True or False, got {metrics!r}")
+    names = _metric_names(metrics)
     if correction is not None or rollout_log_prob is not None:
         return _corrected_loss(
             log_prob,
@@ -224,7 +228,8 @@ def policy_loss(
         "rollout_is_weights": rollout_is_weights,
     }
     spec = spec if isinstance(spec, ClipSpec) else as_spec(spec)
-    terms, mask, lp = _terms(named, spec, "log_ratio" if metrics else "none")
+    needs_log_ratio = names is not None and bool(set(names) & LOG_RATIO_METRICS)
+    terms, mask, lp = _terms(named, spec, "log_ratio" if needs_log_ratio else "none")
     weights = None if rollout_is_weights is None else rollout_is_weights.detach().to(lp.dtype)
     own_aggregation = FORMS[spec.form].aggregate  # a form whose engine ignores loss_agg_mode (geo_mean)
     loss = None if own_aggregation is None else own_aggregation(terms, mask, weights, spec)
@@ -234,18 +239,40 @@ def policy_loss(
         if weights is None and terms.grad is not None:  # the same sum, its gradient straight from terms.grad
             masked_sum = lambda values, m: masked_sum_closed_form(terms, lp, m)  # noqa: E731
         loss = aggregate(loss_mat, mask, loss_agg_mode, loss_scale_factor, masked_sum)
-    if not metrics:
+    if names is None:
         return loss, {}  # no host read: a non-finite input shows as a non-finite loss (see the docstring)
-    by_part = () if terms.by_part is None else terms.by_part  # an intersection: which part's bound clipped
-    stats = clip_stats(terms, mask, extra=[f for pair in by_part for f in pair])
+    by_part = () if terms.by_part is None or metrics is not True else terms.by_part  # which part's bound clipped
+    stats = clip_stats(terms, mask, extra=[f for pair in by_part for f in pair], names=names)
     stats = torch.cat([stats, loss.detach().reshape(1).to(stats.dtype)]).tolist()  # the one host transfer
     if not math.isfinite(stats[-1]):  # NaN anywhere (even under the mask) reaches the sum
         _raise_non_finite(named)
-    out = metrics_from_stats(stats)
-    parts = stats[len(METRIC_NAMES) + 1 : -1]
+    out = metrics_from_stats(stats, names)
+    n_names = len(names)
+    parts = stats[n_names + 1 : -1]
     for i in range(len(by_part)):
         out[f"clipfrac_low_part{i}"], out[f"clipfrac_high_part{i}"] = parts[2 * i] + 0.0, parts[2 * i + 1] + 0.0
     return loss, out
+
+
+LOG_RATIO_METRICS = frozenset({"ppo_kl", "kl3", "ratio_mean", "ratio_min", "ratio_max"})
+"""The diagnostics that read the log-ratio (a form that leaves it None gets it filled in for them)."""
+
+
+def _metric_names(metrics) -> tuple[str, ...] | None:
+    """policy_loss's `metrics` as the diagnostics to compute, in METRIC_NAMES' order: None for False (no host
+    read), METRIC_NAMES for True, else the given names (a list, tuple or set; empty: only the finite check)."""
+    if metrics is True:
+        return METRIC_NAMES
+    if metrics is False:
+        return None
+    if isinstance(metrics, (str, bytes)) or not isinstance(metrics, (list, tuple, set, frozenset)):
+        raise ValueError(
+            f"metrics must be True or False, got {metrics!r} (or a list, tuple or set of names from {METRIC_NAMES})"
+        )
+    unknown = [m for m in metrics if m not in METRIC_NAMES]
+    if unknown:
+        raise ValueError(f"metrics names {unknown!r} are not diagnostics of policy_loss; allowed: {METRIC_NAMES}")
+    return tuple(m for m in METRIC_NAMES if m in set(metrics))
 
 
 def _corrected_loss(lp, old, adv, mask, spec, agg, weights, kw, rollout_log_prob, correction):
@@ -266,7 +293,7 @@ def _corrected_loss(lp, old, adv, mask, spec, agg, weights, kw, rollout_log_prob
         raise ValueError(f"log_prob must be a torch.Tensor of shape (batch, length), got {type(lp).__name__}")
     anchor = lp.detach() if c.bypass else old
     w, keep, cmetrics = rollout_correction(
-        anchor, rollout_log_prob, mask, dataclasses.replace(c, opsm=None), metrics=kw["metrics"]
+        anchor, rollout_log_prob, mask, dataclasses.replace(c, opsm=None), metrics=kw["metrics"] is True
     )
     if c.bypass and spec.form != "gpg":
         w = None  # verl bypass ppo_clip: the ratio π_θ/π_rollout already carries the weight
