@@ -332,7 +332,7 @@ def _read_skyrl(g, settings):
         cap = g[k + f"{level}_tis_ratio_clip_high"]
         if g["trainer.algorithm.use_tis"] and g["trainer.algorithm.tis_imp_ratio_cap"] > 0:
             cap = g["trainer.algorithm.tis_imp_ratio_cap"]
-        fields.update(is_level=level, is_cap=cap)
+        fields.update(is_level=level, is_cap=cap, exp_dtype="float32")  # safe_exp_delta: float32 whatever the input
     rules = []
     lo, hi = g[k + "token_mask_is_threshold_low"], g[k + "token_mask_is_threshold_high"]
     if (lo is None) != (hi is None):
@@ -376,7 +376,7 @@ def _skyrl_rollout_is(g, settings):
             "weights by π_θ/π_rollout and by π_old/π_rollout at once; a divclip correction holds one of the two"
         )
     low, high = 1.0 - g["trainer.algorithm.eps_clip_low"], 1.0 + g["trainer.algorithm.eps_clip_high"]
-    return Correction("token", "mask", high, low if low > 0 else None, bypass=True)
+    return Correction("token", "mask", high, low if low > 0 else None, bypass=True, exp_dtype="float32")
 
 
 def _write_skyrl(c: Correction):

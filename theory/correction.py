@@ -24,6 +24,8 @@ ignored, nothing else is; "none" is the empty correction):
                                               largest (log ρ)² until the mean of the rest is below NUMBER
            | "noclamp"                         exp of the raw log-ratio (TRL); default: log ρ clamped to ±20 (verl)
            | "bypass"                          verl's bypass mode: π_old is π_rollout, ρ = π_θ/π_rollout in the loss
+           | "exp_dtype=float32"               the is= weight's exp in float32 whatever the inputs' dtype (SkyRL);
+                                              rounding only: it does not enter equality
     BOUND := "tis=" C | "tis=" c "_" C         truncate: w = clamp(ρ, c, C) (c omitted: no lower clamp)
            | "mask=" C | "mask=" c "_" C       mask: w = ρ inside [c, C], else 0 (IcePop; TRL's *_mask)
                                               (C may be "inf" after a floor: c "_inf" bounds w from below only)
@@ -67,7 +69,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = [
     "IS_LEVELS",
@@ -118,6 +120,8 @@ AREAL_METRICS = ("ratio", "kl_k1", "kl_k2", "kl_k3")
 """The metrics AReaL has (binary_kl and binary_tv are OpenRLHF's)."""
 FILTER_SEQ_WEIGHTS = ("geometric", "token")
 """A sequence ratio filter's weight: the sequence's geometric mean (AReaL) or each token's own ρ (OpenRLHF)."""
+EXP_DTYPES = ("input", "float32")
+"""`Correction.exp_dtype`: the dtype the is= weight's exp runs in."""
 DEFAULT_IS_CAP = 2.0
 """verl's `rollout_is_threshold` default, used when an `is=` part names no bound."""
 MAX_ECHO = 80
@@ -308,6 +312,10 @@ class Correction:
     """AReaL's M2PO threshold τ (AReaL's M2PO setting): of the batch's valid tokens, those with the largest (log ρ)² are
     dropped (they leave the loss's mask and denominator) until the mean (log ρ)² of the rest is below τ; applied
     before every other part, which then sees the reduced mask (AReaL masks before its loss)."""
+    exp_dtype: str = field(default="input", compare=False)
+    """'input': the is= weight's exp in the inputs' dtype; 'float32': in float32 whatever the inputs' dtype, then
+    cast back (SkyRL's safe_exp_delta). Rounding only, so two corrections that differ in it alone compare equal
+    (as `recipe_for` treats the form parameter of the same name)."""
 
     def __post_init__(self):
         if self.is_level is not None and self.is_level not in IS_LEVELS:
@@ -327,6 +335,8 @@ class Correction:
             raise ValueError(
                 f"Correction.is_floor must be <= is_cap, got is_floor={self.is_floor!r} is_cap={self.is_cap!r}"
             )
+        if self.exp_dtype not in EXP_DTYPES:
+            raise ValueError(f"Correction.exp_dtype must be one of {list(EXP_DTYPES)}, got {self.exp_dtype!r}")
         for name in ("batch_normalize", "clamp_log_ratio", "bypass"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"Correction.{name} must be True or False, got {getattr(self, name)!r}")
@@ -487,6 +497,8 @@ def parse_correction(text: str) -> Correction:
             fields["filter"] = _filter_part(value, source)
         elif key == "m2po" and eq:
             fields["m2po"] = _float(value, "m2po=", source)
+        elif key == "exp_dtype" and eq:
+            fields["exp_dtype"] = value
         elif part in ("norm", "noclamp", "bypass") and not eq:
             name = {"norm": "batch_normalize", "noclamp": "clamp_log_ratio", "bypass": "bypass"}[part]
             fields[name] = part != "noclamp"
@@ -494,7 +506,7 @@ def parse_correction(text: str) -> Correction:
             raise ValueError(
                 f"correction {_echo(source)}: unknown part {part!r}; parts are is=LEVEL[:tis=C|:mask=c_C], "
                 "rs=OPTION:THRESHOLD, norm, opsm=NUMBER, filter=LEVEL:METRIC[:AGG]:ACTION:BAND, m2po=NUMBER, noclamp, "
-                "bypass"
+                "bypass, exp_dtype=float32"
             )
     try:
         return Correction(**fields, rejections=tuple(rejections))
@@ -529,4 +541,6 @@ def correction_string(c: Correction) -> str:
         parts.append("noclamp")
     if c.bypass:
         parts.append("bypass")
+    if c.exp_dtype != "input" and c.is_level is not None:
+        parts.append(f"exp_dtype={c.exp_dtype}")
     return "/".join(parts) or "none"

@@ -91,11 +91,15 @@ def _check(old_log_prob, rollout_log_prob, response_mask, advantages, correction
 def _weights(log_ratio, mask, c: Correction, metrics: dict | None):
     """(B, T) importance weights; fills the is_* metrics."""
     clamp = (lambda x: x.clamp(-SAFETY_BOUND, SAFETY_BOUND)) if c.clamp_log_ratio else (lambda x: x)
+    if c.exp_dtype == "float32":  # SkyRL's safe_exp_delta: exp in float32, cast back to the inputs' dtype
+        exp = lambda x: torch.exp(x.to(torch.float32)).to(x.dtype)  # noqa: E731
+    else:
+        exp = torch.exp
     if c.is_level == "token":
-        raw = torch.exp(clamp(log_ratio))  # (B, T)
+        raw = exp(clamp(log_ratio))  # (B, T)
     else:
         seq = (log_ratio * mask).sum(-1, keepdim=True)  # (B, 1): log Π_t ρ_t
-        raw = torch.exp(clamp(seq)).expand_as(log_ratio)
+        raw = exp(clamp(seq)).expand_as(log_ratio)
     raw = raw * mask
     if c.is_mode == "truncate":
         w = raw.clamp(min=c.is_floor, max=c.is_cap) * mask

@@ -139,19 +139,19 @@ ROLLOUT_LOSSES = [  # (name, settings, float64 tolerance, note): losses that rea
     (
         "rollout_is (eps_clip 0.2 / 0.2)",
         {A + "policy_loss_type": "rollout_is"},
-        FLOAT32_EXP,
-        "ratio/gpg with read_correction's bypass IcePop band; float64: to SkyRL's float32 exp (named)",
+        1e-12,
+        "ratio/gpg with read_correction's bypass IcePop band (its exp_dtype=float32: SkyRL's safe_exp_delta)",
     ),
     (
         "rollout_is eps_clip 0.5 / 1.0",
         {A + "policy_loss_type": "rollout_is", A + "eps_clip_low": 0.5, A + "eps_clip_high": 1.0},
-        FLOAT32_EXP,
-        "ratio/gpg with read_correction's bypass IcePop band; float64: to SkyRL's float32 exp (named)",
+        1e-12,
+        "ratio/gpg with read_correction's bypass IcePop band (its exp_dtype=float32: SkyRL's safe_exp_delta)",
     ),
     (
         "dppo against the rollout log-probs",
         {A + "policy_loss_type": "dppo"},
-        FLOAT32_EXP,
+        1e-12,
         "SkyRL's behaviour policy is π_rollout: divclip's old_log_prob must be it (named)",
     ),
 ]
@@ -180,8 +180,8 @@ REDUCTIONS = [
     ),
 ]
 CORRECTIONS = [  # (name, settings, float64 tolerance): SkyRL's TIS weight is safe_exp_delta too (float32)
-    ("off_policy_correction token TIS", {OPC + "tis_ratio_type": "token"}, FLOAT32_EXP),
-    ("off_policy_correction sequence TIS", {OPC + "tis_ratio_type": "sequence"}, FLOAT32_EXP),
+    ("off_policy_correction token TIS", {OPC + "tis_ratio_type": "token"}, 1e-12),
+    ("off_policy_correction sequence TIS", {OPC + "tis_ratio_type": "sequence"}, 1e-12),
     (
         "off_policy_correction geometric sequence mask",
         {OPC + "sequence_mask_metric": "geometric", OPC + "geo_mask_high": 1.1, OPC + "geo_mask_low": 0.9},
@@ -195,7 +195,7 @@ CORRECTIONS = [  # (name, settings, float64 tolerance): SkyRL's TIS weight is sa
             OPC + "token_mask_is_threshold_low": 0.7,
             OPC + "token_mask_is_threshold_high": 1.5,
         },
-        FLOAT32_EXP,
+        1e-12,
     ),
     (
         "off_policy_correction outlier_token_is_threshold_low/high 0.7 / 1.5",
@@ -221,7 +221,7 @@ CORRECTIONS = [  # (name, settings, float64 tolerance): SkyRL's TIS weight is sa
             OPC + "geo_mask_high": 1.2,
             OPC + "geo_mask_low": 0.8,
         },
-        FLOAT32_EXP,
+        1e-12,
     ),
 ]
 
@@ -234,9 +234,11 @@ PARITY_ROWS = (
             "skyrl",
             name,
             "exact",
-            "read_correction" + ("; float64: to SkyRL's float32 exp of the weight" if tol > 1e-12 else ""),
+            "read_correction"
+            + ("; float64: to SkyRL's float32 exp of the weight" if tol > 1e-12 else "")
+            + ("; the weight's exp_dtype=float32 (SkyRL's safe_exp_delta)" if "tis_ratio_type" in str(cfg) else ""),
         )
-        for name, _, tol in CORRECTIONS
+        for name, cfg, tol in CORRECTIONS
     ]
     + [
         ("skyrl", "policy_loss_type divclip_method", "exact", "divclip's plug-in"),
