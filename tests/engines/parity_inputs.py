@@ -125,6 +125,26 @@ MODERATE = 3.0
 fp16 run keeps its ratios; the bf16 rows keep |log r| up to 30 (bf16 has float32's range)."""
 
 
+def low_precision_rows(engine: str, settings: str, note: str, overflow: str, reference: str):
+    """(the two exact rows' settings, the three PARITY_ROWS of an engine's bf16 / fp16 tests): bf16 with |log r| to
+    30 over `settings`, fp16 with |log r| <= 3 (`note` formatted with dtype), and the named fp16 overflow at
+    |log r| to 30 (`overflow`: what the engine's fp16 run does; `reference`: whose float64 value divclip's is)."""
+    names = (f"bf16 inputs, |log r| to 30 ({settings})", "fp16 inputs, |log r| <= 3 (the same settings)")
+    rows = [
+        (engine, names[0], "exact", note.format(dtype="bf16")),
+        (engine, names[1], "exact", note.format(dtype="fp16")),
+        (
+            engine,
+            "fp16 inputs with |log r| to 30",
+            "named",
+            f"{overflow}; divclip's is finite (float32 inside) and {reference}'s float64 value on the same inputs; "
+            "its gradient, cast to fp16 at the leaf, is inf exactly where the float64 gradient is beyond 65504 "
+            "(parity_inputs.assert_fp16_overflow_is_the_engines)",
+        ),
+    ]
+    return names, rows
+
+
 def moderate(lp, old, rollout=None, bound: float = MODERATE):
     """(log π, rollout) with log r = log π − log π_old (and log π_old − log π_rollout) clamped to ±bound."""
     lp = old + (lp.detach() - old).clamp(-bound, bound)

@@ -20,6 +20,7 @@ from parity_inputs import (
     assert_low_precision,
     assert_same,
     batch,
+    low_precision_rows,
     low_precision_runs,
     moderate,
     value_and_grad,
@@ -79,28 +80,19 @@ PARITY_ROWS = [("areal", name, "exact", note) for name, _, note in EXACT] + [
 
 LOW = [c for c in EXACT if c[0] in ("PPO clip (defaults: eps_clip 0.2)", "dual clip c_clip", "use_sapo_loss")]
 LOW += [c for c in EXACT if c[0] == "importance_sampling_level sequence (GSPO)"]
-LOW_ROWS = (
-    "bf16 inputs, |log r| to 30 (PPO clip, dual clip, SAPO, sequence level)",
-    "fp16 inputs, |log r| <= 3 (the same settings)",
-)
 LOW_NOTE = (
     "divclip computes in float32 (bf16/fp16 in, a float32 loss out), AReaL in the input dtype: equal to "
     "ppo_actor_loss_fn / sapo_loss_fn on the same {dtype} values run in float64 to float32 rounding (the gradient "
     "to one {dtype} ulp), and to their own {dtype} run to its rounding (parity_inputs.assert_low_precision)"
 )
-PARITY_ROWS += [
-    ("areal", LOW_ROWS[0], "exact", LOW_NOTE.format(dtype="bf16")),
-    ("areal", LOW_ROWS[1], "exact", LOW_NOTE.format(dtype="fp16")),
-    (
-        "areal",
-        "fp16 inputs with |log r| to 30",
-        "named",
-        "AReaL's unclamped fp16 ratio overflows (e^30 > 65504): its loss is inf; divclip's is finite (float32 "
-        "inside) and AReaL's float64 value on the same inputs; its gradient, cast to fp16 at the "
-        "leaf, is inf exactly where the float64 gradient is beyond 65504 "
-        "(parity_inputs.assert_fp16_overflow_is_the_engines)",
-    ),
-]
+LOW_ROWS, LOW_PARITY = low_precision_rows(
+    "areal",
+    "PPO clip, dual clip, SAPO, sequence level",
+    LOW_NOTE,
+    "AReaL's unclamped fp16 ratio overflows (e^30 > 65504): its loss is inf",
+    "AReaL",
+)
+PARITY_ROWS += LOW_PARITY
 
 
 def _theirs(settings, lp, old, adv, mask):

@@ -31,6 +31,7 @@ from parity_inputs import (  # noqa: E402
     assert_low_precision,
     assert_same,
     inputs,
+    low_precision_rows,
     low_precision_runs,
     moderate,
     value_and_grad,
@@ -122,26 +123,17 @@ LOW = [
 """The settings of the bf16 / fp16 rows (`test_low_precision_inputs_are_openrlhfs_own_loss`)."""
 LOW_NOTE = (
     "divclip computes in float32 (bf16/fp16 in, a float32 loss out), OpenRLHF in the input dtype: equal to "
-    "PolicyLoss on the same {what} values run in float64 to float32 rounding (the gradient to one {dtype} ulp), "
+    "PolicyLoss on the same {dtype} values run in float64 to float32 rounding (the gradient to one {dtype} ulp), "
     "and to PolicyLoss's own {dtype} run to its rounding (parity_inputs.assert_low_precision)"
 )
-LOW_ROWS = (
-    "bf16 inputs, |log r| to 30 (ppo token / sample mean, IS clip, seq gate, binary_kl gate; gspo)",
-    "fp16 inputs, |log r| <= 3 (the same settings)",
+LOW_ROWS, LOW_PARITY = low_precision_rows(
+    "openrlhf",
+    "ppo token / sample mean, IS clip, seq gate, binary_kl gate; gspo",
+    LOW_NOTE,
+    "OpenRLHF's fp16 ratio overflows (e^25 > 65504): its loss is inf or NaN",
+    "PolicyLoss",
 )
-PARITY_ROWS += [
-    ("openrlhf", LOW_ROWS[0], "exact", LOW_NOTE.format(what="bf16", dtype="bf16")),
-    ("openrlhf", LOW_ROWS[1], "exact", LOW_NOTE.format(what="fp16", dtype="fp16")),
-    (
-        "openrlhf",
-        "fp16 inputs with |log r| to 30",
-        "named",
-        "OpenRLHF's fp16 ratio overflows (e^25 > 65504): its loss is inf or NaN; divclip's is finite (float32 "
-        "inside) and PolicyLoss's float64 value on the same inputs; its gradient, cast to fp16 at the "
-        "leaf, is inf exactly where the float64 gradient is beyond 65504 "
-        "(parity_inputs.assert_fp16_overflow_is_the_engines)",
-    ),
-]
+PARITY_ROWS += LOW_PARITY
 MICRO = "micro-batches of one optimizer step (ppo token/sample mean, gspo)"
 PARITY_ROWS.insert(
     len(SETTINGS), ("openrlhf", MICRO, "exact", "their sum (the step's normalisers) is divclip's loss on the step")

@@ -24,6 +24,7 @@ from parity_inputs import (
     assert_low_precision,
     assert_same,
     batch,
+    low_precision_rows,
     low_precision_runs,
     moderate,
     value_and_grad,
@@ -665,10 +666,6 @@ def test_the_outlier_band_is_refused_when_skyrl_could_not_mean_it():
 
 # ----------------------------------------------------------------------------------------------- bf16 / fp16
 LOW = [c for c in LOSSES if c[0] in ("regular", "dual_clip", "gspo", "cispo (defaults 0 / 5)", "sapo")]
-LOW_ROWS = (
-    "bf16 inputs, |log r| to 30 (regular, dual_clip, gspo, cispo, sapo; token_mean)",
-    "fp16 inputs, |log r| <= 3 (the same settings)",
-)
 LOW_NOTE = (
     "divclip computes in float32 (bf16/fp16 in, a float32 loss out); SkyRL's ratio is float32 (safe_exp_delta), "
     "the rest of its loss and its advantage pre-scaling in the input dtype (divclip scales A by "
@@ -676,19 +673,14 @@ LOW_NOTE = (
     "rounding (the gradient to one {dtype} ulp), and to its own {dtype} run to its rounding "
     "(parity_inputs.assert_low_precision)"
 )
-PARITY_ROWS += [
-    ("skyrl", LOW_ROWS[0], "exact", LOW_NOTE.format(dtype="bf16")),
-    ("skyrl", LOW_ROWS[1], "exact", LOW_NOTE.format(dtype="fp16")),
-    (
-        "skyrl",
-        "fp16 inputs with |log r| to 30",
-        "named",
-        "SkyRL's float32 ratio times fp16 advantages overflows fp16 (e^30 > 65504): its loss is inf; divclip's is "
-        "finite (float32 inside) and SkyRL's float64 value on the same inputs; its gradient, cast to fp16 at the "
-        "leaf, is inf exactly where the float64 gradient is beyond 65504 "
-        "(parity_inputs.assert_fp16_overflow_is_the_engines)",
-    ),
-]
+LOW_ROWS, LOW_PARITY = low_precision_rows(
+    "skyrl",
+    "regular, dual_clip, gspo, cispo, sapo; token_mean",
+    LOW_NOTE,
+    "SkyRL's float32 ratio times fp16 advantages overflows fp16 (e^30 > 65504): its loss is inf",
+    "SkyRL",
+)
+PARITY_ROWS += LOW_PARITY
 
 
 def _ours_low(settings, lp, old, adv, mask):

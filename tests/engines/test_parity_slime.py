@@ -22,6 +22,7 @@ from parity_inputs import (
     assert_low_precision,
     assert_same,
     inputs,
+    low_precision_rows,
     low_precision_runs,
     moderate,
     value_and_grad,
@@ -118,28 +119,19 @@ LOW = [
     "--use-tis (clamp 0..2)",
 ]
 """The settings of the bf16 / fp16 rows (`test_low_precision_inputs_are_slimes_own_loss`)."""
-LOW_ROWS = (
-    "bf16 inputs, |log r| to 30 (grpo per-sample / per-token, gspo, cispo, --use-tis)",
-    "fp16 inputs, |log r| <= 3 (the same settings)",
-)
 LOW_NOTE = (
     "divclip computes in float32 (bf16/fp16 in, a float32 loss out), slime in the input dtype: equal to slime's "
     "loss_function on the same {dtype} values run in float64 to float32 rounding (the gradient to one {dtype} "
     "ulp), and to its own {dtype} run to its rounding (parity_inputs.assert_low_precision)"
 )
-PARITY_ROWS += [
-    ("slime", LOW_ROWS[0], "exact", LOW_NOTE.format(dtype="bf16")),
-    ("slime", LOW_ROWS[1], "exact", LOW_NOTE.format(dtype="fp16")),
-    (
-        "slime",
-        "fp16 inputs with |log r| to 30",
-        "named",
-        "slime's unclamped fp16 ratio overflows (e^30 > 65504): its loss is inf; divclip's is finite (float32 "
-        "inside) and slime's float64 value on the same inputs; its gradient, cast to fp16 at the "
-        "leaf, is inf exactly where the float64 gradient is beyond 65504 "
-        "(parity_inputs.assert_fp16_overflow_is_the_engines)",
-    ),
-]
+LOW_ROWS, LOW_PARITY = low_precision_rows(
+    "slime",
+    "grpo per-sample / per-token, gspo, cispo, --use-tis",
+    LOW_NOTE,
+    "slime's unclamped fp16 ratio overflows (e^30 > 65504): its loss is inf",
+    "slime",
+)
+PARITY_ROWS += LOW_PARITY
 
 
 def divclip_loss(settings: dict, lp, old, adv, mask, rollout):
