@@ -49,7 +49,7 @@ def binary_kl_root_nosync(delta: float, p, up, steps: int = NEWTON_STEPS, xp=tor
     """Per token, the root of D(r, p) = δ above 1 where `up`, below 1 elsewhere. `p` float64 in (0, 1) (B, T)
     or any shape, `up` a bool tensor of p's shape; returns float64 r. Within 3 ulps of the exact roots where the
     numpy solver is within 4 (tests/theory/test_loss_nosync.py); no host synchronisation. With xp=np the same
-    steps on numpy arrays (`divclip.theory.forms._kernels.binary_kl_clip_bounds`, the CPU's host solve)."""
+    steps on numpy arrays (`divclip.theory.forms._kernels.binary_kl_clip_signed`, the CPU's host solve)."""
     q1 = 1.0 - p
     c1 = xp.where(up, q1, p)  # weight of φ(t)
     c2 = xp.where(up, p, q1)  # weight of ψ(a)

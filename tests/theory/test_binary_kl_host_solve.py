@@ -1,14 +1,16 @@
 """The CPU's host solve of binary-KL clip bounds (theory/forms/_kernels.py: `_binary_kl_candidates`,
-`binary_kl_clip_bounds`, the custom op a compiled loss calls whole), against independent references:
+`binary_kl_clip_signed`, the custom op a compiled loss calls whole), against independent references:
 
-* the candidates, a fused χ² test, are a superset of the tokens whose D > δ, D from `_divergence` on every token,
-  on tokens placed within a few ulps of the roots, far outside the ±20 log-ratio clamp, at π_θ = 1 and above 1;
+* the candidates, a fused χ² test with an exp-free bound p̄ >= π_old, are a superset of the tokens whose D > δ, D
+  from `_divergence` on every token, on tokens placed within a few ulps of the roots, far outside the ±20 log-ratio
+  clamp, at π_θ = 1 and above 1;
 * the clipped ratio is the reference's: the decision `~(D <= δ) & moved` of every token and the exact roots of
   the numpy reference solver (`Measure.bounds`, within 4 ulps in float64: equal once rounded to float32);
+* the clip form's folded call: |signed| the ratio of each token's loss, the sign bit exactly where its gradient is
+  dropped (clipped, outside the clamp, NaN);
 * the numpy run of `binary_kl_root_nosync` (what the op solves with) is within 4 ulps of mpmath on the edge cases
   of tests/theory/test_binary_kl_exact.py;
-* compiled (`torch.compile(fullgraph=True)`) the clip and cispo losses with exact binary-KL bounds equal eager.
-"""
+* compiled (`torch.compile(fullgraph=True)`) the clip and cispo losses with exact binary-KL bounds equal eager."""
 
 from __future__ import annotations
 
@@ -55,6 +57,7 @@ def reference_clip(spec, ratio, old, lp, moved):
     solver in float64, rounded to the ratio's dtype."""
     divergence, p = K._divergence(spec, ratio, old, lp)
     which = ~(divergence <= spec.delta) & moved
+    p = torch.where(torch.isnan(p), 0.5, p)  # a NaN log π_old: never moved, so its root is not read
     lo, hi = get_measure("binary_kl").bounds(spec.delta, p.double().numpy())
     root = torch.where(ratio > 1, torch.from_numpy(np.asarray(hi)), torch.from_numpy(np.asarray(lo)))
     return torch.where(which, root.to(ratio.dtype), ratio), which
@@ -84,7 +87,7 @@ def test_the_host_solve_is_the_exact_decision_and_root(dtype, with_log_prob):
     ratio = (lp - old).clamp(-20, 20).exp()
     moved = (ratio - 1.0) * adv > 0 if with_log_prob else torch.ones_like(ratio, dtype=torch.bool)
     lp_d = lp if with_log_prob else None
-    got = K._per_token_clip(spec, ratio, old, moved if with_log_prob else None, ratio, lp_d, ratio_from=lp)
+    got = K._per_token_clip(spec, ratio, old, adv if with_log_prob else None, ratio, lp_d, ratio_from=lp)
     want, which = reference_clip(spec, ratio, old, lp_d, moved)
     assert int(which.sum()) > 1000
     if dtype == torch.float32:  # within 4 ulps in float64, so the same float32
@@ -107,15 +110,14 @@ def test_the_host_solve_is_off_where_the_cpu_is_not_a_compaction_device(monkeypa
     """With no host-compaction device the loss takes the sync-free every-token solve instead (what an accelerator
     runs), and the two agree (tests/theory/test_loss_nosync.py holds that path to 4 ulps)."""
     calls = []
-    real = K.binary_kl_clip_bounds
-    monkeypatch.setattr(K, "binary_kl_clip_bounds", lambda *a: calls.append(1) or real(*a))
+    real = K.binary_kl_clip_signed
+    monkeypatch.setattr(K, "binary_kl_clip_signed", lambda *a: calls.append(1) or real(*a))
     lp, old, adv, mask = make_inputs(shape=(8, 64), seed=2)
     spec = ClipSpec("binary_kl", delta=0.05)
     ratio = (lp - old).clamp(-20, 20).exp()
-    moved = (ratio - 1.0) * adv > 0
-    host = K._per_token_clip(spec, ratio, old, moved, ratio, lp, ratio_from=lp)
+    host = K._per_token_clip(spec, ratio, old, adv, ratio, lp, ratio_from=lp)
     monkeypatch.setattr(K, "HOST_COMPACTION_DEVICES", ())
-    nosync = K._per_token_clip(spec, ratio, old, moved, ratio, lp, ratio_from=lp)
+    nosync = K._per_token_clip(spec, ratio, old, adv, ratio, lp, ratio_from=lp)
     assert len(calls) == 1 and int((host != ratio).sum()) > 10
     torch.testing.assert_close(nosync, host, rtol=1e-6, atol=0.0)
 
@@ -125,19 +127,59 @@ def test_compiled_host_solve_matches_eager(method):
     compiled_agrees(method)
 
 
-def test_the_op_reads_candidates_as_bool_or_their_uint8_bytes():
-    """The loss hands `binary_kl_clip_bounds` its candidates as uint8 bytes (`_as_bytes`: compiled, a select cast
-    to uint8, which inductor stores far faster than a bool): the same bounds as from the bool mask, the compiled
-    bytes those of the eager view, and every candidate past the budget solved (the bounds the reference's)."""
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("clamp", [True, False])
+def test_the_folded_clip_is_the_clip_forms_decision(dtype, clamp):
+    """The clip form's fast path (`folded_binary_kl_clip`, the op with fold=True): |signed| is the ratio of each
+    token's loss (the reference's root where clipping makes −A·clip(r) strictly larger than −A·r, r elsewhere) and
+    the sign bit is set exactly where the gradient is dropped: clipped, or outside verl's ±20 clamp (with clamp),
+    a NaN among them. Tokens added: a NaN log-probability, and with clamp=False a ratio that underflows to 0."""
+    lp, old, adv = hard_inputs(dtype)
+    lp = torch.cat([lp, torch.tensor([[math.nan, -1000.0, -0.5]], dtype=dtype)], dim=1)
+    old = torch.cat([old, torch.tensor([[-0.5, -0.2, math.nan]], dtype=dtype)], dim=1)
+    adv = torch.cat([adv, torch.tensor([[1.0, -1.0, 1.0]], dtype=dtype)], dim=1)
+    spec = ClipSpec("binary_kl", delta=0.05, params={"clamp_log_ratio": clamp})
+    raw = lp - old
+    ratio = (raw.clamp(-20, 20) if clamp else raw).exp()
+    signed = K.folded_binary_kl_clip(spec, ratio, old, lp, adv)
+    want, which = reference_clip(spec, ratio, old, lp, (ratio - 1.0) * adv > 0)
+    clipped = -(adv * want) > -(adv * ratio)
+    want_ratio = torch.where(clipped, want, ratio)
+    dropped = clipped | (~(raw.abs() <= 20) if clamp else torch.zeros_like(clipped))
+    assert int(clipped.sum()) > 1000 and int((dropped & ~clipped).sum()) >= (3 if clamp else 0)
+    if dtype == torch.float32:  # within 4 ulps in float64, so the same float32
+        torch.testing.assert_close(signed.abs(), want_ratio, rtol=0.0, atol=0.0, equal_nan=True)
+        assert torch.equal(torch.signbit(signed), dropped)
+    else:  # a token within 4 ulps of its root may decide the strict comparison either way
+        near = (want_ratio - ratio).abs() <= 4 * 2.0**-52 * ratio.abs()
+        torch.testing.assert_close(signed.abs(), want_ratio, rtol=4 * 2.0**-52, atol=0.0, equal_nan=True)
+        assert torch.equal(torch.signbit(signed) | near, dropped | near)
+    if not clamp:
+        # r underflowed to 0 (-0.0 once signed): found by its sign bit, lifted to lo(p), its gradient dropped
+        assert float(ratio[0, -2]) == 0.0 and bool(clipped[0, -2]) and float(signed[0, -2]) < 0.0
+
+
+def test_the_bounds_mode_leaves_every_other_token_as_it_was():
+    """fold=False (cispo's and the general clip's call): only tokens past the budget change, to −bound; every other
+    candidate keeps its −r, so |signed| is the clipped ratio."""
     lp, old, adv = hard_inputs(torch.float32)
     spec = ClipSpec("binary_kl", delta=0.05)
     ratio = (lp - old).clamp(-20, 20).exp()
-    flags = K._binary_kl_candidates(spec, ratio, old)
-    compiled = torch.compile(K._as_bytes, fullgraph=True)(flags)
-    assert compiled.dtype == torch.uint8 and torch.equal(compiled, flags.view(torch.uint8))
-    from_bool = K.binary_kl_clip_bounds(old, lp, flags, 0.05, True, True)
-    from_bytes = K.binary_kl_clip_bounds(old, lp, compiled, 0.05, True, True)
-    assert torch.equal(from_bool, from_bytes)
-    want, which = reference_clip(spec, ratio, old, lp, torch.ones_like(flags))
-    assert int(which.sum()) > 1000 and torch.equal(from_bytes >= 0, which)
-    assert torch.equal(from_bytes[which], want[which])
+    signed = K._signed_candidates(spec, ratio, old)
+    before = signed.clone()
+    K.binary_kl_clip_signed(signed, old, lp, None, 0.05, True, True, False)
+    want, which = reference_clip(spec, ratio, old, lp, torch.ones_like(ratio, dtype=torch.bool))
+    assert torch.equal(signed[~which], before[~which]) and bool((signed[which] <= 0).all())
+    assert torch.equal(signed.abs(), want)
+
+
+def test_the_folded_clip_with_candidates_but_none_moved():
+    """Candidates whose A moves none of them outwards (A = 0): no root is solved, every ratio stays r, and only the
+    tokens outside the clamp keep their sign (found by hypothesis: the op once failed on an empty selection)."""
+    lp, old, _ = hard_inputs(torch.float32)
+    spec = ClipSpec("binary_kl", delta=0.05)
+    raw = lp - old
+    ratio = raw.clamp(-20, 20).exp()
+    signed = K.folded_binary_kl_clip(spec, ratio, old, lp, torch.zeros_like(lp))
+    assert int(K._binary_kl_candidates(spec, ratio, old).sum()) > 1000
+    assert torch.equal(signed.abs(), ratio) and torch.equal(torch.signbit(signed), ~(raw.abs() <= 20))

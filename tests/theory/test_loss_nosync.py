@@ -131,7 +131,7 @@ class NoHostRead(TorchDispatchMode):
         "equal",
         "is_nonzero",
         "item",
-        "binary_kl_clip_bounds",  # divclip's CPU host solve of binary-KL bounds: nonzero inside one op
+        "binary_kl_clip_signed",  # divclip's CPU host solve of binary-KL bounds: nonzero inside one op
     }
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):

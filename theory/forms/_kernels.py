@@ -280,7 +280,7 @@ def _divergence(spec: ClipSpec, ratio, old_log_prob, log_prob=None):
 
 def _binary_kl_divergence(ratio, old_log_prob, log_prob=None, xp=torch):
     """`_divergence` of binary KL: (D, p), from the log-probabilities where `log_prob` is given, else from r;
-    torch tensors, or numpy arrays with xp=np (the host solve of `binary_kl_clip_bounds`), in their dtype."""
+    torch tensors, or numpy arrays with xp=np (the host solve of `binary_kl_clip_signed`), in their dtype."""
     eps = float(xp.finfo(old_log_prob.dtype).eps)
     p = xp.exp(old_log_prob)
     p = xp.where(p > 1.0 - eps, 1.0 - eps, p)  # p kept below 1 (NaN stays NaN)
@@ -349,127 +349,175 @@ def _decision_ratio(spec: ClipSpec, ratio, log_prob, old_log_prob):
 
 # ------------------------------------------------------------- binary-KL bounds solved on the host (CPU)
 CANDIDATE_SLACK = 1e-3
-"""`_binary_kl_candidates` keeps every token whose χ² exceeds δ·(1 − CANDIDATE_SLACK): far more than the rounding
-of D or χ² in float32 (a few ulps, ~1e-6 relative), so no token with a computed D > δ is left out."""
+"""`_binary_kl_candidates` keeps every token whose χ² bound exceeds δ·(1 − CANDIDATE_SLACK): far more than the
+rounding of D or of the bound in float32 (a few ulps, ~1e-6 relative), so no token with a computed D > δ is left out."""
+
+_NEAR_ONE_ULPS = 16
+"""`_binary_kl_candidates` keeps every token whose new probability bound p̄·r is within this many ulps of 1: there
+1 − p̄·r loses its digits to cancellation (D is large there: χ²/D grows without bound as π_θ → 1)."""
 
 
 def _binary_kl_candidates(spec: ClipSpec, ratio, old_log_prob):
     """A superset of the tokens whose binary KL exceeds δ, from a bound cheap enough to fuse into the loss's pass:
-    D = KL(p‖q) <= χ²(p‖q) = (p − q)²/(q(1 − q)) = p(1 − r)²/(r(1 − p·r)), q = p·r, so D > δ needs
-    p(1 − r)² > δ·r·(1 − p·r), no logarithm. Tokens whose ratio is clamped (|log r| > 19 here, verl clamps at 20:
-    their D is evaluated on the log-probs), whose new probability p·r reaches 1, or with a NaN are candidates too.
-    Near r = 1 χ² ≈ 2D, so the candidates are about the tokens with D > δ/2 (0.1% of bench_loss's tokens)."""
-    p = old_log_prob.exp().clamp_(max=1.0 - torch.finfo(old_log_prob.dtype).eps)
-    q = p * ratio
+    D = KL(p‖q) <= χ²(p‖q) = (p − q)²/(q(1 − q)) = p(1 − r)²/(r(1 − p·r)), q = p·r, which grows with p, so any
+    p̄ >= p may stand for p. p̄ = 1/P with P = 1 + t + t²/2 + t³/6 + t⁴/24, t = −log p >= 0 (the Taylor sum of
+    e^t, all of whose terms are >= 0, is below e^t): no exp and no division. Multiplied through by P > 0, D > δ needs
+    (1 − r)² > δ·r·(P − r). Tokens whose ratio is clamped (|log r| > 19 here, verl clamps at 20: their D is
+    evaluated on the log-probs), whose p̄·r is within `_NEAR_ONE_ULPS` of 1 or above it, whose log π_old is above 0,
+    or with a NaN are candidates too. Near r = 1 χ² ≈ 2D, so the candidates are about the tokens with D > δ/2
+    (0.4% of bench_loss's tokens).
+
+    Replaces the χ² test on p = exp(log π_old), one exp per token more (the same 7,846 candidates of bench_loss's
+    2M tokens); held a superset of the every-token decision by tests/theory/test_binary_kl_host_solve.py."""
+    t = old_log_prob.neg()
+    big_p = 1.0 + t * (1.0 + t * (0.5 + t * (1.0 / 6.0 + t * (1.0 / 24.0))))  # <= e^t for t >= 0
     threshold = spec.delta * (1.0 - CANDIDATE_SLACK)
-    # ~(a <= b) keeps NaN; the log-ratio test reads r (e^19 = 1.8e8, e^-19 = 5.6e-9): no log per token
-    out = ~(p * (1.0 - ratio).square() <= threshold * ratio * (1.0 - q)) | ~(q < 1.0)
-    return out | ~((ratio < math.exp(19.0)) & (ratio > math.exp(-19.0)))
+    below_one = 1.0 - _NEAR_ONE_ULPS * torch.finfo(ratio.dtype).eps
+    inside = ((1.0 - ratio).square() <= threshold * ratio * (big_p - ratio)) & (ratio < below_one * big_p)
+    # (a <= b) & ... is False on NaN; the log-ratio test reads r (e^19 = 1.8e8, e^-19 = 5.6e-9): no log per token
+    inside = inside & (t >= 0.0) & (ratio < math.exp(19.0)) & (ratio > math.exp(-19.0))
+    return ~inside
 
 
-def _as_bytes(flags: torch.Tensor) -> torch.Tensor:
-    """A bool tensor as 0/1 uint8 (`binary_kl_clip_bounds` reads either as bool): a view in eager, and compiled
-    `where(flags, 1, 0)` cast to uint8, because inductor 2.13's CPU code stores a bool (or a bool cast to an
-    integer) several times slower than the whole fused pass that computes it (2M tokens: ~95 ms against ~20 ms
-    on one thread of the development machine), and a selected integer at the speed of a float.
-
-    Replaces the bool candidates `binary_kl_clip_bounds` took before; the same bytes, so the same tokens:
-    held by tests/theory/test_binary_kl_host_solve.py (the decisions and roots, eager and compiled)."""
-    if torch.compiler.is_compiling():
-        return torch.where(flags, 1, 0).to(torch.uint8)
-    return flags.view(torch.uint8)
+def _signed_candidates(spec: ClipSpec, ratio, old_log_prob):
+    """r with its sign bit set on the candidates (`_binary_kl_candidates`): what `binary_kl_clip_signed` reads and
+    rewrites. r >= 0 or NaN, so the sign bit is free; one float tensor, which inductor stores at full vector
+    width (a bool mask beside r cost more to store than the whole pass that computes it)."""
+    return torch.where(_binary_kl_candidates(spec, ratio, old_log_prob), ratio.neg(), ratio)
 
 
-def _flat_nonzero(flags: torch.Tensor) -> np.ndarray:
-    """The flat indices of the True entries of a contiguous CPU bool tensor, as a numpy array (numpy's
-    `flatnonzero` on its bytes: 0.4 ms for 2M entries on one thread, where torch's nonzero takes 6 ms and a scan of
-    the 8-byte words first 1.1 ms)."""
-    return np.flatnonzero(flags.reshape(-1).numpy())
-
-
-@torch.library.custom_op("divclip::binary_kl_clip_bounds", mutates_args=())
-def binary_kl_clip_bounds(
+@torch.library.custom_op("divclip::binary_kl_clip_signed", mutates_args=("signed",))
+def binary_kl_clip_signed(
+    signed: torch.Tensor,
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
-    candidates: torch.Tensor,
+    advantages: torch.Tensor | None,
     delta: float,
     clamp: bool,
     from_log_probs: bool,
-) -> torch.Tensor:
-    """(B, T) in log_prob's dtype: the exact binary-KL bound of every candidate token whose D > δ (the upper root
-    hi(p) where r > 1, the lower lo(p) elsewhere), NO_BOUND (-1) on every other token; CPU tensors. `candidates`
-    is bool or its 0/1 bytes as uint8 (`_as_bytes`, what the loss passes).
+    fold: bool,
+) -> None:
+    """Decides the candidate tokens of `signed` (`_signed_candidates`: r, sign bit set on the candidates) exactly
+    and rewrites them in place; CPU tensors of one shape, `signed` contiguous.
 
-    r is e^{clamp(log π − log π_old, ±20)} (unclamped with clamp=False), as `_token_ratio` forms it; D is
-    `_binary_kl_divergence` (torch, as on every token: the same decisions as the sync-free path), from the
-    log-probabilities with from_log_probs, else from r, in the inputs' dtype; the roots are
-    `binary_kl_root_nosync`'s Newton steps (at most six, float64, within 4 ulps of the exact roots, one step for
-    every root: the reference solver's Newton in log r needs ~50 near p = 1). This is the host compaction
-    of `_per_token_clip` as one op that `torch.compile` calls whole (its nonzero would break a graph), so that a
-    compiled loss on the CPU solves the clipped tokens only. The candidates are a few thousand: D is evaluated in
-    pieces of `_SERIAL_CHUNK` and the roots in numpy, because torch would spread each of those small ops over its
-    threads, which on a loaded machine waits milliseconds per op for them to wake."""
-    out = np.full(log_prob.numel(), NO_BOUND, dtype=np.float64 if log_prob.dtype == torch.float64 else np.float32)
-    idx = _flat_nonzero(candidates.contiguous().view(torch.bool))  # (K,) flat indices of the candidates
-    if idx.size:
-        # numpy's gather: the same entries as torch's index, without its ~0.6 ms of set-up for a few thousand
-        old_all, lp_all = (torch.from_numpy(t.reshape(-1).numpy()[idx]) for t in (old_log_prob, log_prob))
-        r, p, which = [], [], []
-        for start in range(0, idx.size, _SERIAL_CHUNK):  # torch's own ops, so D is `_divergence`'s to the bit
-            old, lp = old_all[start : start + _SERIAL_CHUNK], lp_all[start : start + _SERIAL_CHUNK]
-            log_ratio = lp - old
-            r_chunk = (log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP) if clamp else log_ratio).exp()
-            divergence, p_chunk = _binary_kl_divergence(r_chunk, old, lp if from_log_probs else None)
+    A candidate is past the budget where D > δ (`_binary_kl_divergence` on the candidate's log-probabilities with
+    from_log_probs, else on r = |signed|: the decisions of the every-token path, to the bit), and where
+    `advantages` is given, moved by its own A, (r − 1)·A > 0. Its bound is the upper root hi(p) where r > 1, the
+    lower lo(p) elsewhere (`binary_kl_root_nosync`'s Newton steps in float64, within 4 ulps of the exact roots,
+    rounded to the dtype).
+    * fold=False: a candidate past the budget becomes −bound, every other token keeps its value, so |signed| is
+      the clipped ratio (clip(r) where D > δ, r elsewhere).
+    * fold=True (the clip form's fast path; `advantages` given): |signed| is the ratio the token's loss −A·|signed|
+      takes, and the sign bit says its gradient is dropped. A candidate is clipped where its bound makes the loss
+      strictly larger (A·bound < A·r, as `clipped_surrogate` decides): −bound. One that is not keeps r, negative
+      where log π − log π_old is outside verl's ±20 clamp or NaN (with clamp: the clamp stops its gradient),
+      positive elsewhere. Every such token is a candidate, so the sign says it for every token.
+
+    This is the host compaction of `_per_token_clip` as one op that `torch.compile` calls whole (its nonzero would
+    break a graph), so that a compiled loss on the CPU solves the clipped tokens only. The candidates are a few
+    thousand: D is evaluated in pieces of `_SERIAL_CHUNK` and the roots in numpy, because torch would spread each
+    of those small ops over its threads, which on a loaded machine waits milliseconds per op for them to wake."""
+    flat = signed.view(-1).numpy()
+    idx = np.flatnonzero(np.signbit(flat))  # (K,) the candidates (-0.0 and a negative NaN among them)
+    if not idx.size:
+        return
+    r = -flat[idx]  # (K,) the candidates' ratios, as the loss formed them
+    with np.errstate(all="ignore"):
+        if advantages is None:
+            sel = idx  # every candidate may be clipped
+        else:
+            adv = advantages.reshape(-1).numpy()[idx]
+            moved = np.flatnonzero((r - 1.0) * adv > 0)  # positions in idx of the tokens their A pushes outwards
+            sel, r_sel, adv = idx[moved], r[moved], adv[moved]
+        olds, lps = (t.reshape(-1).numpy()[sel] for t in (old_log_prob, log_prob))
+        r_sel = r if advantages is None else r_sel
+        which, p = [], []
+        for start in range(0, sel.size, _SERIAL_CHUNK):  # torch's own ops, so D is `_divergence`'s to the bit
+            piece = slice(start, start + _SERIAL_CHUNK)
+            old, lp = torch.from_numpy(olds[piece]), torch.from_numpy(lps[piece])
+            ratio = torch.from_numpy(r_sel[piece])
+            divergence, p_piece = _binary_kl_divergence(ratio, old, lp if from_log_probs else None)
             which.append(~(divergence <= delta))  # NaN from a log-prob above 0 is outside the budget, as in verl
-            r.append(r_chunk)
-            p.append(p_chunk)
-        r, p, which = (torch.cat(x).numpy() for x in (r, p, which))
-        if which.any():
-            with np.errstate(all="ignore"):
-                bound = binary_kl_root_nosync(delta, p[which].astype(np.float64), r[which] > 1, xp=np)
-            out[idx[which]] = bound  # rounded to the dtype as `.to(dtype)` rounds
-    return torch.from_numpy(out).reshape(log_prob.shape)
+            p.append(p_piece)
+        which, p = (torch.cat(x).numpy() if len(x) > 1 else x[0].numpy() if x else np.empty(0) for x in (which, p))
+        w = np.flatnonzero(which)  # positions in sel of the tokens past the budget
+        bound = binary_kl_root_nosync(delta, p[w].astype(np.float64), r_sel[w] > 1, xp=np).astype(r.dtype)
+        if not fold:
+            flat[sel[w]] = -bound
+            return
+        clipped = adv[w] * bound < adv[w] * r_sel[w]  # -A·bound > -A·r: the clipped branch is strictly larger
+        out = r  # every candidate that is not clipped keeps r, with its sign set where outside the clamp
+        if clamp:
+            maybe = np.flatnonzero(~((r < math.exp(19.0)) & (r > math.exp(-19.0))))  # |log r| > 19 or NaN
+            raw = log_prob.reshape(-1).numpy()[idx[maybe]] - old_log_prob.reshape(-1).numpy()[idx[maybe]]
+            outside = maybe[~(np.abs(raw) <= LOG_RATIO_CLAMP)]
+            out[outside] = -r[outside]
+        flat[idx] = out
+        flat[sel[w[clipped]]] = -bound[clipped]
 
 
-NO_BOUND = -1.0
+@binary_kl_clip_signed.register_fake
+def _(signed, old_log_prob, log_prob, advantages, delta, clamp, from_log_probs, fold):
+    return None
+
+
 _SERIAL_CHUNK = 32768
-"""`binary_kl_clip_bounds` evaluates D in pieces of this many entries: ATen's vectorised math runs a piece that
+"""`binary_kl_clip_signed` evaluates D in pieces of this many entries: ATen's vectorised math runs a piece that
 small on the calling thread (`at::internal::GRAIN_SIZE`, 32768, its parallel grain), so no op waits for the thread
 pool to wake."""
-"""`binary_kl_clip_bounds`'s value on a token it does not clip: below every bound (bounds are >= 0), so that the
-loss tells it with one vectorised comparison."""
 
 
-@binary_kl_clip_bounds.register_fake
-def _(old_log_prob, log_prob, candidates, delta, clamp, from_log_probs):
-    return torch.empty_like(log_prob, memory_format=torch.contiguous_format)
-
-
-def _host_solves_bounds(spec: ClipSpec, ratio) -> bool:
-    """Whether `_per_token_clip` hands the binary-KL bounds to `binary_kl_clip_bounds` (eager and compiled alike):
-    on the CPU while it is a host-compaction device (`HOST_COMPACTION_DEVICES`): its host reads cost nothing
-    there, and it computes in numpy."""
+def host_solves_bounds(spec: ClipSpec, ratio) -> bool:
+    """Whether the binary-KL bounds go to `binary_kl_clip_signed` (eager and compiled alike): on the CPU while it is
+    a host-compaction device (`HOST_COMPACTION_DEVICES`): its host reads cost nothing there, and it computes in
+    numpy."""
     return spec.measure_name == "binary_kl" and ratio.device.type == "cpu" and "cpu" in HOST_COMPACTION_DEVICES
 
 
 @torch.no_grad()
-def _per_token_clip(spec: ClipSpec, ratio, old_log_prob, select, true_ratio=None, log_prob=None, ratio_from=None):
-    """clip(r) with exact per-token bounds where D > δ and `select` holds, else r.
+def folded_binary_kl_clip(spec: ClipSpec, ratio, old_log_prob, log_prob, advantages):
+    """The clip form's binary-KL clip on the CPU (`host_solves_bounds`), decided whole: (B, T) `signed`, whose
+    |signed| is the ratio of each token's loss −A·|signed| (its bound where clipped, r elsewhere) and whose sign bit
+    is set where the gradient is dropped (clipped, or outside verl's ±20 log-ratio clamp).
+    `binary_kl_clip_signed` with fold=True; compiled, one fused pass forms r and the candidates, the op rewrites the
+    candidates, and the loss's pass reads this one tensor where it read the bounds, r, log π and log π_old.
 
-    A selected token with r > 1 gets its upper root hi(p), one with r < 1 its lower root lo(p). D is evaluated
+    Replaces the clipped ratio of `_per_token_clip` and verl's clamp flag there; held equal to it (loss, gradient,
+    flags) by tests/theory/test_loss_fast_paths.py::test_interval_fast_path_equals_the_general_clip and
+    tests/theory/test_binary_kl_host_solve.py."""
+    signed = _signed_candidates(spec, ratio, old_log_prob)
+    binary_kl_clip_signed(
+        signed, old_log_prob, log_prob, advantages, float(spec.delta), spec.param("clamp_log_ratio"), True, True
+    )
+    return signed
+
+
+@torch.no_grad()
+def _per_token_clip(spec: ClipSpec, ratio, old_log_prob, advantages, true_ratio=None, log_prob=None, ratio_from=None):
+    """clip(r) with exact per-token bounds where D > δ and, where `advantages` is given, the token is moved by its
+    own A ((r − 1)·A > 0: only a token pushed past a bound by its A is clipped), else r.
+
+    A clipped token with r > 1 gets its upper root hi(p), one with r < 1 its lower root lo(p). D is evaluated
     on `true_ratio` (the unclamped ratio) when given, from the log-probabilities where `log_prob` is given; the
     value clipped is `ratio`. `ratio_from`, the log π that `ratio` was formed from (token level, as
     `_token_ratio`), lets binary KL on the CPU take the fast path: a fused χ² test picks candidates and
-    `binary_kl_clip_bounds` decides them exactly and solves the clipped ones, compiled too. Otherwise see
+    `binary_kl_clip_signed` decides them exactly and solves the clipped ones, compiled too. Otherwise see
     `_compact_on_host` for which tokens are solved.
     """
-    if ratio_from is not None and _host_solves_bounds(spec, ratio) and (log_prob is not None or true_ratio is None):
-        candidates = _as_bytes(_binary_kl_candidates(spec, ratio, old_log_prob))
-        bound = binary_kl_clip_bounds(
-            old_log_prob, ratio_from, candidates, float(spec.delta), spec.param("clamp_log_ratio"), log_prob is not None
+    if ratio_from is not None and host_solves_bounds(spec, ratio) and (log_prob is not None or true_ratio is None):
+        signed = _signed_candidates(spec, ratio, old_log_prob)
+        binary_kl_clip_signed(
+            signed,
+            old_log_prob,
+            ratio_from,
+            advantages,
+            float(spec.delta),
+            spec.param("clamp_log_ratio"),
+            log_prob is not None,
+            False,
         )
-        keep = bound < 0 if select is None else (bound < 0) | ~select
-        return torch.where(keep, ratio, bound)
+        return signed.abs()
+    select = None if advantages is None else (ratio - 1.0) * advantages > 0
     divergence, p = _divergence(spec, ratio if true_ratio is None else true_ratio, old_log_prob, log_prob)
     which = ~(divergence <= spec.delta)  # NaN from a log-prob above 0 is outside the budget, as in verl
     if select is not None:

@@ -146,7 +146,8 @@ def _sequence_clip_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec
 
 def _interval_clip_mode(log_prob, old_log_prob, advantages, spec: ClipSpec) -> PolicyTerms:
     """Fast path of `loss` at token level for one interval (PPO, GRPO, DAPO, KL3, every ratio-clip method: one
-    p-free [lo, hi]; binary KL/TV: the exact per-token roots of `_per_token_clip`), dual clip or not:
+    p-free [lo, hi]; binary KL/TV: the exact per-token roots of `_per_token_clip`, on the CPU for binary KL those of
+    `folded_binary_kl_clip`, which also folds verl's clamp flag into its sign), dual clip or not:
     `clipped_surrogate`'s floats in the fewest (B, T) operations. The decisions stay
     bool and the gradient is one select, -A·r where kept and 0 elsewhere; compiled, this is one fused pass whose
     cost is its arithmetic on a CPU (0/1 float flags cost a conversion and a multiply each). The float flags the
@@ -165,6 +166,8 @@ def _interval_clip_mode(log_prob, old_log_prob, advantages, spec: ClipSpec) -> P
         _per_token_clip,
         _WithGradient,
         exp_float32,
+        folded_binary_kl_clip,
+        host_solves_bounds,
         ratio_bounds,
         ratio_gradient,
     )
@@ -177,23 +180,31 @@ def _interval_clip_mode(log_prob, old_log_prob, advantages, spec: ClipSpec) -> P
         exp_of = log_ratio if spec.param("clamp_log_ratio") else raw
         ratio = _exp(exp_of, exp32)
         del raw
-        if spec.p_dependent:  # only a token pushed past a bound by its own A is clipped (`_general_clip_mode`)
-            moved = (ratio - 1.0) * advantages > 0
-            true_ratio = _decision_ratio(spec, ratio, log_prob, old_log_prob)
-            clipped_ratio = _per_token_clip(spec, ratio, old_log_prob, moved, true_ratio, log_prob, log_prob)
-        else:
-            clipped_ratio = ratio.clamp(*ratio_bounds(spec))
         # -(A·r) is (-A)·r to the bit (a float product's sign is the XOR of its factors'), without a -A tensor
         loss_unclipped = torch.mul(advantages, ratio).neg_()  # -A·r
-        # -A·clip(r); in place on the clamp's own tensor (`_per_token_clip` may hand back `ratio` itself)
-        loss_clipped = (
-            torch.mul(clipped_ratio, advantages) if spec.p_dependent else clipped_ratio.mul_(advantages)
-        ).neg_()
-        loss = torch.maximum(loss_unclipped, loss_clipped)
-        clipped = loss_clipped > loss_unclipped  # the clipped branch is strictly larger: gradient 0
-        del loss_clipped
+        if spec.p_dependent and host_solves_bounds(spec, ratio):  # binary KL on the CPU, decided whole
+            signed = folded_binary_kl_clip(spec, ratio, old_log_prob, log_prob, advantages)
+            loss = torch.mul(advantages, signed.abs()).neg_()  # -A·clip(r)
+            clipped = loss > loss_unclipped  # (metrics only) the clipped branch is strictly larger: gradient 0
+            drop = torch.signbit(signed)  # clipped, or outside the clamp
+            out_of_range = None  # in the sign
+            # a kept token's loss is -A·r, r itself, so its gradient: a copy, as `loss` may still take the dual clip
+            loss_unclipped = loss.clone()
+        else:
+            if spec.p_dependent:  # only a token pushed past a bound by its own A is clipped (`_general_clip_mode`)
+                true_ratio = _decision_ratio(spec, ratio, log_prob, old_log_prob)
+                clipped_ratio = _per_token_clip(spec, ratio, old_log_prob, advantages, true_ratio, log_prob, log_prob)
+            else:
+                clipped_ratio = ratio.clamp(*ratio_bounds(spec))
+            # -A·clip(r); in place on the clamp's own tensor (`_per_token_clip` may hand back `ratio` itself)
+            loss_clipped = (
+                torch.mul(clipped_ratio, advantages) if spec.p_dependent else clipped_ratio.mul_(advantages)
+            ).neg_()
+            loss = torch.maximum(loss_unclipped, loss_clipped)
+            clipped = loss_clipped > loss_unclipped  # the clipped branch is strictly larger: gradient 0
+            del loss_clipped
+            drop = clipped
         negative = advantages < 0
-        drop = clipped
         dual = None
         if spec.param("dual_clip_c") is not None:
             cap = advantages * -spec.param("dual_clip_c")  # -A·c
@@ -234,9 +245,8 @@ def _general_clip_mode(log_prob, old_log_prob, advantages, mask, spec: ClipSpec)
         if is_intersection(spec):
             clipped_ratio, each, lo, hi = _intersection_clip(spec, ratio, old_log_prob)
         elif spec.p_dependent:
-            moved = (ratio - 1.0) * advantages > 0  # only a token pushed past a bound by its own A is clipped
-            true_ratio = _decision_ratio(spec, ratio, log_prob, old_log_prob)
-            clipped_ratio = _per_token_clip(spec, ratio, old_log_prob, moved, true_ratio, log_prob, log_prob)
+            true_ratio = _decision_ratio(spec, ratio, log_prob, old_log_prob)  # moved tokens only: by their own A
+            clipped_ratio = _per_token_clip(spec, ratio, old_log_prob, advantages, true_ratio, log_prob, log_prob)
         else:
             clipped_ratio = torch.clamp(ratio, *ratio_bounds(spec))
         sur = clipped_surrogate(ratio, clipped_ratio, advantages, spec.param("dual_clip_c"))
