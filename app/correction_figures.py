@@ -190,11 +190,17 @@ def _transparent(colour: str, alpha: float = 0.15) -> str:
 
 def interval_table(corrections: dict[str, Correction], lengths=TABLE_LENGTHS) -> list[dict]:
     """One row per part of each correction (the correction named on its first part's row): what the part bounds
-    and its ρ interval at each length."""
+    and its ρ interval at each length. A correction of one part leaves its part cell "—" (the part is the whole
+    correction, named beside it), and where every correction has one part there is no part column."""
     rows = []
-    for label, c in corrections.items():
-        for i, row in enumerate(correction_intervals(c, lengths)):
-            out = {"correction": label if i == 0 else "", "part": row["part"], "bounds": row["bounds"]}
+    by_label = {label: correction_intervals(c, lengths) for label, c in corrections.items()}
+    with_parts = any(len(parts) > 1 for parts in by_label.values())
+    for label, parts in by_label.items():
+        for i, row in enumerate(parts):
+            out = {"correction": label if i == 0 else ""}
+            if with_parts:
+                out["part"] = row["part"] if len(parts) > 1 else "—"
+            out["bounds"] = row["bounds"]
             for n in lengths:
                 lo, hi = row["by_length"][n]
                 out[f"L = {n}"] = f"[{lo:.4g}, {hi:.4g}]"

@@ -90,6 +90,18 @@ def test_sequence_k3_sum_band_is_the_lambert_interval_of_delta_over_l():
     assert [r["correction"] for r in table] == ["x", ""] and table[0]["part"] == "rs=token_k2:0.02"
 
 
+def test_a_correction_of_one_part_does_not_repeat_itself_as_its_part():
+    both = ("rs=token_k3:0.01", "is=token:tis=2.0/rs=token_k2:0.02")
+    table = interval_table({c: parse_correction(c) for c in both})
+    assert [(r["correction"], r["part"]) for r in table] == [
+        ("rs=token_k3:0.01", "—"),
+        ("is=token:tis=2.0/rs=token_k2:0.02", "is=token"),
+        ("", "rs=token_k2:0.02"),
+    ]
+    single = interval_table({c: parse_correction(c) for c in ("rs=token_k3:0.01", "is=token:tis=2.0")})
+    assert [list(r)[:2] for r in single] == [["correction", "bounds"]] * 2  # no part column at all
+
+
 def test_the_overlay_puts_a_token_k3_rejection_on_kl3s_clip():
     """The seed theorem for the third policy: k3 <= δ on ρ is KL3's clip interval at the same δ."""
     delta = 0.0231436
@@ -126,7 +138,7 @@ def test_atlas_draws_the_corrections_from_the_url_and_names_a_bad_one():
     at = start("views/atlas.py", {"corrections": "is=token:tis=2.0, rs=seq_sum_k3:0.5", "L": "50"})
     assert len(at.get("plotly_chart")) == 4  # cross-section, heatmaps, weight over ρ, band over L
     rows = at.table[1].value.to_dict("records")
-    assert [r["part"] for r in rows] == ["is=token", "rs=seq_sum_k3:0.5"]
+    assert [r["correction"] for r in rows] == ["is=token:tis=2.0", "rs=seq_sum_k3:0.5"] and "part" not in rows[0]
     lo, hi = lambert_band(0.5 / 100)
     assert rows[1]["L = 100"] == f"[{lo:.4g}, {hi:.4g}]"
     at.text_input(key="atlas.corrections").set_value("rs=nope:1").run()
