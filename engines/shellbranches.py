@@ -10,7 +10,8 @@ every branch, said too.
 `case WORD in PATTERN | PATTERN) ... ;; esac` is decided the same way: with WORD known, the first branch whose
 pattern matches it (bash's glob patterns: `*`, `?`, `[...]`) is read and the others are not (`;&` falls
 through to the next branch, `;;&` tests the next patterns too); with WORD unknown every branch is read, said in a
-note.
+note. In a `case` pattern and on the right of `[[ A == B ]]` a quoted or backslash-escaped `*`, `?` or `[` stands for
+itself and an unquoted one (an unquoted `$P` too) is a glob, as in bash (`shellwords.Field`).
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ class Branches:
         elif frame.subject is None or not known:
             frame.active = True
         else:
-            match = any(fnmatchcase(frame.subject, pattern) for pattern in texts)
+            match = any(fnmatchcase(frame.subject, pattern_of(pattern)) for pattern in texts)
             frame.active, frame.taken = match, frame.taken or match
             if match:
                 self.notes.append(
@@ -216,8 +217,9 @@ def _test(inner: list, pattern: bool = False):
     if not inner or any("$" in w or "`" in w for w in inner):
         return None
     if len(inner) == 3 and inner[1] in _COMPARE:
-        if pattern and any(c in inner[2] for c in "*?["):  # [[ A == glob ]]: bash matches a pattern
-            value = fnmatchcase(inner[0], inner[2]) == _COMPARE[inner[1]]
+        glob = pattern_of(inner[2])  # its quoted characters escaped (`Field`)
+        if pattern and any(c in glob for c in "*?["):  # [[ A == glob ]]: bash matches a pattern
+            value = fnmatchcase(inner[0], glob) == _COMPARE[inner[1]]
         else:
             value = (inner[0] == inner[2]) == _COMPARE[inner[1]]
     elif len(inner) == 3 and inner[1] in _NUMERIC:
@@ -231,6 +233,12 @@ def _test(inner: list, pattern: bool = False):
     else:
         return None
     return value != negate
+
+
+def pattern_of(text: str) -> str:
+    """The glob pattern of an expanded field: `shellwords.Field.pattern` (its quoted `*`, `?` and `[` escaped) or,
+    for a plain str, the text itself."""
+    return getattr(text, "pattern", text)
 
 
 def _and(a, b):

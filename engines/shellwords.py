@@ -49,7 +49,7 @@ import tree_sitter_bash
 from tree_sitter import Language, Parser, Query, QueryCursor
 
 from divclip.engines.errors import ConfigError
-from divclip.engines.shellbranches import Branches
+from divclip.engines.shellbranches import Branches, pattern_of
 
 MAX_EXPANSION_BYTES = 4 * 2**20  # what a script's expansions may produce in all: a config's own size limit
 MAX_NESTING = 32  # ${a:-${b:-${c...}}} levels
@@ -66,6 +66,49 @@ _OPS = (":-", ":=", ":+", ":?", "-", "=", "+", "?")
 _C_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "e": "\x1b", "a": "\a", "0": "\0"}
 _UNQUOTED_ESCAPE = re.compile(r"\\(.)", re.DOTALL)
 _DOUBLE_ESCAPE = re.compile(r"\\([$`\"\\\n])")
+
+
+class Quoted(str):
+    """Literal text bash took from inside quotes or escaped by a backslash: in a pattern (`[[ A == B ]]`'s right
+    side, a `case` pattern) it matches itself, its `*`, `?` and `[` included."""
+
+
+class Field(str):
+    """One field of an expanded word whose text holds a quoted `*`, `?` or `[`; `pattern` is the same text as a glob
+    pattern, those characters escaped (`"*7B"` matches only the text `*7B`, `*"7B"` any text ending in 7B, as bash
+    matches them). `expand` makes one only where the two differ: every other field is a plain str."""
+
+    pattern: str
+
+    def __new__(cls, text: str, pattern: str | None = None):
+        field_ = super().__new__(cls, text)
+        field_.pattern = text if pattern is None else pattern
+        return field_
+
+    def __getnewargs__(self):
+        return str(self), self.pattern
+
+
+def _escape_glob(text: str) -> str:
+    return re.sub(r"([*?\[])", r"[\1]", text)
+
+
+def _unquoted_pieces(text: str) -> list:
+    """Unquoted literal text as bash reads it: each backslash-escaped character a `Quoted` piece of its own."""
+    if "\\" not in text:
+        return [text]
+    pieces, pos = [], 0
+    for m in _UNQUOTED_ESCAPE.finditer(text):
+        if m.start() > pos:
+            pieces.append(text[pos : m.start()])
+        if m.group(1) != "\n":  # a line continuation is no character
+            pieces.append(Quoted(m.group(1)))
+        pos = m.end()
+    if pos < len(text):
+        pieces.append(text[pos:])
+    return pieces
+
+
 _EXPANSIONS = frozenset(
     ("simple_expansion", "expansion", "command_substitution", "arithmetic_expansion", "process_substitution")
 )
@@ -499,9 +542,9 @@ class _Reader:
             blank = text[: len(text) - len(text.lstrip())]  # the grammar puts the blank before ${ inside it
             return [*([blank] if blank else []), self.ref(node, text.lstrip(), in_quotes, depth)], False
         if kind == "raw_string":
-            return [self.text(node.start_byte + 1, node.end_byte - 1)], True
+            return [Quoted(self.text(node.start_byte + 1, node.end_byte - 1))], True
         if kind == "ansi_c_string":
-            return [_c_string(self.text(node.start_byte + 2, node.end_byte - 1))], True
+            return [Quoted(_c_string(self.text(node.start_byte + 2, node.end_byte - 1)))], True
         if kind in ("string", "translated_string"):
             start = node.start_byte + (2 if kind == "translated_string" else 1)
             return self.sequence(node, start, node.end_byte - 1, True, depth), True
@@ -511,16 +554,21 @@ class _Reader:
             pos = node.start_byte
             for child in node.named_children:
                 if child.start_byte > pos:
-                    parts.append(_unescape(self.text(pos, child.start_byte), in_quotes))
+                    parts += self.literal(self.text(pos, child.start_byte), in_quotes)
                 sub, q = self.parts(child, in_quotes, depth)
                 parts += sub
                 quoted = quoted or q
                 pos = child.end_byte
             if node.end_byte > pos and kind == "concatenation":
-                parts.append(_unescape(self.text(pos, node.end_byte), in_quotes))
+                parts += self.literal(self.text(pos, node.end_byte), in_quotes)
             return parts if node.named_child_count else [self.text(node.start_byte, node.end_byte)], quoted
         text = self.text(node.start_byte, node.end_byte)
-        return [_unescape(text, in_quotes)], "\\" in text and not in_quotes
+        return self.literal(text, in_quotes), "\\" in text and not in_quotes
+
+    @staticmethod
+    def literal(text: str, in_quotes: bool) -> list:
+        """Literal text's pieces: inside quotes one `Quoted`, outside them its escaped characters `Quoted`."""
+        return [Quoted(_unescape(text, True))] if in_quotes else _unquoted_pieces(text)
 
     def sequence(self, node, start: int, end: int, in_quotes: bool, depth: int) -> list:
         """Inside "...": the text between the expansions (escapes as in double quotes) and the expansions."""
@@ -531,11 +579,11 @@ class _Reader:
             text = self.text(child.start_byte, child.end_byte)
             real = child.start_byte + len(_encode(text)) - len(_encode(text.lstrip()))
             if real > pos:
-                parts.append(_unescape(self.text(pos, real), True))
+                parts.append(Quoted(_unescape(self.text(pos, real), True)))
             parts.append(self.ref(child, text.lstrip(), in_quotes, depth))
             pos = child.end_byte
         if end > pos:
-            parts.append(_unescape(self.text(pos, end), True))
+            parts.append(Quoted(_unescape(self.text(pos, end), True)))
         return parts
 
     def ref(self, node, text: str, quoted: bool, depth: int) -> Ref:
@@ -975,16 +1023,25 @@ def _arith_unary(tokens, i):
 
 def expand(word: Word, env: Variables, split: bool = True) -> list[str]:
     """The fields bash makes of `word`: literal text as is, quoted expansions whole (`"${A[@]}"`: one field per
-    element), unquoted ones split on blanks; `split=False` (an assignment's value) joins them into one."""
+    element), unquoted ones split on blanks; `split=False` (an assignment's value) joins them into one. A field
+    whose quoted text holds a glob character is a `Field`, which carries its pattern too."""
     fields: list = []
     cur: list = []
+    pat: list = []  # cur as a glob pattern: quoted text escaped, unquoted text and values as they are
     live = word.quoted  # a quoted empty word ("") is still a word
 
+    def add(text: str, quoted: bool):
+        nonlocal live
+        cur.append(text)
+        pat.append(_escape_glob(text) if quoted else text)
+        live = True
+
     def close():
-        nonlocal cur, live
+        nonlocal cur, pat, live
         if cur or live:
-            fields.append("".join(cur))
-        cur, live = [], False
+            text, pattern = "".join(cur), "".join(pat)
+            fields.append(text if pattern == text else Field(text, pattern))
+        cur, pat, live = [], [], False
 
     for part in word.parts:
         value = part if isinstance(part, str) else env.lookup(part)
@@ -992,22 +1049,22 @@ def expand(word: Word, env: Variables, split: bool = True) -> list[str]:
         if unknown:  # not known without running the script: kept as written, one piece (its words are unknown)
             env.missing.append((part.text, _origin(part, env)))
             value = part.text
-        if isinstance(part, str) or unknown or isinstance(value, str) and (part.quoted or not split):
-            cur.append(env.spend(value))
-            live = True
+        if isinstance(part, str):
+            add(env.spend(value), isinstance(part, Quoted))
+            continue
+        if unknown or isinstance(value, str) and (part.quoted or not split):
+            add(env.spend(value), part.quoted and not unknown)
             continue
         pieces = value if isinstance(value, list) else [value]
         if not split:
-            cur.append(env.spend(" ".join(pieces)))
-            live = True
+            add(env.spend(" ".join(pieces)), part.quoted)
             continue
         for k, piece in enumerate(pieces):
             env.spend(piece)
             if k:
                 close()
             if part.quoted:  # "${A[@]}": each element one field, as it is
-                cur.append(piece)
-                live = True
+                add(piece, True)
                 continue
             if piece[:1].isspace():
                 close()
@@ -1015,12 +1072,17 @@ def expand(word: Word, env: Variables, split: bool = True) -> list[str]:
             for j, chunk in enumerate(chunks):
                 if j:
                     close()
-                cur.append(chunk)
-                live = True
+                add(chunk, False)
             if chunks and piece[-1:].isspace():
                 close()
     close()
     return fields
+
+
+def _joined_pattern(fields: list) -> str:
+    """One word's fields as one text (a `case` pattern is never split), keeping its pattern (`Field`)."""
+    text, pattern = "".join(fields), "".join(pattern_of(f) for f in fields)
+    return text if pattern == text else Field(text, pattern)
 
 
 # ---------------------------------------------------------------------------------------------- a script
@@ -1164,7 +1226,7 @@ class _Runner:
         before = ";;"  # how the branch before ended
         for patterns, line, end, body in item.items:
             env.missing = []
-            texts = ["".join(expand(w, env, split=False)) for w in patterns]
+            texts = [_joined_pattern(expand(w, env, split=False)) for w in patterns]
             branches.case_keyword("pattern" + before, texts, not env.missing, line)
             self.run(body, depth)
             before = end

@@ -67,6 +67,19 @@ SCRIPTS = {
     "grammar_recovered_in_a_word": 'T=${T:-["/Y"]}\n: "${N:=$(( 2 * (3 + 1) ))}"\npython3 -m m t=$T n=$N\n',
     "unset_forgets": "A=1\nB=2\nunset A\npython3 -m m a=${A:-u} b=$B\n",
     "ansi_and_escaped_strings": "python3 -m m $'a\\tb' \"q\\\"q\" 'raw\\n' f\\ g\n",
+    # a quoted * ? [ in a pattern is itself, an unquoted one (also from an unquoted $P) a glob; so is \\*
+    "quoted_patterns": (
+        "M=Qwen2.5-7B\nP='*7B'\n"
+        'if [[ $M == "*7B" ]]; then python3 -m m q=1; else python3 -m m q=2; fi\n'
+        'if [[ $M == *"7B" ]]; then python3 -m m r=1; else python3 -m m r=2; fi\n'
+        "if [[ $M == $P ]]; then python3 -m m s=1; else python3 -m m s=2; fi\n"
+        'if [[ $M == "$P" ]]; then python3 -m m t=1; else python3 -m m t=2; fi\n'
+        "if [[ $M != '*'7B ]]; then python3 -m m u=1; else python3 -m m u=2; fi\n"
+        'case $M in "*7B") python3 -m m c=1 ;; *7B) python3 -m m c=2 ;; esac\n'
+        "S='a*b'\ncase $S in a\\*b) python3 -m m e=1 ;; *) python3 -m m e=2 ;; esac\n"
+        "case axb in a\\*b) python3 -m m f=1 ;; a?b) python3 -m m f=2 ;; esac\n"
+        "case \"a[1]\" in 'a[1]') python3 -m m g=1 ;; a[1]) python3 -m m g=2 ;; esac\n"
+    ),
 }
 
 
