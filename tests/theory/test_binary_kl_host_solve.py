@@ -183,3 +183,10 @@ def test_the_folded_clip_with_candidates_but_none_moved():
     signed = K.folded_binary_kl_clip(spec, ratio, old, lp, torch.zeros_like(lp))
     assert int(K._binary_kl_candidates(spec, ratio, old).sum()) > 1000
     assert torch.equal(signed.abs(), ratio) and torch.equal(torch.signbit(signed), ~(raw.abs() <= 20))
+
+
+def test_the_folded_op_needs_the_advantages():
+    lp, old, _ = hard_inputs(torch.float32)
+    signed = K._signed_candidates(ClipSpec("binary_kl", delta=0.05), (lp - old).clamp(-20, 20).exp(), old)
+    with pytest.raises(ValueError, match="fold=True .* pass advantages"):
+        K.binary_kl_clip_signed(signed, old, lp, None, 0.05, True, True, True)

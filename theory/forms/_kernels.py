@@ -17,7 +17,8 @@ a Python `if` on a tensor value, `nonzero` or boolean indexing): on a GPU each i
 read a spec's float bounds with `ratio_bounds(spec)` (a compile-time constant), not `spec.ratio_bounds()`.
 tests/theory/test_loss_nosync.py runs every form's loss on the meta device (where any such read raises)
 and compiles it; a form that needs parameters beyond a bare `ClipSpec(form=...)` adds an example there
-(`example_specs`). The one exception is the CPU-only compaction of `_per_token_clip`.
+(`example_specs`). The one exception is the CPU-only compaction of the binary-KL bounds (`_per_token_clip`,
+`folded_binary_kl_clip`: one custom op, which a compiled graph calls whole).
 
 Speed: the forms compute the loss value without autograd and attach its known gradient (`_WithGradient`), e.g.
 -A·r·∇log π on kept tokens and 0 on clipped ones, and hand that gradient to `policy_loss` (`PolicyTerms.grad`),
@@ -417,6 +418,8 @@ def binary_kl_clip_signed(
     break a graph), so that a compiled loss on the CPU solves the clipped tokens only. The candidates are a few
     thousand: D is evaluated in pieces of `_SERIAL_CHUNK` and the roots in numpy, because torch would spread each
     of those small ops over its threads, which on a loaded machine waits milliseconds per op for them to wake."""
+    if fold and advantages is None:
+        raise ValueError("binary_kl_clip_signed: fold=True decides the clip form's tokens by their A: pass advantages")
     flat = signed.view(-1).numpy()
     idx = np.flatnonzero(np.signbit(flat))  # (K,) the candidates (-0.0 and a negative NaN among them)
     if not idx.size:
@@ -424,13 +427,12 @@ def binary_kl_clip_signed(
     r = -flat[idx]  # (K,) the candidates' ratios, as the loss formed them
     with np.errstate(all="ignore"):
         if advantages is None:
-            sel = idx  # every candidate may be clipped
+            sel, r_sel = idx, r  # every candidate may be clipped
         else:
             adv = advantages.reshape(-1).numpy()[idx]
             moved = np.flatnonzero((r - 1.0) * adv > 0)  # positions in idx of the tokens their A pushes outwards
             sel, r_sel, adv = idx[moved], r[moved], adv[moved]
         olds, lps = (t.reshape(-1).numpy()[sel] for t in (old_log_prob, log_prob))
-        r_sel = r if advantages is None else r_sel
         which, p = [], []
         for start in range(0, sel.size, _SERIAL_CHUNK):  # torch's own ops, so D is `_divergence`'s to the bit
             piece = slice(start, start + _SERIAL_CHUNK)
