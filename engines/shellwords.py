@@ -1021,10 +1021,11 @@ def _arith_unary(tokens, i):
     return int(tokens[i]), i + 1
 
 
-def expand(word: Word, env: Variables, split: bool = True) -> list[str]:
+def expand(word: Word, env: Variables, split: bool = True, patterns: bool = False) -> list[str]:
     """The fields bash makes of `word`: literal text as is, quoted expansions whole (`"${A[@]}"`: one field per
-    element), unquoted ones split on blanks; `split=False` (an assignment's value) joins them into one. A field
-    whose quoted text holds a glob character is a `Field`, which carries its pattern too."""
+    element), unquoted ones split on blanks; `split=False` (an assignment's value) joins them into one. With
+    `patterns` (a condition's words, a `case` pattern) a field whose quoted text holds a glob character is a
+    `Field`, which carries its pattern too; every other field, and every field of a command, is a plain str."""
     fields: list = []
     cur: list = []
     pat: list = []  # cur as a glob pattern: quoted text escaped, unquoted text and values as they are
@@ -1040,7 +1041,7 @@ def expand(word: Word, env: Variables, split: bool = True) -> list[str]:
         nonlocal cur, pat, live
         if cur or live:
             text, pattern = "".join(cur), "".join(pat)
-            fields.append(text if pattern == text else Field(text, pattern))
+            fields.append(Field(text, pattern) if patterns and pattern != text else text)
         cur, pat, live = [], [], False
 
     for part in word.parts:
@@ -1214,7 +1215,11 @@ class _Runner:
         for k, (condition, line, body) in enumerate(item.clauses):
             keyword = "if" if k == 0 else "elif" if condition is not None else "else"
             env.missing = []
-            self.branches.keyword(keyword, lambda c=condition: ["if", *(f for w in c for f in expand(w, env))], line)
+
+            def words(c=condition):  # the condition's words, patterns kept (`Field`)
+                return ["if", *(f for w in c for f in expand(w, env, patterns=True))]
+
+            self.branches.keyword(keyword, words, line)
             self.run(body, depth)
         self.branches.keyword("fi", None, item.last)
 
@@ -1226,7 +1231,7 @@ class _Runner:
         before = ";;"  # how the branch before ended
         for patterns, line, end, body in item.items:
             env.missing = []
-            texts = [_joined_pattern(expand(w, env, split=False)) for w in patterns]
+            texts = [_joined_pattern(expand(w, env, split=False, patterns=True)) for w in patterns]
             branches.case_keyword("pattern" + before, texts, not env.missing, line)
             self.run(body, depth)
             before = end
