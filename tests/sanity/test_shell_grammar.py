@@ -259,3 +259,15 @@ def test_random_scripts_give_the_words_bash_passes():
     for _ in range(150):
         script = _random_script(r)
         assert _divclip(script) == _bash(script), script
+
+
+def test_a_command_word_with_a_quoted_glob_stays_a_plain_str():
+    """Only a condition's words and a case pattern carry a glob pattern (`shellwords.Field`, a str subclass); a
+    command's words are plain str, which YAML and the readers take as they always did."""
+    import yaml
+
+    script = "if [[ x == \"*\" ]]; then :; fi\npython3 -m m data.files=\"['/d/*.parquet']\" 'q=a?' r=[b]\n"
+    (words,) = _divclip(script)
+    assert words == ["python3", "-m", "m", "data.files=['/d/*.parquet']", "q=a?", "r=[b]"]
+    assert all(type(w) is str for w in words)
+    assert yaml.safe_load(yaml.safe_dump(words)) == words
