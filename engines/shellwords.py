@@ -49,7 +49,7 @@ import tree_sitter_bash
 from tree_sitter import Language, Parser, Query, QueryCursor
 
 from divclip.engines.errors import ConfigError
-from divclip.engines.shellbranches import Branches, pattern_of
+from divclip.engines.shellbranches import Branches
 
 MAX_EXPANSION_BYTES = 4 * 2**20  # what a script's expansions may produce in all: a config's own size limit
 MAX_NESTING = 32  # ${a:-${b:-${c...}}} levels
@@ -1034,7 +1034,8 @@ def expand(word: Word, env: Variables, split: bool = True, patterns: bool = Fals
     def add(text: str, quoted: bool):
         nonlocal live
         cur.append(text)
-        pat.append(_escape_glob(text) if quoted else text)
+        if patterns:  # a command's words never need it
+            pat.append(_escape_glob(text) if quoted else text)
         live = True
 
     def close():
@@ -1078,12 +1079,6 @@ def expand(word: Word, env: Variables, split: bool = True, patterns: bool = Fals
                 close()
     close()
     return fields
-
-
-def _joined_pattern(fields: list) -> str:
-    """One word's fields as one text (a `case` pattern is never split), keeping its pattern (`Field`)."""
-    text, pattern = "".join(fields), "".join(pattern_of(f) for f in fields)
-    return text if pattern == text else Field(text, pattern)
 
 
 # ---------------------------------------------------------------------------------------------- a script
@@ -1231,7 +1226,8 @@ class _Runner:
         before = ";;"  # how the branch before ended
         for patterns, line, end, body in item.items:
             env.missing = []
-            texts = [_joined_pattern(expand(w, env, split=False, patterns=True)) for w in patterns]
+            # split=False makes one field at most (none for an empty unquoted word); its Field keeps the pattern
+            texts = [(expand(w, env, split=False, patterns=True) or [""])[0] for w in patterns]
             branches.case_keyword("pattern" + before, texts, not env.missing, line)
             self.run(body, depth)
             before = end
