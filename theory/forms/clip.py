@@ -173,21 +173,22 @@ def _interval_clip_mode(log_prob, old_log_prob, advantages, spec: ClipSpec) -> P
     )
 
     with torch.no_grad():
+        folded = spec.p_dependent and host_solves_bounds(spec, log_prob)  # binary KL on the CPU, decided whole
         raw = log_prob - old_log_prob  # (B, T)
         log_ratio = raw.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-        out_of_range = (log_ratio != raw) if spec.param("clamp_log_ratio") else None  # verl's clamp stops the gradient
+        # verl's clamp stops the gradient (folded: the sign of `signed` says it)
+        out_of_range = (log_ratio != raw) if spec.param("clamp_log_ratio") and not folded else None
         exp32 = exp_float32(spec)  # SkyRL: exp in float32 whatever the dtype (`exp_dtype`)
         exp_of = log_ratio if spec.param("clamp_log_ratio") else raw
         ratio = _exp(exp_of, exp32)
         del raw
         # -(A·r) is (-A)·r to the bit (a float product's sign is the XOR of its factors'), without a -A tensor
         loss_unclipped = torch.mul(advantages, ratio).neg_()  # -A·r
-        if spec.p_dependent and host_solves_bounds(spec, ratio):  # binary KL on the CPU, decided whole
+        if folded:
             signed = folded_binary_kl_clip(spec, ratio, old_log_prob, log_prob, advantages)
             loss = torch.mul(advantages, signed.abs()).neg_()  # -A·clip(r)
             clipped = loss > loss_unclipped  # (metrics only) the clipped branch is strictly larger: gradient 0
             drop = torch.signbit(signed)  # clipped, or outside the clamp
-            out_of_range = None  # in the sign
             # a kept token's loss is -A·r, r itself, so its gradient: a copy, as `loss` may still take the dual clip
             loss_unclipped = loss.clone()
         else:
