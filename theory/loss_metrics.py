@@ -253,10 +253,11 @@ def metrics_from_stats(stats: list[float], names=METRIC_NAMES) -> dict[str, floa
     return metrics
 
 
-def clip_metrics(terms, mask) -> dict[str, float]:
+def clip_metrics(terms, mask, names=METRIC_NAMES) -> dict[str, float]:
     """Masked diagnostics of one policy-loss call as floats (see `divclip.theory.losses.policy_loss` for their
-    meaning): `clip_stats` read in one device-to-host transfer."""
-    return metrics_from_stats(clip_stats(terms, mask).tolist())
+    meaning): `clip_stats` of `names` (all of METRIC_NAMES, or the subset a caller reports, which skips the passes
+    only the others need) read in one device-to-host transfer."""
+    return metrics_from_stats(clip_stats(terms, mask, names=names).tolist(), names)
 
 
 # ------------------------------------------------------------------------------------- KL estimators

@@ -229,6 +229,33 @@ def test_plugin_adaptive_delta_steps_per_call():
     assert m1["clip_ratio"] > 0.05 and m2["divclip_delta"] > m1["divclip_delta"]  # too many clipped: δ widens
 
 
+@pytest.mark.parametrize("method", ["kl3:0.02", "kl3:0.02@kl3=0.001", "binary_kl:0.05"])
+def test_plugin_computes_only_the_metrics_it_reports(method, monkeypatch):
+    """Only REPORTED_METRICS (and kl3 for a controller that adapts to it), each the value the whole diagnostic set
+    gives, bit for bit; no expm1 pass for kl3 when nothing reads it."""
+    from divclip.theory import loss_metrics
+
+    name = plugin.register(method)
+    fn = ppo_utils.PolicyLossRegistry.get(plugin.LOSS_NAME)
+    lp, old, adv, mask = _batch(6, 1.0)
+    asked, real = [], loss_metrics.clip_stats
+
+    def spy(terms, m, extra=(), names=loss_metrics.METRIC_NAMES):
+        asked.append(tuple(names))
+        return real(terms, m, extra, names)
+
+    monkeypatch.setattr(loss_metrics, "clip_stats", spy)
+    plugin.CONTROLLERS.pop(name, None)
+    loss, m = fn(lp, old, adv, loss_mask=mask)
+    adaptive = "@" in method
+    assert asked == [plugin.REPORTED_METRICS + (("kl3",) if adaptive else ())]
+    monkeypatch.setattr(plugin, "REPORTED_METRICS", loss_metrics.METRIC_NAMES)
+    plugin.CONTROLLERS.pop(name, None)
+    whole_loss, whole = fn(lp, old, adv, loss_mask=mask)
+    assert asked[-1][: len(loss_metrics.METRIC_NAMES)] == loss_metrics.METRIC_NAMES
+    assert m == whole and m["clip_ratio"] > 0.01 and torch.equal(loss, whole_loss)
+
+
 # ------------------------------------------------------------------------------------------ read / write
 METHODS = [
     "grpo",

@@ -347,3 +347,28 @@ def test_atr_kl3_warns_once_that_clip_ratio_high_is_ignored(fresh_warnings):
     assert _codes(fresh_warnings) == ["ignored_key"]
     msg = fresh_warnings.records[0].getMessage()
     assert "atr_kl3 ignores actor.clip_ratio_high = 0.28" in msg and "u_δ = 1.230842" in msg
+
+
+@pytest.mark.parametrize("mode", ["atr_kl3", "divclip_binary_kl", "divclip_kl3"])
+def test_plugin_metrics_are_the_full_diagnostics_and_only_what_it_reports(mode, monkeypatch):
+    """The plug-in computes only REPORTED_METRICS (no expm1 pass for kl3, no min/max for the ratio); each metric is
+    the value the whole diagnostic set gives, bit for bit, and the loss does not depend on the choice."""
+    from divclip.theory import loss_metrics
+
+    old, new, adv, mask = batch(seed=4, spread=0.6)
+    cfg = actor(mode, clip_ratio_low=0.05 if mode != "atr_kl3" else 0.2, clip_ratio_high=0.08, clip_ratio_c=3.0)
+    asked = []
+    real = loss_metrics.clip_stats
+
+    def spy(terms, m, extra=(), names=loss_metrics.METRIC_NAMES):
+        asked.append(tuple(names))
+        return real(terms, m, extra, names)
+
+    monkeypatch.setattr(loss_metrics, "clip_stats", spy)
+    loss, grad, m = run(get_policy_loss_fn(mode), cfg, old, new, adv, mask)
+    assert asked and all(names == plugin.REPORTED_METRICS for names in asked)
+    monkeypatch.setattr(plugin, "REPORTED_METRICS", loss_metrics.METRIC_NAMES)
+    whole_loss, whole_grad, whole = run(get_policy_loss_fn(mode), cfg, old, new, adv, mask)
+    assert asked[-1] == loss_metrics.METRIC_NAMES
+    assert m == whole and m["actor/pg_clipfrac"] > 0.01
+    assert torch.equal(loss, whole_loss) and torch.equal(grad, whole_grad)

@@ -60,6 +60,11 @@ def _spec(method: str):
     return parse_method(method)
 
 
+REPORTED_METRICS = ("clipfrac", "clipfrac_low", "clipfrac_high", "dual_clipfrac", "ppo_kl")
+"""The divclip diagnostics `divclip_policy_loss` reports (as SkyRL's clip_ratio, clipfrac_low, clipfrac_high,
+dual_clipfrac, ppo_kl)."""
+
+
 def divclip_policy_loss(
     log_probs, old_log_probs, advantages, config=None, loss_mask=None, rollout_logprobs=None, *, method: str
 ):
@@ -70,7 +75,9 @@ def divclip_policy_loss(
     log_probs, old_log_probs = log_probs.to(dtype), old_log_probs.to(dtype)
     mask = torch.ones_like(log_probs) if loss_mask is None else loss_mask  # (B, T)
     terms = policy_terms(log_probs, old_log_probs, advantages, mask, spec)
-    m = clip_metrics(terms, mask.to(terms.loss.dtype))
+    # only the diagnostics reported below (and kl3 for a controller adapting to it): no pass for the others
+    names = REPORTED_METRICS + (("kl3",) if ctrl is not None and ctrl.signal != "clipfrac" else ())
+    m = clip_metrics(terms, mask.to(terms.loss.dtype), names)
     loss = terms.loss  # (B, T), not yet masked
     metrics = {
         "clip_ratio": m["clipfrac"],

@@ -187,6 +187,11 @@ def measure_specs(name: str, config) -> tuple[ClipSpec, ClipSpec | None]:
     return ClipSpec(name, delta=low, params={"dual_clip_c": c}), ClipSpec(name, delta=high, params={"dual_clip_c": c})
 
 
+REPORTED_METRICS = ("clipfrac", "clipfrac_low", "clipfrac_high", "dual_clipfrac", "ppo_kl")
+"""The divclip diagnostics the verl losses below report (as actor/pg_clipfrac, pg_clipfrac_lower, ppo_kl,
+clipfrac_low, clipfrac_high): only these are computed, so no pass runs for kl3 or the ratio's mean, min and max."""
+
+
 def _loss_and_metrics(
     specs, old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights
 ):
@@ -198,14 +203,14 @@ def _loss_and_metrics(
     spec, upper = specs
     terms = policy_terms(log_prob, old_log_prob, advantages, response_mask, spec)
     mask = response_mask.to(terms.loss.dtype)
-    m = clip_metrics(terms, mask)
+    m = clip_metrics(terms, mask, REPORTED_METRICS)
     pg_losses = terms.loss  # (B, T)
     if upper is not None:
         # Per-token bounds with a different budget on each side: r < 1 only ever meets the lower bound and
         # r > 1 only the upper one, so each side takes the loss (and clip counts) of its own spec.
         up = policy_terms(log_prob, old_log_prob, advantages, response_mask, upper)
         pg_losses = torch.where(terms.ratio < 1, terms.loss, up.loss)
-        m_up = clip_metrics(up, mask)
+        m_up = clip_metrics(up, mask, REPORTED_METRICS)
         m.update(
             clipfrac_high=m_up["clipfrac_high"],
             dual_clipfrac=m_up["dual_clipfrac"],
