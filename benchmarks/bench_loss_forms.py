@@ -1,7 +1,7 @@
 """divclip's verl forms (gpg, dro, clip_cov, kl_cov, geo_mean, bypass_mode REINFORCE) against verl 0.9.1's own
 registered functions, forward + backward, in the same run.
 
-    python benchmarks/bench_loss_forms.py [--batch 256] [--length 8192] [--repeats 7]
+    python benchmarks/bench_loss_forms.py [--batch 256] [--length 8192] [--repeats 7] [--plugin]
 
 Inputs are `bench_loss.make_inputs` (float32, GRPO advantages, response lengths uniform in [T/8, T]). Each
 row is one verl loss_mode with its settings: divclip's spec is read from those settings with
@@ -13,7 +13,8 @@ dual_clipfrac and ppo_kl; gpg returns none, so divclip's list is empty and it st
 finite; verl's rollout_corr/* metrics have no divclip counterpart here) and with metrics=False. On a
 shared machine wall-clock time measures the neighbours, so by default torch runs one thread and the table
 shows the CPU time of that thread (`time.thread_time`), fastest of the rounds; `--wall --threads N` times
-wall-clock instead.
+wall-clock instead. `--plugin` prints another table instead: divclip's verl plug-in modes (atr_kl3, divclip_kl3),
+called through verl's registry with the metrics they return, against verl's vanilla at the bounds they equal.
 """
 
 from __future__ import annotations
@@ -128,6 +129,42 @@ def time_rows(inputs, repeats: int, clock, agg: str = "token-mean"):
     return times
 
 
+def plugin_rows(inputs, repeats: int, clock, agg: str = "token-mean"):
+    """{name: (verl vanilla's seconds, the divclip plug-in's seconds)}: the plug-in modes of
+    `divclip.trainer.integrations.verl` against verl's own vanilla at the bounds they equal (tests/trainer/
+    test_trainer_verl.py), both called as verl calls them, metrics and all, interleaved."""
+    from verl.trainer.ppo.core_algos import get_policy_loss_fn
+    from verl.workers.config.actor import PolicyLossConfig
+
+    import divclip.trainer.integrations.verl as plugin
+
+    _, upper, delta = plugin.atr_kl3_bounds(0.2)
+    vanilla = verl_config(clip_ratio_low=0.2, clip_ratio_high=upper - 1.0)
+    modes = {
+        "atr_kl3 (ε_low 0.2)": verl_config(
+            policy_loss=PolicyLossConfig(loss_mode="atr_kl3"), clip_ratio_low=0.2, clip_ratio_high=upper - 1.0
+        ),
+        f"divclip_kl3 (δ {delta:.6f})": verl_config(
+            policy_loss=PolicyLossConfig(loss_mode="divclip_kl3"), clip_ratio_low=delta, clip_ratio_high=delta
+        ),
+    }
+
+    def fn(config):
+        loss_fn = get_policy_loss_fn(config.policy_loss.loss_mode)
+        return lambda lp, x: loss_fn(x["old"], lp, x["adv"], x["mask"], agg, config)[0]
+
+    made = {name: (fn(vanilla), fn(config)) for name, config in modes.items()}
+    times = {name: ([], []) for name in made}
+    for fns in made.values():  # warm-up
+        for f in fns:
+            step(f, inputs, clock)
+    for _ in range(repeats):
+        for name, fns in made.items():
+            for f, out in zip(fns, times[name]):
+                out.append(step(f, inputs, clock))
+    return times
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch", type=int, default=256)
@@ -136,6 +173,9 @@ def main():
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1: CPU time is per thread)")
     ap.add_argument("--wall", action="store_true", help="wall-clock time instead of the thread's CPU time")
     ap.add_argument("--rows", help="comma-separated row names to run (default: all), e.g. 'gpg,cispo'")
+    ap.add_argument(
+        "--plugin", action="store_true", help="instead: divclip's verl plug-in modes against verl's vanilla"
+    )
     args = ap.parse_args()
     if args.rows:
         wanted = args.rows.split(",")
@@ -144,7 +184,7 @@ def main():
     clock = time.perf_counter if args.wall else time.thread_time
     inputs = make_inputs(args.batch, args.length)
     n_tok = int(inputs["mask"].sum())
-    times = time_rows(inputs, args.repeats, clock)
+    times = (plugin_rows if args.plugin else time_rows)(inputs, args.repeats, clock)
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     print(
         f"forward+backward, ({args.batch}, {args.length}) float32 = {args.batch * args.length:,} tokens "
@@ -152,6 +192,16 @@ def main():
         f"{os.cpu_count()} CPUs, load average {load}, {'wall-clock' if args.wall else 'thread CPU'} time, "
         f"fastest of {args.repeats}"
     )
+    if args.plugin:
+        print("| plug-in loss_mode (its metrics) | verl vanilla ms (its metrics) | plug-in ms | plug-in / vanilla |")
+        print("|---|---|---|---|")
+        for name, (theirs, ours) in times.items():
+            v, d = min(theirs), min(ours)
+            print(
+                f"| {name} | {v * 1e3:.1f} (median {statistics.median(theirs) * 1e3:.0f}) | {d * 1e3:.1f} (median "
+                f"{statistics.median(ours) * 1e3:.0f}) | {d / v:.2f}x |"
+            )
+        return
     print(
         "| verl loss_mode | verl ms | divclip ms | divclip / verl | divclip, verl's metrics ms | / verl "
         "| divclip metrics=False ms | / verl |"
