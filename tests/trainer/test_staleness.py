@@ -36,11 +36,25 @@ def test_staleness_zero_is_the_history_from_before_the_setting(before, case, wit
     cfg = TrainerConfig(**{**before["config"], **want["overrides"]})
     assert cfg.staleness == 0
     got = without_timing(GRPOTrainer(cfg).train().history)
-    assert got == want["history"]
+    _assert_same_history(got, want["history"])
     # the fixture exercises real updates and clipping, so a change in the update path shows here
     assert any(r.get("grad/norm", 0) > 0 for r in want["history"])
     assert any(r.get("clip/clipfrac", 0) > 0 for r in want["history"])
     assert all("rollout/policy_lag" not in r for r in got)
+
+
+def _assert_same_history(got, want):
+    """Every step's keys and every count, reward and accuracy exactly; the float metrics to 0.5% relative. The
+    fixture was recorded on one CPU, and another CPU's vector kernels round differently: at step 0 the SFT loss
+    differs in its sixth digit, and ppo_kl (a mean of near-cancelling log-ratios) moves by up to 0.16% in the
+    steps after. A changed update path moves the losses and gradient norms by far more."""
+    assert [sorted(r) for r in got] == [sorted(r) for r in want]
+    for g, w in zip(got, want):
+        for key, value in w.items():
+            if isinstance(value, float) and not float(value).is_integer():
+                assert g[key] == pytest.approx(value, rel=5e-3, abs=1e-7), (w["step"], key)
+            else:
+                assert g[key] == value, (w["step"], key)
 
 
 def _state(model):
