@@ -117,12 +117,18 @@ def time_rows(inputs, repeats: int, clock, agg: str = "token-mean"):
         )
         for name, s in ROWS
     ]
-    times = {name: ([], [], [], []) for name, _ in made}
-    for _name, fns in made:  # warm-up
+    return interleaved(dict(made), inputs, repeats, clock)
+
+
+def interleaved(made: dict, inputs, repeats: int, clock) -> dict:
+    """{name: one list of seconds per fn of made[name]}: every fn once as a warm-up, then `repeats` rounds in which
+    each row's fns run in turn, so that a slow spell weighs on all sides alike."""
+    times = {name: tuple([] for _ in fns) for name, fns in made.items()}
+    for fns in made.values():  # warm-up
         for fn in fns:
             step(fn, inputs, clock)
     for _ in range(repeats):
-        for name, fns in made:
+        for name, fns in made.items():
             for fn, out in zip(fns, times[name]):
                 torch.manual_seed(0)  # Clip-Cov's draw: the same tokens on both sides
                 out.append(step(fn, inputs, clock))
@@ -153,16 +159,7 @@ def plugin_rows(inputs, repeats: int, clock, agg: str = "token-mean"):
         loss_fn = get_policy_loss_fn(config.policy_loss.loss_mode)
         return lambda lp, x: loss_fn(x["old"], lp, x["adv"], x["mask"], agg, config)[0]
 
-    made = {name: (fn(vanilla), fn(config)) for name, config in modes.items()}
-    times = {name: ([], []) for name in made}
-    for fns in made.values():  # warm-up
-        for f in fns:
-            step(f, inputs, clock)
-    for _ in range(repeats):
-        for name, fns in made.items():
-            for f, out in zip(fns, times[name]):
-                out.append(step(f, inputs, clock))
-    return times
+    return interleaved({name: (fn(vanilla), fn(config)) for name, config in modes.items()}, inputs, repeats, clock)
 
 
 def main():

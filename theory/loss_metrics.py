@@ -163,6 +163,11 @@ METRIC_NAMES = (
 )
 
 
+PLUGIN_METRICS = ("clipfrac", "clipfrac_low", "clipfrac_high", "dual_clipfrac", "ppo_kl")
+"""The diagnostics the engine plug-ins (divclip.trainer.integrations, each under its engine's metric names)
+report: they compute only these, so no pass runs for kl3 or the ratio's mean, min and max."""
+
+
 @torch.no_grad()
 def clip_stats(terms, mask, extra=(), names=METRIC_NAMES):
     """The diagnostics as one 1-D tensor on the loss's device: the values of `names` (METRIC_NAMES, or a subset of

@@ -44,7 +44,7 @@ from skyrl.backends.skyrl_train.utils.off_policy_correction_utils import apply_o
 from skyrl.backends.skyrl_train.utils.ppo_utils import PolicyLossRegistry, reduce_loss, register_policy_loss
 
 from divclip.theory.adaptive import process_controller
-from divclip.theory.loss_metrics import clip_metrics
+from divclip.theory.loss_metrics import PLUGIN_METRICS, clip_metrics
 from divclip.theory.losses import policy_terms
 from divclip.theory.spec import method_string, parse_method
 
@@ -60,9 +60,7 @@ def _spec(method: str):
     return parse_method(method)
 
 
-REPORTED_METRICS = ("clipfrac", "clipfrac_low", "clipfrac_high", "dual_clipfrac", "ppo_kl")
-"""The divclip diagnostics `divclip_policy_loss` reports (as SkyRL's clip_ratio, clipfrac_low, clipfrac_high,
-dual_clipfrac, ppo_kl)."""
+REPORTED_METRICS = PLUGIN_METRICS  # what divclip_policy_loss computes and reports (a module name the tests can swap)
 
 
 def divclip_policy_loss(

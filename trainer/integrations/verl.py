@@ -62,7 +62,7 @@ from divclip.engines import advice
 from divclip.engines import verl as engine
 from divclip.theory.adaptive import process_controller
 from divclip.theory.forms._numpy import LOG_RATIO_CLAMP
-from divclip.theory.loss_metrics import clip_metrics
+from divclip.theory.loss_metrics import PLUGIN_METRICS, clip_metrics
 from divclip.theory.losses import ClipSpec, policy_terms
 from divclip.theory.measures import MEASURES, get_measure
 from divclip.theory.registry import on_register
@@ -187,9 +187,7 @@ def measure_specs(name: str, config) -> tuple[ClipSpec, ClipSpec | None]:
     return ClipSpec(name, delta=low, params={"dual_clip_c": c}), ClipSpec(name, delta=high, params={"dual_clip_c": c})
 
 
-REPORTED_METRICS = ("clipfrac", "clipfrac_low", "clipfrac_high", "dual_clipfrac", "ppo_kl")
-"""The divclip diagnostics the verl losses below report (as actor/pg_clipfrac, pg_clipfrac_lower, ppo_kl,
-clipfrac_low, clipfrac_high): only these are computed, so no pass runs for kl3 or the ratio's mean, min and max."""
+REPORTED_METRICS = PLUGIN_METRICS  # what the losses below compute and report (a module name the tests can swap)
 
 
 def _loss_and_metrics(
