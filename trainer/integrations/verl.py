@@ -190,6 +190,12 @@ def measure_specs(name: str, config) -> tuple[ClipSpec, ClipSpec | None]:
 REPORTED_METRICS = PLUGIN_METRICS  # what the losses below compute and report (a module name the tests can swap)
 
 
+def _upper_side_metrics(reported):
+    """What the upper spec of a two-budget pair is asked for: its clip counts only (ppo_kl is the same log-ratio's,
+    already taken from the lower spec's terms)."""
+    return tuple(name for name in reported if name != "ppo_kl")
+
+
 def _loss_and_metrics(
     specs, old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights
 ):
@@ -208,7 +214,7 @@ def _loss_and_metrics(
         # r > 1 only the upper one, so each side takes the loss (and clip counts) of its own spec.
         up = policy_terms(log_prob, old_log_prob, advantages, response_mask, upper)
         pg_losses = torch.where(terms.ratio < 1, terms.loss, up.loss)
-        m_up = clip_metrics(up, mask, REPORTED_METRICS)
+        m_up = clip_metrics(up, mask, _upper_side_metrics(REPORTED_METRICS))
         m.update(
             clipfrac_high=m_up["clipfrac_high"],
             dual_clipfrac=m_up["dual_clipfrac"],
