@@ -18,8 +18,9 @@ syntax tree:
 * `if` / `elif` / `else` and `case` are decided with the script's own values where they can be
   (`divclip.engines.shellbranches`, the branch taken said in a note); a function is read where it is called, with
   its arguments as $1 ... "$@"; a `for NAME in ...` loop over values the script knows is read once per value
-  (at most MAX_LOOP_VALUES), any other loop (`while read`, `for ((...))`, a list only running knows) once, its
-  variables named as unresolved, said in a note; `(( ))` commands set nothing.
+  (over more than MAX_LOOP_VALUES once, its variable named as unresolved and the count said), any other loop
+  (`while read`, `for ((...))`, a list only running knows) once, its variables named as unresolved, said in a
+  note; `(( ))` commands set nothing.
 
 A text bash's grammar cannot read (an unclosed quote, `${`, array, `$(` or `if`) is a ConfigError naming the file,
 the line and the text there, never a traceback; what it cannot read elsewhere is said in a note. tree-sitter-bash
@@ -1237,10 +1238,13 @@ class _Runner:
         env, notes = self.env, self.branches.notes
         shown = loop.header if len(loop.header) <= 60 else loop.header[:57] + "..."
         values = None
+        too_many = 0  # how many values a known list has, where they are more than MAX_LOOP_VALUES
         if loop.variable is not None and loop.values is not None:
             env.missing = []
             values = [f for w in loop.values for f in expand(w, env)]
-            if env.missing or len(values) > MAX_LOOP_VALUES:
+            if not env.missing and len(values) > MAX_LOOP_VALUES:
+                too_many = len(values)
+            if env.missing or too_many:
                 values = None
         if values is not None and not values:
             notes.append(f"line {loop.line}: `{shown}` loops over no values: its body is not run")
@@ -1259,10 +1263,17 @@ class _Runner:
         assigned = [loop.variable] if loop.variable is not None else loop.assigned
         for name in assigned:
             env.unknown[name] = (loop.line, [f"the loop `{shown}`"])
-        notes.append(
-            f"line {loop.line}: how often `{shown}` runs, and what it sets, only running the script knows: its body "
-            "is read once" + (f" ({', '.join('$' + a for a in assigned)} named as unresolved)" if assigned else "")
-        )
+        named = f" ({', '.join('$' + a for a in assigned)} named as unresolved)" if assigned else ""
+        if too_many:
+            notes.append(
+                f"line {loop.line}: `{shown}` loops over {too_many} values the script sets, more than the "
+                f"{MAX_LOOP_VALUES} read one by one: its body is read once{named}"
+            )
+        else:
+            notes.append(
+                f"line {loop.line}: how often `{shown}` runs, and what it sets, only running the script knows: its "
+                "body is read once" + named
+            )
         self.run(loop.body, depth)
 
     def call(self, function: _Function, args: list, line: int, depth: int) -> None:

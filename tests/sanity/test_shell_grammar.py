@@ -112,6 +112,25 @@ def test_a_for_loop_over_values_only_running_knows_is_read_once():
     assert "from the loop `for s in $(seq 3)" in done.unresolved[0][0][1]
 
 
+def test_a_for_loop_over_more_known_values_than_are_read_one_by_one_says_how_many():
+    """A sweep over 20 known seeds: the body is read once with $s unresolved, and the note gives the count (it
+    used to say only running the script knows how often the loop runs)."""
+    from divclip.engines.shellwords import MAX_LOOP_VALUES
+
+    n = MAX_LOOP_VALUES + 4
+    known = expand_script(f"for s in {' '.join(map(str, range(n)))}; do python3 -m m seed=$s; done\n", "t.sh")
+    assert [w for _, w, _ in known.commands] == [["python3", "-m", "m", "seed=$s"]]
+    assert "from the loop `for s in 0 1 2" in known.unresolved[0][0][1]
+    assert any(
+        f"loops over {n} values the script sets, more than the {MAX_LOOP_VALUES} read one by one: its body is read "
+        "once ($s named as unresolved)" in note
+        for note in known.notes
+    ), known.notes
+    assert not any("only running the script knows" in note for note in known.notes)
+    few = expand_script("for s in 1 2; do python3 -m m seed=$s; done\n", "t.sh")
+    assert [w for _, w, _ in few.commands] == [["python3", "-m", "m", "seed=1"], ["python3", "-m", "m", "seed=2"]]
+
+
 def test_a_string_replacement_is_named_unresolved():
     key = "actor_rollout_ref.actor.clip_ratio_low"
     script = f"V=0.2\npython3 -m verl.trainer.main_ppo {key}=${{V//2/3}}\n"
