@@ -78,6 +78,37 @@ def test_the_candidates_hold_every_token_past_the_budget(dtype, delta):
     assert int(near_one.sum()) > 100 and float(candidates[near_one].double().mean()) < 0.05  # and a filter
 
 
+@pytest.mark.parametrize("density", [0.0, 0.004, 0.3, 1.0])
+def test_the_flag_scan_is_flatnonzero(density):
+    """`_flagged` (the op's scan, eight flags per 64-bit word) finds numpy's flatnonzero, in order, for bool and
+    0/1 uint8 flags, lengths that are and are not a multiple of 8 (the tail read byte by byte), runs of set flags."""
+    g = np.random.default_rng(7)
+    for n in (0, 1, 7, 8, 9, 63, 64, 1001, 4096 + 5):
+        flags = g.random(n) < density
+        flags[n // 2 : n // 2 + min(n // 4, 20)] = density > 0  # a run of set flags across word borders
+        want = np.flatnonzero(flags)
+        for given in (flags, flags.astype(np.uint8)):
+            got = K._flagged(given)
+            assert got.dtype.kind == "i" and np.array_equal(got, want), (n, density, given.dtype)
+    assert K._flagged(np.ones(4096 + 5, np.uint8)).size == 4096 + 5
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_the_flags_are_the_candidates(compiled):
+    """`_signed_candidates` hands the op r with its sign bit set on the candidates and one byte per token that is 1
+    exactly there, eager (the bool test viewed as bytes) and compiled (stored through float, see its docstring)."""
+    lp, old, _ = hard_inputs(torch.float32)
+    spec = ClipSpec("binary_kl", delta=0.05)
+    ratio = (lp - old).clamp(-20, 20).exp()
+    fn = torch.compile(K._signed_candidates, fullgraph=True) if compiled else K._signed_candidates
+    signed, flags = fn(spec, ratio, old)
+    candidates = K._binary_kl_candidates(spec, ratio, old)
+    assert flags.dtype == torch.uint8 and int(candidates.sum()) > 1000
+    assert torch.equal(flags, candidates.to(torch.uint8))
+    assert torch.equal(signed.abs(), ratio) and torch.equal(torch.signbit(signed), candidates)
+    assert signed.is_contiguous()
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("with_log_prob", [True, False])
 def test_the_host_solve_is_the_exact_decision_and_root(dtype, with_log_prob):
@@ -165,9 +196,9 @@ def test_the_bounds_mode_leaves_every_other_token_as_it_was():
     lp, old, adv = hard_inputs(torch.float32)
     spec = ClipSpec("binary_kl", delta=0.05)
     ratio = (lp - old).clamp(-20, 20).exp()
-    signed = K._signed_candidates(spec, ratio, old)
+    signed, flags = K._signed_candidates(spec, ratio, old)
     before = signed.clone()
-    K.binary_kl_clip_signed(signed, old, lp, None, 0.05, True, True, False)
+    K.binary_kl_clip_signed(signed, flags, old, lp, None, 0.05, True, True, False)
     want, which = reference_clip(spec, ratio, old, lp, torch.ones_like(ratio, dtype=torch.bool))
     assert torch.equal(signed[~which], before[~which]) and bool((signed[which] <= 0).all())
     assert torch.equal(signed.abs(), want)
@@ -187,6 +218,6 @@ def test_the_folded_clip_with_candidates_but_none_moved():
 
 def test_the_folded_op_needs_the_advantages():
     lp, old, _ = hard_inputs(torch.float32)
-    signed = K._signed_candidates(ClipSpec("binary_kl", delta=0.05), (lp - old).clamp(-20, 20).exp(), old)
+    signed, flags = K._signed_candidates(ClipSpec("binary_kl", delta=0.05), (lp - old).clamp(-20, 20).exp(), old)
     with pytest.raises(ValueError, match="fold=True .* pass advantages"):
-        K.binary_kl_clip_signed(signed, old, lp, None, 0.05, True, True, True)
+        K.binary_kl_clip_signed(signed, flags, old, lp, None, 0.05, True, True, True)
