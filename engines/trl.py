@@ -39,7 +39,7 @@ from divclip.engines.base import (
     unknown_keys,
 )
 from divclip.engines.errors import ConfigError
-from divclip.engines.pitfalls import Pitfall
+from divclip.engines.pitfalls import Pitfall, on_policy_note
 from divclip.theory.conversions import delta_for_eps
 from divclip.theory.forms import get_form
 from divclip.theory.measures import MEASURES, get_measure
@@ -288,6 +288,21 @@ def read(settings: Mapping, *, num_processes: int = 1, classes=(), fields=frozen
     return s
 
 
+def _clip_inert(s: EngineRead) -> None:
+    """GMPO's and RLOO's clips see a ratio of 1 too when the update is on-policy; their form is 'other' (no ratio
+    clip's widths to judge), which the generic on-policy check leaves alone, so it is said here."""
+    if s.on_policy:
+        fix = "use num_iterations > 1 (or steps_per_generation > gradient_accumulation_steps)"
+        s.advice.append(
+            Pitfall(
+                "on_policy_clip_inert",
+                on_policy_note(NAME, s.on_policy_reason, fix),
+                "num_iterations",
+                ON_POLICY_SOURCE,
+            )
+        )
+
+
 def _other_trainer(s: EngineRead, trainer: str, g: dict, values: dict) -> EngineRead:
     """GMPO, RLOO and async GRPO: GRPOConfig's fields read with their trainer's defaults, then what differs."""
     eps = g["epsilon"]
@@ -301,6 +316,7 @@ def _other_trainer(s: EngineRead, trainer: str, g: dict, values: dict) -> Engine
             f"widths, log r clipped to [-{eps:g}, {high:g}] in A's direction, then the geometric mean per "
             "sequence: divclip's geo_mean"
         )
+        _clip_inert(s)
     elif trainer == "rloo":  # rloo_trainer.py: one sequence ratio, the KL in the reward
         s.loss_mode, s.form, s.measure, s.loss_agg_mode, s.spec = "rloo", "other", None, None, None
         s.level, s.dual_clip_c = "sequence", None
@@ -310,6 +326,7 @@ def _other_trainer(s: EngineRead, trainer: str, g: dict, values: dict) -> Engine
             f"epsilon_high = {high:g}: this loss is not modelled by divclip (no method string), the settings "
             "around it are read"
         )
+        _clip_inert(s)
         if g["beta"]:
             s.notes.append(
                 f"beside the clip: beta = {g['beta']:g}: RLOOTrainer subtracts β·KL to the reference from the "

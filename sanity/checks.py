@@ -105,6 +105,8 @@ def _k(s: EngineRead, role: str) -> str | None:
 def _on_policy(s, _):
     if not s.on_policy or s.form == "other":
         return []
+    if any(a.code == "on_policy_clip_inert" for a in s.advice):  # the engine's read said it, with its key and source
+        return []
     what = "no clip bound" if s.form != "sapo" else "the soft gate"
     fix = s.on_policy_fix or "more than one update per rollout batch"
     return [

@@ -46,6 +46,7 @@ class Outcome:
     unnamed: list = field(default_factory=list)  # settings beside the clip the report does not mention (silent)
     error: str = ""  # the message of a refusal or crash
     unknown_keys: int = 0  # unknown-key warnings in the report (an engine's own example sets only keys it accepts)
+    warnings: list = field(default_factory=list)  # [(code, key)] of every warning, in the report's order
 
     def line(self) -> str:
         detail = "; ".join(self.wrong) or ", ".join(self.unnamed) or self.error
@@ -165,7 +166,8 @@ def read_entry(entry: dict) -> Outcome:
     wrong, unnamed = compare(entry["truth"], report["config"], said)
     outcome = "misread" if wrong else "silent" if unnamed else "right"
     unknown = sum(w["code"] == "unknown_key" for w in report["warnings"])
-    return Outcome(entry["file"], engine, outcome, wrong, unnamed, unknown_keys=unknown)
+    found = [(w["code"], w.get("key")) for w in report["warnings"]]
+    return Outcome(entry["file"], engine, outcome, wrong, unnamed, unknown_keys=unknown, warnings=found)
 
 
 def counts(outcomes) -> dict:

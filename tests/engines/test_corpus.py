@@ -69,6 +69,20 @@ def test_corpus_file_is_read_as_the_engine_runs_it(entry):
     assert got.outcome == "right", got.line()
 
 
+def test_an_on_policy_run_is_told_so_once_by_its_engines_own_warning():
+    """The engine's read says it with the key to change (SkyRL's update_epochs_per_batch, AReaL's
+    ppo_n_minibatches, ...); the generic check stands back then, where both used to print it. TRL's GMPO clips
+    log r, so an on-policy GMPO run is told too (its form is no ratio clip's, which the generic check skips)."""
+    said = {e["file"]: [k for c, k in _outcome(e["file"]).warnings if c == "on_policy_clip_inert"] for e in ENTRIES}
+    assert all(len(keys) <= 1 for keys in said.values()), {f: k for f, k in said.items() if len(k) > 1}
+    engines = ("areal", "skyrl", "slime", "openrlhf")
+    on_policy = [e for e in ENTRIES if e["truth"].get("on_policy") and e["truth"]["engine"] in engines]
+    assert len(on_policy) >= 25 and {e["truth"]["engine"] for e in on_policy} == set(engines)
+    for e in on_policy:
+        assert len(said[e["file"]]) == 1 and said[e["file"]][0], (e["file"], said[e["file"]])
+    assert said["trl/paper_index__L145-152.py"] == ["num_iterations"]  # GMPOConfig, num_iterations = 1
+
+
 def test_docs_quote_the_counts_the_report_prints():
     table = render(counts([_outcome(e["file"]) for e in ENTRIES]))
     section = DOC.read_text().split("## Tested on the engines' own examples")[1]
