@@ -8,7 +8,9 @@ command; `bash -c '...'` runs a script of its own (read like the file). Shell ke
 lead into the command after them; the arguments of shell builtins and utilities (`[`, `echo`, `exit`, `mkdir`,
 `cat`, `ray start`, ...) are never settings. A wrapper with options of its own (`srun --nodes=1 -w "$node"
 python3 ...`, `mpirun -np 8 ...`) hands over at the first interpreter or launcher after it. A command with no
-recognised launcher (an override list, `./train.sh --x 1`) passes all its words, as before.
+recognised launcher (an override list, `./train.sh --x 1`) passes all its words, as before. A program the script
+holds in a variable that only running it gives (`"$PYTHON_BIN" -m pkg.mod`, PYTHON_BIN set by `$(...)`) is an
+interpreter where `-m MODULE` follows it: only Python takes a module that way.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import shlex
 from dataclasses import dataclass
 
 SHELL_COMMANDS = frozenset(
-    "[ [[ test echo printf exit return set unset cd pushd popd mkdir rm rmdir cp mv ln cat tee touch chmod chown "
+    ": [ [[ test echo printf exit return set unset cd pushd popd mkdir rm rmdir cp mv ln cat tee touch chmod chown "
     "source . wait sleep trap shift true false kill pkill ulimit umask read eval ls find grep egrep sed awk cut tr "
     "head tail sort uniq wc xargs date hostname whoami nvidia-smi pip pip3 git wget curl tar unzip du df free "
     "basename dirname realpath readlink which command type alias hash shopt getopts let case esac fi done "
@@ -34,6 +36,7 @@ _UV_VALUE_OPTIONS = frozenset(
     "--with --python -p --project --directory --env-file --group --extra --package --index-url --from".split()
 )
 _ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_UNRESOLVED_PROGRAM = re.compile(r"^\$(\{?[A-Za-z_]\w*\}?|\(.*\))$")  # $PY, ${PY}, $(command -v python3), as written
 
 
 @dataclass
@@ -85,6 +88,8 @@ def engine_words(words: list[str]) -> Launch:
             return Launch(env, [], skipped + words[i:])
         elif _INTERPRETER.match(base) or base in _DISTRIBUTED or (base == "accelerate" and i + 1 < n):
             return _entry_point(words, i, env, skipped)
+        elif _UNRESOLVED_PROGRAM.match(word) and words[i + 1 : i + 2] in (["-m"], ["--module"]) and i + 2 < n:
+            return Launch(env, words[i + 3 :], skipped + words[i : i + 3], entry=True)  # "$PYTHON_BIN" -m pkg.mod
         else:  # an override list or an unknown program: every word, as before
             return Launch(env, words[i:], skipped)
     return Launch(env, [], skipped)

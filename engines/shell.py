@@ -9,9 +9,12 @@ word is classified:
   (`VERL_USE_EXTERNAL_MODULES=...`) that the command sets; `~key` deletes.
 * `--name value`, `--name=value`, `--name v1 v2` (nargs: a list), or a bare `--name` (a switch: true) — a
   flag, kept with its dashes (`--section.name`), as engines' argparse parsers name them.
-* anything else is a command word (`python3 -m verl.trainer.main_ppo`, `set -x`): ignored and listed. A word
-  that looks like a config key (`section.group.key 0.28`: no '=') is listed as a stray,
-  which `divclip check` reports as a warning.
+* anything else is a command word (`python3 -m verl.trainer.main_ppo`, `set -x`): ignored. Listed
+  (`Tokens.ignored`) are the arguments of a program that is not the engine (`huggingface-cli download
+  --local-dir ...`), and, where no command starts an entry point, every command word; where one does, the
+  launcher's and the shell's own words are not (the report says which launch it read). A word that looks like a
+  config key (`section.group.key 0.28`: no '=') is listed as a stray, which `divclip check` reports as a
+  warning.
 
 A `NAME=( ... )` array is read only where `${NAME[@]}` passes it to a command (as bash does: the definition in
 force there); one that never reaches a command, a function never called, and a heredoc body that holds what looks
@@ -50,6 +53,7 @@ _MODULE_FLAGS = ("-m", "--module")
 _INTERPRETER_WORD = re.compile(r"^python(\d+(\.\d+)*)?$")
 _ENV_WORD = re.compile(r"^[A-Z][A-Z0-9_]*=")
 _DOTTED_OVERRIDE = re.compile(r"^[+~]*[A-Za-z_][\w\-@/]*\.[\w\-@/.]*=")  # a hydra override: a.b=...
+_SCRIPT_ARGUMENTS = ("$@", "$*", "${@}", "${*}")  # as the shell reader leaves them: only a run knows them
 _DECLARATIONS = ("export", "local", "declare", "readonly", "typeset")
 MAX_SCRIPT_DEPTH = 2  # bash -c inside bash -c
 MAX_FLAG_VALUES = 8  # values one flag takes (argparse nargs); the rest of a line is command words
@@ -101,7 +105,8 @@ def read_script(text: str, name: str, out: Tokens | None = None, depth: int = 0)
     for (line, launch, heredocs), unresolved, called in zip(
         launches, script.unresolved, script.call_lines, strict=True
     ):
-        out.ignored += launch.skipped  # the launcher's and the shell's own words are not settings
+        if not scripted:  # no entry point found: say which words were taken for a program's own, not settings
+            out.ignored += launch.skipped
         if launch.script is not None and depth < MAX_SCRIPT_DEPTH:  # bash -c '...': a script of its own
             try:
                 read_script(launch.script, name, out, depth + 1)
@@ -123,6 +128,13 @@ def read_script(text: str, name: str, out: Tokens | None = None, depth: int = 0)
                     "divclip reads them with the launch, as the script means",
                 )
             )
+        elif scripted and not launch.entry and args and all(w in _SCRIPT_ARGUMENTS for w in args):
+            out.notes.append(  # `... last.key=1` then `  $@` on a line of its own (SkyRL's run_mini_swe_8B.sh)
+                f"line {line} runs the script's own arguments ({args[0]}) as a command of its own: the line before it "
+                "probably lacks its `\\`, so a setting the script's caller adds (`bash script.sh key=value`) does "
+                "not reach the launch"
+            )
+            args = []
         elif scripted and not launch.entry and args and not any(_DOTTED_OVERRIDE.match(w) for w in args):
             out.ignored += args  # another program's flags (`huggingface-cli download --local-dir ...`)
             args = []
@@ -179,6 +191,7 @@ def _merge(out: Tokens, part: Tokens, line: int, unresolved: list) -> None:
     out.values.update(part.values)
     out.added |= part.added
     out.ignored += part.ignored
+    out.notes += [n for n in part.notes if n not in out.notes]
     out.stray += part.stray
     out.unread += part.unread
     out.flags = out.flags or part.flags
@@ -271,6 +284,13 @@ def _delete(key: str, tok: str, out: Tokens, what: str) -> None:
 
 
 def _word(tok: str, prev, nxt, out: Tokens, number) -> None:
+    if tok in _SCRIPT_ARGUMENTS:  # "$@": what the script is called with, unknown here; not a word to list
+        where = f"line {number}" if number is not None else "the launch"
+        out.notes.append(
+            f"{where} passes on the script's own arguments ({tok}): a setting its caller adds there "
+            "(`bash script.sh key=value`) is not read here"
+        )
+        return
     out.ignored.append(tok)
     if prev in _MODULE_FLAGS or not _DOTTED.match(tok) or tok.lower().endswith(_FILE_SUFFIXES):
         return

@@ -1027,6 +1027,9 @@ def expand(word: Word, env: Variables, split: bool = True, patterns: bool = Fals
     element), unquoted ones split on blanks; `split=False` (an assignment's value) joins them into one. With
     `patterns` (a condition's words, a `case` pattern) a field whose quoted text holds a glob character is a
     `Field`, which carries its pattern too; every other field, and every field of a command, is a plain str."""
+    only = word.parts[0] if len(word.parts) == 1 else None
+    if split and isinstance(only, Ref) and only.quoted and only.index == "@" and env.lookup(only) == []:
+        return []  # "${A[@]}" of an empty array is no word at all (`EXTRA_ARGS=()` passed on), where "" is one
     fields: list = []
     cur: list = []
     pat: list = []  # cur as a glob pattern: quoted text escaped, unquoted text and values as they are

@@ -166,6 +166,8 @@ def _build(
         }
         report["warnings"] = [w.to_dict() for w in input_findings(raw, settings) + check_settings(settings, intended)]
         report["notes"] += settings.notes + raw.notes + launch_notes(launches) + _unresolved_notes(raw, settings)
+        if len(raw.launches) == 1 and not launches:  # several are listed under Launches
+            report["notes"].append(f"read from the launch at line {raw.launches[0].line}: {raw.launches[0].command}")
         if sum(row["read"] for row in launches) > 1 and not raw.first_launch:
             report["warnings"].append(
                 finding(

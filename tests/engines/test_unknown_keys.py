@@ -148,23 +148,150 @@ def test_each_verl_recipe_row_is_its_hydra_configs_own_keys():
     assert "reward_model.overlong_buffer.enable" in example_keys("verl", "recipe.entropy.main_entropy")
 
 
-def test_the_skyrl_and_areal_rows_are_their_example_classes_fields():
-    rows = {(e, m, s, k) for e, m, s, k in _example_rows() if e in ("skyrl", "areal")}
-    for engine, module, source, key in rows:
+def test_the_areal_rows_are_their_example_classes_fields():
+    rows = {(e, m, s, k) for e, m, s, k in _example_rows() if e == "areal"}
+    for _, module, source, key in rows:
         repo, rest = source.split("@")
         commit, path, cls = rest.split(":")
         text = _git(repo, commit, path)
         fields = _fields(text, cls)
         head, _, leaf = key.rpartition(".")
-        if engine == "skyrl":
-            assert head == "trainer.algorithm" and leaf in fields, (source, key)
-        elif "." in key:  # a field whose type is a dataclass of the same file: its fields
+        if "." in key:  # a field whose type is a dataclass of the same file: its fields
             assert fields[head].endswith("Config") and leaf in _fields(text, fields[head]), (source, key)
         else:
             assert key in fields, (source, key)
         script = module.replace(".", "/") + ".py"  # the entry point loads that class
-        assert cls.replace("Algorithm", "") in _git(repo, commit, script) or cls in _git(repo, commit, script), script
-    assert ("skyrl", "trainer.algorithm.overlong_buffer_len") in {(e, k) for e, _, _, k in rows}
+        assert cls in _git(repo, commit, script), script
+
+
+SKYRL_REV = "f5bc3b78dfddfb352870d5d7430cd226e5785838"  # tag skyrl-v0.3.0
+SKYRL_PREFIX = {"algorithm_cls": "trainer.algorithm", "trainer_cls": "trainer", "generator_cls": "generator"}
+
+
+class _SkyrlExamples:
+    """The keys each SkyRL example entry point adds, derived from the examples' source at SKYRL_REV (their AST:
+    config classes, `make_config(...)`, imports, `X.from_cli_overrides`) and the installed SkyRL 0.3.0 config
+    dataclasses (which fields a base already has; a field holding one of them stands for its fields)."""
+
+    def __init__(self):
+        import dataclasses
+
+        import skyrl.train.config as config
+        from skyrl.train.utils import rate_limiter
+
+        self.dataclasses = dataclasses
+        self.installed = {n: v for n, v in vars(config).items() if dataclasses.is_dataclass(v)}
+        self.installed["RateLimiterConfig"] = rate_limiter.RateLimiterConfig
+        self.root = config.SkyRLTrainConfig
+        files = _git("NovaSky-AI/SkyRL", ["ls-tree", "-r", "--name-only", SKYRL_REV, "--", "examples"]).split()
+        self.trees = {}
+        for path in (p for p in files if p.endswith(".py")):
+            text = _git("NovaSky-AI/SkyRL", SKYRL_REV, path)
+            try:
+                self.trees[path] = ast.parse(text)
+            except SyntaxError:  # Python 3.12 f-strings: such a file must declare no config of its own
+                assert "from_cli_overrides" not in text and "make_config" not in text, path
+
+    def names(self, path: str) -> dict:
+        out = {}
+        for node in self.trees[path].body:
+            if isinstance(node, ast.ClassDef):
+                out[node.name] = ("class", node)
+            elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+                if ast.unparse(node.value.func) == "make_config":
+                    out[node.targets[0].id] = ("make", {k.arg: ast.unparse(k.value) for k in node.value.keywords})
+            elif isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("examples.")):
+                base = path.split("/")[: -node.level] if node.level else []
+                target = "/".join(base + (node.module.split(".") if node.module else [])) + ".py"
+                out.update({a.asname or a.name: ("import", (target, a.name)) for a in node.names})
+        return out
+
+    def lookup(self, path: str, name: str):
+        """(file, 'class' | 'make', node or make_config's arguments) of an example's name; None for SkyRL's own."""
+        found = self.names(path).get(name)
+        if found is None:
+            return None
+        if found[0] == "import":
+            return self.lookup(*found[1]) if found[1][0] in self.trees else None
+        return (path, *found)
+
+    def keys_of_make(self, path: str, args: dict) -> set:
+        return {k for arg, cls in args.items() for k in self.keys_of_class(*self._class(path, cls), SKYRL_PREFIX[arg])}
+
+    def _class(self, path, name):
+        where, kind, node = self.lookup(path, name)
+        assert kind == "class", name
+        return where, node
+
+    def keys_of_class(self, path: str, node, prefix: str) -> set:
+        """{(key, file, class that declares it)} the class adds over the SkyRL class it derives from."""
+        out, base = set(), None
+        for b in map(ast.unparse, node.bases):
+            found = self.lookup(path, b)
+            if b in self.installed:
+                base = self.installed[b]
+            elif found and found[1] == "class":
+                out |= self.keys_of_class(found[0], found[2], prefix)
+                base = base or self._installed_base(found[0], found[2])
+            elif found and found[1] == "make":
+                out |= self.keys_of_make(found[0], found[2])
+                base = self.root
+        have = {f.name for f in self.dataclasses.fields(base)} if base else set()
+        for stmt in (s for s in node.body if isinstance(s, ast.AnnAssign)):
+            name, annotation = stmt.target.id, ast.unparse(stmt.annotation)
+            key = f"{prefix}.{name}" if prefix else name
+            sub = self.lookup(path, annotation)
+            if sub and sub[1] == "class":  # a field retyped to an example's subclass: that subclass's fields
+                out = {k for k in out if not k[0].startswith(key + ".")} | self.keys_of_class(sub[0], sub[2], key)
+            elif name in have:
+                continue
+            elif annotation in self.installed:
+                out |= {
+                    (f"{key}.{f.name}", path, node.name) for f in self.dataclasses.fields(self.installed[annotation])
+                }
+            else:
+                out.add((key, path, node.name))
+        return out
+
+    def _installed_base(self, path, node):
+        for b in map(ast.unparse, node.bases):
+            if b in self.installed:
+                return self.installed[b]
+            found = self.lookup(path, b)
+            if found:
+                return self.root if found[1] == "make" else self._installed_base(found[0], found[2])
+        return None
+
+    def rows(self) -> set:
+        out = set()
+        for path, tree in self.trees.items():
+            for call in ast.walk(tree):
+                if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)):
+                    continue
+                if call.func.attr != "from_cli_overrides" or not (
+                    found := self.lookup(path, ast.unparse(call.func.value))
+                ):
+                    continue
+                keys = (
+                    self.keys_of_make(found[0], found[2])
+                    if found[1] == "make"
+                    else self.keys_of_class(found[0], found[2], "")
+                )
+                module = path.removesuffix(".py").replace("/", ".")
+                out |= {(module, f"NovaSky-AI/SkyRL@f5bc3b78:{f}:{cls}", key) for key, f, cls in keys}
+        return out
+
+
+def test_the_skyrl_rows_are_every_example_entry_points_own_config_fields():
+    want = _SkyrlExamples().rows()
+    assert {(m, s, k) for e, m, s, k in _example_rows() if e == "skyrl"} == want
+    modules = {m for m, _, _ in want}
+    assert len(modules) == 11 and "examples.train.thunder_agent.main_harbor_thunder_agent" in modules
+    assert ("examples.train_scripts.full_context.main_full_ctx", "trainer.num_dummy_steps") in {
+        (m, k) for m, _, k in want
+    }
+    thunder = example_keys("skyrl", "examples.train.thunder_agent.main_harbor_thunder_agent")
+    assert {"generator.inference_engine.thunder_agent_mode", "generator.rate_limit.max_concurrency"} <= thunder
 
 
 def test_a_launch_of_the_example_knows_its_own_keys_and_another_launch_is_told_where_they_come_from():

@@ -47,6 +47,53 @@ def test_only_the_engines_words_are_settings(script, values):
     assert _values(script) == values
 
 
+def test_a_program_held_in_a_variable_that_runs_a_module_is_the_launch():
+    """`"$PYTHON_BIN" -m MODULE` (SkyRL's thunder_agent run_trainer.sh sets PYTHON_BIN from a function's output):
+    only Python takes `-m MODULE`, so the launch and its entry point are found, and the entry's own keys known."""
+    script = (
+        'PYTHON_BIN="$(command -v python3)"\nENTRY=examples.train.thunder_agent.main_harbor_thunder_agent\n'
+        '"$PYTHON_BIN" -m "$ENTRY" trainer.algorithm.eps_clip_high=0.28 max_train_tasks=8 '
+        "generator.inference_engine.thunder_agent_mode=tr\n"
+    )
+    raw = read_config(script.encode(), name="run.sh")
+    assert raw.values == {
+        "PYTHON_BIN": "$(command -v python3)",  # capitals: the environment (not judged)
+        "ENTRY": "examples.train.thunder_agent.main_harbor_thunder_agent",
+        "trainer.algorithm.eps_clip_high": 0.28,
+        "max_train_tasks": 8,
+        "generator.inference_engine.thunder_agent_mode": "tr",
+    }
+    assert [launch.command for launch in raw.launches] == [
+        "$PYTHON_BIN -m examples.train.thunder_agent.main_harbor_thunder_agent"  # as written: a run sets it
+    ]
+    report = build_report(script.encode(), config_name="run.sh")
+    assert report["config"]["framework"] == "skyrl" and report["config"]["budget_high"] == 0.28
+    assert not [w for w in report["warnings"] if w["code"] == "unknown_key"]  # the example's own config's keys
+    assert f"read from the launch at line 3: {raw.launches[0].command}" in report["notes"]
+    # a program that is not one (`$TOOL -x`), or $V without -m, is not taken for a launch
+    assert not engine_words(["$TOOL", "-x", "a.b=1"]).entry and not engine_words(["$PY", "train.py"]).entry
+
+
+def test_the_scripts_own_arguments_are_said_and_not_listed_as_command_words():
+    passed = (
+        f'set -x\n: "${{D:=/data}}"\nuv run --isolated -m verl.trainer.main_ppo \\\n  {V}clip_ratio_high=0.28 \\\n'
+        "  $@\n"
+    )
+    report = build_report(passed.encode(), config_name="run.sh")
+    assert report["config"]["ignored_tokens"] == []  # set -x, `:`, uv's words: not listed in a script
+    assert "line 3 passes on the script's own arguments ($@): a setting its caller adds there" in " ".join(
+        report["notes"]
+    )
+    cut = passed.replace(" \\\n  $@", "\n  $@")  # the `\\` missing: bash runs "$@" as a command of its own
+    notes = " ".join(build_report(cut.encode(), config_name="run.sh")["notes"])
+    assert "line 5 runs the script's own arguments ($@) as a command of its own" in notes
+    pasted = build_report(f"python3 -m verl.trainer.main_ppo {V}clip_ratio_high=0.28".encode(), config_name="x.txt")
+    assert pasted["config"]["ignored_tokens"] == []  # the launch is said instead
+    assert "read from the launch at line 1: python3 -m verl.trainer.main_ppo" in pasted["notes"]
+    other = build_report(f"./train.sh {V}clip_ratio_high=0.28 extra".encode(), config_name="x.txt")
+    assert other["config"]["ignored_tokens"] == ["./train.sh", "extra"]  # no launch found: the words are listed
+
+
 def test_a_lowercase_shell_variable_is_no_setting_and_an_environment_variable_is():
     script = (
         "clip_low=${ACTOR_CLIP_RATIO_LOW:-0.2}\nexport VERL_USE_EXTERNAL_MODULES=divclip.trainer.integrations.verl\n"

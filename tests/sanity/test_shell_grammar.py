@@ -66,6 +66,11 @@ SCRIPTS = {
     "hash_in_the_first_word": "a#b c\npython3 -m m x#y=1 # a comment\n",
     "grammar_recovered_in_a_word": 'T=${T:-["/Y"]}\n: "${N:=$(( 2 * (3 + 1) ))}"\npython3 -m m t=$T n=$N\n',
     "unset_forgets": "A=1\nB=2\nunset A\npython3 -m m a=${A:-u} b=$B\n",
+    # an empty array passed on quoted is no word (SkyRL's thunder_agent run_trainer.sh: EXTRA_ARGS=()), "" is one
+    "empty_arrays_passed_on": (
+        'E=()\nB=(b=1)\nY=\nif [ -n "$Y" ]; then E+=("e=1"); fi\n'
+        'python3 -m m a=1 "${E[@]}" "${B[@]}" "x${E[@]}y" ${E[@]} "" "${E[*]}" k=1\n'
+    ),
     "ansi_and_escaped_strings": "python3 -m m $'a\\tb' \"q\\\"q\" 'raw\\n' f\\ g\n",
     # a quoted * ? [ in a pattern is itself, an unquoted one (also from an unquoted $P) a glob; so is \\*
     "quoted_patterns": (
