@@ -403,6 +403,33 @@ def unknown_keys(values, is_known, candidates) -> list[tuple[str, str | None]]:
     return out
 
 
+# --------------------------------------------------------------------------- a loss another module registers
+def loss_registrar(own, choices, entry: str | None, engine_module: str, plugin_modules: str = "") -> str | None:
+    """What may register a loss name that is none of the engine's (`choices`): the launched module when it is not
+    the engine's own (`engine_module`, e.g. "verl."; a recipe's main, an example's), or the modules a plugin
+    variable names (`plugin_modules`, as "VERL_USE_EXTERNAL_MODULES names (a.b)"); None where nothing can, so
+    the engine refuses the name as divclip does: a launch of its own entry point, or a bare config."""
+    if not isinstance(own, str) or own in choices:
+        return None
+    if entry and not entry.startswith(engine_module):
+        return f"the launched {entry}"
+    return f"one of the modules {plugin_modules}" if plugin_modules else None
+
+
+def loss_registered_elsewhere(engine: str, version: str, key: str, own: str, registrar: str, choices, source: str):
+    """The warning of a loss name `registrar` registers: read as not modelled (no clip analysis applies)."""
+    near = nearest_key(own, choices)
+    return Pitfall(
+        "loss_registered_elsewhere",
+        f"{key} = {own!r} is none of {engine} {version}'s registered losses: {engine}'s own entry point refuses it, "
+        f"and {registrar} must register it; divclip does not model this loss, so no clip analysis below applies "
+        f"to it. {engine}'s own are {', '.join(choices)}"
+        + (f" (if {own!r} is a typo, the nearest is {near!r})" if near else ""),
+        key,
+        source,
+    )
+
+
 # ------------------------------------------------------------------------------------- the examples' own keys
 EXAMPLE_KEYS_FILE = Path(__file__).with_name("example_keys.txt")
 

@@ -28,7 +28,7 @@ SHELL_COMMANDS = frozenset(
 )
 """Commands whose arguments are never an engine's settings."""
 KEYWORD_PREFIXES = frozenset("if elif then else do while until ! { } time".split())  # lead into a command
-WRAPPERS = frozenset("nohup env exec sudo stdbuf numactl taskset nice ionice srun mpirun".split())
+WRAPPERS = frozenset("nohup env exec sudo stdbuf numactl taskset nice ionice srun mpirun setsid".split())
 _INTERPRETER = re.compile(r"^python(\d+(\.\d+)*)?$")
 _DISTRIBUTED = frozenset(("torchrun", "deepspeed"))
 _INTERPRETER_VALUE_OPTIONS = frozenset(("-X", "-W", "-c"))
@@ -36,6 +36,7 @@ _UV_VALUE_OPTIONS = frozenset(
     "--with --python -p --project --directory --env-file --group --extra --package --index-url --from".split()
 )
 _ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_C_OPTION = re.compile(r"^-[a-z]*c[a-z]*$")  # -c alone or among bash's one-letter options (-lc, -ec, -xc)
 _UNRESOLVED_PROGRAM = re.compile(r"^\$(\{?[A-Za-z_]\w*\}?|\(.*\))$")  # $PY, ${PY}, $(command -v python3), as written
 
 
@@ -71,8 +72,8 @@ def engine_words(words: list[str]) -> Launch:
                 i += 1
         elif base in SHELL_COMMANDS:
             return Launch(env, [], skipped + words[i:])
-        elif base in ("bash", "sh") and "-c" in words[i + 1 : i + 3]:
-            k = words.index("-c", i) + 1
+        elif base in ("bash", "sh") and (c := next((w for w in words[i + 1 : i + 3] if _C_OPTION.match(w)), None)):
+            k = words.index(c, i) + 1  # bash -c, bash -lc, bash -ec, sh -xc: the script is the next word
             return Launch(env, [], skipped + words[i:k], words[k] if k < n else "")
         elif base == "uv" and words[i + 1 : i + 2] == ["run"]:
             i = _skip_options(words, i + 2, skipped + words[i : i + 2], _UV_VALUE_OPTIONS, skipped)

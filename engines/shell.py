@@ -138,7 +138,10 @@ def read_script(text: str, name: str, out: Tokens | None = None, depth: int = 0)
         elif scripted and not launch.entry and args and not any(_DOTTED_OVERRIDE.match(w) for w in args):
             out.ignored += args  # another program's flags (`huggingface-cli download --local-dir ...`)
             args = []
-        part = read_tokens(env + args, Tokens(), None, f"line {line} of {name!r}", line, expand=False)
+        # a word of a program that is not the engine (`setsid "$@"`, `srun bash -lc "..."`) that is no override
+        # is that program's own, not a refusal of the whole script
+        lenient = scripted and not launch.entry
+        part = read_tokens(env + args, Tokens(), None, f"line {line} of {name!r}", line, expand=False, lenient=lenient)
         # a value the shell expands from the run's environment is unknown here only in a script that runs the
         # engine; in an override list no shell expands it, and the engine would get `$CLIP` as written
         _merge(out, part, line, unresolved if scripted else [])
@@ -211,9 +214,11 @@ def read_tokens(
     what: str = "override",
     number: int | None = None,
     expand: bool = True,
+    lenient: bool = False,
 ) -> Tokens:
     """Classify one line's tokens into `out` (see the module doc string); `expand=False` for words the shell
-    reader has expanded already."""
+    reader has expanded already; `lenient`: a `key=value` or `~key` whose key is no config key is a command word
+    (listed), not an error (another program's arguments in a launch script)."""
     variables = {} if variables is None else variables
     if expand:
         tokens = [_expand(t, variables) for t in tokens]
@@ -225,6 +230,9 @@ def read_tokens(
         nxt = tokens[i + 1] if i + 1 < len(tokens) else None
         if tok.startswith("--") and FLAG.match(tok.split("=", 1)[0]):
             i += _flag(tok, tokens[i + 1 :], out)
+        elif lenient and (tok.startswith("~") or "=" in tok and not tok.startswith("-")) and not _is_key_word(tok):
+            out.ignored.append(tok)
+            i += 1
         elif tok.startswith("~"):
             _delete(tok[1:].split("=", 1)[0], tok, out, what)
             i += 1
@@ -235,6 +243,11 @@ def read_tokens(
             _word(tok, tokens[i - 1] if i else None, nxt, out, number)
             i += 1
     return out
+
+
+def _is_key_word(tok: str) -> bool:
+    """`tok` is `key=value` or `~key` with a key `_assign` / `_delete` take."""
+    return bool(OVERRIDE_KEY.match(tok.lstrip("~").split("=", 1)[0].lstrip("+")))
 
 
 def _flag(tok: str, rest: list, out: Tokens) -> int:

@@ -1171,6 +1171,9 @@ class _Runner:
                 self.arrays[_define_array(word, env)] = word.line
                 continue
             head = word.parts[0] if word.parts and isinstance(word.parts[0], str) else ""
+            if prefix and (element := _ELEMENT.match(head)):  # A[i]=value: one element of an array
+                _assign_element(element, word, env, command.line)
+                continue
             before = len(env.missing)
             fields = expand(word, env, split=not _ASSIGNMENT.match(head))  # NAME=$V is not split
             if prefix and fields and _ASSIGNMENT.match(fields[0]):
@@ -1312,6 +1315,31 @@ def expand_script(text: str, name: str) -> Script:
     unused = {a: line for a, line in runner.arrays.items() if a not in env.arrays_used}
     never = {f.name: (f.first, f.last) for f in runner.functions.values() if f.name not in runner.called}
     return Script(runner.out, env.values, unused, runner.branches.notes, runner.unresolved, never, runner.call_lines)
+
+
+_ELEMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\[([^\]]{1,200})\](\+?)=")
+
+
+def _assign_element(element: re.Match, word: Word, env: Variables, line: int) -> None:
+    """`A[i]=value` (`A[i]+=value` appends to the element): the subscript is bash's arithmetic on the script's own
+    integers (`A[$idx]`, `A[i+1]`). An index past the end appends (bash's arrays are sparse: "${A[@]}" lists the
+    set elements in order, which appending keeps for increasing indices); an index only running the script knows
+    leaves the whole array unknown (each use named), as does an element of a variable that holds no array."""
+    name, index, append = element.groups()
+    rest = Word([word.parts[0][element.end() :], *word.parts[1:]], word.line, word.quoted)
+    value = "".join(expand(rest, env, split=False))
+    k = arithmetic(index.removeprefix("$").strip("{}") if re.fullmatch(r"\$\{?\w+\}?", index) else index, env)
+    old = env.values.get(name)
+    if name in env.unknown or k is None or int(k) < 0 or not isinstance(old, list) and old not in (None, ""):
+        env.values.pop(name, None)
+        env.unknown[name] = (line, [f"{name}[{index}]"])
+        return
+    items = list(old) if isinstance(old, list) else []
+    if int(k) < len(items):
+        items[int(k)] = items[int(k)] + value if append else value
+    else:
+        items.append(value)
+    env.values[name] = items
 
 
 def _define_array(word: Word, env: Variables) -> str:

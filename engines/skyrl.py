@@ -61,6 +61,8 @@ from divclip.engines.base import (
     dotted_key_score,
     ignored_key_advice,
     is_example_key,
+    loss_registered_elsewhere,
+    loss_registrar,
     name_loss_terms,
     recipe_aggregation,
     typed_values,
@@ -211,7 +213,14 @@ def detect(settings: Mapping) -> float:
 def read(settings: Mapping, *, entry: str | None = None, **_options) -> EngineRead:
     """The clip settings of a flat SkyRL config ({dotted key or ENV_VAR: value})."""
     settings = resolve_interpolations(settings)
+    own = settings.get(A + "policy_loss_type")
+    registrar = loss_registrar(own, LOSS_TYPES, entry, "skyrl.")  # an example's main registers its own loss
+    if registrar is not None:  # typed as SkyRL's default, then put back: the loss is the example's
+        settings = {k: v for k, v in settings.items() if k != A + "policy_loss_type"}
     g, keys = typed_values(settings, KEYS)
+    if registrar is not None:
+        g[A + "policy_loss_type"] = own
+        keys[A + "policy_loss_type"] = {"value": own, "origin": "set"}
     loss = g[A + "policy_loss_type"]
     train, mini, epochs = (
         g["trainer." + k] for k in ("train_batch_size", "policy_mini_batch_size", "update_epochs_per_batch")
@@ -253,6 +262,18 @@ def read(settings: Mapping, *, entry: str | None = None, **_options) -> EngineRe
         unknown_keys=unknown_keys(settings, lambda k: is_known(k) or is_example_key(k, NAME, entry), known_keys()),
     )
     READERS.get(loss, _other)(s, g, settings, keys)
+    if registrar is not None:
+        s.advice.append(
+            loss_registered_elsewhere(
+                NAME,
+                VERSION,
+                A + "policy_loss_type",
+                own,
+                registrar + " (PolicyLossRegistry.register)",
+                [t for t in LOSS_TYPES if t != METHOD_MODE],
+                f"skyrl {VERSION} skyrl/backends/skyrl_train/utils/ppo_utils.py PolicyLossRegistry",
+            )
+        )
     _arithmetic_notes(s, g)
     _fully_async(s, g)
     if s.form in ("clip", "cispo") and s.measure == "ratio" and s.budget_low is not None:

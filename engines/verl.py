@@ -32,6 +32,8 @@ from divclip.engines.base import (
     check_spec,
     example_keys,
     ignored_key_advice,
+    loss_registered_elsewhere,
+    loss_registrar,
     name_loss_terms,
     recipe_aggregation,
     typed_values,
@@ -133,7 +135,9 @@ KEYS: dict[str, Key] = {
     "algorithm.kl_ctrl.kl_coef": Key("float", 0.001, above=-math.inf, doc="its (initial) coefficient"),
     "actor_rollout_ref.rollout.n": Key("int", 1, above=0, doc="responses per prompt (group size)"),
     "data.train_batch_size": Key("int", 1024, above=0, doc="prompts per rollout batch"),
-    "algorithm.adv_estimator": Key("str", "gae", doc="advantage estimator (grpo, gae, ...)"),
+    "algorithm.adv_estimator": Key(
+        "str", "gae", nullable=True, doc="advantage estimator (grpo, gae, ...); null: a recipe's trainer forms its own"
+    ),
 }
 
 ROLES = {
@@ -353,8 +357,19 @@ def detect(settings: Mapping) -> float:
 # ------------------------------------------------------------------------------------------------ read
 def read(settings: Mapping, *, entry: str | None = None, **_options) -> EngineRead:
     """The clip settings of a flat verl config ({dotted key or ENV_VAR: value}); `entry`, the module the launch
-    runs, adds a recipe's own keys (`python -m recipe.entropy.main_entropy`: example_keys.txt)."""
+    runs, adds a recipe's own keys (`python -m recipe.entropy.main_entropy`: example_keys.txt). A loss_mode none
+    of verl's is refused, as verl's own main_ppo refuses it, unless something else may register it: the launched
+    module is not verl's (a recipe's main: `recipe.gvpo.gvpo_main_ppo` registers "gvpo") or PLUGIN_ENV names
+    modules; then the loss is read as not modelled, and a warning says so (`loss_registered_elsewhere`)."""
+    own = settings.get(A + "policy_loss.loss_mode")
+    plugins = str(settings.get(PLUGIN_ENV) or "").strip()
+    registrar = loss_registrar(own, LOSS_MODES, entry, "verl.", plugins and f"{PLUGIN_ENV} names ({plugins})")
+    if registrar is not None:  # typed as verl's default, then put back: the loss is the registrar's
+        settings = {k: v for k, v in settings.items() if k != A + "policy_loss.loss_mode"}
     g, keys = typed_values(settings, KEYS)
+    if registrar is not None:
+        g[A + "policy_loss.loss_mode"] = own
+        keys[A + "policy_loss.loss_mode"] = {"value": own, "origin": "set"}
     mode = "bypass_mode" if g[RC + "bypass_mode"] else g[A + "policy_loss.loss_mode"]  # apply_bypass_mode sets it
     runs = "vanilla" if mode == "bypass_mode" and g[RC + "loss_type"] == "ppo_clip" else mode  # what the loss is
     form, measure, level = FORMS.get(runs, ("other", None, "token"))
@@ -427,6 +442,18 @@ def read(settings: Mapping, *, entry: str | None = None, **_options) -> EngineRe
     _read_spec(s, settings, g, keys)
     name_loss_terms(s, loss_terms(g))
     s.advice = [*pitfalls(s), *map(_cited, s.advice)]  # the pitfalls first, as `divclip check` has listed them
+    if registrar is not None and mode == own:
+        s.advice.append(
+            loss_registered_elsewhere(
+                NAME,
+                VERSION,
+                A + "policy_loss.loss_mode",
+                own,
+                registrar + " (@register_policy_loss)",
+                [m for m in LOSS_MODES if m not in DIVCLIP_MODES and m != METHOD_MODE],
+                f"verl {VERSION} trainer/ppo/core_algos.py get_policy_loss_fn (POLICY_LOSS_REGISTRY)",
+            )
+        )
     s.advice += ignored_key_advice(s, IGNORED_BY_LOSS, f"verl {VERSION} core_algos.compute_policy_loss_{s.loss_mode}")
     return s
 

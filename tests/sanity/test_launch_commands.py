@@ -36,6 +36,14 @@ def _values(script: str) -> dict:
         ("uv run --with vllm --python 3.11 python3 train.py --eps-clip 0.3\n", {"--eps-clip": 0.3}),
         ("accelerate launch --num_processes 8 train_grpo.py --epsilon 0.3\n", {"--epsilon": 0.3}),
         (f"bash -c 'python3 -m verl.trainer.main_ppo {V}clip_ratio_high=0.28'\n", {f"{V}clip_ratio_high": 0.28}),
+        (  # bash's one-letter options joined (-lc), behind setsid (SkyRL's thunder_agent run_stages.sh)
+            f"setsid bash -lc 'python3 -m verl.trainer.main_ppo {V}clip_ratio_high=0.28' &\n",
+            {f"{V}clip_ratio_high": 0.28},
+        ),
+        (  # another program's word with '=' that is no config key: its own, not a refusal of the script
+            f"mytool out.dir=/x 'odd key=2' ~/y\npython3 -m verl.trainer.main_ppo {V}clip_ratio_high=0.28\n",
+            {"out.dir": "/x", f"{V}clip_ratio_high": 0.28},
+        ),
         (
             'DEVICE=${DEVICE:-gpu}\nif [ "$DEVICE" != "gpu" ]; then\n  echo "only gpu=1 works" >&2\n  exit 1\nfi\n'
             f"python3 -m verl.trainer.main_ppo {V}clip_ratio_high=0.28\n",

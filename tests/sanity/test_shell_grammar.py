@@ -66,6 +66,11 @@ SCRIPTS = {
     "hash_in_the_first_word": "a#b c\npython3 -m m x#y=1 # a comment\n",
     "grammar_recovered_in_a_word": 'T=${T:-["/Y"]}\n: "${N:=$(( 2 * (3 + 1) ))}"\npython3 -m m t=$T n=$N\n',
     "unset_forgets": "A=1\nB=2\nunset A\npython3 -m m a=${A:-u} b=$B\n",
+    # one element set (slime's scripts/models/qwen3.5-35B-A3B-vl.sh: MODEL_ARGS[1]=...), by a variable's index too
+    "array_elements": (
+        "A=(x=1 y=2)\nA[1]=y=3\ni=0\nA[$i]+=0\nA[i+2]=z=4\nB[3]=b=1\n"
+        'python3 -m m "${A[@]}" "${B[@]}" ${A[1]} "${A[2]}"\n'
+    ),
     # an empty array passed on quoted is no word (SkyRL's thunder_agent run_trainer.sh: EXTRA_ARGS=()), "" is one
     "empty_arrays_passed_on": (
         'E=()\nB=(b=1)\nY=\nif [ -n "$Y" ]; then E+=("e=1"); fi\n'
