@@ -485,9 +485,9 @@ _MODULE_WORD = re.compile(r"^[A-Za-z_][\w.]*$")
 
 
 def entry_module(command: str | None) -> str | None:
-    """The module a launch command runs: the word after its last `-m`, or a `.py` script's path as a module
-    (`python3 examples/tir/train_tir.py` -> examples.tir.train_tir); None when neither."""
-    words = (command or "").split()
+    """The module a launch command runs: the word after its last `-m` (or `--module`), or a `.py` script's path as a
+    module (`python3 examples/tir/train_tir.py` -> examples.tir.train_tir); None when neither."""
+    words = ["-m" if w == "--module" else w for w in (command or "").split()]  # deepspeed --module pkg.mod
     if "-m" in words:
         i = len(words) - 1 - words[::-1].index("-m")
         module = words[i + 1] if i + 1 < len(words) else ""

@@ -40,6 +40,29 @@ _C_OPTION = re.compile(r"^-[a-z]*c[a-z]*$")  # -c alone or among bash's one-lett
 _UNRESOLVED_PROGRAM = re.compile(r"^\$(\{?[A-Za-z_]\w*\}?|\(.*\))$")  # $PY, ${PY}, $(command -v python3), as written
 
 
+NOT_RL_ENTRIES = {
+    "verl.trainer.sft_trainer": "verl's SFT trainer",
+    "verl.trainer.sft_trainer_ray": "verl's SFT trainer (on Ray)",
+    "verl.trainer.fsdp_sft_trainer": "verl's FSDP SFT trainer (before verl 0.9)",
+    "verl.trainer.main_eval": "verl's offline evaluation",
+    "verl.trainer.main_generation": "verl's generation (before verl 0.9)",
+    "verl.trainer.main_generation_server": "verl's generation server",
+    "skyrl.train.main_sft": "SkyRL's SFT trainer",
+    "skyrl.train.entrypoints.main_generate": "SkyRL's evaluation-only entry point",
+    "examples.train.callbacks.main_sft_with_callbacks": "SkyRL's SFT trainer (its callbacks example)",
+    "examples.train.rlm.main_rlm_eval": "SkyRL's RLM evaluation",
+    "examples.train_integrations.harbor.entrypoints.main_harbor_generate": "SkyRL's Harbor rollout generation",
+    "openrlhf.cli.train_sft": "OpenRLHF's SFT trainer",
+    "openrlhf.cli.train_rm": "OpenRLHF's reward-model trainer",
+    "openrlhf.cli.train_dpo": "OpenRLHF's DPO trainer",
+    "openrlhf.cli.train_kto": "OpenRLHF's KTO trainer (before 0.11)",
+    "openrlhf.cli.train_prm": "OpenRLHF's process-reward-model trainer (before 0.11)",
+    "openrlhf.cli.serve_rm": "OpenRLHF's reward-model server",
+}
+"""Entry points of the engines (verl 0.9.1 and its 0.8 examples, SkyRL 0.3.0 and its examples, OpenRLHF 0.11) that
+train or run no policy-gradient loss: a launch of one has no clip to check (`divclip.sanity.settings`)."""
+
+
 @dataclass
 class Launch:
     """The words of a command that reach the engine: `env` (NAME=value before the command), `args` (after the

@@ -12,6 +12,7 @@ from divclip.engines import trl as _trl
 from divclip.engines import verl as _verl
 from divclip.engines.base import EngineRead, Key, entry_module
 from divclip.engines.config import RawConfig
+from divclip.engines.launchers import NOT_RL_ENTRIES
 from divclip.sanity.errors import ConfigError
 
 __all__ = ["Key", "clip_settings", "detect_framework"]
@@ -49,6 +50,15 @@ def detect_framework(raw: RawConfig) -> str:
 
 def clip_settings(raw: RawConfig, framework: str | None = None, num_processes: int = 1) -> EngineRead:
     """The clip settings of a config of any engine divclip reads (detected from the keys unless given)."""
+    launched = getattr(raw, "launches", [])
+    entry = entry_module(launched[-1].command) if launched else None  # an example's own config adds keys
+    if entry in NOT_RL_ENTRIES:
+        raise ConfigError(
+            f"config {raw.name!r} launches {NOT_RL_ENTRIES[entry]}: {entry} at line {launched[-1].line} runs no "
+            "policy-gradient loss, so there is no clip to check; divclip reads the RL runs of verl, TRL, OpenRLHF, "
+            "AReaL, SkyRL and slime (verl.trainer.main_ppo, skyrl.train.entrypoints.main_base, "
+            "openrlhf.cli.train_ppo_ray, ...)"
+        )
     if framework is not None and framework not in ENGINES:
         raise ConfigError(f"framework must be one of {list(ENGINES)}, got {framework!r}")
     engine = framework or detect_framework(raw)
@@ -63,8 +73,6 @@ def clip_settings(raw: RawConfig, framework: str | None = None, num_processes: i
         )
     dropped = unresolved_read_keys(raw, engine)
     values = {k: v for k, v in raw.values.items() if k not in dropped}  # the engine's default stands, said
-    launched = getattr(raw, "launches", [])
-    entry = entry_module(launched[-1].command) if launched else None  # an example's own config adds keys
     found = module.read(
         values,
         entry=entry,

@@ -9,6 +9,7 @@ from divclip.engines.config import read_config
 from divclip.engines.launch import parse_launch
 from divclip.engines.launchers import engine_words
 from divclip.sanity import build_report
+from divclip.sanity.errors import SanityInputError
 
 V = "actor_rollout_ref.actor."
 
@@ -185,3 +186,49 @@ def test_conditions(words, value):
     from divclip.engines.shellbranches import evaluate
 
     assert evaluate(words) is value
+
+
+# ------------------------------------------------------------------------------------- entry points with no RL loss
+@pytest.mark.parametrize(
+    "script, what",
+    [
+        (
+            "torchrun --nproc_per_node 8 -m verl.trainer.sft_trainer data.train_batch_size=8 model.path=m\n",
+            "verl's SFT trainer",
+        ),
+        (
+            "uv run --isolated python -m skyrl.train.main_sft strategy=fsdp model.path=m batch_size=4\n",
+            "SkyRL's SFT trainer",
+        ),
+        (
+            "deepspeed --module openrlhf.cli.train_dpo --pretrain m --beta 0.1 --train_batch_size 128\n",
+            "OpenRLHF's DPO trainer",
+        ),
+    ],
+)
+def test_a_launch_of_an_engines_sft_dpo_or_eval_entry_point_is_refused_by_name(script, what):
+    """verl's SFT example was reported as 'vanilla PPO clip, bounds [0.8, 1.2]' (the keys it shares with PPO)."""
+    with pytest.raises(SanityInputError, match=rf"launches {what}: \S+ at line 1 runs no policy-gradient loss"):
+        build_report(script.encode(), config_name="run.sh")
+
+
+def test_an_sft_launch_before_the_rl_one_is_listed_and_the_rl_one_read():
+    script = (
+        "python3 -m verl.trainer.sft_trainer data.train_batch_size=8\n"
+        f"python3 -m verl.trainer.main_ppo {V}clip_ratio_high=0.28\n"
+    )
+    report = build_report(script.encode(), config_name="run.sh")
+    assert report["config"]["budget_high"] == 0.28
+    first, second = report["launches"]
+    assert not first["read"] and "verl's SFT trainer" in first["why"] and second["read"] and second["summary"]
+
+
+def test_the_installed_engines_have_the_entry_points_named_as_not_rl():
+    from divclip.engines.launchers import NOT_RL_ENTRIES
+    from divclip.engines.source import installed_file
+
+    installed = [m for m, what in NOT_RL_ENTRIES.items() if "before" not in what and not m.startswith("examples.")]
+    assert len(installed) >= 9
+    for module in installed:
+        package, _, rest = module.partition(".")
+        assert installed_file(package, rest.replace(".", "/") + ".py"), module
