@@ -153,6 +153,7 @@ class Command:
     words: list
     line: int
     heredocs: list = field(default_factory=list)  # [(first line, last line, body)]
+    expanding: list = field(default_factory=list)  # per heredoc: its delimiter unquoted (<<EOF: $V expands in it)
 
 
 @dataclass
@@ -385,12 +386,14 @@ class _Reader:
     def redirected(self, node, depth: int) -> list:
         body = node.child_by_field_name("body")
         items = self.statements([body], depth + 1) if body is not None else []
-        extra, heredocs, after = [], [], []
+        extra, heredocs, after, expanding = [], [], [], []
         for redirect in _field(node, "redirect"):
             if redirect.type == "file_redirect":
                 extra += [self.word(d) for d in _field(redirect, "destination")[1:]]
             elif redirect.type == "heredoc_redirect":
                 heredocs.append(self.heredoc(redirect))
+                start = next((c for c in redirect.children if c.type == "heredoc_start"), None)
+                expanding.append(start is not None and not any(q in _node_text(start) for q in "'\"\\"))
                 for k, child in enumerate(redirect.children):
                     if redirect.field_name_for_child(k) == "argument":
                         extra.append(self.word(child))  # python3 - <<EOF arg: arg is the command's
@@ -405,6 +408,7 @@ class _Reader:
         if first is not None:
             first.words += extra
             first.heredocs += heredocs
+            first.expanding += expanding
         return items + after
 
     def heredoc(self, node) -> tuple:
@@ -1205,12 +1209,36 @@ class _Runner:
                 env.values.pop(unset, None)
                 env.unknown.pop(unset, None)
                 env.tainted.pop(unset, None)
+        heredocs = command.heredocs
+        if words[:1] == ["read"] and heredocs and (name := _read_whole(words)):
+            self.read_heredoc(name, command)
+            heredocs = []  # read into NAME: not data left unread
         if words[:1] == ["shift"] and env.args is not None:
             n = int(words[1]) if len(words) > 1 and words[1].isdigit() else 1
             env.args = env.args[n:]
-        self.out.append((command.line, words, command.heredocs))
+        self.out.append((command.line, words, heredocs))
         self.unresolved.append(list(dict.fromkeys(env.missing)))
         self.call_lines.append(self.calls[0] if self.calls else None)
+
+    def read_heredoc(self, name: str, command: Command) -> None:
+        """`read -r -d '' NAME <<EOF ... EOF` (OpenRLHF's scripts keep their training command so, then run
+        `deepspeed --module $NAME`): NAME holds the whole body, its `\\` line continuations joined and, for an
+        unquoted delimiter, its $V / ${V} from the script's own values (anything else, `$(cmd)`, kept as written),
+        stripped of surrounding blanks as read's IFS does. The body is then no longer reported as unread data."""
+        body = command.heredocs[-1][2]
+        expanding = command.expanding[-1] if command.expanding else False
+        unknown = []
+        if expanding:
+            body = body.replace("\\\n", "")
+            body = _BODY_REF.sub(lambda m: _known(self.env, m.group(1) or m.group(2), m.group(0), unknown), body)
+            unknown += [
+                (m.group(0), "a command's output: only running the script gives it") for m in _BODY_RUN.finditer(body)
+            ]
+        self.env.values[name] = body.strip()
+        self.env.unknown.pop(name, None)
+        self.env.tainted.pop(name, None)
+        if unknown:  # each command that uses NAME is told what only a run gives
+            self.env.tainted[name] = list(dict.fromkeys(unknown))
 
     def run_if(self, item: _If, depth: int) -> None:
         env = self.env
@@ -1315,6 +1343,31 @@ def expand_script(text: str, name: str) -> Script:
     unused = {a: line for a, line in runner.arrays.items() if a not in env.arrays_used}
     never = {f.name: (f.first, f.last) for f in runner.functions.values() if f.name not in runner.called}
     return Script(runner.out, env.values, unused, runner.branches.notes, runner.unresolved, never, runner.call_lines)
+
+
+_BODY_REF = re.compile(r"\$\{([A-Za-z_]\w*)\}|\$([A-Za-z_]\w*)")
+
+
+_BODY_RUN = re.compile(r"\$\([^()]{0,200}\)|`[^`]{0,200}`")
+
+
+def _known(env: Variables, name: str, written: str, unknown: list) -> str:
+    """A heredoc body's $NAME: the script's own string value, else as written and listed in `unknown` with
+    where it comes from (only a run knows it)."""
+    value = None if name in env.unknown else env.values.get(name)
+    if isinstance(value, str):
+        return value
+    unknown.append((written, f"${name} is not set by the script: the run's environment gives it"))
+    return written
+
+
+def _read_whole(words: list) -> str | None:
+    """NAME of `read [-r] -d '' NAME` (read up to a NUL: the whole input into one variable), else None."""
+    args = words[1:]
+    if "-d" not in args or args.index("-d") + 1 >= len(args) or args[args.index("-d") + 1] != "":
+        return None
+    names = [w for i, w in enumerate(args) if not w.startswith("-") and (i == 0 or args[i - 1] != "-d")]
+    return names[0] if len(names) == 1 and _NAME.match(names[0]) else None
 
 
 _ELEMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\[([^\]]{1,200})\](\+?)=")

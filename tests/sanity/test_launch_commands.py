@@ -41,6 +41,12 @@ def _values(script: str) -> dict:
             f"setsid bash -lc 'python3 -m verl.trainer.main_ppo {V}clip_ratio_high=0.28' &\n",
             {f"{V}clip_ratio_high": 0.28},
         ),
+        (  # OpenRLHF's idiom: the command read from a heredoc, run by deepspeed --module $training_commands
+            "eps=0.28\nread -r -d '' training_commands <<EOF\nopenrlhf.cli.train_ppo_ray \\\n"
+            "   --actor.eps_clip_low_high 0.2 $eps \\\n   --train.batch_size 128\nEOF\n"
+            'if [[ ${1} != "slurm" ]]; then\n    deepspeed --module $training_commands\nfi\n',
+            {"--actor.eps_clip_low_high": [0.2, 0.28], "--train.batch_size": 128},
+        ),
         (  # another program's word with '=' that is no config key: its own, not a refusal of the script
             f"mytool out.dir=/x 'odd key=2' ~/y\npython3 -m verl.trainer.main_ppo {V}clip_ratio_high=0.28\n",
             {"out.dir": "/x", f"{V}clip_ratio_high": 0.28},

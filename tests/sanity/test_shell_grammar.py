@@ -71,6 +71,12 @@ SCRIPTS = {
         "A=(x=1 y=2)\nA[1]=y=3\ni=0\nA[$i]+=0\nA[i+2]=z=4\nB[3]=b=1\n"
         'python3 -m m "${A[@]}" "${B[@]}" ${A[1]} "${A[2]}"\n'
     ),
+    # OpenRLHF's scripts: the training command read from a heredoc (`read -r -d '' NAME <<EOF`), run as $NAME
+    "read_a_heredoc_into_a_variable": (
+        "EPS=0.28\nread -r -d '' cmd <<EOF\n-m openrlhf.cli.train_ppo_ray \\\n"
+        "   --actor.eps_clip_low_high 0.2 $EPS \\\n   --train.batch_size 128\nEOF\npython3 $cmd 'a b'\n"
+        "read -r -d '' raw <<'EOF'\nx=$EPS \\\n  y=1\nEOF\npython3 -m m $raw\n"
+    ),
     # an empty array passed on quoted is no word (SkyRL's thunder_agent run_trainer.sh: EXTRA_ARGS=()), "" is one
     "empty_arrays_passed_on": (
         'E=()\nB=(b=1)\nY=\nif [ -n "$Y" ]; then E+=("e=1"); fi\n'
