@@ -18,9 +18,11 @@ loaded by verl from `VERL_USE_EXTERNAL_MODULES`.
 from __future__ import annotations
 
 import functools
+import json
 import math
 import shlex
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from divclip.engines import advice
@@ -36,6 +38,7 @@ from divclip.engines.base import (
     loss_registrar,
     name_loss_terms,
     recipe_aggregation,
+    typed,
     typed_values,
     unknown_keys,
     yaml_tree,
@@ -316,9 +319,44 @@ def config_name(settings: Mapping) -> str | None:
     return None
 
 
-def _config_tree(settings: Mapping) -> tuple[frozenset, str]:
-    """(the keys verl's config accepts for this launch, a note): a packaged --config-name's keys, else ppo_trainer's."""
+FULLY_ASYNC_ENTRY = "verl.experimental.fully_async_policy.fully_async_main"
+FULLY_ASYNC_FILE = Path(__file__).with_name(f"verl_{VERSION}_fully_async_configs.txt")
+FULLY_ASYNC_SOURCE = f"verl {VERSION} experimental/fully_async_policy/fully_async_trainer.py"
+
+
+@functools.cache
+def fully_async_configs() -> dict:
+    """{NAME: (its base trainer config, {leaf key: the value NAME sets})} of verl's fully async configs
+    (FULLY_ASYNC_FILE, a snapshot of verl/experimental/fully_async_policy/config/NAME.yaml)."""
+    out: dict = {}
+    for line in FULLY_ASYNC_FILE.read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, base, key, value = line.split(" ", 3)
+            out.setdefault(name, (base, {}))[1][key] = json.loads(value)
+    return out
+
+
+def _fully_async(settings: Mapping, entry: str | None) -> str | None:
+    """The fully async config a launch runs: its --config-name when it is one, else fully_async_main's own default
+    (`@hydra.main(config_name="fully_async_ppo_trainer")`) for a launch of that entry point; None otherwise."""
     name = config_name(settings)
+    if name in fully_async_configs():
+        return name
+    return "fully_async_ppo_trainer" if entry == FULLY_ASYNC_ENTRY and name is None else None
+
+
+def _config_tree(settings: Mapping, asynchronous: str | None = None) -> tuple[frozenset, str]:
+    """(the keys verl's config accepts for this launch, a note): a packaged --config-name's keys (`asynchronous`:
+    the fully async config a launch of fully_async_main runs, its --config-name or its default), else
+    ppo_trainer's."""
+    name = asynchronous or config_name(settings)
+    if name in fully_async_configs():
+        base, own = fully_async_configs()[name]
+        named = f"--config-name {name}" if config_name(settings) else f"{FULLY_ASYNC_ENTRY}'s default config {name}"
+        return config_keys(base) | frozenset(own), (
+            f"{named}: verl {VERSION}'s fully async trainer config on {base}; keys checked against "
+            f"both, and its defaults of the settings read here are its own where it sets them, else {base}'s"
+        )
     if name is None or name == "ppo_trainer":
         return known_keys(), ""
     if name in TRAINER_CONFIGS:
@@ -366,7 +404,17 @@ def read(settings: Mapping, *, entry: str | None = None, **_options) -> EngineRe
     registrar = loss_registrar(own, LOSS_MODES, entry, "verl.", plugins and f"{PLUGIN_ENV} names ({plugins})")
     if registrar is not None:  # typed as verl's default, then put back: the loss is the registrar's
         settings = {k: v for k, v in settings.items() if k != A + "policy_loss.loss_mode"}
+    asynchronous = _fully_async(settings, entry)
+    async_defaults: dict = {}
+    if asynchronous is not None:  # the config's own defaults (bypass_mode: true among them), then the launch's
+        own_keys = fully_async_configs()[asynchronous][1]
+        async_defaults = {k: v for k, v in own_keys.items() if k in KEYS and k not in settings}
+        # data.train_batch_size is not read there (fully async recipes set it to 0): kept out of the typing
+        train_written = settings.get("data.train_batch_size")
+        settings = {**async_defaults, **{k: v for k, v in settings.items() if k != "data.train_batch_size"}}
     g, keys = typed_values(settings, KEYS)
+    for key in async_defaults:
+        keys[key]["origin"] = "default"
     if registrar is not None:
         g[A + "policy_loss.loss_mode"] = own
         keys[A + "policy_loss.loss_mode"] = {"value": own, "origin": "set"}
@@ -379,7 +427,7 @@ def read(settings: Mapping, *, entry: str | None = None, **_options) -> EngineRe
     c = g[A + "clip_ratio_c"]
     c = None if c == math.inf else c  # min(-A·c, ·) with c = inf caps nothing: no dual clip / IS truncation
     train, mini, epochs = g["data.train_batch_size"], g[A + "ppo_mini_batch_size"], g[A + "ppo_epochs"]
-    known, config_note = _config_tree(settings)
+    known, config_note = _config_tree(settings, asynchronous)
     recipe = example_keys(NAME, entry)
     if recipe:
         known = known | recipe
@@ -421,6 +469,8 @@ def read(settings: Mapping, *, entry: str | None = None, **_options) -> EngineRe
         roles=ROLES,
         on_policy_fix="ppo_epochs > 1 or ppo_mini_batch_size < train_batch_size",
     )
+    if asynchronous is not None:
+        _fully_async_schedule(s, settings, asynchronous, epochs, mini, train_written)
     if config_note:
         s.notes.append(config_note)
     if mode == "sapo" and s.loss_agg_mode != "seq-mean-token-mean":
@@ -456,6 +506,46 @@ def read(settings: Mapping, *, entry: str | None = None, **_options) -> EngineRe
         )
     s.advice += ignored_key_advice(s, IGNORED_BY_LOSS, f"verl {VERSION} core_algos.compute_policy_loss_{s.loss_mode}")
     return s
+
+
+def _fully_async_schedule(s: EngineRead, settings: Mapping, name: str, epochs: int, mini: int, train) -> None:
+    """verl's fully async trainer: each step trains on ppo_mini_batch_size × require_batches prompts (data.
+    train_batch_size is not read), trigger_parameter_sync_step steps per parameter sync. With bypass_mode (the
+    fully async configs' default) π_old is the rollout's log-probs, from a policy up to staleness_threshold old: the
+    ratio is never identically 1; without it π_old is recomputed with the sync cycle's first parameters
+    (FullyAsyncTrainer._compute_old_log_prob), so only the cycle's first step can see a ratio of 1."""
+    own = fully_async_configs()[name][1]
+    spec = {"trigger_parameter_sync_step": Key("int", None, above=0), "require_batches": Key("int", None, above=0)}
+    found = {}
+    for field, key in spec.items():
+        full = "async_training." + field
+        value = typed(settings, full, replace(key, default=own[full]), {})
+        found[field] = value
+        s.keys[full] = {"value": value, "origin": "set" if full in settings else "default"}
+    trigger, batches = found["trigger_parameter_sync_step"], found["require_batches"]
+    s.minibatches, s.updates_per_batch = batches, epochs * batches
+    bypass = s.keys[RC + "bypass_mode"]["value"]
+    steps = f"ppo_epochs={epochs} × require_batches={batches} mini-batch(es) of ppo_mini_batch_size={mini}"
+    if bypass:
+        s.on_policy = False
+        s.on_policy_reason = (
+            f"verl's fully async trainer ({name}): {steps} per step, and with rollout_correction.bypass_mode "
+            f"({'set' if s.keys[RC + 'bypass_mode']['origin'] == 'set' else 'the config default'}) π_old is the "
+            "rollout's log-probs, from a policy up to async_training.staleness_threshold old: the ratio is not 1 "
+            f"even at the first update ({FULLY_ASYNC_SOURCE})"
+        )
+    else:
+        s.on_policy = s.updates_per_batch == 1 and trigger == 1
+        s.on_policy_reason = (
+            f"verl's fully async trainer ({name}): {steps} per step, trigger_parameter_sync_step={trigger} steps per "
+            "parameter sync, π_old recomputed with the sync cycle's first parameters "
+            f"({FULLY_ASYNC_SOURCE} _compute_old_log_prob)"
+        )
+    s.on_policy_fix = "require_batches > 1, ppo_epochs > 1 or trigger_parameter_sync_step > 1"
+    s.keys["data.train_batch_size"] = {
+        "value": train if train is not None else s.keys["data.train_batch_size"]["value"],
+        "origin": ("set" if train is not None else "default") + ", not read by the fully async trainer",
+    }
 
 
 def loss_terms(g: dict) -> list[tuple[str, str]]:
