@@ -320,14 +320,17 @@ def config_name(settings: Mapping) -> str | None:
 
 
 FULLY_ASYNC_ENTRY = "verl.experimental.fully_async_policy.fully_async_main"
-FULLY_ASYNC_FILE = Path(__file__).with_name(f"verl_{VERSION}_fully_async_configs.txt")
+ONE_STEP_OFF_ENTRY = "verl.experimental.one_step_off_policy.main_ppo"
+ASYNC_ENTRIES = {FULLY_ASYNC_ENTRY: "fully_async_ppo_trainer", ONE_STEP_OFF_ENTRY: "one_step_off_ppo_trainer"}
+"""verl's asynchronous entry points and the config each one's `@hydra.main` names by default."""
+FULLY_ASYNC_FILE = Path(__file__).with_name(f"verl_{VERSION}_async_configs.txt")
 FULLY_ASYNC_SOURCE = f"verl {VERSION} experimental/fully_async_policy/fully_async_trainer.py"
 
 
 @functools.cache
 def fully_async_configs() -> dict:
-    """{NAME: (its base trainer config, {leaf key: the value NAME sets})} of verl's fully async configs
-    (FULLY_ASYNC_FILE, a snapshot of verl/experimental/fully_async_policy/config/NAME.yaml)."""
+    """{NAME: (its base trainer config, {leaf key: the value NAME sets})} of verl's asynchronous trainers' configs,
+    fully async and one step off-policy (FULLY_ASYNC_FILE, a snapshot of verl/experimental/*/config/NAME.yaml)."""
     out: dict = {}
     for line in FULLY_ASYNC_FILE.read_text().splitlines():
         if line and not line.startswith("#"):
@@ -337,12 +340,12 @@ def fully_async_configs() -> dict:
 
 
 def _fully_async(settings: Mapping, entry: str | None) -> str | None:
-    """The fully async config a launch runs: its --config-name when it is one, else fully_async_main's own default
-    (`@hydra.main(config_name="fully_async_ppo_trainer")`) for a launch of that entry point; None otherwise."""
+    """The asynchronous trainer's config a launch runs: its --config-name when it is one, else the entry point's
+    own default (`@hydra.main(config_name="fully_async_ppo_trainer")`, ASYNC_ENTRIES); None otherwise."""
     name = config_name(settings)
     if name in fully_async_configs():
         return name
-    return "fully_async_ppo_trainer" if entry == FULLY_ASYNC_ENTRY and name is None else None
+    return ASYNC_ENTRIES.get(entry) if name is None else None
 
 
 def _config_tree(settings: Mapping, asynchronous: str | None = None) -> tuple[frozenset, str]:
@@ -352,9 +355,10 @@ def _config_tree(settings: Mapping, asynchronous: str | None = None) -> tuple[fr
     name = asynchronous or config_name(settings)
     if name in fully_async_configs():
         base, own = fully_async_configs()[name]
-        named = f"--config-name {name}" if config_name(settings) else f"{FULLY_ASYNC_ENTRY}'s default config {name}"
+        entry = next((e for e, n in ASYNC_ENTRIES.items() if name.startswith(n.removesuffix("ppo_trainer"))), "")
+        named = f"--config-name {name}" if config_name(settings) else f"{entry}'s default config {name}"
         return config_keys(base) | frozenset(own), (
-            f"{named}: verl {VERSION}'s fully async trainer config on {base}; keys checked against "
+            f"{named}: verl {VERSION}'s {_async_kind(name)} trainer config on {base}; keys checked against "
             f"both, and its defaults of the settings read here are its own where it sets them, else {base}'s"
         )
     if name is None or name == "ppo_trainer":
@@ -409,9 +413,13 @@ def read(settings: Mapping, *, entry: str | None = None, **_options) -> EngineRe
     if asynchronous is not None:  # the config's own defaults (bypass_mode: true among them), then the launch's
         own_keys = fully_async_configs()[asynchronous][1]
         async_defaults = {k: v for k, v in own_keys.items() if k in KEYS and k not in settings}
-        # data.train_batch_size is not read there (fully async recipes set it to 0): kept out of the typing
+        # data.train_batch_size is not read by the fully async trainer (its recipes set it to 0): kept out of the typing
         train_written = settings.get("data.train_batch_size")
-        settings = {**async_defaults, **{k: v for k, v in settings.items() if k != "data.train_batch_size"}}
+        fully = _async_kind(asynchronous) == "fully async"
+        settings = {
+            **async_defaults,
+            **{k: v for k, v in settings.items() if k != "data.train_batch_size" or not fully},
+        }
     g, keys = typed_values(settings, KEYS)
     for key in async_defaults:
         keys[key]["origin"] = "default"
@@ -470,7 +478,17 @@ def read(settings: Mapping, *, entry: str | None = None, **_options) -> EngineRe
         on_policy_fix="ppo_epochs > 1 or ppo_mini_batch_size < train_batch_size",
     )
     if asynchronous is not None:
-        _fully_async_schedule(s, settings, asynchronous, epochs, mini, train_written)
+        if fully:
+            _fully_async_schedule(s, settings, asynchronous, epochs, mini, train_written)
+        elif s.keys[RC + "bypass_mode"]["value"]:
+            s.on_policy = False
+            s.on_policy_reason = (
+                f"verl's one step off-policy trainer ({asynchronous}): rollouts come from the previous step's "
+                "parameters, and with rollout_correction.bypass_mode "
+                f"({'set' if s.keys[RC + 'bypass_mode']['origin'] == 'set' else 'the config default'}) π_old is their "
+                "log-probs: "
+                f"the ratio is not 1 even at the first update; {s.on_policy_reason}"
+            )
     if config_note:
         s.notes.append(config_note)
     if mode == "sapo" and s.loss_agg_mode != "seq-mean-token-mean":
@@ -506,6 +524,10 @@ def read(settings: Mapping, *, entry: str | None = None, **_options) -> EngineRe
         )
     s.advice += ignored_key_advice(s, IGNORED_BY_LOSS, f"verl {VERSION} core_algos.compute_policy_loss_{s.loss_mode}")
     return s
+
+
+def _async_kind(name: str) -> str:
+    return "one step off-policy" if name.startswith("one_step_off") else "fully async"
 
 
 def _fully_async_schedule(s: EngineRead, settings: Mapping, name: str, epochs: int, mini: int, train) -> None:

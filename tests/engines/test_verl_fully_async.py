@@ -25,17 +25,23 @@ def _leaves(tree: dict, prefix: str = ""):
             yield f"{prefix}{key}", value
 
 
-@pytest.mark.parametrize("name", ["fully_async_ppo_trainer", "fully_async_ppo_megatron_trainer"])
-def test_the_snapshot_is_the_installed_configs_keys_and_values(name):
-    tree = yaml.safe_load(installed_file("verl", f"experimental/fully_async_policy/config/{name}.yaml").read_text())
+@pytest.mark.parametrize(
+    "where, name",
+    [
+        ("fully_async_policy", "fully_async_ppo_trainer"),
+        ("fully_async_policy", "fully_async_ppo_megatron_trainer"),
+        ("one_step_off_policy", "one_step_off_ppo_trainer"),
+        ("one_step_off_policy", "one_step_off_ppo_megatron_trainer"),
+    ],
+)
+def test_the_snapshot_is_the_installed_configs_keys_and_values(where, name):
+    tree = yaml.safe_load(installed_file("verl", f"experimental/{where}/config/{name}.yaml").read_text())
     base = tree.pop("defaults")[0]
     tree.pop("hydra")
     want = {k: json.loads(json.dumps(v)) for k, v in _leaves(tree)}
     assert verl.fully_async_configs()[name] == (base, want)
-    assert (
-        want["algorithm.rollout_correction.bypass_mode"] is True
-        and want["async_training.trigger_parameter_sync_step"] == 4
-    )
+    assert want["algorithm.rollout_correction.bypass_mode"] is True  # π_old: the rollout's log-probs, by default
+    assert len(verl.fully_async_configs()) == 4
 
 
 def _read(args: str):
@@ -71,6 +77,18 @@ def test_without_bypass_only_one_update_per_synced_step_is_on_policy(args, updat
     assert "recomputed with the sync cycle's first parameters" in config["on_policy_reason"]
     told = [w["key"] for w in report["warnings"] if w["code"] == "on_policy_clip_inert"]
     assert len(told) == int(on_policy)  # the clip cannot bind: said once
+
+
+def test_one_step_off_policy_is_off_policy_with_bypass_and_the_ppo_schedule_without():
+    launch = "python3 -m verl.experimental.one_step_off_policy.main_ppo rollout.nnodes=1 {}\n"
+    report = build_report(launch.format(f"{A}ppo_mini_batch_size=1024").encode(), config_name="run.sh")
+    config = report["config"]
+    assert (config["loss_mode"], config["updates_per_batch"], config["on_policy"]) == ("bypass_mode", 1, False)
+    assert "rollouts come from the previous step's parameters" in config["on_policy_reason"]
+    assert not [w for w in report["warnings"] if w["code"] in ("unknown_key", "on_policy_clip_inert")]
+    plain = launch.format(f"{A}ppo_mini_batch_size=1024 algorithm.rollout_correction.bypass_mode=false")
+    config = build_report(plain.encode(), config_name="run.sh")["config"]
+    assert (config["loss_mode"], config["updates_per_batch"], config["on_policy"]) == ("vanilla", 1, True)
 
 
 def test_main_ppo_still_refuses_a_train_batch_size_of_zero():
