@@ -993,7 +993,7 @@ def _shadowed(s: EngineRead) -> list[Pitfall]:
 
 def _minibatch(s: EngineRead) -> list[Pitfall]:
     train, mini = s.keys["data.train_batch_size"]["value"], s.keys[A + "ppo_mini_batch_size"]["value"]
-    if mini <= train:
+    if mini <= train or "not read" in s.keys["data.train_batch_size"]["origin"]:  # the fully async trainer
         return []
     return [
         _pitfall(
